@@ -1,0 +1,215 @@
+#include "distlock/mutex.hpp"
+
+#include <utility>
+
+#include "mutex_impl.hpp"
+
+namespace distlock::detail {
+
+bool gate::enter(spi::deadline until, const void* who, std::string_view backend, const std::string& name) {
+    std::unique_lock lk(mutex_);
+    if (busy_ && owner_ == std::this_thread::get_id() && holder_ != who)
+        throw_error(errc::would_deadlock, std::string(backend),
+                    "this thread already holds lock '" + name + "' through another mutex object");
+    std::uint64_t ticket = next_ticket_++;
+    queue_.push_back(ticket);
+    auto my_turn = [&] { return !busy_ && queue_.front() == ticket; };
+    bool ok = until == spi::deadline::max() ? (cv_.wait(lk, my_turn), true) : cv_.wait_until(lk, until, my_turn);
+    if (!ok) {
+        for (auto it = queue_.begin(); it != queue_.end(); ++it)
+            if (*it == ticket) {
+                queue_.erase(it);
+                break;
+            }
+        cv_.notify_all();  // the next in line may be free to go now
+        return false;
+    }
+    queue_.pop_front();
+    busy_ = true;
+    owner_ = std::this_thread::get_id();
+    holder_ = who;
+    return true;
+}
+
+void gate::leave() noexcept {
+    {
+        std::lock_guard lk(mutex_);
+        busy_ = false;
+        owner_ = {};
+        holder_ = nullptr;
+    }
+    cv_.notify_all();
+}
+
+std::shared_ptr<gate> provider_state::gate_for(const std::string& name) {
+    std::lock_guard lk(gates_mutex_);
+    auto& slot = gates_[name];
+    auto g = slot.lock();
+    if (!g) {
+        g = std::make_shared<gate>();
+        slot = g;
+    }
+    if (gates_.size() > 1024) {  // forget names nobody uses any more
+        for (auto it = gates_.begin(); it != gates_.end();) it = it->second.expired() ? gates_.erase(it) : std::next(it);
+    }
+    return g;
+}
+
+mutex_impl::mutex_impl(std::shared_ptr<provider_state> provider, spi::lock_request request, lock_options options,
+                       std::unique_ptr<spi::lock_handle> handle)
+    : provider_(std::move(provider)),
+      request_(std::move(request)),
+      options_(std::move(options)),
+      handle_(std::move(handle)),
+      gate_(provider_->gate_for(request_.name)) {}
+
+mutex_impl::~mutex_impl() {
+    {
+        std::lock_guard lk(state_mutex_);
+        if (depth_ > 1) depth_ = 1;
+    }
+    unlock();
+}
+
+bool mutex_impl::lock_until(spi::deadline until) {
+    auto& backend = provider_->backend();
+    const auto self = std::this_thread::get_id();
+    {
+        std::lock_guard lk(state_mutex_);
+        if (depth_ > 0 && owner_ == self) {
+            if (backend.caps().reentrant) {
+                ++depth_;
+                return true;
+            }
+            throw_error(errc::would_deadlock, std::string(backend.name()),
+                        "lock '" + request_.name + "' is already held by this thread (this backend is not reentrant)");
+        }
+    }
+    if (!gate_->enter(until, this, backend.name(), request_.name)) return false;
+    std::optional<std::uint64_t> token;
+    try {
+        token = handle_->acquire(until);
+    } catch (...) {
+        gate_->leave();
+        throw;
+    }
+    if (!token) {
+        gate_->leave();
+        return false;
+    }
+    std::uint64_t generation;
+    {
+        std::lock_guard lk(state_mutex_);
+        generation = ++generation_;
+        depth_ = 1;
+        owner_ = self;
+        token_ = *token;
+        held_ = true;
+    }
+    {
+        std::lock_guard lk(handle_->sink_mutex_);
+        handle_->loss_owner_ = this;
+        handle_->loss_generation_ = generation;
+    }
+    auto interval = handle_->keepalive_interval();
+    const bool leased = backend.caps().supports(feature::lease_expiry);
+    if (interval.count() > 0 || (leased && !request_.auto_renew)) {
+        auto lost = [this, generation](std::string why) {
+            if (auto notify = mark_lost(generation, std::move(why))) notify();
+        };
+        auto failed = [this, generation, tok = *token](const std::string& why) {
+            {
+                std::lock_guard lk(state_mutex_);
+                if (generation != generation_) return;
+            }
+            report_error(tok, unavailable_error(errc::unavailable, std::string(provider_->backend().name()),
+                                                "renewal of '" + request_.name + "' failed: " + why));
+        };
+        auto id = interval.count() > 0
+                      ? provider_->scheduler().add(handle_.get(), interval, request_.lease, true, lost, failed)
+                      : provider_->scheduler().add(handle_.get(), request_.lease, request_.lease, false, lost, failed);
+        std::lock_guard lk(state_mutex_);
+        entry_ = id;
+    }
+    return true;
+}
+
+void mutex_impl::unlock() noexcept {
+    bool was_held;
+    std::uint64_t token;
+    scheduler::entry_id entry;
+    {
+        std::lock_guard lk(state_mutex_);
+        if (depth_ == 0) return;
+        if (--depth_ > 0) return;
+        was_held = held_.exchange(false);
+        token = token_.exchange(0);
+        entry = std::exchange(entry_, 0);
+        owner_ = {};
+    }
+    if (entry != 0) provider_->scheduler().remove(entry);
+    {
+        std::lock_guard lk(handle_->sink_mutex_);
+        handle_->loss_owner_ = nullptr;
+    }
+    try {
+        handle_->release();
+    } catch (const error& e) {
+        if (was_held) report_error(token, e);
+    } catch (const std::exception& e) {
+        if (was_held)
+            report_error(token, in_doubt_error(errc::in_doubt, std::string(provider_->backend().name()),
+                                               std::string("release failed: ") + e.what()));
+    } catch (...) {
+    }
+    gate_->leave();
+}
+
+void mutex_impl::report_error(std::uint64_t token, const error& e) noexcept {
+    if (!options_.on_error) return;
+    try {
+        options_.on_error(lock_event{request_.name, token, e.what()}, e);
+    } catch (...) {
+    }
+}
+
+std::function<void()> mutex_impl::mark_lost(std::uint64_t generation, std::string reason) {
+    std::lock_guard lk(state_mutex_);
+    if (generation != generation_ || depth_ == 0 || !held_.exchange(false)) return {};
+    lock_event event{request_.name, token_.load(), std::move(reason)};
+    auto callback = options_.on_lost;
+    return [callback = std::move(callback), event = std::move(event)] {
+        if (callback) callback(event);
+    };
+}
+
+std::function<void()> mark_lost(mutex_impl& m, std::uint64_t generation, std::string reason) {
+    return m.mark_lost(generation, std::move(reason));
+}
+
+}  // namespace distlock::detail
+
+namespace distlock {
+
+mutex::mutex(std::unique_ptr<detail::mutex_impl> impl) noexcept : impl_(std::move(impl)) {}
+mutex::mutex(mutex&&) noexcept = default;
+mutex& mutex::operator=(mutex&&) noexcept = default;
+mutex::~mutex() = default;
+
+void mutex::lock() { (void)lock_until_steady(std::chrono::steady_clock::time_point::max()); }
+bool mutex::try_lock() { return lock_until_steady(std::chrono::steady_clock::now()); }
+bool mutex::lock_until_steady(std::chrono::steady_clock::time_point deadline) {
+    if (!impl_) throw_error(errc::invalid_argument, "", "use of a moved-from distlock::mutex");
+    return impl_->lock_until(deadline);
+}
+void mutex::unlock() noexcept {
+    if (impl_) impl_->unlock();
+}
+bool mutex::held() const noexcept { return impl_ && impl_->held(); }
+std::uint64_t mutex::token() const noexcept { return impl_ ? impl_->token() : 0; }
+const std::string& mutex::name() const noexcept {
+    static const std::string empty;
+    return impl_ ? impl_->name() : empty;
+}
+
+}  // namespace distlock

@@ -1,0 +1,64 @@
+// The shared state behind distlock::provider: the backend, the renewal
+// scheduler, and the in-process wait queue ("gate") of each lock name.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "distlock/spi/backend.hpp"
+#include "scheduler.hpp"
+
+namespace distlock::detail {
+
+// FIFO in-process queue for one lock name: threads of one provider that want the
+// same name wait here, and only the head of the queue talks to the server.
+class gate {
+public:
+    // Enters the gate before `until`; false on timeout. Throws
+    // would_deadlock_error when the calling thread already holds the gate through
+    // another mutex object (`who` identifies the mutex).
+    bool enter(spi::deadline until, const void* who, std::string_view backend, const std::string& name);
+    void leave() noexcept;
+
+private:
+    std::mutex mutex_;
+    std::condition_variable cv_;
+    std::deque<std::uint64_t> queue_;
+    std::uint64_t next_ticket_ = 0;
+    bool busy_ = false;
+    std::thread::id owner_;
+    const void* holder_ = nullptr;
+};
+
+class provider_state {
+public:
+    provider_state(std::shared_ptr<spi::backend> backend, std::string scheme, std::string redacted_url,
+                   std::chrono::milliseconds default_lease)
+        : backend_(std::move(backend)),
+          scheme_(std::move(scheme)),
+          url_(std::move(redacted_url)),
+          default_lease_(default_lease),
+          scheduler_(*backend_) {}
+
+    spi::backend& backend() noexcept { return *backend_; }
+    detail::scheduler& scheduler() noexcept { return scheduler_; }
+    const std::string& scheme() const noexcept { return scheme_; }
+    const std::string& url() const noexcept { return url_; }
+    std::chrono::milliseconds default_lease() const noexcept { return default_lease_; }
+    std::shared_ptr<gate> gate_for(const std::string& name);
+
+private:
+    std::shared_ptr<spi::backend> backend_;
+    std::string scheme_, url_;
+    std::chrono::milliseconds default_lease_;
+    detail::scheduler scheduler_;  // after backend_: stopped before the backend goes
+    std::mutex gates_mutex_;
+    std::unordered_map<std::string, std::weak_ptr<gate>> gates_;
+};
+
+}  // namespace distlock::detail

@@ -1,0 +1,134 @@
+#include "scheduler.hpp"
+
+#include <vector>
+
+namespace distlock::detail {
+
+scheduler::~scheduler() {
+    {
+        std::lock_guard lk(mutex_);
+        stop_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) {
+        if (std::this_thread::get_id() == thread_id_) thread_.detach();  // destroyed from one of its callbacks
+        else thread_.join();
+    }
+}
+
+scheduler::entry_id scheduler::add(spi::lock_handle* handle, std::chrono::milliseconds interval,
+                                   std::chrono::milliseconds lease, bool keepalive, lost_fn lost, failed_fn failed) {
+    std::lock_guard lk(mutex_);
+    if (!thread_.joinable()) {
+        thread_ = std::thread([this] { run(); });
+        thread_id_ = thread_.get_id();
+    }
+    auto now = clock::now();
+    entry_id id = next_id_++;
+    auto first = keepalive ? interval : lease;
+    entries_.emplace(id, entry{handle, interval, lease, keepalive, now + first, now, std::move(lost), std::move(failed)});
+    wake_.notify_all();
+    return id;
+}
+
+void scheduler::remove(entry_id id) {
+    std::unique_lock lk(mutex_);
+    if (std::this_thread::get_id() != thread_id_)
+        done_.wait(lk, [&] {
+            auto i = entries_.find(id);
+            return i == entries_.end() || !i->second.in_flight;
+        });
+    entries_.erase(id);
+}
+
+// An entry stays in the map, marked in_flight, while its keepalive or one of its
+// callbacks runs, so that remove() (from unlock) waits for them: the callbacks
+// point into the mutex that owns the entry.
+void scheduler::run() {
+    using st = spi::keepalive_result::status;
+    std::unique_lock lk(mutex_);
+    std::vector<entry_id> batch;
+    std::vector<spi::lock_handle*> handles;
+    std::vector<spi::keepalive_result> results;
+    std::vector<std::pair<entry_id, std::function<void()>>> calls;
+    while (!stop_) {
+        auto now = clock::now();
+        auto next = clock::time_point::max();
+        batch.clear();
+        handles.clear();
+        calls.clear();
+        for (auto& [id, e] : entries_) {
+            if (e.in_flight) continue;
+            if (e.due > now) {
+                next = std::min(next, e.due);
+                continue;
+            }
+            e.in_flight = true;
+            if (e.keepalive) {
+                batch.push_back(id);
+                handles.push_back(e.handle);
+            } else {
+                e.dead = true;
+                calls.emplace_back(id, [lost = e.lost] { lost("lease expired (auto_renew is off)"); });
+            }
+        }
+        if (batch.empty() && calls.empty()) {
+            if (next == clock::time_point::max()) wake_.wait(lk);
+            else wake_.wait_until(lk, next);
+            continue;
+        }
+        if (!batch.empty()) {
+            results.assign(handles.size(), spi::keepalive_result::ok());
+            lk.unlock();
+            try {
+                backend_.keepalive_batch(handles, results);
+            } catch (const std::exception& ex) {
+                for (auto& r : results) r = spi::keepalive_result::failed(ex.what());
+            } catch (...) {
+                for (auto& r : results) r = spi::keepalive_result::failed("keepalive failed");
+            }
+            lk.lock();
+            auto after = clock::now();
+            for (std::size_t k = 0; k < batch.size(); ++k) {
+                auto it = entries_.find(batch[k]);
+                if (it == entries_.end()) continue;
+                auto& e = it->second;
+                const auto& r = results[k];
+                if (r.state == st::ok) {
+                    e.in_flight = false;
+                    e.last_ok = after;
+                    e.due = after + e.interval;
+                } else if (r.state == st::lost || after - e.last_ok >= e.lease) {
+                    std::string why =
+                        r.state == st::lost ? r.message : "no successful renewal for a whole lease (" + r.message + ")";
+                    e.dead = true;
+                    calls.emplace_back(batch[k], [lost = e.lost, why] { lost(why); });
+                } else {
+                    // Could not tell: try again sooner, and tell the user.
+                    e.due = after + std::max(std::chrono::milliseconds{20}, e.interval / 4);
+                    if (e.failed) calls.emplace_back(batch[k], [failed = e.failed, m = r.message] { failed(m); });
+                    else e.in_flight = false;
+                }
+            }
+            done_.notify_all();
+        }
+        if (calls.empty()) continue;
+        lk.unlock();
+        for (auto& c : calls) {
+            try {
+                c.second();
+            } catch (...) {
+            }
+        }
+        lk.lock();
+        for (auto& c : calls) {
+            auto it = entries_.find(c.first);
+            if (it == entries_.end()) continue;
+            if (it->second.dead) entries_.erase(it);
+            else it->second.in_flight = false;
+        }
+        done_.notify_all();
+    }
+}
+
+}  // namespace distlock::detail

@@ -1,0 +1,66 @@
+// One renewal thread per provider: renews every held lease at lease/3 (or the
+// backend's own keepalive interval), batches the keepalives that fall due
+// together into one backend call, and reports a loss when a keepalive says so or
+// when no keepalive has succeeded for a whole lease.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "distlock/spi/backend.hpp"
+
+namespace distlock::detail {
+
+class scheduler {
+public:
+    using clock = std::chrono::steady_clock;
+    using entry_id = std::uint64_t;
+    // Called (on the scheduler thread, outside its locks) when an entry is lost;
+    // the entry is already removed.
+    using lost_fn = std::function<void(std::string reason)>;
+    using failed_fn = std::function<void(const std::string& reason)>;
+
+    explicit scheduler(spi::backend& backend) : backend_(backend) {}
+    ~scheduler();
+    scheduler(const scheduler&) = delete;
+    scheduler& operator=(const scheduler&) = delete;
+
+    // Keepalive `handle` every `interval`. With `keepalive == false` nothing is
+    // sent: the entry only reports the loss once `lease` has passed (a lease that
+    // is not renewed). `lease` bounds how long keepalives may fail before loss.
+    entry_id add(spi::lock_handle* handle, std::chrono::milliseconds interval, std::chrono::milliseconds lease,
+                 bool keepalive, lost_fn lost, failed_fn failed);
+
+    // Removes an entry. Waits for a keepalive of it that is under way, except when
+    // called on the scheduler thread itself. Unknown ids are ignored.
+    void remove(entry_id id);
+
+private:
+    struct entry {
+        spi::lock_handle* handle;
+        std::chrono::milliseconds interval, lease;
+        bool keepalive;
+        clock::time_point due, last_ok;
+        lost_fn lost;
+        failed_fn failed;
+        bool in_flight = false;  // a keepalive or callback of it is running
+        bool dead = false;       // lost: erased once its callback has run
+    };
+    void run();
+
+    spi::backend& backend_;
+    std::mutex mutex_;
+    std::condition_variable wake_, done_;
+    std::map<entry_id, entry> entries_;
+    entry_id next_id_ = 1;
+    bool stop_ = false;
+    std::thread thread_;
+    std::thread::id thread_id_;
+};
+
+}  // namespace distlock::detail

@@ -1,0 +1,144 @@
+// Small shared helpers of the backend-author interface: backoff, random tokens,
+// hashing, durations, and the default hooks of spi::backend / spi::lock_handle.
+#include <openssl/evp.h>
+
+#include <array>
+#include <cmath>
+#include <random>
+#include <thread>
+
+#include "distlock/provider.hpp"
+#include "distlock/spi/backend.hpp"
+#include "mutex_impl.hpp"
+
+namespace distlock {
+
+std::chrono::milliseconds parse_duration(std::string_view text) {
+    auto fail = [&]() -> std::chrono::milliseconds {
+        throw_error(errc::invalid_argument, "", "'" + std::string(text) + "' is not a duration (e.g. 500ms, 2s, 1m)");
+    };
+    if (text.empty()) return fail();
+    std::size_t i = 0;
+    while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+    std::string number(text.substr(0, i));
+    std::string_view unit = text.substr(i);
+    if (number.empty() || number == "." || number.find('.') != number.rfind('.')) return fail();
+    double value = 0;
+    try {
+        value = std::stod(number);
+    } catch (...) {
+        return fail();
+    }
+    double ms = 0;
+    if (unit.empty() || unit == "s") ms = value * 1000;
+    else if (unit == "ms") ms = value;
+    else if (unit == "us") ms = value / 1000;
+    else if (unit == "m" || unit == "min") ms = value * 60000;
+    else if (unit == "h") ms = value * 3600000;
+    else return fail();
+    if (!std::isfinite(ms) || ms > 1e15) return fail();
+    return std::chrono::milliseconds(static_cast<long long>(std::llround(ms)));
+}
+
+}  // namespace distlock
+
+namespace distlock::spi {
+namespace {
+
+std::mt19937_64& rng() {
+    thread_local std::mt19937_64 engine([] {
+        std::random_device rd;
+        std::seed_seq seq{rd(), rd(), rd(), rd()};
+        return std::mt19937_64(seq);
+    }());
+    return engine;
+}
+
+std::array<unsigned char, 16> random_bytes16() {
+    std::random_device rd;  // the kernel's CSPRNG on Linux
+    std::array<unsigned char, 16> b{};
+    for (std::size_t i = 0; i < b.size(); i += 4) {
+        auto v = rd();
+        for (std::size_t j = 0; j < 4; ++j) b[i + j] = static_cast<unsigned char>(v >> (8 * j));
+    }
+    return b;
+}
+
+}  // namespace
+
+std::string to_hex(std::string_view bytes) {
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string out;
+    out.reserve(bytes.size() * 2);
+    for (unsigned char c : bytes) {
+        out += digits[c >> 4];
+        out += digits[c & 15];
+    }
+    return out;
+}
+
+std::string random_token() {
+    auto b = random_bytes16();
+    return to_hex(std::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
+}
+
+std::string random_uuid() {
+    auto b = random_bytes16();
+    b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x40);
+    b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);
+    std::string hex = to_hex(std::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
+    return hex.substr(0, 8) + '-' + hex.substr(8, 4) + '-' + hex.substr(12, 4) + '-' + hex.substr(16, 4) + '-' +
+           hex.substr(20);
+}
+
+std::string sha256(std::string_view data) {
+    std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
+    unsigned int len = 0;
+    if (EVP_Digest(data.data(), data.size(), md.data(), &len, EVP_sha256(), nullptr) != 1)
+        throw_error(errc::unavailable, "core", "SHA-256 failed in libcrypto");
+    return std::string(reinterpret_cast<const char*>(md.data()), len);
+}
+
+std::string sha256_hex(std::string_view data) { return to_hex(sha256(data)); }
+
+backoff::backoff(std::chrono::milliseconds min, std::chrono::milliseconds max) noexcept
+    : min_(std::max(min, std::chrono::milliseconds{1})), max_(std::max(max, min_)), ceiling_(min_) {}
+
+std::chrono::nanoseconds backoff::next(deadline until) {
+    std::uniform_int_distribution<long long> dist(min_.count() * 1000, ceiling_.count() * 1000);
+    std::chrono::nanoseconds delay = std::chrono::microseconds(dist(rng()));
+    ceiling_ = std::min(max_, ceiling_ * 2);
+    auto left = until - clock::now();
+    if (left < delay) delay = std::max(left, std::chrono::nanoseconds{0});
+    return delay;
+}
+
+bool backoff::sleep(deadline until) {
+    if (clock::now() >= until) return false;
+    std::this_thread::sleep_for(next(until));
+    return true;
+}
+
+void lock_handle::report_lost(std::string reason) noexcept {
+    try {
+        std::function<void()> notify;
+        {
+            // Holding sink_mutex_ keeps the mutex_impl alive: the core detaches
+            // (under this mutex) before releasing or destroying it.
+            std::lock_guard lk(sink_mutex_);
+            if (loss_owner_ != nullptr) notify = detail::mark_lost(*loss_owner_, loss_generation_, std::move(reason));
+        }
+        if (notify) notify();  // the user's callback, outside every lock
+    } catch (...) {
+    }
+}
+
+void backend::keepalive_batch(std::span<lock_handle* const> handles, std::span<keepalive_result> results) {
+    for (std::size_t i = 0; i < handles.size(); ++i) results[i] = handles[i]->keepalive();
+}
+
+void backend::break_lock(std::string_view) {
+    throw_error(errc::unsupported, std::string(name()), "break_lock is not supported by this backend");
+}
+
+}  // namespace distlock::spi

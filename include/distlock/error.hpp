@@ -1,0 +1,63 @@
+// distlock: typed errors.
+//
+// Every error thrown by distlock is a distlock::error (a std::system_error whose
+// code is in distlock::category()). The subclasses say what the caller should do
+// next; catch the base class when the answer is the same for all of them.
+#pragma once
+
+#include <string>
+#include <system_error>
+
+namespace distlock {
+
+// What went wrong, phrased as what to do next.
+enum class errc {
+    unavailable = 1,   // server unreachable, timed out or overloaded: retry the call later
+    lock_lost,         // the lock is no longer held: stop the critical section
+    not_owner,         // the caller does not own the lock it tried to release or renew
+    in_doubt,          // the outcome is unknown (e.g. a release whose reply was lost)
+    invalid_argument,  // bad URL, option or lock name: do not retry until fixed
+    unsupported,       // the backend cannot do this at all
+    access_denied,     // authentication or authorisation failed: do not retry until fixed
+    would_deadlock,    // this thread already holds the lock through another handle
+};
+
+const std::error_category& category() noexcept;
+std::error_code make_error_code(errc e) noexcept;
+
+// Base of every distlock exception. backend() names the backend ("redis",
+// "file", ...); native_code()/native_message() carry the server's or the client
+// library's own error when there is one (0 / empty otherwise).
+class error : public std::system_error {
+public:
+    error(errc code, std::string backend, const std::string& message, long long native_code = 0,
+          std::string native_message = {});
+
+    errc code_value() const noexcept { return static_cast<errc>(code().value()); }
+    const std::string& backend() const noexcept { return backend_; }
+    long long native_code() const noexcept { return native_code_; }
+    const std::string& native_message() const noexcept { return native_message_; }
+
+private:
+    std::string backend_;
+    long long native_code_;
+    std::string native_message_;
+};
+
+class unavailable_error : public error { public: using error::error; };
+class lock_lost_error : public error { public: using error::error; };
+class not_owner_error : public error { public: using error::error; };
+class in_doubt_error : public error { public: using error::error; };
+class invalid_argument_error : public error { public: using error::error; };
+class unsupported_error : public error { public: using error::error; };
+class access_denied_error : public error { public: using error::error; };
+class would_deadlock_error : public error { public: using error::error; };
+
+// Throws the subclass matching `code`.
+[[noreturn]] void throw_error(errc code, std::string backend, const std::string& message,
+                              long long native_code = 0, std::string native_message = {});
+
+}  // namespace distlock
+
+template <>
+struct std::is_error_code_enum<distlock::errc> : std::true_type {};

@@ -1,0 +1,79 @@
+// distlock: the distributed mutex.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "distlock/options.hpp"
+
+namespace distlock {
+
+namespace detail {
+class mutex_impl;
+}
+
+// A named lock shared by every process that uses the same backend URL.
+//
+// Meets the standard TimedLockable requirements, so std::unique_lock,
+// std::scoped_lock and std::lock_guard work as with std::timed_mutex. One object
+// may be shared by the threads of a process: threads wait for each other
+// in-process (local queueing) and only the thread at the head talks to the
+// server. Movable, not copyable.
+//
+// lock() and try_lock*() throw distlock::error subclasses when the backend
+// fails (unavailable_error, access_denied_error, ...); a timeout is not an error
+// (try_lock_for returns false). unlock() and the destructor never throw: a
+// failed release is reported through lock_options::on_error, and the server-side
+// lease (or connection drop) remains the safety net.
+class mutex {
+public:
+    explicit mutex(std::unique_ptr<detail::mutex_impl> impl) noexcept;
+    mutex(mutex&&) noexcept;
+    mutex& operator=(mutex&&) noexcept;
+    mutex(const mutex&) = delete;
+    mutex& operator=(const mutex&) = delete;
+    ~mutex();  // releases the lock if held; never throws
+
+    // Waits without a bound.
+    void lock();
+    // One attempt, no waiting.
+    [[nodiscard]] bool try_lock();
+
+    template <class Rep, class Period>
+    [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
+        auto rel = std::chrono::duration_cast<std::chrono::steady_clock::duration>(d);
+        if (rel < std::chrono::steady_clock::duration::zero()) rel = {};
+        return lock_until_steady(std::chrono::steady_clock::now() + rel);
+    }
+
+    // Any clock is converted once to steady_clock.
+    template <class Clock, class Duration>
+    [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
+        if constexpr (std::is_same_v<Clock, std::chrono::steady_clock>) {
+            return lock_until_steady(
+                std::chrono::time_point_cast<std::chrono::steady_clock::duration>(t));
+        } else {
+            return try_lock_for(t - Clock::now());
+        }
+    }
+
+    void unlock() noexcept;
+
+    // True while this object holds the lock and it has not been reported lost.
+    [[nodiscard]] bool held() const noexcept;
+
+    // Fencing token of the current grant: strictly increasing across successive
+    // grants of one name, for storage to reject writes from a stale holder. 0 when
+    // not held or when the backend has no fencing token (redlock://).
+    [[nodiscard]] std::uint64_t token() const noexcept;
+
+    [[nodiscard]] const std::string& name() const noexcept;
+
+private:
+    bool lock_until_steady(std::chrono::steady_clock::time_point deadline);
+    std::unique_ptr<detail::mutex_impl> impl_;
+};
+
+}  // namespace distlock

@@ -1,0 +1,90 @@
+// distlock: per-lock options and the capabilities a backend declares.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+
+namespace distlock {
+
+class error;
+
+// Lock names are arbitrary bytes (NUL, '/', quotes, UTF-8 all allowed), from 1 to
+// this many bytes. Every backend accepts every such name, mapping or hashing it
+// internally where its server is stricter (documented per backend).
+inline constexpr std::size_t max_name_length = 1024;
+
+// What happened to a held lock, passed to lock_options::on_lost / on_error.
+struct lock_event {
+    std::string name;     // the lock name
+    std::uint64_t token;  // fencing token of the grant concerned (0 if the backend has none)
+    std::string reason;   // human-readable cause (server message included where there is one)
+};
+
+struct lock_options {
+    // Server-side lease length. 0ms = the provider's default: the URL's `lease=`
+    // parameter, else the backend's own default (30 s for lease backends). Ignored
+    // by backends without leases (file, memory, row locks held by a connection).
+    std::chrono::milliseconds lease{0};
+
+    // Renew the lease every lease/3 while held (one scheduler thread per provider,
+    // renewals batched per backend). false = the lease simply expires; the lock is
+    // then reported lost when the expiry is noticed.
+    bool auto_renew = true;
+
+    // Bounds of the jittered exponential backoff used by backends that must poll
+    // (none of the notification-based waits use it).
+    std::chrono::milliseconds retry_min{5};
+    std::chrono::milliseconds retry_max{250};
+
+    // Called once when a held lock is found to be lost (lease not renewed in time,
+    // key deleted, session expired, connection killed). Runs on a distlock thread:
+    // keep it short, and never block on the lock itself. After it, held() is false.
+    // Empty = no callback (held() still turns false).
+    std::function<void(const lock_event&)> on_lost;
+
+    // Called when unlock() or a renewal fails in a way that is not a loss (the
+    // server was unreachable, the outcome is in doubt). unlock() never throws; this
+    // is where its failure goes. Empty = ignored (the server-side lease is the
+    // safety net).
+    std::function<void(const lock_event&, const error&)> on_error;
+};
+
+// Points of the lock contract that not every backend can honour. A backend lists
+// the ones it does not support, each with its reason; the conformance suite
+// reports those cases as not applicable.
+enum class feature {
+    cross_process,       // exclusion between separate processes (memory:// is in-process)
+    crash_release,       // a holder killed with SIGKILL is released by the server side
+    lease_expiry,        // grants expire unless renewed (so renewal and stale-owner-by-expiry apply)
+    loss_detection,      // a holder learns that its server-side state was removed
+    fencing,             // strictly increasing fencing tokens per name
+    notified_wakeup,     // waiters are woken by a server notification, not by polling
+    break_lock,          // testing::break_lock can remove the server-side state out of band
+};
+
+std::string_view to_string(feature f) noexcept;
+
+struct capabilities {
+    // feature -> why it does not apply. Absent = supported.
+    std::map<feature, std::string> unsupported;
+
+    // Upper bound on how long after a holder's crash the lock is released, with
+    // the lease in force (0 = at once, e.g. the kernel or a dropped connection).
+    std::chrono::milliseconds crash_release_bound{0};
+
+    // lock() by the thread that already holds the same mutex object nests (a local
+    // count, as Curator and Redisson do) instead of throwing would_deadlock_error.
+    bool reentrant = false;
+
+    bool supports(feature f) const { return unsupported.find(f) == unsupported.end(); }
+    std::string_view why_not(feature f) const {
+        auto it = unsupported.find(f);
+        return it == unsupported.end() ? std::string_view{} : std::string_view{it->second};
+    }
+};
+
+}  // namespace distlock

@@ -1,0 +1,167 @@
+// distlock backend-author interface.
+//
+// A backend is one URL scheme. It supplies:
+//   - a factory: (spi::url&) -> std::shared_ptr<spi::backend>, registered
+//     explicitly by a function `void register_<name>_backend(spi::registry&)`
+//     (the build generates the one function that calls them all);
+//   - a spi::backend: capabilities, a lock_handle per mutex, optional batched
+//     keepalive, a round-trip probe for benchmarks and the break_lock test hook;
+//   - a spi::lock_handle per distlock::mutex: acquire / release / keepalive.
+//
+// The core (distlock::mutex) keeps every invariant around these hooks: the
+// in-process queue per name (only one thread per provider and name is ever inside
+// acquire()/holding), deadlines, reentrancy, the renewal schedule, the lost-lock
+// callback and never throwing from unlock(). A backend never includes its client
+// library in a header under include/.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "distlock/error.hpp"
+#include "distlock/options.hpp"
+#include "distlock/spi/url.hpp"
+
+namespace distlock::detail {
+class mutex_impl;
+}
+
+namespace distlock::spi {
+
+using clock = std::chrono::steady_clock;
+using deadline = clock::time_point;
+
+// What the core asks of a lock handle, resolved from lock_options and the URL.
+struct lock_request {
+    std::string name;                  // 1..max_name_length arbitrary bytes
+    std::chrono::milliseconds lease;   // > 0, resolved (option, else URL lease=, else backend default)
+    bool auto_renew = true;            // the core will call keepalive() every keepalive_interval()
+    std::chrono::milliseconds retry_min{5};
+    std::chrono::milliseconds retry_max{250};
+};
+
+struct keepalive_result {
+    enum class status {
+        ok,      // still held (lease extended / state verified)
+        lost,    // definitely gone (reply says not ours / key or session missing)
+        failed,  // could not tell (server unreachable): the core retries sooner and
+                 // reports the loss once the last good keepalive is a lease ago
+    };
+    status state = status::ok;
+    std::string message;  // why, for lost/failed
+
+    static keepalive_result ok() { return {}; }
+    static keepalive_result lost(std::string why) { return {status::lost, std::move(why)}; }
+    static keepalive_result failed(std::string why) { return {status::failed, std::move(why)}; }
+};
+
+// One per distlock::mutex. Threading contract (kept by the core):
+//  - acquire() and release() are called by one thread at a time;
+//  - keepalive() is called (by the provider's scheduler thread) only between a
+//    successful acquire() and the next release(), never concurrently with them;
+//  - report_lost() may be called by the backend from any thread while held.
+class lock_handle {
+public:
+    virtual ~lock_handle() = default;
+
+    // Takes the lock, waiting until `until` at most (`until <= now` = one attempt,
+    // no waiting; deadline::max() = no bound). Returns the fencing token of the new
+    // grant (0 when the backend has none) or nullopt when the deadline passed.
+    // Throws distlock::error subclasses (unavailable, access_denied, ...).
+    // Must leave nothing behind on the server when it returns nullopt or throws.
+    virtual std::optional<std::uint64_t> acquire(deadline until) = 0;
+
+    // Releases the current grant. Throws not_owner_error when the server says the
+    // lock is not ours any more, unavailable_error / in_doubt_error when unsure.
+    // The core catches everything (unlock() never throws).
+    virtual void release() = 0;
+
+    // How often the core should call keepalive() while held: lease/3 for lease
+    // backends (when auto_renew), a liveness-check period for connection-held
+    // locks, 0 = never.
+    virtual std::chrono::milliseconds keepalive_interval() const { return std::chrono::milliseconds{0}; }
+
+    // Renews the lease or verifies the lock still exists. Must not throw.
+    virtual keepalive_result keepalive() { return keepalive_result::ok(); }
+
+protected:
+    // Tells the core the current grant is lost (session expired, connection
+    // dropped, watch saw our key deleted). Thread-safe, idempotent, never throws.
+    void report_lost(std::string reason) noexcept;
+
+private:
+    friend class distlock::detail::mutex_impl;
+    std::mutex sink_mutex_;
+    distlock::detail::mutex_impl* loss_owner_ = nullptr;  // set by the core while held
+    std::uint64_t loss_generation_ = 0;
+};
+
+class backend {
+public:
+    virtual ~backend() = default;
+
+    // Short name used in errors and reports ("redis", "mysql", ...).
+    virtual std::string_view name() const noexcept = 0;
+    virtual const capabilities& caps() const noexcept = 0;
+
+    virtual std::unique_ptr<lock_handle> make_lock(const lock_request& request) = 0;
+
+    // Lease used when neither lock_options nor the URL give one.
+    virtual std::chrono::milliseconds default_lease() const { return std::chrono::seconds{30}; }
+
+    // One round trip of the cheapest request; nullopt for embedded backends.
+    virtual std::optional<std::chrono::nanoseconds> round_trip() { return std::nullopt; }
+
+    // Keepalive of several held handles of this backend that are due together, so
+    // a backend can batch them into one round trip. `handles` are this backend's
+    // own; results[i] answers handles[i]. The default calls keepalive() on each.
+    virtual void keepalive_batch(std::span<lock_handle* const> handles,
+                                 std::span<keepalive_result> results);
+
+    // Test hook behind distlock::testing::break_lock: remove the server-side state
+    // of `name` out of band (as a failure or an operator would). Default: throws
+    // unsupported_error; declare feature::break_lock unsupported then.
+    virtual void break_lock(std::string_view name);
+};
+
+using factory = std::function<std::shared_ptr<backend>(url& u)>;
+
+class registry {
+public:
+    virtual ~registry() = default;
+    // Registers a scheme. Throws invalid_argument_error if already registered.
+    virtual void add(std::string scheme, factory f) = 0;
+};
+
+// Jittered exponential backoff ("full jitter") between min and max, for
+// backends that have to poll. Not thread-safe; one per wait.
+class backoff {
+public:
+    backoff(std::chrono::milliseconds min, std::chrono::milliseconds max) noexcept;
+    // The next delay, never past `until`.
+    std::chrono::nanoseconds next(deadline until);
+    // Sleeps the next delay; false when the deadline has passed (nothing slept).
+    bool sleep(deadline until);
+
+private:
+    std::chrono::milliseconds min_, max_, ceiling_;
+};
+
+// 16 random bytes as 32 lowercase hex characters (a per-acquisition owner token).
+std::string random_token();
+// A random RFC 4122 version-4 UUID, 36 characters with dashes.
+std::string random_uuid();
+// SHA-256 of `data`, as raw bytes and as lowercase hex.
+std::string sha256(std::string_view data);
+std::string sha256_hex(std::string_view data);
+// Lowercase hex of raw bytes.
+std::string to_hex(std::string_view bytes);
+
+}  // namespace distlock::spi

@@ -1,0 +1,58 @@
+// distlock backend-author interface: the parsed connection URL.
+//
+// Parsing is done by libcurl's URL API (per host for multi-host URLs such as
+// redlock://h1:p1,h2:p2 and zk://h1,h2,h3/base). Query parameters are taken one
+// by one by the core and the backend; whatever is left is an unknown parameter
+// and connect() rejects it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace distlock::spi {
+
+struct host_port {
+    std::string host;
+    std::uint16_t port = 0;  // 0 = not given in the URL
+};
+
+class url {
+public:
+    // Throws invalid_argument_error (backend "url") for anything libcurl rejects,
+    // an empty scheme, a repeated parameter or a bad host list.
+    static url parse(std::string_view text);
+
+    const std::string& scheme() const noexcept { return scheme_; }
+    const std::string& user() const noexcept { return user_; }          // percent-decoded
+    const std::string& password() const noexcept { return password_; }  // percent-decoded
+    const std::vector<host_port>& hosts() const noexcept { return hosts_; }
+    const std::string& path() const noexcept { return path_; }  // percent-decoded, "" or starts with '/'
+    // The text as given, with the password (and any token= parameter) as "***".
+    const std::string& redacted() const noexcept { return redacted_; }
+
+    // Query parameters, percent-decoded. take*() removes the parameter so that
+    // expect_all_taken() can reject what nobody understood. The typed forms throw
+    // invalid_argument_error naming the parameter when the value does not parse.
+    std::optional<std::string> take(std::string_view key);
+    std::optional<std::chrono::milliseconds> take_duration(std::string_view key);
+    std::optional<long long> take_int(std::string_view key, long long min, long long max);
+    std::optional<bool> take_bool(std::string_view key);  // true/false/1/0/yes/no/on/off
+    bool has(std::string_view key) const { return params_.count(std::string(key)) != 0; }
+    void expect_all_taken() const;
+
+    // Host list helper: hosts() with missing ports set to `default_port`; throws
+    // invalid_argument_error when there is no host.
+    std::vector<host_port> hosts_or_throw(std::uint16_t default_port) const;
+
+private:
+    std::string scheme_, user_, password_, path_, redacted_;
+    std::vector<host_port> hosts_;
+    std::map<std::string, std::string, std::less<>> params_;
+};
+
+}  // namespace distlock::spi
