@@ -1,0 +1,35 @@
+// Test support shared by the unit, conformance and backend test programs.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <string_view>
+#include <thread>
+
+namespace distlock::test {
+
+// A lock name unique to this test run: "<base>:<random hex>".
+std::string unique_name(std::string_view base);
+
+// The value of an environment variable, or "" when unset.
+std::string env(const char* name);
+
+// The backend URL under test (set by the conformance main from --backend).
+const std::string& backend_url();
+void set_backend_url(std::string url);
+
+// Directory of the running executable (to find helper programs beside it).
+std::string exe_dir();
+
+// Polls `cond` every 10 ms until true or `limit` passes; returns the last value.
+template <class F>
+bool eventually(F&& cond, std::chrono::milliseconds limit) {
+    auto until = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+        if (cond()) return true;
+        if (std::chrono::steady_clock::now() >= until) return cond();
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+}
+
+}  // namespace distlock::test
