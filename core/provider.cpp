@@ -86,6 +86,7 @@ distlock::mutex provider::mutex(std::string_view name, lock_options options) con
 const std::string& provider::scheme() const noexcept { return state_->scheme(); }
 const std::string& provider::url() const noexcept { return state_->url(); }
 const capabilities& provider::caps() const noexcept { return state_->backend().caps(); }
+std::chrono::milliseconds provider::default_lease() const noexcept { return state_->default_lease(); }
 std::optional<std::chrono::nanoseconds> provider::round_trip() const { return state_->backend().round_trip(); }
 
 namespace testing {

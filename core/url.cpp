@@ -81,8 +81,9 @@ url url::parse(std::string_view input) {
     // The first host carries user info, path and query; the others only host:port.
     // file:// and memory:// have no host: give curl a scheme it parses like a path.
     const bool hostless = host_texts.size() == 1 && host_texts[0].empty();
+    std::string carrier_tail = (hostless && (tail.empty() || tail[0] != '/')) ? "/" + tail : tail;
     std::string carrier = std::string(hostless ? "file" : "x-distlock") + "://" + userinfo +
-                          (hostless ? std::string{} : host_texts[0]) + tail;
+                          (hostless ? std::string{} : host_texts[0]) + carrier_tail;
     auto u = parse_with_curl(carrier);
     out.user_ = decode(part(u.get(), CURLUPART_USER));
     out.password_ = decode(part(u.get(), CURLUPART_PASSWORD));

@@ -33,6 +33,10 @@ public:
     // The URL it was made from, with any password replaced by "***".
     [[nodiscard]] const std::string& url() const noexcept;
     [[nodiscard]] const capabilities& caps() const noexcept;
+    // The lease a mutex gets when lock_options::lease is 0: the URL's lease=, else
+    // the backend's default. Session-based backends (ZooKeeper, etcd, Consul)
+    // report their session TTL here.
+    [[nodiscard]] std::chrono::milliseconds default_lease() const noexcept;
 
     // One round trip of the backend's cheapest request (PING, SELECT 1, ...), for
     // benchmark floors. nullopt for embedded backends, which have none.

@@ -15,7 +15,7 @@
 // Defined by programs that want to see the chosen URL before the run (the
 // conformance suite lists its not-applicable cases there); weak default.
 namespace distlock::test {
-__attribute__((weak)) int before_run(Catch::Session&, std::vector<std::string>&) { return 0; }
+__attribute__((weak)) int before_run(const std::vector<test_case_info>&, std::vector<std::string>&) { return 0; }
 }  // namespace distlock::test
 
 int main(int argc, char** argv) {
@@ -42,7 +42,11 @@ int main(int argc, char** argv) {
     int rc = session.applyCommandLine(static_cast<int>(rest.size()), rest.data());
     if (rc != 0) return rc;
     std::vector<std::string> exclusions;
-    if (int early = distlock::test::before_run(session, exclusions); early != 0) return early;
+    std::vector<distlock::test::test_case_info> cases;
+    for (const auto& tc : Catch::getAllTestCasesSorted(session.config()))
+        cases.push_back({tc.getTestCaseInfo().name,
+                         {tc.getTestCaseInfo().tags.begin(), tc.getTestCaseInfo().tags.end()}});
+    if (int early = distlock::test::before_run(cases, exclusions); early != 0) return early;
     if (!exclusions.empty()) {
         auto& cfg = session.configData();
         // One filter: words separated by spaces are ANDed by Catch2.

@@ -5,8 +5,18 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 namespace distlock::test {
+
+struct test_case_info {
+    std::string name;
+    std::vector<std::string> tags;
+};
+
+// Hook run by the shared Catch2 main after option parsing: may add exclusions
+// ("~[tag]") to the run; non-zero = exit with it. Weak default does nothing.
+int before_run(const std::vector<test_case_info>& cases, std::vector<std::string>& exclusions);
 
 // A lock name unique to this test run: "<base>:<random hex>".
 std::string unique_name(std::string_view base);

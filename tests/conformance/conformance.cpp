@@ -1,0 +1,526 @@
+// The lock contract of DESIGN.md, proved against one backend URL per run.
+// Cases tagged [needs:<feature>] are excluded (and listed as not applicable)
+// when the backend declares that feature unsupported, with its reason.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "distlock/distlock.hpp"
+#include "distlock/spi/backend.hpp"
+#include "distlock/testing.hpp"
+#include "support.hpp"
+
+using namespace std::chrono_literals;
+using distlock::test::backend_url;
+using distlock::test::eventually;
+using distlock::test::unique_name;
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+distlock::provider connect_under_test() { return distlock::connect(backend_url()); }
+
+std::chrono::milliseconds lease_of(const distlock::provider& p) { return p.default_lease(); }
+
+// A child process running distlock-conformance-helper, its stdout on a pipe.
+class child {
+public:
+    explicit child(const std::vector<std::string>& args) {
+        int fds[2];
+        REQUIRE(::pipe(fds) == 0);
+        std::string exe = distlock::test::exe_dir() + "/distlock-conformance-helper";
+        pid_ = ::fork();
+        REQUIRE(pid_ >= 0);
+        if (pid_ == 0) {
+            ::dup2(fds[1], 1);
+            ::close(fds[0]);
+            ::close(fds[1]);
+            std::vector<char*> argv{const_cast<char*>(exe.c_str())};
+            for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+            argv.push_back(nullptr);
+            ::execv(exe.c_str(), argv.data());
+            ::_exit(127);
+        }
+        ::close(fds[1]);
+        out_ = ::fdopen(fds[0], "r");
+    }
+    ~child() {
+        if (pid_ > 0) {
+            ::kill(pid_, SIGKILL);
+            ::waitpid(pid_, nullptr, 0);
+        }
+        if (out_) std::fclose(out_);
+    }
+    std::string read_line() {
+        char buf[256];
+        if (!std::fgets(buf, sizeof buf, out_)) return {};
+        return buf;
+    }
+    int wait_exit() {
+        int status = 0;
+        ::waitpid(pid_, &status, 0);
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    void kill_hard() {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, nullptr, 0);
+        pid_ = -1;
+    }
+
+private:
+    pid_t pid_ = -1;
+    std::FILE* out_ = nullptr;
+};
+
+std::string temp_dir() {
+    auto dir = std::filesystem::temp_directory_path() / ("distlock-conf-" + distlock::spi::random_token().substr(0, 8));
+    std::filesystem::create_directories(dir);
+    return dir.string();
+}
+
+}  // namespace
+
+// ---- 1. exclusion -----------------------------------------------------------
+
+TEST_CASE("two connections never hold the lock at once", "[contract][exclusion]") {
+    auto a = connect_under_test();
+    auto b = connect_under_test();
+    const auto name = unique_name("exclusion");
+    constexpr int threads = 6, rounds = 15;
+    long counter = 0;  // deliberately not atomic: the lock must protect it
+    std::atomic<int> inside{0}, max_inside{0};
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+        pool.emplace_back([&, t] {
+            auto m = (t % 2 == 0 ? a : b).mutex(name);
+            for (int i = 0; i < rounds; ++i) {
+                std::lock_guard guard(m);
+                int now = ++inside;
+                int seen = max_inside.load();
+                while (now > seen && !max_inside.compare_exchange_weak(seen, now)) {
+                }
+                long v = counter;
+                std::this_thread::sleep_for(100us);
+                counter = v + 1;
+                --inside;
+            }
+        });
+    }
+    for (auto& th : pool) th.join();
+    CHECK(max_inside.load() == 1);
+    CHECK(counter == threads * rounds);
+}
+
+TEST_CASE("threads sharing one mutex object take turns in-process", "[contract][exclusion]") {
+    auto p = connect_under_test();
+    auto m = p.mutex(unique_name("shared-object"));
+    long counter = 0;
+    std::vector<std::thread> pool;
+    for (int t = 0; t < 4; ++t) {
+        pool.emplace_back([&] {
+            for (int i = 0; i < 20; ++i) {
+                std::unique_lock lk(m);
+                long v = counter;
+                std::this_thread::yield();
+                counter = v + 1;
+            }
+        });
+    }
+    for (auto& th : pool) th.join();
+    CHECK(counter == 80);
+    CHECK_FALSE(m.held());
+}
+
+TEST_CASE("processes increment a shared counter file exactly", "[contract][exclusion][needs:cross_process]") {
+    const auto name = unique_name("processes");
+    const auto dir = temp_dir();
+    const auto file = dir + "/counter";
+    { std::ofstream(file) << 0 << '\n'; }
+    constexpr int procs = 3, rounds = 20;
+    std::vector<std::unique_ptr<child>> kids;
+    for (int i = 0; i < procs; ++i)
+        kids.push_back(std::make_unique<child>(
+            std::vector<std::string>{"count", backend_url(), name, file, std::to_string(rounds)}));
+    for (auto& k : kids) CHECK(k->wait_exit() == 0);
+    long total = -1;
+    std::ifstream(file) >> total;
+    CHECK(total == procs * rounds);
+    std::filesystem::remove_all(dir);
+}
+
+// ---- 2. try_lock, timeouts, hand-off -------------------------------------------
+
+TEST_CASE("try_lock fails at once while another connection holds", "[contract][waiting]") {
+    auto a = connect_under_test();
+    auto b = connect_under_test();
+    const auto name = unique_name("try-lock");
+    auto holder = a.mutex(name);
+    REQUIRE(holder.try_lock());
+    CHECK(holder.held());
+    auto other = b.mutex(name);
+    auto t0 = clk::now();
+    CHECK_FALSE(other.try_lock());
+    CHECK(clk::now() - t0 < 3s);  // "at once": no waiting for the holder (generous bound: no hang)
+    CHECK_FALSE(other.held());
+    holder.unlock();
+    CHECK(other.try_lock());
+    other.unlock();
+}
+
+TEST_CASE("try_lock_for gives up after about its duration", "[contract][waiting]") {
+    auto a = connect_under_test();
+    auto b = connect_under_test();
+    const auto name = unique_name("try-lock-for");
+    auto holder = a.mutex(name);
+    holder.lock();
+    auto other = b.mutex(name);
+    auto t0 = clk::now();
+    CHECK_FALSE(other.try_lock_for(400ms));
+    auto waited = clk::now() - t0;
+    CHECK(waited >= 390ms);
+    CHECK(waited < 400ms + 5s);  // bounded: no hang past the deadline
+    holder.unlock();
+}
+
+TEST_CASE("a waiter gets the lock soon after release", "[contract][waiting]") {
+    auto a = connect_under_test();
+    auto b = connect_under_test();
+    const auto name = unique_name("handoff");
+    auto holder = a.mutex(name);
+    holder.lock();
+    std::atomic<bool> got{false};
+    std::uint64_t waiter_token = 0;
+    std::thread waiter([&] {
+        auto m = b.mutex(name);
+        m.lock();
+        waiter_token = m.token();
+        got = true;
+        m.unlock();
+    });
+    std::this_thread::sleep_for(300ms);
+    CHECK_FALSE(got.load());  // still waiting while held
+    auto holder_token = holder.token();
+    holder.unlock();
+    CHECK(eventually([&] { return got.load(); }, 10s));
+    waiter.join();
+    if (holder_token != 0) CHECK(waiter_token > holder_token);
+}
+
+TEST_CASE("try_lock_until accepts other clocks", "[contract][waiting]") {
+    auto a = connect_under_test();
+    auto b = connect_under_test();
+    const auto name = unique_name("until");
+    auto holder = a.mutex(name);
+    holder.lock();
+    auto other = b.mutex(name);
+    CHECK_FALSE(other.try_lock_until(std::chrono::system_clock::now() + 200ms));
+    holder.unlock();
+    CHECK(other.try_lock_until(std::chrono::system_clock::now() + 5s));
+    other.unlock();
+}
+
+// ---- 3. only the owner releases --------------------------------------------------
+
+TEST_CASE("a stale handle's unlock after its lease expired never frees the next owner's lock",
+          "[contract][owner][needs:lease_expiry]") {
+    auto a = connect_under_test();
+    auto b = connect_under_test();
+    auto c = connect_under_test();
+    const auto name = unique_name("stale-expiry");
+    distlock::lock_options no_renew;
+    no_renew.auto_renew = false;
+    auto stale = a.mutex(name, no_renew);
+    REQUIRE(stale.try_lock());
+    const auto lease = lease_of(a);
+    CHECK(eventually([&] { return !stale.held(); }, lease + 5s));  // reported lost once the lease passed
+    auto next = b.mutex(name);
+    REQUIRE(next.try_lock_for(lease + 10s));
+    stale.unlock();  // must not free `next`'s lock
+    auto third = c.mutex(name);
+    CHECK_FALSE(third.try_lock());
+    CHECK(next.held());
+    next.unlock();
+    CHECK(third.try_lock_for(10s));
+}
+
+TEST_CASE("a stale handle's unlock after its lock was broken never frees the next owner's lock",
+          "[contract][owner][needs:break_lock]") {
+    auto a = connect_under_test();
+    auto b = connect_under_test();
+    auto c = connect_under_test();
+    const auto name = unique_name("stale-broken");
+    auto stale = a.mutex(name);
+    REQUIRE(stale.try_lock());
+    distlock::testing::break_lock(a, name);
+    auto next = b.mutex(name);
+    REQUIRE(next.try_lock_for(lease_of(b) + 10s));
+    stale.unlock();
+    auto third = c.mutex(name);
+    CHECK_FALSE(third.try_lock());
+    CHECK(next.held());
+    next.unlock();
+}
+
+TEST_CASE("unlock when not held does nothing", "[contract][owner]") {
+    auto a = connect_under_test();
+    auto b = connect_under_test();
+    const auto name = unique_name("not-held");
+    auto m = a.mutex(name);
+    m.unlock();
+    CHECK_FALSE(m.held());
+    CHECK(m.token() == 0);
+    auto holder = b.mutex(name);
+    holder.lock();
+    m.unlock();  // another connection's handle that never locked
+    CHECK(holder.held());
+    CHECK_FALSE(a.mutex(name).try_lock());
+    holder.unlock();
+    holder.unlock();  // twice: still fine
+    CHECK(m.try_lock());
+    m.unlock();
+}
+
+// ---- 4. crash safety -------------------------------------------------------------------
+
+TEST_CASE("a holder killed with SIGKILL is released and a waiter proceeds",
+          "[contract][crash][needs:cross_process][needs:crash_release]") {
+    auto p = connect_under_test();
+    const auto name = unique_name("crash");
+    child holder({"hold", backend_url(), name});
+    auto line = holder.read_line();
+    REQUIRE(line.rfind("locked", 0) == 0);
+    std::uint64_t dead_token = std::stoull(line.substr(7));
+    auto waiter = p.mutex(name);
+    CHECK_FALSE(waiter.try_lock());
+    holder.kill_hard();
+    auto bound = p.caps().crash_release_bound + lease_of(p) + 10s;
+    auto t0 = clk::now();
+    REQUIRE(waiter.try_lock_for(bound));
+    INFO("released after " << std::chrono::duration_cast<std::chrono::milliseconds>(clk::now() - t0).count() << " ms");
+    if (p.caps().supports(distlock::feature::fencing)) CHECK(waiter.token() > dead_token);
+    waiter.unlock();
+}
+
+// ---- 5. renewal -----------------------------------------------------------------------
+
+TEST_CASE("a holder working past several lease lengths keeps the lock", "[contract][renewal][needs:lease_expiry]") {
+    auto a = connect_under_test();
+    auto b = connect_under_test();
+    const auto lease = lease_of(a);
+    INFO("default lease " << lease.count() << " ms: give the test URL a short lease (lease=2s)");
+    REQUIRE(lease <= 10s);
+    const auto name = unique_name("renewal");
+    std::atomic<int> lost{0};
+    distlock::lock_options opts;
+    opts.on_lost = [&](const distlock::lock_event&) { ++lost; };
+    auto holder = a.mutex(name, opts);
+    holder.lock();
+    auto other = b.mutex(name);
+    auto until = clk::now() + 3 * lease + lease / 2;
+    int probes = 0;
+    while (clk::now() < until) {
+        std::this_thread::sleep_for(lease / 4);
+        CHECK_FALSE(other.try_lock());
+        ++probes;
+    }
+    CHECK(probes >= 12);
+    CHECK(holder.held());
+    CHECK(lost.load() == 0);
+    holder.unlock();
+    CHECK(other.try_lock_for(5s));
+    other.unlock();
+}
+
+// ---- 6. loss is reported ------------------------------------------------------------------
+
+TEST_CASE("a holder learns when its lock is removed on the server",
+          "[contract][loss][needs:loss_detection][needs:break_lock]") {
+    auto a = connect_under_test();
+    const auto name = unique_name("loss");
+    std::mutex seen_mutex;
+    std::vector<distlock::lock_event> seen;
+    distlock::lock_options opts;
+    opts.on_lost = [&](const distlock::lock_event& e) {
+        std::lock_guard lk(seen_mutex);
+        seen.push_back(e);
+    };
+    auto holder = a.mutex(name, opts);
+    holder.lock();
+    const auto token = holder.token();
+    distlock::testing::break_lock(a, name);
+    const auto bound = std::max<std::chrono::milliseconds>(5s, 2 * lease_of(a));
+    CHECK(eventually([&] { return !holder.held(); }, bound));
+    CHECK(eventually(
+        [&] {
+            std::lock_guard lk(seen_mutex);
+            return seen.size() == 1;
+        },
+        2s));
+    {
+        std::lock_guard lk(seen_mutex);
+        REQUIRE(seen.size() == 1);
+        CHECK(seen[0].name == name);
+        CHECK(seen[0].token == token);
+        CHECK_FALSE(seen[0].reason.empty());
+    }
+    CHECK(holder.token() == 0);
+    holder.unlock();  // never throws, even though the lock is gone
+    auto again = a.mutex(name);
+    CHECK(again.try_lock_for(lease_of(a) + 10s));
+    again.unlock();
+}
+
+// ---- 7. fencing ------------------------------------------------------------------------------
+
+TEST_CASE("fencing tokens strictly increase across grants of one name", "[contract][fencing][needs:fencing]") {
+    auto a = connect_under_test();
+    auto b = connect_under_test();
+    const auto name = unique_name("fencing");
+    auto ma = a.mutex(name);
+    auto mb = b.mutex(name);
+    std::uint64_t last = 0;
+    for (int i = 0; i < 8; ++i) {
+        auto& m = i % 3 == 0 ? mb : ma;
+        CHECK(m.token() == 0);
+        REQUIRE(m.try_lock_for(10s));
+        INFO("grant " << i << " token " << m.token() << " previous " << last);
+        CHECK(m.token() > last);
+        last = m.token();
+        m.unlock();
+    }
+}
+
+// ---- 8. bad input ----------------------------------------------------------------------------
+
+TEST_CASE("empty and oversized names are invalid arguments", "[contract][input]") {
+    auto p = connect_under_test();
+    CHECK_THROWS_AS(p.mutex(""), distlock::invalid_argument_error);
+    CHECK_THROWS_AS(p.mutex(std::string(distlock::max_name_length + 1, 'x')), distlock::invalid_argument_error);
+    auto longest = p.mutex(unique_name("") + std::string(distlock::max_name_length - 20, 'y'));
+    CHECK(longest.try_lock_for(10s));
+    longest.unlock();
+}
+
+TEST_CASE("names with odd bytes lock independently", "[contract][input]") {
+    auto a = connect_under_test();
+    auto b = connect_under_test();
+    const std::string base = unique_name("odd");
+    const std::vector<std::string> names = {
+        base + std::string("\0nul", 4), base + "/slash/../x", base + "'; DROP TABLE locks; --", base + "\\back\"quote",
+        base + " space\ttab\nline",    base + "\xe9\x94\x81 \xf0\x9f\x94\x92", base + "%2F%00", base + "{braces}*?[]",
+    };
+    std::vector<distlock::mutex> held;
+    for (const auto& n : names) {
+        held.push_back(a.mutex(n));
+        INFO("name #" << held.size());
+        REQUIRE(held.back().try_lock_for(10s));
+    }
+    // Each is held; none of them blocks an unrelated name, and each blocks itself.
+    for (const auto& n : names) CHECK_FALSE(b.mutex(n).try_lock());
+    auto unrelated = b.mutex(base);
+    CHECK(unrelated.try_lock());
+    unrelated.unlock();
+    for (auto& m : held) m.unlock();
+    for (const auto& n : names) {
+        auto m = b.mutex(n);
+        CHECK(m.try_lock());
+        m.unlock();
+    }
+}
+
+TEST_CASE("unknown schemes and unknown parameters are invalid arguments", "[contract][input]") {
+    CHECK_THROWS_AS(distlock::connect("nosuchscheme://127.0.0.1:1"), distlock::invalid_argument_error);
+    CHECK_THROWS_AS(distlock::connect("not a url"), distlock::invalid_argument_error);
+    const auto& url = backend_url();
+    const char sep = url.find('?') == std::string::npos ? '?' : '&';
+    CHECK_THROWS_AS(distlock::connect(url + sep + "no_such_parameter=1"), distlock::invalid_argument_error);
+    CHECK_THROWS_AS(distlock::connect(url + sep + "lease=soon"), distlock::invalid_argument_error);
+}
+
+// ---- the standard-library face ------------------------------------------------------------------
+
+TEST_CASE("std::unique_lock, std::scoped_lock and std::lock_guard work", "[contract][std]") {
+    auto a = connect_under_test();
+    auto b = connect_under_test();
+    const auto n1 = unique_name("std-1"), n2 = unique_name("std-2");
+    auto m1 = a.mutex(n1);
+    auto m2 = a.mutex(n2);
+    {
+        std::unique_lock lk(m1, 5s);
+        REQUIRE(lk.owns_lock());
+        CHECK(m1.held());
+        auto contender = b.mutex(n1);
+        std::unique_lock other(contender, std::try_to_lock);
+        CHECK_FALSE(other.owns_lock());
+    }
+    CHECK_FALSE(m1.held());
+    {
+        std::scoped_lock both(m1, m2);
+        CHECK(m1.held());
+        CHECK(m2.held());
+    }
+    CHECK_FALSE(m1.held());
+    CHECK_FALSE(m2.held());
+    {
+        std::lock_guard guard(m2);
+        CHECK(m2.held());
+    }
+    auto check = b.mutex(n2);
+    CHECK(check.try_lock());
+    check.unlock();
+}
+
+TEST_CASE("destroying or moving a held mutex behaves", "[contract][std]") {
+    auto a = connect_under_test();
+    auto b = connect_under_test();
+    const auto name = unique_name("lifetime");
+    {
+        auto m = a.mutex(name);
+        m.lock();
+        auto moved = std::move(m);
+        CHECK(moved.held());
+        CHECK_FALSE(m.held());  // NOLINT: moved-from is empty, not held
+        CHECK_FALSE(b.mutex(name).try_lock());
+    }  // destructor releases
+    auto again = b.mutex(name);
+    CHECK(again.try_lock_for(5s));
+    again.unlock();
+}
+
+TEST_CASE("locking again from the holding thread nests or is refused", "[contract][std]") {
+    auto a = connect_under_test();
+    auto b = connect_under_test();
+    const auto name = unique_name("reentry");
+    auto m = a.mutex(name);
+    m.lock();
+    if (a.caps().reentrant) {
+        CHECK(m.try_lock());
+        m.unlock();
+        CHECK(m.held());
+        CHECK_FALSE(b.mutex(name).try_lock());
+        m.unlock();
+        CHECK_FALSE(m.held());
+    } else {
+        CHECK_THROWS_AS(m.try_lock(), distlock::would_deadlock_error);
+        CHECK(m.held());
+        m.unlock();
+    }
+    // Another mutex object for the same name on the same thread would deadlock.
+    m.lock();
+    auto twin = a.mutex(name);
+    CHECK_THROWS_AS(twin.try_lock(), distlock::would_deadlock_error);
+    m.unlock();
+    CHECK(twin.try_lock());
+    twin.unlock();
+}

@@ -1,0 +1,257 @@
+// Core machinery tested through a scripted fake backend: renewal schedule and
+// batching, loss reporting, local queueing, errors and helpers.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "distlock/distlock.hpp"
+#include "distlock/spi/backend.hpp"
+#include "provider_state.hpp"
+#include "support.hpp"
+
+using namespace std::chrono_literals;
+namespace spi = distlock::spi;
+
+namespace {
+
+struct fake_state {
+    std::mutex mutex;
+    std::atomic<int> acquires{0}, releases{0}, batches{0}, keepalives{0};
+    std::size_t largest_batch = 0;
+    spi::keepalive_result::status answer = spi::keepalive_result::status::ok;
+    bool held = false;
+};
+
+class fake_handle final : public spi::lock_handle {
+public:
+    fake_handle(fake_state& s, std::chrono::milliseconds interval) : s_(s), interval_(interval) {}
+    std::optional<std::uint64_t> acquire(spi::deadline) override { return ++s_.acquires; }
+    void release() override { ++s_.releases; }
+    std::chrono::milliseconds keepalive_interval() const override { return interval_; }
+    spi::keepalive_result keepalive() override {
+        ++s_.keepalives;
+        std::lock_guard lk(s_.mutex);
+        return {s_.answer, "scripted"};
+    }
+    void lose(const std::string& why) { report_lost(why); }
+
+private:
+    fake_state& s_;
+    std::chrono::milliseconds interval_;
+};
+
+class fake_backend final : public spi::backend {
+public:
+    explicit fake_backend(fake_state& s, bool leased) : s_(s) {
+        if (!leased) caps_.unsupported[distlock::feature::lease_expiry] = "fake";
+    }
+    std::string_view name() const noexcept override { return "fake"; }
+    const distlock::capabilities& caps() const noexcept override { return caps_; }
+    std::unique_ptr<spi::lock_handle> make_lock(const spi::lock_request& r) override {
+        auto h = std::make_unique<fake_handle>(s_, r.auto_renew ? r.lease / 3 : 0ms);
+        last = h.get();
+        return h;
+    }
+    void keepalive_batch(std::span<spi::lock_handle* const> hs, std::span<spi::keepalive_result> out) override {
+        ++s_.batches;
+        {
+            std::lock_guard lk(s_.mutex);
+            s_.largest_batch = std::max(s_.largest_batch, hs.size());
+        }
+        spi::backend::keepalive_batch(hs, out);
+    }
+    fake_handle* last = nullptr;
+
+private:
+    fake_state& s_;
+    distlock::capabilities caps_;
+};
+
+distlock::provider fake_provider(fake_state& s, std::chrono::milliseconds lease, bool leased = true,
+                                 std::shared_ptr<fake_backend>* out = nullptr) {
+    auto b = std::make_shared<fake_backend>(s, leased);
+    if (out) *out = b;
+    return distlock::provider(std::make_shared<distlock::detail::provider_state>(b, "fake", "fake://", lease));
+}
+
+}  // namespace
+
+TEST_CASE("held leases are renewed every lease/3, due renewals batched together", "[scheduler]") {
+    fake_state s;
+    auto p = fake_provider(s, 300ms);
+    auto m1 = p.mutex("a");
+    auto m2 = p.mutex("b");
+    m1.lock();
+    m2.lock();
+    std::this_thread::sleep_for(650ms);  // about six renewal periods of 100 ms
+    CHECK(m1.held());
+    CHECK(m2.held());
+    CHECK(s.keepalives.load() >= 6);
+    CHECK(s.largest_batch == 2);
+    CHECK(s.batches.load() < s.keepalives.load());
+    m1.unlock();
+    m2.unlock();
+    auto after = s.keepalives.load();
+    std::this_thread::sleep_for(250ms);
+    CHECK(s.keepalives.load() == after);  // nothing renews after unlock
+    CHECK(s.releases.load() == 2);
+}
+
+TEST_CASE("a keepalive that says lost turns held() false and calls on_lost once", "[scheduler]") {
+    fake_state s;
+    auto p = fake_provider(s, 150ms);
+    std::atomic<int> lost{0};
+    std::string reason;
+    distlock::lock_options o;
+    o.on_lost = [&](const distlock::lock_event& e) {
+        reason = e.reason;
+        ++lost;
+    };
+    auto m = p.mutex("x", o);
+    m.lock();
+    {
+        std::lock_guard lk(s.mutex);
+        s.answer = spi::keepalive_result::status::lost;
+    }
+    CHECK(distlock::test::eventually([&] { return !m.held(); }, 2s));
+    CHECK(distlock::test::eventually([&] { return lost.load() == 1; }, 1s));
+    CHECK(reason == "scripted");
+    std::this_thread::sleep_for(200ms);
+    CHECK(lost.load() == 1);
+    m.unlock();
+    CHECK(s.releases.load() == 1);
+}
+
+TEST_CASE("failing keepalives become a loss after a whole lease, with on_error before", "[scheduler]") {
+    fake_state s;
+    auto p = fake_provider(s, 300ms);
+    std::atomic<int> lost{0}, errors{0};
+    distlock::lock_options o;
+    o.on_lost = [&](const distlock::lock_event&) { ++lost; };
+    o.on_error = [&](const distlock::lock_event&, const distlock::error& e) {
+        CHECK(e.code() == distlock::errc::unavailable);
+        ++errors;
+    };
+    auto m = p.mutex("y", o);
+    m.lock();
+    {
+        std::lock_guard lk(s.mutex);
+        s.answer = spi::keepalive_result::status::failed;
+    }
+    CHECK(distlock::test::eventually([&] { return !m.held(); }, 3s));
+    CHECK(lost.load() == 1);
+    CHECK(errors.load() >= 1);
+    m.unlock();
+}
+
+TEST_CASE("with auto_renew off a leased lock is reported lost when its lease passes", "[scheduler]") {
+    fake_state s;
+    auto p = fake_provider(s, 200ms);
+    distlock::lock_options o;
+    o.auto_renew = false;
+    auto m = p.mutex("z", o);
+    m.lock();
+    CHECK(m.held());
+    CHECK(distlock::test::eventually([&] { return !m.held(); }, 2s));
+    CHECK(s.keepalives.load() == 0);
+    m.unlock();
+}
+
+TEST_CASE("a backend's asynchronous loss report reaches the holder, and a stale one is ignored", "[scheduler]") {
+    fake_state s;
+    std::shared_ptr<fake_backend> b;
+    auto p = fake_provider(s, 10s, false, &b);
+    std::atomic<int> lost{0};
+    distlock::lock_options o;
+    o.on_lost = [&](const distlock::lock_event&) { ++lost; };
+    auto m = p.mutex("w", o);
+    m.lock();
+    auto* h = b->last;
+    m.unlock();
+    h->lose("after unlock: stale");
+    CHECK(lost.load() == 0);
+    m.lock();
+    h->lose("session expired");
+    CHECK_FALSE(m.held());
+    CHECK(lost.load() == 1);
+    h->lose("again");
+    CHECK(lost.load() == 1);
+    m.unlock();
+}
+
+TEST_CASE("threads of one provider queue locally: one server acquire per turn", "[gate]") {
+    fake_state s;
+    auto p = fake_provider(s, 10s, false);
+    auto m = p.mutex("q");
+    long counter = 0;
+    std::vector<std::thread> pool;
+    for (int t = 0; t < 8; ++t)
+        pool.emplace_back([&] {
+            for (int i = 0; i < 100; ++i) {
+                std::lock_guard g(m);
+                ++counter;
+            }
+        });
+    for (auto& th : pool) th.join();
+    CHECK(counter == 800);
+    CHECK(s.acquires.load() == 800);
+    CHECK(s.releases.load() == 800);
+    // A waiter times out in the local queue without touching the server.
+    m.lock();
+    std::thread other([&] {
+        auto twin = p.mutex("q");
+        CHECK_FALSE(twin.try_lock_for(100ms));
+    });
+    other.join();
+    CHECK(s.acquires.load() == 801);
+    m.unlock();
+}
+
+TEST_CASE("errors carry their code, backend and native details", "[errors]") {
+    try {
+        distlock::throw_error(distlock::errc::access_denied, "redis", "AUTH failed", 42, "WRONGPASS");
+        FAIL("no throw");
+    } catch (const distlock::access_denied_error& e) {
+        CHECK(e.code() == distlock::errc::access_denied);
+        CHECK(e.backend() == "redis");
+        CHECK(e.native_code() == 42);
+        CHECK(e.native_message() == "WRONGPASS");
+        CHECK(std::string(e.what()).find("redis: AUTH failed") != std::string::npos);
+    }
+    CHECK_THROWS_AS(distlock::throw_error(distlock::errc::unavailable, "x", "y"), distlock::unavailable_error);
+    CHECK_THROWS_AS(distlock::throw_error(distlock::errc::in_doubt, "x", "y"), distlock::in_doubt_error);
+    CHECK_THROWS_AS(distlock::throw_error(distlock::errc::lock_lost, "x", "y"), distlock::error);
+    CHECK(std::string(distlock::category().name()) == "distlock");
+}
+
+TEST_CASE("tokens, uuids and hashes have their documented form", "[helpers]") {
+    std::set<std::string> seen;
+    for (int i = 0; i < 100; ++i) {
+        auto t = spi::random_token();
+        CHECK(t.size() == 32);
+        CHECK(t.find_first_not_of("0123456789abcdef") == std::string::npos);
+        seen.insert(t);
+    }
+    CHECK(seen.size() == 100);
+    auto u = spi::random_uuid();
+    REQUIRE(u.size() == 36);
+    CHECK(u[8] == '-');
+    CHECK(u[14] == '4');
+    CHECK(spi::sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST_CASE("backoff stays within its bounds and the deadline", "[helpers]") {
+    spi::backoff b(5ms, 40ms);
+    auto far = spi::clock::now() + 1h;
+    for (int i = 0; i < 50; ++i) {
+        auto d = b.next(far);
+        CHECK(d >= 5ms);
+        CHECK(d <= 40ms);
+    }
+    auto soon = spi::clock::now() + 2ms;
+    CHECK(b.next(soon) <= 2ms);
+    CHECK_FALSE(b.sleep(spi::clock::now() - 1ms));
+}
