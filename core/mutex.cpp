@@ -1,5 +1,6 @@
 #include "distlock/mutex.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include "mutex_impl.hpp"
@@ -11,20 +12,21 @@ bool gate::enter(spi::deadline until, const void* who, std::string_view backend,
     if (busy_ && owner_ == std::this_thread::get_id() && holder_ != who)
         throw_error(errc::would_deadlock, std::string(backend),
                     "this thread already holds lock '" + name + "' through another mutex object");
-    std::uint64_t ticket = next_ticket_++;
-    queue_.push_back(ticket);
-    auto my_turn = [&] { return !busy_ && queue_.front() == ticket; };
-    bool ok = until == spi::deadline::max() ? (cv_.wait(lk, my_turn), true) : cv_.wait_until(lk, until, my_turn);
-    if (!ok) {
-        for (auto it = queue_.begin(); it != queue_.end(); ++it)
-            if (*it == ticket) {
-                queue_.erase(it);
-                break;
-            }
-        cv_.notify_all();  // the next in line may be free to go now
-        return false;
+    if (busy_ || !queue_.empty()) {
+        waiter me;
+        queue_.push_back(&me);
+        auto my_turn = [&] { return !busy_ && queue_.front() == &me; };
+        bool ok = true;
+        if (until == spi::deadline::max()) me.cv.wait(lk, my_turn);
+        else ok = me.cv.wait_until(lk, until, my_turn);
+        if (!ok) {
+            const bool was_head = queue_.front() == &me;
+            queue_.erase(std::find(queue_.begin(), queue_.end(), &me));
+            if (was_head && !busy_ && !queue_.empty()) queue_.front()->cv.notify_one();
+            return false;
+        }
+        queue_.pop_front();
     }
-    queue_.pop_front();
     busy_ = true;
     owner_ = std::this_thread::get_id();
     holder_ = who;
@@ -32,13 +34,11 @@ bool gate::enter(spi::deadline until, const void* who, std::string_view backend,
 }
 
 void gate::leave() noexcept {
-    {
-        std::lock_guard lk(mutex_);
-        busy_ = false;
-        owner_ = {};
-        holder_ = nullptr;
-    }
-    cv_.notify_all();
+    std::lock_guard lk(mutex_);
+    busy_ = false;
+    owner_ = {};
+    holder_ = nullptr;
+    if (!queue_.empty()) queue_.front()->cv.notify_one();
 }
 
 std::shared_ptr<gate> provider_state::gate_for(const std::string& name) {

@@ -26,10 +26,11 @@ public:
     void leave() noexcept;
 
 private:
+    struct waiter {
+        std::condition_variable cv;  // each waiter has its own: a release wakes only the head
+    };
     std::mutex mutex_;
-    std::condition_variable cv_;
-    std::deque<std::uint64_t> queue_;
-    std::uint64_t next_ticket_ = 0;
+    std::deque<waiter*> queue_;
     bool busy_ = false;
     std::thread::id owner_;
     const void* holder_ = nullptr;

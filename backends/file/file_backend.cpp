@@ -102,40 +102,35 @@ public:
         : settings_(s), name_(r.name), path_((s.dir / file_name(r.name)).string()), retry_max_(r.retry_max) {}
 
     std::optional<std::uint64_t> acquire(spi::deadline until) override {
-        fd_guard inotify;
         spi::backoff wait(1ms, retry_max_);
         for (;;) {
             fd_guard fd(::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
             if (fd.get() < 0) sys_fail("cannot open lock file " + path_, errno);
+            int watch = -1;
             for (;;) {
                 if (::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) break;
                 if (errno != EWOULDBLOCK && errno != EINTR) sys_fail("flock failed on " + path_, errno);
-                if (spi::clock::now() >= until) return std::nullopt;
+                if (spi::clock::now() >= until) {
+                    unwatch(watch);
+                    return std::nullopt;
+                }
                 // Wait for the holder to close the file (release or death), or for
                 // the file to be replaced; poll slowly as a safety net.
-                if (inotify.get() < 0) {
-                    inotify.reset(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
-                    if (inotify.get() >= 0 &&
-                        ::inotify_add_watch(inotify.get(), path_.c_str(),
-                                            IN_CLOSE_WRITE | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF) < 0)
-                        inotify.reset();
+                if (watch < 0 && inotify_fd() >= 0) {
+                    watch = ::inotify_add_watch(inotify_.get(), path_.c_str(),
+                                                IN_CLOSE_WRITE | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF);
+                    if (watch >= 0) continue;  // a release before the watch existed would be missed: retry now
                 }
                 auto delay = std::chrono::duration_cast<std::chrono::milliseconds>(wait.next(until));
-                if (inotify.get() >= 0) {
-                    pollfd p{inotify.get(), POLLIN, 0};
-                    if (::poll(&p, 1, static_cast<int>(delay.count()) + 1) > 0) {
-                        char events[4096];
-                        while (::read(inotify.get(), events, sizeof events) > 0) {
-                        }
-                    }
+                if (watch >= 0) {
+                    pollfd p{inotify_.get(), POLLIN, 0};
+                    if (::poll(&p, 1, static_cast<int>(delay.count()) + 1) > 0) drain();
                 } else {
                     std::this_thread::sleep_for(delay);
                 }
             }
-            if (!same_file(fd.get(), path_)) {  // replaced or unlinked while we waited: lock the new one
-                inotify.reset();
-                continue;
-            }
+            unwatch(watch);
+            if (!same_file(fd.get(), path_)) continue;  // replaced or unlinked while we waited: lock the new one
             std::uint64_t token = read_counter(fd.get()) + 1;
             write_counter(fd.get(), token, settings_.sync);
             fd_ = std::move(fd);
@@ -162,10 +157,29 @@ public:
     }
 
 private:
+    // One inotify instance per handle, kept for its lifetime: closing an inotify
+    // descriptor waits for an RCU grace period (~10-20 ms), far too slow to do
+    // on every acquisition.
+    int inotify_fd() {
+        if (inotify_.get() < 0) inotify_.reset(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
+        return inotify_.get();
+    }
+    void drain() {
+        char events[4096];
+        while (::read(inotify_.get(), events, sizeof events) > 0) {
+        }
+    }
+    void unwatch(int watch) {
+        if (watch < 0) return;
+        ::inotify_rm_watch(inotify_.get(), watch);
+        drain();
+    }
+
     const settings& settings_;
     std::string name_, path_;
     std::chrono::milliseconds retry_max_;
     fd_guard fd_;
+    fd_guard inotify_;
 };
 
 class backend final : public spi::backend {

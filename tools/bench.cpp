@@ -1,0 +1,141 @@
+// distlock bench: acquire+release cycles per second and cycle latency, with the
+// backend's cheapest round trip measured in the same run as the floor.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <iostream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common.hpp"
+#include "distlock/distlock.hpp"
+#include "distlock/spi/backend.hpp"
+#include "tool.hpp"
+
+namespace distlock::tool {
+namespace {
+
+struct settings {
+    std::string backend = "file:///tmp/distlock-bench";
+    std::string mode = "uncontended";
+    int threads = 1, processes = 1, floor_samples = 200;
+    double seconds = 5;
+    bool json = false, quiet = false;
+};
+
+std::string worker(const settings& s, const std::string& run_id, int index) {
+    auto locks = connect(s.backend);
+    std::vector<double> floor;
+    for (int i = 0; i < s.floor_samples; ++i) {
+        auto rtt = locks.round_trip();
+        if (!rtt) break;
+        floor.push_back(std::chrono::duration<double, std::micro>(*rtt).count());
+    }
+    const bool contended = s.mode == "contended";
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(s.seconds);
+    std::mutex mu;
+    std::vector<double> cycles;
+    std::string failure;
+    std::vector<std::thread> pool;
+    for (int t = 0; t < s.threads; ++t) {
+        pool.emplace_back([&, t] {
+            std::vector<double> mine;
+            try {
+                auto name = contended ? "bench:" + run_id
+                                      : "bench:" + run_id + ":" + std::to_string(index) + ":" + std::to_string(t);
+                auto m = locks.mutex(name);
+                while (std::chrono::steady_clock::now() < until) {
+                    auto t0 = std::chrono::steady_clock::now();
+                    m.lock();
+                    m.unlock();
+                    mine.push_back(ms_since(t0) * 1000);
+                }
+            } catch (const std::exception& e) {
+                std::lock_guard lk(mu);
+                failure = e.what();
+            }
+            std::lock_guard lk(mu);
+            cycles.insert(cycles.end(), mine.begin(), mine.end());
+        });
+    }
+    for (auto& th : pool) th.join();
+    if (!failure.empty()) throw std::runtime_error(failure);
+    std::string out;
+    put_doubles(out, floor);
+    put_doubles(out, cycles);
+    return out;
+}
+
+int run_bench(const settings& s) {
+    if (s.mode != "uncontended" && s.mode != "contended")
+        throw invalid_argument_error(errc::invalid_argument, "bench", "--mode is uncontended or contended");
+    if (s.threads < 1 || s.processes < 1 || s.seconds <= 0)
+        throw invalid_argument_error(errc::invalid_argument, "bench", "threads, processes and seconds must be positive");
+    const std::string run_id = spi::random_token().substr(0, 10);
+    if (!s.quiet)
+        std::cerr << "bench " << s.mode << " on " << s.backend << ": " << s.processes << " process(es) x " << s.threads
+                  << " thread(s) for " << s.seconds << " s\n";
+    auto t0 = std::chrono::steady_clock::now();
+    auto tick = [&] {
+        if (!s.quiet) std::cerr << "  ... " << static_cast<long>(ms_since(t0) / 1000) << " s\n";
+    };
+    auto reports = run_in_processes(s.processes, [&](int i) { return worker(s, run_id, i); }, tick);
+    std::vector<double> floor, cycles;
+    for (const auto& r : reports) {
+        std::size_t pos = 0;
+        auto f = get_doubles(r, pos);
+        auto c = get_doubles(r, pos);
+        floor.insert(floor.end(), f.begin(), f.end());
+        cycles.insert(cycles.end(), c.begin(), c.end());
+    }
+    const double p50 = percentile(cycles, 50), p99 = percentile(cycles, 99);
+    const double cps = static_cast<double>(cycles.size()) / s.seconds;
+    auto round1 = [](double v) { return std::round(v * 10) / 10; };
+    nlohmann::json j{{"backend", s.backend},       {"mode", s.mode},
+                     {"processes", s.processes},   {"threads", s.threads},
+                     {"seconds", s.seconds},       {"cycles", cycles.size()},
+                     {"cycles_per_s", round1(cps)}, {"p50_us", round1(p50)},
+                     {"p99_us", round1(p99)}};
+    if (floor.empty()) {
+        j["floor_rtt_us"] = nullptr;  // embedded backend: no round trip to compare with
+        j["floor_ratio"] = nullptr;
+    } else {
+        const double f = percentile(floor, 50);
+        j["floor_rtt_us"] = round1(f);
+        j["floor_ratio"] = std::round(p50 / (2 * f) * 100) / 100;
+    }
+    if (s.json) {
+        std::cout << j.dump() << "\n";
+    } else {
+        std::cout << s.mode << " " << s.backend << ": " << j["cycles_per_s"] << " cycles/s, p50 " << j["p50_us"]
+                  << " us, p99 " << j["p99_us"] << " us";
+        if (!floor.empty())
+            std::cout << "; floor (one round trip) " << j["floor_rtt_us"] << " us, p50 cycle = " << j["floor_ratio"]
+                      << " x two round trips";
+        std::cout << "\n";
+    }
+    return 0;
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app, std::function<int()>& action) {
+    auto s = std::make_shared<settings>();
+    auto* cmd = app.add_subcommand("bench", "Measure acquire+release cycles against the backend's round-trip floor");
+    cmd->add_option("--backend", s->backend, "Lock backend URL")->capture_default_str();
+    cmd->add_option("--mode", s->mode, "uncontended (a name per thread) or contended (one name)")
+        ->check(CLI::IsMember({"uncontended", "contended"}))
+        ->capture_default_str();
+    cmd->add_option("--threads,-t", s->threads, "Threads per process")->capture_default_str();
+    cmd->add_option("--processes,-p", s->processes, "Processes")->capture_default_str();
+    cmd->add_option("--seconds", s->seconds, "Duration of the measurement")->capture_default_str();
+    cmd->add_option("--floor-samples", s->floor_samples, "Round trips measured for the floor (per process)")
+        ->capture_default_str();
+    cmd->add_flag("--json", s->json, "Print one JSON object");
+    cmd->add_flag("--quiet,-q", s->quiet, "No progress on stderr");
+    cmd->callback([s, &action] { action = [s] { return run_bench(*s); }; });
+}
+
+}  // namespace distlock::tool

@@ -1,0 +1,227 @@
+// distlock flash-sale: the seed scenario. Many buyers on several "app servers"
+// (processes) read the stock, pause, and write it back decremented. Without a
+// lock they oversell; with one lock per stock segment they sell exactly the stock.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common.hpp"
+#include "distlock/distlock.hpp"
+#include "tool.hpp"
+
+namespace distlock::tool {
+namespace {
+
+// The shared stock store: one fixed-width decimal record per segment in a file.
+class store {
+public:
+    static constexpr std::size_t record = 22;
+    explicit store(const std::string& path) : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+        if (fd_ < 0) throw std::runtime_error("cannot open stock store " + path + ": " + std::strerror(errno));
+    }
+    ~store() { ::close(fd_); }
+    store(const store&) = delete;
+    store& operator=(const store&) = delete;
+    long long get(int seg) const {
+        char buf[record + 1] = {};
+        if (::pread(fd_, buf, record, static_cast<off_t>(seg) * record) != static_cast<ssize_t>(record))
+            throw std::runtime_error("cannot read the stock store");
+        return std::atoll(buf);
+    }
+    void set(int seg, long long v) const {
+        char buf[record + 1];
+        std::snprintf(buf, sizeof buf, "%021lld\n", v);
+        if (::pwrite(fd_, buf, record, static_cast<off_t>(seg) * record) != static_cast<ssize_t>(record))
+            throw std::runtime_error("cannot write the stock store");
+    }
+
+private:
+    int fd_;
+};
+
+struct settings {
+    std::string backend = "file:///tmp/distlock-flash-sale";
+    std::string name = "stock:product_01";
+    std::string store_path;
+    bool no_lock = false;
+    int processes = 2, concurrency = 200, requests = 1000, segments = 1;
+    long long stock = 50;
+    double pause_ms = 1.0;
+    double wait_s = 30;
+    bool json = false, quiet = false;
+};
+
+std::string segment_name(const settings& s, int seg) {
+    return s.segments == 1 ? s.name : s.name + ":seg" + std::to_string(seg);
+}
+
+// One app server: its share of the requests, served by its share of the buyers.
+std::string app_server(const settings& s, int index) {
+    const int share = s.requests / s.processes + (index < s.requests % s.processes ? 1 : 0);
+    const int buyers = std::max(1, s.concurrency / s.processes + (index < s.concurrency % s.processes ? 1 : 0));
+    store stock(s.store_path);
+    std::optional<provider> locks;
+    std::vector<distlock::mutex> seg_locks;
+    if (!s.no_lock) {
+        locks = connect(s.backend);
+        for (int i = 0; i < s.segments; ++i) seg_locks.push_back(locks->mutex(segment_name(s, i)));
+    }
+    const auto pause = std::chrono::duration<double, std::milli>(s.pause_ms);
+    const auto wait = std::chrono::duration<double>(s.wait_s);
+    std::atomic<int> next{0};
+    std::atomic<unsigned long long> sold{0}, timeouts{0};
+    std::mutex lat_mutex;
+    std::vector<double> latencies;
+    std::string failure;
+    auto buyer = [&] {
+        std::vector<double> mine;
+        try {
+            for (int r; (r = next++) < share;) {
+                auto t0 = std::chrono::steady_clock::now();
+                const int first = static_cast<int>((static_cast<unsigned>(r) * 2654435761u + index) % s.segments);
+                for (int k = 0; k < s.segments; ++k) {  // try the segments in turn until one has stock
+                    const int seg = (first + k) % s.segments;
+                    std::unique_lock<distlock::mutex> guard;
+                    if (!s.no_lock) {
+                        guard = std::unique_lock(seg_locks[seg], std::chrono::duration_cast<std::chrono::milliseconds>(wait));
+                        if (!guard.owns_lock()) {
+                            ++timeouts;
+                            break;
+                        }
+                    }
+                    long long left = stock.get(seg);
+                    if (left <= 0) continue;
+                    std::this_thread::sleep_for(pause);  // the business work between read and write
+                    stock.set(seg, left - 1);
+                    ++sold;
+                    break;
+                }
+                mine.push_back(ms_since(t0));
+            }
+        } catch (const std::exception& e) {
+            std::lock_guard lk(lat_mutex);
+            failure = e.what();
+        }
+        std::lock_guard lk(lat_mutex);
+        latencies.insert(latencies.end(), mine.begin(), mine.end());
+    };
+    std::vector<std::thread> pool;
+    for (int b = 0; b < buyers; ++b) pool.emplace_back(buyer);
+    for (auto& t : pool) t.join();
+    if (!failure.empty()) throw std::runtime_error(failure);
+    std::string out;
+    put_u64(out, sold.load());
+    put_u64(out, timeouts.load());
+    put_doubles(out, latencies);
+    return out;
+}
+
+int run_flash_sale(settings s) {
+    if (s.processes < 1 || s.concurrency < 1 || s.requests < 0 || s.segments < 1 || s.stock < 0 || s.pause_ms < 0)
+        throw distlock::invalid_argument_error(errc::invalid_argument, "flash-sale", "counts must be positive");
+    std::string temp_store;
+    if (s.store_path.empty()) {
+        char tmpl[] = "/tmp/distlock-flash-store-XXXXXX";
+        int fd = ::mkstemp(tmpl);
+        if (fd < 0) throw std::runtime_error("mkstemp failed");
+        ::close(fd);
+        s.store_path = temp_store = tmpl;
+    }
+    {
+        store init(s.store_path);
+        for (int i = 0; i < s.segments; ++i) init.set(i, s.stock / s.segments + (i < s.stock % s.segments ? 1 : 0));
+    }
+    if (!s.quiet)
+        std::cerr << "flash sale: " << s.requests << " requests, " << s.concurrency << " buyers in flight on "
+                  << s.processes << " app servers, stock " << s.stock << " in " << s.segments << " segment(s), "
+                  << (s.no_lock ? "NO LOCK" : "locked via " + s.backend) << "\n";
+    auto t0 = std::chrono::steady_clock::now();
+    auto tick = [&] {
+        if (s.quiet) return;
+        store view(s.store_path);
+        long long left = 0;
+        for (int i = 0; i < s.segments; ++i) left += view.get(i);
+        std::cerr << "  ... " << static_cast<long>(ms_since(t0)) << " ms, stock left " << left << "\n";
+    };
+    auto reports = run_in_processes(s.processes, [&](int i) { return app_server(s, i); }, tick);
+    double elapsed = ms_since(t0);
+    unsigned long long sold = 0, timeouts = 0;
+    std::vector<double> lat;
+    for (const auto& r : reports) {
+        std::size_t pos = 0;
+        sold += get_u64(r, pos);
+        timeouts += get_u64(r, pos);
+        auto v = get_doubles(r, pos);
+        lat.insert(lat.end(), v.begin(), v.end());
+    }
+    long long left = 0;
+    {
+        store view(s.store_path);
+        for (int i = 0; i < s.segments; ++i) left += view.get(i);
+    }
+    if (!temp_store.empty()) ::unlink(temp_store.c_str());
+    const long long oversold = std::max(0LL, static_cast<long long>(sold) - s.stock);
+    const bool consistent = static_cast<long long>(sold) + left == s.stock;
+    nlohmann::json j{{"backend", s.no_lock ? "none" : s.backend},
+                     {"locked", !s.no_lock},
+                     {"processes", s.processes},
+                     {"concurrency", s.concurrency},
+                     {"segments", s.segments},
+                     {"stock", s.stock},
+                     {"requests", s.requests},
+                     {"sold", sold},
+                     {"oversold", oversold},
+                     {"stock_left", left},
+                     {"consistent", consistent},
+                     {"lock_timeouts", timeouts},
+                     {"elapsed_ms", std::round(elapsed * 10) / 10},
+                     {"throughput_rps", std::round(s.requests / (elapsed / 1000) * 10) / 10},
+                     {"p50_ms", std::round(percentile(lat, 50) * 100) / 100},
+                     {"p99_ms", std::round(percentile(lat, 99) * 100) / 100}};
+    if (s.json) {
+        std::cout << j.dump() << "\n";
+    } else {
+        std::cout << (s.no_lock ? "WITHOUT a lock" : "WITH distlock (" + s.backend + ")") << ":\n"
+                  << "  stock " << s.stock << ", sold " << sold << ", stock left " << left << ", OVERSOLD "
+                  << oversold << (consistent ? "" : "  (sold + left != stock: lost updates)") << "\n"
+                  << "  " << s.requests << " requests in " << static_cast<long>(elapsed) << " ms ("
+                  << j["throughput_rps"] << " req/s), latency p50 " << j["p50_ms"] << " ms, p99 " << j["p99_ms"]
+                  << " ms" << (timeouts ? ", " + std::to_string(timeouts) + " lock timeouts" : "") << "\n";
+    }
+    if (!s.no_lock && (oversold > 0 || !consistent)) return 1;
+    return 0;
+}
+
+}  // namespace
+
+void add_flash_sale(CLI::App& app, std::function<int()>& action) {
+    auto s = std::make_shared<settings>();
+    auto* cmd = app.add_subcommand("flash-sale", "Replay the flash-sale (秒杀) oversell scenario with or without the lock");
+    cmd->add_option("--backend", s->backend, "Lock backend URL")->capture_default_str();
+    cmd->add_flag("--no-lock", s->no_lock, "Run without any lock (shows the oversell)");
+    cmd->add_option("--processes,-p", s->processes, "App server processes")->capture_default_str();
+    cmd->add_option("--concurrency,-c", s->concurrency, "Purchase requests in flight at once (all processes)")
+        ->capture_default_str();
+    cmd->add_option("--requests,-r", s->requests, "Purchase requests in total")->capture_default_str();
+    cmd->add_option("--stock,-s", s->stock, "Items in stock")->capture_default_str();
+    cmd->add_option("--segments", s->segments, "Split the stock into N segments, each with its own lock")
+        ->capture_default_str();
+    cmd->add_option("--pause-ms", s->pause_ms, "Work between reading and writing the stock (ms)")->capture_default_str();
+    cmd->add_option("--wait", s->wait_s, "Seconds a buyer waits for the lock before giving up")->capture_default_str();
+    cmd->add_option("--name", s->name, "Lock name (segments append :segN)")->capture_default_str();
+    cmd->add_option("--store", s->store_path, "Stock store file shared by the processes (default: a temp file)");
+    cmd->add_flag("--json", s->json, "Print one JSON object");
+    cmd->add_flag("--quiet,-q", s->quiet, "No progress on stderr");
+    cmd->callback([s, &action] { action = [s] { return run_flash_sale(*s); }; });
+}
+
+}  // namespace distlock::tool
