@@ -1,0 +1,41 @@
+# Shared by scripts/demo.sh and scripts/test.sh: install what is missing, build.
+# Sourced, not run.
+
+# What building libdistlock, the tool and the tests needs.
+CORE_PACKAGES=(cmake g++ ninja-build pkg-config libcurl4-openssl-dev libssl-dev nlohmann-json3-dev libcli11-dev catch2)
+# The client libraries of the server backends (each backend is built when found).
+BACKEND_PACKAGES=(libhiredis-dev libmysqlcppconn-dev libpq-dev libzookeeper-mt-dev libcpp-httplib-dev)
+
+say() { echo "==> $*" >&2; }
+
+ensure_packages() {
+    local missing=() p
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "$(id -u)" != 0 ]; then
+        echo "missing Debian packages: ${missing[*]} (run as root, or install them first)" >&2
+        return 1
+    fi
+    say "installing ${missing[*]}"
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# configure_and_build DIR SANITIZERS [TARGET...]
+configure_and_build() {
+    local dir=$1 sanitize=$2; shift 2
+    local gen=()
+    command -v ninja >/dev/null && gen=(-G Ninja)
+    if [ ! -f "$dir/CMakeCache.txt" ]; then
+        say "configuring $dir${sanitize:+ (sanitizers: $sanitize)}"
+        cmake -S . -B "$dir" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDISTLOCK_SANITIZE="$sanitize" >"$dir.configure.log" 2>&1 \
+            || { cat "$dir.configure.log" >&2; return 1; }
+        grep -E "distlock" "$dir.configure.log" >&2 || true
+    fi
+    say "building $dir"
+    local targets=()
+    for t in "$@"; do targets+=(--target "$t"); done
+    cmake --build "$dir" -j "$(nproc)" "${targets[@]}" >"$dir.build.log" 2>&1 || { tail -n 60 "$dir.build.log" >&2; return 1; }
+}

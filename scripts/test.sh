@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Every test, against real servers started here (integration/backends.sh).
+#   scripts/test.sh                       plain build + ctest, then an
+#                                         AddressSanitizer+UBSan build + ctest
+#   scripts/test.sh --sanitize thread     the second pass with ThreadSanitizer instead
+#   scripts/test.sh --sanitize none       no sanitizer pass
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+sanitize="address,undefined"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --sanitize) sanitize=$2; shift 2 ;;
+        *) echo "usage: $0 [--sanitize address,undefined|thread|none]" >&2; exit 2 ;;
+    esac
+done
+. scripts/lib.sh
+ensure_packages "${CORE_PACKAGES[@]}" "${BACKEND_PACKAGES[@]}"
+configure_and_build build ""
+
+say "starting the real servers"
+trap 'integration/backends.sh down || true' EXIT
+integration/backends.sh up
+set -a
+. integration/.run/backends.env
+set +a
+export DISTLOCK_REQUIRE_ALL=1  # a missing server URL fails instead of skipping
+
+say "tests (plain build)"
+ctest --test-dir build --output-on-failure -j 2
+
+if [ "$sanitize" != none ]; then
+    dir=build-${sanitize//,/-}
+    configure_and_build "$dir" "$sanitize"
+    say "tests under -fsanitize=$sanitize"
+    export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+    export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+    ctest --test-dir "$dir" --output-on-failure -j 2
+fi

@@ -1,0 +1,21 @@
+// Uses only the installed public headers and library.
+#include <distlock/distlock.hpp>
+
+#include <chrono>
+#include <iostream>
+#include <mutex>
+
+int main() {
+    auto locks = distlock::connect("memory://package-test");
+    auto m = locks.mutex("stock:product_01");
+    std::uint64_t first = 0;
+    {
+        std::unique_lock lk(m, std::chrono::seconds(1));
+        if (!lk) return 1;
+        first = m.token();
+    }
+    std::lock_guard again(m);
+    if (m.token() <= first) return 2;
+    std::cout << "distlock " << DISTLOCK_VERSION_STRING << " consumer: tokens " << first << " < " << m.token() << "\n";
+    return 0;
+}
