@@ -1,0 +1,508 @@
+#include "client.hpp"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace distlock::backends::redis {
+namespace {
+
+timeval to_timeval(std::chrono::milliseconds d) {
+    if (d.count() <= 0) d = 1ms;
+    timeval tv{};
+    tv.tv_sec = static_cast<time_t>(d.count() / 1000);
+    tv.tv_usec = static_cast<suseconds_t>((d.count() % 1000) * 1000);
+    return tv;
+}
+
+bool starts_with(const redisReply* r, std::string_view prefix) {
+    return r != nullptr && r->type == REDIS_REPLY_ERROR && r->str != nullptr &&
+           std::string_view(r->str, r->len).substr(0, prefix.size()) == prefix;
+}
+
+struct argv_buffers {
+    std::vector<const char*> ptrs;
+    std::vector<std::size_t> lens;
+    explicit argv_buffers(const std::vector<std::string_view>& args) {
+        ptrs.reserve(args.size());
+        lens.reserve(args.size());
+        for (auto a : args) {
+            ptrs.push_back(a.data());
+            lens.push_back(a.size());
+        }
+    }
+    int argc() const { return static_cast<int>(ptrs.size()); }
+};
+
+}  // namespace
+
+bool is_error(const redisReply* r) noexcept { return r != nullptr && r->type == REDIS_REPLY_ERROR; }
+
+std::string reply_text(const redisReply* r) {
+    if (r == nullptr) return "(no reply)";
+    switch (r->type) {
+        case REDIS_REPLY_STRING:
+        case REDIS_REPLY_STATUS:
+        case REDIS_REPLY_ERROR: return std::string(r->str, r->len);
+        case REDIS_REPLY_INTEGER: return std::to_string(r->integer);
+        case REDIS_REPLY_NIL: return "(nil)";
+        case REDIS_REPLY_ARRAY: return "(array of " + std::to_string(r->elements) + ")";
+        default: return "(reply type " + std::to_string(r->type) + ")";
+    }
+}
+
+void throw_reply_error(const std::string& backend, const redisReply* r, const std::string& context) {
+    std::string text = reply_text(r);
+    errc code = errc::unavailable;
+    if (starts_with(r, "NOAUTH") || starts_with(r, "WRONGPASS") || starts_with(r, "NOPERM") ||
+        text.find("invalid password") != std::string::npos || text.find("invalid username") != std::string::npos ||
+        text.find("AUTH <password> called without") != std::string::npos ||
+        text.find("no password is set") != std::string::npos)
+        code = errc::access_denied;
+    else if (starts_with(r, "WRONGTYPE"))
+        code = errc::invalid_argument;
+    throw_error(code, backend, context + ": " + text, 0, text);
+}
+
+// ---- connection ----------------------------------------------------------------
+
+std::unique_ptr<connection> connection::open(const endpoint& ep) {
+    redisContext* ctx = redisConnectWithTimeout(ep.host.c_str(), ep.port, to_timeval(ep.connect_timeout));
+    if (ctx == nullptr) throw_error(errc::unavailable, ep.backend_name, "cannot allocate a hiredis context");
+    if (ctx->err != 0) {
+        std::string msg = ctx->errstr;
+        int code = ctx->err;
+        redisFree(ctx);
+        throw_error(errc::unavailable, ep.backend_name,
+                    "cannot connect to " + ep.label() + " (connect_timeout " +
+                        std::to_string(ep.connect_timeout.count()) + " ms): " + msg,
+                    code, msg);
+    }
+    std::unique_ptr<connection> c(new connection(ctx, ep));
+    redisSetTimeout(ctx, to_timeval(ep.command_timeout));
+    redisEnableKeepAlive(ctx);
+    std::string db = std::to_string(ep.db);
+    int expected = 0;
+    try {
+        if (!ep.user.empty()) {
+            c->append({"AUTH", ep.user, ep.password});
+            ++expected;
+        } else if (!ep.password.empty()) {
+            c->append({"AUTH", ep.password});
+            ++expected;
+        }
+        if (ep.db != 0) {
+            c->append({"SELECT", db});
+            ++expected;
+        }
+        for (int i = 0; i < expected; ++i) {
+            auto r = c->read_reply();
+            if (!is_error(r.get())) continue;
+            const bool is_auth = i == 0 && (!ep.user.empty() || !ep.password.empty());
+            if (is_auth) {
+                std::string who = ep.user.empty() ? "the default user" : "user '" + ep.user + "'";
+                std::string text = reply_text(r.get());
+                throw_error(errc::access_denied, ep.backend_name,
+                            "authentication as " + who + " at " + ep.label() + " failed: " + text, 0, text);
+            }
+            if (starts_with(r.get(), "NOAUTH") || starts_with(r.get(), "NOPERM"))
+                throw_reply_error(ep.backend_name, r.get(), "SELECT " + db + " at " + ep.label());
+            std::string text = reply_text(r.get());
+            throw_error(errc::invalid_argument, ep.backend_name,
+                        "cannot select database " + db + " at " + ep.label() + ": " + text, 0, text);
+        }
+    } catch (const connection_failure& e) {
+        throw_error(errc::unavailable, ep.backend_name,
+                    "connection to " + ep.label() + " failed during AUTH/SELECT: " + e.what());
+    }
+    return c;
+}
+
+connection::~connection() {
+    if (ctx_ != nullptr) redisFree(ctx_);
+}
+
+void connection::fail(const std::string& what, bool maybe_sent) {
+    const int saved_errno = errno;
+    broken_ = true;
+    const bool eof = ctx_->err == REDIS_ERR_EOF;
+    const bool reset = ctx_->err == REDIS_ERR_IO && (saved_errno == ECONNRESET || saved_errno == EPIPE);
+    std::string detail = ctx_->err != 0 ? std::string(ctx_->errstr) : std::string("unknown error");
+    if (ctx_->err == REDIS_ERR_IO && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK))
+        detail = "no reply within the command timeout (" + std::to_string(ep_.command_timeout.count()) + " ms)";
+    throw connection_failure(what + " on " + ep_.label() + ": " + detail, eof || reset, maybe_sent);
+}
+
+reply_ptr connection::command(const std::vector<std::string_view>& args) {
+    append(args);
+    return read_reply();
+}
+
+void connection::append(const std::vector<std::string_view>& args) {
+    argv_buffers b(args);
+    if (redisAppendCommandArgv(ctx_, b.argc(), b.ptrs.data(), b.lens.data()) != REDIS_OK)
+        fail("cannot queue a command", false);
+    sent_since_read_ = true;
+}
+
+void connection::flush() {
+    int done = 0;
+    while (done == 0) {
+        if (redisBufferWrite(ctx_, &done) != REDIS_OK) fail("cannot send", true);
+    }
+}
+
+reply_ptr connection::read_reply() {
+    void* out = nullptr;
+    if (redisGetReply(ctx_, &out) != REDIS_OK || out == nullptr) fail("no reply", true);
+    return reply_ptr(static_cast<redisReply*>(out));
+}
+
+// ---- pool ------------------------------------------------------------------------
+
+pool::borrowed::~borrowed() {
+    if (conn_ && !conn_->broken()) pool_->put(std::move(conn_));
+}
+
+pool::borrowed pool::get() {
+    {
+        std::lock_guard lk(mutex_);
+        if (!idle_.empty()) {
+            auto c = std::move(idle_.back());
+            idle_.pop_back();
+            return borrowed(*this, std::move(c));
+        }
+    }
+    return borrowed(*this, connection::open(ep_));
+}
+
+void pool::put(std::unique_ptr<connection> c) {
+    std::lock_guard lk(mutex_);
+    if (idle_.size() < max_idle_) idle_.push_back(std::move(c));
+}
+
+void pool::clear_idle() {
+    std::vector<std::unique_ptr<connection>> drop;
+    std::lock_guard lk(mutex_);
+    drop.swap(idle_);
+}
+
+// ---- script ------------------------------------------------------------------------
+
+script::script(std::string text) : text_(std::move(text)) {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    EVP_Digest(text_.data(), text_.size(), md, &len, EVP_sha1(), nullptr);
+    sha1_ = spi::to_hex(std::string_view(reinterpret_cast<const char*>(md), len));
+}
+
+std::vector<std::string_view> script::eval_args(const std::vector<std::string_view>& keys,
+                                                const std::vector<std::string_view>& args,
+                                                std::string& numkeys) const {
+    numkeys = std::to_string(keys.size());
+    std::vector<std::string_view> cmd{"EVAL", text_, numkeys};
+    cmd.insert(cmd.end(), keys.begin(), keys.end());
+    cmd.insert(cmd.end(), args.begin(), args.end());
+    return cmd;
+}
+
+reply_ptr script::run(connection& c, const std::vector<std::string_view>& keys,
+                      const std::vector<std::string_view>& args) const {
+    std::string numkeys;
+    auto cmd = eval_args(keys, args, numkeys);
+    cmd[0] = "EVALSHA";
+    cmd[1] = sha1_;
+    auto r = c.command(cmd);
+    if (!starts_with(r.get(), "NOSCRIPT")) return r;
+    cmd[0] = "EVAL";
+    cmd[1] = text_;
+    return c.command(cmd);
+}
+
+// ---- exchange (one command to several servers at once) ------------------------------
+
+std::vector<exchange_result> exchange_all(const std::vector<pool*>& pools,
+                                      const std::vector<std::vector<std::string_view>>& commands) {
+    const std::size_t n = pools.size();
+    std::vector<exchange_result> out(n);
+    std::vector<std::optional<pool::borrowed>> conns(n);
+    auto timeout = 0ms;
+    for (std::size_t i = 0; i < n; ++i) {
+        timeout = std::max(timeout, pools[i]->where().command_timeout);
+        try {
+            conns[i].emplace(pools[i]->get());
+            (*conns[i])->append(commands[i]);
+            (*conns[i])->flush();
+        } catch (const connection_failure& e) {
+            out[i].error = e.what();
+            out[i].maybe_sent = e.maybe_sent();
+            conns[i].reset();
+            pools[i]->clear_idle();
+        } catch (const error& e) {
+            out[i].error = e.what();
+            out[i].code = e.code_value();
+            conns[i].reset();
+        }
+    }
+    const auto until = clock::now() + timeout;
+    std::vector<std::size_t> waiting;
+    for (std::size_t i = 0; i < n; ++i)
+        if (conns[i]) waiting.push_back(i);
+    auto fail_node = [&](std::size_t i, const std::string& why) {
+        out[i].error = why + " on " + pools[i]->where().label();
+        out[i].maybe_sent = true;
+        (**conns[i]).poison();  // never reuse a connection with a reply pending
+        conns[i].reset();
+        pools[i]->clear_idle();
+    };
+    while (!waiting.empty()) {
+        std::vector<pollfd> fds;
+        for (auto i : waiting) fds.push_back(pollfd{(**conns[i]).raw()->fd, POLLIN, 0});
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - clock::now());
+        if (left.count() <= 0) {
+            for (auto i : waiting)
+                fail_node(i, "no reply within the command timeout (" + std::to_string(timeout.count()) + " ms)");
+            break;
+        }
+        int rc = ::poll(fds.data(), fds.size(), static_cast<int>(left.count()) + 1);
+        if (rc < 0 && errno != EINTR) {
+            for (auto i : waiting) fail_node(i, std::string("poll failed: ") + std::strerror(errno));
+            break;
+        }
+        std::vector<std::size_t> still;
+        for (std::size_t k = 0; k < waiting.size(); ++k) {
+            auto i = waiting[k];
+            if (rc <= 0 || fds[k].revents == 0) {
+                still.push_back(i);
+                continue;
+            }
+            redisContext* ctx = (**conns[i]).raw();
+            if (redisBufferRead(ctx) != REDIS_OK) {
+                fail_node(i, ctx->errstr[0] != '\0' ? std::string(ctx->errstr) : std::string("read failed"));
+                continue;
+            }
+            void* r = nullptr;
+            if (redisGetReplyFromReader(ctx, &r) != REDIS_OK) {
+                fail_node(i, "protocol error");
+                continue;
+            }
+            if (r == nullptr) {
+                still.push_back(i);
+                continue;
+            }
+            out[i].reply.reset(static_cast<redisReply*>(r));
+            (**conns[i]).mark_used();
+        }
+        waiting.swap(still);
+    }
+    return out;
+}
+
+// ---- subscriber ----------------------------------------------------------------------
+
+subscriber::subscriber(endpoint ep) : ep_(std::move(ep)) {
+    if (::pipe2(wake_pipe_, O_CLOEXEC | O_NONBLOCK) != 0)
+        throw_error(errc::unavailable, ep_.backend_name, "pipe2 failed", errno, std::strerror(errno));
+    thread_ = std::thread([this] { run(); });
+}
+
+subscriber::~subscriber() {
+    {
+        std::lock_guard lk(mutex_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    char b = 1;
+    (void)!::write(wake_pipe_[1], &b, 1);
+    if (thread_.joinable()) thread_.join();
+    if (ctx_ != nullptr) redisFree(ctx_);
+    ::close(wake_pipe_[0]);
+    ::close(wake_pipe_[1]);
+}
+
+void subscriber::send_locked(const std::vector<std::string_view>& args) {
+    if (fd_ < 0) return;
+    argv_buffers b(args);
+    char* cmd = nullptr;
+    int len = redisFormatCommandArgv(&cmd, b.argc(), b.ptrs.data(), b.lens.data());
+    if (len < 0 || cmd == nullptr) return;
+    int off = 0;
+    while (off < len) {
+        ssize_t w = ::send(fd_, cmd + off, static_cast<std::size_t>(len - off), MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            ::shutdown(fd_, SHUT_RDWR);  // the reader thread sees the failure and reconnects
+            break;
+        }
+        off += static_cast<int>(w);
+    }
+    redisFreeCommand(cmd);
+}
+
+std::unique_ptr<subscriber::subscription> subscriber::subscribe(const std::string& channel,
+                                                                deadline confirm_until) {
+    std::unique_lock lk(mutex_);
+    auto& st = channels_[channel];
+    ++st.refs;
+    auto sub = std::make_unique<subscription>(*this, channel);
+    if (up_ && !st.wanted) {
+        send_locked({"SUBSCRIBE", channel});
+        ++st.pending;
+        st.wanted = true;
+        st.confirmed = false;
+    } else if (!up_) {
+        cv_.notify_all();  // the reader thread connects (it subscribes every wanted channel)
+    }
+    auto ready = [&] { return stop_ || st.confirmed; };
+    if (confirm_until == deadline::max()) cv_.wait(lk, ready);
+    else cv_.wait_until(lk, confirm_until, ready);
+    return sub;
+}
+
+void subscriber::release(const std::string& channel) {
+    std::lock_guard lk(mutex_);
+    auto it = channels_.find(channel);
+    if (it == channels_.end()) return;
+    auto& st = it->second;
+    if (--st.refs > 0) return;
+    if (up_ && st.wanted) send_locked({"UNSUBSCRIBE", channel});
+    st.wanted = false;
+    st.confirmed = false;
+    if (st.pending == 0) channels_.erase(it);
+}
+
+std::uint64_t subscriber::messages(const std::string& channel) {
+    std::lock_guard lk(mutex_);
+    auto it = channels_.find(channel);
+    return it == channels_.end() ? 0 : it->second.messages;
+}
+
+bool subscriber::confirmed(const std::string& channel) {
+    std::lock_guard lk(mutex_);
+    auto it = channels_.find(channel);
+    return it != channels_.end() && it->second.confirmed;
+}
+
+subscriber::wake subscriber::wait(const std::string& channel, std::uint64_t seen, deadline until) {
+    std::unique_lock lk(mutex_);
+    auto it = channels_.find(channel);
+    if (it == channels_.end() || !it->second.confirmed) return wake::broken;
+    auto& st = it->second;
+    const auto breaks = breaks_;
+    auto done = [&] { return stop_ || st.messages != seen || breaks_ != breaks || !st.confirmed; };
+    bool woke = until == deadline::max() ? (cv_.wait(lk, done), true) : cv_.wait_until(lk, until, done);
+    if (!woke) return wake::timeout;
+    if (st.messages != seen) return wake::message;
+    return wake::broken;
+}
+
+void subscriber::on_reply(redisReply* r) {
+    if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
+    const redisReply* kind = r->element[0];
+    const redisReply* chan = r->element[1];
+    if (kind->type != REDIS_REPLY_STRING || chan->type != REDIS_REPLY_STRING) return;
+    std::string_view k(kind->str, kind->len);
+    auto it = channels_.find(std::string_view(chan->str, chan->len));
+    if (it == channels_.end()) return;
+    auto& st = it->second;
+    if (k == "message") {
+        ++st.messages;
+    } else if (k == "subscribe") {
+        if (st.pending > 0) --st.pending;
+        if (st.pending == 0 && st.wanted) st.confirmed = true;
+        if (st.pending == 0 && st.refs == 0) channels_.erase(it);
+    }
+    cv_.notify_all();
+}
+
+void subscriber::drop_connection_locked(const std::string&) {
+    if (ctx_ != nullptr) redisFree(ctx_);
+    ctx_ = nullptr;
+    fd_ = -1;
+    up_ = false;
+    ++breaks_;
+    for (auto it = channels_.begin(); it != channels_.end();) {
+        it->second.pending = 0;
+        it->second.wanted = false;
+        it->second.confirmed = false;
+        it = it->second.refs == 0 ? channels_.erase(it) : std::next(it);
+    }
+    cv_.notify_all();
+}
+
+void subscriber::run() {
+    std::unique_lock lk(mutex_);
+    auto delay = 10ms;
+    auto wanted = [&] {
+        for (const auto& [name, st] : channels_)
+            if (st.refs > 0) return true;
+        return false;
+    };
+    while (!stop_) {
+        if (!up_) {
+            cv_.wait(lk, [&] { return stop_ || wanted(); });
+            if (stop_) break;
+            lk.unlock();
+            std::unique_ptr<connection> c;
+            try {
+                c = connection::open(ep_);
+            } catch (const std::exception&) {
+            }
+            lk.lock();
+            if (!c) {
+                ++breaks_;
+                cv_.notify_all();  // waiters fall back to backoff meanwhile
+                cv_.wait_for(lk, delay, [&] { return stop_; });
+                delay = std::min(delay * 2, std::chrono::milliseconds{1000});
+                continue;
+            }
+            delay = 10ms;
+            // Take the raw context: from now on only this thread reads it, and
+            // writers send preformatted commands on its socket under mutex_.
+            ctx_ = c->release();
+            fd_ = ctx_->fd;
+            up_ = true;
+            for (auto& [name, st] : channels_) {
+                if (st.refs == 0) continue;
+                send_locked({"SUBSCRIBE", name});
+                ++st.pending;
+                st.wanted = true;
+                st.confirmed = false;
+            }
+            continue;
+        }
+        pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
+        lk.unlock();
+        int rc = ::poll(fds, 2, -1);
+        lk.lock();
+        if (fds[1].revents != 0) {
+            char buf[64];
+            while (::read(wake_pipe_[0], buf, sizeof buf) > 0) {
+            }
+        }
+        if (stop_) break;
+        if (rc < 0 || fds[0].revents == 0 || !up_) continue;
+        if (redisBufferRead(ctx_) != REDIS_OK) {
+            drop_connection_locked(ctx_->errstr);
+            continue;
+        }
+        for (;;) {
+            void* r = nullptr;
+            if (redisGetReplyFromReader(ctx_, &r) != REDIS_OK) {
+                drop_connection_locked("protocol error");
+                break;
+            }
+            if (r == nullptr) break;
+            on_reply(static_cast<redisReply*>(r));
+            freeReplyObject(r);
+        }
+    }
+}
+
+}  // namespace distlock::backends::redis

@@ -1,0 +1,259 @@
+// Internal to the redis backends (redis://, redlock://): a thin layer over
+// hiredis's blocking API. Never included outside backends/redis/.
+//
+//  - endpoint:    where and how to connect (host, port, AUTH, SELECT, timeouts)
+//  - connection:  one hiredis context (not thread-safe: used by one thread at a time)
+//  - pool:        idle connections of one endpoint, handed out one per call
+//  - subscriber:  one dedicated pub/sub connection per provider, with a reader
+//                 thread; waiters subscribe to a channel and wait for a message
+//  - script:      a Lua script run by EVALSHA with a fallback to EVAL on NOSCRIPT
+//  - exchange_all():  one command to each of several endpoints at once (Redlock),
+//                 all replies awaited together under one deadline
+#pragma once
+
+#include <hiredis/hiredis.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "distlock/spi/backend.hpp"
+
+namespace distlock::backends::redis {
+
+using namespace std::chrono_literals;
+using spi::clock;
+using spi::deadline;
+
+struct endpoint {
+    std::string backend_name = "redis";  // for errors: "redis" or "redlock"
+    std::string host = "127.0.0.1";
+    std::uint16_t port = 6379;
+    std::string user;      // ACL user ("" = the default user)
+    std::string password;  // "" = no AUTH
+    int db = 0;            // SELECT db when not 0
+    std::chrono::milliseconds connect_timeout{1000};
+    std::chrono::milliseconds command_timeout{2000};
+
+    std::string label() const { return host + ":" + std::to_string(port); }
+};
+
+struct reply_deleter {
+    void operator()(redisReply* r) const noexcept {
+        if (r != nullptr) freeReplyObject(r);
+    }
+};
+using reply_ptr = std::unique_ptr<redisReply, reply_deleter>;
+
+// The connection failed (refused, reset, closed, timed out). Internal: the
+// backends turn it into unavailable_error / in_doubt_error at their boundary.
+class connection_failure : public std::runtime_error {
+public:
+    connection_failure(const std::string& what, bool stale, bool maybe_sent)
+        : std::runtime_error(what), stale_(stale), maybe_sent_(maybe_sent) {}
+    // The server closed or reset a connection that had been idle in the pool: the
+    // command never reached a live server, so it is safe to retry it once.
+    bool stale() const noexcept { return stale_; }
+    // The command may have reached the server (its effect is unknown).
+    bool maybe_sent() const noexcept { return maybe_sent_; }
+
+private:
+    bool stale_, maybe_sent_;
+};
+
+// Throws the distlock error matching a Redis error reply (NOAUTH/WRONGPASS/NOPERM
+// -> access_denied, WRONGTYPE -> invalid_argument, else unavailable).
+[[noreturn]] void throw_reply_error(const std::string& backend, const redisReply* r, const std::string& context);
+bool is_error(const redisReply* r) noexcept;
+std::string reply_text(const redisReply* r);
+
+class connection {
+public:
+    // Connects, AUTHs and SELECTs. Throws unavailable_error (refused, timeout),
+    // access_denied_error (bad credentials) or invalid_argument_error (bad db).
+    static std::unique_ptr<connection> open(const endpoint& ep);
+    ~connection();
+    connection(const connection&) = delete;
+    connection& operator=(const connection&) = delete;
+
+    // One command; returns the reply, which may be an error reply. Throws
+    // connection_failure when the connection breaks (it is then unusable).
+    reply_ptr command(const std::vector<std::string_view>& args);
+
+    // Pipelining: append commands, then flush() and read_reply() once per command.
+    void append(const std::vector<std::string_view>& args);
+    void flush();
+    reply_ptr read_reply();
+
+    bool broken() const noexcept { return broken_; }
+    void poison() noexcept { broken_ = true; }
+    bool reused() const noexcept { return uses_ > 0; }
+    void mark_used() noexcept { ++uses_; }
+    redisContext* raw() noexcept { return ctx_; }
+    // Hands the hiredis context over to the caller (who frees it).
+    redisContext* release() noexcept { return std::exchange(ctx_, nullptr); }
+    [[noreturn]] void fail(const std::string& what, bool maybe_sent);
+    const endpoint& where() const noexcept { return ep_; }
+
+private:
+    connection(redisContext* ctx, const endpoint& ep) : ctx_(ctx), ep_(ep) {}
+    redisContext* ctx_;
+    endpoint ep_;
+    bool broken_ = false;
+    bool sent_since_read_ = false;
+    std::uint64_t uses_ = 0;
+};
+
+class pool {
+public:
+    pool(endpoint ep, std::size_t max_idle) : ep_(std::move(ep)), max_idle_(max_idle) {}
+
+    // A connection borrowed from the pool; given back when destroyed unless broken.
+    class borrowed {
+    public:
+        borrowed(pool& p, std::unique_ptr<connection> c) : pool_(&p), conn_(std::move(c)) {}
+        borrowed(borrowed&&) noexcept = default;
+        borrowed& operator=(borrowed&&) noexcept = delete;
+        ~borrowed();
+        connection* operator->() const noexcept { return conn_.get(); }
+        connection& operator*() const noexcept { return *conn_; }
+
+    private:
+        pool* pool_;
+        std::unique_ptr<connection> conn_;
+    };
+
+    borrowed get();  // an idle connection or a new one (may throw like connection::open)
+    void clear_idle();
+    const endpoint& where() const noexcept { return ep_; }
+
+    // Runs f(connection&), retrying once on a fresh connection when a pooled one
+    // turns out to be stale (the server restarted or closed it while idle).
+    template <class F>
+    auto run(F&& f) {
+        for (int attempt = 0;; ++attempt) {
+            auto c = get();
+            const bool reused = c->reused();
+            try {
+                auto result = f(*c);
+                c->mark_used();
+                return result;
+            } catch (const connection_failure& e) {
+                if (reused && e.stale() && attempt == 0) {
+                    clear_idle();
+                    continue;
+                }
+                throw;
+            }
+        }
+    }
+
+private:
+    void put(std::unique_ptr<connection> c);
+    endpoint ep_;
+    std::size_t max_idle_;
+    std::mutex mutex_;
+    std::vector<std::unique_ptr<connection>> idle_;
+};
+
+// A Lua script: EVALSHA with a fallback to EVAL when the server does not know it
+// (after a restart or SCRIPT FLUSH).
+class script {
+public:
+    explicit script(std::string text);
+    const std::string& text() const noexcept { return text_; }
+    const std::string& sha1() const noexcept { return sha1_; }
+    reply_ptr run(connection& c, const std::vector<std::string_view>& keys,
+                  const std::vector<std::string_view>& args) const;
+    // The EVAL command line (for pipelines and exchange_all()).
+    std::vector<std::string_view> eval_args(const std::vector<std::string_view>& keys,
+                                            const std::vector<std::string_view>& args, std::string& numkeys) const;
+
+private:
+    std::string text_, sha1_;
+};
+
+// One command to each pool at once; the replies are awaited together until the
+// endpoints' command timeout. result[i] is the reply of pools[i], or its error.
+struct exchange_result {
+    reply_ptr reply;    // null when the node failed
+    std::string error;  // why it failed (connect refused, timeout, ...)
+    errc code = errc::unavailable;  // for a failure: access_denied when the node refused our credentials
+    bool maybe_sent = false;
+};
+std::vector<exchange_result> exchange_all(const std::vector<pool*>& pools,
+                                      const std::vector<std::vector<std::string_view>>& commands);
+
+// The dedicated pub/sub connection of a provider.
+class subscriber {
+public:
+    explicit subscriber(endpoint ep);
+    ~subscriber();
+    subscriber(const subscriber&) = delete;
+    subscriber& operator=(const subscriber&) = delete;
+
+    enum class wake { message, timeout, broken };
+
+    class subscription {
+    public:
+        subscription(subscriber& s, std::string channel) : sub_(s), channel_(std::move(channel)) {}
+        ~subscription() { sub_.release(channel_); }
+        subscription(const subscription&) = delete;
+        subscription& operator=(const subscription&) = delete;
+        // Messages received on the channel since it was subscribed.
+        std::uint64_t messages() const { return sub_.messages(channel_); }
+        // Waits until a message beyond `seen` arrives, `until` passes, or the
+        // pub/sub connection is down (then the caller must fall back to backoff).
+        wake wait(std::uint64_t seen, deadline until) { return sub_.wait(channel_, seen, until); }
+        bool confirmed() const { return sub_.confirmed(channel_); }
+
+    private:
+        subscriber& sub_;
+        std::string channel_;
+    };
+
+    // Subscribes and waits (until `confirm_until` at most) for the server's
+    // confirmation, so that a message published after this returns is seen.
+    std::unique_ptr<subscription> subscribe(const std::string& channel, deadline confirm_until);
+
+private:
+    struct channel_state {
+        int refs = 0;           // live subscriptions
+        int pending = 0;        // SUBSCRIBE sent, confirmation not yet read
+        bool wanted = false;    // the last command sent for it was SUBSCRIBE
+        bool confirmed = false; // the server confirmed the last SUBSCRIBE
+        std::uint64_t messages = 0;
+    };
+    void release(const std::string& channel);
+    std::uint64_t messages(const std::string& channel);
+    bool confirmed(const std::string& channel);
+    wake wait(const std::string& channel, std::uint64_t seen, deadline until);
+    void send_locked(const std::vector<std::string_view>& args);  // mutex_ held
+    void run();
+    void on_reply(redisReply* r);                                   // mutex_ held
+    void drop_connection_locked(const std::string& why);           // mutex_ held
+
+    endpoint ep_;
+    std::mutex mutex_;
+    std::condition_variable cv_;
+    std::map<std::string, channel_state, std::less<>> channels_;
+    redisContext* ctx_ = nullptr;  // read by the reader thread only; fd_ written under mutex_
+    int fd_ = -1;
+    std::uint64_t breaks_ = 0;  // bumped whenever the connection drops
+    bool up_ = false;
+    bool stop_ = false;
+    int wake_pipe_[2] = {-1, -1};
+    std::thread thread_;
+};
+
+}  // namespace distlock::backends::redis

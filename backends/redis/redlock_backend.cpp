@@ -1,0 +1,333 @@
+// redlock://[user:password@]h1:p1,h2:p2,h3:p3[/db][?lease=..&timeout=..&retry_delay=..]
+//
+// The Redlock algorithm over N independent Redis masters (no replication between
+// them): the same key `<prefix>{<name>}` and random token are SET NX PX on every
+// node at once (one parallel round, each node bounded by `timeout`); the lock is
+// held only when a majority (N/2+1) said OK and the validity
+//     ttl - elapsed - (ttl * drift_factor + 2 ms)
+// is still positive. Otherwise the owner-checked delete goes to ALL nodes (also
+// those that seemed to fail), and the next attempt follows a random delay of up to
+// `retry_delay`. Renewal is an owner-checked PEXPIRE on every node, counted only
+// with a majority. There is no fencing token: see docs/backends/redis.md.
+#include <random>
+#include <thread>
+
+#include "common.hpp"
+
+namespace distlock::backends::redis {
+namespace {
+
+// KEYS[1] lock key; ARGV[1] token. 1 deleted, 0 not ours.
+const char* const release_lua = R"lua(
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  return redis.call('del', KEYS[1])
+end
+return 0
+)lua";
+
+// KEYS[i] lock keys; ARGV[2i-1] token, ARGV[2i] lease ms. Reply: 1/0 per key.
+const char* const extend_lua = R"lua(
+local out = {}
+for i = 1, #KEYS do
+  if redis.call('get', KEYS[i]) == ARGV[2 * i - 1] then
+    redis.call('pexpire', KEYS[i], ARGV[2 * i])
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+)lua";
+
+struct redlock_settings {
+    std::vector<endpoint> nodes;
+    std::string prefix = "distlock:";
+    std::chrono::milliseconds retry_delay{200};
+    double drift_factor = 0.01;
+    std::size_t pool_size = 4;
+};
+
+bool is_ok(const redisReply* r) {
+    return r != nullptr && r->type == REDIS_REPLY_STATUS && std::string_view(r->str, r->len) == "OK";
+}
+
+std::chrono::milliseconds random_delay(std::chrono::milliseconds max) {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    std::uniform_int_distribution<long long> dist(max.count() / 10, std::max<long long>(max.count(), 1));
+    return std::chrono::milliseconds(dist(rng));
+}
+
+class redlock_backend;
+
+class redlock_handle final : public spi::lock_handle {
+public:
+    redlock_handle(redlock_backend& b, const spi::lock_request& r);
+    std::optional<std::uint64_t> acquire(deadline until) override;
+    void release() override;
+    std::chrono::milliseconds keepalive_interval() const override {
+        return request_.auto_renew ? std::max(request_.lease / 3, std::chrono::milliseconds{1})
+                                   : std::chrono::milliseconds{0};
+    }
+    spi::keepalive_result keepalive() override;
+
+    const std::string& key() const noexcept { return key_; }
+    const std::string& token() const noexcept { return token_; }
+    const std::string& lease_ms() const noexcept { return lease_ms_; }
+
+private:
+    redlock_backend& backend_;
+    spi::lock_request request_;
+    std::string key_, lease_ms_;
+    std::string token_;  // of the current grant; "" = none
+};
+
+class redlock_backend final : public spi::backend {
+public:
+    explicit redlock_backend(redlock_settings s)
+        : settings_(std::move(s)), release_(release_lua), extend_(extend_lua) {
+        for (const auto& ep : settings_.nodes) {
+            pools_.push_back(std::make_unique<pool>(ep, settings_.pool_size));
+            pool_ptrs_.push_back(pools_.back().get());
+        }
+        quorum_ = settings_.nodes.size() / 2 + 1;
+        caps_.unsupported = {
+            {feature::fencing,
+             "Redlock has no monotonic fencing token: independent masters cannot agree on one number without "
+             "consensus (a majority INCR is not linearizable); use redis:// or a consensus backend when the "
+             "protected storage must reject stale writers"},
+            {feature::notified_wakeup,
+             "the Redlock algorithm retries after a random delay (up to retry_delay) instead of a notification"},
+        };
+        // After the holder's lease runs out, a waiter retries within retry_delay.
+        caps_.crash_release_bound = settings_.retry_delay;
+        // Check the nodes now: bad credentials anywhere, or no majority reachable,
+        // fail connect() with a typed error.
+        std::vector<std::vector<std::string_view>> cmds(pools_.size(), {"PING"});
+        auto res = exchange_all(pool_ptrs_, cmds);
+        std::size_t ok = 0;
+        std::string errors;
+        for (std::size_t i = 0; i < res.size(); ++i) {
+            if (res[i].reply && !is_error(res[i].reply.get())) {
+                ++ok;
+                continue;
+            }
+            std::string why = res[i].reply ? reply_text(res[i].reply.get()) : res[i].error;
+            if (res[i].code == errc::access_denied) throw_error(errc::access_denied, "redlock", why);
+            if (res[i].reply) throw_reply_error("redlock", res[i].reply.get(), "PING " + settings_.nodes[i].label());
+            errors += (errors.empty() ? "" : "; ") + why;
+        }
+        if (ok < quorum_) throw_error(errc::unavailable, "redlock", majority_message(ok, errors));
+    }
+
+    std::string_view name() const noexcept override { return "redlock"; }
+    const capabilities& caps() const noexcept override { return caps_; }
+    std::unique_ptr<spi::lock_handle> make_lock(const spi::lock_request& r) override {
+        return std::make_unique<redlock_handle>(*this, r);
+    }
+
+    // One parallel PING round: the floor of a Redlock operation.
+    std::optional<std::chrono::nanoseconds> round_trip() override {
+        std::vector<std::vector<std::string_view>> cmds(pools_.size(), {"PING"});
+        auto t0 = clock::now();
+        auto res = exchange_all(pool_ptrs_, cmds);
+        auto dt = clock::now() - t0;
+        std::size_t ok = 0;
+        for (auto& r : res) ok += r.reply ? 1 : 0;
+        if (ok < quorum_) throw_error(errc::unavailable, "redlock", majority_message(ok, "PING failed"));
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(dt);
+    }
+
+    void keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) override;
+
+    void break_lock(std::string_view lock_name) override {
+        auto k = key_for(lock_name);
+        std::vector<std::vector<std::string_view>> cmds(pools_.size(), {"DEL", k});
+        auto res = exchange_all(pool_ptrs_, cmds);
+        std::size_t ok = 0;
+        for (auto& r : res) ok += r.reply ? 1 : 0;
+        if (ok < quorum_) throw_error(errc::unavailable, "redlock", majority_message(ok, "DEL failed"));
+    }
+
+    std::string key_for(std::string_view lock_name) const {
+        return settings_.prefix + "{" + std::string(lock_name) + "}";
+    }
+
+    std::string majority_message(std::size_t ok, const std::string& errors) const {
+        return std::to_string(pools_.size() - ok) + " of " + std::to_string(pools_.size()) +
+               " Redlock nodes failed; a majority of " + std::to_string(quorum_) + " is needed: " + errors;
+    }
+
+    // Sends the owner-checked delete of `key` to every node; returns how many
+    // deleted it and how many could not be asked.
+    std::pair<std::size_t, std::size_t> release_all(const std::string& key, const std::string& token) {
+        std::string numkeys;
+        auto cmd = release_.eval_args({key}, {token}, numkeys);
+        std::vector<std::vector<std::string_view>> cmds(pools_.size(), cmd);
+        auto res = exchange_all(pool_ptrs_, cmds);
+        std::size_t deleted = 0, failed = 0;
+        for (auto& r : res) {
+            if (!r.reply || is_error(r.reply.get())) ++failed;
+            else if (r.reply->type == REDIS_REPLY_INTEGER && r.reply->integer == 1) ++deleted;
+        }
+        return {deleted, failed};
+    }
+
+    const redlock_settings& config() const noexcept { return settings_; }
+    const std::vector<pool*>& pools() const noexcept { return pool_ptrs_; }
+    std::size_t quorum() const noexcept { return quorum_; }
+
+private:
+    redlock_settings settings_;
+    capabilities caps_;
+    std::vector<std::unique_ptr<pool>> pools_;
+    std::vector<pool*> pool_ptrs_;
+    std::size_t quorum_ = 1;
+    script release_, extend_;
+
+    friend class redlock_handle;
+};
+
+redlock_handle::redlock_handle(redlock_backend& b, const spi::lock_request& r)
+    : backend_(b), request_(r), key_(b.key_for(r.name)), lease_ms_(std::to_string(r.lease.count())) {}
+
+std::optional<std::uint64_t> redlock_handle::acquire(deadline until) {
+    const auto& cfg = backend_.config();
+    const auto n = backend_.pools().size();
+    const auto quorum = backend_.quorum();
+    std::string token = spi::random_token();
+    const auto drift = std::chrono::duration_cast<std::chrono::milliseconds>(request_.lease * cfg.drift_factor) + 2ms;
+    for (;;) {
+        const auto start = clock::now();
+        std::vector<std::vector<std::string_view>> cmds(n, {"SET", key_, token, "NX", "PX", lease_ms_});
+        auto res = exchange_all(backend_.pools(), cmds);
+        std::size_t ok = 0, failed = 0, denied = 0;
+        std::string errors;
+        for (std::size_t i = 0; i < n; ++i) {
+            if (res[i].reply && is_ok(res[i].reply.get())) {
+                ++ok;
+            } else if (res[i].reply && res[i].reply->type == REDIS_REPLY_NIL) {
+                // held by someone else on this node
+            } else {
+                ++failed;
+                std::string why = res[i].reply ? reply_text(res[i].reply.get()) : res[i].error;
+                if (res[i].code == errc::access_denied ||
+                    (res[i].reply && (why.rfind("NOAUTH", 0) == 0 || why.rfind("NOPERM", 0) == 0)))
+                    ++denied;
+                errors += (errors.empty() ? "" : "; ") + cfg.nodes[i].label() + ": " + why;
+            }
+        }
+        const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start);
+        const auto validity = request_.lease - elapsed - drift;
+        if (ok >= quorum && validity.count() > 0) {
+            token_ = token;
+            return 0;  // Redlock has no fencing token
+        }
+        // Not held: undo on every node, including those that seemed to fail.
+        if (ok > 0 || failed > 0) backend_.release_all(key_, token);
+        if (failed > n - quorum) {
+            if (denied > 0) throw_error(errc::access_denied, "redlock", backend_.majority_message(n - failed, errors));
+            throw_error(errc::unavailable, "redlock", backend_.majority_message(n - failed, errors));
+        }
+        const auto now = clock::now();
+        if (now >= until) return std::nullopt;
+        auto delay = random_delay(cfg.retry_delay);
+        if (until - now < delay) delay = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
+        std::this_thread::sleep_for(delay);
+    }
+}
+
+void redlock_handle::release() {
+    std::string token = std::exchange(token_, std::string{});
+    if (token.empty()) throw_error(errc::not_owner, "redlock", "lock '" + request_.name + "' is not held");
+    auto [deleted, failed] = backend_.release_all(key_, token);
+    const auto n = backend_.pools().size();
+    if (failed > n - backend_.quorum())
+        throw_error(errc::in_doubt, "redlock",
+                    "release of '" + request_.name + "' reached only " + std::to_string(n - failed) + " of " +
+                        std::to_string(n) + " nodes (the lease will expire on the others)");
+    if (deleted == 0 && failed == 0)
+        throw_error(errc::not_owner, "redlock",
+                    "lock '" + request_.name + "' was no longer ours on any node when released (expired or deleted)");
+}
+
+spi::keepalive_result redlock_handle::keepalive() {
+    spi::lock_handle* self = this;
+    spi::keepalive_result result;
+    backend_.keepalive_batch(std::span<spi::lock_handle* const>(&self, 1), std::span<spi::keepalive_result>(&result, 1));
+    return result;
+}
+
+void redlock_backend::keepalive_batch(std::span<spi::lock_handle* const> handles,
+                                      std::span<spi::keepalive_result> results) {
+    // One extend script per node over every due key, all nodes at once: one round.
+    std::vector<std::size_t> index;
+    std::vector<std::string_view> keys, args;
+    for (std::size_t i = 0; i < handles.size(); ++i) {
+        auto* h = static_cast<redlock_handle*>(handles[i]);
+        if (h->token().empty()) {
+            results[i] = spi::keepalive_result::lost("not held");
+            continue;
+        }
+        index.push_back(i);
+        keys.push_back(h->key());
+        args.push_back(h->token());
+        args.push_back(h->lease_ms());
+    }
+    if (index.empty()) return;
+    std::string numkeys;
+    auto cmd = extend_.eval_args(keys, args, numkeys);
+    std::vector<std::vector<std::string_view>> cmds(pools_.size(), cmd);
+    const auto start = clock::now();
+    auto res = exchange_all(pool_ptrs_, cmds);
+    const auto elapsed = clock::now() - start;
+    const auto n = pools_.size();
+    for (std::size_t j = 0; j < index.size(); ++j) {
+        std::size_t ones = 0, zeros = 0;
+        std::string errors;
+        for (std::size_t node = 0; node < n; ++node) {
+            const redisReply* r = res[node].reply.get();
+            if (r != nullptr && r->type == REDIS_REPLY_ARRAY && r->elements == index.size()) {
+                (r->element[j]->type == REDIS_REPLY_INTEGER && r->element[j]->integer == 1 ? ones : zeros) += 1;
+            } else {
+                errors += (errors.empty() ? "" : "; ") + settings_.nodes[node].label() + ": " +
+                          (r ? reply_text(r) : res[node].error);
+            }
+        }
+        auto* h = static_cast<redlock_handle*>(handles[index[j]]);
+        const auto lease = std::chrono::milliseconds(std::stoll(h->lease_ms()));
+        if (ones >= quorum_ && elapsed < lease) results[index[j]] = spi::keepalive_result::ok();
+        else if (zeros > n - quorum_)
+            results[index[j]] = spi::keepalive_result::lost(
+                "a majority of Redlock nodes no longer hold our key (expired or deleted): " + std::to_string(zeros) +
+                " of " + std::to_string(n));
+        else
+            results[index[j]] = spi::keepalive_result::failed("extension reached " + std::to_string(ones) + " of " +
+                                                              std::to_string(n) + " nodes: " + errors);
+    }
+}
+
+}  // namespace
+
+std::shared_ptr<spi::backend> make_redlock(spi::url& u) {
+    redlock_settings s;
+    auto base = endpoint_from_url(u, "redlock", std::chrono::milliseconds{250}, std::chrono::milliseconds{250});
+    auto hosts = u.hosts_or_throw(6379);
+    for (const auto& h : hosts) {
+        auto ep = base;
+        ep.host = h.host;
+        ep.port = h.port;
+        s.nodes.push_back(ep);
+    }
+    if (s.nodes.size() < 3)
+        throw_error(errc::invalid_argument, "redlock",
+                    "redlock:// needs at least 3 independent nodes (h1:p1,h2:p2,h3:p3); got " +
+                        std::to_string(s.nodes.size()));
+    if (auto prefix = u.take("prefix")) s.prefix = *prefix;
+    s.retry_delay = u.take_duration("retry_delay").value_or(s.retry_delay);
+    if (s.retry_delay.count() <= 0) throw_error(errc::invalid_argument, "redlock", "retry_delay must be positive");
+    if (auto drift = u.take_int("drift_permille", 0, 500)) s.drift_factor = static_cast<double>(*drift) / 1000.0;
+    s.pool_size = static_cast<std::size_t>(u.take_int("pool", 1, 1024).value_or(4));
+    return std::make_shared<redlock_backend>(std::move(s));
+}
+
+}  // namespace distlock::backends::redis
