@@ -1,0 +1,31 @@
+# etcd 3.4, one member, for the etcd:// backend tests: client port 12379, peer
+# port 12380, on loopback, with fast election flags (heartbeat 10 ms, election
+# 100 ms) so that it serves within a fraction of a second. Sourced by
+# integration/backends.sh, which provides apt_ensure, wait_until, record_pid and
+# fail_with_log. Writes
+#   DISTLOCK_TEST_ETCD_URL   etcd://127.0.0.1:12379/distlock-tests?lease=2s
+ETCD_PORT=${DISTLOCK_ETCD_PORT:-12379}
+
+# etcd_cmd NAME DATADIR CLIENT_PORT PEER_PORT INITIAL_CLUSTER [STATE]: a member's command line.
+etcd_cmd() {
+    echo etcd --name "$1" --data-dir "$2" \
+        --listen-client-urls "http://127.0.0.1:$3" --advertise-client-urls "http://127.0.0.1:$3" \
+        --listen-peer-urls "http://127.0.0.1:$4" --initial-advertise-peer-urls "http://127.0.0.1:$4" \
+        --initial-cluster "$5" --initial-cluster-state "${6:-new}" --initial-cluster-token distlock-tests \
+        --heartbeat-interval=10 --election-timeout=100 --logger=zap --log-outputs=stderr
+}
+
+# etcd_healthy PORT: the member answers and the cluster has a leader.
+etcd_healthy() { curl -sf --max-time 1 "http://127.0.0.1:$1/health" | grep -q '"health":"true"'; }
+
+etcd_install() { apt_ensure etcd-server curl; }
+
+etcd_start() {
+    local dir=$1
+    # shellcheck disable=SC2046
+    $(etcd_cmd s1 "$dir/data" "$ETCD_PORT" $((ETCD_PORT + 1)) "s1=http://127.0.0.1:$((ETCD_PORT + 1))") \
+        </dev/null >"$dir/log" 2>&1 &
+    record_pid etcd $!
+    wait_until 30 etcd_healthy "$ETCD_PORT" || { fail_with_log etcd "$dir/log"; return 1; }
+    echo "DISTLOCK_TEST_ETCD_URL=etcd://127.0.0.1:$ETCD_PORT/distlock-tests?lease=2s" > "$RUN/etcd.env"
+}

@@ -1,0 +1,160 @@
+// etcd:// on a three-member cluster (integration/servers/etcd-cluster.sh):
+// killing the leader while a lock is held never yields two holders.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "distlock/distlock.hpp"
+#include "support.hpp"
+
+using namespace std::chrono_literals;
+using distlock::test::eventually;
+using distlock::test::unique_name;
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+std::string url() { return distlock::test::env("DISTLOCK_TEST_ETCD_CLUSTER_URL"); }
+
+std::string ctl(const std::string& args) {
+    const auto script = distlock::test::env("DISTLOCK_TEST_ETCD_CLUSTER_CTL");
+    REQUIRE_FALSE(script.empty());
+    std::string cmd = script + " " + args;
+    std::FILE* f = ::popen(cmd.c_str(), "r");
+    REQUIRE(f != nullptr);
+    char buf[128] = {};
+    std::string out;
+    while (std::fgets(buf, sizeof buf, f)) out += buf;
+    int rc = ::pclose(f);
+    INFO("ctl " << args << " -> " << out);
+    REQUIRE(rc == 0);
+    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+    return out;
+}
+
+// Kills the leader and starts it again when the test ends, however it ends.
+struct leader_killed {
+    std::string member;
+    leader_killed() {
+        member = ctl("leader");
+        ctl("kill " + member);
+    }
+    ~leader_killed() {
+        try {
+            ctl("start " + member);
+            ctl("wait " + member + " 60");
+        } catch (...) {
+        }
+    }
+};
+
+}  // namespace
+
+TEST_CASE("killing the leader while a lock is held never yields two holders", "[etcd][cluster]") {
+    auto a = distlock::connect(url());
+    auto b = distlock::connect(url());
+    const auto name = unique_name("leader-kill");
+    std::atomic<int> lost{0};
+    distlock::lock_options opts;
+    opts.on_lost = [&](const distlock::lock_event&) { ++lost; };
+    auto holder = a.mutex(name, opts);
+    holder.lock();
+    const auto first = holder.token();
+    std::atomic<bool> waiter_holds{false};
+    std::atomic<bool> release_waiter{false};
+    std::uint64_t waiter_token = 0;
+    std::thread waiter([&] {
+        auto m = b.mutex(name);
+        for (auto until = clk::now() + 60s; clk::now() < until;) {
+            try {
+                if (!m.try_lock_for(until - clk::now())) return;
+                break;
+            } catch (const distlock::unavailable_error&) {
+                std::this_thread::sleep_for(100ms);  // the election: try again
+            }
+        }
+        if (!m.held()) return;
+        waiter_token = m.token();
+        waiter_holds = true;
+        while (!release_waiter) std::this_thread::sleep_for(10ms);
+        m.unlock();
+    });
+    std::this_thread::sleep_for(300ms);
+    int overlaps = 0, holder_gaps = 0;
+    {
+        leader_killed killed;
+        INFO("killed member " << killed.member);
+        // Three leases (lease=2s) with one member down: the holder keeps renewing
+        // through the others, the waiter keeps waiting.
+        for (auto until = clk::now() + 6s; clk::now() < until;) {
+            const bool h = holder.held(), w = waiter_holds.load();
+            if (h && w) ++overlaps;
+            if (!h) ++holder_gaps;
+            std::this_thread::sleep_for(20ms);
+        }
+        CHECK(overlaps == 0);
+        CHECK(holder_gaps == 0);
+        CHECK(lost.load() == 0);
+        CHECK_FALSE(waiter_holds.load());
+        holder.unlock();
+        CHECK(eventually([&] { return waiter_holds.load(); }, 15s));
+        CHECK(waiter_token > first);
+        release_waiter = true;
+        waiter.join();
+    }
+}
+
+TEST_CASE("threads of two providers keep a counter exact while the leader is killed and restarted",
+          "[etcd][cluster]") {
+    auto a = distlock::connect(url());
+    auto b = distlock::connect(url());
+    const auto name = unique_name("leader-counter");
+    std::atomic<bool> stop{false};
+    std::atomic<int> inside{0}, max_inside{0}, errors{0};
+    long counter = 0, increments = 0;
+    std::mutex tally;
+    std::vector<std::thread> pool;
+    for (int t = 0; t < 4; ++t) {
+        pool.emplace_back([&, t] {
+            auto m = (t % 2 == 0 ? a : b).mutex(name);
+            while (!stop) {
+                try {
+                    if (!m.try_lock_for(2s)) continue;
+                } catch (const distlock::unavailable_error&) {
+                    ++errors;
+                    std::this_thread::sleep_for(50ms);
+                    continue;
+                }
+                int now = ++inside;
+                int seen = max_inside.load();
+                while (now > seen && !max_inside.compare_exchange_weak(seen, now)) {
+                }
+                long v = counter;
+                std::this_thread::sleep_for(5ms);
+                counter = v + 1;
+                {
+                    std::lock_guard lk(tally);
+                    ++increments;
+                }
+                --inside;
+                m.unlock();
+            }
+        });
+    }
+    std::this_thread::sleep_for(1s);
+    {
+        leader_killed killed;
+        std::this_thread::sleep_for(3s);
+    }  // restarted
+    std::this_thread::sleep_for(1s);
+    stop = true;
+    for (auto& th : pool) th.join();
+    INFO("increments " << increments << ", lock errors during the election " << errors.load());
+    CHECK(max_inside.load() == 1);
+    CHECK(counter == increments);
+    CHECK(increments > 20);
+}

@@ -1,0 +1,235 @@
+// etcd:// specific behaviour, checked on the server itself (one member,
+// DISTLOCK_TEST_ETCD_URL from integration/servers/etcd.sh).
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "distlock/distlock.hpp"
+#include "distlock/testing.hpp"
+#include "etcd_support.hpp"
+#include "support.hpp"
+
+using namespace std::chrono_literals;
+using distlock::test::etcd_direct;
+using distlock::test::eventually;
+using distlock::test::unique_name;
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+std::string url() { return distlock::test::env("DISTLOCK_TEST_ETCD_URL"); }
+
+// "etcd://host:port" of the URL under test, without path or parameters.
+std::string base() {
+    auto u = url();
+    auto end = u.find_first_of("/?", 7);
+    return u.substr(0, end);
+}
+
+std::string endpoint() { return "http://" + base().substr(7); }
+
+}  // namespace
+
+TEST_CASE("the holder's key is <prefix>/<encoded name>/<lease hex> and the token is its create revision", "[etcd]") {
+    auto p = distlock::connect(url());
+    etcd_direct etcd(url());
+    const auto name = unique_name("layout/odd name");
+    auto m = p.mutex(name);
+    REQUIRE(m.try_lock());
+    auto kvs = etcd.keys(name);
+    REQUIRE(kvs.size() == 1);
+    const auto key = etcd_direct::unb64(kvs[0]["key"]);
+    const auto lease = etcd_direct::num(kvs[0], "lease");
+    REQUIRE(lease != 0);
+    char hex[32];
+    std::snprintf(hex, sizeof hex, "%llx", static_cast<unsigned long long>(lease));
+    CHECK(key == etcd.dir(name) + hex);
+    CHECK(key.find("layout%2Fodd%20name") != std::string::npos);  // '/' never splits the directory
+    CHECK(m.token() == static_cast<std::uint64_t>(etcd_direct::num(kvs[0], "create_revision")));
+    // The lease has the URL's TTL (lease=2s) and is alive.
+    auto ttl = etcd.call("/v3/lease/timetolive", {{"ID", std::to_string(lease)}});
+    CHECK(etcd_direct::num(ttl, "grantedTTL") == 2);
+    CHECK(etcd_direct::num(ttl, "TTL") > 0);
+    m.unlock();
+    CHECK(etcd.keys(name).empty());
+}
+
+TEST_CASE("waiters are served in the order they queued, each woken by its predecessor's deletion", "[etcd]") {
+    const auto name = unique_name("fifo");
+    auto holder_p = distlock::connect(url());
+    auto holder = holder_p.mutex(name);
+    holder.lock();
+    std::vector<distlock::provider> providers;
+    for (int i = 0; i < 3; ++i) providers.push_back(distlock::connect(url()));
+    etcd_direct etcd(url());
+    std::mutex order_mutex;
+    std::vector<int> order;
+    std::vector<std::uint64_t> tokens;
+    std::vector<std::thread> waiters;
+    for (int i = 0; i < 3; ++i) {
+        waiters.emplace_back([&, i] {
+            auto m = providers[static_cast<std::size_t>(i)].mutex(name);
+            if (!m.try_lock_for(20s)) return;
+            {
+                std::lock_guard lk(order_mutex);
+                order.push_back(i);
+                tokens.push_back(m.token());
+            }
+            std::this_thread::sleep_for(50ms);
+            m.unlock();
+        });
+        // The next waiter queues only once this one's key exists.
+        REQUIRE(eventually([&] { return etcd.keys(name).size() == static_cast<std::size_t>(i) + 2; }, 5s));
+    }
+    std::this_thread::sleep_for(200ms);
+    CHECK(order.empty());
+    holder.unlock();
+    for (auto& t : waiters) t.join();
+    CHECK(order == std::vector<int>{0, 1, 2});
+    REQUIRE(tokens.size() == 3);
+    CHECK(tokens[0] < tokens[1]);
+    CHECK(tokens[1] < tokens[2]);
+    CHECK(etcd.keys(name).empty());
+}
+
+TEST_CASE("a waiter that times out leaves no key behind", "[etcd]") {
+    const auto name = unique_name("timeout");
+    auto a = distlock::connect(url());
+    auto b = distlock::connect(url());
+    etcd_direct etcd(url());
+    auto holder = a.mutex(name);
+    holder.lock();
+    auto waiter = b.mutex(name);
+    CHECK_FALSE(waiter.try_lock_for(300ms));
+    CHECK_FALSE(waiter.try_lock());
+    CHECK(etcd.keys(name).size() == 1);
+    holder.unlock();
+    CHECK(etcd.keys(name).empty());
+}
+
+TEST_CASE("a lease revoked out of band is reported as a lost lock", "[etcd]") {
+    auto p = distlock::connect(url());
+    etcd_direct etcd(url());
+    const auto name = unique_name("revoked");
+    std::atomic<int> lost{0};
+    std::string reason;
+    std::mutex reason_mutex;
+    distlock::lock_options opts;
+    opts.on_lost = [&](const distlock::lock_event& e) {
+        std::lock_guard lk(reason_mutex);
+        reason = e.reason;
+        ++lost;
+    };
+    auto m = p.mutex(name, opts);
+    m.lock();
+    auto kvs = etcd.keys(name);
+    REQUIRE(kvs.size() == 1);
+    etcd.call("/v3/lease/revoke", {{"ID", kvs[0]["lease"]}});
+    CHECK(eventually([&] { return !m.held(); }, 5s));
+    CHECK(eventually([&] { return lost.load() == 1; }, 2s));
+    {
+        std::lock_guard lk(reason_mutex);
+        CHECK(reason.find("lease") != std::string::npos);
+    }
+    m.unlock();  // never throws
+    // The provider grants itself a new lease for the next lock.
+    auto again = p.mutex(name);
+    CHECK(again.try_lock_for(5s));
+    auto now = etcd.keys(name);
+    REQUIRE(now.size() == 1);
+    CHECK(now[0]["lease"] != kvs[0]["lease"]);
+    again.unlock();
+}
+
+TEST_CASE("a lock without auto-renewal has a lease of its own that expires", "[etcd]") {
+    auto p = distlock::connect(url());
+    etcd_direct etcd(url());
+    const auto renewed = unique_name("renewed"), expiring = unique_name("expiring");
+    auto kept = p.mutex(renewed);
+    distlock::lock_options no_renew;
+    no_renew.auto_renew = false;
+    auto brief = p.mutex(expiring, no_renew);
+    kept.lock();
+    brief.lock();
+    auto k1 = etcd.keys(renewed), k2 = etcd.keys(expiring);
+    REQUIRE(k1.size() == 1);
+    REQUIRE(k2.size() == 1);
+    CHECK(k1[0]["lease"] != k2[0]["lease"]);
+    // The server removes the unrenewed key although the provider renews its other lease.
+    CHECK(eventually([&] { return etcd.keys(expiring).empty(); }, 6s));
+    CHECK(eventually([&] { return !brief.held(); }, 3s));
+    CHECK(kept.held());
+    CHECK(etcd.keys(renewed).size() == 1);
+    brief.unlock();
+    kept.unlock();
+}
+
+TEST_CASE("break_lock deletes the holder's key and the next contender gets a higher token", "[etcd]") {
+    auto a = distlock::connect(url());
+    auto b = distlock::connect(url());
+    etcd_direct etcd(url());
+    const auto name = unique_name("break");
+    auto holder = a.mutex(name);
+    holder.lock();
+    const auto first = holder.token();
+    auto waiter = b.mutex(name);
+    std::atomic<bool> got{false};
+    std::thread t([&] { got = waiter.try_lock_for(10s); });
+    REQUIRE(eventually([&] { return etcd.keys(name).size() == 2; }, 5s));
+    distlock::testing::break_lock(a, name);
+    t.join();
+    CHECK(got.load());
+    CHECK(waiter.token() > first);
+    CHECK(eventually([&] { return !holder.held(); }, 3s));
+    waiter.unlock();
+    holder.unlock();
+}
+
+TEST_CASE("etcdctl lock and distlock exclude each other on the same directory", "[etcd][interop]") {
+    REQUIRE(std::system("command -v etcdctl >/dev/null") == 0);
+    auto p = distlock::connect(url());
+    etcd_direct etcd(url());
+    const auto name = unique_name("interop");
+    const auto dir = etcd.dir(name);
+    const std::string go_name = dir.substr(0, dir.size() - 1);  // Go's Mutex appends the '/'
+    // etcdctl (Go's concurrency.Mutex) holds for 2 s while we try.
+    std::string cmd = "ETCDCTL_API=3 etcdctl --endpoints=" + endpoint() + " lock '" + go_name + "' sleep 2 >/dev/null 2>&1 &";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    REQUIRE(eventually([&] { return etcd.keys(name).size() == 1; }, 10s));
+    auto m = p.mutex(name);
+    CHECK_FALSE(m.try_lock());
+    auto t0 = clk::now();
+    REQUIRE(m.try_lock_for(15s));
+    CHECK(clk::now() - t0 > 500ms);  // only once etcdctl let go
+    // Now we hold it: etcdctl cannot get it within its timeout.
+    std::string blocked = "ETCDCTL_API=3 timeout 3 etcdctl --endpoints=" + endpoint() + " lock '" + go_name +
+                          "' echo got >/dev/null 2>&1";
+    CHECK(std::system(blocked.c_str()) != 0);
+    m.unlock();
+    std::string free_cmd = "ETCDCTL_API=3 timeout 10 etcdctl --endpoints=" + endpoint() + " lock '" + go_name +
+                           "' true >/dev/null 2>&1";
+    CHECK(std::system(free_cmd.c_str()) == 0);
+}
+
+TEST_CASE("an unreachable etcd is reported as unavailable at once", "[etcd][input]") {
+    auto t0 = clk::now();
+    CHECK_THROWS_AS(distlock::connect("etcd://127.0.0.1:1/x?lease=2s"), distlock::unavailable_error);
+    CHECK(clk::now() - t0 < 10s);
+}
+
+TEST_CASE("etcd URL parameters are checked", "[etcd][input]") {
+    auto p = distlock::connect(base() + "/params?ttl=3s&timeout=2s&connect_timeout=1s");
+    CHECK(p.default_lease() == 3s);
+    CHECK_THROWS_AS(distlock::connect(base() + "?ttl=0s"), distlock::invalid_argument_error);
+    CHECK_THROWS_AS(distlock::connect(base() + "?tls_ca=/nonexistent"), distlock::invalid_argument_error);
+    CHECK_THROWS_AS(distlock::connect(base() + "?timeout=never"), distlock::invalid_argument_error);
+    // TLS against a plain-HTTP member: a transport failure, typed, no hang.
+    auto t0 = clk::now();
+    CHECK_THROWS_AS(distlock::connect(base() + "?tls=true"), distlock::error);
+    CHECK(clk::now() - t0 < 10s);
+}
