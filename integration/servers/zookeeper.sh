@@ -1,0 +1,44 @@
+# ZooKeeper 3.8 standalone for the zk:// backend tests: client port 12181 on
+# loopback, tickTime=200 so that sessions as short as 400 ms can be negotiated
+# (the server allows 2..20 ticks: 400 ms .. 4 s), every four-letter-word command
+# enabled (the tests read wchs/mntr/srvr), no per-IP connection limit (the herd
+# test opens 100+ sessions). Sourced by integration/backends.sh, which provides
+# apt_ensure, wait_until, record_pid and fail_with_log.
+#
+# DISTLOCK_ZK_FORCE_SYNC=yes|no (default yes) is the server's forceSync: fsync of
+# the transaction log on every write (benchmarks say which one they used).
+ZK_PORT=${DISTLOCK_ZK_PORT:-12181}
+
+zk_java_cmd() {  # zk_java_cmd MAINCLASS CFG: the server's command line
+    echo java -Xmx256m -XX:+UseSerialGC \
+        -cp /usr/share/java/zookeeper.jar "$1" "$2"
+}
+
+# zk_mode PORT: the "Mode:" line of srvr (standalone, leader, follower) or nothing.
+zk_mode() { { echo srvr | nc -w1 127.0.0.1 "$1" 2>/dev/null || true; } | sed -n 's/^Mode: //p'; }
+zk_serving() { local m; m=$(zk_mode "$1"); [ -n "$m" ] && [[ "$m" =~ ^(${2:-standalone|leader|follower})$ ]]; }
+
+zookeeper_install() { apt_ensure zookeeper netcat-openbsd default-jre-headless; }
+
+zookeeper_start() {
+    local dir=$1
+    mkdir -p "$dir/data"
+    cat > "$dir/zoo.cfg" <<CFG
+tickTime=200
+dataDir=$dir/data
+clientPort=$ZK_PORT
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+4lw.commands.whitelist=*
+maxClientCnxns=0
+forceSync=${DISTLOCK_ZK_FORCE_SYNC:-yes}
+CFG
+    # shellcheck disable=SC2046
+    $(zk_java_cmd org.apache.zookeeper.server.ZooKeeperServerMain "$dir/zoo.cfg") </dev/null >"$dir/log" 2>&1 &
+    record_pid zookeeper $!
+    wait_until 60 zk_serving "$ZK_PORT" standalone || { fail_with_log zookeeper "$dir/log"; return 1; }
+    {
+        echo "DISTLOCK_TEST_ZK_URL=zk://127.0.0.1:$ZK_PORT/distlock-tests?session_timeout=2s"
+        echo "DISTLOCK_TEST_ZK_4LW=127.0.0.1:$ZK_PORT"
+    } > "$RUN/zookeeper.env"
+}

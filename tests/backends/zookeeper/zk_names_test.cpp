@@ -1,0 +1,80 @@
+// Offline tests of the zk:// layout: lock names as path segments, Curator's node
+// names and ordering.
+#include <catch2/catch.hpp>
+#include <set>
+
+#include "zk_names.hpp"
+
+using namespace distlock::backends::zookeeper;
+
+TEST_CASE("plain lock names are their own path segment", "[zookeeper][names]") {
+    CHECK(encode_segment("orders-42") == "orders-42");
+    CHECK(encode_segment("stock:product_01") == "stock:product_01");
+    CHECK(encode_segment("a.b~c@d") == "a.b~c@d");
+}
+
+TEST_CASE("slashes, NUL, percent, spaces and non-ASCII bytes are percent-encoded", "[zookeeper][names]") {
+    CHECK(encode_segment("a/b") == "a%2Fb");
+    CHECK(encode_segment(std::string("a\0b", 3)) == "a%00b");
+    CHECK(encode_segment("100%") == "100%25");
+    CHECK(encode_segment("a b\tc\n") == "a%20b%09c%0A");
+    CHECK(encode_segment("\xe9\x94\x81") == "%E9%94%81");
+    CHECK(encode_segment("\x7f") == "%7F");
+}
+
+TEST_CASE("dot segments cannot escape the base path", "[zookeeper][names]") {
+    CHECK(encode_segment(".") == "%2E");
+    CHECK(encode_segment("..") == "%2E%2E");
+    CHECK(encode_segment("...") == "...");
+}
+
+TEST_CASE("distinct names map to distinct segments", "[zookeeper][names]") {
+    std::set<std::string> seen;
+    const std::vector<std::string> names = {"a/b", "a%2Fb", "a%252Fb", ".", "%2E", "..", std::string("\0", 1), "%00",
+                                            "a b", "a%20b"};
+    for (const auto& n : names) CHECK(seen.insert(encode_segment(n)).second);
+}
+
+TEST_CASE("base paths are checked", "[zookeeper][names]") {
+    CHECK(base_path_problem("/distlock").empty());
+    CHECK(base_path_problem("/a/b/c").empty());
+    CHECK_FALSE(base_path_problem("").empty());
+    CHECK_FALSE(base_path_problem("/").empty());
+    CHECK_FALSE(base_path_problem("/a/").empty());
+    CHECK_FALSE(base_path_problem("/a//b").empty());
+    CHECK_FALSE(base_path_problem("/a/../b").empty());
+    CHECK_FALSE(base_path_problem("/zookeeper").empty());
+    CHECK_FALSE(base_path_problem("relative").empty());
+}
+
+TEST_CASE("lock nodes are named as Curator names them", "[zookeeper][names]") {
+    const std::string uuid = "53345f98-9423-4e0c-a7b5-9f819e3ec2e1";
+    CHECK(node_prefix(uuid) == "_c_53345f98-9423-4e0c-a7b5-9f819e3ec2e1-lock-");
+    CHECK(protected_id(uuid) == "_c_53345f98-9423-4e0c-a7b5-9f819e3ec2e1-");
+}
+
+TEST_CASE("children sort by the text after the last lock-, not by uuid", "[zookeeper][names]") {
+    std::vector<std::string> kids = {
+        "_c_ffffffff-0000-4000-8000-000000000000-lock-0000000003",
+        "_c_00000000-0000-4000-8000-000000000000-lock-0000000005",
+        "_c_88888888-0000-4000-8000-000000000000-lock-0000000001",
+        "lock-0000000002",  // Curator without protection
+    };
+    sort_children(kids);
+    CHECK(sort_key(kids[0]) == "0000000001");
+    CHECK(sort_key(kids[1]) == "0000000002");
+    CHECK(sort_key(kids[2]) == "0000000003");
+    CHECK(sort_key(kids[3]) == "0000000005");
+}
+
+TEST_CASE("kazoo's nodes are ordered by their sequence too", "[zookeeper][names]") {
+    std::vector<std::string> kids = {
+        "_c_11111111-0000-4000-8000-000000000000-lock-0000000004",
+        "2f1e0bd6a2e34c8d9d8e7f6a5b4c3d2e__lock__0000000003",
+        "0a1b2c3d4e5f40718293a4b5c6d7e8f9__rlock__0000000006",
+    };
+    sort_children(kids);
+    CHECK(kids[0].find("__lock__0000000003") != std::string::npos);
+    CHECK(kids[1].find("-lock-0000000004") != std::string::npos);
+    CHECK(kids[2].find("__rlock__0000000006") != std::string::npos);
+}
