@@ -19,8 +19,9 @@ echo "2) With distlock on file://$locks (flock, one lock for the stock):"
 with=$(build/bin/distlock flash-sale --backend "file://$locks" --quiet)
 echo "$with"
 echo
-echo "3) With 4 stock segments, each with its own lock (more throughput):"
-build/bin/distlock flash-sale --backend "file://$locks" --segments 4 --quiet
+echo "3) A bigger sale (400 items): one lock for the stock, then 8 stock segments with a lock each."
+build/bin/distlock flash-sale --backend "file://$locks" --stock 400 --quiet
+build/bin/distlock flash-sale --backend "file://$locks" --stock 400 --segments 8 --quiet
 echo
 over_without=$(grep -o 'OVERSOLD [0-9]*' <<<"$without" | awk '{print $2}')
 over_with=$(grep -o 'OVERSOLD [0-9]*' <<<"$with" | awk '{print $2}')

@@ -77,6 +77,9 @@ std::string app_server(const settings& s, int index) {
     }
     const auto pause = std::chrono::duration<double, std::milli>(s.pause_ms);
     const auto wait = std::chrono::duration<double>(s.wait_s);
+    // A segment found empty never refills: remember it locally and stop locking it
+    // (the usual flash-sale "sold out" flag), so requests after the sell-out are cheap.
+    std::vector<std::atomic<bool>> sold_out(static_cast<std::size_t>(s.segments));
     std::atomic<int> next{0};
     std::atomic<unsigned long long> sold{0}, timeouts{0};
     std::mutex lat_mutex;
@@ -90,6 +93,7 @@ std::string app_server(const settings& s, int index) {
                 const int first = static_cast<int>((static_cast<unsigned>(r) * 2654435761u + index) % s.segments);
                 for (int k = 0; k < s.segments; ++k) {  // try the segments in turn until one has stock
                     const int seg = (first + k) % s.segments;
+                    if (sold_out[static_cast<std::size_t>(seg)].load()) continue;
                     std::unique_lock<distlock::mutex> guard;
                     if (!s.no_lock) {
                         guard = std::unique_lock(seg_locks[seg], std::chrono::duration_cast<std::chrono::milliseconds>(wait));
@@ -99,7 +103,10 @@ std::string app_server(const settings& s, int index) {
                         }
                     }
                     long long left = stock.get(seg);
-                    if (left <= 0) continue;
+                    if (left <= 0) {
+                        sold_out[static_cast<std::size_t>(seg)] = true;
+                        continue;
+                    }
                     std::this_thread::sleep_for(pause);  // the business work between read and write
                     stock.set(seg, left - 1);
                     ++sold;

@@ -1,0 +1,101 @@
+// The distlock tool, driven as a user would: exit statuses, the fencing token
+// handed to the child, flash-sale's JSON report.
+#include <sys/wait.h>
+
+#include <array>
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "distlock/distlock.hpp"
+#include "support.hpp"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+struct result {
+    int status;
+    std::string out;
+};
+
+result run(const std::string& args) {
+    std::string cmd = std::string(DISTLOCK_CLI) + " " + args + " 2>/dev/null";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    REQUIRE(p != nullptr);
+    std::string out;
+    std::array<char, 4096> buf{};
+    while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+    int st = ::pclose(p);
+    return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+std::string lock_dir() {
+    static const std::string dir = [] {
+        auto d = std::filesystem::temp_directory_path() / ("distlock-cli-" + distlock::test::unique_name("t").substr(2));
+        std::filesystem::create_directories(d);
+        return d.string();
+    }();
+    return dir;
+}
+
+}  // namespace
+
+TEST_CASE("run passes the fencing token and returns the command's status", "[cli][run]") {
+    const auto url = "file://" + lock_dir();
+    auto r = run("run --backend " + url + " --name job -- sh -c 'echo token=$DISTLOCK_FENCING_TOKEN; exit 3'");
+    CHECK(r.status == 3);
+    CHECK(r.out.rfind("token=", 0) == 0);
+    auto first = std::stoull(r.out.substr(6));
+    CHECK(first > 0);
+    auto again = run("run --backend " + url + " --name job -- sh -c 'echo $DISTLOCK_FENCING_TOKEN'");
+    CHECK(again.status == 0);
+    CHECK(std::stoull(again.out) > first);
+}
+
+TEST_CASE("run exits 75 when the lock is not acquired in time", "[cli][run]") {
+    const auto url = "file://" + lock_dir();
+    auto locks = distlock::connect(url);
+    auto m = locks.mutex("busy");
+    m.lock();
+    auto r = run("run --backend " + url + " --name busy --wait 200ms -- true");
+    CHECK(r.status == 75);
+    m.unlock();
+    CHECK(run("run --backend " + url + " --name busy --wait 5s -- true").status == 0);
+}
+
+TEST_CASE("bad URLs and arguments give usage errors", "[cli]") {
+    CHECK(run("run --backend nosuch://x --name a -- true").status == 64);
+    CHECK(run("run --backend file:///tmp --name a").status != 0);
+    CHECK(run("bench --backend memory:// --mode sideways").status != 0);
+}
+
+TEST_CASE("a locked flash sale sells exactly the stock", "[cli][flash-sale]") {
+    const auto url = "file://" + lock_dir();
+    for (int segments : {1, 3}) {
+        auto r = run("flash-sale --backend " + url + " --json --quiet --requests 300 --concurrency 40 --stock 25 "
+                     "--segments " + std::to_string(segments));
+        INFO(r.out);
+        REQUIRE(r.status == 0);
+        auto j = nlohmann::json::parse(r.out);
+        CHECK(j["sold"] == 25);
+        CHECK(j["oversold"] == 0);
+        CHECK(j["stock_left"] == 0);
+        CHECK(j["requests"] == 300);
+        for (const char* key : {"elapsed_ms", "throughput_rps", "p50_ms", "p99_ms"}) CHECK(j.contains(key));
+    }
+}
+
+TEST_CASE("bench reports cycles and, for embedded backends, no floor", "[cli][bench]") {
+    auto r = run("bench --backend memory:// --seconds 0.3 --json --quiet --threads 2");
+    REQUIRE(r.status == 0);
+    auto j = nlohmann::json::parse(r.out);
+    CHECK(j["cycles"].get<long>() > 0);
+    CHECK(j["cycles_per_s"].get<double>() > 0);
+    CHECK(j["p99_us"].get<double>() >= j["p50_us"].get<double>());
+    CHECK(j["floor_rtt_us"].is_null());
+    CHECK(j["floor_ratio"].is_null());
+}
