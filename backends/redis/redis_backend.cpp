@@ -153,6 +153,16 @@ class handle;
 
 class backend final : public spi::backend {
 public:
+    // Runs f on a pooled connection; a broken connection becomes unavailable_error.
+    template <class F>
+    auto call(const std::string& what, F&& f) {
+        try {
+            return pool_.run(std::forward<F>(f));
+        } catch (const connection_failure& e) {
+            throw_error(errc::unavailable, "redis", what + " failed: " + e.what());
+        }
+    }
+
     explicit backend(settings s)
         : settings_(std::move(s)),
           pool_(settings_.ep, settings_.pool_size),
@@ -164,21 +174,11 @@ public:
         caps_.reentrant = settings_.strat == strategy::reentrant;
         // Checks the server, the credentials and the database now: connect() fails
         // with a typed error instead of the first lock().
-        pool_.run([](connection& c) {
+        call("connecting", [](connection& c) {
             auto r = c.command({"PING"});
-            if (is_error(r.get())) throw_reply_error(c.where().backend_name, r.get(), "PING");
+            if (is_error(r.get())) throw_reply_error("redis", r.get(), "PING at " + c.where().label());
             return 0;
         });
-    }
-
-    // Runs f on a pooled connection; a broken connection becomes unavailable_error.
-    template <class F>
-    auto call(const std::string& what, F&& f) {
-        try {
-            return pool_.run(std::forward<F>(f));
-        } catch (const connection_failure& e) {
-            throw_error(errc::unavailable, "redis", what + " failed: " + e.what());
-        }
     }
 
     std::string_view name() const noexcept override { return "redis"; }
