@@ -1,0 +1,187 @@
+// zk:// against the three-server ensemble (DISTLOCK_TEST_ZK_ENSEMBLE_URL and
+// DISTLOCK_TEST_ZK_ENSEMBLE_CTL from integration/backends.sh up zk-ensemble):
+// the leader is killed while the lock is held and contended.
+#include <algorithm>
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include "distlock/distlock.hpp"
+#include "support.hpp"
+
+using namespace std::chrono_literals;
+using clk = std::chrono::steady_clock;
+using distlock::test::eventually;
+using distlock::test::unique_name;
+
+namespace {
+
+std::string url() { return distlock::test::env("DISTLOCK_TEST_ZK_ENSEMBLE_URL"); }
+
+// Runs the ensemble's control script; returns its first output line.
+std::string ctl(const std::string& args) {
+    auto script = distlock::test::env("DISTLOCK_TEST_ZK_ENSEMBLE_CTL");
+    REQUIRE_FALSE(script.empty());
+    std::string cmd = script + " " + args + " 2>/dev/null";
+    std::FILE* f = ::popen(cmd.c_str(), "r");
+    REQUIRE(f != nullptr);
+    char buf[256] = {};
+    std::string out = std::fgets(buf, sizeof buf, f) ? buf : "";
+    ::pclose(f);
+    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+    return out;
+}
+
+int leader() {
+    for (int i = 0; i < 100; ++i) {
+        auto l = ctl("leader");
+        if (!l.empty()) return std::stoi(l);
+        std::this_thread::sleep_for(100ms);
+    }
+    FAIL("no leader in the ensemble");
+    return 0;
+}
+
+// Brings a killed server back and waits until it serves again.
+struct restart_on_exit {
+    int server = 0;
+    ~restart_on_exit() {
+        if (server == 0) return;
+        auto script = distlock::test::env("DISTLOCK_TEST_ZK_ENSEMBLE_CTL");
+        std::system((script + " start " + std::to_string(server) + " >/dev/null 2>&1").c_str());
+        std::system((script + " wait " + std::to_string(server) + " 60 >/dev/null 2>&1").c_str());
+    }
+};
+
+struct grant {
+    int who;
+    std::uint64_t token;
+    clk::time_point from, to;  // to = unlock, or the moment the holder saw the loss
+    bool lost;
+};
+
+}  // namespace
+
+TEST_CASE("a holder keeps its lock while the leader is killed and re-elected", "[zookeeper][ensemble]") {
+    auto a = distlock::connect(url());
+    auto b = distlock::connect(url());
+    const auto name = unique_name("leader-hold");
+    std::atomic<bool> a_lost{false};
+    distlock::lock_options opts;
+    opts.on_lost = [&](const distlock::lock_event&) { a_lost = true; };
+    auto holder = a.mutex(name, opts);
+    holder.lock();
+    const auto token = holder.token();
+
+    restart_on_exit restart;
+    restart.server = leader();
+    ctl("kill " + std::to_string(restart.server));
+    const auto killed_at = clk::now();
+
+    // While the ensemble elects a new leader, the other client must never get the
+    // lock as long as the holder believes it holds it.
+    auto other = b.mutex(name);
+    int both = 0, tries = 0;
+    while (clk::now() - killed_at < 6s) {
+        bool got = false;
+        try {
+            got = other.try_lock_for(200ms);
+        } catch (const distlock::unavailable_error&) {
+            std::this_thread::sleep_for(50ms);  // no quorum yet
+        }
+        ++tries;
+        if (got) {
+            if (holder.held()) ++both;
+            other.unlock();
+        }
+    }
+    INFO(tries << " tries; new leader " << ctl("leader") << "; holder lost: " << a_lost.load());
+    CHECK(both == 0);
+    if (holder.held()) {
+        // The session survived the election: the lock is still the holder's.
+        CHECK_FALSE(other.try_lock());
+        holder.unlock();
+        REQUIRE(other.try_lock_for(10s));
+        CHECK(other.token() > token);
+        other.unlock();
+    } else {
+        WARN("the holder declared its lock lost during the election (conservative, allowed)");
+        holder.unlock();
+        REQUIRE(other.try_lock_for(10s));
+        CHECK(other.token() > token);
+        other.unlock();
+    }
+}
+
+TEST_CASE("killing the leader under contention never yields two holders", "[zookeeper][ensemble]") {
+    constexpr int contenders = 4;
+    const auto name = unique_name("leader-contended");
+    std::vector<distlock::provider> providers;
+    for (int i = 0; i < contenders; ++i) providers.push_back(distlock::connect(url()));
+
+    std::mutex grants_mutex;
+    std::vector<grant> grants;
+    std::atomic<int> inside{0}, max_inside{0}, errors{0};
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> pool;
+    for (int i = 0; i < contenders; ++i) {
+        pool.emplace_back([&, i] {
+            auto m = providers[i].mutex(name);
+            while (!stop) {
+                try {
+                    if (!m.try_lock_for(500ms)) continue;
+                } catch (const distlock::error&) {
+                    ++errors;
+                    std::this_thread::sleep_for(50ms);
+                    continue;
+                }
+                grant g{i, m.token(), clk::now(), {}, false};
+                int now_inside = ++inside;
+                int seen = max_inside.load();
+                while (now_inside > seen && !max_inside.compare_exchange_weak(seen, now_inside)) {
+                }
+                // Work in small steps, stopping as soon as the lock is reported lost.
+                for (int step = 0; step < 10 && m.held(); ++step) std::this_thread::sleep_for(3ms);
+                g.lost = !m.held();
+                --inside;
+                g.to = clk::now();
+                m.unlock();
+                std::lock_guard lk(grants_mutex);
+                grants.push_back(g);
+            }
+        });
+    }
+    std::this_thread::sleep_for(1500ms);
+    std::size_t before_kill;
+    {
+        std::lock_guard lk(grants_mutex);
+        before_kill = grants.size();
+    }
+    restart_on_exit restart;
+    restart.server = leader();
+    ctl("kill " + std::to_string(restart.server));
+    const auto killed_at = clk::now();
+    std::this_thread::sleep_for(6s);
+    stop = true;
+    for (auto& t : pool) t.join();
+
+    std::size_t after_kill = 0;
+    for (const auto& g : grants)
+        if (g.from > killed_at) ++after_kill;
+    INFO(grants.size() << " grants, " << before_kill << " before the kill, " << after_kill << " after it; "
+                       << errors.load() << " errors while there was no quorum");
+    CHECK(before_kill > 10);
+    CHECK(after_kill > 10);  // the lock works again under the new leader
+    CHECK(max_inside.load() == 1);
+    // No two grants overlap in time, and tokens increase in grant order.
+    std::sort(grants.begin(), grants.end(), [](const grant& x, const grant& y) { return x.from < y.from; });
+    int overlaps = 0, disorder = 0;
+    for (std::size_t k = 1; k < grants.size(); ++k) {
+        if (grants[k].from < grants[k - 1].to) ++overlaps;
+        if (grants[k].token <= grants[k - 1].token) ++disorder;
+    }
+    CHECK(overlaps == 0);
+    CHECK(disorder == 0);
+}

@@ -1,0 +1,322 @@
+// ZooKeeper-specific tests of zk:// against the standalone server
+// (DISTLOCK_TEST_ZK_URL, DISTLOCK_TEST_ZK_4LW from integration/backends.sh up zookeeper).
+// The server side is inspected with the ZooKeeper C client directly.
+#include <zookeeper/zookeeper.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <condition_variable>
+#include <mutex>
+#include <regex>
+#include <thread>
+
+#include "distlock/distlock.hpp"
+#include "distlock/testing.hpp"
+#include "support.hpp"
+#include "zk_names.hpp"
+#include "zk_support.hpp"
+
+using namespace std::chrono_literals;
+using clk = std::chrono::steady_clock;
+using distlock::test::eventually;
+using distlock::test::unique_name;
+namespace zkb = distlock::backends::zookeeper;
+
+namespace {
+
+std::string url() { return distlock::test::env("DISTLOCK_TEST_ZK_URL"); }
+std::string four_lw_address() {
+    auto a = distlock::test::env("DISTLOCK_TEST_ZK_4LW");
+    return a.empty() ? zk_test::hosts_of(url()) : a;
+}
+std::string url_with(const std::string& extra) {
+    auto u = url();
+    return u + (u.find('?') == std::string::npos ? "?" : "&") + extra;
+}
+std::string lock_dir(const std::string& name) { return zk_test::base_of(url()) + "/" + zkb::encode_segment(name); }
+
+// A plain ZooKeeper session of the C client, for looking at (and tampering with)
+// what zk:// leaves on the server.
+class raw_zk {
+public:
+    raw_zk() {
+        zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+        zh_ = zookeeper_init(zk_test::hosts_of(url()).c_str(), &raw_zk::watcher, 4000, nullptr, this, 0);
+        REQUIRE(zh_ != nullptr);
+        std::unique_lock lk(m_);
+        REQUIRE(cv_.wait_for(lk, 10s, [&] { return connected_; }));
+    }
+    ~raw_zk() { zookeeper_close(zh_); }
+    std::vector<std::string> children(const std::string& path) {
+        String_vector v{};
+        std::vector<std::string> out;
+        if (zoo_get_children(zh_, path.c_str(), 0, &v) == ZOK) {
+            for (int i = 0; i < v.count; ++i) out.emplace_back(v.data[i]);
+            deallocate_String_vector(&v);
+        }
+        return out;
+    }
+    int stat(const std::string& path, Stat& st) { return zoo_exists(zh_, path.c_str(), 0, &st); }
+    int remove(const std::string& path) { return zoo_delete(zh_, path.c_str(), -1); }
+
+private:
+    static void watcher(zhandle_t*, int type, int state, const char*, void* ctx) {
+        auto* self = static_cast<raw_zk*>(ctx);
+        if (type != ZOO_SESSION_EVENT) return;
+        std::lock_guard lk(self->m_);
+        self->connected_ = state == ZOO_CONNECTED_STATE;
+        self->cv_.notify_all();
+    }
+    zhandle_t* zh_ = nullptr;
+    std::mutex m_;
+    std::condition_variable cv_;
+    bool connected_ = false;
+};
+
+}  // namespace
+
+TEST_CASE("a lock node is Curator's: _c_<uuid>-lock-<10 digits>, ephemeral, czxid as the token",
+          "[zookeeper][layout]") {
+    auto p = distlock::connect(url());
+    raw_zk raw;
+    const auto name = unique_name("layout");
+    auto m = p.mutex(name);
+    REQUIRE(m.try_lock());
+    auto kids = raw.children(lock_dir(name));
+    REQUIRE(kids.size() == 1);
+    INFO("node " << kids[0]);
+    CHECK(std::regex_match(kids[0], std::regex("_c_[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"
+                                               "-lock-[0-9]{10}")));
+    Stat st{};
+    REQUIRE(raw.stat(lock_dir(name) + "/" + kids[0], st) == ZOK);
+    CHECK(st.ephemeralOwner != 0);
+    CHECK(static_cast<std::uint64_t>(st.czxid) == m.token());
+    Stat parent{};
+    REQUIRE(raw.stat(lock_dir(name), parent) == ZOK);
+    CHECK(parent.ephemeralOwner == 0);
+    m.unlock();
+    CHECK(raw.children(lock_dir(name)).empty());
+}
+
+TEST_CASE("a name with slashes and odd bytes is one percent-encoded segment under the base path",
+          "[zookeeper][layout]") {
+    auto p = distlock::connect(url());
+    raw_zk raw;
+    const auto name = unique_name("a/b c") + std::string("\0/..", 4);
+    auto m = p.mutex(name);
+    REQUIRE(m.try_lock());
+    auto segment = zkb::encode_segment(name);
+    CHECK(segment.find('/') == std::string::npos);
+    auto under_base = raw.children(zk_test::base_of(url()));
+    CHECK(std::find(under_base.begin(), under_base.end(), segment) != under_base.end());
+    CHECK(raw.children(lock_dir(name)).size() == 1);
+    m.unlock();
+}
+
+TEST_CASE("a try_lock that fails leaves no node behind", "[zookeeper][layout]") {
+    auto a = distlock::connect(url());
+    auto b = distlock::connect(url());
+    raw_zk raw;
+    const auto name = unique_name("no-trace");
+    auto holder = a.mutex(name);
+    REQUIRE(holder.try_lock());
+    auto other = b.mutex(name);
+    CHECK_FALSE(other.try_lock());
+    CHECK_FALSE(other.try_lock_for(150ms));
+    CHECK(raw.children(lock_dir(name)).size() == 1);
+    holder.unlock();
+}
+
+TEST_CASE("a holder frozen with SIGSTOP past its session timeout is told it lost the lock when it resumes",
+          "[zookeeper][expiry]") {
+    auto p = distlock::connect(url());
+    const auto session = p.default_lease();  // the negotiated session timeout
+    INFO("session timeout " << session.count() << " ms");
+    REQUIRE(session <= 4s);
+    const auto name = unique_name("frozen");
+    zk_test::child holder("distlock-zk-helper", {"hold", url(), name});
+    auto line = holder.read_line(10s);
+    REQUIRE(line.rfind("locked ", 0) == 0);
+    const std::uint64_t frozen_token = std::stoull(line.substr(7));
+
+    REQUIRE(::kill(holder.pid(), SIGSTOP) == 0);
+    auto stopped_at = clk::now();
+    // The server expires the silent session and deletes its node; the lock is free.
+    auto next = p.mutex(name);
+    REQUIRE(next.try_lock_for(session * 3 + 5s));
+    auto freed_after = clk::now() - stopped_at;
+    INFO("free after " << std::chrono::duration_cast<std::chrono::milliseconds>(freed_after).count() << " ms");
+    CHECK(freed_after >= session - 300ms);  // not before the session could expire
+    CHECK(next.token() > frozen_token);
+
+    REQUIRE(::kill(holder.pid(), SIGCONT) == 0);
+    auto resumed_at = clk::now();
+    auto lost = holder.read_line(session * 2 + 3s);
+    auto told_after = clk::now() - resumed_at;
+    INFO("holder said: " << lost << " after "
+                         << std::chrono::duration_cast<std::chrono::milliseconds>(told_after).count() << " ms");
+    CHECK(lost.rfind("lost ", 0) == 0);
+    CHECK(holder.read_line(5s) == "released-by-loss");
+    CHECK(holder.wait_exit() == 0);
+    // The resumed holder's unlock did not free the new holder's lock.
+    CHECK(next.held());
+    auto third = distlock::connect(url()).mutex(name);
+    CHECK_FALSE(third.try_lock());
+    next.unlock();
+    CHECK(third.try_lock_for(5s));
+    CHECK(third.token() > next.token());
+}
+
+TEST_CASE("a holder keeps the lock across several session timeouts", "[zookeeper][session]") {
+    auto a = distlock::connect(url());
+    auto b = distlock::connect(url());
+    const auto session = a.default_lease();
+    const auto name = unique_name("keeps");
+    std::atomic<int> lost{0};
+    distlock::lock_options opts;
+    opts.on_lost = [&](const distlock::lock_event&) { ++lost; };
+    auto holder = a.mutex(name, opts);
+    holder.lock();
+    auto other = b.mutex(name);
+    auto until = clk::now() + 3 * session + session / 2;
+    while (clk::now() < until) {
+        std::this_thread::sleep_for(session / 4);
+        CHECK_FALSE(other.try_lock());
+    }
+    CHECK(holder.held());
+    CHECK(lost.load() == 0);
+    holder.unlock();
+    CHECK(other.try_lock_for(5s));
+    other.unlock();
+}
+
+TEST_CASE("a lock node deleted behind the holder's back is reported lost through its watch",
+          "[zookeeper][loss]") {
+    auto a = distlock::connect(url());
+    raw_zk raw;
+    const auto name = unique_name("deleted");
+    std::atomic<int> lost{0};
+    distlock::lock_options opts;
+    opts.on_lost = [&](const distlock::lock_event&) { ++lost; };
+    auto holder = a.mutex(name, opts);
+    holder.lock();
+    auto kids = raw.children(lock_dir(name));
+    REQUIRE(kids.size() == 1);
+    auto t0 = clk::now();
+    REQUIRE(raw.remove(lock_dir(name) + "/" + kids[0]) == ZOK);
+    // The watch fires at once: far sooner than a keepalive period (session/3).
+    REQUIRE(eventually([&] { return lost.load() == 1; }, 5s));
+    CHECK(clk::now() - t0 < a.default_lease() / 3);
+    CHECK_FALSE(holder.held());
+    holder.unlock();
+}
+
+TEST_CASE("a waiter whose node was deleted queues again and still gets the lock", "[zookeeper][waiting]") {
+    auto a = distlock::connect(url());
+    auto b = distlock::connect(url());
+    raw_zk raw;
+    const auto name = unique_name("requeue");
+    auto holder = a.mutex(name);
+    holder.lock();
+    std::atomic<bool> got{false};
+    std::thread waiter([&] {
+        auto m = b.mutex(name);
+        if (m.try_lock_for(20s)) {
+            got = true;
+            m.unlock();
+        }
+    });
+    REQUIRE(eventually([&] { return raw.children(lock_dir(name)).size() == 2; }, 5s));
+    auto kids = raw.children(lock_dir(name));
+    zkb::sort_children(kids);
+    REQUIRE(raw.remove(lock_dir(name) + "/" + kids[1]) == ZOK);  // the waiter's node
+    std::this_thread::sleep_for(100ms);
+    holder.unlock();
+    CHECK(eventually([&] { return got.load(); }, 10s));
+    waiter.join();
+}
+
+TEST_CASE("with 100 waiters on one lock, a release wakes one waiter, not all", "[zookeeper][herd]") {
+    constexpr int waiters = 100, handoffs = 10;
+    const auto name = unique_name("herd");
+    raw_zk raw;
+    auto first = distlock::connect(url());
+    auto holder = first.mutex(name);
+    holder.lock();
+
+    // One provider (one session) per waiter; each takes the lock, then waits for
+    // permission to release it.
+    std::vector<distlock::provider> providers;
+    for (int i = 0; i < waiters; ++i) providers.push_back(distlock::connect(url()));
+    std::mutex m;
+    std::condition_variable cv;
+    int acquired = 0, released = 0, allowed = 0;
+    std::vector<std::thread> pool;
+    for (int i = 0; i < waiters; ++i) {
+        pool.emplace_back([&, i] {
+            auto lk = providers[i].mutex(name);
+            lk.lock();
+            std::unique_lock g(m);
+            ++acquired;
+            cv.notify_all();
+            cv.wait(g, [&] { return allowed > released; });
+            ++released;
+            g.unlock();
+            lk.unlock();
+            cv.notify_all();
+        });
+    }
+    REQUIRE(eventually([&] { return raw.children(lock_dir(name)).size() == waiters + 1; }, 30s));
+    std::this_thread::sleep_for(200ms);  // every waiter has set its watch
+    auto wchs = zk_test::four_letter(four_lw_address(), "wchs");
+    INFO("wchs: " << wchs);
+    // One watch per waiter (its predecessor) plus the holder's own node, plus
+    // whatever other tests left: far from the 100 x 100 of a herd.
+    CHECK(zk_test::number_after(wchs, "Total watches") >= waiters);
+    CHECK(zk_test::number_after(wchs, "Total watches") < 2 * waiters);
+
+    auto before = zkb::read_counters();
+    holder.unlock();
+    std::vector<std::uint64_t> wakeups, reads;
+    for (int h = 0; h < handoffs; ++h) {
+        auto c0 = h == 0 ? before : zkb::read_counters();
+        {
+            std::unique_lock g(m);
+            if (h > 0) {
+                ++allowed;  // the current holder releases
+                cv.notify_all();
+            }
+            REQUIRE(cv.wait_for(g, 10s, [&] { return acquired == h + 1; }));
+        }
+        std::this_thread::sleep_for(50ms);  // let any herd show up
+        auto c1 = zkb::read_counters();
+        wakeups.push_back(c1.predecessor_wakeups - c0.predecessor_wakeups);
+        reads.push_back(c1.children_reads - c0.children_reads);
+        INFO("handoff " << h << ": " << wakeups.back() << " waiter(s) woken, " << reads.back() << " getChildren");
+        CHECK(wakeups.back() == 1);
+        CHECK(reads.back() == 1);
+    }
+    {
+        std::unique_lock g(m);
+        allowed = waiters;
+        cv.notify_all();
+    }
+    for (auto& t : pool) t.join();
+    CHECK(acquired == waiters);
+    CHECK(raw.children(lock_dir(name)).empty());
+}
+
+TEST_CASE("connection problems and bad URLs are typed errors", "[zookeeper][input]") {
+    auto t0 = clk::now();
+    CHECK_THROWS_AS(distlock::connect("zk://127.0.0.1:1/x"), distlock::unavailable_error);
+    CHECK(clk::now() - t0 < 3s);
+    CHECK_THROWS_AS(distlock::connect(url_with("session_timeout=fast")), distlock::invalid_argument_error);
+    CHECK_THROWS_AS(distlock::connect("zk://127.0.0.1:12181/a//b"), distlock::invalid_argument_error);
+    CHECK_THROWS_AS(distlock::connect("zk://127.0.0.1:12181/zookeeper"), distlock::invalid_argument_error);
+    CHECK_THROWS_AS(distlock::connect(url_with("log=loud")), distlock::invalid_argument_error);
+    auto p = distlock::connect(url_with("connect_timeout=3s"));
+    CHECK(p.round_trip().has_value());
+    CHECK(p.caps().reentrant);
+    CHECK(p.caps().supports(distlock::feature::fencing));
+    CHECK(p.caps().supports(distlock::feature::notified_wakeup));
+}
