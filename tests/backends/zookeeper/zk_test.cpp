@@ -14,6 +14,7 @@
 #include "distlock/testing.hpp"
 #include "support.hpp"
 #include "zk_names.hpp"
+#include "zk_raw.hpp"
 #include "zk_support.hpp"
 
 using namespace std::chrono_literals;
@@ -35,50 +36,12 @@ std::string url_with(const std::string& extra) {
 }
 std::string lock_dir(const std::string& name) { return zk_test::base_of(url()) + "/" + zkb::encode_segment(name); }
 
-// A plain ZooKeeper session of the C client, for looking at (and tampering with)
-// what zk:// leaves on the server.
-class raw_zk {
-public:
-    raw_zk() {
-        zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
-        zh_ = zookeeper_init(zk_test::hosts_of(url()).c_str(), &raw_zk::watcher, 4000, nullptr, this, 0);
-        REQUIRE(zh_ != nullptr);
-        std::unique_lock lk(m_);
-        REQUIRE(cv_.wait_for(lk, 10s, [&] { return connected_; }));
-    }
-    ~raw_zk() { zookeeper_close(zh_); }
-    std::vector<std::string> children(const std::string& path) {
-        String_vector v{};
-        std::vector<std::string> out;
-        if (zoo_get_children(zh_, path.c_str(), 0, &v) == ZOK) {
-            for (int i = 0; i < v.count; ++i) out.emplace_back(v.data[i]);
-            deallocate_String_vector(&v);
-        }
-        return out;
-    }
-    int stat(const std::string& path, Stat& st) { return zoo_exists(zh_, path.c_str(), 0, &st); }
-    int remove(const std::string& path) { return zoo_delete(zh_, path.c_str(), -1); }
-
-private:
-    static void watcher(zhandle_t*, int type, int state, const char*, void* ctx) {
-        auto* self = static_cast<raw_zk*>(ctx);
-        if (type != ZOO_SESSION_EVENT) return;
-        std::lock_guard lk(self->m_);
-        self->connected_ = state == ZOO_CONNECTED_STATE;
-        self->cv_.notify_all();
-    }
-    zhandle_t* zh_ = nullptr;
-    std::mutex m_;
-    std::condition_variable cv_;
-    bool connected_ = false;
-};
-
 }  // namespace
 
 TEST_CASE("a lock node is Curator's: _c_<uuid>-lock-<10 digits>, ephemeral, czxid as the token",
           "[zookeeper][layout]") {
     auto p = distlock::connect(url());
-    raw_zk raw;
+    zk_test::raw_zk raw(zk_test::hosts_of(url()));
     const auto name = unique_name("layout");
     auto m = p.mutex(name);
     REQUIRE(m.try_lock());
@@ -101,7 +64,7 @@ TEST_CASE("a lock node is Curator's: _c_<uuid>-lock-<10 digits>, ephemeral, czxi
 TEST_CASE("a name with slashes and odd bytes is one percent-encoded segment under the base path",
           "[zookeeper][layout]") {
     auto p = distlock::connect(url());
-    raw_zk raw;
+    zk_test::raw_zk raw(zk_test::hosts_of(url()));
     const auto name = unique_name("a/b c") + std::string("\0/..", 4);
     auto m = p.mutex(name);
     REQUIRE(m.try_lock());
@@ -116,7 +79,7 @@ TEST_CASE("a name with slashes and odd bytes is one percent-encoded segment unde
 TEST_CASE("a try_lock that fails leaves no node behind", "[zookeeper][layout]") {
     auto a = distlock::connect(url());
     auto b = distlock::connect(url());
-    raw_zk raw;
+    zk_test::raw_zk raw(zk_test::hosts_of(url()));
     const auto name = unique_name("no-trace");
     auto holder = a.mutex(name);
     REQUIRE(holder.try_lock());
@@ -193,7 +156,7 @@ TEST_CASE("a holder keeps the lock across several session timeouts", "[zookeeper
 TEST_CASE("a lock node deleted behind the holder's back is reported lost through its watch",
           "[zookeeper][loss]") {
     auto a = distlock::connect(url());
-    raw_zk raw;
+    zk_test::raw_zk raw(zk_test::hosts_of(url()));
     const auto name = unique_name("deleted");
     std::atomic<int> lost{0};
     distlock::lock_options opts;
@@ -214,7 +177,7 @@ TEST_CASE("a lock node deleted behind the holder's back is reported lost through
 TEST_CASE("a waiter whose node was deleted queues again and still gets the lock", "[zookeeper][waiting]") {
     auto a = distlock::connect(url());
     auto b = distlock::connect(url());
-    raw_zk raw;
+    zk_test::raw_zk raw(zk_test::hosts_of(url()));
     const auto name = unique_name("requeue");
     auto holder = a.mutex(name);
     holder.lock();
@@ -239,7 +202,7 @@ TEST_CASE("a waiter whose node was deleted queues again and still gets the lock"
 TEST_CASE("with 100 waiters on one lock, a release wakes one waiter, not all", "[zookeeper][herd]") {
     constexpr int waiters = 100, handoffs = 10;
     const auto name = unique_name("herd");
-    raw_zk raw;
+    zk_test::raw_zk raw(zk_test::hosts_of(url()));
     auto first = distlock::connect(url());
     auto holder = first.mutex(name);
     holder.lock();

@@ -1,0 +1,54 @@
+// A plain session of the ZooKeeper C client, for tests that look at (and tamper
+// with) what zk:// and its peers leave on the server.
+#pragma once
+
+#include <zookeeper/zookeeper.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace zk_test {
+
+using namespace std::chrono_literals;
+
+class raw_zk {
+public:
+    explicit raw_zk(const std::string& hosts) {
+        zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+        zh_ = zookeeper_init(hosts.c_str(), &raw_zk::watcher, 4000, nullptr, this, 0);
+        REQUIRE(zh_ != nullptr);
+        std::unique_lock lk(m_);
+        REQUIRE(cv_.wait_for(lk, 10s, [&] { return connected_; }));
+    }
+    ~raw_zk() { zookeeper_close(zh_); }
+    std::vector<std::string> children(const std::string& path) {
+        String_vector v{};
+        std::vector<std::string> out;
+        if (zoo_get_children(zh_, path.c_str(), 0, &v) == ZOK) {
+            for (int i = 0; i < v.count; ++i) out.emplace_back(v.data[i]);
+            deallocate_String_vector(&v);
+        }
+        return out;
+    }
+    int stat(const std::string& path, Stat& st) { return zoo_exists(zh_, path.c_str(), 0, &st); }
+    int remove(const std::string& path) { return zoo_delete(zh_, path.c_str(), -1); }
+
+private:
+    static void watcher(zhandle_t*, int type, int state, const char*, void* ctx) {
+        auto* self = static_cast<raw_zk*>(ctx);
+        if (type != ZOO_SESSION_EVENT) return;
+        std::lock_guard lk(self->m_);
+        self->connected_ = state == ZOO_CONNECTED_STATE;
+        self->cv_.notify_all();
+    }
+    zhandle_t* zh_ = nullptr;
+    std::mutex m_;
+    std::condition_variable cv_;
+    bool connected_ = false;
+};
+
+}  // namespace zk_test

@@ -1,0 +1,108 @@
+// Apache Curator's InterProcessMutex driven line by line from stdin, for the
+// distlock interop tests and benchmarks (Debian's libcurator-recipes-java).
+//
+//   java CuratorLock <connect string> <lock path> [session timeout ms]
+// Commands (one per line) and answers:
+//   lock            -> "locked <czxid of our lock node>"          (waits without bound)
+//   try <ms>        -> "locked <czxid>" | "timeout"
+//   unlock          -> "unlocked"
+//   bench <n>       -> "bench <n> <total ns> <p50 ns> <p99 ns>"    (n uncontended lock+unlock cycles)
+//   nodes           -> "nodes <child> <child> ..."                 (the lock path's children, sorted as Curator does)
+//   quit            -> exits
+// Errors go to stderr as "error <message>" and to stdout as "error".
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.util.Arrays;
+import java.util.Collection;
+import java.util.concurrent.TimeUnit;
+
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.retry.ExponentialBackoffRetry;
+import org.apache.zookeeper.data.Stat;
+
+public class CuratorLock {
+    private static long czxidOfHolder(CuratorFramework client, InterProcessMutex mutex) throws Exception {
+        Collection<String> nodes = mutex.getParticipantNodes();  // sorted: the holder first
+        String first = nodes.iterator().next();
+        Stat st = client.checkExists().forPath(first);
+        return st == null ? -1 : st.getCzxid();
+    }
+
+    public static void main(String[] args) throws Exception {
+        if (args.length < 2) {
+            System.err.println("usage: CuratorLock <connect> <lock path> [session timeout ms]");
+            System.exit(2);
+        }
+        int sessionMs = args.length > 2 ? Integer.parseInt(args[2]) : 2000;
+        CuratorFramework client = CuratorFrameworkFactory.newClient(args[0], sessionMs, 10000,
+                new ExponentialBackoffRetry(100, 3));
+        client.start();
+        if (!client.blockUntilConnected(15, TimeUnit.SECONDS)) {
+            System.out.println("error");
+            System.err.println("error cannot connect to " + args[0]);
+            System.exit(1);
+        }
+        InterProcessMutex mutex = new InterProcessMutex(client, args[1]);
+        System.out.println("ready");
+        System.out.flush();
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
+        String line;
+        while ((line = in.readLine()) != null) {
+            String[] w = line.trim().split("\\s+");
+            try {
+                switch (w[0]) {
+                    case "lock":
+                        mutex.acquire();
+                        System.out.println("locked " + czxidOfHolder(client, mutex));
+                        break;
+                    case "try":
+                        if (mutex.acquire(Long.parseLong(w[1]), TimeUnit.MILLISECONDS))
+                            System.out.println("locked " + czxidOfHolder(client, mutex));
+                        else
+                            System.out.println("timeout");
+                        break;
+                    case "unlock":
+                        mutex.release();
+                        System.out.println("unlocked");
+                        break;
+                    case "bench": {
+                        int n = Integer.parseInt(w[1]);
+                        long[] t = new long[n];
+                        long start = System.nanoTime();
+                        for (int i = 0; i < n; ++i) {
+                            long t0 = System.nanoTime();
+                            mutex.acquire();
+                            mutex.release();
+                            t[i] = System.nanoTime() - t0;
+                        }
+                        long total = System.nanoTime() - start;
+                        Arrays.sort(t);
+                        System.out.println("bench " + n + " " + total + " " + t[n / 2] + " " + t[Math.min(n - 1, (int) (n * 0.99))]);
+                        break;
+                    }
+                    case "nodes": {
+                        StringBuilder sb = new StringBuilder("nodes");
+                        for (String p : mutex.getParticipantNodes()) sb.append(' ').append(p.substring(p.lastIndexOf('/') + 1));
+                        System.out.println(sb);
+                        break;
+                    }
+                    case "quit":
+                        client.close();
+                        System.out.flush();
+                        System.exit(0);
+                        break;
+                    default:
+                        System.out.println("error");
+                        System.err.println("error unknown command " + w[0]);
+                }
+            } catch (Exception e) {
+                System.out.println("error");
+                System.err.println("error " + e);
+            }
+            System.out.flush();
+        }
+        client.close();
+    }
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Compiles CuratorLock.java into OUT_DIR (the build tree), installing Debian's
+# Apache Curator and slf4j-nop first when they are missing, and writes
+# OUT_DIR/classpath for running it:  java -cp "$(cat OUT_DIR/classpath)" CuratorLock ...
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+OUT=${1:?usage: build.sh OUT_DIR}
+need=()
+for p in libcurator-recipes-java libslf4j-java; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || need+=("$p")
+done
+command -v javac >/dev/null || need+=(default-jdk-headless)
+if [ ${#need[@]} -gt 0 ]; then
+    echo "installing ${need[*]}" >&2
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
+fi
+J=/usr/share/java
+CP="$J/curator-recipes.jar:$J/curator-framework.jar:$J/curator-client.jar:$J/zookeeper.jar:$J/zookeeper-jute.jar"
+CP="$CP:$J/guava.jar:$J/slf4j-api.jar:$J/slf4j-nop.jar"
+[ -f "$J/failureaccess.jar" ] && CP="$CP:$J/failureaccess.jar"
+mkdir -p "$OUT"
+javac -nowarn -d "$OUT" -cp "$CP" "$HERE/CuratorLock.java"
+echo "$OUT:$CP" > "$OUT/classpath"
