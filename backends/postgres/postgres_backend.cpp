@@ -1,0 +1,308 @@
+// postgres://user:pw@host:port/db?strategy=... — PostgreSQL through libpq. This
+// file supplies only the PostgreSQL dialect of the SQL strategy layer
+// (backends/sql): a connection wrapper (asynchronous libpq calls bounded by the
+// query timeout), the SQL texts and the advisory-lock key of a name.
+#include <libpq-fe.h>
+#include <poll.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "sql.hpp"
+
+namespace distlock::backends::postgres {
+namespace {
+
+namespace s = distlock::backends::sql;
+using namespace std::chrono_literals;
+using clk = std::chrono::steady_clock;
+
+constexpr Oid int8_oid = 20, text_oid = 25, bytea_oid = 17;
+
+s::failure classify_state(std::string_view state) {
+    if (state == "55P03") return s::failure::lock_timeout;  // lock_not_available (lock_timeout, NOWAIT)
+    if (state == "40P01" || state == "40001") return s::failure::deadlock;
+    if (state == "28P01" || state == "28000" || state == "42501") return s::failure::access_denied;
+    if (state == "3D000") return s::failure::no_database;
+    if (state.substr(0, 2) == "08" || state.substr(0, 3) == "57P") return s::failure::connection_lost;
+    return s::failure::other;
+}
+
+// libpq gives no SQLSTATE for a failed connection: read its message.
+s::failure classify_connect(const std::string& msg) {
+    auto has = [&](const char* what) { return msg.find(what) != std::string::npos; };
+    if (has("password authentication failed") || has("no pg_hba.conf entry") || has("role \"") ||
+        has("permission denied") || has("no password supplied"))
+        return s::failure::access_denied;
+    if (has("database \"") && has("does not exist")) return s::failure::no_database;
+    return s::failure::cannot_connect;
+}
+
+struct endpoint {
+    std::string host, port, user, password, dbname;
+};
+
+class connection final : public s::connection {
+public:
+    connection(const endpoint& ep, const s::conn_settings& cs) : timeout_(cs.timeout) {
+        const char* keys[] = {"host", "port", "user", "password", "dbname", "application_name", "client_encoding", nullptr};
+        const char* vals[] = {ep.host.c_str(),   ep.port.c_str(), ep.user.c_str(), ep.password.c_str(),
+                              ep.dbname.c_str(), "distlock",      "UTF8",          nullptr};
+        conn_ = PQconnectStartParams(keys, vals, 0);
+        if (conn_ == nullptr) throw s::sql_error(s::failure::cannot_connect, 0, "libpq could not allocate a connection");
+        const auto until = clk::now() + cs.connect_timeout;
+        for (auto st = PGRES_POLLING_WRITING;;) {
+            if (st == PGRES_POLLING_OK) break;
+            if (st == PGRES_POLLING_FAILED || PQstatus(conn_) == CONNECTION_BAD) {
+                std::string msg = PQerrorMessage(conn_);
+                close();
+                throw s::sql_error(classify_connect(msg), 0, trim(msg));
+            }
+            if (!wait_socket(st == PGRES_POLLING_READING ? POLLIN : POLLOUT, until)) {
+                close();
+                throw s::sql_error(s::failure::cannot_connect, 0,
+                                   "no connection within connect_timeout (" +
+                                       std::to_string(cs.connect_timeout.count()) + " ms)");
+            }
+            st = PQconnectPoll(conn_);
+        }
+        PQsetNoticeProcessor(conn_, [](void*, const char*) {}, nullptr);  // e.g. the WARNING of a stale unlock
+        if (PQsetnonblocking(conn_, 1) != 0) {
+            close();
+            throw s::sql_error(s::failure::cannot_connect, 0, "cannot make the connection non-blocking");
+        }
+        pid_ = PQbackendPID(conn_);
+    }
+
+    ~connection() override { close(); }
+
+    s::result exec(const s::statement& st, std::span<const s::value> args) override {
+        if (conn_ == nullptr) throw s::sql_error(s::failure::connection_lost, 0, "the connection is already broken");
+        const std::size_t n = st.args.size();
+        std::vector<std::string> texts(n);
+        std::vector<const char*> values(n, nullptr);
+        std::vector<int> lengths(n, 0), formats(n, 0);
+        std::vector<Oid> types(n, 0);
+        for (std::size_t i = 0; i < n; ++i) {
+            const auto& v = args[static_cast<std::size_t>(st.args[i])];
+            if (auto num = std::get_if<std::int64_t>(&v)) {
+                texts[i] = std::to_string(*num);
+                types[i] = int8_oid;
+            } else if (auto t = std::get_if<std::string>(&v)) {
+                texts[i] = *t;
+                types[i] = text_oid;
+            } else if (auto b = std::get_if<s::bytes>(&v)) {
+                texts[i] = b->data;  // sent in binary: every byte as it is, NUL included
+                types[i] = bytea_oid;
+                formats[i] = 1;
+            } else {
+                continue;  // NULL
+            }
+            values[i] = texts[i].data();
+            lengths[i] = static_cast<int>(texts[i].size());
+        }
+        const auto until = clk::now() + timeout_;
+        if (PQsendQueryParams(conn_, st.text.c_str(), static_cast<int>(n), n ? types.data() : nullptr,
+                              n ? values.data() : nullptr, n ? lengths.data() : nullptr, n ? formats.data() : nullptr,
+                              0) != 1)
+            lost("cannot send the query");
+        for (;;) {  // flush the request
+            int f = PQflush(conn_);
+            if (f == 0) break;
+            if (f < 0) lost("cannot send the query");
+            if (!wait_socket(POLLOUT, until)) timed_out();
+        }
+        s::result out;
+        std::optional<s::sql_error> error;
+        for (;;) {
+            while (PQisBusy(conn_)) {
+                if (!wait_socket(POLLIN, until)) timed_out();
+                if (PQconsumeInput(conn_) != 1) lost("the connection broke");
+            }
+            PGresult* res = PQgetResult(conn_);
+            if (res == nullptr) break;
+            switch (PQresultStatus(res)) {
+                case PGRES_TUPLES_OK: {
+                    const int rows = PQntuples(res), cols = PQnfields(res);
+                    for (int r = 0; r < rows; ++r) {
+                        s::row row;
+                        for (int c = 0; c < cols; ++c) {
+                            if (PQgetisnull(res, r, c)) row.emplace_back(std::nullopt);
+                            else row.emplace_back(std::string(PQgetvalue(res, r, c), PQgetlength(res, r, c)));
+                        }
+                        out.rows.push_back(std::move(row));
+                    }
+                    out.affected = static_cast<std::uint64_t>(rows);
+                    break;
+                }
+                case PGRES_COMMAND_OK: {
+                    const char* count = PQcmdTuples(res);
+                    out.affected = count && *count ? std::stoull(count) : 0;
+                    break;
+                }
+                default: {
+                    const char* state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+                    std::string msg = trim(PQresultErrorMessage(res));
+                    if (!error) error.emplace(classify_state(state ? state : ""), 0, msg.empty() ? "query failed" : msg);
+                }
+            }
+            PQclear(res);
+        }
+        if (PQstatus(conn_) == CONNECTION_BAD) lost(error ? error->what() : "the connection broke");
+        if (error) {
+            if (error->kind() == s::failure::connection_lost) close();
+            throw *error;
+        }
+        return out;
+    }
+
+    std::int64_t session_id() const noexcept override { return pid_; }
+    bool broken() const noexcept override { return conn_ == nullptr; }
+
+private:
+    static std::string trim(std::string m) {
+        while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+        return m;
+    }
+
+    bool wait_socket(short events, clk::time_point until) {
+        for (;;) {
+            auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - clk::now()).count();
+            if (left <= 0) return false;
+            pollfd p{PQsocket(conn_), events, 0};
+            int rc = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 60000)));
+            if (rc > 0) return true;
+            if (rc < 0 && errno != EINTR) return true;  // let libpq report the socket's error
+        }
+    }
+
+    [[noreturn]] void lost(const std::string& why) {
+        std::string msg = conn_ ? trim(PQerrorMessage(conn_)) : std::string{};
+        close();
+        throw s::sql_error(s::failure::connection_lost, 0, why + (msg.empty() ? "" : ": " + msg));
+    }
+
+    // No reply in time: the session is abandoned (closing it ends whatever it held
+    // once the server notices) and the outcome of the statement is unknown.
+    [[noreturn]] void timed_out() {
+        close();
+        throw s::sql_error(s::failure::timed_out, 0,
+                           "no reply within the query timeout (" + std::to_string(timeout_.count()) + " ms)");
+    }
+
+    void close() noexcept {
+        if (conn_) PQfinish(conn_);
+        conn_ = nullptr;
+    }
+
+    PGconn* conn_ = nullptr;
+    std::chrono::milliseconds timeout_;
+    std::int64_t pid_ = 0;
+};
+
+// The advisory-lock key of a name: the first 8 bytes of SHA-256(name), read as
+// a big-endian two's-complement signed 64-bit integer.
+std::int64_t advisory_key(std::string_view name) {
+    const std::string digest = spi::sha256(name);
+    std::uint64_t k = 0;
+    for (int i = 0; i < 8; ++i) k = (k << 8) | static_cast<unsigned char>(digest[static_cast<std::size_t>(i)]);
+    return static_cast<std::int64_t>(k);
+}
+
+class dialect final : public s::dialect {
+public:
+    dialect(endpoint ep, s::conn_settings cs) : ep_(std::move(ep)), cs_(cs) {}
+
+    std::string_view name() const noexcept override { return "postgres"; }
+    std::string_view native_strategy() const noexcept override { return "advisory"; }
+    std::unique_ptr<s::connection> connect() override { return std::make_unique<connection>(ep_, cs_); }
+
+    s::sql_texts texts(const std::string& table) const override {
+        const std::string t = quote(table), rows = quote(table + "_rows");
+        const std::string expires = "now() + $3::bigint * interval '1 millisecond'";
+        const std::string free = "(expires_at IS NULL OR expires_at <= now())";
+        s::sql_texts q;
+        q.create = {
+            {"CREATE TABLE IF NOT EXISTS " + t +
+                 " (name bytea PRIMARY KEY, owner text, expires_at timestamptz, version bigint NOT NULL DEFAULT 0,"
+                 " holder bigint)",
+             {}},
+            {"CREATE TABLE IF NOT EXISTS " + rows + " (name bytea PRIMARY KEY)", {}},
+        };
+        q.ping = {"SELECT 1", {}};
+        q.begin = {"BEGIN", {}};
+        q.rollback = {"ROLLBACK", {}};
+        q.lease_acquire = {
+            {"INSERT INTO " + t + " AS t (name, owner, expires_at, version) VALUES ($1, $2, " + expires +
+                 ", 1) ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at,"
+                 " version = t.version + 1 WHERE t.expires_at IS NULL OR t.expires_at <= now() OR t.owner = EXCLUDED.owner"
+                 " RETURNING version",
+             {0, 1, 2}},
+        };
+        q.lease_renew = {"UPDATE " + t + " SET expires_at = " + expires + " WHERE name = $1 AND owner = $2", {0, 1, 2}};
+        q.lease_release = {"UPDATE " + t + " SET owner = NULL, expires_at = NULL WHERE name = $1 AND owner = $2", {0, 1}};
+        q.lease_clear = {"UPDATE " + t + " SET owner = NULL, expires_at = NULL WHERE name = $1", {0}};
+        q.opt_read = {"SELECT version, CASE WHEN " + free + " THEN 1 ELSE 0 END FROM " + t + " WHERE name = $1", {0}};
+        q.opt_insert = {"INSERT INTO " + t + " (name, owner, expires_at, version) VALUES ($1, $2, " + expires +
+                            ", 1) ON CONFLICT (name) DO NOTHING",
+                        {0, 1, 2}};
+        q.opt_update = {"UPDATE " + t + " SET owner = $2, expires_at = " + expires +
+                            ", version = version + 1 WHERE name = $1 AND version = $4 AND " + free,
+                        {0, 1, 2, 3}};
+        q.row_ensure = {"INSERT INTO " + rows + " (name) VALUES ($1) ON CONFLICT (name) DO NOTHING", {0}};
+        q.row_lock = {"SELECT 1 FROM " + rows + " WHERE name = $1 FOR UPDATE", {0}};
+        q.row_lock_nowait = {"SELECT 1 FROM " + rows + " WHERE name = $1 FOR UPDATE NOWAIT", {0}};
+        q.set_wait = {"SELECT set_config('lock_timeout', $1::bigint || 'ms', false)", {0}};
+        q.native_lock = {"SELECT 1 FROM pg_advisory_lock($1::bigint)", {0}};
+        q.native_try = {"SELECT CASE WHEN pg_try_advisory_lock($1::bigint) THEN 1 ELSE 0 END", {0}};
+        q.native_release = {"SELECT CASE WHEN pg_advisory_unlock($1::bigint) THEN 1 ELSE 0 END", {0}};
+        q.fence_bump = {
+            {"INSERT INTO " + t +
+                 " AS t (name, version, holder) VALUES ($1, 1, $2) ON CONFLICT (name) DO UPDATE"
+                 " SET version = t.version + 1, holder = EXCLUDED.holder RETURNING version",
+             {0, 1}},
+        };
+        q.holder_of = {"SELECT holder FROM " + t + " WHERE name = $1", {0}};
+        q.kill = {"SELECT pg_terminate_backend($1::int)", {0}};
+        return q;
+    }
+
+    s::value native_key(std::string_view name) const override { return advisory_key(name); }
+    std::chrono::milliseconds row_wait_resolution() const noexcept override { return 1ms; }
+    std::chrono::milliseconds native_wait_resolution() const noexcept override { return 1ms; }
+    bool native_wait_in_call() const noexcept override { return false; }  // lock_timeout bounds the wait
+    std::string quote(std::string_view id) const override { return "\"" + std::string(id) + "\""; }
+    std::string placeholder(int n) const override { return "$" + std::to_string(n); }
+
+private:
+    endpoint ep_;
+    s::conn_settings cs_;
+};
+
+std::shared_ptr<dialect> make_dialect(spi::url& u, const s::conn_settings& cs) {
+    endpoint ep;
+    auto hosts = u.hosts_or_throw(5432);
+    if (hosts.size() != 1) throw_error(errc::invalid_argument, "postgres", "postgres:// takes one host");
+    ep.host = hosts[0].host;
+    ep.port = std::to_string(hosts[0].port);
+    ep.user = u.user();
+    ep.password = u.password();
+    ep.dbname = u.path().empty() ? std::string{} : u.path().substr(1);
+    if (ep.dbname.empty() || ep.dbname.find('/') != std::string::npos)
+        throw_error(errc::invalid_argument, "postgres", "postgres:// needs a database: postgres://user:pw@host:port/db");
+    if (ep.user.empty())
+        throw_error(errc::invalid_argument, "postgres", "postgres:// needs a user: postgres://user:pw@host/db");
+    return std::make_shared<dialect>(std::move(ep), cs);
+}
+
+}  // namespace
+
+void register_backend(spi::registry& r) {
+    s::add_dialect("postgres", [](spi::url& u, const s::conn_settings& cs) { return make_dialect(u, cs); });
+    r.add("postgres", [](spi::url& u) -> std::shared_ptr<spi::backend> {
+        auto settings = s::take_settings(u, "postgres", "advisory");
+        return s::make_backend(make_dialect(u, settings.conn), settings);
+    });
+}
+
+}  // namespace distlock::backends::postgres

@@ -1,0 +1,256 @@
+// The SQL strategy layer shared by mysql:// and postgres://.
+//
+// The four lock strategies (for-update, lease-table, optimistic, and the
+// server's native named lock: get-lock / advisory) are written once, in
+// strategies.cpp, over the small interface below. A dialect supplies only
+//   - a connection: statements with bound parameters, the server-side session id,
+//     errors classified into `failure` kinds;
+//   - the SQL texts of each step (sql_texts), built for a validated table name;
+//   - a few facts about its server (wait resolution, how native waits are bounded,
+//     the native lock key of a name).
+// Nothing in here includes a client library.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "distlock/spi/backend.hpp"
+
+namespace distlock::backends::sql {
+
+// ---- values, results, errors --------------------------------------------------
+
+// Raw bytes (lock names: any byte, NUL included), bound as a binary parameter.
+struct bytes {
+    std::string data;
+};
+// A bound parameter: SQL NULL, an integer, text (valid UTF-8/ASCII) or bytes.
+using value = std::variant<std::nullptr_t, std::int64_t, std::string, bytes>;
+using row = std::vector<std::optional<std::string>>;  // nullopt = SQL NULL
+
+struct result {
+    std::vector<row> rows;
+    std::uint64_t affected = 0;  // rows changed/matched by an INSERT/UPDATE/DELETE
+};
+
+// What went wrong, as far as the strategies care.
+enum class failure {
+    cannot_connect,   // no connection could be made (refused, unreachable, connect timeout)
+    connection_lost,  // the connection broke (killed on the server, server gone, reset)
+    timed_out,        // no reply within the query timeout: the connection was closed, outcome unknown
+    lock_timeout,     // the server's lock wait bound passed (or NOWAIT found the lock taken)
+    deadlock,         // the server chose this statement as a deadlock victim
+    access_denied,    // bad credentials or missing privileges
+    no_database,      // the database in the URL does not exist
+    other,            // anything else (the native code/message say what)
+};
+
+class sql_error : public std::runtime_error {
+public:
+    sql_error(failure kind, long long code, const std::string& message)
+        : std::runtime_error(message), kind_(kind), code_(code) {}
+    failure kind() const noexcept { return kind_; }
+    long long code() const noexcept { return code_; }
+    // The connection can no longer be used.
+    bool fatal() const noexcept {
+        return kind_ == failure::cannot_connect || kind_ == failure::connection_lost || kind_ == failure::timed_out;
+    }
+
+private:
+    failure kind_;
+    long long code_;
+};
+
+// One SQL statement of a dialect. `args[i]` is the index of the logical argument
+// bound to the i-th placeholder (so a dialect may use an argument twice or not at
+// all); statements without placeholders run as plain text.
+struct statement {
+    std::string text;
+    std::vector<int> args;
+};
+
+// One database session. Used by one thread at a time (the pool and the lock
+// handles guarantee it).
+class connection {
+public:
+    virtual ~connection() = default;
+    // Runs `s` with its placeholders bound from `args`. Throws sql_error; after a
+    // fatal() one the connection is broken() and must be dropped.
+    virtual result exec(const statement& s, std::span<const value> args) = 0;
+    result exec(const statement& s) { return exec(s, {}); }
+    result exec(const statement& s, std::initializer_list<value> args) {
+        return exec(s, std::span<const value>(args.begin(), args.size()));
+    }
+    // The server's id of this session (MySQL CONNECTION_ID(), PostgreSQL backend
+    // pid): what KILL / pg_terminate_backend take.
+    virtual std::int64_t session_id() const noexcept = 0;
+    virtual bool broken() const noexcept = 0;
+
+    // The session's lock wait bound last set through sql_texts::set_wait (ms), so
+    // that an unchanged bound is not sent again. -1 = unknown.
+    std::int64_t wait_bound_ms = -1;
+};
+
+// The SQL of every step, for one table. Logical arguments per statement are
+// listed in brackets; "-> x" is what the strategies read from the result.
+struct sql_texts {
+    std::vector<statement> create;  // idempotent DDL of both tables
+    statement ping;                 // SELECT 1
+    statement begin, rollback;
+
+    // Lease rows (lease-table, optimistic), judged by the server's clock.
+    // lease_acquire [name, owner, lease_ms]: statements run in order; the first
+    // column of the last one's first row is the new version when granted, no row
+    // when the lease is held by another owner. Re-running with the same owner is
+    // harmless (idempotent per owner token).
+    std::vector<statement> lease_acquire;
+    statement lease_renew;    // [name, owner, lease_ms] -> affected 1 = still ours
+    statement lease_release;  // [name, owner] -> affected 1 = was ours; keeps the row (and its version)
+    statement lease_clear;    // [name]: break_lock, clears whoever owns it
+    statement opt_read;       // [name] -> row (version, free 1/0) or none
+    statement opt_insert;     // [name, owner, lease_ms] -> affected 1 = created as version 1
+    statement opt_update;     // [name, owner, lease_ms, version] -> affected 1 = won the compare-and-set
+
+    // Row locks (for-update) on the second table.
+    statement row_ensure;                // [name]: create the lockable row if missing
+    statement row_lock, row_lock_nowait; // [name] -> the row, once locked
+    statement set_wait;                  // [wait_ms]: the session's lock wait bound
+
+    // Native named locks (get-lock, advisory). [key, wait_ms] -> "1" granted, "0" not.
+    statement native_lock, native_try;
+    statement native_release;  // [key] -> "1" released, "0"/NULL not ours
+
+    // Fencing for connection-held strategies: the lease table's version column,
+    // bumped (committed on its own) once the lock is held.
+    std::vector<statement> fence_bump;  // [name, holder session id] -> new version, as lease_acquire
+    statement holder_of;                // [name] -> session id recorded by the last fence_bump
+    statement kill;                     // [session id]: end that session on the server
+};
+
+struct conn_settings {
+    std::chrono::milliseconds connect_timeout{5000};
+    std::chrono::milliseconds timeout{30000};  // query/read timeout; lock waits are chunked below it
+};
+
+class dialect {
+public:
+    virtual ~dialect() = default;
+    virtual std::string_view name() const noexcept = 0;            // "mysql", "postgres"
+    virtual std::string_view native_strategy() const noexcept = 0;  // "get-lock", "advisory"
+    // A new session: autocommit on, read committed, client-side timeouts set.
+    // Throws sql_error (cannot_connect, access_denied, no_database, ...).
+    virtual std::unique_ptr<connection> connect() = 0;
+    virtual sql_texts texts(const std::string& table) const = 0;
+    // The native lock's key for a lock name (documented in docs/backends/sql.md).
+    virtual value native_key(std::string_view name) const = 0;
+    // Smallest lock wait the server can bound for row locks / native locks; a
+    // shorter remaining wait is done as NOWAIT attempts with backoff.
+    virtual std::chrono::milliseconds row_wait_resolution() const noexcept = 0;
+    virtual std::chrono::milliseconds native_wait_resolution() const noexcept = 0;
+    // true: native_lock takes the wait in the call (GET_LOCK(name, s)); false: the
+    // session's set_wait bound applies (lock_timeout).
+    virtual bool native_wait_in_call() const noexcept = 0;
+    // For SQL written once for both servers (the optimistic stock helper):
+    // an identifier quoted for this server, and the text of the n-th placeholder (1-based).
+    virtual std::string quote(std::string_view identifier) const = 0;
+    virtual std::string placeholder(int n) const = 0;
+};
+
+// ---- connection pool ------------------------------------------------------------
+
+class pool {
+public:
+    // Every new connection gets `set_wait` with `wait_ms` as its lock wait bound.
+    pool(std::shared_ptr<dialect> d, std::size_t max_idle, statement set_wait, std::int64_t wait_ms)
+        : dialect_(std::move(d)), max_idle_(max_idle), default_wait_(std::move(set_wait), wait_ms) {}
+
+    // A connection taken from the pool; given back on destruction unless broken.
+    class lease {
+    public:
+        lease(pool* p, std::unique_ptr<connection> c, bool reused) : pool_(p), conn_(std::move(c)), reused_(reused) {}
+        lease(lease&&) noexcept = default;
+        lease& operator=(lease&&) noexcept = default;
+        ~lease() {
+            if (pool_ && conn_) pool_->give_back(std::move(conn_));
+        }
+        connection& operator*() const noexcept { return *conn_; }
+        connection* operator->() const noexcept { return conn_.get(); }
+        bool reused() const noexcept { return reused_; }
+        // Keeps the connection for good (a lock held by the session).
+        std::unique_ptr<connection> detach() noexcept { return std::move(conn_); }
+
+    private:
+        pool* pool_;
+        std::unique_ptr<connection> conn_;
+        bool reused_;
+    };
+
+    lease take();
+    void give_back(std::unique_ptr<connection> c) noexcept;
+    dialect& sql_dialect() noexcept { return *dialect_; }
+
+    // Runs f(connection&) on a pooled connection; a reused idle connection that
+    // turns out to be dead (closed by the server while idle) is replaced once.
+    template <class F>
+    auto run(F&& f) {
+        for (int attempt = 0;; ++attempt) {
+            auto c = take();
+            try {
+                return f(*c);
+            } catch (const sql_error& e) {
+                if (e.kind() != failure::connection_lost || !c.reused() || attempt > 0) throw;
+            }
+        }
+    }
+
+private:
+    std::shared_ptr<dialect> dialect_;
+    std::size_t max_idle_;
+    std::pair<statement, std::int64_t> default_wait_;
+    std::mutex mutex_;
+    std::vector<std::unique_ptr<connection>> idle_;
+};
+
+// ---- backend construction ----------------------------------------------------------
+
+struct settings {
+    std::string strategy = "lease-table";
+    std::string table = "distlock_locks";  // a plain identifier; "<table>_rows" holds for-update's rows
+    conn_settings conn;
+    int tries = 3;                              // optimistic: compare-and-set attempts per try ...
+    std::chrono::milliseconds window{100};      // ... within this window (the seed's defaults)
+    std::size_t max_idle = 8;                   // idle connections kept per provider
+};
+
+// Takes the SQL layer's URL parameters (strategy, table, connect_timeout,
+// timeout, tries, window, pool). `native` is the dialect's native strategy name.
+settings take_settings(spi::url& u, std::string_view backend, std::string_view native);
+
+// Validates `s` (the table name as an identifier), makes the tables (idempotent
+// DDL) over a first connection, and returns the backend. Throws distlock errors
+// (unavailable, access_denied, invalid_argument).
+std::shared_ptr<spi::backend> make_backend(std::shared_ptr<dialect> d, const settings& s);
+
+// Dialects by URL scheme, registered by the mysql and postgres backends, so that
+// the optimistic stock helper can open the right one for a URL.
+using dialect_factory = std::function<std::shared_ptr<dialect>(spi::url&, const conn_settings&)>;
+void add_dialect(std::string scheme, dialect_factory f);
+const dialect_factory* find_dialect(const std::string& scheme);
+
+// Maps an sql_error to the distlock error that says what to do next.
+[[noreturn]] void raise(const sql_error& e, std::string_view backend, const std::string& context);
+
+// True when `id` is a plain SQL identifier: [A-Za-z_][A-Za-z0-9_]*, at most `max` bytes.
+bool is_identifier(std::string_view id, std::size_t max = 48);
+
+}  // namespace distlock::backends::sql

@@ -1,0 +1,32 @@
+# MariaDB 10.11 (MySQL protocol) for the mysql:// backend tests: port 13306,
+# database "distlock", password user distlock/distlock. Sourced by
+# integration/backends.sh, which provides apt_ensure, wait_until, record_pid and
+# fail_with_log.
+MYSQL_PORT=${DISTLOCK_MYSQL_PORT:-13306}
+
+mysql_install() { apt_ensure mariadb-server mariadb-client; }
+
+mysql_start() {
+    local dir=$1
+    local lean=(--innodb-buffer-pool-size=16M --innodb-log-file-size=8M --performance-schema=OFF --skip-name-resolve)
+    mariadb-install-db --no-defaults --datadir="$dir/data" --user=root --auth-root-authentication-method=normal \
+        --skip-test-db "${lean[@]}" >"$dir/install.log" 2>&1 || { fail_with_log mariadb-install-db "$dir/install.log"; return 1; }
+    mariadbd --no-defaults --datadir="$dir/data" --user=root --port="$MYSQL_PORT" --bind-address=127.0.0.1 \
+        --socket="$dir/sock" --pid-file="$dir/pid" --log-error="$dir/err.log" "${lean[@]}" \
+        --max-connections=500 >/dev/null 2>&1 &
+    record_pid mysql $!
+    wait_until 30 mariadb-admin --no-defaults -uroot -h127.0.0.1 -P"$MYSQL_PORT" ping || { fail_with_log mariadbd "$dir/err.log"; return 1; }
+    mariadb --no-defaults -uroot --socket="$dir/sock" -e "
+        CREATE DATABASE IF NOT EXISTS distlock;
+        CREATE USER IF NOT EXISTS 'distlock'@'%' IDENTIFIED BY 'distlock';
+        GRANT ALL PRIVILEGES ON distlock.* TO 'distlock'@'%';
+        FLUSH PRIVILEGES;" || { fail_with_log "mariadb user setup" "$dir/err.log"; return 1; }
+    local base="mysql://distlock:distlock@127.0.0.1:$MYSQL_PORT/distlock"
+    {
+        echo "DISTLOCK_TEST_MYSQL_URL=$base?strategy=lease-table&lease=2s"
+        echo "DISTLOCK_TEST_MYSQL_FOR_UPDATE_URL=$base?strategy=for-update&lease=2s"
+        echo "DISTLOCK_TEST_MYSQL_LEASE_TABLE_URL=$base?strategy=lease-table&lease=2s"
+        echo "DISTLOCK_TEST_MYSQL_OPTIMISTIC_URL=$base?strategy=optimistic&lease=2s"
+        echo "DISTLOCK_TEST_MYSQL_GET_LOCK_URL=$base?strategy=get-lock&lease=2s"
+    } > "$RUN/mysql.env"
+}

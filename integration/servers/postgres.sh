@@ -1,0 +1,43 @@
+# PostgreSQL 15 for the postgres:// backend tests: port 15432, database
+# "distlock", password (scram-sha-256) user distlock/distlock. The server refuses
+# to run as root, so it runs as the "postgres" user through setpriv (which execs:
+# the recorded PID is the server itself). Stopped with SIGINT (fast shutdown).
+POSTGRES_PORT=${DISTLOCK_POSTGRES_PORT:-15432}
+
+postgres_bin() {
+    local d
+    for d in /usr/lib/postgresql/15/bin /usr/lib/postgresql/*/bin; do
+        [ -x "$d/postgres" ] && { echo "$d"; return 0; }
+    done
+    return 1
+}
+
+postgres_install() { postgres_bin >/dev/null || apt_ensure postgresql-15; }
+
+postgres_stop_signal() { echo INT; }
+
+postgres_start() {
+    local dir=$1 bin
+    bin=$(postgres_bin) || { echo "[backends] postgres binaries not found" >&2; return 1; }
+    id postgres >/dev/null 2>&1 || { echo "[backends] the postgres user is missing" >&2; return 1; }
+    chown postgres:postgres "$dir"
+    local as_pg=(setpriv --reuid=postgres --regid=postgres --init-groups)
+    "${as_pg[@]}" "$bin/initdb" -D "$dir/data" -U postgres --auth-local=trust --auth-host=scram-sha-256 \
+        --no-locale --encoding=UTF8 --no-sync >"$dir/initdb.log" 2>&1 || { fail_with_log initdb "$dir/initdb.log"; return 1; }
+    "${as_pg[@]}" "$bin/postgres" -D "$dir/data" -p "$POSTGRES_PORT" -k "$dir" -c listen_addresses=127.0.0.1 \
+        -c fsync=off -c max_connections=300 >"$dir/server.log" 2>&1 &
+    record_pid postgres $!
+    wait_until 30 "$bin/pg_isready" -q -h 127.0.0.1 -p "$POSTGRES_PORT" || { fail_with_log postgres "$dir/server.log"; return 1; }
+    local psql=("${as_pg[@]}" "$bin/psql" -X -q -v ON_ERROR_STOP=1 -h "$dir" -p "$POSTGRES_PORT" -U postgres)
+    "${psql[@]}" -d postgres -c "CREATE ROLE distlock LOGIN PASSWORD 'distlock'" >/dev/null &&
+        "${psql[@]}" -d postgres -c "CREATE DATABASE distlock OWNER distlock" >/dev/null ||
+        { fail_with_log "postgres user setup" "$dir/server.log"; return 1; }
+    local base="postgres://distlock:distlock@127.0.0.1:$POSTGRES_PORT/distlock"
+    {
+        echo "DISTLOCK_TEST_POSTGRES_URL=$base?strategy=lease-table&lease=2s"
+        echo "DISTLOCK_TEST_POSTGRES_FOR_UPDATE_URL=$base?strategy=for-update&lease=2s"
+        echo "DISTLOCK_TEST_POSTGRES_LEASE_TABLE_URL=$base?strategy=lease-table&lease=2s"
+        echo "DISTLOCK_TEST_POSTGRES_OPTIMISTIC_URL=$base?strategy=optimistic&lease=2s"
+        echo "DISTLOCK_TEST_POSTGRES_ADVISORY_URL=$base?strategy=advisory&lease=2s"
+    } > "$RUN/postgres.env"
+}
