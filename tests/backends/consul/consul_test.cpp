@@ -1,0 +1,287 @@
+// consul:// specific behaviour, checked on the server: against a real Consul
+// when DISTLOCK_TEST_CONSUL_URL is set, else against the Consul HTTP API
+// emulator (DISTLOCK_TEST_CONSUL_EMULATOR_URL). Tests that need a server
+// configured differently (ACLs, Consul's 10 s minimum TTL) start their own
+// emulator.
+#include <nlohmann/json.hpp>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include "distlock/distlock.hpp"
+#include "distlock/spi/url.hpp"
+#include "distlock/testing.hpp"
+#include "http/http_client.hpp"
+#include "support.hpp"
+
+using namespace std::chrono_literals;
+using distlock::test::eventually;
+using distlock::test::unique_name;
+using json = nlohmann::json;
+namespace http = distlock::backends::http;
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::uint64_t kLockFlag = 3304740253564472344ULL;
+
+std::string url() {
+    auto real = distlock::test::env("DISTLOCK_TEST_CONSUL_URL");
+    return real.empty() ? distlock::test::env("DISTLOCK_TEST_CONSUL_EMULATOR_URL") : real;
+}
+
+// Direct HTTP access to the agent under test.
+class agent {
+public:
+    explicit agent(const std::string& u) : client_(options_for(u)) {
+        auto parsed = distlock::spi::url::parse(u);
+        prefix_ = parsed.path().empty() ? "distlock" : parsed.path().substr(1);
+        if (auto t = parsed.take("token")) token_ = *t;
+    }
+    http::response call(const char* method, const std::string& target, const std::string& body = {}) {
+        http::request r;
+        r.method = method;
+        r.target = target + (token_.empty() ? "" : std::string(target.find('?') == std::string::npos ? "?" : "&") +
+                                                       "token=" + token_);
+        r.body = body;
+        return client_.send(r);
+    }
+    std::string key_path(const std::string& name) const {
+        return "/v1/kv/" + http::escape_path(prefix_ + "/" + http::encode_name(name));
+    }
+    // The key's entry, or null when absent.
+    json entry(const std::string& name) {
+        auto r = call("GET", key_path(name));
+        if (r.status == 404) return nullptr;
+        REQUIRE(r.status == 200);
+        return json::parse(r.body)[0];
+    }
+    json session_info(const std::string& id) {
+        auto r = call("GET", "/v1/session/info/" + id);
+        REQUIRE(r.status == 200);
+        auto j = json::parse(r.body);
+        return j.is_array() && !j.empty() ? j[0] : json(nullptr);
+    }
+
+private:
+    static http::options options_for(const std::string& u) {
+        auto parsed = distlock::spi::url::parse(u);
+        return http::options_from_url(parsed, "consul-test", 8500);
+    }
+    http::client client_;
+    std::string prefix_, token_;
+};
+
+// A private emulator with its own flags, on a free port.
+class private_emulator {
+public:
+    explicit private_emulator(std::vector<std::string> flags) {
+        int fds[2];
+        REQUIRE(::pipe(fds) == 0);
+        pid_ = ::fork();
+        REQUIRE(pid_ >= 0);
+        if (pid_ == 0) {
+            ::dup2(fds[1], 1);
+            ::close(fds[0]);
+            ::close(fds[1]);
+            std::vector<std::string> args{"/usr/bin/python3", DISTLOCK_CONSUL_EMULATOR, "--port", "0"};
+            args.insert(args.end(), flags.begin(), flags.end());
+            std::vector<char*> argv;
+            for (auto& a : args) argv.push_back(a.data());
+            argv.push_back(nullptr);
+            ::execv(argv[0], argv.data());
+            ::_exit(127);
+        }
+        ::close(fds[1]);
+        out_ = ::fdopen(fds[0], "r");
+        char line[256] = {};
+        REQUIRE(std::fgets(line, sizeof line, out_) != nullptr);
+        std::string s(line);
+        auto colon = s.rfind(':');
+        REQUIRE(colon != std::string::npos);
+        port_ = std::stoi(s.substr(colon + 1));
+    }
+    ~private_emulator() {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, nullptr, 0);
+        if (out_) std::fclose(out_);
+    }
+    std::string base() const { return "consul://127.0.0.1:" + std::to_string(port_); }
+
+private:
+    pid_t pid_ = -1;
+    std::FILE* out_ = nullptr;
+    int port_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("the lock key carries the lock flag and our session, and the token is its ModifyIndex", "[consul]") {
+    auto p = distlock::connect(url());
+    agent consul(url());
+    const auto name = unique_name("layout/odd name");
+    auto m = p.mutex(name);
+    REQUIRE(m.try_lock());
+    auto e = consul.entry(name);
+    REQUIRE(e.is_object());
+    CHECK(e["Flags"].get<std::uint64_t>() == kLockFlag);
+    CHECK(e["LockIndex"].get<std::uint64_t>() >= 1);
+    CHECK(m.token() == e["ModifyIndex"].get<std::uint64_t>());
+    const auto session = e["Session"].get<std::string>();
+    auto info = consul.session_info(session);
+    REQUIRE(info.is_object());
+    CHECK(info["Behavior"] == "release");
+    CHECK(info["TTL"].get<std::string>() == (p.default_lease() % 1000ms == 0ms
+                                                 ? std::to_string(p.default_lease().count() / 1000) + "s"
+                                                 : std::to_string(p.default_lease().count()) + "ms"));
+    m.unlock();
+    // Release, then destroy: the key stays, unlocked, and the session is gone.
+    auto after = consul.entry(name);
+    REQUIRE(after.is_object());
+    CHECK((!after.contains("Session") || after["Session"].is_null() || after["Session"] == ""));
+    CHECK(consul.session_info(session).is_null());
+}
+
+TEST_CASE("a session invalidated out of band is reported lost and the lock-delay is honoured", "[consul]") {
+    auto a = distlock::connect(url());
+    auto b = distlock::connect(url());
+    agent consul(url());
+    const auto name = unique_name("invalidated");
+    std::atomic<int> lost{0};
+    std::mutex reason_mutex;
+    std::string reason;
+    distlock::lock_options opts;
+    opts.on_lost = [&](const distlock::lock_event& e) {
+        std::lock_guard lk(reason_mutex);
+        reason = e.reason;
+        ++lost;
+    };
+    auto holder = a.mutex(name, opts);
+    holder.lock();
+    const auto first = holder.token();
+    auto session = consul.entry(name)["Session"].get<std::string>();
+    std::atomic<bool> got{false};
+    clk::time_point got_at;
+    auto waiter = b.mutex(name);
+    std::thread t([&] {
+        if (waiter.try_lock_for(15s)) {
+            got_at = clk::now();
+            got = true;
+        }
+    });
+    std::this_thread::sleep_for(300ms);
+    const auto destroyed_at = clk::now();
+    REQUIRE(consul.call("PUT", "/v1/session/destroy/" + session).status == 200);
+    // The monitor's blocking query sees the key lose its session.
+    CHECK(eventually([&] { return !holder.held(); }, 3s));
+    CHECK(lost.load() == 1);
+    {
+        std::lock_guard lk(reason_mutex);
+        CHECK(reason.find("session") != std::string::npos);
+    }
+    t.join();
+    REQUIRE(got.load());
+    // The URL's lock_delay=1s: the waiter had to wait it out after the invalidation.
+    CHECK(got_at - destroyed_at >= 900ms);
+    CHECK(waiter.token() > first);
+    waiter.unlock();
+    holder.unlock();
+}
+
+TEST_CASE("a key holding other data is refused as a lock, not overwritten", "[consul]") {
+    auto p = distlock::connect(url());
+    agent consul(url());
+    const auto name = unique_name("not-a-lock");
+    REQUIRE(consul.call("PUT", consul.key_path(name) + "?flags=7", "precious").status == 200);
+    auto m = p.mutex(name);
+    CHECK_THROWS_AS(m.try_lock_for(1s), distlock::invalid_argument_error);
+    auto e = consul.entry(name);
+    CHECK(e["Flags"].get<std::uint64_t>() == 7);
+    consul.call("DELETE", consul.key_path(name));
+}
+
+TEST_CASE("break_lock deletes the key: the holder learns it, a waiter proceeds at once", "[consul]") {
+    auto a = distlock::connect(url());
+    auto b = distlock::connect(url());
+    agent consul(url());
+    const auto name = unique_name("break");
+    auto holder = a.mutex(name);
+    holder.lock();
+    auto waiter = b.mutex(name);
+    std::atomic<bool> got{false};
+    std::thread t([&] { got = waiter.try_lock_for(10s); });
+    std::this_thread::sleep_for(300ms);
+    distlock::testing::break_lock(a, name);
+    t.join();
+    CHECK(got.load());
+    CHECK(eventually([&] { return !holder.held(); }, 3s));
+    waiter.unlock();
+    holder.unlock();
+}
+
+TEST_CASE("a renewed session outlives many TTLs while a waiter's blocking queries keep waiting", "[consul]") {
+    auto a = distlock::connect(url());
+    auto b = distlock::connect(url());
+    agent consul(url());
+    const auto name = unique_name("renewed");
+    auto holder = a.mutex(name);
+    holder.lock();
+    const auto lease = a.default_lease();
+    const auto session = consul.entry(name)["Session"].get<std::string>();
+    auto waiter = b.mutex(name);
+    CHECK_FALSE(waiter.try_lock_for(3 * lease));
+    CHECK(holder.held());
+    CHECK(consul.entry(name)["Session"] == session);
+    holder.unlock();
+    CHECK(waiter.try_lock_for(5s));
+    waiter.unlock();
+}
+
+TEST_CASE("an unreachable agent is unavailable at once", "[consul][input]") {
+    auto t0 = clk::now();
+    CHECK_THROWS_AS(distlock::connect("consul://127.0.0.1:1/x?lease=2s"), distlock::unavailable_error);
+    CHECK(clk::now() - t0 < 10s);
+}
+
+TEST_CASE("consul URL parameters are checked", "[consul][input]") {
+    auto u = url();
+    auto base = u.substr(0, u.find_first_of("/?", 9));
+    auto p = distlock::connect(base + "/params?ttl=12s&lock_delay=0s&behavior=delete");
+    CHECK(p.default_lease() == 12s);
+    CHECK_THROWS_AS(distlock::connect(base + "?behavior=explode"), distlock::invalid_argument_error);
+    CHECK_THROWS_AS(distlock::connect(base + "?ttl=0s"), distlock::invalid_argument_error);
+    CHECK_THROWS_AS(distlock::connect(base + "?lock_delay=soon"), distlock::invalid_argument_error);
+}
+
+TEST_CASE("ACL tokens: the right token locks, a wrong or missing one is access denied at connect", "[consul][acl]") {
+    private_emulator emu({"--min-ttl", "100ms", "--acl-token", "s3cret-token"});
+    CHECK_THROWS_AS(distlock::connect(emu.base() + "/x?lease=2s"), distlock::access_denied_error);
+    CHECK_THROWS_AS(distlock::connect(emu.base() + "/x?lease=2s&token=wrong"), distlock::access_denied_error);
+    auto p = distlock::connect(emu.base() + "/x?lease=2s&token=s3cret-token");
+    CHECK(p.url().find("s3cret") == std::string::npos);  // redacted
+    auto m = p.mutex(unique_name("acl"));
+    REQUIRE(m.try_lock());
+    CHECK(m.token() > 0);
+    m.unlock();
+}
+
+TEST_CASE("a TTL below a real Consul's 10 s minimum is refused with the server's message", "[consul][input]") {
+    private_emulator emu({});  // the emulator's defaults are Consul's: 10s .. 24h
+    auto p = distlock::connect(emu.base() + "/x?lease=2s");
+    auto m = p.mutex(unique_name("short-ttl"));
+    try {
+        (void)m.try_lock();
+        FAIL("a 2 s session TTL was accepted");
+    } catch (const distlock::invalid_argument_error& e) {
+        CHECK(std::string(e.what()).find("Invalid Session TTL") != std::string::npos);
+    }
+    auto ok = distlock::connect(emu.base() + "/x?lease=10s").mutex(unique_name("ten-seconds"));
+    CHECK(ok.try_lock());
+    ok.unlock();
+}

@@ -1,0 +1,334 @@
+#!/usr/bin/python3
+"""Tests of the Consul HTTP API emulator against the server rules of PROTOCOLS.md.
+
+Run: /usr/bin/python3 tests/consul-emulator/test_consul_emulator.py
+Each test class starts its own emulator on a free port.
+"""
+
+import base64
+import http.client
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EMULATOR = os.path.join(HERE, "consul_emulator.py")
+LOCK_FLAG = 3304740253564472344
+
+
+def start_emulator(*extra):
+    proc = subprocess.Popen([sys.executable, EMULATOR, "--port", "0", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    line = proc.stdout.readline()
+    if "listening on" not in line:
+        proc.kill()
+        raise RuntimeError("emulator did not start: " + line)
+    port = int(line.strip().rsplit(":", 1)[1])
+    return proc, port
+
+
+class Client:
+    def __init__(self, port, token=None):
+        self.port = port
+        self.token = token
+
+    def call(self, method, path, body=None, timeout=30):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        headers = {"X-Consul-Token": self.token} if self.token else {}
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+        conn.request(method, path, body=body, headers=headers)
+        r = conn.getresponse()
+        data = r.read()
+        conn.close()
+        index = r.getheader("X-Consul-Index")
+        return r.status, data, int(index) if index else None
+
+    def json(self, method, path, body=None, **kw):
+        status, data, index = self.call(method, path, body, **kw)
+        return status, (json.loads(data) if data and status == 200 else data), index
+
+    def session(self, ttl="1s", lock_delay=None, behavior=None, name="test"):
+        spec = {"Name": name, "TTL": ttl}
+        if lock_delay is not None:
+            spec["LockDelay"] = lock_delay
+        if behavior:
+            spec["Behavior"] = behavior
+        status, body, _ = self.json("PUT", "/v1/session/create", spec)
+        assert status == 200, body
+        return body["ID"]
+
+    def acquire(self, key, sid, value=b"", flags=LOCK_FLAG):
+        status, body, _ = self.json("PUT", "/v1/kv/%s?flags=%d&acquire=%s" % (key, flags, sid), value)
+        assert status == 200, body
+        return body
+
+    def release(self, key, sid, flags=LOCK_FLAG):
+        status, body, _ = self.json("PUT", "/v1/kv/%s?flags=%d&release=%s" % (key, flags, sid))
+        assert status == 200, body
+        return body
+
+    def get(self, key, index=None, wait=None):
+        q = []
+        if index is not None:
+            q.append("index=%d" % index)
+        if wait is not None:
+            q.append("wait=" + wait)
+        status, body, idx = self.json("GET", "/v1/kv/" + key + ("?" + "&".join(q) if q else ""))
+        return status, (body[0] if status == 200 else None), idx
+
+
+class EmulatorCase(unittest.TestCase):
+    extra_args = ("--min-ttl", "100ms", "--ttl-multiplier", "1")
+
+    @classmethod
+    def setUpClass(cls):
+        cls.proc, cls.port = start_emulator(*cls.extra_args)
+        cls.c = Client(cls.port)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.proc.kill()
+        cls.proc.wait()
+        cls.proc.stdout.close()
+
+    def key(self):
+        return "t/%s/%d" % (self.id().rsplit(".", 1)[1], time.monotonic_ns())
+
+
+class Sessions(EmulatorCase):
+    def test_create_renew_destroy(self):
+        sid = self.c.session(ttl="5s")
+        status, body, _ = self.c.json("PUT", "/v1/session/renew/" + sid)
+        self.assertEqual(status, 200)
+        self.assertEqual(body[0]["ID"], sid)
+        self.assertEqual(body[0]["TTL"], "5s")
+        status, body, _ = self.c.json("GET", "/v1/session/info/" + sid)
+        self.assertEqual(len(body), 1)
+        status, body, _ = self.c.json("PUT", "/v1/session/destroy/" + sid)
+        self.assertEqual((status, body), (200, True))
+        status, _, _ = self.c.call("PUT", "/v1/session/renew/" + sid)
+        self.assertEqual(status, 404)
+        self.assertEqual(self.c.json("GET", "/v1/session/info/" + sid)[1], [])
+
+    def test_ttl_expiry_unless_renewed(self):
+        sid = self.c.session(ttl="300ms")
+        kept = self.c.session(ttl="300ms")
+        deadline = time.monotonic() + 0.9
+        while time.monotonic() < deadline:
+            self.assertEqual(self.c.call("PUT", "/v1/session/renew/" + kept)[0], 200)
+            time.sleep(0.1)
+        self.assertEqual(self.c.call("PUT", "/v1/session/renew/" + sid)[0], 404)
+        self.assertEqual(self.c.call("PUT", "/v1/session/renew/" + kept)[0], 200)
+
+    def test_ttl_below_minimum_is_rejected(self):
+        status, body, _ = self.c.call("PUT", "/v1/session/create", json.dumps({"TTL": "50ms"}))
+        self.assertEqual(status, 400)
+        self.assertIn(b"Invalid Session TTL", body)
+
+    def test_bad_behavior_is_rejected(self):
+        status, _, _ = self.c.call("PUT", "/v1/session/create", json.dumps({"TTL": "1s", "Behavior": "explode"}))
+        self.assertEqual(status, 400)
+
+    def test_lock_delay_formats(self):
+        for spec, ns in (("2s", 2_000_000_000), (3, 3_000_000_000), (500_000_000, 500_000_000), ("0s", 0)):
+            sid = self.c.session(ttl="5s", lock_delay=spec)
+            info = self.c.json("GET", "/v1/session/info/" + sid)[1][0]
+            self.assertEqual(info["LockDelay"], ns, spec)
+        sid = self.c.session(ttl="5s")
+        self.assertEqual(self.c.json("GET", "/v1/session/info/" + sid)[1][0]["LockDelay"], 15_000_000_000)
+
+
+class KeyValue(EmulatorCase):
+    def test_put_get_delete_with_flags_and_indexes(self):
+        k = self.key()
+        status, _, idx0 = self.c.get(k)
+        self.assertEqual(status, 404)
+        self.assertIsNotNone(idx0)
+        status, body, idx1 = self.c.json("PUT", "/v1/kv/%s?flags=42" % k, b"hello")
+        self.assertEqual((status, body), (200, True))
+        status, e, idx = self.c.get(k)
+        self.assertEqual(status, 200)
+        self.assertEqual(base64.b64decode(e["Value"]), b"hello")
+        self.assertEqual(e["Flags"], 42)
+        self.assertEqual(e["Key"], k)
+        self.assertEqual(e["LockIndex"], 0)
+        self.assertEqual(e["CreateIndex"], e["ModifyIndex"])
+        self.assertEqual(idx, e["ModifyIndex"])
+        self.c.json("PUT", "/v1/kv/" + k, b"again")
+        _, e2, _ = self.c.get(k)
+        self.assertGreater(e2["ModifyIndex"], e["ModifyIndex"])
+        self.assertEqual(e2["CreateIndex"], e["CreateIndex"])
+        self.assertEqual(e2["Flags"], 0)
+        self.assertEqual(self.c.call("GET", "/v1/kv/%s?raw" % k)[1], b"again")
+        self.assertEqual(self.c.json("DELETE", "/v1/kv/" + k)[1], True)
+        status, _, idx_del = self.c.get(k)
+        self.assertEqual(status, 404)
+        self.assertGreater(idx_del, e2["ModifyIndex"])  # deletions move the index too
+
+    def test_cas(self):
+        k = self.key()
+        self.assertEqual(self.c.json("PUT", "/v1/kv/%s?cas=0" % k, b"a")[1], True)
+        self.assertEqual(self.c.json("PUT", "/v1/kv/%s?cas=0" % k, b"b")[1], False)
+        _, e, _ = self.c.get(k)
+        self.assertEqual(self.c.json("PUT", "/v1/kv/%s?cas=%d" % (k, e["ModifyIndex"] + 1), b"c")[1], False)
+        self.assertEqual(self.c.json("PUT", "/v1/kv/%s?cas=%d" % (k, e["ModifyIndex"]), b"d")[1], True)
+        _, e2, _ = self.c.get(k)
+        self.assertEqual(self.c.json("DELETE", "/v1/kv/%s?cas=%d" % (k, e["ModifyIndex"]))[1], False)
+        self.assertEqual(self.c.json("DELETE", "/v1/kv/%s?cas=%d" % (k, e2["ModifyIndex"]))[1], True)
+
+    def test_recurse(self):
+        k = self.key()
+        for sub in ("a", "b", "c"):
+            self.c.json("PUT", "/v1/kv/%s/%s" % (k, sub), sub.encode())
+        status, body, _ = self.c.json("GET", "/v1/kv/%s/?recurse" % k)
+        self.assertEqual([e["Key"] for e in body], [k + "/a", k + "/b", k + "/c"])
+        self.c.json("DELETE", "/v1/kv/%s/?recurse" % k)
+        self.assertEqual(self.c.call("GET", "/v1/kv/%s/?recurse" % k)[0], 404)
+
+
+class Locks(EmulatorCase):
+    def test_acquire_needs_a_live_session(self):
+        k = self.key()
+        status, _, _ = self.c.call("PUT", "/v1/kv/%s?acquire=%s" % (k, "00000000-0000-0000-0000-000000000000"))
+        self.assertEqual(status, 500)
+
+    def test_lock_index_session_and_modify_index(self):
+        k = self.key()
+        s1, s2 = self.c.session("5s", lock_delay="0s"), self.c.session("5s", lock_delay="0s")
+        self.assertTrue(self.c.acquire(k, s1))
+        _, e, _ = self.c.get(k)
+        self.assertEqual((e["Session"], e["LockIndex"], e["Flags"]), (s1, 1, LOCK_FLAG))
+        # Another session cannot take it; the holder re-acquiring keeps LockIndex.
+        self.assertFalse(self.c.acquire(k, s2))
+        self.assertTrue(self.c.acquire(k, s1, b"v2"))
+        _, e2, _ = self.c.get(k)
+        self.assertEqual(e2["LockIndex"], 1)
+        self.assertEqual(e2["Session"], s1)
+        self.assertGreaterEqual(e2["ModifyIndex"], e["ModifyIndex"])
+        # Only the holder releases; release clears Session with no lock-delay.
+        self.assertFalse(self.c.release(k, s2))
+        self.assertTrue(self.c.release(k, s1))
+        _, e3, _ = self.c.get(k)
+        self.assertNotIn("Session", e3)
+        self.assertTrue(self.c.acquire(k, s2))
+        _, e4, _ = self.c.get(k)
+        self.assertEqual((e4["Session"], e4["LockIndex"]), (s2, 2))
+        self.assertGreater(e4["ModifyIndex"], e3["ModifyIndex"])
+
+    def test_destroy_releases_keys_and_starts_the_lock_delay(self):
+        k = self.key()
+        s1 = self.c.session("5s", lock_delay="600ms")
+        s2 = self.c.session("5s")
+        self.assertTrue(self.c.acquire(k, s1))
+        self.c.json("PUT", "/v1/session/destroy/" + s1)
+        status, e, _ = self.c.get(k)
+        self.assertEqual(status, 200)  # Behavior release: the key stays, unlocked
+        self.assertNotIn("Session", e)
+        self.assertFalse(self.c.acquire(k, s2))  # lock-delay in effect
+        time.sleep(0.7)
+        self.assertTrue(self.c.acquire(k, s2))
+
+    def test_ttl_expiry_invalidates_the_session_with_behavior_delete(self):
+        k = self.key()
+        s1 = self.c.session("200ms", lock_delay="0s", behavior="delete")
+        self.assertTrue(self.c.acquire(k, s1))
+        time.sleep(0.5)
+        self.assertEqual(self.c.get(k)[0], 404)
+        self.assertEqual(self.c.call("PUT", "/v1/session/renew/" + s1)[0], 404)
+
+    def test_release_by_the_holder_has_no_lock_delay(self):
+        k = self.key()
+        s1 = self.c.session("5s", lock_delay="30s")
+        s2 = self.c.session("5s")
+        self.assertTrue(self.c.acquire(k, s1))
+        self.assertTrue(self.c.release(k, s1))
+        self.assertTrue(self.c.acquire(k, s2))
+
+
+class BlockingQueries(EmulatorCase):
+    def test_returns_when_the_key_changes(self):
+        k = self.key()
+        self.c.json("PUT", "/v1/kv/" + k, b"1")
+        _, e, idx = self.c.get(k)
+        result = {}
+
+        def waiter():
+            t0 = time.monotonic()
+            result["reply"] = self.c.get(k, index=idx, wait="10s")
+            result["took"] = time.monotonic() - t0
+
+        t = threading.Thread(target=waiter)
+        t.start()
+        time.sleep(0.3)
+        self.c.json("PUT", "/v1/kv/" + k, b"2")
+        t.join(5)
+        self.assertFalse(t.is_alive())
+        status, e2, idx2 = result["reply"]
+        self.assertGreater(idx2, idx)
+        self.assertEqual(base64.b64decode(e2["Value"]), b"2")
+        self.assertGreaterEqual(result["took"], 0.25)
+
+    def test_returns_after_wait_with_the_same_index(self):
+        k = self.key()
+        self.c.json("PUT", "/v1/kv/" + k, b"1")
+        _, _, idx = self.c.get(k)
+        t0 = time.monotonic()
+        status, _, idx2 = self.c.get(k, index=idx, wait="400ms")
+        took = time.monotonic() - t0
+        self.assertEqual(status, 200)
+        self.assertEqual(idx2, idx)
+        self.assertGreaterEqual(took, 0.39)
+        self.assertLess(took, 0.4 * 17 / 16 + 1.0)
+
+    def test_a_lower_index_returns_at_once(self):
+        k = self.key()
+        self.c.json("PUT", "/v1/kv/" + k, b"1")
+        _, _, idx = self.c.get(k)
+        t0 = time.monotonic()
+        self.c.get(k, index=idx - 1, wait="5s")
+        self.assertLess(time.monotonic() - t0, 1.0)
+
+    def test_wakes_on_session_invalidation_and_on_deletion(self):
+        k = self.key()
+        sid = self.c.session("5s", lock_delay="0s")
+        self.assertTrue(self.c.acquire(k, sid))
+        _, _, idx = self.c.get(k)
+        threading.Timer(0.2, lambda: self.c.call("PUT", "/v1/session/destroy/" + sid)).start()
+        status, e, idx2 = self.c.get(k, index=idx, wait="10s")
+        self.assertGreater(idx2, idx)
+        self.assertNotIn("Session", e)
+        threading.Timer(0.2, lambda: self.c.call("DELETE", "/v1/kv/" + k)).start()
+        status, _, idx3 = self.c.get(k, index=idx2, wait="10s")
+        self.assertEqual(status, 404)
+        self.assertGreater(idx3, idx2)
+
+
+class Acl(EmulatorCase):
+    extra_args = ("--min-ttl", "100ms", "--acl-token", "s3cret")
+
+    def test_requests_need_the_token(self):
+        status, body, _ = Client(self.port).call("GET", "/v1/kv/x")
+        self.assertEqual((status, body), (403, b"Permission denied"))
+        status, body, _ = Client(self.port, "wrong").call("GET", "/v1/kv/x")
+        self.assertEqual((status, body), (403, b"ACL not found"))
+        self.assertEqual(Client(self.port, "s3cret").call("GET", "/v1/kv/x")[0], 404)
+        self.assertEqual(Client(self.port).call("GET", "/v1/kv/x?token=s3cret")[0], 404)
+
+
+class Defaults(EmulatorCase):
+    extra_args = ()
+
+    def test_without_flags_ttl_below_10s_is_rejected_like_consul(self):
+        status, body, _ = self.c.call("PUT", "/v1/session/create", json.dumps({"TTL": "2s"}))
+        self.assertEqual(status, 400)
+        self.assertIn(b"10s", body)
+        self.assertEqual(self.c.call("PUT", "/v1/session/create", json.dumps({"TTL": "10s"}))[0], 200)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
