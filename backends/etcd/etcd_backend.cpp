@@ -473,8 +473,11 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
             }
             const std::string pred = b64d(kvs[0], "key");
             const auto at = as_i64(reply["header"], "revision");
-            // Watch the predecessor from the range's revision: a deletion after
-            // the range is in the watch history, so none can be missed.
+            // Watch the predecessor from just after the range's revision: a
+            // deletion after the range is in the watch history, so none can be
+            // missed. (Starting at the current revision + 1 keeps the watcher
+            // "synced": etcd delivers its events at once instead of from its
+            // 100 ms catch-up loop.)
             now = spi::clock::now();
             auto budget = std::min(std::chrono::duration_cast<std::chrono::milliseconds>(until - now),
                                    renew_every - std::chrono::duration_cast<std::chrono::milliseconds>(now - last_renew));
@@ -482,7 +485,7 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
             http::request rq;
             rq.method = "POST";
             rq.target = "/v3/watch";
-            rq.body = json{{"create_request", {{"key", base64_encode(pred)}, {"start_revision", std::to_string(at)}}}}.dump();
+            rq.body = json{{"create_request", {{"key", base64_encode(pred)}, {"start_revision", std::to_string(at + 1)}}}}.dump();
             rq.timeout = budget;
             std::string error;
             auto res = backend_.client().stream_lines(rq, [&](std::string_view line) {
