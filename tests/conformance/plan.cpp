@@ -10,6 +10,8 @@
 
 namespace distlock::test {
 
+bool takes_backend_urls() { return true; }
+
 int before_run(const std::vector<test_case_info>& cases, std::vector<std::string>& exclusions) {
     const auto& url = backend_url();
     if (url.empty()) {

@@ -18,6 +18,10 @@ struct test_case_info {
 // ("~[tag]") to the run; non-zero = exit with it. Weak default does nothing.
 int before_run(const std::vector<test_case_info>& cases, std::vector<std::string>& exclusions);
 
+// True in programs that test one backend URL at a time (the conformance suite):
+// they then also take their URLs from DISTLOCK_TEST_URLS. Weak default: false.
+bool takes_backend_urls();
+
 // A lock name unique to this test run: "<base>:<random hex>".
 std::string unique_name(std::string_view base);
 

@@ -1,0 +1,494 @@
+// SQL-specific tests, built once per dialect (DISTLOCK_SQL_TEST_DIALECT is
+// "MYSQL" or "POSTGRES") and run against the real server of
+// integration/servers/<mysql|postgres>.sh. The strategies' URLs come from
+// DISTLOCK_TEST_<DIALECT>_<STRATEGY>_URL.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "distlock/distlock.hpp"
+#include "distlock/spi/backend.hpp"
+#include "distlock/testing.hpp"
+#include "sql.hpp"
+#include "stock.hpp"
+#include "support.hpp"
+
+using namespace std::chrono_literals;
+using distlock::test::eventually;
+using distlock::test::unique_name;
+namespace s = distlock::backends::sql;
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+const std::string dialect_name = DISTLOCK_SQL_TEST_DIALECT;  // MYSQL or POSTGRES
+const bool is_mysql = dialect_name == "MYSQL";
+const std::string native = is_mysql ? "get-lock" : "advisory";
+
+std::string url_of(const std::string& strategy) {
+    std::string var = "DISTLOCK_TEST_" + dialect_name + "_";
+    for (char c : strategy) var += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    var += "_URL";
+    auto u = distlock::test::env(var.c_str());
+    if (u.empty()) FAIL(var << " is not set (integration/backends.sh up)");
+    return u;
+}
+
+const std::vector<std::string> all_strategies = {"for-update", "lease-table", "optimistic", native};
+const std::vector<std::string> session_strategies = {"for-update", native};
+const std::vector<std::string> lease_strategies = {"lease-table", "optimistic"};
+
+// The URL with its query replaced (host, credentials and database kept).
+std::string with_query(const std::string& url, const std::string& query) {
+    return url.substr(0, url.find('?')) + (query.empty() ? "" : "?" + query);
+}
+
+// Plain SQL on a session of our own, written with '?' placeholders.
+class raw_sql {
+public:
+    explicit raw_sql(const std::string& url) {
+        (void)distlock::schemes();  // registers the dialects
+        auto u = distlock::spi::url::parse(url);
+        const auto* factory = s::find_dialect(u.scheme());
+        REQUIRE(factory != nullptr);
+        dialect_ = (*factory)(u, s::conn_settings{});
+        conn_ = dialect_->connect();
+    }
+    s::result run(const std::string& text, std::vector<s::value> args = {}) {
+        s::statement st;
+        int n = 0;
+        for (char c : text) {
+            if (c == '?') {
+                st.text += dialect_->placeholder(++n);
+                st.args.push_back(n - 1);
+            } else {
+                st.text += c;
+            }
+        }
+        return conn_->exec(st, args);
+    }
+    std::optional<std::string> scalar(const std::string& text, std::vector<s::value> args = {}) {
+        auto r = run(text, std::move(args));
+        if (r.rows.empty() || r.rows[0].empty()) return std::nullopt;
+        return r.rows[0][0];
+    }
+    std::int64_t session_id() const { return conn_->session_id(); }
+    void kill(std::int64_t session) {
+        if (is_mysql) run("KILL ?", {session});
+        else run("SELECT pg_terminate_backend(CAST(? AS integer))", {session});
+    }
+    std::string quote(const std::string& id) const { return dialect_->quote(id); }
+
+private:
+    std::shared_ptr<s::dialect> dialect_;
+    std::unique_ptr<s::connection> conn_;
+};
+
+// The documented native keys (docs/backends/sql.md), computed here on their own.
+std::string documented_get_lock_key(const std::string& name) {
+    bool plain = !name.empty() && name.size() <= 64 && name.rfind("distlock:", 0) != 0;
+    for (unsigned char c : name)
+        plain = plain && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || std::string("_.:/-").find(static_cast<char>(c)) != std::string::npos);
+    return plain ? name : "distlock:" + distlock::spi::sha256_hex(name).substr(0, 55);
+}
+std::int64_t documented_advisory_key(const std::string& name) {
+    auto d = distlock::spi::sha256(name);
+    std::uint64_t k = 0;
+    for (int i = 0; i < 8; ++i) k = (k << 8) | static_cast<unsigned char>(d[static_cast<std::size_t>(i)]);
+    return static_cast<std::int64_t>(k);
+}
+
+// The server session that holds `name`, found through the server's own view
+// where it has one (IS_USED_LOCK, pg_locks), else through the holder column.
+std::int64_t holder_session(raw_sql& db, const std::string& strategy, const std::string& name) {
+    std::optional<std::string> id;
+    if (strategy == "get-lock") {
+        id = db.scalar("SELECT IS_USED_LOCK(?)", {documented_get_lock_key(name)});
+    } else if (strategy == "advisory") {
+        const auto key = static_cast<std::uint64_t>(documented_advisory_key(name));
+        id = db.scalar("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted"
+                       " AND classid::bigint = ? AND objid::bigint = ?",
+                       {static_cast<std::int64_t>(key >> 32), static_cast<std::int64_t>(key & 0xffffffffu)});
+    } else {
+        id = db.scalar("SELECT holder FROM distlock_locks WHERE name = ?", {s::bytes{name}});
+    }
+    REQUIRE(id.has_value());
+    return std::stoll(*id);
+}
+
+// A child process (the probe helper, optionally under the clock-skew shim),
+// its stdout on a pipe.
+class child {
+public:
+    child(const std::vector<std::string>& args, long skew_seconds) {
+        int fds[2];
+        REQUIRE(::pipe(fds) == 0);
+        pid_ = ::fork();
+        REQUIRE(pid_ >= 0);
+        if (pid_ == 0) {
+            ::dup2(fds[1], 1);
+            ::close(fds[0]);
+            ::close(fds[1]);
+            ::setenv("DISTLOCK_SKEW_SECONDS", std::to_string(skew_seconds).c_str(), 1);
+            ::setenv("LD_PRELOAD", DISTLOCK_SQL_SKEW_SHIM, 1);
+            std::vector<char*> argv{const_cast<char*>(DISTLOCK_SQL_PROBE)};
+            for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+            argv.push_back(nullptr);
+            ::execv(DISTLOCK_SQL_PROBE, argv.data());
+            ::_exit(127);
+        }
+        ::close(fds[1]);
+        out_ = ::fdopen(fds[0], "r");
+    }
+    ~child() {
+        if (pid_ > 0) {
+            ::kill(pid_, SIGKILL);
+            ::waitpid(pid_, nullptr, 0);
+        }
+        if (out_) std::fclose(out_);
+    }
+    std::string read_line() {
+        char buf[512];
+        if (!std::fgets(buf, sizeof buf, out_)) return {};
+        std::string line(buf);
+        while (!line.empty() && line.back() == '\n') line.pop_back();
+        return line;
+    }
+
+private:
+    pid_t pid_ = -1;
+    std::FILE* out_ = nullptr;
+};
+
+// A loopback TCP port that accepts connections (the kernel completes the
+// handshake) but never answers: a server that is stopped (SIGSTOP) or hung.
+class silent_server {
+public:
+    silent_server() {
+        fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+        REQUIRE(::listen(fd_, 16) == 0);
+        socklen_t len = sizeof a;
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+        port_ = ntohs(a.sin_port);
+    }
+    ~silent_server() { ::close(fd_); }
+    int port() const { return port_; }
+
+private:
+    int fd_ = -1;
+    int port_ = 0;
+};
+
+int closed_port() {
+    silent_server s;  // bound then closed at once: nothing listens there afterwards
+    return s.port();
+}
+
+std::string with_port(const std::string& url, int port) {
+    auto at = url.find('@');
+    auto colon = url.find(':', at);
+    auto slash = url.find('/', colon);
+    return url.substr(0, colon + 1) + std::to_string(port) + url.substr(slash);
+}
+
+}  // namespace
+
+TEST_CASE("lock names with quotes, semicolons, backslashes, NUL and multi-byte characters are bound, never spliced",
+          "[sql][injection]") {
+    const std::string base = unique_name("inj");
+    const std::vector<std::string> names = {
+        base + "x'); DROP TABLE distlock_locks; --",
+        base + "\\'; DELETE FROM distlock_locks; --",
+        base + "\"; DROP TABLE \"distlock_locks\"; --",
+        base + "`distlock_locks`",
+        base + std::string("a\0b", 3),
+        base + std::string("a\0c", 3),
+        base + "%",
+        base + "_",
+        base + "$1?",
+        base + "\xe9\x94\x81\xf0\x9f\x94\x92",
+        base + "\xff\xfe\x80",  // not UTF-8 at all
+    };
+    for (const auto& strategy : all_strategies) {
+        DYNAMIC_SECTION("strategy " << strategy) {
+            const auto url = url_of(strategy);
+            auto a = distlock::connect(url);
+            auto b = distlock::connect(url);
+            raw_sql db(url);
+            const auto rows_before = std::stoll(*db.scalar("SELECT COUNT(*) FROM distlock_locks"));
+            std::vector<distlock::mutex> held;
+            for (const auto& n : names) {
+                held.push_back(a.mutex(n));
+                REQUIRE(held.back().try_lock_for(5s));
+            }
+            for (const auto& n : names) CHECK_FALSE(b.mutex(n).try_lock());
+            // Names that a LIKE, a truncation at NUL or a charset conversion would merge are free.
+            for (const auto& other : {base, base + "a", base + "ab", base + "x", base + "\xe9"}) {
+                auto m = b.mutex(other);
+                CHECK(m.try_lock());
+                m.unlock();
+            }
+            // The tables are intact and hold each name byte for byte.
+            CHECK(std::stoll(*db.scalar("SELECT COUNT(*) FROM distlock_locks")) >= rows_before);
+            for (const auto& n : names) {
+                INFO("name of " << n.size() << " bytes");
+                if (strategy == "for-update")
+                    CHECK(*db.scalar("SELECT COUNT(*) FROM distlock_locks_rows WHERE name = ?", {s::bytes{n}}) == "1");
+                else
+                    CHECK(*db.scalar("SELECT COUNT(*) FROM distlock_locks WHERE name = ?", {s::bytes{n}}) == "1");
+            }
+            for (auto& m : held) m.unlock();
+            for (const auto& n : names) {
+                auto m = b.mutex(n);
+                CHECK(m.try_lock());
+                m.unlock();
+            }
+        }
+    }
+}
+
+TEST_CASE("a holder whose session is killed on the server is told it lost the lock, and the lock is free at once",
+          "[sql][kill]") {
+    for (const auto& strategy : session_strategies) {
+        DYNAMIC_SECTION("strategy " << strategy) {
+            const auto url = url_of(strategy);
+            auto a = distlock::connect(url);
+            auto b = distlock::connect(url);
+            raw_sql db(url);
+            const auto name = "kill/" + unique_name(strategy);  // plain lower-case: its own GET_LOCK key
+            std::atomic<int> lost{0};
+            distlock::lock_options o;
+            o.on_lost = [&](const distlock::lock_event&) { ++lost; };
+            auto holder = a.mutex(name, o);
+            REQUIRE(holder.try_lock());
+            const auto token = holder.token();
+            const auto session = holder_session(db, strategy, name);
+            CHECK(session != db.session_id());
+            auto waiter = b.mutex(name);
+            CHECK_FALSE(waiter.try_lock());
+            db.kill(session);
+            // Freed by the server at once (not after any lease)...
+            CHECK(waiter.try_lock_for(5s));
+            CHECK(waiter.token() > token);
+            // ... and the holder learns it on its next liveness check (lease/3).
+            CHECK(eventually([&] { return !holder.held(); }, 5s));
+            CHECK(eventually([&] { return lost.load() == 1; }, 2s));
+            holder.unlock();  // never throws, never frees the new holder's lock
+            CHECK(waiter.held());
+            CHECK_FALSE(a.mutex(name).try_lock());
+            waiter.unlock();
+            // The killed session is not reused: the old holder's handle locks again.
+            CHECK(holder.try_lock_for(5s));
+            CHECK(holder.token() > waiter.token());
+            holder.unlock();
+        }
+    }
+}
+
+TEST_CASE("lease expiry follows the server's clock: a client with a skewed clock steals nothing", "[sql][clock]") {
+    for (const auto& strategy : lease_strategies) {
+        DYNAMIC_SECTION("strategy " << strategy) {
+            const auto url = url_of(strategy);
+            auto p = distlock::connect(url);
+            const auto name = unique_name("skew-" + strategy);
+            auto holder = p.mutex(name);
+            REQUIRE(holder.try_lock());
+            {
+                // An hour ahead: by its own clock our 2 s lease ended long ago.
+                child ahead({url, name, "try"}, 3600);
+                auto line = ahead.read_line();
+                INFO("probe said: " << line);
+                REQUIRE(line.find(' ') != std::string::npos);
+                const long probe_time = std::stol(line.substr(0, line.find(' ')));
+                CHECK(probe_time - std::time(nullptr) > 3500);  // the skew was in effect
+                CHECK(line.substr(line.find(' ') + 1) == "busy");
+            }
+            CHECK(holder.held());
+            holder.unlock();
+            {
+                // An hour behind, holding without renewal: by its clock the lease
+                // lasts an hour more; the server ends it after 2 s all the same.
+                child behind({url, name, "hold-no-renew"}, -3600);
+                auto line = behind.read_line();
+                INFO("probe said: " << line);
+                REQUIRE(line.find(" locked ") != std::string::npos);
+                CHECK(std::time(nullptr) - std::stol(line.substr(0, line.find(' '))) > 3500);
+                auto m = p.mutex(name);
+                CHECK_FALSE(m.try_lock());
+                auto t0 = clk::now();
+                REQUIRE(m.try_lock_for(15s));
+                CHECK(clk::now() - t0 >= 1s);  // not before the lease (2 s from the probe's grant)
+                m.unlock();
+            }
+        }
+    }
+}
+
+TEST_CASE("a server that is down or does not answer gives unavailable_error, no hang", "[sql][unavailable]") {
+    const auto url = url_of("lease-table");
+    SECTION("nothing listens on the port") {
+        auto t0 = clk::now();
+        CHECK_THROWS_AS(distlock::connect(with_port(url, closed_port())), distlock::unavailable_error);
+        CHECK(clk::now() - t0 < 10s);
+    }
+    SECTION("the server accepts but never answers (as a stopped one)") {
+        silent_server silent;
+        auto target = with_port(url, silent.port()) + "&connect_timeout=1s&timeout=2s";
+        auto t0 = clk::now();
+        CHECK_THROWS_AS(distlock::connect(target), distlock::unavailable_error);
+        CHECK(clk::now() - t0 < 10s);
+    }
+}
+
+TEST_CASE("wrong credentials give access_denied_error, a missing database invalid_argument_error", "[sql][auth]") {
+    const auto url = url_of("lease-table");
+    auto at = url.find('@');
+    auto colon = url.find(':', url.find("://") + 3);
+    const auto wrong_password = url.substr(0, colon + 1) + "not-the-password" + url.substr(at);
+    CHECK_THROWS_AS(distlock::connect(wrong_password), distlock::access_denied_error);
+    try {
+        (void)distlock::connect(wrong_password);
+    } catch (const distlock::error& e) {
+        CHECK(e.backend() == (is_mysql ? "mysql" : "postgres"));
+        CHECK(std::string(e.what()).find("not-the-password") == std::string::npos);
+        if (is_mysql) CHECK(e.native_code() == 1045);
+    }
+    const auto slash = url.find('/', at);
+    const auto no_db = url.substr(0, slash) + "/no_such_database_here" + url.substr(url.find('?'));
+    CHECK_THROWS_AS(distlock::connect(no_db), distlock::invalid_argument_error);
+}
+
+TEST_CASE("URL parameters are validated: strategy, table identifier, durations", "[sql][url]") {
+    const auto url = url_of("lease-table");
+    CHECK_THROWS_AS(distlock::connect(with_query(url, "strategy=redlock")), distlock::invalid_argument_error);
+    CHECK_THROWS_AS(distlock::connect(with_query(url, "strategy=" + std::string(is_mysql ? "advisory" : "get-lock"))),
+                    distlock::invalid_argument_error);
+    CHECK_THROWS_AS(distlock::connect(with_query(url, "table=locks;drop")), distlock::invalid_argument_error);
+    CHECK_THROWS_AS(distlock::connect(with_query(url, "table=1abc")), distlock::invalid_argument_error);
+    CHECK_THROWS_AS(distlock::connect(with_query(url, "tries=0")), distlock::invalid_argument_error);
+    CHECK_THROWS_AS(distlock::connect(with_query(url, "timeout=forever")), distlock::invalid_argument_error);
+    CHECK_NOTHROW(distlock::connect(with_query(url, "")));  // lease-table is the default
+}
+
+TEST_CASE("tables are created on first use, by racing first users too, under the configured name", "[sql][ddl]") {
+    const auto table = "dl_race_" + distlock::spi::random_token().substr(0, 10);
+    for (const auto& strategy : {std::string("lease-table"), std::string("for-update")}) {
+        const auto url = with_query(url_of(strategy), "strategy=" + strategy + "&lease=2s&table=" + table);
+        std::vector<std::thread> racers;
+        std::atomic<int> ok{0};
+        for (int i = 0; i < 4; ++i)
+            racers.emplace_back([&] {
+                try {
+                    auto p = distlock::connect(url);
+                    auto m = p.mutex(unique_name("ddl"));
+                    if (m.try_lock_for(5s)) {
+                        m.unlock();
+                        ++ok;
+                    }
+                } catch (const std::exception& e) {
+                    UNSCOPED_INFO("racer failed: " << e.what());
+                }
+            });
+        for (auto& t : racers) t.join();
+        CHECK(ok.load() == 4);
+    }
+    raw_sql db(url_of("lease-table"));
+    CHECK(db.scalar("SELECT COUNT(*) FROM " + db.quote(table)).has_value());
+    CHECK(db.scalar("SELECT COUNT(*) FROM " + db.quote(table + "_rows")).has_value());
+    db.run("DROP TABLE " + db.quote(table));
+    db.run("DROP TABLE " + db.quote(table + "_rows"));
+}
+
+TEST_CASE("native lock keys follow the documented mapping; long names are hashed and still exclude", "[sql][native]") {
+    const auto url = url_of(native);
+    auto a = distlock::connect(url);
+    auto b = distlock::connect(url);
+    raw_sql db(url);
+    const auto prefix = unique_name("long");
+    const std::vector<std::string> names = {
+        "orders/" + distlock::spi::random_token().substr(0, 8),  // plain: used as it is by GET_LOCK
+        "Upper/" + distlock::spi::random_token().substr(0, 8),    // hashed (case)
+        prefix + std::string(900, 'x') + "1",                     // 64+ bytes sharing a long prefix
+        prefix + std::string(900, 'x') + "2",
+    };
+    std::vector<distlock::mutex> held;
+    for (const auto& n : names) {
+        held.push_back(a.mutex(n));
+        REQUIRE(held.back().try_lock());
+        CHECK(holder_session(db, native, n) > 0);  // visible on the server under the documented key
+        CHECK_FALSE(b.mutex(n).try_lock());
+    }
+    for (auto& m : held) m.unlock();
+    for (const auto& n : names) {
+        auto m = b.mutex(n);
+        CHECK(m.try_lock());
+        m.unlock();
+    }
+}
+
+TEST_CASE("break_lock ends the holder's session (session strategies) or clears its lease row", "[sql][break]") {
+    for (const auto& strategy : all_strategies) {
+        DYNAMIC_SECTION("strategy " << strategy) {
+            const auto url = url_of(strategy);
+            auto a = distlock::connect(url);
+            auto b = distlock::connect(url);
+            const auto name = unique_name("break");
+            auto holder = a.mutex(name);
+            REQUIRE(holder.try_lock());
+            const auto token = holder.token();
+            distlock::testing::break_lock(b, name);
+            auto next = b.mutex(name);
+            CHECK(next.try_lock_for(5s));
+            CHECK(next.token() > token);  // the version survives a break
+            CHECK(eventually([&] { return !holder.held(); }, 5s));
+            next.unlock();
+        }
+    }
+}
+
+TEST_CASE("the optimistic stock update never oversells under concurrent buyers", "[sql][stock]") {
+    s::stock_options o;
+    o.table = "dl_stock_" + distlock::spi::random_token().substr(0, 10);
+    auto stock = s::open_optimistic_stock(url_of("optimistic"), o);
+    stock->create_table();
+    stock->put("product_01", 25);
+    CHECK(stock->stock("product_01") == 25);
+    CHECK_FALSE(stock->stock("no-such-product").has_value());
+    CHECK_THROWS_AS(stock->take("no-such-product"), distlock::invalid_argument_error);
+    std::atomic<int> sold{0}, sold_out{0}, conflicts{0};
+    std::vector<std::thread> buyers;
+    for (int t = 0; t < 8; ++t)
+        buyers.emplace_back([&, t] {
+            auto mine = s::open_optimistic_stock(url_of("optimistic"), o);
+            for (int i = 0; i < 10; ++i) {
+                auto r = mine->take("product_01");
+                if (r.outcome == s::stock_outcome::taken) ++sold;
+                else if (r.outcome == s::stock_outcome::sold_out) ++sold_out;
+                else ++conflicts;
+                CHECK(r.attempts <= o.tries);
+                (void)t;
+            }
+        });
+    for (auto& b : buyers) b.join();
+    INFO("sold " << sold << ", sold out " << sold_out << ", gave up after conflicts " << conflicts);
+    CHECK(sold.load() <= 25);
+    CHECK(stock->stock("product_01") == 25 - sold.load());
+    CHECK(sold + sold_out + conflicts == 80);
+    raw_sql db(url_of("optimistic"));
+    db.run("DROP TABLE " + db.quote(o.table));
+}
