@@ -125,11 +125,16 @@ bool mutex_impl::lock_until(spi::deadline until) {
             report_error(tok, unavailable_error(errc::unavailable, std::string(provider_->backend().name()),
                                                 "renewal of '" + request_.name + "' failed: " + why));
         };
-        auto id = interval.count() > 0
-                      ? provider_->scheduler().add(handle_.get(), interval, request_.lease, true, lost, failed)
-                      : provider_->scheduler().add(handle_.get(), request_.lease, request_.lease, false, lost, failed);
-        std::lock_guard lk(state_mutex_);
-        entry_ = id;
+        try {
+            auto id = interval.count() > 0
+                          ? provider_->scheduler().add(handle_.get(), interval, request_.lease, true, lost, failed)
+                          : provider_->scheduler().add(handle_.get(), request_.lease, request_.lease, false, lost, failed);
+            std::lock_guard lk(state_mutex_);
+            entry_ = id;
+        } catch (...) {  // no renewal possible (out of memory, no thread): do not keep the grant
+            unlock();
+            throw;
+        }
     }
     return true;
 }

@@ -107,8 +107,12 @@ public:
             fd_guard fd(::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
             if (fd.get() < 0) sys_fail("cannot open lock file " + path_, errno);
             int watch = -1;
+            bool locked = false;
             for (;;) {
-                if (::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) break;
+                if (::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) {
+                    locked = true;
+                    break;
+                }
                 if (errno != EWOULDBLOCK && errno != EINTR) sys_fail("flock failed on " + path_, errno);
                 if (spi::clock::now() >= until) {
                     unwatch(watch);
@@ -128,9 +132,10 @@ public:
                 } else {
                     std::this_thread::sleep_for(delay);
                 }
+                if (!same_file(fd.get(), path_)) break;  // replaced (break_lock) or unlinked: wait on the new file
             }
             unwatch(watch);
-            if (!same_file(fd.get(), path_)) continue;  // replaced or unlinked while we waited: lock the new one
+            if (!locked || !same_file(fd.get(), path_)) continue;  // the path now names another file: start over
             std::uint64_t token = read_counter(fd.get()) + 1;
             write_counter(fd.get(), token, settings_.sync);
             fd_ = std::move(fd);

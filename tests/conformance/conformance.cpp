@@ -262,9 +262,14 @@ TEST_CASE("a stale handle's unlock after its lock was broken never frees the nex
     const auto name = unique_name("stale-broken");
     auto stale = a.mutex(name);
     REQUIRE(stale.try_lock());
-    distlock::testing::break_lock(a, name);
+    // A waiter already queued when the lock is broken gets it (no need to retry).
     auto next = b.mutex(name);
-    REQUIRE(next.try_lock_for(lease_of(b) + 10s));
+    std::atomic<bool> got{false};
+    std::thread waiter([&] { got = next.try_lock_for(lease_of(b) + 10s); });
+    std::this_thread::sleep_for(200ms);
+    distlock::testing::break_lock(a, name);
+    waiter.join();
+    REQUIRE(got.load());
     stale.unlock();
     auto third = c.mutex(name);
     CHECK_FALSE(third.try_lock());

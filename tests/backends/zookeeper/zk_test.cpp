@@ -269,6 +269,68 @@ TEST_CASE("with 100 waiters on one lock, a release wakes one waiter, not all", "
     CHECK(raw.children(lock_dir(name)).empty());
 }
 
+// Freezes the server (SIGSTOP) for the lifetime of the object; always resumes it.
+struct frozen_server {
+    pid_t pid;
+    explicit frozen_server(pid_t p) : pid(p) { REQUIRE(::kill(pid, SIGSTOP) == 0); }
+    ~frozen_server() { ::kill(pid, SIGCONT); }
+};
+
+TEST_CASE("a create whose reply is lost to a connection loss is recovered by protected mode, leaving no orphan",
+          "[zookeeper][protected]") {
+    auto pid_text = distlock::test::env("DISTLOCK_TEST_ZK_PID");
+    if (pid_text.empty()) {
+        WARN("DISTLOCK_TEST_ZK_PID is not set: cannot freeze the server");
+        return;
+    }
+    auto p = distlock::connect(url());
+    const auto session = p.default_lease();
+    REQUIRE(session >= 2s);
+    zk_test::raw_zk raw(zk_test::hosts_of(url()));
+    const auto name = unique_name("protected");
+    {  // the lock path exists already, so the create is the only request in flight
+        auto warm = p.mutex(name);
+        REQUIRE(warm.try_lock());
+        warm.unlock();
+    }
+    auto m = p.mutex(name);
+    const auto before = zkb::read_counters();
+    std::atomic<bool> got{false};
+    std::atomic<int> failures{0};
+    std::thread taker;
+    {
+        frozen_server freeze(static_cast<pid_t>(std::stol(pid_text)));
+        // The create reaches the frozen server's socket; the client gives up on the
+        // connection after 2/3 of the session timeout (ZCONNECTIONLOSS) while the
+        // request waits in the server's receive buffer.
+        taker = std::thread([&] {
+            for (int i = 0; i < 5 && !got; ++i) {
+                try {
+                    got = m.try_lock_for(15s);
+                } catch (const distlock::unavailable_error&) {
+                    ++failures;
+                }
+            }
+        });
+        std::this_thread::sleep_for(session * 3 / 4);
+    }  // resumed before the session can expire: the server runs the create
+    taker.join();
+    REQUIRE(got.load());
+    const auto after = zkb::read_counters();
+    INFO("protected-mode recoveries " << after.protected_recoveries - before.protected_recoveries << ", nodes created "
+                                      << after.lock_nodes_created - before.lock_nodes_created << ", failures "
+                                      << failures.load());
+    // Whatever the server did with the lost create, exactly one node is left: ours.
+    auto kids = raw.children(lock_dir(name));
+    REQUIRE(kids.size() == 1);
+    Stat st{};
+    REQUIRE(raw.stat(lock_dir(name) + "/" + kids[0], st) == ZOK);
+    CHECK(static_cast<std::uint64_t>(st.czxid) == m.token());
+    CHECK(after.protected_recoveries - before.protected_recoveries == 1);
+    m.unlock();
+    CHECK(eventually([&] { return raw.children(lock_dir(name)).empty(); }, 5s));
+}
+
 TEST_CASE("connection problems and bad URLs are typed errors", "[zookeeper][input]") {
     auto t0 = clk::now();
     CHECK_THROWS_AS(distlock::connect("zk://127.0.0.1:1/x"), distlock::unavailable_error);
