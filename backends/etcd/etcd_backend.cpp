@@ -206,6 +206,10 @@ public:
 
     [[noreturn]] void throw_grpc(const std::string& path, int code, const std::string& message,
                                  const std::string& endpoint) {
+        // etcd answers some authentication failures with INVALID_ARGUMENT.
+        for (const char* auth : {"user name is empty", "authentication failed", "permission denied", "auth token"})
+            if (message.find(auth) != std::string::npos)
+                throw_error(errc::access_denied, kName, path + ": " + message, code, message);
         switch (code) {
             case 5:  // NOT_FOUND (lease not found)
             case 9:  // FAILED_PRECONDITION
