@@ -54,7 +54,7 @@ constexpr const char* kBackend = "zookeeper";
 // ---- process-wide counters (read by tests through read_counters()) ----------
 struct atomic_counters {
     std::atomic<std::uint64_t> sessions_opened{0}, lock_nodes_created{0}, children_reads{0},
-        predecessor_watches{0}, predecessor_wakeups{0}, node_events{0}, protected_recoveries{0};
+        predecessor_watches{0}, predecessor_wakeups{0}, node_events{0}, protected_recoveries{0}, disconnections{0};
 };
 atomic_counters& stats() {
     static atomic_counters c;
@@ -280,6 +280,9 @@ private:
 
     backend& be_;
     std::string name_, dir_;
+    // "_c_<uuid>-" of the current grant when one of its creates lost its reply
+    // (empty otherwise): nodes with this prefix other than ours are orphans.
+    std::string orphan_pid_;
 };
 
 class backend final : public spi::backend {
@@ -318,7 +321,11 @@ public:
             stop_ = true;
         }
         notify_cv_.notify_all();
-        if (notifier_.joinable()) notifier_.join();
+        if (notifier_.joinable()) {
+            // Destroyed from a user's on_lost callback on the notifier itself.
+            if (std::this_thread::get_id() == notifier_.get_id()) notifier_.detach();
+            else notifier_.join();
+        }
         std::shared_ptr<session> s;
         {
             std::lock_guard lk(mu_);
@@ -352,11 +359,20 @@ public:
     ms timeout() const noexcept { return timeout_; }
     std::string dir_of(std::string_view name) const { return settings_.base + "/" + encode_segment(name); }
 
-    // The current session once connected, waiting until `until` at least (and at
-    // least a session timeout, so that a single attempt survives a blip);
+    // How long to wait for a (re)connection: never past `until`, except that a
+    // single attempt (`until` already passed) may wait for one; and never longer
+    // than connect_timeout, so that lock() without a deadline does not hang while
+    // no server answers (it throws unavailable_error, as Curator's retry loop does).
+    spi::deadline reconnect_limit(spi::deadline until) const {
+        auto now = clock::now();
+        auto cap = now + settings_.connect_timeout;
+        return until <= now ? cap : std::min(until, cap);
+    }
+
+    // The current session once connected (waiting as reconnect_limit says);
     // replaces an expired session. Throws unavailable_error.
     std::shared_ptr<session> session_for(spi::deadline until) {
-        auto limit = std::max(until, clock::now() + timeout_);
+        auto limit = reconnect_limit(until);
         std::shared_ptr<session> retired;
         std::unique_lock lk(mu_);
         for (;;) {
@@ -501,7 +517,10 @@ public:
                 s.timeout = ms(zoo_recv_timeout(s.zh));
                 if (current_.get() == &s) reconnected_gen_ = s.gen;
             } else if (state == ZOO_CONNECTING_STATE || state == ZOO_ASSOCIATING_STATE) {
-                if (s.connected) s.disconnected_at = now;
+                if (s.connected) {
+                    s.disconnected_at = now;
+                    stats().disconnections++;
+                }
                 s.connected = false;
             } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
                 s.connected = false;
@@ -845,6 +864,7 @@ std::optional<std::uint64_t> handle::acquire(spi::deadline until) {
         if (round > 0 && !once && clock::now() >= until) return std::nullopt;
         if (round > 20) throw_error(errc::unavailable, kBackend, "lock node of '" + name_ + "' kept vanishing");
         auto s = be_.session_for(until);
+        orphan_pid_.clear();
         const auto uuid = spi::random_uuid();
         const auto prefix = node_prefix(uuid);
         const auto pid = protected_id(uuid);
@@ -873,8 +893,8 @@ std::optional<std::uint64_t> handle::acquire(spi::deadline until) {
             }
             if (!is_connection_error(o->rc)) fail(o->rc, "cannot create a lock node under " + dir_);
             // Outcome unknown: the node may exist. Find it once reconnected.
-            auto limit = once ? clock::now() + be_.timeout() : until;
-            if (!be_.wait_connected(*s, limit)) {
+            orphan_pid_ = pid;
+            if (!be_.wait_connected(*s, be_.reconnect_limit(once ? clock::now() : until))) {
                 if (be_.session_alive(*s)) {
                     be_.delete_protected_later(*s, dir_, pid);
                     throw_error(errc::unavailable, kBackend,
@@ -921,11 +941,11 @@ std::optional<std::uint64_t> handle::acquire(spi::deadline until) {
 
 handle::step handle::wait_turn(const std::shared_ptr<session>& s, const std::string& node, std::uint64_t czxid,
                                spi::deadline until, bool once) {
-    const std::string mine = last_segment(node);
+    const std::string mine = last_segment(node);  // "_c_<uuid>-lock-<10 digits>"
     for (;;) {
         auto kids = zk_children(s->zh, dir_);
         if (is_connection_error(kids->rc)) {
-            if (!be_.wait_connected(*s, once ? clock::now() + be_.timeout() : until)) {
+            if (!be_.wait_connected(*s, be_.reconnect_limit(once ? clock::now() : until))) {
                 if (!be_.session_alive(*s)) return step::again;
                 throw_error(errc::unavailable, kBackend,
                             "lost the connection to ZooKeeper while waiting for '" + name_ + "'");
@@ -939,6 +959,19 @@ handle::step handle::wait_turn(const std::shared_ptr<session>& s, const std::str
         sort_children(children);
         auto it = std::find(children.begin(), children.end(), mine);
         if (it == children.end()) return step::again;  // our node is gone
+        // After a create whose reply was lost, a second node carrying this
+        // attempt's uuid may show up (the server ran the create after our
+        // protected-mode lookup, or a follower's read was behind): it would queue
+        // us behind ourselves. Delete it.
+        if (!orphan_pid_.empty()) {
+            bool removed = false;
+            for (const auto& k : children)
+                if (k != mine && k.rfind(orphan_pid_, 0) == 0) {
+                    be_.delete_node(*s, dir_ + "/" + k);
+                    removed = true;
+                }
+            if (removed) continue;
+        }
         if (it == children.begin()) {
             // Ours is first: held. Watch our own node, so that a delete by someone
             // else (an operator, break_lock) is reported as a loss.
@@ -947,7 +980,7 @@ handle::step handle::wait_turn(const std::shared_ptr<session>& s, const std::str
             if (o->rc == ZOK) return step::held;
             be_.unregister_held(*this);
             if (o->rc == ZNONODE || is_session_gone(o->rc)) return step::again;
-            if (!be_.wait_connected(*s, once ? clock::now() + be_.timeout() : until)) {
+            if (!be_.wait_connected(*s, be_.reconnect_limit(once ? clock::now() : until))) {
                 if (!be_.session_alive(*s)) return step::again;
                 throw_error(errc::unavailable, kBackend, "lost the connection to ZooKeeper while taking '" + name_ + "'");
             }
@@ -977,6 +1010,12 @@ void handle::release() {
     if (!s || s->gen != gen || !be_.session_alive(*s))
         throw_error(errc::lock_lost, kBackend, "the ZooKeeper session that held '" + name_ + "' expired");
     auto o = zk_delete(s->zh, node);
+    if (auto pid = std::exchange(orphan_pid_, {}); !pid.empty() && o->rc == ZOK) {
+        // The grant began with a lost create reply: sweep any late orphan.
+        auto kids = zk_children(s->zh, dir_);
+        for (const auto& k : kids->children)
+            if (k.rfind(pid, 0) == 0) be_.delete_node(*s, dir_ + "/" + k);
+    }
     if (o->rc == ZOK) return;
     if (o->rc == ZNONODE) {
         if (was_lost) return;
@@ -1043,6 +1082,7 @@ counters read_counters() noexcept {
     out.predecessor_wakeups = c.predecessor_wakeups.load();
     out.node_events = c.node_events.load();
     out.protected_recoveries = c.protected_recoveries.load();
+    out.disconnections = c.disconnections.load();
     return out;
 }
 

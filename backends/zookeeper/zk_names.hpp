@@ -45,6 +45,7 @@ struct counters {
     std::uint64_t predecessor_wakeups = 0;   // watch events on a predecessor that a waiter was waiting for
     std::uint64_t node_events = 0;           // all node watch events delivered (including own-node ones)
     std::uint64_t protected_recoveries = 0;  // connection losses during create resolved by protected mode
+    std::uint64_t disconnections = 0;        // connected sessions that lost their connection
 };
 counters read_counters() noexcept;
 

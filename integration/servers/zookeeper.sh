@@ -35,10 +35,12 @@ forceSync=${DISTLOCK_ZK_FORCE_SYNC:-yes}
 CFG
     # shellcheck disable=SC2046
     $(zk_java_cmd org.apache.zookeeper.server.ZooKeeperServerMain "$dir/zoo.cfg") </dev/null >"$dir/log" 2>&1 &
-    record_pid zookeeper $!
+    local pid=$!
+    record_pid zookeeper $pid
     wait_until 60 zk_serving "$ZK_PORT" standalone || { fail_with_log zookeeper "$dir/log"; return 1; }
     {
         echo "DISTLOCK_TEST_ZK_URL=zk://127.0.0.1:$ZK_PORT/distlock-tests?session_timeout=2s"
         echo "DISTLOCK_TEST_ZK_4LW=127.0.0.1:$ZK_PORT"
+        echo "DISTLOCK_TEST_ZK_PID=$pid"  # fault tests freeze it with SIGSTOP (and always SIGCONT it)
     } > "$RUN/zookeeper.env"
 }
