@@ -15,6 +15,9 @@ Implemented:
   PUT  /v1/kv/<key>[?flags=F][&acquire=S|&release=S|&cas=I]   body = value
   DELETE /v1/kv/<key>[?recurse][&cas=I]
   GET  /v1/status/leader              (the cheapest request: a round-trip floor)
+  GET  /emulator/stats?path=P         (emulator only, not Consul) {"GET": n, "PUT": m, ...}:
+                                      requests seen on path P, so tests can tell
+                                      blocking queries from polling
 
 Server rules: acquire needs a live session, fails while another session holds
 the key or while the key's lock-delay runs; a new holder increments LockIndex;
@@ -92,6 +95,7 @@ class State:
         self.sessions = {}      # id -> session dict
         self.lock_delay = {}    # key -> monotonic time until which acquire fails
         self.session_index = 1  # index of the last session-table write
+        self.requests = {}      # (method, path) -> count, for /emulator/stats
         self.min_ttl = min_ttl
         self.ttl_multiplier = ttl_multiplier
 
@@ -227,6 +231,14 @@ class Handler(BaseHTTPRequestHandler):
 
     def dispatch(self, method):
         path, query = self.parsed()
+        if path == "/emulator/stats":
+            with self.state.cond:
+                want = query.get("path", "")
+                counts = {m.upper(): n for (m, p), n in self.state.requests.items() if p == want}
+            return self.reply(200, counts)
+        with self.state.cond:
+            k = (self.command.lower(), path)
+            self.state.requests[k] = self.state.requests.get(k, 0) + 1
         if not self.allowed(query):
             return
         try:

@@ -308,6 +308,16 @@ class BlockingQueries(EmulatorCase):
         self.assertGreater(idx3, idx2)
 
 
+class Stats(EmulatorCase):
+    def test_requests_are_counted_per_path(self):
+        k = self.key()
+        for _ in range(3):
+            self.c.get(k)
+        self.c.json("PUT", "/v1/kv/" + k, b"x")
+        status, body, _ = self.c.json("GET", "/emulator/stats?path=/v1/kv/" + k)
+        self.assertEqual(body, {"GET": 3, "PUT": 1})
+
+
 class Acl(EmulatorCase):
     extra_args = ("--min-ttl", "100ms", "--acl-token", "s3cret")
 

@@ -243,6 +243,35 @@ TEST_CASE("a renewed session outlives many TTLs while a waiter's blocking querie
     waiter.unlock();
 }
 
+TEST_CASE("a waiter sleeps in blocking queries instead of polling", "[consul][emulator]") {
+    if (!distlock::test::env("DISTLOCK_TEST_CONSUL_URL").empty()) {
+        WARN("needs the emulator's request counters: checked against the emulator only");
+        return;
+    }
+    auto a = distlock::connect(url());
+    auto b = distlock::connect(url());
+    agent consul(url());
+    const auto name = unique_name("no-polling");
+    auto holder = a.mutex(name);
+    holder.lock();
+    auto count = [&] {
+        auto r = consul.call("GET", "/emulator/stats?path=" + consul.key_path(name).substr(0, std::string::npos));
+        REQUIRE(r.status == 200);
+        return json::parse(r.body).value("GET", 0);
+    };
+    const int before = count();
+    auto waiter = b.mutex(name);
+    CHECK_FALSE(waiter.try_lock_for(3s));
+    const int gets = count() - before;
+    // lease=2s: each blocking query waits until the session's next renewal (TTL/2
+    // = 1 s), so about 3 GETs (plus the holder's monitor); polling at the backoff's
+    // 5..250 ms would make dozens.
+    INFO(gets << " GETs of the key in 3 s of waiting");
+    CHECK(gets <= 8);
+    CHECK(gets >= 2);
+    holder.unlock();
+}
+
 TEST_CASE("an unreachable agent is unavailable at once", "[consul][input]") {
     auto t0 = clk::now();
     CHECK_THROWS_AS(distlock::connect("consul://127.0.0.1:1/x?lease=2s"), distlock::unavailable_error);
