@@ -135,44 +135,59 @@ void on_strings(int rc, const String_vector* strings, const void* data) {
     finish(o, rc);
 }
 
-// Submits with `submit(ctx)`; waits for the completion. A synchronous refusal
-// (invalid state or arguments) never calls the completion: the context is freed
-// here then (marshalling errors may have queued it: leaked on purpose).
+// Submits with `submit(ctx)` without waiting. A synchronous refusal (invalid
+// state or arguments) never calls the completion: the context is freed here then
+// (marshalling errors may have queued it: leaked on purpose).
 template <class Submit>
-op_ptr run(Submit&& submit) {
+op_ptr submit(Submit&& call) {
     auto o = std::make_shared<op>();
     void* ctx = hold(o);
-    int rc = submit(ctx);
+    int rc = call(ctx);
     if (rc != ZOK) {
         if (rc != ZMARSHALLINGERROR) take(ctx);
         o->rc = rc;
         o->done = true;
-        return o;
     }
+    return o;
+}
+const op_ptr& wait_op(const op_ptr& o) {
     std::unique_lock lk(o->m);
     o->cv.wait(lk, [&] { return o->done; });
     return o;
 }
 
-op_ptr zk_create(zhandle_t* zh, const std::string& path, const std::string& data, int flags) {
-    return run([&](void* ctx) {
+// Asynchronous forms (the server answers a session's requests in order, so
+// requests sent back to back are pipelined: one round trip for all).
+op_ptr zk_create_async(zhandle_t* zh, const std::string& path, const std::string& data, int flags) {
+    return submit([&](void* ctx) {
         return zoo_acreate2(zh, path.c_str(), data.data(), static_cast<int>(data.size()), &ZOO_OPEN_ACL_UNSAFE, flags,
                             on_string_stat, ctx);
     });
 }
+op_ptr zk_children_async(zhandle_t* zh, const std::string& path) {
+    stats().children_reads++;
+    return submit([&](void* ctx) { return zoo_aget_children(zh, path.c_str(), 0, on_strings, ctx); });
+}
+op_ptr zk_exists_async(zhandle_t* zh, const std::string& path, bool watch) {
+    return submit([&](void* ctx) { return zoo_aexists(zh, path.c_str(), watch ? 1 : 0, on_stat, ctx); });
+}
+
+// Waited forms. The C client calls every completion exactly once (with
+// ZCONNECTIONLOSS, ZCLOSING, ... when it cannot do better): waiting is bounded
+// by its own timeouts.
+op_ptr zk_create(zhandle_t* zh, const std::string& path, const std::string& data, int flags) {
+    return wait_op(zk_create_async(zh, path, data, flags));
+}
 op_ptr zk_delete(zhandle_t* zh, const std::string& path) {
-    return run([&](void* ctx) { return zoo_adelete(zh, path.c_str(), -1, on_void, ctx); });
+    return wait_op(submit([&](void* ctx) { return zoo_adelete(zh, path.c_str(), -1, on_void, ctx); }));
 }
 op_ptr zk_exists(zhandle_t* zh, const std::string& path, bool watch) {
-    return run([&](void* ctx) { return zoo_aexists(zh, path.c_str(), watch ? 1 : 0, on_stat, ctx); });
+    return wait_op(zk_exists_async(zh, path, watch));
 }
 op_ptr zk_get(zhandle_t* zh, const std::string& path, bool watch) {
-    return run([&](void* ctx) { return zoo_aget(zh, path.c_str(), watch ? 1 : 0, on_data, ctx); });
+    return wait_op(submit([&](void* ctx) { return zoo_aget(zh, path.c_str(), watch ? 1 : 0, on_data, ctx); }));
 }
-op_ptr zk_children(zhandle_t* zh, const std::string& path) {
-    stats().children_reads++;
-    return run([&](void* ctx) { return zoo_aget_children(zh, path.c_str(), 0, on_strings, ctx); });
-}
+op_ptr zk_children(zhandle_t* zh, const std::string& path) { return wait_op(zk_children_async(zh, path)); }
 
 std::string last_segment(const std::string& path) { return path.substr(path.rfind('/') + 1); }
 
@@ -276,7 +291,7 @@ public:
 private:
     enum class step { held, again, timeout };
     step wait_turn(const std::shared_ptr<session>& s, const std::string& node, std::uint64_t czxid,
-                   spi::deadline until, bool once);
+                   spi::deadline until, bool once, op_ptr listing);
 
     backend& be_;
     std::string name_, dir_;
@@ -582,6 +597,18 @@ public:
         h.lost_ = true;
     }
 
+    // Sets an exists watch on our own lock node; its answer comes to
+    // on_own_exists (a loss if the node is already gone).
+    void watch_own_node(session& s, const std::string& node);
+    // The held node `path` of session `gen` is gone: report the loss.
+    void node_gone(const std::string& path, std::uint64_t gen, std::string why) {
+        std::lock_guard lk(mu_);
+        auto it = held_.find(path);
+        if (it == held_.end() || it->second->gen_ != gen) return;
+        tasks_.push_back([this, path, gen, why = std::move(why)] { lose(path, gen, why); });
+        notify_cv_.notify_all();
+    }
+
 private:
     std::shared_ptr<session> open_session() {  // under mu_
         auto s = std::make_shared<session>();
@@ -657,6 +684,23 @@ private:
     std::thread notifier_;
     std::thread::id notifier_id_;
 };
+
+struct own_watch {
+    backend* be;
+    std::string path;
+    std::uint64_t gen;
+};
+void on_own_exists(int rc, const Stat*, const void* data) {
+    std::unique_ptr<own_watch> w(static_cast<own_watch*>(const_cast<void*>(data)));
+    if (rc == ZNONODE) w->be->node_gone(w->path, w->gen, "the lock node " + w->path + " was deleted on the server");
+}
+void backend::watch_own_node(session& s, const std::string& node) {
+    auto* ctx = new own_watch{this, node, s.gen};
+    int rc = zoo_aexists(s.zh, node.c_str(), 1, on_own_exists, ctx);
+    if (rc != ZOK && rc != ZMARSHALLINGERROR) delete ctx;
+    // Not set (connection loss): the keepalive (every session timeout / 3) still
+    // checks that the node exists.
+}
 
 void session_watcher(zhandle_t*, int type, int state, const char* path, void* ctx) {
     auto* s = static_cast<session*>(ctx);
@@ -873,14 +917,20 @@ std::optional<std::uint64_t> handle::acquire(spi::deadline until) {
         //    look for a child carrying our uuid before creating again).
         std::string node;
         std::uint64_t czxid = 0;
+        op_ptr first_listing;
         bool session_lost = false;
         for (int tries = 0; node.empty() && !session_lost; ++tries) {
             if (tries > 10) throw_error(errc::unavailable, kBackend, "cannot create the lock node for '" + name_ + "'");
-            auto o = zk_create(s->zh, dir_ + "/" + prefix, be_.config().node_data, ZOO_EPHEMERAL_SEQUENTIAL);
+            // The listing rides in the same round trip: the server answers a
+            // session's requests in order, so it already shows our new node.
+            auto o = zk_create_async(s->zh, dir_ + "/" + prefix, be_.config().node_data, ZOO_EPHEMERAL_SEQUENTIAL);
+            auto listing = zk_children_async(s->zh, dir_);
+            wait_op(o);
             if (o->rc == ZOK) {
                 node = o->value;
                 czxid = static_cast<std::uint64_t>(o->stat.czxid);
                 stats().lock_nodes_created++;
+                first_listing = std::move(listing);
                 break;
             }
             if (o->rc == ZNONODE) {
@@ -923,7 +973,7 @@ std::optional<std::uint64_t> handle::acquire(spi::deadline until) {
         // 2. Wait for our turn; on any failure our node goes (Curator deletes it).
         step result;
         try {
-            result = wait_turn(s, node, czxid, until, once);
+            result = wait_turn(s, node, czxid, until, once, std::move(first_listing));
         } catch (...) {
             be_.unregister_held(*this);
             be_.delete_node(*s, node);
@@ -940,10 +990,10 @@ std::optional<std::uint64_t> handle::acquire(spi::deadline until) {
 }
 
 handle::step handle::wait_turn(const std::shared_ptr<session>& s, const std::string& node, std::uint64_t czxid,
-                               spi::deadline until, bool once) {
+                               spi::deadline until, bool once, op_ptr listing) {
     const std::string mine = last_segment(node);  // "_c_<uuid>-lock-<10 digits>"
     for (;;) {
-        auto kids = zk_children(s->zh, dir_);
+        auto kids = listing ? wait_op(std::exchange(listing, {})) : zk_children(s->zh, dir_);
         if (is_connection_error(kids->rc)) {
             if (!be_.wait_connected(*s, be_.reconnect_limit(once ? clock::now() : until))) {
                 if (!be_.session_alive(*s)) return step::again;
@@ -973,18 +1023,12 @@ handle::step handle::wait_turn(const std::shared_ptr<session>& s, const std::str
             if (removed) continue;
         }
         if (it == children.begin()) {
-            // Ours is first: held. Watch our own node, so that a delete by someone
-            // else (an operator, break_lock) is reported as a loss.
+            // Ours is first: held. Watch our own node (without waiting for the
+            // answer), so that a delete by someone else (an operator, break_lock)
+            // is reported as a loss: by the watch, or by the answer "no node".
             be_.register_held(*this, node, s->gen, czxid);
-            auto o = zk_exists(s->zh, node, true);
-            if (o->rc == ZOK) return step::held;
-            be_.unregister_held(*this);
-            if (o->rc == ZNONODE || is_session_gone(o->rc)) return step::again;
-            if (!be_.wait_connected(*s, be_.reconnect_limit(once ? clock::now() : until))) {
-                if (!be_.session_alive(*s)) return step::again;
-                throw_error(errc::unavailable, kBackend, "lost the connection to ZooKeeper while taking '" + name_ + "'");
-            }
-            continue;
+            be_.watch_own_node(*s, node);
+            return step::held;
         }
         if (once || clock::now() >= until) return step::timeout;
         backend::waiter w{dir_ + "/" + *std::prev(it)};

@@ -6,7 +6,9 @@
 //   lock            -> "locked <czxid of our lock node>"          (waits without bound)
 //   try <ms>        -> "locked <czxid>" | "timeout"
 //   unlock          -> "unlocked"
+//   lockq           -> "locked"                                   (lock, without looking up the czxid)
 //   bench <n>       -> "bench <n> <total ns> <p50 ns> <p99 ns>"    (n uncontended lock+unlock cycles)
+//   samples <n>     -> "samples <ns> <ns> ..."                     (n uncontended cycles, each one's time)
 //   nodes           -> "nodes <child> <child> ..."                 (the lock path's children, sorted as Curator does)
 //   quit            -> exits
 // Errors go to stderr as "error <message>" and to stdout as "error".
@@ -57,6 +59,22 @@ public class CuratorLock {
                         mutex.acquire();
                         System.out.println("locked " + czxidOfHolder(client, mutex));
                         break;
+                    case "lockq":
+                        mutex.acquire();
+                        System.out.println("locked");
+                        break;
+                    case "samples": {
+                        int n = Integer.parseInt(w[1]);
+                        StringBuilder sb = new StringBuilder("samples");
+                        for (int i = 0; i < n; ++i) {
+                            long t0 = System.nanoTime();
+                            mutex.acquire();
+                            mutex.release();
+                            sb.append(' ').append(System.nanoTime() - t0);
+                        }
+                        System.out.println(sb);
+                        break;
+                    }
                     case "try":
                         if (mutex.acquire(Long.parseLong(w[1]), TimeUnit.MILLISECONDS))
                             System.out.println("locked " + czxidOfHolder(client, mutex));
