@@ -113,6 +113,7 @@ public:
         if (out_) std::fclose(out_);
     }
     std::string base() const { return "consul://127.0.0.1:" + std::to_string(port_); }
+    void signal(int sig) const { ::kill(pid_, sig); }
 
 private:
     pid_t pid_ = -1;
@@ -313,4 +314,33 @@ TEST_CASE("a TTL below a real Consul's 10 s minimum is refused with the server's
     auto ok = distlock::connect(emu.base() + "/x?lease=10s").mutex(unique_name("ten-seconds"));
     CHECK(ok.try_lock());
     ok.unlock();
+}
+
+TEST_CASE("a hung agent: the holder is told of the loss within its lease, and unlock never throws", "[consul][fault]") {
+    private_emulator emu({"--min-ttl", "100ms"});
+    const std::string u = emu.base() + "/x?lease=2s&lock_delay=0s&timeout=1s&connect_timeout=500ms";
+    auto p = distlock::connect(u);
+    std::atomic<int> lost{0}, errors{0};
+    distlock::lock_options opts;
+    opts.on_lost = [&](const distlock::lock_event&) { ++lost; };
+    opts.on_error = [&](const distlock::lock_event&, const distlock::error&) { ++errors; };
+    const auto name = unique_name("hung");
+    auto m = p.mutex(name, opts);
+    REQUIRE(m.try_lock());
+    emu.signal(SIGSTOP);
+    auto t0 = clk::now();
+    // Renewals time out: after a whole lease without one, the core reports the loss.
+    CHECK(eventually([&] { return !m.held(); }, 8s));
+    CHECK(clk::now() - t0 < 2s + 3s);
+    CHECK(lost.load() == 1);
+    // Connecting to (or locking on) a hung agent is a typed error, not a hang.
+    auto t1 = clk::now();
+    CHECK_THROWS_AS(distlock::connect(u), distlock::unavailable_error);
+    CHECK_THROWS_AS(p.mutex(unique_name("hung-2")).try_lock_for(1s), distlock::unavailable_error);
+    CHECK(clk::now() - t1 < 5s);
+    m.unlock();  // never throws
+    emu.signal(SIGCONT);
+    auto again = p.mutex(name);
+    CHECK(again.try_lock_for(10s));
+    again.unlock();
 }
