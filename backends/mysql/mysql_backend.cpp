@@ -234,6 +234,7 @@ public:
         q.native_lock = {"SELECT GET_LOCK(?, ? / 1000)", {0, 1}};
         q.native_try = {"SELECT GET_LOCK(?, 0)", {0}};
         q.native_release = {"SELECT RELEASE_LOCK(?)", {0}};
+        q.native_holder = {"SELECT IS_USED_LOCK(?)", {0}};
         q.fence_bump = {
             {"INSERT INTO " + t +
                  " (name, version, holder) VALUES (?, LAST_INSERT_ID(1), ?) ON DUPLICATE KEY UPDATE"

@@ -256,6 +256,11 @@ public:
         q.native_lock = {"SELECT 1 FROM pg_advisory_lock($1::bigint)", {0}};
         q.native_try = {"SELECT CASE WHEN pg_try_advisory_lock($1::bigint) THEN 1 ELSE 0 END", {0}};
         q.native_release = {"SELECT CASE WHEN pg_advisory_unlock($1::bigint) THEN 1 ELSE 0 END", {0}};
+        // A bigint advisory key shows in pg_locks as classid = high half, objid = low half, objsubid = 1.
+        q.native_holder = {"SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1"
+                           " AND classid = (($1::bigint >> 32) & 4294967295)::oid"
+                           " AND objid = ($1::bigint & 4294967295)::oid",
+                           {0}};
         q.fence_bump = {
             {"INSERT INTO " + t +
                  " AS t (name, version, holder) VALUES ($1, 1, $2) ON CONFLICT (name) DO UPDATE"

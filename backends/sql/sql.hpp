@@ -129,11 +129,12 @@ struct sql_texts {
     // Native named locks (get-lock, advisory). [key, wait_ms] -> "1" granted, "0" not.
     statement native_lock, native_try;
     statement native_release;  // [key] -> "1" released, "0"/NULL not ours
+    statement native_holder;   // [key] -> session id of the holder, no row/NULL when free
 
     // Fencing for connection-held strategies: the lease table's version column,
     // bumped (committed on its own) once the lock is held.
     std::vector<statement> fence_bump;  // [name, holder session id] -> new version, as lease_acquire
-    statement holder_of;                // [name] -> session id recorded by the last fence_bump
+    statement holder_of;                // [name] -> session id recorded by the last grant (for-update)
     statement kill;                     // [session id]: end that session on the server
 };
 

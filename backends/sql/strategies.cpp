@@ -241,9 +241,9 @@ public:
                 pool_.run([&](connection& c) { return c.exec(q_.lease_clear, {n}); });
                 return;
             }
-            auto holder = pool_.run([&](connection& c) { return c.exec(q_.holder_of, {n}); });
-            if (holder.rows.empty() || !holder.rows[0][0]) return;
-            const std::int64_t id = std::stoll(*holder.rows[0][0]);
+            auto holder = pool_.run([&](connection& c) { return holder_session(c, n); });
+            if (!holder) return;  // not held: nothing to break
+            const std::int64_t id = *holder;
             try {
                 pool_.run([&](connection& c) { return c.exec(q_.kill, {id}); });
             } catch (const sql_error& e) {
@@ -252,6 +252,28 @@ public:
         } catch (const sql_error& e) {
             raise(e, name_, "break_lock failed");
         }
+    }
+
+    // The session holding `n` right now, if any. Native locks: the server's own
+    // view (IS_USED_LOCK, pg_locks). Row locks: a NOWAIT probe tells whether the
+    // row is locked, and the holder column (written under the lock at each grant)
+    // tells by whom. Never a stale id: its session may hold other locks by now.
+    std::optional<std::int64_t> holder_session(connection& c, const bytes& n) {
+        auto as_id = [](const result& r) -> std::optional<std::int64_t> {
+            if (r.rows.empty() || r.rows[0].empty() || !r.rows[0][0]) return std::nullopt;
+            return std::stoll(*r.rows[0][0]);
+        };
+        if (settings_.strategy != "for-update") return as_id(c.exec(q_.native_holder, {dialect_->native_key(n.data)}));
+        c.exec(q_.begin);
+        bool locked = false;
+        try {
+            c.exec(q_.row_lock_nowait, {n});
+        } catch (const sql_error& e) {
+            if (e.kind() != failure::lock_timeout) throw;
+            locked = true;
+        }
+        c.exec(q_.rollback);
+        return locked ? as_id(c.exec(q_.holder_of, {n})) : std::nullopt;
     }
 
     bool session_held() const noexcept { return settings_.strategy != "lease-table" && settings_.strategy != "optimistic"; }
@@ -427,21 +449,24 @@ std::optional<std::uint64_t> session_handle::acquire(spi::deadline until) {
     spi::backoff pause(req_.retry_min, req_.retry_max);
     try {
         auto lease = b_.pool_.take();
-        if (lease.reused()) {
-            try {
-                lease->exec(b_.q_.ping);  // a session closed while idle would fail the lock attempt
-            } catch (const sql_error& e) {
-                if (!e.fatal()) throw;
-                lease.detach();
-                lease = b_.pool_.take();
-            }
-        }
+        bool reused = lease.reused();
         conn_ = lease.detach();
         for (;;) {
             const auto left = duration_cast<milliseconds>(until - spi::clock::now());
             milliseconds wait{0};
             if (left >= resolution) wait = std::min(chunk, left / resolution * resolution);
-            auto o = attempt(*conn_, wait);
+            outcome o;
+            try {
+                o = attempt(*conn_, wait);
+            } catch (const sql_error& e) {
+                // An idle pooled session may have been closed by the server: one
+                // more try on a new one.
+                if (!reused || e.kind() != failure::connection_lost) throw;
+                reused = false;
+                conn_ = b_.pool_.take().detach();
+                continue;
+            }
+            reused = false;
             if (o == outcome::granted) {
                 try {
                     return fence(*conn_);

@@ -1,7 +1,9 @@
 # MariaDB 10.11 (MySQL protocol) for the mysql:// backend tests: port 13306,
 # database "distlock", password user distlock/distlock. Sourced by
 # integration/backends.sh, which provides apt_ensure, wait_until, record_pid and
-# fail_with_log.
+# fail_with_log. Like the PostgreSQL test server (fsync=off), it does not flush
+# its redo log at every commit (innodb_flush_log_at_trx_commit=2): these are test
+# servers, and docs/benchmarks/sql.md says so.
 MYSQL_PORT=${DISTLOCK_MYSQL_PORT:-13306}
 
 mysql_install() { apt_ensure mariadb-server mariadb-client; }
@@ -13,7 +15,7 @@ mysql_start() {
         --skip-test-db "${lean[@]}" >"$dir/install.log" 2>&1 || { fail_with_log mariadb-install-db "$dir/install.log"; return 1; }
     mariadbd --no-defaults --datadir="$dir/data" --user=root --port="$MYSQL_PORT" --bind-address=127.0.0.1 \
         --socket="$dir/sock" --pid-file="$dir/pid" --log-error="$dir/err.log" "${lean[@]}" \
-        --max-connections=500 >/dev/null 2>&1 &
+        --max-connections=500 --innodb-flush-log-at-trx-commit=2 >/dev/null 2>&1 &
     record_pid mysql $!
     wait_until 30 mariadb-admin --no-defaults -uroot -h127.0.0.1 -P"$MYSQL_PORT" ping || { fail_with_log mariadbd "$dir/err.log"; return 1; }
     mariadb --no-defaults -uroot --socket="$dir/sock" -e "

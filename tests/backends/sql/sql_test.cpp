@@ -463,6 +463,30 @@ TEST_CASE("break_lock ends the holder's session (session strategies) or clears i
     }
 }
 
+TEST_CASE("break_lock of a released name leaves alone the session that held it, now holding another lock",
+          "[sql][break]") {
+    for (const auto& strategy : session_strategies) {
+        DYNAMIC_SECTION("strategy " << strategy) {
+            const auto url = url_of(strategy) + "&pool=2";  // idle sessions are reused last-in first-out
+            auto p = distlock::connect(url);
+            raw_sql db(url);
+            const auto first = "first/" + unique_name("reuse"), second = "second/" + unique_name("reuse");
+            auto a = p.mutex(first);
+            REQUIRE(a.try_lock());
+            const auto session = holder_session(db, strategy, first);
+            a.unlock();
+            auto b = p.mutex(second);
+            REQUIRE(b.try_lock());
+            REQUIRE(holder_session(db, strategy, second) == session);  // the same pooled session
+            distlock::testing::break_lock(p, first);  // nobody holds `first`
+            std::this_thread::sleep_for(1s);          // past several liveness checks (lease/3)
+            CHECK(b.held());
+            CHECK_FALSE(distlock::connect(url).mutex(second).try_lock());
+            b.unlock();
+        }
+    }
+}
+
 TEST_CASE("the optimistic stock update never oversells under concurrent buyers", "[sql][stock]") {
     s::stock_options o;
     o.table = "dl_stock_" + distlock::spi::random_token().substr(0, 10);
