@@ -225,6 +225,12 @@ reply_ptr script::run(connection& c, const std::vector<std::string_view>& keys,
     return c.command(cmd);
 }
 
+reply_ptr script::eval(connection& c, const std::vector<std::string_view>& keys,
+                       const std::vector<std::string_view>& args) const {
+    std::string numkeys;
+    return c.command(eval_args(keys, args, numkeys));
+}
+
 // ---- exchange (one command to several servers at once) ------------------------------
 
 std::vector<exchange_result> exchange_all(const std::vector<pool*>& pools,

@@ -175,6 +175,9 @@ public:
     const std::string& sha1() const noexcept { return sha1_; }
     reply_ptr run(connection& c, const std::vector<std::string_view>& keys,
                   const std::vector<std::string_view>& args) const;
+    // EVAL only (after a NOSCRIPT reply), which also caches the script again.
+    reply_ptr eval(connection& c, const std::vector<std::string_view>& keys,
+                   const std::vector<std::string_view>& args) const;
     // The EVAL command line (for pipelines and exchange_all()).
     std::vector<std::string_view> eval_args(const std::vector<std::string_view>& keys,
                                             const std::vector<std::string_view>& args, std::string& numkeys) const;

@@ -397,7 +397,7 @@ void backend::keepalive_batch(std::span<spi::lock_handle* const> handles, std::s
                 std::vector<std::string_view> k(keys.begin() + static_cast<long>(start), keys.begin() + static_cast<long>(end));
                 std::vector<std::string_view> a(args.begin() + static_cast<long>(2 * start),
                                                 args.begin() + static_cast<long>(2 * end));
-                out[n] = renew_.run(c, k, a);
+                out[n] = renew_.eval(c, k, a);
             }
             return out;
         });
