@@ -199,6 +199,7 @@ struct settings {
     ms session_timeout{10s};
     ms connect_timeout{10s};
     std::string node_data;  // written into every lock node (who holds it)
+    std::string digest;     // "user:password" from the URL: digest auth of every session
 };
 
 // Fails fast when every host refuses TCP connections (the C client would retry
@@ -622,6 +623,13 @@ private:
                         std::strerror(err));
         }
         stats().sessions_opened++;
+        if (!settings_.digest.empty()) {
+            // Sent with the handshake of every (re)connection of this session. A
+            // digest is never refused as such: wrong credentials just do not match
+            // an ACL, and the requests that need them fail with ZNOAUTH.
+            zoo_add_auth(s->zh, "digest", settings_.digest.data(), static_cast<int>(settings_.digest.size()),
+                         [](int, const void*) {}, nullptr);
+        }
         return s;
     }
 
@@ -868,6 +876,9 @@ void backend::break_lock(std::string_view name) {
     zhandle_t* zh = zookeeper_init2(settings_.hosts.c_str(), watcher, static_cast<int>(timeout_.count()), nullptr, &pr,
                                     0, log_sink);
     if (!zh) throw_error(errc::unavailable, kBackend, "zookeeper_init failed for break_lock");
+    if (!settings_.digest.empty())
+        zoo_add_auth(zh, "digest", settings_.digest.data(), static_cast<int>(settings_.digest.size()),
+                     [](int, const void*) {}, nullptr);
     struct closer {
         zhandle_t* zh;
         ~closer() { zookeeper_close(zh); }
@@ -1108,6 +1119,7 @@ std::shared_ptr<spi::backend> make_backend(spi::url& u) {
     }
     zoo_set_debug_level(g_log_level.load() > 0 ? static_cast<ZooLogLevel>(g_log_level.load()) : ZOO_LOG_LEVEL_ERROR);
     s.node_data = node_data();
+    if (!u.user().empty() || !u.password().empty()) s.digest = u.user() + ":" + u.password();
     if (all_hosts_refuse(s.host_list))
         throw_error(errc::unavailable, kBackend, "every ZooKeeper server refused the connection (" + s.hosts + ")",
                     ECONNREFUSED, std::strerror(ECONNREFUSED));

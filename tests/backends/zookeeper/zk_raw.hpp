@@ -36,6 +36,15 @@ public:
     }
     int stat(const std::string& path, Stat& st) { return zoo_exists(zh_, path.c_str(), 0, &st); }
     int remove(const std::string& path) { return zoo_delete(zh_, path.c_str(), -1); }
+    // Digest authentication ("user:password") for the requests that follow.
+    void add_digest(const std::string& credentials) {
+        zoo_add_auth(zh_, "digest", credentials.data(), static_cast<int>(credentials.size()), [](int, const void*) {},
+                     nullptr);
+    }
+    // A persistent node only its (authenticated) creator may use.
+    int create_private(const std::string& path) {
+        return zoo_create(zh_, path.c_str(), nullptr, -1, &ZOO_CREATOR_ALL_ACL, ZOO_PERSISTENT, nullptr, 0);
+    }
 
 private:
     static void watcher(zhandle_t*, int type, int state, const char*, void* ctx) {

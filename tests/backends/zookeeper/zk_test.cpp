@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "distlock/distlock.hpp"
+#include "distlock/spi/backend.hpp"
 #include "distlock/testing.hpp"
 #include "support.hpp"
 #include "zk_names.hpp"
@@ -331,6 +332,31 @@ TEST_CASE("a create whose reply is lost to a connection loss is recovered by pro
     CHECK(after.protected_recoveries - before.protected_recoveries == 1);
     m.unlock();
     CHECK(eventually([&] { return raw.children(lock_dir(name)).empty(); }, 5s));
+}
+
+TEST_CASE("URL credentials authenticate the session (digest); wrong ones are access_denied when locking",
+          "[zookeeper][auth]") {
+    zk_test::raw_zk raw(zk_test::hosts_of(url()));
+    raw.add_digest("locker:s3cret");
+    const auto base = "/distlock-acl-" + distlock::spi::random_token().substr(0, 8);
+    REQUIRE(raw.create_private(base) == ZOK);  // digest:locker:<hash> may do anything, nobody else
+    const auto hosts = zk_test::hosts_of(url());
+    {
+        auto good = distlock::connect("zk://locker:s3cret@" + hosts + base + "?session_timeout=2s");
+        CHECK(good.url().find("s3cret") == std::string::npos);
+        auto m = good.mutex("guarded");
+        REQUIRE(m.try_lock());
+        distlock::testing::break_lock(good, "guarded");  // its own session authenticates too
+        CHECK(eventually([&] { return !m.held(); }, 5s));
+        m.unlock();
+    }
+    auto bad = distlock::connect("zk://locker:wrong@" + hosts + base + "?session_timeout=2s");
+    auto m = bad.mutex("guarded-too");
+    CHECK_THROWS_AS(m.try_lock(), distlock::access_denied_error);
+    auto anonymous = distlock::connect("zk://" + hosts + base + "?session_timeout=2s");
+    CHECK_THROWS_AS(anonymous.mutex("guarded-too").try_lock(), distlock::access_denied_error);
+    raw.remove(base + "/guarded");
+    CHECK(raw.remove(base) == ZOK);
 }
 
 TEST_CASE("connection problems and bad URLs are typed errors", "[zookeeper][input]") {
