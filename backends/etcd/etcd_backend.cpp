@@ -289,7 +289,8 @@ public:
                                                     {"target", "VALUE"},
                                                     {"result", "EQUAL"},
                                                     {"value", base64_encode(value)}}})},
-                          {"success", json::array({{{"request_delete_range", {{"key", base64_encode(key)}}}}})}});
+                          {"success", json::array({{{"request_delete_range", {{"key", base64_encode(key)}}}}})}},
+                     renewal_timeout(s));
                 std::lock_guard lk(s.mutex);
                 auto it = std::find(s.orphans.begin(), s.orphans.end(), std::make_pair(key, value));
                 if (it != s.orphans.end()) s.orphans.erase(it);
@@ -299,6 +300,7 @@ public:
             rq.method = "POST";
             rq.target = "/v3/lease/keepalive";
             rq.body = json{{"ID", std::to_string(s.id)}}.dump();
+            rq.timeout = renewal_timeout(s);
             auto resp = client_.send(rq);
             json j = json::parse(resp.body, nullptr, false);
             if (j.is_discarded() || !j.is_object() || resp.status != 200)
@@ -319,6 +321,13 @@ public:
         } catch (const std::exception& e) {
             return spi::keepalive_result::failed(e.what());
         }
+    }
+
+    // A renewal that waits longer than a third of the TTL on a hung member would
+    // cost the lease: give up sooner and let the next request try another member.
+    std::chrono::milliseconds renewal_timeout(const session& s) const {
+        auto third = std::chrono::duration_cast<std::chrono::milliseconds>(s.ttl) / 3;
+        return std::clamp<std::chrono::milliseconds>(third, 300ms, client_.opts().request_timeout);
     }
 
     void add_orphan(session& s, const std::string& key, const std::string& value) {
@@ -595,7 +604,8 @@ void backend::keepalive_batch(std::span<spi::lock_handle* const> handles, std::s
             ops.push_back({{"request_range", {{"key", base64_encode(static_cast<handle*>(handles[check[k]])->key())},
                                               {"keys_only", true}}}});
         try {
-            auto reply = call("/v3/kv/txn", json{{"success", ops}});
+            auto* s = static_cast<handle*>(handles[check[from]])->current_session().get();
+            auto reply = call("/v3/kv/txn", json{{"success", ops}}, renewal_timeout(*s));
             const auto responses = reply.value("responses", json::array());
             for (auto k = from; k < to; ++k) {
                 auto* h = static_cast<handle*>(handles[check[k]]);

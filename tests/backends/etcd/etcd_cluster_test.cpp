@@ -158,3 +158,37 @@ TEST_CASE("threads of two providers keep a counter exact while the leader is kil
     CHECK(counter == increments);
     CHECK(increments > 20);
 }
+
+TEST_CASE("a hung member (SIGSTOP) does not cost the holder its lock", "[etcd][cluster]") {
+    // Member 1 is the first endpoint of the URL: the one the clients talk to.
+    const auto pid = ctl("pid 1");
+    auto a = distlock::connect(url());
+    auto b = distlock::connect(url());
+    const auto name = unique_name("hung-member");
+    std::atomic<int> lost{0};
+    distlock::lock_options opts;
+    opts.on_lost = [&](const distlock::lock_event&) { ++lost; };
+    auto holder = a.mutex(name, opts);
+    holder.lock();
+    REQUIRE(std::system(("kill -STOP " + pid).c_str()) == 0);
+    struct resume {
+        std::string pid;
+        ~resume() { std::system(("kill -CONT " + pid).c_str()); }
+    } resume_member{pid};
+    // Three leases: renewals time out on the hung member after TTL/3 and move on.
+    bool always_held = true;
+    for (auto until = clk::now() + 6s; clk::now() < until; std::this_thread::sleep_for(50ms)) always_held &= holder.held();
+    CHECK(always_held);
+    CHECK(lost.load() == 0);
+    auto other = b.mutex(name);
+    bool got = true;
+    try {
+        got = other.try_lock_for(1s);
+    } catch (const distlock::unavailable_error&) {
+        got = false;  // timed out on the hung member: also not a grant
+    }
+    CHECK_FALSE(got);
+    holder.unlock();
+    CHECK(other.try_lock_for(15s));
+    other.unlock();
+}
