@@ -107,6 +107,7 @@ class backend;
 class handle final : public spi::lock_handle {
 public:
     handle(backend& b, const spi::lock_request& r);
+    ~handle() override { stop_monitor(); }
     std::optional<std::uint64_t> acquire(spi::deadline until) override;
     void release() override;
     std::chrono::milliseconds keepalive_interval() const override;
@@ -120,6 +121,11 @@ private:
     enum class turn { mine, timed_out, key_lost };
     turn wait_for_turn(spi::deadline until);
     void cleanup() noexcept;
+    std::uint64_t granted();
+    void start_monitor(std::int64_t from, std::chrono::milliseconds delay);
+    bool on_monitor_line(std::string_view line);
+    void on_monitor_done(const http::transfer_result& r);
+    void stop_monitor() noexcept;
 
     backend& backend_;
     spi::lock_request request_;
@@ -127,6 +133,14 @@ private:
     std::shared_ptr<session> session_;
     std::string key_, value_;
     std::int64_t revision_ = 0;
+
+    // The watch of our own key while held (on the provider's loop thread): its
+    // deletion is reported as a loss at once, not at the next keepalive.
+    std::mutex monitor_mutex_;  // guards the fields below
+    bool monitoring_ = false;
+    http::loop::id monitor_ = 0;
+    std::int64_t monitor_from_ = 0;  // start revision of the next watch (0 = now)
+    std::string monitor_lost_;       // why, once the watch saw our key deleted
 };
 
 class backend final : public spi::backend {
@@ -172,6 +186,7 @@ public:
     // ---- used by handles --------------------------------------------------------
     const settings& config() const { return settings_; }
     http::client& client() { return client_; }
+    http::loop& events() { return loop_; }
 
     // POSTs a JSON body and returns the JSON reply. Throws grpc_error for an
     // error reply the caller may want to handle, distlock errors otherwise.
@@ -354,6 +369,7 @@ private:
     http::client client_;
     settings settings_;
     capabilities caps_;
+    http::loop loop_{client_};  // after client_: stopped before it
     std::mutex grant_mutex_;  // one grant at a time
     std::mutex mutex_;        // guards sessions_
     std::map<std::int64_t, std::shared_ptr<session>> sessions_;  // TTL seconds -> lease
@@ -426,7 +442,7 @@ std::optional<std::uint64_t> handle::acquire(spi::deadline until) {
         }
         const auto owners = responses[1]["response_range"].value("kvs", json::array());
         std::int64_t first = owners.empty() ? 0 : as_i64(owners[0], "create_revision");
-        if (first == revision_) return static_cast<std::uint64_t>(revision_);
+        if (first == revision_) return granted();
         turn t;
         try {
             t = spi::clock::now() >= until ? turn::timed_out : wait_for_turn(until);
@@ -440,7 +456,7 @@ std::optional<std::uint64_t> handle::acquire(spi::deadline until) {
                 cleanup();
                 throw_error(errc::unavailable, kName, "cannot renew the lease of '" + request_.name + "'");
             }
-            return static_cast<std::uint64_t>(revision_);
+            return granted();
         }
         if (t == turn::timed_out) {
             cleanup();
@@ -529,6 +545,93 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
     }
 }
 
+std::uint64_t handle::granted() {
+    start_monitor(revision_ + 1, 0ms);
+    return static_cast<std::uint64_t>(revision_);
+}
+
+void handle::start_monitor(std::int64_t from, std::chrono::milliseconds delay) {
+    json create{{"key", base64_encode(key_)}};
+    if (from > 0) create["start_revision"] = std::to_string(from);
+    http::request rq;
+    rq.method = "POST";
+    rq.target = "/v3/watch";
+    rq.body = json{{"create_request", create}}.dump();
+    rq.timeout = 60s;  // then watched again from the last revision seen
+    std::lock_guard lk(monitor_mutex_);
+    monitoring_ = true;
+    monitor_from_ = from;
+    monitor_lost_.clear();
+    monitor_ = backend_.events().start(
+        std::move(rq), [this](std::string_view line) { return on_monitor_line(line); },
+        [this](http::transfer_result r) { on_monitor_done(r); }, delay);
+}
+
+// On the loop thread: one message of the watch stream.
+bool handle::on_monitor_line(std::string_view line) {
+    json msg = json::parse(line, nullptr, false);
+    if (msg.is_discarded() || !msg.is_object() || msg.contains("error")) return false;
+    const json& result = msg.contains("result") ? msg["result"] : msg;
+    std::lock_guard lk(monitor_mutex_);
+    if (result.value("canceled", false)) {  // compacted past our revision: watch from now on
+        monitor_from_ = 0;
+        return false;
+    }
+    for (const auto& ev : result.value("events", json::array())) {
+        if (ev.contains("kv")) monitor_from_ = std::max(monitor_from_, as_i64(ev["kv"], "mod_revision") + 1);
+        if (ev.value("type", std::string{}) == "DELETE") {
+            monitor_lost_ = "lock key " + key_ + " was deleted (lease revoked or expired, or the key removed)";
+            return false;
+        }
+    }
+    return true;
+}
+
+void handle::on_monitor_done(const http::transfer_result& r) {
+    std::string lost;
+    std::int64_t from;
+    {
+        std::lock_guard lk(monitor_mutex_);
+        if (!monitoring_) return;
+        lost = monitor_lost_;
+        from = monitor_from_;
+        if (!lost.empty()) {
+            monitoring_ = false;
+            monitor_ = 0;
+        }
+    }
+    if (!lost.empty()) {
+        report_lost(lost);
+        return;
+    }
+    // The stream ended (its 60 s bound, a member went away, an error): watch
+    // again; the keepalives decide about loss while the members are unreachable.
+    const bool failed = r.how == http::outcome::failed || r.resp.status != 200;
+    if (failed) backend_.client().rotate_endpoint(r.resp.endpoint);
+    json create{{"key", base64_encode(key_)}};
+    if (from > 0) create["start_revision"] = std::to_string(from);
+    http::request rq;
+    rq.method = "POST";
+    rq.target = "/v3/watch";
+    rq.body = json{{"create_request", create}}.dump();
+    rq.timeout = 60s;
+    std::lock_guard lk(monitor_mutex_);
+    if (!monitoring_) return;
+    monitor_ = backend_.events().start(
+        std::move(rq), [this](std::string_view line) { return on_monitor_line(line); },
+        [this](http::transfer_result t) { on_monitor_done(t); }, failed ? 500ms : 0ms);
+}
+
+void handle::stop_monitor() noexcept {
+    http::loop::id id;
+    {
+        std::lock_guard lk(monitor_mutex_);
+        monitoring_ = false;
+        id = std::exchange(monitor_, 0);
+    }
+    if (id != 0) backend_.events().cancel(id);
+}
+
 void handle::cleanup() noexcept {
     revision_ = 0;
     if (!request_.auto_renew) {  // a lease of its own: revoking it deletes the key
@@ -547,6 +650,7 @@ void handle::cleanup() noexcept {
 }
 
 void handle::release() {
+    stop_monitor();
     if (revision_ == 0 || !session_) throw_error(errc::not_owner, kName, "lock '" + request_.name + "' is not held");
     const auto rev = std::exchange(revision_, 0);
     json reply;

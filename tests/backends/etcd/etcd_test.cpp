@@ -191,6 +191,29 @@ TEST_CASE("break_lock deletes the holder's key and the next contender gets a hig
     holder.unlock();
 }
 
+TEST_CASE("a holder learns of its key's deletion at once, not at its next keepalive", "[etcd]") {
+    // lease=30s: keepalives every 10 s; the watch of the held key reports sooner.
+    auto p = distlock::connect(base() + "/distlock-tests?lease=30s");
+    const auto name = unique_name("watched");
+    auto m = p.mutex(name);
+    m.lock();
+    std::this_thread::sleep_for(200ms);  // the watch is in place
+    auto t0 = clk::now();
+    distlock::testing::break_lock(p, name);
+    CHECK(eventually([&] { return !m.held(); }, 5s));
+    CHECK(clk::now() - t0 < 3s);
+    m.unlock();
+    // A long hold with other writes around it is not mistaken for a loss.
+    auto again = p.mutex(name);
+    again.lock();
+    etcd_direct etcd(url());
+    for (int i = 0; i < 20; ++i) etcd.call("/v3/kv/put", {{"key", etcd_direct::b64(etcd.dir(name) + "zz-unrelated")}, {"value", "eA=="}});
+    etcd.call("/v3/kv/deleterange", {{"key", etcd_direct::b64(etcd.dir(name) + "zz-unrelated")}});
+    std::this_thread::sleep_for(500ms);
+    CHECK(again.held());
+    again.unlock();
+}
+
 TEST_CASE("etcdctl lock and distlock exclude each other on the same directory", "[etcd][interop]") {
     REQUIRE(std::system("command -v etcdctl >/dev/null") == 0);
     auto p = distlock::connect(url());
