@@ -247,6 +247,27 @@ public:
         return q;
     }
 
+    // `name IN (...) AND owner IN (...)` (the primary key's range, then the
+    // owners): equivalent to matching the pairs, since owner tokens are unique.
+    std::vector<s::statement> lease_renew_batch(const std::string& table, std::size_t n) const override {
+        std::string names, owners;
+        std::vector<int> pairs;
+        for (std::size_t i = 0; i < n; ++i) {
+            names += i ? ", ?" : "?";
+            owners += i ? ", ?" : "?";
+        }
+        for (std::size_t i = 0; i < n; ++i) pairs.push_back(static_cast<int>(1 + 2 * i));
+        for (std::size_t i = 0; i < n; ++i) pairs.push_back(static_cast<int>(2 + 2 * i));
+        const std::string where = " WHERE name IN (" + names + ") AND owner IN (" + owners + ")";
+        std::vector<int> update_args{0};
+        update_args.insert(update_args.end(), pairs.begin(), pairs.end());
+        return {
+            {"UPDATE `" + table + "` SET expires_at = UTC_TIMESTAMP(6) + INTERVAL (? * 1000) MICROSECOND" + where,
+             update_args},
+            {"SELECT owner FROM `" + table + "`" + where, pairs},
+        };
+    }
+
     s::value native_key(std::string_view name) const override { return get_lock_key(name); }
     std::chrono::milliseconds row_wait_resolution() const noexcept override { return 1000ms; }  // whole seconds
     // MariaDB's GET_LOCK takes fractions of a second; MySQL's is documented in seconds.

@@ -272,6 +272,22 @@ public:
         return q;
     }
 
+    // `name IN (...) AND owner IN (...)`: equivalent to matching the pairs, since
+    // owner tokens are unique.
+    std::vector<s::statement> lease_renew_batch(const std::string& table, std::size_t n) const override {
+        std::string names, owners;
+        std::vector<int> args{0};
+        for (std::size_t i = 0; i < n; ++i) {
+            names += (i ? ", $" : "$") + std::to_string(2 + 2 * i);
+            owners += (i ? ", $" : "$") + std::to_string(3 + 2 * i);
+            args.push_back(static_cast<int>(1 + 2 * i));
+            args.push_back(static_cast<int>(2 + 2 * i));
+        }
+        return {{"UPDATE " + quote(table) + " SET expires_at = now() + $1::bigint * interval '1 millisecond'"
+                 " WHERE name IN (" + names + ") AND owner IN (" + owners + ") RETURNING owner",
+                 args}};
+    }
+
     s::value native_key(std::string_view name) const override { return advisory_key(name); }
     std::chrono::milliseconds row_wait_resolution() const noexcept override { return 1ms; }
     std::chrono::milliseconds native_wait_resolution() const noexcept override { return 1ms; }

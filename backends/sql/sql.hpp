@@ -161,6 +161,10 @@ public:
     // true: native_lock takes the wait in the call (GET_LOCK(name, s)); false: the
     // session's set_wait bound applies (lock_timeout).
     virtual bool native_wait_in_call() const noexcept = 0;
+    // Renewal of n leases of one length in one go: logical arguments [lease_ms,
+    // name1, owner1, name2, owner2, ...]; the last statement's rows are the owners
+    // whose lease was renewed.
+    virtual std::vector<statement> lease_renew_batch(const std::string& table, std::size_t n) const = 0;
     // For SQL written once for both servers (the optimistic stock helper):
     // an identifier quoted for this server, and the text of the n-th placeholder (1-based).
     virtual std::string quote(std::string_view identifier) const = 0;

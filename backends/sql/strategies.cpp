@@ -136,6 +136,10 @@ public:
     milliseconds keepalive_interval() const override;
     spi::keepalive_result keepalive() override;
 
+    const bytes& name() const noexcept { return name_; }
+    const std::string& owner() const noexcept { return owner_; }
+    milliseconds lease() const noexcept { return req_.lease; }
+
 private:
     std::optional<std::uint64_t> try_upsert();
     std::optional<std::uint64_t> try_compare_and_set();
@@ -219,6 +223,8 @@ public:
         if (st == "optimistic") return std::make_unique<lease_handle>(*this, r, true);
         return std::make_unique<session_handle>(*this, r, st == "for-update");
     }
+
+    void keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) override;
 
     std::optional<std::chrono::nanoseconds> round_trip() override {
         try {
@@ -378,6 +384,50 @@ spi::keepalive_result lease_handle::keepalive() {
         return spi::keepalive_result::ok();
     } catch (const std::exception& e) {
         return spi::keepalive_result::failed(e.what());
+    }
+}
+
+// The renewals that fall due together: one statement per lease length and chunk
+// (PostgreSQL: UPDATE ... RETURNING owner; MySQL: UPDATE, then SELECT owner),
+// whatever the number of locks. Session strategies check each session on its own.
+void sql_backend::keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) {
+    if (session_held() || handles.size() < 2) {
+        spi::backend::keepalive_batch(handles, results);
+        return;
+    }
+    constexpr std::size_t chunk = 256;
+    std::map<milliseconds, std::vector<std::size_t>> by_lease;
+    for (std::size_t i = 0; i < handles.size(); ++i)
+        by_lease[static_cast<lease_handle*>(handles[i])->lease()].push_back(i);
+    for (const auto& [lease, all] : by_lease) {
+        for (std::size_t from = 0; from < all.size(); from += chunk) {
+            const std::span<const std::size_t> part(all.data() + from, std::min(chunk, all.size() - from));
+            std::vector<value> args{ms(lease)};
+            for (auto i : part) {
+                const auto* h = static_cast<lease_handle*>(handles[i]);
+                args.emplace_back(h->name());
+                args.emplace_back(h->owner());
+            }
+            const auto steps = dialect_->lease_renew_batch(settings_.table, part.size());
+            try {
+                auto r = pool_.run([&](connection& c) {
+                    result last;
+                    for (const auto& st : steps) last = c.exec(st, args);
+                    return last;
+                });
+                std::vector<std::string> renewed;
+                for (const auto& row : r.rows)
+                    if (!row.empty() && row[0]) renewed.push_back(*row[0]);
+                for (auto i : part) {
+                    const auto* h = static_cast<lease_handle*>(handles[i]);
+                    const bool ok = std::find(renewed.begin(), renewed.end(), h->owner()) != renewed.end();
+                    results[i] = ok ? spi::keepalive_result::ok()
+                                    : spi::keepalive_result::lost("the lease row is no longer ours");
+                }
+            } catch (const std::exception& e) {
+                for (auto i : part) results[i] = spi::keepalive_result::failed(e.what());
+            }
+        }
     }
 }
 

@@ -435,6 +435,18 @@ TEST_CASE("native lock keys follow the documented mapping; long names are hashed
         CHECK(holder_session(db, native, n) > 0);  // visible on the server under the documented key
         CHECK_FALSE(b.mutex(n).try_lock());
     }
+    // The same keys computed by the server's own SQL, as another language would.
+    for (const auto& n : {names[1], names[2]}) {
+        if (is_mysql) {
+            auto key = db.scalar("SELECT CONCAT('distlock:', LEFT(SHA2(?, 256), 55))", {s::bytes{n}});
+            REQUIRE(key.has_value());
+            CHECK(db.scalar("SELECT IS_USED_LOCK(?)", {*key}).has_value());
+        } else {
+            auto key = db.scalar("SELECT ('x' || left(encode(sha256(?), 'hex'), 16))::bit(64)::bigint", {s::bytes{n}});
+            REQUIRE(key.has_value());
+            CHECK(*key == std::to_string(documented_advisory_key(n)));
+        }
+    }
     for (auto& m : held) m.unlock();
     for (const auto& n : names) {
         auto m = b.mutex(n);
@@ -483,6 +495,49 @@ TEST_CASE("break_lock of a released name leaves alone the session that held it, 
             CHECK(b.held());
             CHECK_FALSE(distlock::connect(url).mutex(second).try_lock());
             b.unlock();
+        }
+    }
+}
+
+TEST_CASE("many leases renewed together stay held; a broken one among them is the only one reported lost",
+          "[sql][renewal]") {
+    for (const auto& strategy : lease_strategies) {
+        DYNAMIC_SECTION("strategy " << strategy) {
+            const auto url = url_of(strategy);  // lease=2s
+            auto p = distlock::connect(url);
+            auto other = distlock::connect(url);
+            const auto base = unique_name("batch");
+            std::atomic<int> lost{0};
+            std::mutex lost_mutex;
+            std::vector<std::string> lost_names;
+            distlock::lock_options o;
+            o.on_lost = [&](const distlock::lock_event& e) {
+                std::lock_guard lk(lost_mutex);
+                lost_names.push_back(e.name);
+                ++lost;
+            };
+            std::vector<distlock::mutex> held;
+            for (int i = 0; i < 24; ++i) {
+                held.push_back(p.mutex(base + ":" + std::to_string(i), o));
+                REQUIRE(held.back().try_lock());
+            }
+            std::this_thread::sleep_for(3s);  // one and a half leases: renewed, not expired
+            CHECK(lost.load() == 0);
+            distlock::testing::break_lock(other, base + ":7");
+            CHECK(eventually([&] { return lost.load() == 1; }, 5s));
+            std::this_thread::sleep_for(2500ms);  // more renewals of the others
+            CHECK(lost.load() == 1);
+            {
+                std::lock_guard lk(lost_mutex);
+                REQUIRE(lost_names.size() == 1);
+                CHECK(lost_names[0] == base + ":7");
+            }
+            for (int i = 0; i < 24; ++i) {
+                INFO("lock " << i);
+                CHECK(held[static_cast<std::size_t>(i)].held() == (i != 7));
+                if (i != 7) CHECK_FALSE(other.mutex(base + ":" + std::to_string(i)).try_lock());
+            }
+            for (auto& m : held) m.unlock();
         }
     }
 }
