@@ -196,6 +196,8 @@ std::optional<std::uint64_t> redlock_handle::acquire(deadline until) {
     const auto quorum = backend_.quorum();
     std::string token = spi::random_token();
     const auto drift = std::chrono::duration_cast<std::chrono::milliseconds>(request_.lease * cfg.drift_factor) + 2ms;
+    constexpr int max_failed_rounds = 3;
+    int failed_rounds = 0;  // consecutive attempts in which no majority answered
     for (;;) {
         const auto start = clock::now();
         std::vector<std::vector<std::string_view>> cmds(n, {"SET", key_, token, "NX", "PX", lease_ms_});
@@ -225,13 +227,20 @@ std::optional<std::uint64_t> redlock_handle::acquire(deadline until) {
         // Not held: undo on every node, including those that seemed to fail.
         if (ok > 0 || failed > 0) backend_.release_all(key_, token);
         if (failed > n - quorum) {
+            // No majority could answer. Bad credentials will not heal: fail now. A
+            // timeout may be a passing hiccup: give it the reference code's three
+            // tries (even for try_lock) before saying the nodes are unavailable.
             if (denied > 0) throw_error(errc::access_denied, "redlock", backend_.majority_message(n - failed, errors));
-            throw_error(errc::unavailable, "redlock", backend_.majority_message(n - failed, errors));
+            if (++failed_rounds >= max_failed_rounds)
+                throw_error(errc::unavailable, "redlock", backend_.majority_message(n - failed, errors));
+        } else {
+            failed_rounds = 0;
+            if (clock::now() >= until) return std::nullopt;
         }
         const auto now = clock::now();
-        if (now >= until) return std::nullopt;
         auto delay = random_delay(cfg.retry_delay);
-        if (until - now < delay) delay = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
+        if (failed_rounds == 0 && until - now < delay)
+            delay = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
         std::this_thread::sleep_for(delay);
     }
 }
