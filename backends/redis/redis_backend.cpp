@@ -240,7 +240,7 @@ public:
     std::optional<std::uint64_t> acquire(deadline until) override {
         const bool plain = backend_.config().strat == strategy::plain;
         std::string owner =
-            plain ? spi::random_token() : backend_.uuid() + ":" + std::to_string(current_thread_id());
+            plain ? fast_token() : backend_.uuid() + ":" + std::to_string(current_thread_id());
         std::unique_ptr<subscriber::subscription> sub;
         spi::backoff fallback(request_.retry_min, request_.retry_max);
         for (;;) {

@@ -194,7 +194,7 @@ std::optional<std::uint64_t> redlock_handle::acquire(deadline until) {
     const auto& cfg = backend_.config();
     const auto n = backend_.pools().size();
     const auto quorum = backend_.quorum();
-    std::string token = spi::random_token();
+    std::string token = fast_token();
     const auto drift = std::chrono::duration_cast<std::chrono::milliseconds>(request_.lease * cfg.drift_factor) + 2ms;
     constexpr int max_failed_rounds = 3;
     int failed_rounds = 0;  // consecutive attempts in which no majority answered
