@@ -1,6 +1,6 @@
-// consul:// specific behaviour, checked on the server: against a real Consul
-// when DISTLOCK_TEST_CONSUL_URL is set, else against the Consul HTTP API
-// emulator (DISTLOCK_TEST_CONSUL_EMULATOR_URL). Tests that need a server
+// consul:// specific behaviour, checked on the server: against the Consul HTTP
+// API emulator (DISTLOCK_TEST_CONSUL_EMULATOR_URL), or against a real Consul
+// (DISTLOCK_TEST_CONSUL_URL) when DISTLOCK_CONSUL_TESTS_REAL=1. Tests that need a server
 // configured differently (ACLs, Consul's 10 s minimum TTL) start their own
 // emulator.
 #include <nlohmann/json.hpp>
@@ -31,9 +31,12 @@ namespace {
 
 constexpr std::uint64_t kLockFlag = 3304740253564472344ULL;
 
+// DISTLOCK_CONSUL_TESTS_REAL=1 (ctest's distlock-consul-tests.real): the real
+// Consul of DISTLOCK_TEST_CONSUL_URL; otherwise the emulator.
+bool real_consul() { return distlock::test::env("DISTLOCK_CONSUL_TESTS_REAL") == "1"; }
+
 std::string url() {
-    auto real = distlock::test::env("DISTLOCK_TEST_CONSUL_URL");
-    return real.empty() ? distlock::test::env("DISTLOCK_TEST_CONSUL_EMULATOR_URL") : real;
+    return distlock::test::env(real_consul() ? "DISTLOCK_TEST_CONSUL_URL" : "DISTLOCK_TEST_CONSUL_EMULATOR_URL");
 }
 
 // Direct HTTP access to the agent under test.
@@ -245,7 +248,7 @@ TEST_CASE("a renewed session outlives many TTLs while a waiter's blocking querie
 }
 
 TEST_CASE("a waiter sleeps in blocking queries instead of polling", "[consul][emulator]") {
-    if (!distlock::test::env("DISTLOCK_TEST_CONSUL_URL").empty()) {
+    if (real_consul()) {
         WARN("needs the emulator's request counters: checked against the emulator only");
         return;
     }
