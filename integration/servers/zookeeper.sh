@@ -9,8 +9,10 @@
 # the transaction log on every write (benchmarks say which one they used).
 ZK_PORT=${DISTLOCK_ZK_PORT:-12181}
 
+# Empty CONTAINER nodes are removed every 500 ms instead of every minute, so that
+# the tests see lock paths come and go (and sequences restart).
 zk_java_cmd() {  # zk_java_cmd MAINCLASS CFG: the server's command line
-    echo java -Xmx256m -XX:+UseSerialGC \
+    echo java -Xmx256m -XX:+UseSerialGC -Dznode.container.checkIntervalMs=500 \
         -cp /usr/share/java/zookeeper.jar "$1" "$2"
 }
 

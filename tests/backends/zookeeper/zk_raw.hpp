@@ -41,6 +41,9 @@ public:
         zoo_add_auth(zh_, "digest", credentials.data(), static_cast<int>(credentials.size()), [](int, const void*) {},
                      nullptr);
     }
+    int create_persistent(const std::string& path) {
+        return zoo_create(zh_, path.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, nullptr, 0);
+    }
     // A persistent node only its (authenticated) creator may use.
     int create_private(const std::string& path) {
         return zoo_create(zh_, path.c_str(), nullptr, -1, &ZOO_CREATOR_ALL_ACL, ZOO_PERSISTENT, nullptr, 0);

@@ -62,6 +62,29 @@ TEST_CASE("a lock node is Curator's: _c_<uuid>-lock-<10 digits>, ephemeral, czxi
     CHECK(raw.children(lock_dir(name)).empty());
 }
 
+TEST_CASE("the lock path is a container: removed when empty, and tokens still increase after it is made again",
+          "[zookeeper][layout]") {
+    // The test servers remove empty containers every 500 ms
+    // (-Dznode.container.checkIntervalMs=500 in integration/servers/zookeeper.sh).
+    auto p = distlock::connect(url());
+    zk_test::raw_zk raw(zk_test::hosts_of(url()));
+    const auto name = unique_name("container");
+    auto m = p.mutex(name);
+    std::uint64_t last = 0;
+    for (int round = 0; round < 2; ++round) {
+        REQUIRE(m.try_lock_for(5s));
+        auto kids = raw.children(lock_dir(name));
+        REQUIRE(kids.size() == 1);
+        INFO("round " << round << ": " << kids[0] << " token " << m.token());
+        CHECK(zkb::sort_key(kids[0]) == "0000000000");  // a new container starts its sequence at 0
+        CHECK(m.token() > last);
+        last = m.token();
+        m.unlock();
+        Stat st{};
+        CHECK(eventually([&] { return raw.stat(lock_dir(name), st) == ZNONODE; }, 10s));
+    }
+}
+
 TEST_CASE("a name with slashes and odd bytes is one percent-encoded segment under the base path",
           "[zookeeper][layout]") {
     auto p = distlock::connect(url());
@@ -289,11 +312,10 @@ TEST_CASE("a create whose reply is lost to a connection loss is recovered by pro
     REQUIRE(session >= 2s);
     zk_test::raw_zk raw(zk_test::hosts_of(url()));
     const auto name = unique_name("protected");
-    {  // the lock path exists already, so the create is the only request in flight
-        auto warm = p.mutex(name);
-        REQUIRE(warm.try_lock());
-        warm.unlock();
-    }
+    // The lock path exists already (persistent, so that the server's container
+    // reaper leaves it alone), so the create is the only request in flight.
+    raw.create_persistent(zk_test::base_of(url()));  // may exist (ZNODEEXISTS)
+    REQUIRE(raw.create_persistent(lock_dir(name)) == ZOK);
     auto m = p.mutex(name);
     const auto before = zkb::read_counters();
     std::atomic<bool> got{false};
@@ -332,6 +354,7 @@ TEST_CASE("a create whose reply is lost to a connection loss is recovered by pro
     CHECK(after.protected_recoveries - before.protected_recoveries == 1);
     m.unlock();
     CHECK(eventually([&] { return raw.children(lock_dir(name)).empty(); }, 5s));
+    raw.remove(lock_dir(name));
 }
 
 TEST_CASE("URL credentials authenticate the session (digest); wrong ones are access_denied when locking",

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Compiles CuratorLock.java into OUT_DIR (the build tree), installing Debian's
-# Apache Curator and slf4j-nop first when they are missing, and writes
+# Apache Curator and slf4j-nop (and python3-kazoo, the other peer of the interop
+# tests) first when they are missing, and writes
 # OUT_DIR/classpath for running it:  java -cp "$(cat OUT_DIR/classpath)" CuratorLock ...
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 OUT=${1:?usage: build.sh OUT_DIR}
 need=()
-for p in libcurator-recipes-java libslf4j-java; do
+for p in libcurator-recipes-java libslf4j-java python3-kazoo; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || need+=("$p")
 done
 command -v javac >/dev/null || need+=(default-jdk-headless)
