@@ -431,7 +431,10 @@ std::optional<std::uint64_t> handle::acquire(spi::deadline until) {
             revision_ = as_i64(reply["header"], "revision");
         } else {
             const auto kvs = responses[0]["response_range"].value("kvs", json::array());
-            if (kvs.empty()) continue;  // deleted meanwhile: try again
+            if (kvs.empty()) {  // deleted meanwhile: try again
+                if (round < 3) continue;
+                throw_error(errc::unavailable, kName, "acquire txn: our key vanished repeatedly");
+            }
             if (b64d(kvs[0], "value") != value_) {
                 // A key of ours left by an earlier acquisition: remove it, try again.
                 backend_.call("/v3/kv/deleterange", json{{"key", base64_encode(key_)}});
