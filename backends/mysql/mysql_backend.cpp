@@ -134,7 +134,11 @@ public:
     const std::string& server_version() const noexcept { return version_; }
 
 private:
+    // Prepared once per session and kept; the server limits prepared statements
+    // (max_prepared_stmt_count), so the cache is bounded (batched renewals of
+    // many sizes would otherwise grow it).
     ::sql::PreparedStatement& prepared(const std::string& text) {
+        if (prepared_.size() >= 64 && prepared_.find(text) == prepared_.end()) prepared_.clear();
         auto& slot = prepared_[text];
         if (!slot) slot.reset(conn_->prepareStatement(text));
         return *slot;

@@ -252,8 +252,11 @@ using dialect_factory = std::function<std::shared_ptr<dialect>(spi::url&, const 
 void add_dialect(std::string scheme, dialect_factory f);
 const dialect_factory* find_dialect(const std::string& scheme);
 
-// Maps an sql_error to the distlock error that says what to do next.
-[[noreturn]] void raise(const sql_error& e, std::string_view backend, const std::string& context);
+// Maps an sql_error to the distlock error that says what to do next. While
+// `releasing`, a connection that broke or timed out after the statement was
+// sent leaves the outcome unknown: in_doubt_error; otherwise unavailable_error.
+[[noreturn]] void raise(const sql_error& e, std::string_view backend, const std::string& context,
+                        bool releasing = false);
 
 // True when `id` is a plain SQL identifier: [A-Za-z_][A-Za-z0-9_]*, at most `max` bytes.
 bool is_identifier(std::string_view id, std::size_t max = 48);

@@ -35,12 +35,13 @@ bool is_identifier(std::string_view id, std::size_t max) {
     return std::all_of(id.begin(), id.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
 }
 
-void raise(const sql_error& e, std::string_view backend, const std::string& context) {
+void raise(const sql_error& e, std::string_view backend, const std::string& context, bool releasing) {
     errc code = errc::unavailable;
     switch (e.kind()) {
         case failure::access_denied: code = errc::access_denied; break;
         case failure::no_database: code = errc::invalid_argument; break;
-        case failure::timed_out: code = errc::in_doubt; break;
+        case failure::timed_out:
+        case failure::connection_lost: code = releasing ? errc::in_doubt : errc::unavailable; break;
         default: code = errc::unavailable; break;
     }
     throw_error(code, std::string(backend), context + ": " + e.what(), e.code(), e.what());
@@ -365,7 +366,7 @@ void lease_handle::release() {
     try {
         affected = b_.pool_.run([&](connection& c) { return c.exec(b_.q_.lease_release, {name_, owner}).affected; });
     } catch (const sql_error& e) {
-        raise(e, b_.name_, "release of '" + req_.name + "' failed (the lease expires on its own)");
+        raise(e, b_.name_, "release of '" + req_.name + "' failed (the lease expires on its own)", true);
     }
     if (affected == 0)
         throw_error(errc::not_owner, b_.name_,
@@ -554,7 +555,7 @@ void session_handle::release() {
     } catch (const sql_error& e) {
         // The session is closed below either way, which frees the lock once the
         // server sees the connection end.
-        raise(e, b_.name_, "release of '" + req_.name + "' failed (closing the session releases it)");
+        raise(e, b_.name_, "release of '" + req_.name + "' failed (closing the session releases it)", true);
     }
     b_.pool_.give_back(std::move(c));
 }

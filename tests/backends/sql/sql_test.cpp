@@ -142,6 +142,9 @@ public:
             ::close(fds[1]);
             ::setenv("DISTLOCK_SKEW_SECONDS", std::to_string(skew_seconds).c_str(), 1);
             ::setenv("LD_PRELOAD", DISTLOCK_SQL_SKEW_SHIM, 1);
+            // Under -DDISTLOCK_SANITIZE=address the shim comes before the ASan runtime.
+            std::string asan = distlock::test::env("ASAN_OPTIONS");
+            ::setenv("ASAN_OPTIONS", ("verify_asan_link_order=0" + (asan.empty() ? "" : ":" + asan)).c_str(), 1);
             std::vector<char*> argv{const_cast<char*>(DISTLOCK_SQL_PROBE)};
             for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
             argv.push_back(nullptr);
