@@ -211,10 +211,11 @@ public:
         return e;
     }
 
-    // PUT with acquire= or release=: the server's true/false.
-    bool lock_op(const std::string& key, const char* op, const std::string& session) {
+    // PUT with acquire= or release=: the server's true/false; nullopt when the
+    // server no longer knows the session ("invalid session").
+    std::optional<bool> lock_op(const std::string& key, const char* op, const std::string& session) {
         auto r = client_.send(put(key_target(key) + "?flags=" + std::to_string(kLockFlag) + "&" + op + "=" + session));
-        if (r.status == 500 && r.body.find("invalid session") != std::string::npos) return false;
+        if (r.status == 500 && r.body.find("invalid session") != std::string::npos) return std::nullopt;
         check(r, std::string(op) + " of " + key, {200});
         return trim(r.body) == "true";
     }
@@ -307,7 +308,14 @@ std::optional<std::uint64_t> handle::wait_and_acquire(spi::deadline until) {
             continue;
         }
         if (!e.exists || e.session.empty()) {
-            if (!backend_.lock_op(key_, "acquire", session_)) {
+            auto acquired = backend_.lock_op(key_, "acquire", session_);
+            if (!acquired) {  // our session is gone (expired while we waited, agent restarted)
+                session_ = backend_.create_session(request_.lease, request_.name);
+                renewed = spi::clock::now();
+                index = 0;
+                continue;
+            }
+            if (!*acquired) {
                 if (spi::clock::now() >= until) return std::nullopt;
                 entry again = backend_.read(key_);
                 if (again.exists && !again.session.empty()) {
@@ -412,7 +420,7 @@ void handle::release() {
     bool released = false;
     std::optional<error> failure;
     try {
-        released = backend_.lock_op(key_, "release", session_);
+        released = backend_.lock_op(key_, "release", session_).value_or(false);
     } catch (const error& e) {
         failure = e;
     }

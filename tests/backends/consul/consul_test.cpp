@@ -276,6 +276,36 @@ TEST_CASE("a waiter sleeps in blocking queries instead of polling", "[consul][em
     holder.unlock();
 }
 
+TEST_CASE("a waiter whose session is destroyed while it waits makes a new one and still gets the lock", "[consul]") {
+    auto a = distlock::connect(url());
+    auto b = distlock::connect(url());
+    agent consul(url());
+    const auto name = unique_name("waiter-session");
+    auto holder = a.mutex(name);
+    holder.lock();
+    const auto holder_session = consul.entry(name)["Session"].get<std::string>();
+    std::atomic<bool> got{false};
+    auto waiter = b.mutex(name);
+    std::thread t([&] { got = waiter.try_lock_for(10s); });
+    // The waiter's session: the other one named after this lock.
+    std::string waiter_session;
+    REQUIRE(eventually(
+        [&] {
+            auto r = consul.call("GET", "/v1/session/list");
+            for (const auto& s : json::parse(r.body))
+                if (s["Name"].get<std::string>().find(name) != std::string::npos && s["ID"] != holder_session)
+                    waiter_session = s["ID"].get<std::string>();
+            return !waiter_session.empty();
+        },
+        5s));
+    REQUIRE(consul.call("PUT", "/v1/session/destroy/" + waiter_session).status == 200);
+    std::this_thread::sleep_for(200ms);
+    holder.unlock();
+    t.join();
+    CHECK(got.load());
+    waiter.unlock();
+}
+
 TEST_CASE("an unreachable agent is unavailable at once", "[consul][input]") {
     auto t0 = clk::now();
     CHECK_THROWS_AS(distlock::connect("consul://127.0.0.1:1/x?lease=2s"), distlock::unavailable_error);
