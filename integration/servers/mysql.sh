@@ -25,10 +25,10 @@ mysql_start() {
         FLUSH PRIVILEGES;" || { fail_with_log "mariadb user setup" "$dir/err.log"; return 1; }
     local base="mysql://distlock:distlock@127.0.0.1:$MYSQL_PORT/distlock"
     {
-        echo "DISTLOCK_TEST_MYSQL_URL=$base?strategy=lease-table&lease=2s"
-        echo "DISTLOCK_TEST_MYSQL_FOR_UPDATE_URL=$base?strategy=for-update&lease=2s"
-        echo "DISTLOCK_TEST_MYSQL_LEASE_TABLE_URL=$base?strategy=lease-table&lease=2s"
-        echo "DISTLOCK_TEST_MYSQL_OPTIMISTIC_URL=$base?strategy=optimistic&lease=2s"
-        echo "DISTLOCK_TEST_MYSQL_GET_LOCK_URL=$base?strategy=get-lock&lease=2s"
+        echo "DISTLOCK_TEST_MYSQL_URL='$base?strategy=lease-table&lease=2s'"
+        echo "DISTLOCK_TEST_MYSQL_FOR_UPDATE_URL='$base?strategy=for-update&lease=2s'"
+        echo "DISTLOCK_TEST_MYSQL_LEASE_TABLE_URL='$base?strategy=lease-table&lease=2s'"
+        echo "DISTLOCK_TEST_MYSQL_OPTIMISTIC_URL='$base?strategy=optimistic&lease=2s'"
+        echo "DISTLOCK_TEST_MYSQL_GET_LOCK_URL='$base?strategy=get-lock&lease=2s'"
     } > "$RUN/mysql.env"
 }

@@ -34,10 +34,10 @@ postgres_start() {
         { fail_with_log "postgres user setup" "$dir/server.log"; return 1; }
     local base="postgres://distlock:distlock@127.0.0.1:$POSTGRES_PORT/distlock"
     {
-        echo "DISTLOCK_TEST_POSTGRES_URL=$base?strategy=lease-table&lease=2s"
-        echo "DISTLOCK_TEST_POSTGRES_FOR_UPDATE_URL=$base?strategy=for-update&lease=2s"
-        echo "DISTLOCK_TEST_POSTGRES_LEASE_TABLE_URL=$base?strategy=lease-table&lease=2s"
-        echo "DISTLOCK_TEST_POSTGRES_OPTIMISTIC_URL=$base?strategy=optimistic&lease=2s"
-        echo "DISTLOCK_TEST_POSTGRES_ADVISORY_URL=$base?strategy=advisory&lease=2s"
+        echo "DISTLOCK_TEST_POSTGRES_URL='$base?strategy=lease-table&lease=2s'"
+        echo "DISTLOCK_TEST_POSTGRES_FOR_UPDATE_URL='$base?strategy=for-update&lease=2s'"
+        echo "DISTLOCK_TEST_POSTGRES_LEASE_TABLE_URL='$base?strategy=lease-table&lease=2s'"
+        echo "DISTLOCK_TEST_POSTGRES_OPTIMISTIC_URL='$base?strategy=optimistic&lease=2s'"
+        echo "DISTLOCK_TEST_POSTGRES_ADVISORY_URL='$base?strategy=advisory&lease=2s'"
     } > "$RUN/postgres.env"
 }
