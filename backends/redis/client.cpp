@@ -400,6 +400,21 @@ std::uint64_t subscriber::messages(const std::string& channel) {
     return it == channels_.end() ? 0 : it->second.messages;
 }
 
+std::vector<std::string> subscriber::payloads_since(const std::string& channel, std::uint64_t& seen, bool& complete) {
+    std::lock_guard lk(mutex_);
+    std::vector<std::string> out;
+    complete = true;
+    auto it = channels_.find(channel);
+    if (it == channels_.end()) return out;
+    const auto& st = it->second;
+    const std::uint64_t fresh = st.messages - seen;
+    if (fresh > st.recent.size()) complete = false;
+    const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(fresh, st.recent.size()));
+    out.assign(st.recent.end() - static_cast<long>(take), st.recent.end());
+    seen = st.messages;
+    return out;
+}
+
 bool subscriber::confirmed(const std::string& channel) {
     std::lock_guard lk(mutex_);
     auto it = channels_.find(channel);
@@ -430,6 +445,9 @@ void subscriber::on_reply(redisReply* r) {
     auto& st = it->second;
     if (k == "message") {
         ++st.messages;
+        const redisReply* payload = r->element[2];
+        st.recent.emplace_back(payload->type == REDIS_REPLY_STRING ? std::string(payload->str, payload->len) : std::string{});
+        if (st.recent.size() > 32) st.recent.pop_front();
     } else if (k == "subscribe") {
         if (st.pending > 0) --st.pending;
         if (st.pending == 0 && st.wanted) st.confirmed = true;

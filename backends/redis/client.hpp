@@ -16,6 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -220,6 +221,11 @@ public:
         subscription& operator=(const subscription&) = delete;
         // Messages received on the channel since it was subscribed.
         std::uint64_t messages() const { return sub_.messages(channel_); }
+        // Payloads of the messages after the first `seen` (at most the last 32;
+        // `complete` is false when older ones were dropped); moves `seen` on.
+        std::vector<std::string> payloads_since(std::uint64_t& seen, bool& complete) const {
+            return sub_.payloads_since(channel_, seen, complete);
+        }
         // Waits until a message beyond `seen` arrives, `until` passes, or the
         // pub/sub connection is down (then the caller must fall back to backoff).
         wake wait(std::uint64_t seen, deadline until) { return sub_.wait(channel_, seen, until); }
@@ -241,7 +247,9 @@ private:
         bool wanted = false;    // the last command sent for it was SUBSCRIBE
         bool confirmed = false; // the server confirmed the last SUBSCRIBE
         std::uint64_t messages = 0;
+        std::deque<std::string> recent;  // payloads of the last messages (at most 32)
     };
+    std::vector<std::string> payloads_since(const std::string& channel, std::uint64_t& seen, bool& complete);
     void release(const std::string& channel);
     std::uint64_t messages(const std::string& channel);
     bool confirmed(const std::string& channel);

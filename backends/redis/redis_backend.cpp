@@ -28,22 +28,85 @@ enum class strategy { plain, reentrant };
 // ---- Lua scripts ------------------------------------------------------------------
 // Replies: acquire -> {1, fencing token} | {0, PTTL of the holder's key}.
 
-// KEYS[1] lock key, KEYS[2] fence key; ARGV[1] token, ARGV[2] lease ms
-const char* const plain_acquire_lua = R"lua(
-if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, redis.call('incr', KEYS[2])}
+// Plain strategy: a FIFO hand-off, so that a release wakes ONE waiting client.
+// Waiting clients queue their waiter id in `<base>:queue` (a LIST, in arrival
+// order) with a liveness deadline in `<base>:waiters` (a ZSET scored by server
+// time in ms). A release pops the first live waiter, reserves the key for it
+// for a short while (value "r:<waiter id>", PX reserve) and publishes
+// "h <waiter id> <reserve ms>": only that waiter retries; the others just move
+// their wake-up to the end of the reservation (in case that waiter died). With no
+// live waiter, the key is deleted and "released" published.
+const std::string handoff_lua = R"lua(
+local function handoff(key, queue, alive, channel, reserve)
+  local t = redis.call('time')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  for i = 1, 100 do
+    local id = redis.call('lpop', queue)
+    if not id then break end
+    local expiry = redis.call('zscore', alive, id)
+    redis.call('zrem', alive, id)
+    if expiry and tonumber(expiry) > now then
+      redis.call('set', key, 'r:' .. id, 'PX', reserve)
+      redis.call('publish', channel, 'h ' .. id .. ' ' .. reserve)
+      return 1
+    end
+  end
+  redis.call('del', key)
+  redis.call('publish', channel, 'released')
+  return 0
 end
-return {0, redis.call('pttl', KEYS[1])}
 )lua";
 
-// KEYS[1] lock key; ARGV[1] token, ARGV[2] channel. 1 released, 0 not ours.
-const char* const plain_release_lua = R"lua(
-if redis.call('get', KEYS[1]) == ARGV[1] then
-  redis.call('del', KEYS[1])
-  redis.call('publish', ARGV[2], 'released')
-  return 1
+// KEYS[1] lock key, KEYS[2] fence key, KEYS[3] queue, KEYS[4] waiters;
+// ARGV[1] token, ARGV[2] lease ms, ARGV[3] waiter id ("" = not waiting),
+// ARGV[4] liveness slack ms. Takes the key when free or reserved for us; else
+// (when waiting) queues us once and refreshes our liveness deadline.
+const char* const plain_acquire_lua = R"lua(
+local v = redis.call('get', KEYS[1])
+local w = ARGV[3]
+if v == false or (w ~= '' and v == 'r:' .. w) then
+  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  if w ~= '' and redis.call('zrem', KEYS[4], w) == 1 then
+    redis.call('lrem', KEYS[3], 1, w)
+  end
+  return {1, redis.call('incr', KEYS[2])}
 end
-return 0
+local pttl = redis.call('pttl', KEYS[1])
+if w ~= '' then
+  local t = redis.call('time')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local live = math.max(pttl, 1000) + tonumber(ARGV[4])
+  if not redis.call('zscore', KEYS[4], w) then
+    redis.call('rpush', KEYS[3], w)
+  end
+  redis.call('zadd', KEYS[4], now + live, w)
+  for _, k in ipairs({KEYS[3], KEYS[4]}) do
+    if redis.call('pttl', k) < live then redis.call('pexpire', k, live) end
+  end
+end
+return {0, pttl}
+)lua";
+
+// KEYS[1] lock key, KEYS[2] queue, KEYS[3] waiters; ARGV[1] token, ARGV[2]
+// channel, ARGV[3] reserve ms. 1 released (handed off or deleted), 0 not ours.
+const std::string plain_release_lua = handoff_lua + R"lua(
+if redis.call('get', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+handoff(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3])
+return 1
+)lua";
+
+// A waiter that gives up: KEYS as release; ARGV[1] waiter id, ARGV[2] channel,
+// ARGV[3] reserve ms. Leaves the queue, and passes on a reservation made for it.
+const std::string plain_leave_lua = handoff_lua + R"lua(
+if redis.call('zrem', KEYS[3], ARGV[1]) == 1 then
+  redis.call('lrem', KEYS[2], 1, ARGV[1])
+end
+if redis.call('get', KEYS[1]) == 'r:' .. ARGV[1] then
+  handoff(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3])
+end
+return 1
 )lua";
 
 // KEYS[i] lock keys; ARGV[2i-1] token, ARGV[2i] lease ms. Reply: 1/0 per key.
@@ -116,6 +179,7 @@ struct settings {
 // Key, fence key and channel of a lock name.
 struct layout {
     std::string key, fence, channel;
+    std::string queue, waiters;  // plain strategy: the FIFO hand-off (see above)
 };
 
 layout layout_for(const settings& s, std::string_view name) {
@@ -125,6 +189,8 @@ layout layout_for(const settings& s, std::string_view name) {
         l.key = base;
         l.fence = base + ":fence";
         l.channel = base + ":released";
+        l.queue = base + ":queue";
+        l.waiters = base + ":waiters";
     } else {
         // Redisson: the channel wraps the name in braces unless it already has some.
         const bool braced = name.find('{') != std::string_view::npos;
@@ -168,8 +234,9 @@ public:
           pool_(settings_.ep, settings_.pool_size),
           uuid_(spi::random_uuid()),
           acquire_(settings_.strat == strategy::plain ? plain_acquire_lua : reentrant_acquire_lua),
-          release_(settings_.strat == strategy::plain ? plain_release_lua : reentrant_release_lua),
-          renew_(settings_.strat == strategy::plain ? plain_renew_lua : reentrant_renew_lua) {
+          release_(settings_.strat == strategy::plain ? plain_release_lua : std::string(reentrant_release_lua)),
+          renew_(settings_.strat == strategy::plain ? plain_renew_lua : reentrant_renew_lua),
+          leave_(plain_leave_lua) {
         caps_.crash_release_bound = std::chrono::milliseconds{0};  // the lease itself is the bound
         caps_.reentrant = settings_.strat == strategy::reentrant;
         // Checks the server, the credentials and the database now: connect() fails
@@ -218,13 +285,14 @@ public:
     const std::string& uuid() const noexcept { return uuid_; }
     const script& acquire_script() const noexcept { return acquire_; }
     const script& release_script() const noexcept { return release_; }
+    const script& leave_script() const noexcept { return leave_; }
 
 private:
     settings settings_;
     capabilities caps_;
     pool pool_;
     std::string uuid_;  // this client's id in Redisson hash fields
-    script acquire_, release_, renew_;
+    script acquire_, release_, renew_, leave_;
     std::mutex sub_mutex_;
     std::unique_ptr<subscriber> subscriber_;
 };
@@ -241,32 +309,74 @@ public:
         const bool plain = backend_.config().strat == strategy::plain;
         std::string owner =
             plain ? fast_token() : backend_.uuid() + ":" + std::to_string(current_thread_id());
+        std::string waiter;  // plain: our id in the hand-off queue, once we queue
+        struct leave_guard {  // leaves the queue on every way out but a grant
+            handle* self;
+            std::string* waiter;
+            ~leave_guard() {
+                if (!waiter->empty()) self->leave(*waiter);
+            }
+        } guard{this, &waiter};
         std::unique_ptr<subscriber::subscription> sub;
         spi::backoff fallback(request_.retry_min, request_.retry_max);
+        deadline alive_until{};  // when the server will consider our queue entry dead
+        std::uint64_t seen = 0;
         for (;;) {
-            const std::uint64_t seen = sub ? sub->messages() : 0;
-            auto [got, value] = attempt(owner);
+            if (sub) seen = sub->messages();
+            auto [got, value] = attempt(owner, waiter);
             if (got) {
+                waiter.clear();  // the grant took us out of the queue
                 owner_ = std::move(owner);
                 return static_cast<std::uint64_t>(value);
             }
             auto now = clock::now();
             if (now >= until) return std::nullopt;
             if (!sub) {
-                // Subscribe first, then retry: a release published after the
-                // subscription is confirmed cannot be missed.
+                // Subscribe first, then retry (and queue): a release published
+                // after the subscription is confirmed cannot be missed.
                 auto confirm = std::min(until, now + backend_.config().ep.command_timeout);
                 sub = backend_.sub().subscribe(layout_.channel, confirm);
+                if (plain && sub->confirmed()) waiter = fast_token();
                 continue;
             }
             // value = PTTL of the holder's key: -1 no expiry (foreign key), -2 just gone.
-            deadline bound = until;
-            if (value >= 0) bound = std::min(until, now + std::chrono::milliseconds(value + 1));
-            else if (value == -2) continue;
-            else bound = std::min(until, now + std::chrono::milliseconds(1000));
-            if (sub->wait(seen, bound) == subscriber::wake::broken) {
-                // No pub/sub connection right now: fall back to jittered backoff.
-                std::this_thread::sleep_for(fallback.next(bound));
+            if (value == -2) continue;
+            const auto pttl = std::chrono::milliseconds(value >= 0 ? value : 1000);
+            if (!waiter.empty()) alive_until = now + pttl + liveness_slack;
+            deadline bound = std::min(until, now + pttl + 1ms);
+            // Wait without sending anything until our turn, a plain release, the
+            // end of the holder's lease, or the deadline.
+            for (;;) {
+                auto woke = sub->wait(seen, bound);
+                if (woke == subscriber::wake::broken) {
+                    // No pub/sub connection right now: fall back to jittered backoff.
+                    std::this_thread::sleep_for(fallback.next(bound));
+                    break;
+                }
+                if (woke == subscriber::wake::timeout) break;
+                bool complete = true;
+                bool retry = false;
+                for (const auto& msg : sub->payloads_since(seen, complete)) {
+                    std::string_view m(msg);
+                    if (m.substr(0, 2) != "h ") {
+                        retry = true;  // "released" (plain) or "0" (Redisson): free for all
+                        continue;
+                    }
+                    m.remove_prefix(2);
+                    auto space = m.find(' ');
+                    if (m.substr(0, space) == waiter) {
+                        retry = true;  // handed to us
+                        continue;
+                    }
+                    // Handed to another waiter: if it died, the reservation runs out.
+                    long long reserve = 0;
+                    if (space != std::string_view::npos)
+                        std::from_chars(m.data() + space + 1, m.data() + m.size(), reserve);
+                    bound = std::min(until, clock::now() + std::chrono::milliseconds(reserve) + 5ms);
+                }
+                if (retry || !complete) break;
+                // Renew our place in the queue before the server drops it.
+                if (!waiter.empty() && alive_until - clock::now() < liveness_slack / 2) break;
             }
         }
     }
@@ -277,7 +387,7 @@ public:
         long long result = 0;
         try {
             result = backend_.connections().run([&](connection& c) {
-                auto r = backend_.release_script().run(c, {layout_.key}, release_args(owner));
+                auto r = backend_.release_script().run(c, release_keys(), release_args(owner));
                 if (is_error(r.get())) throw_reply_error("redis", r.get(), "release of '" + request_.name + "'");
                 return as_integer(r.get());
             });
@@ -310,20 +420,44 @@ public:
     const std::string& name() const noexcept { return request_.name; }
 
 private:
+    static constexpr auto liveness_slack = std::chrono::milliseconds{2000};
+    static constexpr std::string_view reserve_ms = "500";  // a hand-off waits this long for its waiter
+
+    std::vector<std::string_view> release_keys() const {
+        if (backend_.config().strat == strategy::plain) return {layout_.key, layout_.queue, layout_.waiters};
+        return {layout_.key};
+    }
     std::vector<std::string_view> release_args(const std::string& owner) const {
-        if (backend_.config().strat == strategy::plain) return {owner, layout_.channel};
+        if (backend_.config().strat == strategy::plain) return {owner, layout_.channel, reserve_ms};
         return {owner, lease_ms_, layout_.channel};
     }
 
+    // Best effort: leave the hand-off queue (and pass on a reservation made for us).
+    void leave(const std::string& waiter) noexcept {
+        try {
+            backend_.connections().run([&](connection& c) {
+                backend_.leave_script().run(c, release_keys(), {waiter, layout_.channel, reserve_ms});
+                return 0;
+            });
+        } catch (...) {
+        }
+    }
+
     // One acquire script: {acquired, fencing token or PTTL}.
-    std::pair<bool, long long> attempt(const std::string& owner) {
+    std::pair<bool, long long> attempt(const std::string& owner, const std::string& waiter) {
         const bool plain = backend_.config().strat == strategy::plain;
-        std::vector<std::string_view> args;
-        if (plain) args = {owner, lease_ms_};
-        else args = {lease_ms_, owner};
+        static const std::string slack = std::to_string(liveness_slack.count());
+        std::vector<std::string_view> keys, args;
+        if (plain) {
+            keys = {layout_.key, layout_.fence, layout_.queue, layout_.waiters};
+            args = {owner, lease_ms_, waiter, slack};
+        } else {
+            keys = {layout_.key, layout_.fence};
+            args = {lease_ms_, owner};
+        }
         try {
             return backend_.connections().run([&](connection& c) {
-                auto r = backend_.acquire_script().run(c, {layout_.key, layout_.fence}, args);
+                auto r = backend_.acquire_script().run(c, keys, args);
                 if (is_error(r.get())) throw_reply_error("redis", r.get(), "acquire of '" + request_.name + "'");
                 if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
                     throw_error(errc::unavailable, "redis", "unexpected reply to the acquire script: " + reply_text(r.get()));
@@ -334,7 +468,7 @@ private:
                 // The script may have run: undo it (best effort) so that nothing is left behind.
                 try {
                     backend_.connections().run([&](connection& c) {
-                        backend_.release_script().run(c, {layout_.key}, release_args(owner));
+                        backend_.release_script().run(c, release_keys(), release_args(owner));
                         return 0;
                     });
                 } catch (...) {
