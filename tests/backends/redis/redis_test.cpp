@@ -229,6 +229,112 @@ TEST_CASE("a waiting client sends O(1) commands however long it waits (no pollin
     CHECK(scripts_while_waiting <= 2);  // one try, one retry after subscribing: then it only listens
 }
 
+TEST_CASE("a release hands the lock to the longest-waiting client and wakes only it", "[redis][handoff]") {
+    redis_server server;
+    const auto url = "redis://" + server.address() + "?lease=30s";
+    raw_client raw(server.port());
+    const auto name = unique_name("fifo");
+    const std::string base = "distlock:{" + name + "}";
+    auto h = distlock::connect(url);
+    {
+        auto warm = h.mutex(unique_name("warm-up"));  // loads the scripts on this fresh server
+        warm.lock();
+        warm.unlock();
+    }
+    auto holder = h.mutex(name);
+    REQUIRE(holder.try_lock());
+    constexpr int waiters = 4;
+    std::vector<distlock::provider> providers;
+    for (int i = 0; i < waiters; ++i) providers.push_back(distlock::connect(url));
+    std::mutex order_mutex;
+    std::vector<int> order;
+    std::vector<std::thread> threads;
+    for (int i = 0; i < waiters; ++i) {
+        threads.emplace_back([&, i] {
+            auto m = providers[i].mutex(name);
+            if (!m.try_lock_for(20s)) return;
+            {
+                std::lock_guard lk(order_mutex);
+                order.push_back(i);
+            }
+            std::this_thread::sleep_for(50ms);
+            m.unlock();
+        });
+        // Queued one after the other.
+        REQUIRE(eventually([&] { return raw.integer({"LLEN", base + ":queue"}) == i + 1; }, 5s));
+    }
+    raw.cmd({"CONFIG", "RESETSTAT"});
+    holder.unlock();
+    for (auto& t : threads) t.join();
+    REQUIRE(order.size() == waiters);
+    CHECK(order == std::vector<int>{0, 1, 2, 3});  // first come, first served
+    const auto scripts = raw.calls("evalsha") + raw.calls("eval");
+    INFO(raw.string({"INFO", "commandstats"}));
+    // Each hand-off: one release script and one acquire by the woken waiter; nobody
+    // else retries. (waiters + 1 releases: the holder's and each waiter's.)
+    CHECK(scripts == 2 * waiters + 1);
+    CHECK(raw.calls("publish") == waiters + 1);  // the last release finds no waiter: "released"
+    CHECK(raw.integer({"EXISTS", base + ":queue"}) == 0);
+    CHECK(raw.integer({"ZCARD", base + ":waiters"}) == 0);
+}
+
+TEST_CASE("a waiter that died in the queue costs the next one only a short reservation", "[redis][handoff]") {
+    auto p = distlock::connect(shared_url("?lease=30s"));
+    raw_client raw(shared_port());
+    const auto name = unique_name("ghost");
+    const std::string base = "distlock:{" + name + "}";
+    auto holder = p.mutex(name);
+    REQUIRE(holder.try_lock());
+    auto now_ms = [&] {
+        auto t = raw.cmd({"TIME"});
+        return std::stoll(std::string(t->element[0]->str)) * 1000 + std::stoll(std::string(t->element[1]->str)) / 1000;
+    };
+    // Two waiters that died: one whose liveness already ran out, one that looks alive.
+    raw.cmd({"RPUSH", base + ":queue", "expired-ghost", "live-ghost"});
+    raw.cmd({"ZADD", base + ":waiters", std::to_string(now_ms() - 1000), "expired-ghost"});
+    raw.cmd({"ZADD", base + ":waiters", std::to_string(now_ms() + 60000), "live-ghost"});
+    auto q = distlock::connect(shared_url("?lease=30s"));
+    std::atomic<long long> waited{-1};
+    std::thread waiter([&] {
+        auto m = q.mutex(name);
+        auto t0 = clk::now();
+        if (m.try_lock_for(15s)) {
+            waited = ms(clk::now() - t0);
+            m.unlock();
+        }
+    });
+    REQUIRE(eventually([&] { return raw.integer({"LLEN", base + ":queue"}) == 3; }, 5s));
+    raw_client sub(shared_port());
+    sub.cmd({"SUBSCRIBE", base + ":released"});
+    const auto t0 = clk::now();
+    holder.unlock();
+    auto [c1, first] = next_message(sub);
+    CHECK(first == "h live-ghost 500");  // the expired ghost was skipped
+    waiter.join();
+    INFO("the real waiter got the lock " << ms(clk::now() - t0) << " ms after the release");
+    CHECK(waited.load() >= 0);
+    CHECK(clk::now() - t0 < 5s);  // after the ghost's reservation, not after a lease
+    CHECK(raw.integer({"EXISTS", base + ":queue"}) == 0);
+}
+
+TEST_CASE("a waiter that gives up leaves the queue", "[redis][handoff]") {
+    auto p = distlock::connect(shared_url(""));
+    auto q = distlock::connect(shared_url(""));
+    raw_client raw(shared_port());
+    const auto name = unique_name("give-up");
+    const std::string base = "distlock:{" + name + "}";
+    auto holder = p.mutex(name);
+    REQUIRE(holder.try_lock());
+    auto m = q.mutex(name);
+    CHECK_FALSE(m.try_lock_for(600ms));
+    CHECK(raw.integer({"LLEN", base + ":queue"}) == 0);
+    CHECK(raw.integer({"ZCARD", base + ":waiters"}) == 0);
+    holder.unlock();
+    CHECK(raw.integer({"EXISTS", base}) == 0);  // no waiter left: the key is simply deleted
+    CHECK(m.try_lock());
+    m.unlock();
+}
+
 TEST_CASE("renewals of many held locks go out as one script in one round trip", "[redis][renewal]") {
     redis_server server;
     capture_registry registry;
