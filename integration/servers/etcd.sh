@@ -18,7 +18,7 @@ etcd_cmd() {
 # etcd_healthy PORT: the member answers and the cluster has a leader.
 etcd_healthy() { curl -sf --max-time 1 "http://127.0.0.1:$1/health" | grep -q '"health":"true"'; }
 
-etcd_install() { apt_ensure etcd-server curl; }
+etcd_install() { apt_ensure etcd-server etcd-client curl openssl; }  # etcdctl and openssl: interop and TLS tests
 
 etcd_start() {
     local dir=$1
