@@ -306,6 +306,28 @@ TEST_CASE("a waiter whose session is destroyed while it waits makes a new one an
     waiter.unlock();
 }
 
+TEST_CASE("twenty locks of one provider are renewed over three leases", "[consul]") {
+    auto p = distlock::connect(url());
+    agent consul(url());
+    std::vector<distlock::mutex> held;
+    std::vector<std::string> names, sessions;
+    for (int i = 0; i < 20; ++i) {
+        names.push_back(unique_name("batch-" + std::to_string(i)));
+        held.push_back(p.mutex(names.back()));
+        REQUIRE(held.back().try_lock());
+        sessions.push_back(consul.entry(names.back())["Session"].get<std::string>());
+    }
+    const auto lease = p.default_lease();
+    std::this_thread::sleep_for(3 * lease + lease / 2);
+    for (std::size_t i = 0; i < held.size(); ++i) {
+        CHECK(held[i].held());
+        CHECK(consul.entry(names[i])["Session"] == sessions[i]);
+        CHECK(consul.session_info(sessions[i]).is_object());
+    }
+    for (auto& m : held) m.unlock();
+    for (const auto& s : sessions) CHECK(consul.session_info(s).is_null());  // destroyed
+}
+
 TEST_CASE("an unreachable agent is unavailable at once", "[consul][input]") {
     auto t0 = clk::now();
     CHECK_THROWS_AS(distlock::connect("consul://127.0.0.1:1/x?lease=2s"), distlock::unavailable_error);

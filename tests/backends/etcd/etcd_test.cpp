@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -96,6 +97,30 @@ TEST_CASE("waiters are served in the order they queued, each woken by its predec
     CHECK(tokens[0] < tokens[1]);
     CHECK(tokens[1] < tokens[2]);
     CHECK(etcd.keys(name).empty());
+}
+
+TEST_CASE("twenty locks of one provider share one lease and stay held over three leases", "[etcd]") {
+    auto p = distlock::connect(url());
+    etcd_direct etcd(url());
+    std::vector<distlock::mutex> held;
+    std::vector<std::string> names;
+    for (int i = 0; i < 20; ++i) {
+        names.push_back(unique_name("batch-" + std::to_string(i)));
+        held.push_back(p.mutex(names.back()));
+        REQUIRE(held.back().try_lock());
+    }
+    std::set<std::string> leases;
+    for (const auto& n : names) {
+        auto kvs = etcd.keys(n);
+        REQUIRE(kvs.size() == 1);
+        leases.insert(kvs[0]["lease"].get<std::string>());
+    }
+    CHECK(leases.size() == 1);  // one session lease, renewed once per batch
+    std::this_thread::sleep_for(3 * p.default_lease() + p.default_lease() / 2);
+    for (auto& m : held) CHECK(m.held());
+    for (const auto& n : names) CHECK(etcd.keys(n).size() == 1);
+    for (auto& m : held) m.unlock();
+    for (const auto& n : names) CHECK(etcd.keys(n).empty());
 }
 
 TEST_CASE("a waiter that times out leaves no key behind", "[etcd]") {
