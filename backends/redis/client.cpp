@@ -382,16 +382,47 @@ std::unique_ptr<subscriber::subscription> subscriber::subscribe(const std::strin
     return sub;
 }
 
+std::unique_ptr<subscriber::subscription> subscriber::reuse(const std::string& channel) {
+    std::lock_guard lk(mutex_);
+    auto it = channels_.find(channel);
+    if (it == channels_.end() || !it->second.confirmed || !up_) return nullptr;
+    ++it->second.refs;
+    return std::make_unique<subscription>(*this, channel);
+}
+
 void subscriber::release(const std::string& channel) {
     std::lock_guard lk(mutex_);
     auto it = channels_.find(channel);
     if (it == channels_.end()) return;
     auto& st = it->second;
     if (--st.refs > 0) return;
+    if (up_ && st.wanted && st.confirmed) {
+        // Keep it for a while: a client that waited once is likely to wait again.
+        st.idle_since = clock::now();
+        std::size_t lingering = 0;
+        for (const auto& [name, other] : channels_) lingering += other.refs == 0 && other.wanted ? 1 : 0;
+        if (lingering > max_lingering) sweep_locked(false);
+        char b = 1;
+        (void)!::write(wake_pipe_[1], &b, 1);  // the reader thread schedules the sweep
+        return;
+    }
     if (up_ && st.wanted) send_locked({"UNSUBSCRIBE", channel});
     st.wanted = false;
     st.confirmed = false;
     if (st.pending == 0) channels_.erase(it);
+}
+
+void subscriber::sweep_locked(bool expired_only) {
+    const auto now = clock::now();
+    for (auto it = channels_.begin(); it != channels_.end();) {
+        auto& st = it->second;
+        if (st.refs == 0 && st.wanted && (!expired_only || now - st.idle_since >= linger)) {
+            if (up_) send_locked({"UNSUBSCRIBE", it->first});
+            st.wanted = false;
+            st.confirmed = false;
+        }
+        it = (st.refs == 0 && !st.wanted && st.pending == 0) ? channels_.erase(it) : std::next(it);
+    }
 }
 
 std::uint64_t subscriber::messages(const std::string& channel) {
@@ -513,9 +544,12 @@ void subscriber::run() {
             continue;
         }
         pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
+        bool lingering = false;
+        for (const auto& [name, st] : channels_) lingering = lingering || (st.refs == 0 && st.wanted);
         lk.unlock();
-        int rc = ::poll(fds, 2, -1);
+        int rc = ::poll(fds, 2, lingering ? 200 : -1);
         lk.lock();
+        if (up_) sweep_locked(true);
         if (fds[1].revents != 0) {
             char buf[64];
             while (::read(wake_pipe_[0], buf, sizeof buf) > 0) {

@@ -240,6 +240,14 @@ public:
     // confirmation, so that a message published after this returns is seen.
     std::unique_ptr<subscription> subscribe(const std::string& channel, deadline confirm_until);
 
+    // A subscription that is still confirmed (a recent waiter's, kept for a
+    // second after its last user left), or null: no server traffic either way.
+    std::unique_ptr<subscription> reuse(const std::string& channel);
+
+    // How long an unused subscription is kept before UNSUBSCRIBE, and how many.
+    static constexpr std::chrono::milliseconds linger{1000};
+    static constexpr std::size_t max_lingering = 256;
+
 private:
     struct channel_state {
         int refs = 0;           // live subscriptions
@@ -248,7 +256,9 @@ private:
         bool confirmed = false; // the server confirmed the last SUBSCRIBE
         std::uint64_t messages = 0;
         std::deque<std::string> recent;  // payloads of the last messages (at most 32)
+        clock::time_point idle_since{};  // refs == 0 but still subscribed (lingering)
     };
+    void sweep_locked(bool all_expired_only);  // mutex_ held: UNSUBSCRIBE lingering channels
     std::vector<std::string> payloads_since(const std::string& channel, std::uint64_t& seen, bool& complete);
     void release(const std::string& channel);
     std::uint64_t messages(const std::string& channel);

@@ -274,6 +274,12 @@ public:
         });
     }
 
+    // A confirmed subscription kept from a recent wait, without creating the subscriber.
+    std::unique_ptr<subscriber::subscription> reuse_subscription(const std::string& channel) {
+        std::lock_guard lk(sub_mutex_);
+        return subscriber_ ? subscriber_->reuse(channel) : nullptr;
+    }
+
     subscriber& sub() {
         std::lock_guard lk(sub_mutex_);
         if (!subscriber_) subscriber_ = std::make_unique<subscriber>(settings_.ep);
@@ -321,6 +327,11 @@ public:
         spi::backoff fallback(request_.retry_min, request_.retry_max);
         deadline alive_until{};  // when the server will consider our queue entry dead
         std::uint64_t seen = 0;
+        if (auto lingering = until > clock::now() ? backend_.reuse_subscription(layout_.channel) : nullptr) {
+            // Still subscribed from a recent wait: queue with the very first try.
+            sub = std::move(lingering);
+            if (plain) waiter = fast_token();
+        }
         for (;;) {
             if (sub) seen = sub->messages();
             auto [got, value] = attempt(owner, waiter);
