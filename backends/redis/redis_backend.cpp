@@ -350,6 +350,10 @@ public:
                 if (plain && sub->confirmed()) waiter = fast_token();
                 continue;
             }
+            if (plain && waiter.empty() && sub->confirmed()) {
+                waiter = fast_token();  // the pub/sub connection is back: queue now
+                continue;
+            }
             // value = PTTL of the holder's key: -1 no expiry (foreign key), -2 just gone.
             if (value == -2) continue;
             const auto pttl = std::chrono::milliseconds(value >= 0 ? value : 1000);
