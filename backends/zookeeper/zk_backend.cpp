@@ -611,17 +611,6 @@ public:
         h.lost_ = true;
     }
 
-    // Sets an exists watch on our own lock node; its answer comes to
-    // on_own_exists (a loss if the node is already gone).
-    void watch_own_node(session& s, const std::string& node);
-    // The held node `path` of session `gen` is gone: report the loss.
-    void node_gone(const std::string& path, std::uint64_t gen, std::string why) {
-        std::lock_guard lk(mu_);
-        auto it = held_.find(path);
-        if (it == held_.end() || it->second->gen_ != gen) return;
-        tasks_.push_back([this, path, gen, why = std::move(why)] { lose(path, gen, why); });
-        notify_cv_.notify_all();
-    }
 
 private:
     std::shared_ptr<session> open_session() {  // under mu_
@@ -705,23 +694,6 @@ private:
     std::thread notifier_;
     std::thread::id notifier_id_;
 };
-
-struct own_watch {
-    backend* be;
-    std::string path;
-    std::uint64_t gen;
-};
-void on_own_exists(int rc, const Stat*, const void* data) {
-    std::unique_ptr<own_watch> w(static_cast<own_watch*>(const_cast<void*>(data)));
-    if (rc == ZNONODE) w->be->node_gone(w->path, w->gen, "the lock node " + w->path + " was deleted on the server");
-}
-void backend::watch_own_node(session& s, const std::string& node) {
-    auto* ctx = new own_watch{this, node, s.gen};
-    int rc = zoo_aexists(s.zh, node.c_str(), 1, on_own_exists, ctx);
-    if (rc != ZOK && rc != ZMARSHALLINGERROR) delete ctx;
-    // Not set (connection loss): the keepalive (every session timeout / 3) still
-    // checks that the node exists.
-}
 
 void session_watcher(zhandle_t*, int type, int state, const char* path, void* ctx) {
     auto* s = static_cast<session*>(ctx);
@@ -839,7 +811,9 @@ void backend::keepalive_batch(std::span<spi::lock_handle* const> handles, std::s
         }
         auto o = std::make_shared<op>();
         void* ctx = hold(o);
-        int rc = zoo_aexists(s->zh, node.c_str(), 0, on_stat, ctx);
+        // With a watch: from the first keepalive of a grant on, a delete of our
+        // node by someone else is reported as soon as it happens.
+        int rc = zoo_aexists(s->zh, node.c_str(), 1, on_stat, ctx);
         if (rc != ZOK) {
             take(ctx);
             o->rc = rc;
@@ -1047,11 +1021,11 @@ handle::step handle::wait_turn(const std::shared_ptr<session>& s, const std::str
             if (removed) continue;
         }
         if (it == children.begin()) {
-            // Ours is first: held. Watch our own node (without waiting for the
-            // answer), so that a delete by someone else (an operator, break_lock)
-            // is reported as a loss: by the watch, or by the answer "no node".
+            // Ours is first: held. (The keepalive's exists, every session
+            // timeout / 3, also sets a watch on our node, so that a delete by
+            // someone else is reported at once from then on; a lock held only
+            // briefly costs no request beyond create, listing and delete.)
             be_.register_held(*this, node, s->gen, czxid);
-            be_.watch_own_node(*s, node);
             return step::held;
         }
         if (once || clock::now() >= until) return step::timeout;

@@ -7,6 +7,7 @@
 //   exists round trip                 provider::round_trip(), the cheapest request
 //   create+delete (C client floor)    a bare EPHEMERAL_SEQUENTIAL create and its delete
 //   distlock uncontended cycle        lock() + unlock() of one mutex, nobody else around
+//   create+delete (Java floor)        the same with the Java client under Curator
 //   Curator uncontended cycle         InterProcessMutex acquire() + release() (JVM warmed up)
 // Every row's samples come from the same interleaved rounds (after a warm-up
 // round that is not counted), so that the machine's load hits them alike.
@@ -177,7 +178,7 @@ int main(int argc, char** argv) try {
     auto b = distlock::connect(url);
     const auto handoff_name = "bench-handoff-" + run;
     auto mixed = p.mutex(mixed_name);
-    std::vector<double> rtt, floor, mine, theirs, handoff, to_curator;
+    std::vector<double> rtt, floor, java_floor, mine, theirs, handoff, to_curator;
     const int per_round = std::max(1, cycles / rounds), handoffs_per_round = std::max(1, handoffs / rounds);
     for (int r = 0; r < rounds + 1; ++r) {
         const bool warmup = r == 0;  // round 0 warms every path up and is not counted
@@ -201,12 +202,14 @@ int main(int argc, char** argv) try {
             if (!warmup) mine.push_back(us(clk::now() - t0));
         }
         if (cur) {
-            cur->say("samples " + std::to_string(per_round));
-            std::istringstream in(cur->line());
-            std::string word;
-            in >> word;
-            for (double ns; in >> ns;)
-                if (!warmup) theirs.push_back(ns / 1e3);
+            for (auto [cmd, out] : {std::pair{std::string("samples "), &theirs}, std::pair{std::string("floor "), &java_floor}}) {
+                cur->say(cmd + std::to_string(per_round));
+                std::istringstream in(cur->line());
+                std::string word;
+                in >> word;
+                for (double ns; in >> ns;)
+                    if (!warmup) out->push_back(ns / 1e3);
+            }
         }
         // distlock -> distlock: two sessions take turns; the waiter is queued (its
         // watch set) before the holder lets go.
@@ -261,6 +264,7 @@ int main(int argc, char** argv) try {
     row("exists round trip", rtt);
     row("create+delete (C client floor)", floor);
     row("distlock uncontended cycle", mine);
+    row(cur ? "create+delete (Java client floor)" : "Java floor (no --curator)", java_floor);
     row(cur ? "Curator uncontended cycle" : "Curator uncontended (no --curator)", theirs);
     row("distlock -> distlock handoff", handoff);
     row(cur ? "distlock -> Curator handoff" : "distlock -> Curator (no --curator)", to_curator);

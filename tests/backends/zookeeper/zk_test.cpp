@@ -177,6 +177,26 @@ TEST_CASE("a holder keeps the lock across several session timeouts", "[zookeeper
     other.unlock();
 }
 
+TEST_CASE("a lock node deleted right after the grant is reported lost by the first keepalive",
+          "[zookeeper][loss]") {
+    auto a = distlock::connect(url());
+    zk_test::raw_zk raw(zk_test::hosts_of(url()));
+    const auto name = unique_name("deleted-early");
+    std::atomic<int> lost{0};
+    distlock::lock_options opts;
+    opts.on_lost = [&](const distlock::lock_event&) { ++lost; };
+    auto holder = a.mutex(name, opts);
+    holder.lock();
+    auto t0 = clk::now();
+    auto kids = raw.children(lock_dir(name));
+    REQUIRE(kids.size() == 1);
+    REQUIRE(raw.remove(lock_dir(name) + "/" + kids[0]) == ZOK);
+    REQUIRE(eventually([&] { return lost.load() == 1; }, 5s));
+    CHECK(clk::now() - t0 < a.default_lease() / 3 + 500ms);
+    CHECK_FALSE(holder.held());
+    holder.unlock();
+}
+
 TEST_CASE("a lock node deleted behind the holder's back is reported lost through its watch",
           "[zookeeper][loss]") {
     auto a = distlock::connect(url());
@@ -189,11 +209,13 @@ TEST_CASE("a lock node deleted behind the holder's back is reported lost through
     holder.lock();
     auto kids = raw.children(lock_dir(name));
     REQUIRE(kids.size() == 1);
+    // The first keepalive (session timeout / 3 after the grant) sets the watch.
+    std::this_thread::sleep_for(a.default_lease() / 3 + 300ms);
     auto t0 = clk::now();
     REQUIRE(raw.remove(lock_dir(name) + "/" + kids[0]) == ZOK);
-    // The watch fires at once: far sooner than a keepalive period (session/3).
+    // The watch fires at once: far sooner than the next keepalive.
     REQUIRE(eventually([&] { return lost.load() == 1; }, 5s));
-    CHECK(clk::now() - t0 < a.default_lease() / 3);
+    CHECK(clk::now() - t0 < a.default_lease() / 6);
     CHECK_FALSE(holder.held());
     holder.unlock();
 }

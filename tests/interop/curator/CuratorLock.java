@@ -9,6 +9,8 @@
 //   lockq           -> "locked"                                   (lock, without looking up the czxid)
 //   bench <n>       -> "bench <n> <total ns> <p50 ns> <p99 ns>"    (n uncontended lock+unlock cycles)
 //   samples <n>     -> "samples <ns> <ns> ..."                     (n uncontended cycles, each one's time)
+//   floor <n>       -> "floor <ns> <ns> ..."                       (n bare create(EPHEMERAL_SEQUENTIAL) + delete
+//                                                                   of the Java ZooKeeper client, each one's time)
 //   nodes           -> "nodes <child> <child> ..."                 (the lock path's children, sorted as Curator does)
 //   quit            -> exits
 // Errors go to stderr as "error <message>" and to stdout as "error".
@@ -72,6 +74,23 @@ public class CuratorLock {
                             mutex.release();
                             sb.append(' ').append(System.nanoTime() - t0);
                         }
+                        System.out.println(sb);
+                        break;
+                    }
+                    case "floor": {
+                        int n = Integer.parseInt(w[1]);
+                        org.apache.zookeeper.ZooKeeper zk = client.getZookeeperClient().getZooKeeper();
+                        String dir = args[1] + "-floor";
+                        client.create().creatingParentContainersIfNeeded().forPath(dir + "/keep");
+                        StringBuilder sb = new StringBuilder("floor");
+                        for (int i = 0; i < n; ++i) {
+                            long t0 = System.nanoTime();
+                            String made = zk.create(dir + "/n-", new byte[0], org.apache.zookeeper.ZooDefs.Ids.OPEN_ACL_UNSAFE,
+                                    org.apache.zookeeper.CreateMode.EPHEMERAL_SEQUENTIAL);
+                            zk.delete(made, -1);
+                            sb.append(' ').append(System.nanoTime() - t0);
+                        }
+                        client.delete().deletingChildrenIfNeeded().forPath(dir);
                         System.out.println(sb);
                         break;
                     }
