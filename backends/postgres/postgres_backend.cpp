@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "sql.hpp"
 
@@ -148,12 +149,22 @@ public:
             }
             PQclear(res);
         }
+        take_notifications();
         if (PQstatus(conn_) == CONNECTION_BAD) lost(error ? error->what() : "the connection broke");
         if (error) {
             if (error->kind() == s::failure::connection_lost) close();
             throw *error;
         }
         return out;
+    }
+
+    std::vector<std::string> wait_notifications(spi::deadline until) override {
+        if (conn_ == nullptr) throw s::sql_error(s::failure::connection_lost, 0, "the connection is already broken");
+        if (pending_.empty() && wait_socket(POLLIN, until)) {
+            if (PQconsumeInput(conn_) != 1) lost("the connection broke");
+            take_notifications();
+        }
+        return std::exchange(pending_, {});
     }
 
     std::int64_t session_id() const noexcept override { return pid_; }
@@ -163,6 +174,15 @@ private:
     static std::string trim(std::string m) {
         while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
         return m;
+    }
+
+    // Notifications arrive with any reply: keep them for wait_notifications()
+    // (a bounded number: a session that stopped listening drops them).
+    void take_notifications() {
+        while (PGnotify* n = PQnotifies(conn_)) {
+            if (pending_.size() < 1024) pending_.emplace_back(n->extra ? n->extra : "");
+            PQfreemem(n);
+        }
     }
 
     bool wait_socket(short events, clk::time_point until) {
@@ -196,6 +216,7 @@ private:
     }
 
     PGconn* conn_ = nullptr;
+    std::vector<std::string> pending_;  // notification payloads not yet collected
     std::chrono::milliseconds timeout_;
     std::int64_t pid_ = 0;
 };
@@ -240,8 +261,17 @@ public:
              {0, 1, 2}},
         };
         q.lease_renew = {"UPDATE " + t + " SET expires_at = " + expires + " WHERE name = $1 AND owner = $2", {0, 1, 2}};
-        q.lease_release = {"UPDATE " + t + " SET owner = NULL, expires_at = NULL WHERE name = $1 AND owner = $2", {0, 1}};
-        q.lease_clear = {"UPDATE " + t + " SET owner = NULL, expires_at = NULL WHERE name = $1", {0}};
+        // Release and break wake the waiters of the name (one row = released).
+        const std::string channel = quote("distlock_" + table);
+        const std::string notify = ") SELECT pg_notify('distlock_" + table + "', encode(sha256(name), 'hex')) FROM done";
+        q.lease_release = {"WITH done AS (UPDATE " + t +
+                               " SET owner = NULL, expires_at = NULL WHERE name = $1 AND owner = $2 RETURNING name" + notify,
+                           {0, 1}};
+        q.lease_clear = {"WITH done AS (UPDATE " + t + " SET owner = NULL, expires_at = NULL WHERE name = $1 RETURNING name" +
+                             notify,
+                         {0}};
+        q.listen = {"LISTEN " + channel, {}};
+        q.unlisten = {"UNLISTEN " + channel, {}};
         q.opt_read = {"SELECT version, CASE WHEN " + free + " THEN 1 ELSE 0 END FROM " + t + " WHERE name = $1", {0}};
         q.opt_insert = {"INSERT INTO " + t + " (name, owner, expires_at, version) VALUES ($1, $2, " + expires +
                             ", 1) ON CONFLICT (name) DO NOTHING",

@@ -95,6 +95,13 @@ public:
     // pid): what KILL / pg_terminate_backend take.
     virtual std::int64_t session_id() const noexcept = 0;
     virtual bool broken() const noexcept = 0;
+    // Payloads of the notifications this session received (see sql_texts::listen),
+    // waiting until `until` at most for the first. Only called when the dialect
+    // has notifications; the default has none.
+    virtual std::vector<std::string> wait_notifications(spi::deadline until) {
+        (void)until;
+        return {};
+    }
 
     // The session's lock wait bound last set through sql_texts::set_wait (ms), so
     // that an unchanged bound is not sent again. -1 = unknown.
@@ -117,6 +124,10 @@ struct sql_texts {
     statement lease_renew;    // [name, owner, lease_ms] -> affected 1 = still ours
     statement lease_release;  // [name, owner] -> affected 1 = was ours; keeps the row (and its version)
     statement lease_clear;    // [name]: break_lock, clears whoever owns it
+    // Release notifications, where the server has them (PostgreSQL LISTEN/NOTIFY;
+    // empty texts elsewhere): lease_release and lease_clear notify `listen`'s
+    // channel with the lowercase hex SHA-256 of the name as payload.
+    statement listen, unlisten;
     statement opt_read;       // [name] -> row (version, free 1/0) or none
     statement opt_insert;     // [name, owner, lease_ms] -> affected 1 = created as version 1
     statement opt_update;     // [name, owner, lease_ms, version] -> affected 1 = won the compare-and-set

@@ -188,10 +188,10 @@ public:
                 {feature::lease_expiry,
                  "no lease: the lock lasts as long as the session that holds it (released when the connection ends)"},
             };
-        } else {
+        } else if (q_.listen.text.empty()) {
             caps_.unsupported = {
-                {feature::notified_wakeup,
-                 "a lease row has no notification: waiters poll it with jittered backoff (retry_min..retry_max)"},
+                {feature::notified_wakeup, "this server has no notifications: waiters poll the lease row with jittered "
+                                           "backoff (retry_min..retry_max)"},
             };
         }
         caps_.crash_release_bound = 0ms;  // connection drop: at once; leases: when the lease (added by callers) ends
@@ -302,13 +302,44 @@ std::optional<std::uint64_t> lease_handle::acquire(spi::deadline until) {
     std::string owner = spi::random_token();
     owner_ = owner;
     spi::backoff wait(req_.retry_min, req_.retry_max);
+    // Where the server notifies releases, a waiter listens on a session of its own
+    // and tries again when the name is released (or after the backoff, which
+    // still catches leases that simply expire).
+    std::unique_ptr<connection> listener;
+    const std::string my_payload = b_.q_.listen.text.empty() ? std::string{} : spi::sha256_hex(req_.name);
+    auto stop_listening = [&]() noexcept {
+        if (!listener) return;
+        try {
+            listener->exec(b_.q_.unlisten);
+            (void)listener->wait_notifications(spi::clock::now());  // drop what came meanwhile
+            b_.pool_.give_back(std::move(listener));
+        } catch (...) {
+        }
+        listener.reset();
+    };
     try {
         for (;;) {
             auto token = optimistic_ ? try_compare_and_set() : try_upsert();
-            if (token) return token;
-            if (!wait.sleep(until)) break;
+            if (token) {
+                stop_listening();
+                return token;
+            }
+            if (spi::clock::now() >= until) break;
+            if (!my_payload.empty() && !listener) {
+                listener = b_.pool_.take().detach();
+                listener->exec(b_.q_.listen);
+                continue;  // a release between the last try and LISTEN would be missed: try again now
+            }
+            if (!listener) {
+                if (!wait.sleep(until)) break;
+                continue;
+            }
+            const auto wake_at = spi::clock::now() + wait.next(until);
+            for (bool ours = false; !ours && spi::clock::now() < wake_at;)
+                for (const auto& p : listener->wait_notifications(wake_at)) ours = ours || p == my_payload;
         }
     } catch (const sql_error& e) {
+        stop_listening();
         // The last statement may have taken the row before its reply was lost:
         // give it back (best effort; the lease expires anyway).
         try {
@@ -318,6 +349,7 @@ std::optional<std::uint64_t> lease_handle::acquire(spi::deadline until) {
         owner_.clear();
         raise(e, b_.name_, "acquire of '" + req_.name + "' failed");
     }
+    stop_listening();
     owner_.clear();
     return std::nullopt;
 }

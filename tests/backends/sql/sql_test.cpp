@@ -549,6 +549,42 @@ TEST_CASE("many leases renewed together stay held; a broken one among them is th
     }
 }
 
+TEST_CASE("PostgreSQL lease waiters are woken by the release's notification, not by their next poll",
+          "[sql][notify]") {
+    if (is_mysql) {
+        SUCCEED("MySQL has no notifications: lease waiters poll (declared: notified_wakeup unsupported)");
+        return;
+    }
+    for (const auto& strategy : lease_strategies) {
+        DYNAMIC_SECTION("strategy " << strategy) {
+            const auto url = url_of(strategy);
+            auto a = distlock::connect(url);
+            auto b = distlock::connect(url);
+            CHECK(b.caps().supports(distlock::feature::notified_wakeup));
+            const auto name = unique_name("notify");
+            auto holder = a.mutex(name);
+            REQUIRE(holder.try_lock());
+            distlock::lock_options slow_polling;  // a poll every 4 s at most: only a notification is sooner
+            slow_polling.retry_min = 4000ms;
+            slow_polling.retry_max = 4000ms;
+            auto waiter = b.mutex(name, slow_polling);
+            std::atomic<bool> got{false};
+            auto t0 = clk::now();
+            std::thread t([&] { got = waiter.try_lock_for(20s); });
+            std::this_thread::sleep_for(500ms);
+            CHECK_FALSE(got.load());
+            holder.unlock();
+            const bool woke = eventually([&] { return got.load(); }, 2500ms);
+            t.join();
+            CHECK(woke);  // well before the 4 s poll
+            INFO("acquired " << std::chrono::duration_cast<std::chrono::milliseconds>(clk::now() - t0).count()
+                             << " ms after the wait began");
+            CHECK(got.load());
+            waiter.unlock();
+        }
+    }
+}
+
 TEST_CASE("the optimistic stock update never oversells under concurrent buyers", "[sql][stock]") {
     s::stock_options o;
     o.table = "dl_stock_" + distlock::spi::random_token().substr(0, 10);
