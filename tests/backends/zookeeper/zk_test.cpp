@@ -192,7 +192,7 @@ TEST_CASE("a lock node deleted right after the grant is reported lost by the fir
     REQUIRE(kids.size() == 1);
     REQUIRE(raw.remove(lock_dir(name) + "/" + kids[0]) == ZOK);
     REQUIRE(eventually([&] { return lost.load() == 1; }, 5s));
-    CHECK(clk::now() - t0 < a.default_lease() / 3 + 500ms);
+    CHECK(clk::now() - t0 < a.default_lease() / 3 + 1500ms);  // the first keepalive, on a busy machine
     CHECK_FALSE(holder.held());
     holder.unlock();
 }
