@@ -10,6 +10,7 @@
 
 #include "distlock/distlock.hpp"
 #include "support.hpp"
+#include "zk_support.hpp"
 
 using namespace std::chrono_literals;
 using clk = std::chrono::steady_clock;
@@ -184,4 +185,29 @@ TEST_CASE("killing the leader under contention never yields two holders", "[zook
     }
     CHECK(overlaps == 0);
     CHECK(disorder == 0);
+}
+
+TEST_CASE("on the ensemble, a holder frozen past its session timeout is told it lost the lock when it resumes",
+          "[zookeeper][ensemble][expiry]") {
+    auto p = distlock::connect(url());
+    const auto session = p.default_lease();
+    const auto name = unique_name("frozen-ensemble");
+    zk_test::child holder("distlock-zk-helper", {"hold", url(), name});
+    auto line = holder.read_line(10s);
+    REQUIRE(line.rfind("locked ", 0) == 0);
+    const std::uint64_t frozen_token = std::stoull(line.substr(7));
+    REQUIRE(::kill(holder.pid(), SIGSTOP) == 0);
+    // The quorum expires the silent session (a closeSession transaction) and the
+    // lock moves on, with a higher czxid.
+    auto next = p.mutex(name);
+    REQUIRE(next.try_lock_for(session * 3 + 5s));
+    CHECK(next.token() > frozen_token);
+    REQUIRE(::kill(holder.pid(), SIGCONT) == 0);
+    auto lost = holder.read_line(session * 2 + 3s);
+    INFO("holder said: " << lost);
+    CHECK(lost.rfind("lost ", 0) == 0);
+    CHECK(holder.read_line(5s) == "released-by-loss");
+    CHECK(holder.wait_exit() == 0);
+    CHECK(next.held());
+    next.unlock();
 }

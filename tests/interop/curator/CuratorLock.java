@@ -11,6 +11,8 @@
 //   samples <n>     -> "samples <ns> <ns> ..."                     (n uncontended cycles, each one's time)
 //   floor <n>       -> "floor <ns> <ns> ..."                       (n bare create(EPHEMERAL_SEQUENTIAL) + delete
 //                                                                   of the Java ZooKeeper client, each one's time)
+//   count <file> <n> -> "counted"                                  (n times: acquire, read the integer in <file>,
+//                                                                   pause, write it + 1, release)
 //   nodes           -> "nodes <child> <child> ..."                 (the lock path's children, sorted as Curator does)
 //   quit            -> exits
 // Errors go to stderr as "error <message>" and to stdout as "error".
@@ -92,6 +94,22 @@ public class CuratorLock {
                         }
                         client.delete().deletingChildrenIfNeeded().forPath(dir);
                         System.out.println(sb);
+                        break;
+                    }
+                    case "count": {
+                        java.nio.file.Path file = java.nio.file.Paths.get(w[1]);
+                        int n = Integer.parseInt(w[2]);
+                        for (int i = 0; i < n; ++i) {
+                            mutex.acquire();
+                            try {
+                                long v = Long.parseLong(new String(java.nio.file.Files.readAllBytes(file)).trim());
+                                Thread.sleep(1);  // widen the race window
+                                java.nio.file.Files.write(file, (Long.toString(v + 1) + "\n").getBytes());
+                            } finally {
+                                mutex.release();
+                            }
+                        }
+                        System.out.println("counted");
                         break;
                     }
                     case "try":

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -252,4 +253,53 @@ TEST_CASE("kazoo without extra patterns ignores distlock's (and Curator's) nodes
     CHECK(py->ask("unlock") == "unlocked");
     CHECK(m.try_lock_for(5s));
     m.unlock();
+}
+
+namespace {
+
+// Two distlock sessions (threads) and `peer` each increment a counter file
+// `rounds` times under the lock, with a pause between read and write: any
+// overlap loses increments.
+long count_together(const std::string& name, peer& other, int rounds) {
+    const auto file = std::filesystem::temp_directory_path() / ("distlock-interop-" + name.substr(name.rfind(':') + 1));
+    { std::ofstream(file) << 0 << '\n'; }
+    other.say("count " + file.string() + " " + std::to_string(rounds));
+    std::vector<std::thread> pool;
+    for (int t = 0; t < 2; ++t) {
+        pool.emplace_back([&] {
+            auto p = distlock::connect(url());  // a session of its own
+            auto m = p.mutex(name);
+            for (int i = 0; i < rounds; ++i) {
+                std::lock_guard guard(m);
+                long v = 0;
+                std::ifstream(file) >> v;
+                std::this_thread::sleep_for(1ms);
+                std::ofstream(file, std::ios::trunc) << v + 1 << '\n';
+            }
+        });
+    }
+    for (auto& t : pool) t.join();
+    CHECK(other.read_line(60s) == "counted");
+    long total = -1;
+    std::ifstream(file) >> total;
+    std::filesystem::remove(file);
+    return total;
+}
+
+}  // namespace
+
+TEST_CASE("distlock and Curator increment one counter file exactly under one lock", "[interop][curator]") {
+    const auto name = unique_name("counter-curator");
+    auto java = curator(name);
+    CHECK(count_together(name, *java, 30) == 90);
+}
+
+TEST_CASE("distlock and kazoo (with the Curator pattern) increment one counter file exactly", "[interop][kazoo]") {
+    if (!kazoo_available()) {
+        WARN("python3-kazoo is not installed: apt-get install python3-kazoo");
+        return;
+    }
+    const auto name = unique_name("counter-kazoo");
+    auto py = kazoo(name, true);
+    CHECK(count_together(name, *py, 30) == 90);
 }

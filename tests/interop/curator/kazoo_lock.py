@@ -4,10 +4,11 @@
 #   kazoo_lock.py <hosts> <lock path> [--curator-patterns]
 # --curator-patterns passes extra_lock_patterns=["-lock-"], so that kazoo also
 # counts Curator's (and distlock's) "_c_<uuid>-lock-<seq>" nodes as contenders.
-# Commands: lock | try <ms> | unlock | nodes | quit ; answers "locked <czxid>",
-# "timeout", "unlocked", "nodes ...", "error".
+# Commands: lock | try <ms> | unlock | nodes | count <file> <n> | quit ; answers
+# "locked <czxid>", "timeout", "unlocked", "nodes ...", "counted", "error".
 import logging
 import sys
+import time
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import LockTimeout
@@ -42,6 +43,15 @@ def main():
             elif w[0] == "unlock":
                 lock.release()
                 print("unlocked", flush=True)
+            elif w[0] == "count":
+                for _ in range(int(w[2])):
+                    with lock:
+                        with open(w[1]) as f:
+                            v = int(f.read().strip())
+                        time.sleep(0.001)  # widen the race window
+                        with open(w[1], "w") as f:
+                            f.write("%d\n" % (v + 1))
+                print("counted", flush=True)
             elif w[0] == "nodes":
                 print("nodes " + " ".join(sorted(zk.get_children(path))), flush=True)
             elif w[0] == "quit":
