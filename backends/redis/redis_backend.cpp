@@ -38,11 +38,14 @@ enum class strategy { plain, reentrant };
 // live waiter, the key is deleted and "released" published.
 const std::string handoff_lua = R"lua(
 local function handoff(key, queue, alive, channel, reserve)
-  local t = redis.call('time')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = nil
   for i = 1, 100 do
     local id = redis.call('lpop', queue)
     if not id then break end
+    if not now then
+      local t = redis.call('time')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
     local expiry = redis.call('zscore', alive, id)
     redis.call('zrem', alive, id)
     if expiry and tonumber(expiry) > now then
@@ -62,10 +65,12 @@ end
 // ARGV[4] liveness slack ms. Takes the key when free or reserved for us; else
 // (when waiting) queues us once and refreshes our liveness deadline.
 const char* const plain_acquire_lua = R"lua(
-local v = redis.call('get', KEYS[1])
 local w = ARGV[3]
-if v == false or (w ~= '' and v == 'r:' .. w) then
-  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local got = redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+if not got and w ~= '' and redis.call('get', KEYS[1]) == 'r:' .. w then
+  got = redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+end
+if got then
   if w ~= '' and redis.call('zrem', KEYS[4], w) == 1 then
     redis.call('lrem', KEYS[3], 1, w)
   end
