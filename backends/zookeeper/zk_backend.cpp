@@ -1104,7 +1104,9 @@ std::shared_ptr<spi::backend> make_backend(spi::url& u) {
         if (it == levels.end()) throw_error(errc::invalid_argument, kBackend, "log must be off, error, warn, info or debug");
         g_log_level = it->second;
     }
-    zoo_set_debug_level(g_log_level.load() > 0 ? static_cast<ZooLogLevel>(g_log_level.load()) : ZOO_LOG_LEVEL_ERROR);
+    // Level 0 turns the C client's logging off altogether: not even formatted
+    // (its endpoint formatting shares one static buffer between zhandles' threads).
+    zoo_set_debug_level(static_cast<ZooLogLevel>(g_log_level.load()));
     s.node_data = node_data();
     if (!u.user().empty() || !u.password().empty()) s.digest = u.user() + ":" + u.password();
     if (all_hosts_refuse(s.host_list))
