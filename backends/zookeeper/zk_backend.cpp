@@ -433,6 +433,10 @@ public:
         wake_.wait_until(lk, until, [&] { return s.connected || s.expired || stop_; });
         return s.connected && !s.expired;
     }
+    std::int64_t session_id(session& s) {
+        std::lock_guard lk(mu_);
+        return s.id;
+    }
     bool session_alive(session& s) {
         std::lock_guard lk(mu_);
         return !s.expired;
@@ -956,7 +960,7 @@ std::optional<std::uint64_t> handle::acquire(spi::deadline until) {
             for (const auto& k : kids->children) {
                 if (k.rfind(pid, 0) != 0) continue;
                 auto st = zk_exists(s->zh, dir_ + "/" + k, false);
-                if (st->rc == ZOK && st->stat.ephemeralOwner == s->id) {
+                if (st->rc == ZOK && st->stat.ephemeralOwner == be_.session_id(*s)) {
                     node = dir_ + "/" + k;
                     czxid = static_cast<std::uint64_t>(st->stat.czxid);
                     stats().protected_recoveries++;
