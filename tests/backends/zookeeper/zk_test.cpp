@@ -379,6 +379,42 @@ TEST_CASE("a create whose reply is lost to a connection loss is recovered by pro
     raw.remove(lock_dir(name));
 }
 
+TEST_CASE("a holder cut off from the server is told it lost the lock before the server can expire its session",
+          "[zookeeper][expiry]") {
+    auto pid_text = distlock::test::env("DISTLOCK_TEST_ZK_PID");
+    if (pid_text.empty()) {
+        WARN("DISTLOCK_TEST_ZK_PID is not set: cannot freeze the server");
+        return;
+    }
+    auto a = distlock::connect(url());
+    const auto session = a.default_lease();
+    const auto name = unique_name("cut-off");
+    std::atomic<bool> lost{false};
+    distlock::lock_options opts;
+    opts.on_lost = [&](const distlock::lock_event&) { lost = true; };
+    auto holder = a.mutex(name, opts);
+    holder.lock();
+    const auto token = holder.token();
+    clk::duration told_after{};
+    {
+        frozen_server freeze(static_cast<pid_t>(std::stol(pid_text)));
+        auto t0 = clk::now();
+        // Nothing can change on a frozen server: whatever the holder concludes, it
+        // concludes before anyone else can be granted the lock.
+        REQUIRE(eventually([&] { return lost.load(); }, session + 1s));
+        told_after = clk::now() - t0;
+        CHECK_FALSE(holder.held());
+    }
+    INFO("told after " << std::chrono::duration_cast<std::chrono::milliseconds>(told_after).count() << " ms");
+    CHECK(told_after <= session);
+    holder.unlock();
+    // Once the server runs again, the lock is free (the session expired, or the
+    // holder's node was deleted when it reconnected).
+    auto other = distlock::connect(url()).mutex(name);
+    REQUIRE(other.try_lock_for(session * 3 + 5s));
+    CHECK(other.token() > token);
+}
+
 TEST_CASE("URL credentials authenticate the session (digest); wrong ones are access_denied when locking",
           "[zookeeper][auth]") {
     zk_test::raw_zk raw(zk_test::hosts_of(url()));
