@@ -3,8 +3,12 @@
 #   distlock_backend_option(<name> <out-var>)
 #       declares DISTLOCK_BACKEND_<NAME>=AUTO|ON|OFF and sets <out-var> to TRUE
 #       unless it is OFF (look for the dependency only then).
+#   distlock_add_layer(<name> SOURCES ... [LIBRARIES ...])
+#       code shared by several backends (backends/<name>/, e.g. the SQL strategy
+#       layer, the HTTP layer): compiled once into libdistlock, however many
+#       backends use it; a second call is a no-op.
 #   distlock_add_backend(<name> FOUND <bool> MISSING "<what to install>"
-#                        SOURCES ... [LIBRARIES ...] [INCLUDES ...] [DEFINITIONS ...])
+#                        SOURCES ... [LAYERS ...] [LIBRARIES ...] [INCLUDES ...] [DEFINITIONS ...])
 #       AUTO + not found: a status line, the backend is left out.
 #       ON + not found:   a configure error.
 #       found:            the sources are compiled into libdistlock, the
@@ -29,8 +33,25 @@ function(distlock_backend_option name out)
   endif()
 endfunction()
 
+function(distlock_add_layer name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "SOURCES;LIBRARIES")
+  set(obj distlock_layer_${name})
+  if(TARGET ${obj})
+    return()
+  endif()
+  add_library(${obj} OBJECT ${arg_SOURCES})
+  target_compile_options(${obj} PRIVATE -Wall -Wextra -Wpedantic)
+  target_include_directories(${obj} PUBLIC ${PROJECT_SOURCE_DIR}/backends/${name}
+                             PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_BINARY_DIR}/generated/include)
+  if(arg_LIBRARIES)
+    target_link_libraries(${obj} PUBLIC ${arg_LIBRARIES})
+    target_link_libraries(distlock PRIVATE ${arg_LIBRARIES})
+  endif()
+  target_sources(distlock PRIVATE $<TARGET_OBJECTS:${obj}>)
+endfunction()
+
 function(distlock_add_backend name)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "" "FOUND;MISSING" "SOURCES;LIBRARIES;INCLUDES;DEFINITIONS")
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "FOUND;MISSING" "SOURCES;LAYERS;LIBRARIES;INCLUDES;DEFINITIONS")
   string(TOUPPER "${name}" up)
   string(REPLACE "-" "_" up "${up}")
   if(NOT arg_FOUND)
@@ -52,6 +73,14 @@ function(distlock_add_backend name)
     target_link_libraries(${obj} PRIVATE ${arg_LIBRARIES})
     target_link_libraries(distlock PRIVATE ${arg_LIBRARIES})
   endif()
+  foreach(layer IN LISTS arg_LAYERS)
+    if(NOT TARGET distlock_layer_${layer})
+      message(FATAL_ERROR "backend ${name}: call distlock_add_layer(${layer} ...) first")
+    endif()
+    # The layer's include directory and usage requirements, not its objects.
+    target_include_directories(${obj} PRIVATE $<TARGET_PROPERTY:distlock_layer_${layer},INTERFACE_INCLUDE_DIRECTORIES>)
+    target_link_libraries(${obj} PRIVATE $<TARGET_PROPERTY:distlock_layer_${layer},INTERFACE_LINK_LIBRARIES>)
+  endforeach()
   target_sources(distlock PRIVATE $<TARGET_OBJECTS:${obj}>)
   set_property(GLOBAL APPEND PROPERTY DISTLOCK_ENABLED_BACKENDS ${name})
 endfunction()

@@ -75,7 +75,7 @@ int run_bench(const settings& s) {
         throw invalid_argument_error(errc::invalid_argument, "bench", "threads, processes and seconds must be positive");
     const std::string run_id = spi::random_token().substr(0, 10);
     if (!s.quiet)
-        std::cerr << "bench " << s.mode << " on " << s.backend << ": " << s.processes << " process(es) x " << s.threads
+        std::cerr << "bench " << s.mode << " on " << redact(s.backend) << ": " << s.processes << " process(es) x " << s.threads
                   << " thread(s) for " << s.seconds << " s\n";
     auto t0 = std::chrono::steady_clock::now();
     auto tick = [&] {
@@ -93,7 +93,7 @@ int run_bench(const settings& s) {
     const double p50 = percentile(cycles, 50), p99 = percentile(cycles, 99);
     const double cps = static_cast<double>(cycles.size()) / s.seconds;
     auto round1 = [](double v) { return std::round(v * 10) / 10; };
-    nlohmann::json j{{"backend", s.backend},       {"mode", s.mode},
+    nlohmann::json j{{"backend", redact(s.backend)},       {"mode", s.mode},
                      {"processes", s.processes},   {"threads", s.threads},
                      {"seconds", s.seconds},       {"cycles", cycles.size()},
                      {"cycles_per_s", round1(cps)}, {"p50_us", round1(p50)},
@@ -109,7 +109,7 @@ int run_bench(const settings& s) {
     if (s.json) {
         std::cout << j.dump() << "\n";
     } else {
-        std::cout << s.mode << " " << s.backend << ": " << j["cycles_per_s"] << " cycles/s, p50 " << j["p50_us"]
+        std::cout << s.mode << " " << redact(s.backend) << ": " << j["cycles_per_s"] << " cycles/s, p50 " << j["p50_us"]
                   << " us, p99 " << j["p99_us"] << " us";
         if (!floor.empty())
             std::cout << "; floor (one round trip) " << j["floor_rtt_us"] << " us, p50 cycle = " << j["floor_ratio"]

@@ -1,5 +1,8 @@
 #include "common.hpp"
 
+#include "distlock/error.hpp"
+#include "distlock/spi/url.hpp"
+
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -112,16 +115,24 @@ unsigned long long get_u64(const std::string& in, std::size_t& pos) {
 
 void put_doubles(std::string& out, const std::vector<double>& v) {
     put_u64(out, v.size());
-    out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(double));
+    if (!v.empty()) out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(double));
 }
 
 std::vector<double> get_doubles(const std::string& in, std::size_t& pos) {
     auto n = get_u64(in, pos);
     if (pos + n * sizeof(double) > in.size()) throw std::runtime_error("truncated worker report");
     std::vector<double> v(n);
-    std::memcpy(v.data(), in.data() + pos, n * sizeof(double));
+    if (n != 0) std::memcpy(v.data(), in.data() + pos, n * sizeof(double));
     pos += n * sizeof(double);
     return v;
+}
+
+std::string redact(const std::string& url) {
+    try {
+        return spi::url::parse(url).redacted();
+    } catch (const distlock::error&) {
+        return "(unparsable URL)";
+    }
 }
 
 double ms_since(std::chrono::steady_clock::time_point t0) {

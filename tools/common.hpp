@@ -25,6 +25,9 @@ std::vector<double> get_doubles(const std::string& in, std::size_t& pos);
 void put_u64(std::string& out, unsigned long long v);
 unsigned long long get_u64(const std::string& in, std::size_t& pos);
 
+// The URL with any password or token replaced by "***", for printing.
+std::string redact(const std::string& url);
+
 double ms_since(std::chrono::steady_clock::time_point t0);
 
 }  // namespace distlock::tool

@@ -150,7 +150,7 @@ int run_flash_sale(settings s) {
     if (!s.quiet)
         std::cerr << "flash sale: " << s.requests << " requests, " << s.concurrency << " buyers in flight on "
                   << s.processes << " app servers, stock " << s.stock << " in " << s.segments << " segment(s), "
-                  << (s.no_lock ? "NO LOCK" : "locked via " + s.backend) << "\n";
+                  << (s.no_lock ? "NO LOCK" : "locked via " + redact(s.backend)) << "\n";
     auto t0 = std::chrono::steady_clock::now();
     auto tick = [&] {
         if (s.quiet) return;
@@ -178,7 +178,7 @@ int run_flash_sale(settings s) {
     if (!temp_store.empty()) ::unlink(temp_store.c_str());
     const long long oversold = std::max(0LL, static_cast<long long>(sold) - s.stock);
     const bool consistent = static_cast<long long>(sold) + left == s.stock;
-    nlohmann::json j{{"backend", s.no_lock ? "none" : s.backend},
+    nlohmann::json j{{"backend", s.no_lock ? "none" : redact(s.backend)},
                      {"locked", !s.no_lock},
                      {"processes", s.processes},
                      {"concurrency", s.concurrency},
@@ -197,7 +197,7 @@ int run_flash_sale(settings s) {
     if (s.json) {
         std::cout << j.dump() << "\n";
     } else {
-        std::cout << (s.no_lock ? "WITHOUT a lock" : "WITH distlock (" + s.backend + ")") << ":\n"
+        std::cout << (s.no_lock ? "WITHOUT a lock" : "WITH distlock (" + redact(s.backend) + ")") << ":\n"
                   << "  stock " << s.stock << ", sold " << sold << ", stock left " << left << ", OVERSOLD "
                   << oversold << (consistent ? "" : "  (sold + left != stock: lost updates)") << "\n"
                   << "  " << s.requests << " requests in " << static_cast<long>(elapsed) << " ms ("

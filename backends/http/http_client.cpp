@@ -7,7 +7,7 @@
 
 #include "distlock/error.hpp"
 
-namespace distlock::backends::DISTLOCK_HTTP_NAMESPACE {
+namespace distlock::backends::http {
 namespace {
 
 void global_init() {
@@ -642,4 +642,4 @@ std::string escape_path(std::string_view key) {
 
 std::string escape_query(std::string_view value) { return curl_escape(value); }
 
-}  // namespace distlock::backends::DISTLOCK_HTTP_NAMESPACE
+}  // namespace distlock::backends::http

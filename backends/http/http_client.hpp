@@ -29,13 +29,9 @@
 
 #include "distlock/spi/url.hpp"
 
-// Each backend compiles its own copy of this layer (it has no CMakeLists.txt of
-// its own), in a namespace of its own so that two copies link side by side.
-#ifndef DISTLOCK_HTTP_NAMESPACE
-#error "define DISTLOCK_HTTP_NAMESPACE (e.g. etcd_http) when compiling the HTTP layer"
-#endif
-
-namespace distlock::backends::DISTLOCK_HTTP_NAMESPACE {
+// Compiled once into libdistlock (distlock_add_layer(http ...)) and used by the
+// etcd and consul backends.
+namespace distlock::backends::http {
 
 struct tls_options {
     bool enabled = false;  // https:// instead of http://
@@ -208,8 +204,4 @@ std::string escape_query(std::string_view value);
 // problems) describing a failed transfer.
 [[noreturn]] void throw_transport(const std::string& backend, const std::string& what, const transfer_result& r);
 
-}  // namespace distlock::backends::DISTLOCK_HTTP_NAMESPACE
-
-namespace distlock::backends {
-namespace http = DISTLOCK_HTTP_NAMESPACE;
-}
+}  // namespace distlock::backends::http
