@@ -1,6 +1,8 @@
 #include "redis_server.hpp"
 
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -60,6 +62,14 @@ void redis_server::start() {
     pid_ = ::fork();
     if (pid_ < 0) throw std::runtime_error("fork failed");
     if (pid_ == 0) {
+        // Dies with the test program (even when it crashes), and keeps none of its pipes open.
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int null = ::open("/dev/null", O_RDWR);
+        if (null >= 0) {
+            ::dup2(null, 0);
+            ::dup2(null, 1);
+            ::dup2(null, 2);
+        }
         std::string conf = dir_ + "/redis.conf";
         ::execlp("redis-server", "redis-server", conf.c_str(), static_cast<char*>(nullptr));
         ::_exit(127);

@@ -468,7 +468,8 @@ TEST_CASE("redlock releases the minority it got when it cannot win a majority", 
 // ---- failures: credentials, unreachable or hung servers, restarts ---------------------------------------
 
 TEST_CASE("a wrong password or ACL user gives access_denied_error; right ones work", "[redis][auth]") {
-    redis_server server({"requirepass s3cret", "user alice on >alicepw ~* &* +@all"});
+    redis_server server({"requirepass s3cret", "user alice on >alicepw ~* &* +@all",
+                         "user reader on >readerpw ~* &* +@read +ping"});
     const auto at = server.address();
     CHECK_THROWS_AS(distlock::connect("redis://:Xyzzy42@" + at), distlock::access_denied_error);
     CHECK_THROWS_AS(distlock::connect("redis://" + at), distlock::access_denied_error);  // NOAUTH
@@ -483,6 +484,9 @@ TEST_CASE("a wrong password or ACL user gives access_denied_error; right ones wo
         CHECK(std::string(e.what()).find("Xyzzy42") == std::string::npos);  // the password is never echoed
         CHECK(e.backend() == "redis");
     }
+    // An ACL user without the right to run scripts: typed at the first lock.
+    auto reader = distlock::connect("redis://reader:readerpw@" + at);
+    CHECK_THROWS_AS(reader.mutex(unique_name("acl")).try_lock(), distlock::access_denied_error);
     for (std::string url : {"redis://:s3cret@" + at, "redis://alice:alicepw@" + at + "/2",
                             "redis://alice:alicepw@" + at + "/2?strategy=reentrant"}) {
         INFO(url);
@@ -605,6 +609,52 @@ TEST_CASE("without persistence a restart is reported to the holder before anyone
     CHECK_FALSE(holder.held());
     contender.unlock();
     holder.unlock();  // never throws
+}
+
+TEST_CASE("a waiter across a server restart: unavailable while it is down, then woken by the hand-off",
+          "[redis][restart]") {
+    redis_server server({"appendonly yes", "appendfsync always"});
+    const auto url = "redis://" + server.address() + "?lease=30s";
+    auto a = distlock::connect(url);
+    auto b = distlock::connect(url);
+    const auto name = unique_name("restart-waiter");
+    auto holder = a.mutex(name);
+    REQUIRE(holder.try_lock());
+    std::atomic<long long> got_after{-1};
+    std::atomic<int> unavailable{0};
+    std::atomic<bool> released{false};
+    std::atomic<clk::rep> release_time{0};
+    std::thread waiter([&] {
+        auto m = b.mutex(name);
+        const auto until = clk::now() + 25s;
+        while (clk::now() < until) {
+            try {
+                if (m.try_lock_for(until - clk::now())) {
+                    got_after = released ? ms(clk::now().time_since_epoch() -
+                                              clk::duration(release_time.load()))
+                                         : -2;
+                    m.unlock();
+                }
+                return;
+            } catch (const distlock::unavailable_error&) {
+                ++unavailable;  // the server is down: retry, as a caller would
+                std::this_thread::sleep_for(100ms);
+            }
+        }
+    });
+    std::this_thread::sleep_for(500ms);
+    server.kill();
+    std::this_thread::sleep_for(300ms);
+    server.start();
+    std::this_thread::sleep_for(1500ms);  // the subscriber reconnects and subscribes again
+    release_time = clk::now().time_since_epoch().count();
+    released = true;
+    holder.unlock();  // the holder survived (fsynced AOF)
+    waiter.join();
+    INFO("the waiter got the lock " << got_after.load() << " ms after the release; " << unavailable.load()
+                                    << " unavailable_error(s) meanwhile");
+    CHECK(got_after.load() >= 0);     // not before the release
+    CHECK(got_after.load() < 10000);  // woken by the hand-off, not by the 30 s lease
 }
 
 TEST_CASE("a quick restart without persistence is reported to the holder at its next renewal",
