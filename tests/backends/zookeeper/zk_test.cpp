@@ -154,6 +154,46 @@ TEST_CASE("a holder frozen with SIGSTOP past its session timeout is told it lost
     CHECK(third.token() > next.token());
 }
 
+TEST_CASE("a waiter frozen past its session timeout drops out of the queue and queues again when it resumes",
+          "[zookeeper][expiry]") {
+    auto a = distlock::connect(url());
+    auto c = distlock::connect(url());
+    const auto session = a.default_lease();
+    zk_test::raw_zk raw(zk_test::hosts_of(url()));
+    const auto name = unique_name("frozen-waiter");
+    auto holder = a.mutex(name);
+    holder.lock();
+    zk_test::child waiter("distlock-zk-helper", {"hold", url(), name});  // queued second
+    REQUIRE(eventually([&] { return raw.children(lock_dir(name)).size() == 2; }, 10s));
+    std::atomic<bool> third_got{false};
+    std::uint64_t third_token = 0;
+    auto third = c.mutex(name);
+    std::thread t([&] {
+        if (third.try_lock_for(session * 3 + 10s)) {
+            third_token = third.token();
+            third_got = true;
+        }
+    });
+    REQUIRE(eventually([&] { return raw.children(lock_dir(name)).size() == 3; }, 10s));  // queued third
+    REQUIRE(::kill(waiter.pid(), SIGSTOP) == 0);
+    const auto frozen_at = clk::now();
+    holder.unlock();  // the frozen waiter is first now, and cannot take it
+    t.join();
+    REQUIRE(third_got.load());
+    auto waited = clk::now() - frozen_at;
+    INFO("the third got the lock " << std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()
+                                   << " ms after the freeze");
+    CHECK(waited >= session - 300ms);  // only once the frozen waiter's session expired
+    REQUIRE(::kill(waiter.pid(), SIGCONT) == 0);
+    // The resumed waiter finds its session expired, queues again with a new one,
+    // and gets the lock once the third releases it.
+    CHECK(waiter.read_line(1s).empty());
+    third.unlock();
+    auto line = waiter.read_line(session * 3 + 10s);
+    REQUIRE(line.rfind("locked ", 0) == 0);
+    CHECK(std::stoull(line.substr(7)) > third_token);
+}
+
 TEST_CASE("a holder keeps the lock across several session timeouts", "[zookeeper][session]") {
     auto a = distlock::connect(url());
     auto b = distlock::connect(url());
