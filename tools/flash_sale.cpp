@@ -12,10 +12,12 @@
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <semaphore>
 #include <thread>
 
 #include "common.hpp"
 #include "distlock/distlock.hpp"
+#include "distlock/spi/url.hpp"
 #include "tool.hpp"
 
 namespace distlock::tool {
@@ -50,6 +52,8 @@ private:
 
 struct settings {
     std::string backend = "file:///tmp/distlock-flash-sale";
+    std::string strategy = "lock";  // lock | optimistic (no lock: version-checked UPDATE, SQL URLs)
+    int db_pool = 20;               // optimistic: statements in flight per app server (its DB pool)
     std::string name = "stock:product_01";
     std::string store_path;
     bool no_lock = false;
@@ -62,6 +66,74 @@ struct settings {
 
 std::string segment_name(const settings& s, int seg) {
     return s.segments == 1 ? s.name : s.name + ":seg" + std::to_string(seg);
+}
+
+// The stock row of a segment in the optimistic strategy's table.
+std::string item_name(const settings& s, int seg) { return segment_name(s, seg); }
+
+std::string pack(unsigned long long sold, unsigned long long failed, const std::vector<double>& latencies) {
+    std::string out;
+    put_u64(out, sold);
+    put_u64(out, failed);
+    put_doubles(out, latencies);
+    return out;
+}
+
+// One app server of the optimistic strategy: no lock at all; each purchase is a
+// version-checked UPDATE of the stock row, retried a bounded number of times.
+std::string optimistic_app_server(const settings& s, int index) {
+    const int share = s.requests / s.processes + (index < s.requests % s.processes ? 1 : 0);
+    const int buyers = std::max(1, s.concurrency / s.processes + (index < s.concurrency % s.processes ? 1 : 0));
+    auto stock = sql::optimistic_stock::open(s.backend);
+    std::counting_semaphore<> pool(std::max(1, s.db_pool));
+    std::vector<std::atomic<bool>> sold_out(static_cast<std::size_t>(s.segments));
+    std::atomic<int> next{0};
+    std::atomic<unsigned long long> sold{0}, conflicts{0};
+    std::mutex mu;
+    std::vector<double> latencies;
+    std::string failure;
+    auto buyer = [&] {
+        std::vector<double> mine;
+        try {
+            for (int r; (r = next++) < share;) {
+                auto t0 = std::chrono::steady_clock::now();
+                const int first = static_cast<int>((static_cast<unsigned>(r) * 2654435761u + index) % s.segments);
+                for (int k = 0; k < s.segments; ++k) {
+                    const int seg = (first + k) % s.segments;
+                    if (sold_out[static_cast<std::size_t>(seg)].load()) continue;
+                    pool.acquire();
+                    sql::stock_result res;
+                    try {
+                        res = stock.take(item_name(s, seg));
+                    } catch (...) {
+                        pool.release();
+                        throw;
+                    }
+                    pool.release();
+                    if (res.outcome == sql::stock_outcome::taken) {
+                        ++sold;
+                        break;
+                    }
+                    if (res.outcome == sql::stock_outcome::conflict) {  // lost every race: a failed purchase
+                        ++conflicts;
+                        break;
+                    }
+                    sold_out[static_cast<std::size_t>(seg)] = true;
+                }
+                mine.push_back(ms_since(t0));
+            }
+        } catch (const std::exception& e) {
+            std::lock_guard lk(mu);
+            failure = e.what();
+        }
+        std::lock_guard lk(mu);
+        latencies.insert(latencies.end(), mine.begin(), mine.end());
+    };
+    std::vector<std::thread> threads;
+    for (int b = 0; b < buyers; ++b) threads.emplace_back(buyer);
+    for (auto& t : threads) t.join();
+    if (!failure.empty()) throw std::runtime_error(failure);
+    return pack(sold.load(), conflicts.load(), latencies);
 }
 
 // One app server: its share of the requests, served by its share of the buyers.
@@ -125,41 +197,81 @@ std::string app_server(const settings& s, int index) {
     for (int b = 0; b < buyers; ++b) pool.emplace_back(buyer);
     for (auto& t : pool) t.join();
     if (!failure.empty()) throw std::runtime_error(failure);
-    std::string out;
-    put_u64(out, sold.load());
-    put_u64(out, timeouts.load());
-    put_doubles(out, latencies);
-    return out;
+    return pack(sold.load(), timeouts.load(), latencies);
 }
 
 int run_flash_sale(settings s) {
     if (s.processes < 1 || s.concurrency < 1 || s.requests < 0 || s.segments < 1 || s.stock < 0 || s.pause_ms < 0)
         throw distlock::invalid_argument_error(errc::invalid_argument, "flash-sale", "counts must be positive");
+    const bool optimistic = s.strategy == "optimistic";
+    if (s.strategy != "lock" && !optimistic)
+        throw invalid_argument_error(errc::invalid_argument, "flash-sale", "--strategy is lock or optimistic");
+    if (optimistic && s.no_lock)
+        throw invalid_argument_error(errc::invalid_argument, "flash-sale", "--strategy optimistic takes no lock already");
+    if (optimistic) {
+        const auto scheme = spi::url::parse(s.backend).scheme();
+        if (scheme != "mysql" && scheme != "postgres")
+            throw invalid_argument_error(errc::invalid_argument, "flash-sale",
+                                         "--strategy optimistic needs a mysql:// or postgres:// URL, not " + scheme + "://");
+    }
+    // Stock stores are set up and read in child processes too, so that this
+    // process opens no database connection and starts no thread before fork.
+    auto segment_stock = [&](int seg) { return s.stock / s.segments + (seg < s.stock % s.segments ? 1 : 0); };
+    auto stock_left = [&]() -> long long {
+        if (!optimistic) {
+            store view(s.store_path);
+            long long left = 0;
+            for (int i = 0; i < s.segments; ++i) left += view.get(i);
+            return left;
+        }
+        auto out = run_in_processes(1, [&](int) {
+            auto st = sql::optimistic_stock::open(s.backend);
+            std::string o;
+            for (int i = 0; i < s.segments; ++i) put_u64(o, static_cast<unsigned long long>(st.stock(item_name(s, i)).value_or(0)));
+            return o;
+        }, {});
+        long long left = 0;
+        std::size_t pos = 0;
+        for (int i = 0; i < s.segments; ++i) left += static_cast<long long>(get_u64(out[0], pos));
+        return left;
+    };
+    if (optimistic) {
+        run_in_processes(1, [&](int) {
+            auto st = sql::optimistic_stock::open(s.backend);
+            st.create_table();
+            for (int i = 0; i < s.segments; ++i) st.put(item_name(s, i), segment_stock(i));
+            return std::string{};
+        }, {});
+    }
     std::string temp_store;
-    if (s.store_path.empty()) {
+    if (optimistic) {
+    } else if (s.store_path.empty()) {
         char tmpl[] = "/tmp/distlock-flash-store-XXXXXX";
         int fd = ::mkstemp(tmpl);
         if (fd < 0) throw std::runtime_error("mkstemp failed");
         ::close(fd);
         s.store_path = temp_store = tmpl;
     }
-    {
+    if (!optimistic) {
         store init(s.store_path);
-        for (int i = 0; i < s.segments; ++i) init.set(i, s.stock / s.segments + (i < s.stock % s.segments ? 1 : 0));
+        for (int i = 0; i < s.segments; ++i) init.set(i, segment_stock(i));
     }
     if (!s.quiet)
         std::cerr << "flash sale: " << s.requests << " requests, " << s.concurrency << " buyers in flight on "
                   << s.processes << " app servers, stock " << s.stock << " in " << s.segments << " segment(s), "
-                  << (s.no_lock ? "NO LOCK" : "locked via " + redact(s.backend)) << "\n";
+                  << (s.no_lock ? "NO LOCK"
+                      : optimistic ? "optimistic version-checked updates on " + redact(s.backend)
+                                   : "locked via " + redact(s.backend))
+                  << "\n";
     auto t0 = std::chrono::steady_clock::now();
     auto tick = [&] {
         if (s.quiet) return;
-        store view(s.store_path);
-        long long left = 0;
-        for (int i = 0; i < s.segments; ++i) left += view.get(i);
-        std::cerr << "  ... " << static_cast<long>(ms_since(t0)) << " ms, stock left " << left << "\n";
+        std::cerr << "  ... " << static_cast<long>(ms_since(t0)) << " ms";
+        if (!optimistic) std::cerr << ", stock left " << stock_left();
+        std::cerr << "\n";
     };
-    auto reports = run_in_processes(s.processes, [&](int i) { return app_server(s, i); }, tick);
+    auto reports = run_in_processes(
+        s.processes, [&](int i) { return optimistic ? optimistic_app_server(s, i) : app_server(s, i); }, tick);
     double elapsed = ms_since(t0);
     unsigned long long sold = 0, timeouts = 0;
     std::vector<double> lat;
@@ -170,16 +282,13 @@ int run_flash_sale(settings s) {
         auto v = get_doubles(r, pos);
         lat.insert(lat.end(), v.begin(), v.end());
     }
-    long long left = 0;
-    {
-        store view(s.store_path);
-        for (int i = 0; i < s.segments; ++i) left += view.get(i);
-    }
+    const long long left = stock_left();
     if (!temp_store.empty()) ::unlink(temp_store.c_str());
     const long long oversold = std::max(0LL, static_cast<long long>(sold) - s.stock);
     const bool consistent = static_cast<long long>(sold) + left == s.stock;
     nlohmann::json j{{"backend", s.no_lock ? "none" : redact(s.backend)},
-                     {"locked", !s.no_lock},
+                     {"strategy", s.no_lock ? "none" : s.strategy},
+                     {"locked", !s.no_lock && !optimistic},
                      {"processes", s.processes},
                      {"concurrency", s.concurrency},
                      {"segments", s.segments},
@@ -189,7 +298,7 @@ int run_flash_sale(settings s) {
                      {"oversold", oversold},
                      {"stock_left", left},
                      {"consistent", consistent},
-                     {"lock_timeouts", timeouts},
+                     {optimistic ? "conflicts" : "lock_timeouts", timeouts},
                      {"elapsed_ms", std::round(elapsed * 10) / 10},
                      {"throughput_rps", std::round(s.requests / (elapsed / 1000) * 10) / 10},
                      {"p50_ms", std::round(percentile(lat, 50) * 100) / 100},
@@ -197,14 +306,20 @@ int run_flash_sale(settings s) {
     if (s.json) {
         std::cout << j.dump() << "\n";
     } else {
-        std::cout << (s.no_lock ? "WITHOUT a lock" : "WITH distlock (" + redact(s.backend) + ")") << ":\n"
+        std::cout << (s.no_lock      ? std::string("WITHOUT a lock")
+                      : optimistic ? "OPTIMISTIC, no lock (" + redact(s.backend) + ")"
+                                   : "WITH distlock (" + redact(s.backend) + ")")
+                  << ":\n"
                   << "  stock " << s.stock << ", sold " << sold << ", stock left " << left << ", OVERSOLD "
                   << oversold << (consistent ? "" : "  (sold + left != stock: lost updates)") << "\n"
                   << "  " << s.requests << " requests in " << static_cast<long>(elapsed) << " ms ("
                   << j["throughput_rps"] << " req/s), latency p50 " << j["p50_ms"] << " ms, p99 " << j["p99_ms"]
-                  << " ms" << (timeouts ? ", " + std::to_string(timeouts) + " lock timeouts" : "") << "\n";
+                  << " ms"
+                  << (timeouts ? ", " + std::to_string(timeouts) + (optimistic ? " purchases lost every race" : " lock timeouts")
+                               : "")
+                  << "\n";
     }
-    if (!s.no_lock && (oversold > 0 || !consistent)) return 1;
+    if (!s.no_lock && (oversold > 0 || !consistent)) return 1;  // a lock or the version check failed its one job
     return 0;
 }
 
@@ -213,7 +328,15 @@ int run_flash_sale(settings s) {
 void add_flash_sale(CLI::App& app, std::function<int()>& action) {
     auto s = std::make_shared<settings>();
     auto* cmd = app.add_subcommand("flash-sale", "Replay the flash-sale (秒杀) oversell scenario with or without the lock");
-    cmd->add_option("--backend", s->backend, "Lock backend URL")->capture_default_str();
+    cmd->add_option("--backend", s->backend, "Lock backend URL (with --strategy optimistic: a mysql:// or postgres:// URL)")
+        ->capture_default_str();
+    cmd->add_option("--strategy", s->strategy,
+                    "lock (a distlock mutex per stock segment) or optimistic (no lock: version-checked UPDATE of a "
+                    "stock row with bounded retries; SQL URLs only)")
+        ->check(CLI::IsMember({"lock", "optimistic"}))
+        ->capture_default_str();
+    cmd->add_option("--db-pool", s->db_pool, "optimistic: updates in flight per app server (its database pool)")
+        ->capture_default_str();
     cmd->add_flag("--no-lock", s->no_lock, "Run without any lock (shows the oversell)");
     cmd->add_option("--processes,-p", s->processes, "App server processes")->capture_default_str();
     cmd->add_option("--concurrency,-c", s->concurrency, "Purchase requests in flight at once (all processes)")

@@ -16,30 +16,15 @@
 #include <string>
 #include <string_view>
 
+#include "distlock/sql.hpp"
 #include "sql.hpp"
 
 namespace distlock::backends::sql {
 
-struct stock_options {
-    std::string table = "distlock_stock";  // plain identifiers ([A-Za-z_][A-Za-z0-9_]*)
-    std::string key_column = "item";
-    std::string stock_column = "stock";
-    std::string version_column = "version";
-    int tries = 3;                          // compare-and-set attempts per take() ...
-    std::chrono::milliseconds window{100};  // ... within this window (the first one always runs)
-};
-
-enum class stock_outcome {
-    taken,     // the stock was decremented
-    sold_out,  // fewer than `quantity` left: nothing changed
-    conflict,  // every try lost its race to a concurrent update: nothing changed
-};
-
-struct stock_result {
-    stock_outcome outcome = stock_outcome::conflict;
-    std::int64_t remaining = 0;  // stock after the update (taken) or as last read
-    int attempts = 0;            // compare-and-set statements sent
-};
+// The option and result types are the public ones (include/distlock/sql.hpp).
+using distlock::sql::stock_options;
+using distlock::sql::stock_outcome;
+using distlock::sql::stock_result;
 
 class optimistic_stock {
 public:

@@ -1,0 +1,110 @@
+// The seed's optimistic stock update through the public API (distlock/sql.hpp),
+// and `distlock flash-sale` over every SQL strategy: locked runs and the
+// lock-free optimistic run both sell exactly the stock.
+#include <sys/wait.h>
+
+#include <array>
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "distlock/distlock.hpp"
+#include "support.hpp"
+
+namespace {
+
+std::vector<std::string> sql_urls(const std::vector<std::string>& vars) {
+    std::vector<std::string> out;
+    for (const auto& v : vars) {
+        auto url = distlock::test::env(v.c_str());
+        if (url.empty() && distlock::test::env("DISTLOCK_REQUIRE_ALL") == "1") FAIL(v << " is not set");
+        if (!url.empty()) out.push_back(url);
+    }
+    return out;
+}
+
+nlohmann::json flash_sale(const std::string& args) {
+    std::string cmd = std::string(DISTLOCK_CLI) + " flash-sale --json --quiet " + args;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    REQUIRE(p != nullptr);
+    std::string out;
+    std::array<char, 4096> buf{};
+    while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+    int st = ::pclose(p);
+    INFO(cmd << "\n" << out);
+    REQUIRE(WIFEXITED(st));
+    REQUIRE(WEXITSTATUS(st) == 0);
+    return nlohmann::json::parse(out);
+}
+
+}  // namespace
+
+TEST_CASE("optimistic takes never oversell and report conflicts honestly", "[sql][optimistic]") {
+    for (const auto& url : sql_urls({"DISTLOCK_TEST_MYSQL_URL", "DISTLOCK_TEST_POSTGRES_URL"})) {
+        INFO(url);
+        auto stock = distlock::sql::optimistic_stock::open(url);
+        stock.create_table();
+        const auto item = distlock::test::unique_name("item");
+        stock.put(item, 30);
+        CHECK(stock.stock(item) == 30);
+        CHECK_FALSE(stock.stock(item + ":none").has_value());
+        std::atomic<int> taken{0}, sold_out{0}, conflicts{0};
+        std::vector<std::thread> buyers;
+        for (int t = 0; t < 8; ++t)
+            buyers.emplace_back([&] {
+                auto mine = distlock::sql::optimistic_stock::open(url);
+                for (int i = 0; i < 10; ++i) {
+                    auto r = mine.take(item);
+                    if (r.outcome == distlock::sql::stock_outcome::sold_out) {
+                        ++sold_out;  // seen empty on reading: no compare-and-set sent
+                        CHECK(r.remaining == 0);
+                        continue;
+                    }
+                    CHECK(r.attempts >= 1);  // taken or conflict: at least one compare-and-set
+                    if (r.outcome == distlock::sql::stock_outcome::taken) ++taken;
+                    else ++conflicts;
+                }
+            });
+        for (auto& b : buyers) b.join();
+        CHECK(taken.load() + sold_out.load() + conflicts.load() == 80);
+        CHECK(taken.load() <= 30);
+        CHECK(stock.stock(item) == 30 - taken.load());
+        CHECK_THROWS_AS(stock.take(item + ":none"), distlock::invalid_argument_error);
+    }
+    CHECK_THROWS_AS(distlock::sql::optimistic_stock::open("redis://127.0.0.1:1"), distlock::invalid_argument_error);
+    distlock::sql::stock_options bad;
+    bad.table = "stock; DROP TABLE x";
+    for (const auto& url : sql_urls({"DISTLOCK_TEST_MYSQL_URL"}))
+        CHECK_THROWS_AS(distlock::sql::optimistic_stock::open(url, bad), distlock::invalid_argument_error);
+}
+
+TEST_CASE("flash-sale --strategy optimistic sells exactly the stock without a lock", "[sql][flash-sale]") {
+    for (const auto& url : sql_urls({"DISTLOCK_TEST_MYSQL_URL", "DISTLOCK_TEST_POSTGRES_URL"})) {
+        for (int segments : {1, 4}) {
+            auto j = flash_sale("--strategy optimistic --backend '" + url + "' --requests 400 --concurrency 60 "
+                                "--stock 40 --segments " + std::to_string(segments) + " --name " +
+                                distlock::test::unique_name("opt"));
+            CHECK(j["oversold"] == 0);
+            CHECK(j["consistent"] == true);
+            CHECK(j["strategy"] == "optimistic");
+            // Every item is sold unless some purchases lost every race.
+            CHECK(j["sold"].get<long>() + j["stock_left"].get<long>() == 40);
+            CHECK(j["sold"].get<long>() >= 40 - j["conflicts"].get<long>());
+        }
+    }
+}
+
+TEST_CASE("a locked flash sale over every SQL strategy sells exactly the stock", "[sql][flash-sale]") {
+    for (const auto& url : sql_urls({"DISTLOCK_TEST_MYSQL_FOR_UPDATE_URL", "DISTLOCK_TEST_MYSQL_LEASE_TABLE_URL",
+                                     "DISTLOCK_TEST_MYSQL_OPTIMISTIC_URL", "DISTLOCK_TEST_MYSQL_GET_LOCK_URL",
+                                     "DISTLOCK_TEST_POSTGRES_FOR_UPDATE_URL", "DISTLOCK_TEST_POSTGRES_LEASE_TABLE_URL",
+                                     "DISTLOCK_TEST_POSTGRES_OPTIMISTIC_URL", "DISTLOCK_TEST_POSTGRES_ADVISORY_URL"})) {
+        auto j = flash_sale("--backend '" + url + "' --requests 200 --concurrency 40 --stock 20 --pause-ms 0.2 --name " +
+                            distlock::test::unique_name("locked"));
+        CHECK(j["sold"] == 20);
+        CHECK(j["oversold"] == 0);
+        CHECK(j["stock_left"] == 0);
+    }
+}
