@@ -27,7 +27,7 @@ scheduler::entry_id scheduler::add(spi::lock_handle* handle, std::chrono::millis
     entry_id id = next_id_++;
     auto first = keepalive ? interval : lease;
     entries_.emplace(id, entry{handle, interval, lease, keepalive, now + first, now, std::move(lost), std::move(failed)});
-    wake_.notify_all();
+    if (now + first < sleeping_until_) wake_.notify_all();  // due before the thread would wake anyway
     return id;
 }
 
@@ -73,8 +73,10 @@ void scheduler::run() {
             }
         }
         if (batch.empty() && calls.empty()) {
+            sleeping_until_ = next;
             if (next == clock::time_point::max()) wake_.wait(lk);
             else wake_.wait_until(lk, next);
+            sleeping_until_ = clock::time_point::min();
             continue;
         }
         if (!batch.empty()) {

@@ -59,6 +59,7 @@ private:
     std::map<entry_id, entry> entries_;
     entry_id next_id_ = 1;
     bool stop_ = false;
+    clock::time_point sleeping_until_ = clock::time_point::min();  // when the thread waits, until when
     std::thread thread_;
     std::thread::id thread_id_;
 };

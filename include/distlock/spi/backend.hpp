@@ -94,6 +94,9 @@ public:
 protected:
     // Tells the core the current grant is lost (session expired, connection
     // dropped, watch saw our key deleted). Thread-safe, idempotent, never throws.
+    // The user's on_lost callback runs on the calling thread, and it may call
+    // unlock(), which calls release(): never call this from a thread that
+    // release() waits for (a client library's event thread); queue it instead.
     void report_lost(std::string reason) noexcept;
 
 private:
