@@ -62,13 +62,16 @@ end
 
 // KEYS[1] lock key, KEYS[2] fence key, KEYS[3] queue, KEYS[4] waiters;
 // ARGV[1] token, ARGV[2] lease ms, ARGV[3] waiter id ("" = not waiting),
-// ARGV[4] liveness slack ms. Takes the key when free or reserved for us; else
+// ARGV[4] liveness slack ms, ARGV[5] channel ("t <waiter id> <lease ms>" when a
+// reservation is taken up). Takes the key when free or reserved for us; else
 // (when waiting) queues us once and refreshes our liveness deadline.
 const char* const plain_acquire_lua = R"lua(
 local w = ARGV[3]
 local got = redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 if not got and w ~= '' and redis.call('get', KEYS[1]) == 'r:' .. w then
   got = redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  -- the other waiters wait for the new holder's lease, not for the reservation
+  redis.call('publish', ARGV[5], 't ' .. w .. ' ' .. ARGV[2])
 end
 if got then
   if w ~= '' and redis.call('zrem', KEYS[4], w) == 1 then
@@ -378,21 +381,23 @@ public:
                 bool retry = false;
                 for (const auto& msg : sub->payloads_since(seen, complete)) {
                     std::string_view m(msg);
-                    if (m.substr(0, 2) != "h ") {
+                    const bool handed = m.substr(0, 2) == "h ", taken = m.substr(0, 2) == "t ";
+                    if (!handed && !taken) {
                         retry = true;  // "released" (plain) or "0" (Redisson): free for all
                         continue;
                     }
                     m.remove_prefix(2);
                     auto space = m.find(' ');
-                    if (m.substr(0, space) == waiter) {
+                    if (handed && m.substr(0, space) == waiter) {
                         retry = true;  // handed to us
                         continue;
                     }
-                    // Handed to another waiter: if it died, the reservation runs out.
-                    long long reserve = 0;
+                    // Handed to another waiter (if it died, the reservation runs out),
+                    // or taken up by it (then its lease bounds our wait).
+                    long long ms_left = 0;
                     if (space != std::string_view::npos)
-                        std::from_chars(m.data() + space + 1, m.data() + m.size(), reserve);
-                    bound = std::min(until, clock::now() + std::chrono::milliseconds(reserve) + 5ms);
+                        std::from_chars(m.data() + space + 1, m.data() + m.size(), ms_left);
+                    bound = std::min(until, clock::now() + std::chrono::milliseconds(ms_left) + 5ms);
                 }
                 if (retry || !complete) break;
                 // Renew our place in the queue before the server drops it.
@@ -470,7 +475,7 @@ private:
         std::vector<std::string_view> keys, args;
         if (plain) {
             keys = {layout_.key, layout_.fence, layout_.queue, layout_.waiters};
-            args = {owner, lease_ms_, waiter, slack};
+            args = {owner, lease_ms_, waiter, slack, layout_.channel};
         } else {
             keys = {layout_.key, layout_.fence};
             args = {lease_ms_, owner};

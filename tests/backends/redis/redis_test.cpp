@@ -257,7 +257,9 @@ TEST_CASE("a release hands the lock to the longest-waiting client and wakes only
                 std::lock_guard lk(order_mutex);
                 order.push_back(i);
             }
-            std::this_thread::sleep_for(50ms);
+            // Held longer than a hand-off reservation (500 ms): the others must not
+            // wake when the reservation would have run out.
+            std::this_thread::sleep_for(800ms);
             m.unlock();
         });
         // Queued one after the other.
@@ -273,7 +275,8 @@ TEST_CASE("a release hands the lock to the longest-waiting client and wakes only
     // Each hand-off: one release script and one acquire by the woken waiter; nobody
     // else retries. (waiters + 1 releases: the holder's and each waiter's.)
     CHECK(scripts == 2 * waiters + 1);
-    CHECK(raw.calls("publish") == waiters + 1);  // the last release finds no waiter: "released"
+    // A hand-off and its take-up each publish; the last release finds no waiter: "released".
+    CHECK(raw.calls("publish") == 2 * waiters + 1);
     CHECK(raw.integer({"EXISTS", base + ":queue"}) == 0);
     CHECK(raw.integer({"ZCARD", base + ":waiters"}) == 0);
 }
