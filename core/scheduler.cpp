@@ -57,9 +57,16 @@ void scheduler::run() {
         batch.clear();
         handles.clear();
         calls.clear();
+        // Entries falling due within a short window of each other go out in one
+        // batch (one round trip for backends that batch renewals).
+        bool any_due = false;
+        for (const auto& [id, e] : entries_) any_due = any_due || (!e.in_flight && e.keepalive && e.due <= now);
         for (auto& [id, e] : entries_) {
             if (e.in_flight) continue;
-            if (e.due > now) {
+            const auto window = e.keepalive && any_due
+                                    ? std::min<clock::duration>(e.interval / 4, std::chrono::milliseconds{100})
+                                    : clock::duration::zero();
+            if (e.due > now + window) {
                 next = std::min(next, e.due);
                 continue;
             }
@@ -81,6 +88,7 @@ void scheduler::run() {
         }
         if (!batch.empty()) {
             results.assign(handles.size(), spi::keepalive_result::ok());
+            const auto sent = clock::now();  // a renewal extends the lease from when the server got it, at best
             lk.unlock();
             try {
                 backend_.keepalive_batch(handles, results);
@@ -98,8 +106,8 @@ void scheduler::run() {
                 const auto& r = results[k];
                 if (r.state == st::ok) {
                     e.in_flight = false;
-                    e.last_ok = after;
-                    e.due = after + e.interval;
+                    e.last_ok = sent;
+                    e.due = sent + e.interval;
                 } else if (r.state == st::lost || after - e.last_ok >= e.lease) {
                     std::string why =
                         r.state == st::lost ? r.message : "no successful renewal for a whole lease (" + r.message + ")";

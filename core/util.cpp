@@ -1,6 +1,9 @@
 // Small shared helpers of the backend-author interface: backoff, random tokens,
 // hashing, durations, and the default hooks of spi::backend / spi::lock_handle.
 #include <openssl/evp.h>
+#include <sys/random.h>
+
+#include <cerrno>
 
 #include <array>
 #include <cmath>
@@ -54,12 +57,14 @@ std::mt19937_64& rng() {
     return engine;
 }
 
+// 16 bytes from the kernel's CSPRNG in one system call.
 std::array<unsigned char, 16> random_bytes16() {
-    std::random_device rd;  // the kernel's CSPRNG on Linux
     std::array<unsigned char, 16> b{};
-    for (std::size_t i = 0; i < b.size(); i += 4) {
-        auto v = rd();
-        for (std::size_t j = 0; j < 4; ++j) b[i + j] = static_cast<unsigned char>(v >> (8 * j));
+    std::size_t got = 0;
+    while (got < b.size()) {
+        ssize_t n = ::getrandom(b.data() + got, b.size() - got, 0);
+        if (n > 0) got += static_cast<std::size_t>(n);
+        else if (errno != EINTR) throw_error(errc::unavailable, "core", "getrandom failed", errno);
     }
     return b;
 }
