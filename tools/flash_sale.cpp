@@ -64,31 +64,27 @@ struct settings {
     bool json = false, quiet = false;
 };
 
+// The lock name of a segment, and the stock row name in the optimistic strategy.
 std::string segment_name(const settings& s, int seg) {
     return s.segments == 1 ? s.name : s.name + ":seg" + std::to_string(seg);
 }
 
-// The stock row of a segment in the optimistic strategy's table.
-std::string item_name(const settings& s, int seg) { return segment_name(s, seg); }
 
-std::string pack(unsigned long long sold, unsigned long long failed, const std::vector<double>& latencies) {
-    std::string out;
-    put_u64(out, sold);
-    put_u64(out, failed);
-    put_doubles(out, latencies);
-    return out;
-}
+// What one purchase attempt on one stock segment came to.
+enum class attempt { sold, segment_empty, failed };
 
-// One app server of the optimistic strategy: no lock at all; each purchase is a
-// version-checked UPDATE of the stock row, retried a bounded number of times.
-std::string optimistic_app_server(const settings& s, int index) {
+// One app server: its share of the requests, served by its share of the buyers
+// (threads). Each request tries the segments in turn, from one picked by the
+// request, until `buy(seg)` sells or fails. A segment found empty never refills:
+// it is remembered locally and not tried again (the usual flash-sale "sold out"
+// flag), so the requests after the sell-out are cheap. Reports sold, failed and
+// the latency of every request.
+std::string serve_buyers(const settings& s, int index, const std::function<attempt(int seg)>& buy) {
     const int share = s.requests / s.processes + (index < s.requests % s.processes ? 1 : 0);
     const int buyers = std::max(1, s.concurrency / s.processes + (index < s.concurrency % s.processes ? 1 : 0));
-    auto stock = sql::optimistic_stock::open(s.backend);
-    std::counting_semaphore<> pool(std::max(1, s.db_pool));
     std::vector<std::atomic<bool>> sold_out(static_cast<std::size_t>(s.segments));
     std::atomic<int> next{0};
-    std::atomic<unsigned long long> sold{0}, conflicts{0};
+    std::atomic<unsigned long long> sold{0}, failed{0};
     std::mutex mu;
     std::vector<double> latencies;
     std::string failure;
@@ -101,24 +97,13 @@ std::string optimistic_app_server(const settings& s, int index) {
                 for (int k = 0; k < s.segments; ++k) {
                     const int seg = (first + k) % s.segments;
                     if (sold_out[static_cast<std::size_t>(seg)].load()) continue;
-                    pool.acquire();
-                    sql::stock_result res;
-                    try {
-                        res = stock.take(item_name(s, seg));
-                    } catch (...) {
-                        pool.release();
-                        throw;
+                    const attempt a = buy(seg);
+                    if (a == attempt::segment_empty) {
+                        sold_out[static_cast<std::size_t>(seg)] = true;
+                        continue;
                     }
-                    pool.release();
-                    if (res.outcome == sql::stock_outcome::taken) {
-                        ++sold;
-                        break;
-                    }
-                    if (res.outcome == sql::stock_outcome::conflict) {  // lost every race: a failed purchase
-                        ++conflicts;
-                        break;
-                    }
-                    sold_out[static_cast<std::size_t>(seg)] = true;
+                    ++(a == attempt::sold ? sold : failed);
+                    break;
                 }
                 mine.push_back(ms_since(t0));
             }
@@ -133,13 +118,42 @@ std::string optimistic_app_server(const settings& s, int index) {
     for (int b = 0; b < buyers; ++b) threads.emplace_back(buyer);
     for (auto& t : threads) t.join();
     if (!failure.empty()) throw std::runtime_error(failure);
-    return pack(sold.load(), conflicts.load(), latencies);
+    std::string out;
+    put_u64(out, sold.load());
+    put_u64(out, failed.load());
+    put_doubles(out, latencies);
+    return out;
 }
 
-// One app server: its share of the requests, served by its share of the buyers.
+// The optimistic strategy: no lock at all; a purchase is a version-checked
+// UPDATE of the segment's stock row, retried a bounded number of times. A
+// purchase that lost every race fails (it never oversells).
+std::string optimistic_app_server(const settings& s, int index) {
+    auto stock = sql::optimistic_stock::open(s.backend);
+    std::counting_semaphore<> db_pool(std::max(1, s.db_pool));
+    return serve_buyers(s, index, [&](int seg) {
+        db_pool.acquire();
+        sql::stock_result res;
+        try {
+            res = stock.take(segment_name(s, seg));
+        } catch (...) {
+            db_pool.release();
+            throw;
+        }
+        db_pool.release();
+        switch (res.outcome) {
+            case sql::stock_outcome::taken: return attempt::sold;
+            case sql::stock_outcome::sold_out: return attempt::segment_empty;
+            case sql::stock_outcome::conflict: break;
+        }
+        return attempt::failed;
+    });
+}
+
+// The lock strategy (or no lock at all): read the segment's stock from the
+// shared store, pause for the business work, write it back decremented, under a
+// distlock mutex per segment. A buyer that waits too long for the lock fails.
 std::string app_server(const settings& s, int index) {
-    const int share = s.requests / s.processes + (index < s.requests % s.processes ? 1 : 0);
-    const int buyers = std::max(1, s.concurrency / s.processes + (index < s.concurrency % s.processes ? 1 : 0));
     store stock(s.store_path);
     std::optional<provider> locks;
     std::vector<distlock::mutex> seg_locks;
@@ -148,56 +162,19 @@ std::string app_server(const settings& s, int index) {
         for (int i = 0; i < s.segments; ++i) seg_locks.push_back(locks->mutex(segment_name(s, i)));
     }
     const auto pause = std::chrono::duration<double, std::milli>(s.pause_ms);
-    const auto wait = std::chrono::duration<double>(s.wait_s);
-    // A segment found empty never refills: remember it locally and stop locking it
-    // (the usual flash-sale "sold out" flag), so requests after the sell-out are cheap.
-    std::vector<std::atomic<bool>> sold_out(static_cast<std::size_t>(s.segments));
-    std::atomic<int> next{0};
-    std::atomic<unsigned long long> sold{0}, timeouts{0};
-    std::mutex lat_mutex;
-    std::vector<double> latencies;
-    std::string failure;
-    auto buyer = [&] {
-        std::vector<double> mine;
-        try {
-            for (int r; (r = next++) < share;) {
-                auto t0 = std::chrono::steady_clock::now();
-                const int first = static_cast<int>((static_cast<unsigned>(r) * 2654435761u + index) % s.segments);
-                for (int k = 0; k < s.segments; ++k) {  // try the segments in turn until one has stock
-                    const int seg = (first + k) % s.segments;
-                    if (sold_out[static_cast<std::size_t>(seg)].load()) continue;
-                    std::unique_lock<distlock::mutex> guard;
-                    if (!s.no_lock) {
-                        guard = std::unique_lock(seg_locks[seg], std::chrono::duration_cast<std::chrono::milliseconds>(wait));
-                        if (!guard.owns_lock()) {
-                            ++timeouts;
-                            break;
-                        }
-                    }
-                    long long left = stock.get(seg);
-                    if (left <= 0) {
-                        sold_out[static_cast<std::size_t>(seg)] = true;
-                        continue;
-                    }
-                    std::this_thread::sleep_for(pause);  // the business work between read and write
-                    stock.set(seg, left - 1);
-                    ++sold;
-                    break;
-                }
-                mine.push_back(ms_since(t0));
-            }
-        } catch (const std::exception& e) {
-            std::lock_guard lk(lat_mutex);
-            failure = e.what();
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(s.wait_s));
+    return serve_buyers(s, index, [&](int seg) {
+        std::unique_lock<distlock::mutex> guard;
+        if (!s.no_lock) {
+            guard = std::unique_lock(seg_locks[static_cast<std::size_t>(seg)], wait);
+            if (!guard.owns_lock()) return attempt::failed;
         }
-        std::lock_guard lk(lat_mutex);
-        latencies.insert(latencies.end(), mine.begin(), mine.end());
-    };
-    std::vector<std::thread> pool;
-    for (int b = 0; b < buyers; ++b) pool.emplace_back(buyer);
-    for (auto& t : pool) t.join();
-    if (!failure.empty()) throw std::runtime_error(failure);
-    return pack(sold.load(), timeouts.load(), latencies);
+        long long left = stock.get(seg);
+        if (left <= 0) return attempt::segment_empty;
+        std::this_thread::sleep_for(pause);  // the business work between read and write
+        stock.set(seg, left - 1);
+        return attempt::sold;
+    });
 }
 
 int run_flash_sale(settings s) {
@@ -227,7 +204,7 @@ int run_flash_sale(settings s) {
         auto out = run_in_processes(1, [&](int) {
             auto st = sql::optimistic_stock::open(s.backend);
             std::string o;
-            for (int i = 0; i < s.segments; ++i) put_u64(o, static_cast<unsigned long long>(st.stock(item_name(s, i)).value_or(0)));
+            for (int i = 0; i < s.segments; ++i) put_u64(o, static_cast<unsigned long long>(st.stock(segment_name(s, i)).value_or(0)));
             return o;
         }, {});
         long long left = 0;
@@ -239,7 +216,7 @@ int run_flash_sale(settings s) {
         run_in_processes(1, [&](int) {
             auto st = sql::optimistic_stock::open(s.backend);
             st.create_table();
-            for (int i = 0; i < s.segments; ++i) st.put(item_name(s, i), segment_stock(i));
+            for (int i = 0; i < s.segments; ++i) st.put(segment_name(s, i), segment_stock(i));
             return std::string{};
         }, {});
     }

@@ -117,20 +117,6 @@ end
 return 1
 )lua";
 
-// KEYS[i] lock keys; ARGV[2i-1] token, ARGV[2i] lease ms. Reply: 1/0 per key.
-const char* const plain_renew_lua = R"lua(
-local out = {}
-for i = 1, #KEYS do
-  if redis.call('get', KEYS[i]) == ARGV[2 * i - 1] then
-    redis.call('pexpire', KEYS[i], ARGV[2 * i])
-    out[i] = 1
-  else
-    out[i] = 0
-  end
-end
-return out
-)lua";
-
 // Redisson layout. KEYS[1] lock hash, KEYS[2] fence key; ARGV[1] lease ms, ARGV[2] field.
 const char* const reentrant_acquire_lua = R"lua(
 if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
@@ -243,7 +229,7 @@ public:
           uuid_(spi::random_uuid()),
           acquire_(settings_.strat == strategy::plain ? plain_acquire_lua : reentrant_acquire_lua),
           release_(settings_.strat == strategy::plain ? plain_release_lua : std::string(reentrant_release_lua)),
-          renew_(settings_.strat == strategy::plain ? plain_renew_lua : reentrant_renew_lua),
+          renew_(settings_.strat == strategy::plain ? owner_renew_lua : reentrant_renew_lua),
           leave_(plain_leave_lua) {
         caps_.crash_release_bound = std::chrono::milliseconds{0};  // the lease itself is the bound
         caps_.reentrant = settings_.strat == strategy::reentrant;

@@ -25,20 +25,6 @@ end
 return 0
 )lua";
 
-// KEYS[i] lock keys; ARGV[2i-1] token, ARGV[2i] lease ms. Reply: 1/0 per key.
-const char* const extend_lua = R"lua(
-local out = {}
-for i = 1, #KEYS do
-  if redis.call('get', KEYS[i]) == ARGV[2 * i - 1] then
-    redis.call('pexpire', KEYS[i], ARGV[2 * i])
-    out[i] = 1
-  else
-    out[i] = 0
-  end
-end
-return out
-)lua";
-
 struct redlock_settings {
     std::vector<endpoint> nodes;
     std::string prefix = "distlock:";
@@ -84,7 +70,7 @@ private:
 class redlock_backend final : public spi::backend {
 public:
     explicit redlock_backend(redlock_settings s)
-        : settings_(std::move(s)), release_(release_lua), extend_(extend_lua) {
+        : settings_(std::move(s)), release_(release_lua), extend_(owner_renew_lua) {
         for (const auto& ep : settings_.nodes) {
             pools_.push_back(std::make_unique<pool>(ep, settings_.pool_size));
             pool_ptrs_.push_back(pools_.back().get());
