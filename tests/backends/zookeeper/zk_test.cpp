@@ -14,6 +14,7 @@
 #include "distlock/spi/backend.hpp"
 #include "distlock/testing.hpp"
 #include "support.hpp"
+#include "tcp_proxy.hpp"
 #include "zk_names.hpp"
 #include "zk_raw.hpp"
 #include "zk_support.hpp"
@@ -378,15 +379,21 @@ struct frozen_server {
 
 TEST_CASE("a create whose reply is lost to a connection loss is recovered by protected mode, leaving no orphan",
           "[zookeeper][protected]") {
-    auto pid_text = distlock::test::env("DISTLOCK_TEST_ZK_PID");
-    if (pid_text.empty()) {
-        WARN("DISTLOCK_TEST_ZK_PID is not set: cannot freeze the server");
-        return;
-    }
-    auto p = distlock::connect(url());
+    // The client talks to the server through a proxy that then drops the
+    // server's replies: the create runs on the server, its answer never comes,
+    // and the client gives up on the connection (ZCONNECTIONLOSS) after 2/3 of the
+    // session timeout, then reconnects (through the proxy, both ways again).
+    const auto hosts = zk_test::hosts_of(url());
+    const auto first = hosts.substr(0, hosts.find(','));
+    const auto colon = first.rfind(':');
+    distlock::test::tcp_proxy proxy(first.substr(0, colon), std::stoi(first.substr(colon + 1)));
+    auto proxied = url();
+    proxied.replace(proxied.find(hosts), hosts.size(), "127.0.0.1:" + std::to_string(proxy.port()));
+    auto p = distlock::connect(proxied);
     const auto session = p.default_lease();
     REQUIRE(session >= 2s);
-    zk_test::raw_zk raw(zk_test::hosts_of(url()));
+    REQUIRE(p.round_trip());  // the session is up, through the proxy
+    zk_test::raw_zk raw(hosts);
     const auto name = unique_name("protected");
     // The lock path exists already (persistent, so that the server's container
     // reaper leaves it alone), so the create is the only request in flight.
@@ -394,40 +401,37 @@ TEST_CASE("a create whose reply is lost to a connection loss is recovered by pro
     REQUIRE(raw.create_persistent(lock_dir(name)) == ZOK);
     auto m = p.mutex(name);
     const auto before = zkb::read_counters();
+    proxy.drop_replies_on_open_connections();
     std::atomic<bool> got{false};
     std::atomic<int> failures{0};
-    std::thread taker;
-    {
-        frozen_server freeze(static_cast<pid_t>(std::stol(pid_text)));
-        // The create reaches the frozen server's socket; the client gives up on the
-        // connection after 2/3 of the session timeout without an answer
-        // (ZCONNECTIONLOSS) while the request waits in the server's receive buffer.
-        taker = std::thread([&] {
-            for (int i = 0; i < 5 && !got; ++i) {
-                try {
-                    got = m.try_lock_for(15s);
-                } catch (const distlock::unavailable_error&) {
-                    ++failures;
-                }
+    std::thread taker([&] {
+        for (int i = 0; i < 5 && !got; ++i) {
+            try {
+                got = m.try_lock_for(15s);
+            } catch (const distlock::unavailable_error&) {
+                ++failures;
             }
-        });
-        // Resume as soon as the client has dropped the connection: the server
-        // expires the session only T/3 (a ping interval) or more later.
-        CHECK(eventually([&] { return zkb::read_counters().disconnections > before.disconnections; }, session));
-    }  // resumed before the session can expire: the server runs the create
+        }
+    });
+    // The server made the node although the client has not heard of it.
+    CHECK(eventually([&] { return raw.children(lock_dir(name)).size() == 1; }, session));
     taker.join();
     REQUIRE(got.load());
     const auto after = zkb::read_counters();
     INFO("protected-mode recoveries " << after.protected_recoveries - before.protected_recoveries << ", nodes created "
                                       << after.lock_nodes_created - before.lock_nodes_created << ", failures "
-                                      << failures.load());
-    // Whatever the server did with the lost create, exactly one node is left: ours.
+                                      << failures.load() << ", proxied connections " << proxy.accepted());
+    CHECK(after.disconnections > before.disconnections);
+    CHECK(proxy.accepted() >= 2);  // the client reconnected
+    // Exactly one node is left: the one the lost create made, found by its uuid.
     auto kids = raw.children(lock_dir(name));
     REQUIRE(kids.size() == 1);
     Stat st{};
     REQUIRE(raw.stat(lock_dir(name) + "/" + kids[0], st) == ZOK);
     CHECK(static_cast<std::uint64_t>(st.czxid) == m.token());
     CHECK(after.protected_recoveries - before.protected_recoveries == 1);
+    CHECK(after.lock_nodes_created == before.lock_nodes_created);  // not created a second time
+    CHECK(failures == 0);
     m.unlock();
     CHECK(eventually([&] { return raw.children(lock_dir(name)).empty(); }, 5s));
     raw.remove(lock_dir(name));

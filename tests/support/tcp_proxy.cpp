@@ -1,0 +1,148 @@
+#include "tcp_proxy.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <stdexcept>
+#include <vector>
+
+namespace distlock::test {
+
+namespace {
+
+sockaddr_in ipv4(const std::string& host, int port) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    if (::inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1)
+        throw std::invalid_argument("tcp_proxy: not an IPv4 address: " + host);
+    return a;
+}
+
+// Writes all of `n` bytes (loopback; the sockets are blocking).
+bool write_all(int fd, const char* p, std::size_t n) {
+    while (n > 0) {
+        auto w = ::send(fd, p, n, MSG_NOSIGNAL);
+        if (w <= 0) return false;
+        p += w;
+        n -= static_cast<std::size_t>(w);
+    }
+    return true;
+}
+
+}  // namespace
+
+struct tcp_proxy::state {
+    sockaddr_in target{};
+    int listen_fd = -1;
+    int wake[2] = {-1, -1};  // a byte wakes the loop; closing the write end stops it
+    std::mutex mu;
+    std::condition_variable done;
+    bool mute_open = false;  // set by drop_replies_on_open_connections, read by the loop
+    struct link {
+        int client, server;
+        bool muted;
+    };
+    std::vector<link> links;  // the loop's own
+};
+
+tcp_proxy::tcp_proxy(const std::string& host, int port) : st_(std::make_unique<state>()) {
+    st_->target = ipv4(host, port);
+    st_->listen_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    auto here = ipv4("127.0.0.1", 0);
+    socklen_t len = sizeof here;
+    if (st_->listen_fd < 0 || ::bind(st_->listen_fd, reinterpret_cast<sockaddr*>(&here), sizeof here) != 0 ||
+        ::listen(st_->listen_fd, 64) != 0 ||
+        ::getsockname(st_->listen_fd, reinterpret_cast<sockaddr*>(&here), &len) != 0 ||
+        ::pipe2(st_->wake, O_CLOEXEC) != 0) {
+        if (st_->listen_fd >= 0) ::close(st_->listen_fd);
+        throw std::runtime_error("tcp_proxy: cannot listen on 127.0.0.1");
+    }
+    port_ = ntohs(here.sin_port);
+    loop_ = std::thread([this] { run(); });
+}
+
+tcp_proxy::~tcp_proxy() {
+    ::close(st_->wake[1]);  // the loop sees end of file and returns
+    loop_.join();
+    ::close(st_->wake[0]);
+    ::close(st_->listen_fd);
+}
+
+void tcp_proxy::drop_replies_on_open_connections() {
+    {
+        std::lock_guard lk(st_->mu);
+        st_->mute_open = true;
+    }
+    char b = 1;
+    (void)!::write(st_->wake[1], &b, 1);
+    std::unique_lock lk(st_->mu);  // returns once the loop has muted them
+    st_->done.wait(lk, [&] { return !st_->mute_open; });
+}
+
+void tcp_proxy::run() {
+    auto& s = *st_;
+    auto close_link = [](state::link& l) {
+        ::close(l.client);
+        ::close(l.server);
+    };
+    for (;;) {
+        std::vector<pollfd> fds{{s.wake[0], POLLIN, 0}, {s.listen_fd, POLLIN, 0}};
+        for (auto& l : s.links) {
+            fds.push_back({l.client, POLLIN, 0});
+            fds.push_back({l.server, POLLIN, 0});
+        }
+        if (::poll(fds.data(), fds.size(), -1) < 0) continue;
+        if (fds[0].revents) {
+            char b;
+            if (::read(s.wake[0], &b, 1) <= 0) break;  // the destructor closed the pipe
+            std::lock_guard lk(s.mu);
+            if (s.mute_open) {
+                for (auto& l : s.links) l.muted = true;
+                s.mute_open = false;
+                s.done.notify_all();
+            }
+        }
+        std::vector<bool> dead(s.links.size(), false);
+        char buf[65536];
+        for (std::size_t i = 0; i < s.links.size(); ++i) {
+            auto& l = s.links[i];
+            for (int side = 0; side < 2 && !dead[i]; ++side) {
+                if (!fds[2 + 2 * i + side].revents) continue;
+                int from = side == 0 ? l.client : l.server, to = side == 0 ? l.server : l.client;
+                auto n = ::recv(from, buf, sizeof buf, 0);
+                if (n <= 0) {
+                    dead[i] = true;
+                } else if (side == 0 || !l.muted) {
+                    dead[i] = !write_all(to, buf, static_cast<std::size_t>(n));
+                }
+            }
+        }
+        for (std::size_t i = s.links.size(); i-- > 0;) {
+            if (!dead[i]) continue;
+            close_link(s.links[i]);
+            s.links.erase(s.links.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+        if (fds[1].revents) {
+            int c = ::accept4(s.listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+            if (c < 0) continue;
+            int t = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            if (t < 0 || ::connect(t, reinterpret_cast<const sockaddr*>(&s.target), sizeof s.target) != 0) {
+                ::close(c);
+                if (t >= 0) ::close(t);
+                continue;
+            }
+            s.links.push_back({c, t, false});
+            accepted_++;
+        }
+    }
+    for (auto& l : s.links) close_link(l);
+}
+
+}  // namespace distlock::test

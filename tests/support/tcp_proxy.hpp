@@ -1,0 +1,38 @@
+// A loopback TCP proxy for fault injection: forwards every connection to one
+// target, and can make the connections open now one-way (requests still reach
+// the server, its replies are dropped), as when a reply is lost on the network.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace distlock::test {
+
+class tcp_proxy {
+public:
+    // Listens on 127.0.0.1 (an ephemeral port) and forwards to host:port (IPv4).
+    tcp_proxy(const std::string& host, int port);
+    ~tcp_proxy();
+    tcp_proxy(const tcp_proxy&) = delete;
+    tcp_proxy& operator=(const tcp_proxy&) = delete;
+
+    int port() const { return port_; }
+    // From now on, what the target sends on the connections open now is read and
+    // dropped; connections accepted later are forwarded both ways as usual.
+    void drop_replies_on_open_connections();
+    // Connections accepted so far.
+    std::uint64_t accepted() const { return accepted_.load(); }
+
+private:
+    void run();
+    struct state;
+    std::unique_ptr<state> st_;
+    int port_ = 0;
+    std::atomic<std::uint64_t> accepted_{0};
+    std::thread loop_;
+};
+
+}  // namespace distlock::test
