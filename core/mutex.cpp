@@ -97,6 +97,9 @@ bool mutex_impl::lock_until(spi::deadline until) {
         gate_->leave();
         return false;
     }
+    const auto interval = handle_->keepalive_interval();
+    const bool leased = backend.caps().supports(feature::lease_expiry);
+    const bool watched = interval.count() > 0 || (leased && !request_.auto_renew);
     std::uint64_t generation;
     {
         std::lock_guard lk(state_mutex_);
@@ -104,6 +107,8 @@ bool mutex_impl::lock_until(spi::deadline until) {
         depth_ = 1;
         owner_ = self;
         token_ = *token;
+        valid_until_ =
+            watched ? (std::chrono::steady_clock::now() + request_.lease).time_since_epoch().count() : 0;
         held_ = true;
     }
     {
@@ -111,9 +116,7 @@ bool mutex_impl::lock_until(spi::deadline until) {
         handle_->loss_owner_ = this;
         handle_->loss_generation_ = generation;
     }
-    auto interval = handle_->keepalive_interval();
-    const bool leased = backend.caps().supports(feature::lease_expiry);
-    if (interval.count() > 0 || (leased && !request_.auto_renew)) {
+    if (watched) {
         auto lost = [this, generation](std::string why) {
             if (auto notify = mark_lost(generation, std::move(why))) notify();
         };
@@ -127,8 +130,10 @@ bool mutex_impl::lock_until(spi::deadline until) {
         };
         try {
             auto id = interval.count() > 0
-                          ? provider_->scheduler().add(handle_.get(), interval, request_.lease, true, lost, failed)
-                          : provider_->scheduler().add(handle_.get(), request_.lease, request_.lease, false, lost, failed);
+                          ? provider_->scheduler().add(handle_.get(), interval, request_.lease, true, lost, failed,
+                                                       &valid_until_)
+                          : provider_->scheduler().add(handle_.get(), request_.lease, request_.lease, false, lost,
+                                                       failed, &valid_until_);
             std::lock_guard lk(state_mutex_);
             entry_ = id;
         } catch (...) {  // no renewal possible (out of memory, no thread): do not keep the grant
@@ -149,6 +154,7 @@ void mutex_impl::unlock() noexcept {
         if (--depth_ > 0) return;
         was_held = held_.exchange(false);
         token = token_.exchange(0);
+        valid_until_ = 0;
         entry = std::exchange(entry_, 0);
         owner_ = {};
     }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -25,7 +26,14 @@ public:
 
     bool lock_until(spi::deadline until);
     void unlock() noexcept;
-    bool held() const noexcept { return held_.load(); }
+    // Held, not reported lost, and (for a renewed or leased grant) within the
+    // lease as last confirmed: false while a renewal is stuck past the lease,
+    // true again if it then succeeds.
+    bool held() const noexcept {
+        if (!held_.load()) return false;
+        const auto until = valid_until_.load();
+        return until == 0 || std::chrono::steady_clock::now().time_since_epoch().count() < until;
+    }
     std::uint64_t token() const noexcept { return held_.load() ? token_.load() : 0; }
     const std::string& name() const noexcept { return request_.name; }
 
@@ -49,6 +57,7 @@ private:
     scheduler::entry_id entry_ = 0;
     std::atomic<bool> held_{false};
     std::atomic<std::uint64_t> token_{0};
+    std::atomic<std::chrono::steady_clock::rep> valid_until_{0};  // 0: no lease to watch
 };
 
 std::function<void()> mark_lost(mutex_impl& m, std::uint64_t generation, std::string reason);

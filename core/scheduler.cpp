@@ -17,7 +17,8 @@ scheduler::~scheduler() {
 }
 
 scheduler::entry_id scheduler::add(spi::lock_handle* handle, std::chrono::milliseconds interval,
-                                   std::chrono::milliseconds lease, bool keepalive, lost_fn lost, failed_fn failed) {
+                                   std::chrono::milliseconds lease, bool keepalive, lost_fn lost, failed_fn failed,
+                                   std::atomic<clock::rep>* valid_until) {
     std::lock_guard lk(mutex_);
     if (!thread_.joinable()) {
         thread_ = std::thread([this] { run(); });
@@ -26,7 +27,7 @@ scheduler::entry_id scheduler::add(spi::lock_handle* handle, std::chrono::millis
     auto now = clock::now();
     entry_id id = next_id_++;
     auto first = keepalive ? interval : lease;
-    entries_.emplace(id, entry{handle, interval, lease, keepalive, now + first, now, std::move(lost), std::move(failed)});
+    entries_.emplace(id, entry{handle, interval, lease, keepalive, now + first, now, std::move(lost), std::move(failed), valid_until});
     if (now + first < sleeping_until_) wake_.notify_all();  // due before the thread would wake anyway
     return id;
 }
@@ -108,6 +109,7 @@ void scheduler::run() {
                     e.in_flight = false;
                     e.last_ok = sent;
                     e.due = sent + e.interval;
+                    if (e.valid_until) e.valid_until->store((sent + e.lease).time_since_epoch().count());
                 } else if (r.state == st::lost || after - e.last_ok >= e.lease) {
                     std::string why =
                         r.state == st::lost ? r.message : "no successful renewal for a whole lease (" + r.message + ")";

@@ -1,9 +1,12 @@
 // One renewal thread per provider: renews every held lease at lease/3 (or the
 // backend's own keepalive interval), batches the keepalives that fall due
 // together into one backend call, and reports a loss when a keepalive says so or
-// when no keepalive has succeeded for a whole lease.
+// when no keepalive has succeeded for a whole lease. Each entry may also publish
+// the end of its lease as last confirmed (`valid_until`), so that held() turns
+// false on time even while a keepalive is stuck in the backend.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -33,8 +36,12 @@ public:
     // Keepalive `handle` every `interval`. With `keepalive == false` nothing is
     // sent: the entry only reports the loss once `lease` has passed (a lease that
     // is not renewed). `lease` bounds how long keepalives may fail before loss.
+    // `valid_until` (may be null) is set to the send time of each successful
+    // keepalive plus `lease`, in clock ticks since its epoch; the caller sets its
+    // first value. A success that comes after that time still counts: the
+    // renewals are owner-checked, so nobody else can have held the lock meanwhile.
     entry_id add(spi::lock_handle* handle, std::chrono::milliseconds interval, std::chrono::milliseconds lease,
-                 bool keepalive, lost_fn lost, failed_fn failed);
+                 bool keepalive, lost_fn lost, failed_fn failed, std::atomic<clock::rep>* valid_until = nullptr);
 
     // Removes an entry. Waits for a keepalive of it that is under way, except when
     // called on the scheduler thread itself. Unknown ids are ignored.
@@ -48,6 +55,7 @@ private:
         clock::time_point due, last_ok;
         lost_fn lost;
         failed_fn failed;
+        std::atomic<clock::rep>* valid_until;
         bool in_flight = false;  // a keepalive or callback of it is running
         bool dead = false;       // lost: erased once its callback has run
     };

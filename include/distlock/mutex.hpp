@@ -61,7 +61,11 @@ public:
 
     void unlock() noexcept;
 
-    // True while this object holds the lock and it has not been reported lost.
+    // True while this object holds the lock, it has not been reported lost, and
+    // (for a lease) the last confirmed renewal is less than a lease old. So it
+    // turns false on time even while a renewal is stuck in the network; it turns
+    // true again only if that renewal then succeeds (renewals are owner-checked:
+    // nobody else held the lock meanwhile), else on_lost follows.
     [[nodiscard]] bool held() const noexcept;
 
     // Fencing token of the current grant: strictly increasing across successive

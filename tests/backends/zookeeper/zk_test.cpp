@@ -238,6 +238,12 @@ TEST_CASE("a lock node deleted right after the grant is reported lost by the fir
     REQUIRE(raw.remove(lock_dir(name) + "/" + kids[0]) == ZOK);
     const bool before_first_keepalive = clk::now() - granted < a.default_lease() / 3 - 100ms;
     REQUIRE(eventually([&] { return !holder.held(); }, 10s));
+    REQUIRE(eventually(
+        [&] {
+            std::lock_guard lk(m);
+            return !reasons.empty();
+        },
+        5s));  // on_lost runs just after
     std::lock_guard lk(m);
     REQUIRE(reasons.size() == 1);
     INFO(reasons[0]);
