@@ -27,8 +27,12 @@ scheduler::entry_id scheduler::add(spi::lock_handle* handle, std::chrono::millis
     auto now = clock::now();
     entry_id id = next_id_++;
     auto first = keepalive ? interval : lease;
-    entries_.emplace(id, entry{handle, interval, lease, keepalive, now + first, now, std::move(lost), std::move(failed), valid_until});
-    if (now + first < sleeping_until_) wake_.notify_all();  // due before the thread would wake anyway
+    idle_wait_ = std::min<clock::duration>(idle_wait_, std::max<clock::duration>(first / 2, std::chrono::milliseconds{10}));
+    entries_.emplace(id, entry{handle, interval, lease, keepalive, now + first, now, std::move(lost), std::move(failed),
+                               valid_until});
+    // Wake the thread only when the entry falls due before it would wake anyway:
+    // a lock taken and released within half an interval costs no wake-up.
+    if (now + first < sleeping_until_) wake_.notify_all();
     return id;
 }
 
@@ -81,9 +85,10 @@ void scheduler::run() {
             }
         }
         if (batch.empty() && calls.empty()) {
-            sleeping_until_ = next;
-            if (next == clock::time_point::max()) wake_.wait(lk);
-            else wake_.wait_until(lk, next);
+            // With nothing due, wake up now and then all the same (half the
+            // shortest interval seen), so that add() need not wake the thread.
+            sleeping_until_ = std::min(next, now + idle_wait_);
+            wake_.wait_until(lk, sleeping_until_);
             sleeping_until_ = clock::time_point::min();
             continue;
         }

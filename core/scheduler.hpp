@@ -68,6 +68,7 @@ private:
     entry_id next_id_ = 1;
     bool stop_ = false;
     clock::time_point sleeping_until_ = clock::time_point::min();  // when the thread waits, until when
+    clock::duration idle_wait_ = std::chrono::seconds{1};             // longest sleep with nothing due
     std::thread thread_;
     std::thread::id thread_id_;
 };

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -20,28 +21,52 @@ namespace {
 struct settings {
     std::string backend = "file:///tmp/distlock-bench";
     std::string mode = "uncontended";
-    int threads = 1, processes = 1, floor_samples = 200;
+    int threads = 1, processes = 1, floor_samples = 200;  // floor_samples: contended mode, before the run
     double seconds = 5;
     bool json = false, quiet = false;
 };
 
+// The floor is measured beside the cycles, under the same load: uncontended, each
+// thread takes one round trip after each of its cycles (so every cycle has a
+// floor sample taken next to it); contended, one more thread takes a round trip
+// every 2 ms while the others contend (interleaving would change the contention).
 std::string worker(const settings& s, const std::string& run_id, int index) {
     auto locks = connect(s.backend);
-    std::vector<double> floor;
-    for (int i = 0; i < s.floor_samples; ++i) {
+    auto round_trip_us = [&]() -> std::optional<double> {
         auto rtt = locks.round_trip();
-        if (!rtt) break;
-        floor.push_back(std::chrono::duration<double, std::micro>(*rtt).count());
-    }
+        if (!rtt) return std::nullopt;
+        return std::chrono::duration<double, std::micro>(*rtt).count();
+    };
+    const bool has_floor = round_trip_us().has_value();  // also warms the connection up
     const bool contended = s.mode == "contended";
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(s.seconds);
     std::mutex mu;
-    std::vector<double> cycles;
+    std::vector<double> cycles, floor;
     std::string failure;
     std::vector<std::thread> pool;
+    auto fail = [&](const std::exception& e) {
+        std::lock_guard lk(mu);
+        failure = e.what();
+    };
+    if (has_floor && contended) {
+        pool.emplace_back([&] {
+            std::vector<double> mine;
+            try {
+                for (int i = 0; i < s.floor_samples; ++i) mine.push_back(*round_trip_us());
+                while (std::chrono::steady_clock::now() < until) {
+                    mine.push_back(*round_trip_us());
+                    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+                }
+            } catch (const std::exception& e) {
+                fail(e);
+            }
+            std::lock_guard lk(mu);
+            floor.insert(floor.end(), mine.begin(), mine.end());
+        });
+    }
     for (int t = 0; t < s.threads; ++t) {
         pool.emplace_back([&, t] {
-            std::vector<double> mine;
+            std::vector<double> mine, rtts;
             try {
                 auto name = contended ? "bench:" + run_id
                                       : "bench:" + run_id + ":" + std::to_string(index) + ":" + std::to_string(t);
@@ -51,13 +76,14 @@ std::string worker(const settings& s, const std::string& run_id, int index) {
                     m.lock();
                     m.unlock();
                     mine.push_back(ms_since(t0) * 1000);
+                    if (has_floor && !contended) rtts.push_back(*round_trip_us());
                 }
             } catch (const std::exception& e) {
-                std::lock_guard lk(mu);
-                failure = e.what();
+                fail(e);
             }
             std::lock_guard lk(mu);
             cycles.insert(cycles.end(), mine.begin(), mine.end());
+            floor.insert(floor.end(), rtts.begin(), rtts.end());
         });
     }
     for (auto& th : pool) th.join();
@@ -131,7 +157,9 @@ void add_bench(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--threads,-t", s->threads, "Threads per process")->capture_default_str();
     cmd->add_option("--processes,-p", s->processes, "Processes")->capture_default_str();
     cmd->add_option("--seconds", s->seconds, "Duration of the measurement")->capture_default_str();
-    cmd->add_option("--floor-samples", s->floor_samples, "Round trips measured for the floor (per process)")
+    cmd->add_option("--floor-samples", s->floor_samples,
+                    "Contended mode: round trips measured for the floor before the run (per process); more are taken"
+                    " every 2 ms during it. Uncontended, each cycle is followed by one")
         ->capture_default_str();
     cmd->add_flag("--json", s->json, "Print one JSON object");
     cmd->add_flag("--quiet,-q", s->quiet, "No progress on stderr");
