@@ -1,20 +1,17 @@
 // The lock contract of DESIGN.md, proved against one backend URL per run.
 // Cases tagged [needs:<feature>] are excluded (and listed as not applicable)
 // when the backend declares that feature unsupported, with its reason.
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "child_process.hpp"
 #include "distlock/distlock.hpp"
 #include "distlock/spi/backend.hpp"
 #include "distlock/testing.hpp"
@@ -22,6 +19,7 @@
 
 using namespace std::chrono_literals;
 using distlock::test::backend_url;
+using distlock::test::child_process;
 using distlock::test::eventually;
 using distlock::test::unique_name;
 using clk = std::chrono::steady_clock;
@@ -32,56 +30,11 @@ distlock::provider connect_under_test() { return distlock::connect(backend_url()
 
 std::chrono::milliseconds lease_of(const distlock::provider& p) { return p.default_lease(); }
 
-// A child process running distlock-conformance-helper, its stdout on a pipe.
-class child {
-public:
-    explicit child(const std::vector<std::string>& args) {
-        int fds[2];
-        REQUIRE(::pipe(fds) == 0);
-        std::string exe = distlock::test::exe_dir() + "/distlock-conformance-helper";
-        pid_ = ::fork();
-        REQUIRE(pid_ >= 0);
-        if (pid_ == 0) {
-            ::dup2(fds[1], 1);
-            ::close(fds[0]);
-            ::close(fds[1]);
-            std::vector<char*> argv{const_cast<char*>(exe.c_str())};
-            for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-            argv.push_back(nullptr);
-            ::execv(exe.c_str(), argv.data());
-            ::_exit(127);
-        }
-        ::close(fds[1]);
-        out_ = ::fdopen(fds[0], "r");
-    }
-    ~child() {
-        if (pid_ > 0) {
-            ::kill(pid_, SIGKILL);
-            ::waitpid(pid_, nullptr, 0);
-        }
-        if (out_) std::fclose(out_);
-    }
-    std::string read_line() {
-        char buf[256];
-        if (!std::fgets(buf, sizeof buf, out_)) return {};
-        return buf;
-    }
-    int wait_exit() {
-        int status = 0;
-        ::waitpid(pid_, &status, 0);
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-    void kill_hard() {
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, nullptr, 0);
-        pid_ = -1;
-    }
-
-private:
-    pid_t pid_ = -1;
-    std::FILE* out_ = nullptr;
-};
+// distlock-conformance-helper (beside this binary) with `args`, its stdout on a pipe.
+std::unique_ptr<child_process> run_helper(std::vector<std::string> args) {
+    args.insert(args.begin(), distlock::test::beside_test("distlock-conformance-helper"));
+    return std::make_unique<child_process>(args);
+}
 
 std::string temp_dir() {
     auto dir = std::filesystem::temp_directory_path() / ("distlock-conf-" + distlock::spi::random_token().substr(0, 8));
@@ -148,10 +101,9 @@ TEST_CASE("processes increment a shared counter file exactly", "[contract][exclu
     const auto file = dir + "/counter";
     { std::ofstream(file) << 0 << '\n'; }
     constexpr int procs = 3, rounds = 20;
-    std::vector<std::unique_ptr<child>> kids;
+    std::vector<std::unique_ptr<child_process>> kids;
     for (int i = 0; i < procs; ++i)
-        kids.push_back(std::make_unique<child>(
-            std::vector<std::string>{"count", backend_url(), name, file, std::to_string(rounds)}));
+        kids.push_back(run_helper({"count", backend_url(), name, file, std::to_string(rounds)}));
     for (auto& k : kids) CHECK(k->wait_exit() == 0);
     long total = -1;
     std::ifstream(file) >> total;
@@ -302,13 +254,13 @@ TEST_CASE("a holder killed with SIGKILL is released and a waiter proceeds",
           "[contract][crash][needs:cross_process][needs:crash_release]") {
     auto p = connect_under_test();
     const auto name = unique_name("crash");
-    child holder({"hold", backend_url(), name});
-    auto line = holder.read_line();
+    auto holder = run_helper({"hold", backend_url(), name});
+    auto line = holder->read_line(120s);
     REQUIRE(line.rfind("locked", 0) == 0);
     std::uint64_t dead_token = std::stoull(line.substr(7));
     auto waiter = p.mutex(name);
     CHECK_FALSE(waiter.try_lock());
-    holder.kill_hard();
+    holder->kill_hard();
     auto bound = p.caps().crash_release_bound + lease_of(p) + 10s;
     auto t0 = clk::now();
     REQUIRE(waiter.try_lock_for(bound));

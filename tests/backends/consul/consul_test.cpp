@@ -5,15 +5,13 @@
 // emulator.
 #include <nlohmann/json.hpp>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
-#include <cstdio>
 #include <mutex>
 #include <thread>
 
+#include "child_process.hpp"
 #include "distlock/distlock.hpp"
 #include "distlock/spi/url.hpp"
 #include "distlock/testing.hpp"
@@ -84,43 +82,24 @@ private:
 // A private emulator with its own flags, on a free port.
 class private_emulator {
 public:
-    explicit private_emulator(std::vector<std::string> flags) {
-        int fds[2];
-        REQUIRE(::pipe(fds) == 0);
-        pid_ = ::fork();
-        REQUIRE(pid_ >= 0);
-        if (pid_ == 0) {
-            ::dup2(fds[1], 1);
-            ::close(fds[0]);
-            ::close(fds[1]);
-            std::vector<std::string> args{"/usr/bin/python3", DISTLOCK_CONSUL_EMULATOR, "--port", "0"};
-            args.insert(args.end(), flags.begin(), flags.end());
-            std::vector<char*> argv;
-            for (auto& a : args) argv.push_back(a.data());
-            argv.push_back(nullptr);
-            ::execv(argv[0], argv.data());
-            ::_exit(127);
-        }
-        ::close(fds[1]);
-        out_ = ::fdopen(fds[0], "r");
-        char line[256] = {};
-        REQUIRE(std::fgets(line, sizeof line, out_) != nullptr);
-        std::string s(line);
+    explicit private_emulator(const std::vector<std::string>& flags) : proc_(argv_with(flags)) {
+        auto s = proc_.read_line(30s);  // "consul-emulator listening on HOST:PORT"
+        INFO("emulator said '" << s << "'");
+        REQUIRE_FALSE(s.empty());
         auto colon = s.rfind(':');
         REQUIRE(colon != std::string::npos);
         port_ = std::stoi(s.substr(colon + 1));
     }
-    ~private_emulator() {
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, nullptr, 0);
-        if (out_) std::fclose(out_);
-    }
     std::string base() const { return "consul://127.0.0.1:" + std::to_string(port_); }
-    void signal(int sig) const { ::kill(pid_, sig); }
+    void signal(int sig) { proc_.signal(sig); }
 
 private:
-    pid_t pid_ = -1;
-    std::FILE* out_ = nullptr;
+    static std::vector<std::string> argv_with(const std::vector<std::string>& flags) {
+        std::vector<std::string> argv{"/usr/bin/python3", DISTLOCK_CONSUL_EMULATOR, "--port", "0"};
+        argv.insert(argv.end(), flags.begin(), flags.end());
+        return argv;
+    }
+    distlock::test::child_process proc_;
     int port_ = 0;
 };
 

@@ -4,19 +4,18 @@
 // DISTLOCK_TEST_<DIALECT>_<STRATEGY>_URL.
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
-#include <cstdio>
+#include <ctime>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "child_process.hpp"
 #include "distlock/distlock.hpp"
 #include "distlock/spi/backend.hpp"
 #include "distlock/testing.hpp"
@@ -127,52 +126,18 @@ std::int64_t holder_session(raw_sql& db, const std::string& strategy, const std:
     return std::stoll(*id);
 }
 
-// A child process (the probe helper, optionally under the clock-skew shim),
+// The probe helper under the clock-skew shim, its clock `skew_seconds` off,
 // its stdout on a pipe.
-class child {
-public:
-    child(const std::vector<std::string>& args, long skew_seconds) {
-        int fds[2];
-        REQUIRE(::pipe(fds) == 0);
-        pid_ = ::fork();
-        REQUIRE(pid_ >= 0);
-        if (pid_ == 0) {
-            ::dup2(fds[1], 1);
-            ::close(fds[0]);
-            ::close(fds[1]);
-            ::setenv("DISTLOCK_SKEW_SECONDS", std::to_string(skew_seconds).c_str(), 1);
-            ::setenv("LD_PRELOAD", DISTLOCK_SQL_SKEW_SHIM, 1);
-            // Under -DDISTLOCK_SANITIZE=address the shim comes before the ASan runtime.
-            std::string asan = distlock::test::env("ASAN_OPTIONS");
-            ::setenv("ASAN_OPTIONS", ("verify_asan_link_order=0" + (asan.empty() ? "" : ":" + asan)).c_str(), 1);
-            std::vector<char*> argv{const_cast<char*>(DISTLOCK_SQL_PROBE)};
-            for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-            argv.push_back(nullptr);
-            ::execv(DISTLOCK_SQL_PROBE, argv.data());
-            ::_exit(127);
-        }
-        ::close(fds[1]);
-        out_ = ::fdopen(fds[0], "r");
-    }
-    ~child() {
-        if (pid_ > 0) {
-            ::kill(pid_, SIGKILL);
-            ::waitpid(pid_, nullptr, 0);
-        }
-        if (out_) std::fclose(out_);
-    }
-    std::string read_line() {
-        char buf[512];
-        if (!std::fgets(buf, sizeof buf, out_)) return {};
-        std::string line(buf);
-        while (!line.empty() && line.back() == '\n') line.pop_back();
-        return line;
-    }
-
-private:
-    pid_t pid_ = -1;
-    std::FILE* out_ = nullptr;
-};
+distlock::test::child_process skewed_probe(const std::vector<std::string>& args, long skew_seconds) {
+    std::vector<std::string> argv{DISTLOCK_SQL_PROBE};
+    argv.insert(argv.end(), args.begin(), args.end());
+    // Under -DDISTLOCK_SANITIZE=address the shim comes before the ASan runtime.
+    const auto asan = distlock::test::env("ASAN_OPTIONS");
+    return distlock::test::child_process(
+        argv, {.env = {{"DISTLOCK_SKEW_SECONDS", std::to_string(skew_seconds)},
+                       {"LD_PRELOAD", DISTLOCK_SQL_SKEW_SHIM},
+                       {"ASAN_OPTIONS", "verify_asan_link_order=0" + (asan.empty() ? "" : ":" + asan)}}});
+}
 
 // A loopback TCP port that accepts connections (the kernel completes the
 // handshake) but never answers: a server that is stopped (SIGSTOP) or hung.
@@ -313,8 +278,8 @@ TEST_CASE("lease expiry follows the server's clock: a client with a skewed clock
             REQUIRE(holder.try_lock());
             {
                 // An hour ahead: by its own clock our 2 s lease ended long ago.
-                child ahead({url, name, "try"}, 3600);
-                auto line = ahead.read_line();
+                auto ahead = skewed_probe({url, name, "try"}, 3600);
+                auto line = ahead.read_line(60s);
                 INFO("probe said: " << line);
                 REQUIRE(line.find(' ') != std::string::npos);
                 const long probe_time = std::stol(line.substr(0, line.find(' ')));
@@ -326,8 +291,8 @@ TEST_CASE("lease expiry follows the server's clock: a client with a skewed clock
             {
                 // An hour behind, holding without renewal: by its clock the lease
                 // lasts an hour more; the server ends it after 2 s all the same.
-                child behind({url, name, "hold-no-renew"}, -3600);
-                auto line = behind.read_line();
+                auto behind = skewed_probe({url, name, "hold-no-renew"}, -3600);
+                auto line = behind.read_line(60s);
                 INFO("probe said: " << line);
                 REQUIRE(line.find(" locked ") != std::string::npos);
                 CHECK(std::time(nullptr) - std::stol(line.substr(0, line.find(' '))) > 3500);

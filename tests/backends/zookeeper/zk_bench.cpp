@@ -13,7 +13,6 @@
 // round that is not counted), so that the machine's load hits them alike.
 //   distlock -> distlock handoff      from the holder's unlock() call to the waiter's lock() return
 //   distlock -> Curator handoff       from distlock's unlock() call to Curator's "locked" line
-#include <fcntl.h>
 #include <zookeeper/zookeeper.h>
 
 #include <algorithm>
@@ -25,11 +24,14 @@
 #include <mutex>
 #include <numeric>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
+#include "child_process.hpp"
 #include "distlock/distlock.hpp"
 #include "distlock/spi/backend.hpp"
+#include "support.hpp"
 #include "zk_names.hpp"
 #include "zk_support.hpp"
 
@@ -77,51 +79,25 @@ struct bare_session {
     ~bare_session() { zookeeper_close(zh); }
 };
 
-// A CuratorLock.java process (see tests/interop/curator).
+// A CuratorLock.java process (see tests/interop/curator): it says "ready" once
+// started, and "quit" ends it.
 class curator_peer {
 public:
-    curator_peer(const std::string& classpath, const std::string& hosts, const std::string& path) {
-        int in[2], out[2];
-        if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
-        pid_ = ::fork();
-        if (pid_ == 0) {
-            ::dup2(in[0], 0);
-            ::dup2(out[1], 1);
-            ::execlp("java", "java", "-Xmx256m", "-cp", classpath.c_str(), "CuratorLock", hosts.c_str(), path.c_str(),
-                     "10000", static_cast<char*>(nullptr));
-            ::_exit(127);
-        }
-        ::close(in[0]);
-        ::close(out[1]);
-        to_ = ::fdopen(in[1], "w");
-        from_ = ::fdopen(out[0], "r");
+    curator_peer(const std::string& classpath, const std::string& hosts, const std::string& path)
+        : proc_({"java", "-Xmx256m", "-cp", classpath, "CuratorLock", hosts, path, "10000"}, {.stdin_pipe = true}) {
         if (line() != "ready") throw std::runtime_error("CuratorLock did not start");
     }
     ~curator_peer() {
         say("quit");
-        std::fclose(to_);
-        ::waitpid(pid_, nullptr, 0);
-        std::fclose(from_);
+        proc_.close_input();
+        proc_.wait_exit_for(60s);  // then proc_'s destructor kills it
     }
-    void say(const std::string& s) {
-        std::fputs((s + "\n").c_str(), to_);
-        std::fflush(to_);
-    }
-    std::string line() {  // any length
-        std::string l;
-        char buf[4096];
-        while (std::fgets(buf, sizeof buf, from_)) {
-            l += buf;
-            if (!l.empty() && l.back() == '\n') break;
-        }
-        while (!l.empty() && l.back() == '\n') l.pop_back();
-        return l;
-    }
+    void say(const std::string& s) { proc_.say(s); }
+    // The next line, or "" when none came in 5 minutes (a JIT warm-up takes a while).
+    std::string line() { return proc_.read_line(5min); }
 
 private:
-    pid_t pid_ = -1;
-    std::FILE* to_ = nullptr;
-    std::FILE* from_ = nullptr;
+    distlock::test::child_process proc_;
 };
 
 }  // namespace

@@ -1,19 +1,24 @@
 // zk:// against the three-server ensemble (DISTLOCK_TEST_ZK_ENSEMBLE_URL and
 // DISTLOCK_TEST_ZK_ENSEMBLE_CTL from integration/backends.sh up zk-ensemble):
 // the leader is killed while the lock is held and contended.
+#include <signal.h>
+
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
 
+#include "child_process.hpp"
 #include "distlock/distlock.hpp"
 #include "support.hpp"
 #include "zk_support.hpp"
 
 using namespace std::chrono_literals;
 using clk = std::chrono::steady_clock;
+using distlock::test::child_process;
 using distlock::test::eventually;
 using distlock::test::unique_name;
 
@@ -192,17 +197,17 @@ TEST_CASE("on the ensemble, a holder frozen past its session timeout is told it 
     auto p = distlock::connect(url());
     const auto session = p.default_lease();
     const auto name = unique_name("frozen-ensemble");
-    zk_test::child holder("distlock-zk-helper", {"hold", url(), name});
+    child_process holder({distlock::test::beside_test("distlock-zk-helper"), "hold", url(), name});
     auto line = holder.read_line(10s);
     REQUIRE(line.rfind("locked ", 0) == 0);
     const std::uint64_t frozen_token = std::stoull(line.substr(7));
-    REQUIRE(::kill(holder.pid(), SIGSTOP) == 0);
+    REQUIRE(holder.signal(SIGSTOP));
     // The quorum expires the silent session (a closeSession transaction) and the
     // lock moves on, with a higher czxid.
     auto next = p.mutex(name);
     REQUIRE(next.try_lock_for(session * 3 + 5s));
     CHECK(next.token() > frozen_token);
-    REQUIRE(::kill(holder.pid(), SIGCONT) == 0);
+    REQUIRE(holder.signal(SIGCONT));
     auto lost = holder.read_line(session * 2 + 3s);
     INFO("holder said: " << lost);
     CHECK(lost.rfind("lost ", 0) == 0);

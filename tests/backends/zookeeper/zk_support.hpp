@@ -1,22 +1,14 @@
-// Helpers of the ZooKeeper tests: the test URL's parts, a child process with a
-// line reader that times out, and the server's four-letter-word commands.
+// Helpers of the ZooKeeper tests: the test URL's parts and the server's
+// four-letter-word commands. (Child processes: child_process.hpp.)
 #pragma once
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
-#include <cstdio>
-#include <stdexcept>
 #include <string>
-#include <vector>
-
-#include "support.hpp"
 
 namespace zk_test {
 
@@ -70,73 +62,5 @@ inline long number_after(const std::string& text, const std::string& key) {
         return -1;
     }
 }
-
-// A child process (a program beside the test binary), stdout on a pipe.
-class child {
-public:
-    child(const std::string& program, const std::vector<std::string>& args) {
-        int fds[2];
-        if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
-        std::string exe = distlock::test::exe_dir() + "/" + program;
-        pid_ = ::fork();
-        if (pid_ < 0) throw std::runtime_error("fork failed");
-        if (pid_ == 0) {
-            ::dup2(fds[1], 1);
-            ::close(fds[0]);
-            ::close(fds[1]);
-            std::vector<char*> argv{const_cast<char*>(exe.c_str())};
-            for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-            argv.push_back(nullptr);
-            ::execv(exe.c_str(), argv.data());
-            ::_exit(127);
-        }
-        ::close(fds[1]);
-        fd_ = fds[0];
-    }
-    ~child() {
-        if (pid_ > 0) {
-            ::kill(pid_, SIGKILL);
-            ::kill(pid_, SIGCONT);
-            ::waitpid(pid_, nullptr, 0);
-        }
-        if (fd_ >= 0) ::close(fd_);
-    }
-    child(const child&) = delete;
-    child& operator=(const child&) = delete;
-
-    pid_t pid() const { return pid_; }
-
-    // The next line (without '\n'), or "" after `limit` or at end of output.
-    std::string read_line(std::chrono::milliseconds limit) {
-        auto until = std::chrono::steady_clock::now() + limit;
-        for (;;) {
-            if (auto nl = buf_.find('\n'); nl != std::string::npos) {
-                auto line = buf_.substr(0, nl);
-                buf_.erase(0, nl + 1);
-                return line;
-            }
-            auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
-            if (left.count() <= 0) return {};
-            pollfd p{fd_, POLLIN, 0};
-            if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-            char chunk[512];
-            auto n = ::read(fd_, chunk, sizeof chunk);
-            if (n <= 0) return {};
-            buf_.append(chunk, static_cast<std::size_t>(n));
-        }
-    }
-
-    int wait_exit() {
-        int status = 0;
-        ::waitpid(pid_, &status, 0);
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-
-private:
-    pid_t pid_ = -1;
-    int fd_ = -1;
-    std::string buf_;
-};
 
 }  // namespace zk_test

@@ -1,6 +1,7 @@
 // ZooKeeper-specific tests of zk:// against the standalone server
 // (DISTLOCK_TEST_ZK_URL, DISTLOCK_TEST_ZK_4LW from integration/backends.sh up zookeeper).
 // The server side is inspected with the ZooKeeper C client directly.
+#include <signal.h>
 #include <zookeeper/zookeeper.h>
 
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <regex>
 #include <thread>
 
+#include "child_process.hpp"
 #include "distlock/distlock.hpp"
 #include "distlock/spi/backend.hpp"
 #include "distlock/testing.hpp"
@@ -21,6 +23,7 @@
 
 using namespace std::chrono_literals;
 using clk = std::chrono::steady_clock;
+using distlock::test::child_process;
 using distlock::test::eventually;
 using distlock::test::unique_name;
 namespace zkb = distlock::backends::zookeeper;
@@ -122,12 +125,12 @@ TEST_CASE("a holder frozen with SIGSTOP past its session timeout is told it lost
     INFO("session timeout " << session.count() << " ms");
     REQUIRE(session <= 4s);
     const auto name = unique_name("frozen");
-    zk_test::child holder("distlock-zk-helper", {"hold", url(), name});
+    child_process holder({distlock::test::beside_test("distlock-zk-helper"), "hold", url(), name});
     auto line = holder.read_line(10s);
     REQUIRE(line.rfind("locked ", 0) == 0);
     const std::uint64_t frozen_token = std::stoull(line.substr(7));
 
-    REQUIRE(::kill(holder.pid(), SIGSTOP) == 0);
+    REQUIRE(holder.signal(SIGSTOP));
     auto stopped_at = clk::now();
     // The server expires the silent session and deletes its node; the lock is free.
     auto next = p.mutex(name);
@@ -137,7 +140,7 @@ TEST_CASE("a holder frozen with SIGSTOP past its session timeout is told it lost
     CHECK(freed_after >= session - 300ms);  // not before the session could expire
     CHECK(next.token() > frozen_token);
 
-    REQUIRE(::kill(holder.pid(), SIGCONT) == 0);
+    REQUIRE(holder.signal(SIGCONT));
     auto resumed_at = clk::now();
     auto lost = holder.read_line(session * 2 + 3s);
     auto told_after = clk::now() - resumed_at;
@@ -164,7 +167,7 @@ TEST_CASE("a waiter frozen past its session timeout drops out of the queue and q
     const auto name = unique_name("frozen-waiter");
     auto holder = a.mutex(name);
     holder.lock();
-    zk_test::child waiter("distlock-zk-helper", {"hold", url(), name});  // queued second
+    child_process waiter({distlock::test::beside_test("distlock-zk-helper"), "hold", url(), name});  // queued second
     REQUIRE(eventually([&] { return raw.children(lock_dir(name)).size() == 2; }, 10s));
     std::atomic<bool> third_got{false};
     std::uint64_t third_token = 0;
@@ -176,7 +179,7 @@ TEST_CASE("a waiter frozen past its session timeout drops out of the queue and q
         }
     });
     REQUIRE(eventually([&] { return raw.children(lock_dir(name)).size() == 3; }, 10s));  // queued third
-    REQUIRE(::kill(waiter.pid(), SIGSTOP) == 0);
+    REQUIRE(waiter.signal(SIGSTOP));
     const auto frozen_at = clk::now();
     holder.unlock();  // the frozen waiter is first now, and cannot take it
     t.join();
@@ -185,7 +188,7 @@ TEST_CASE("a waiter frozen past its session timeout drops out of the queue and q
     INFO("the third got the lock " << std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()
                                    << " ms after the freeze");
     CHECK(waited >= session - 300ms);  // only once the frozen waiter's session expired
-    REQUIRE(::kill(waiter.pid(), SIGCONT) == 0);
+    REQUIRE(waiter.signal(SIGCONT));
     // The resumed waiter finds its session expired, queues again with a new one,
     // and gets the lock once the third releases it.
     CHECK(waiter.read_line(1s).empty());

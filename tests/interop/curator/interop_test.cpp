@@ -2,10 +2,6 @@
 // same lock path on the standalone server: exclusion holds both ways, each gets
 // the lock after the other releases, and they share one FIFO queue. python3-kazoo's
 // Lock is tried too, with and without extra_lock_patterns=["-lock-"].
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -13,6 +9,7 @@
 #include <fstream>
 #include <thread>
 
+#include "child_process.hpp"
 #include "distlock/distlock.hpp"
 #include "support.hpp"
 #include "zk_raw.hpp"
@@ -27,74 +24,24 @@ namespace {
 std::string url() { return distlock::test::env("DISTLOCK_TEST_ZK_URL"); }
 std::string lock_path(const std::string& name) { return zk_test::base_of(url()) + "/" + name; }
 
-// A peer process speaking the line protocol of CuratorLock.java / kazoo_lock.py.
+// A peer process speaking the line protocol of CuratorLock.java / kazoo_lock.py:
+// it says "ready" once started, and "quit" ends it.
 class peer {
 public:
-    explicit peer(std::vector<std::string> argv) {
-        int in[2], out[2];
-        REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
-        REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
-        pid_ = ::fork();
-        REQUIRE(pid_ >= 0);
-        if (pid_ == 0) {
-            ::dup2(in[0], 0);
-            ::dup2(out[1], 1);
-            std::vector<char*> args;
-            for (auto& a : argv) args.push_back(a.data());
-            args.push_back(nullptr);
-            ::execvp(args[0], args.data());
-            ::_exit(127);
-        }
-        ::close(in[0]);
-        ::close(out[1]);
-        to_ = in[1];
-        from_ = out[0];
+    explicit peer(const std::vector<std::string>& argv) : proc_(argv, {.stdin_pipe = true}) {
         auto hello = read_line(30s);
         INFO("peer " << argv[0] << " said '" << hello << "'");
         REQUIRE(hello == "ready");
     }
     ~peer() {
-        say("quit");
-        ::close(to_);
-        for (int i = 0; i < 50; ++i) {
-            if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
-                pid_ = -1;
-                break;
-            }
-            std::this_thread::sleep_for(100ms);
-        }
-        if (pid_ > 0) {
-            ::kill(pid_, SIGKILL);
-            ::waitpid(pid_, nullptr, 0);
-        }
-        ::close(from_);
+        proc_.say("quit");
+        proc_.close_input();
+        proc_.wait_exit_for(5s);  // then proc_'s destructor kills it
     }
-    peer(const peer&) = delete;
-    peer& operator=(const peer&) = delete;
 
-    void say(const std::string& line) {
-        auto text = line + "\n";
-        (void)!::write(to_, text.data(), text.size());
-    }
+    void say(const std::string& line) { proc_.say(line); }
     // The next line, or "" when nothing came within `limit`.
-    std::string read_line(std::chrono::milliseconds limit) {
-        auto until = std::chrono::steady_clock::now() + limit;
-        for (;;) {
-            if (auto nl = buf_.find('\n'); nl != std::string::npos) {
-                auto line = buf_.substr(0, nl);
-                buf_.erase(0, nl + 1);
-                return line;
-            }
-            auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
-            if (left.count() <= 0) return {};
-            pollfd p{from_, POLLIN, 0};
-            if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-            char chunk[512];
-            auto n = ::read(from_, chunk, sizeof chunk);
-            if (n <= 0) return {};
-            buf_.append(chunk, static_cast<std::size_t>(n));
-        }
-    }
+    std::string read_line(std::chrono::milliseconds limit) { return proc_.read_line(limit); }
     std::string ask(const std::string& line, std::chrono::milliseconds limit = 20s) {
         say(line);
         return read_line(limit);
@@ -102,9 +49,7 @@ public:
     static std::uint64_t token_of(const std::string& locked_line) { return std::stoull(locked_line.substr(7)); }
 
 private:
-    pid_t pid_ = -1;
-    int to_ = -1, from_ = -1;
-    std::string buf_;
+    distlock::test::child_process proc_;
 };
 
 std::unique_ptr<peer> curator(const std::string& name) {
