@@ -58,7 +58,6 @@ class backend;
 class handle final : public spi::lock_handle {
 public:
     handle(backend& b, const spi::lock_request& r);
-    ~handle() override { stop_monitor(); }
     std::optional<std::uint64_t> acquire(spi::deadline until) override;
     void release() override;
     std::chrono::milliseconds keepalive_interval() const override {
@@ -69,9 +68,8 @@ public:
 
 private:
     std::optional<std::uint64_t> wait_and_acquire(spi::deadline until);
-    void start_monitor(std::uint64_t index, ms delay);
+    http::request monitor_request(std::uint64_t index) const;
     void on_monitor(http::transfer_result r);
-    void stop_monitor() noexcept;
     void destroy_session() noexcept;
 
     backend& backend_;
@@ -80,10 +78,8 @@ private:
     std::string session_;
     std::uint64_t token_ = 0;
 
-    std::mutex monitor_mutex_;  // guards the three fields below
-    bool monitoring_ = false;
-    http::loop::id monitor_ = 0;
-    std::string monitored_session_;
+    std::string monitored_session_;  // under monitor_'s lock: the session that holds the key
+    http::monitor monitor_;          // last: stopped before the fields its callbacks use go
 };
 
 class backend final : public spi::backend {
@@ -257,7 +253,11 @@ private:
 // ---- handle ------------------------------------------------------------------------
 
 handle::handle(backend& b, const spi::lock_request& r)
-    : backend_(b), request_(r), key_(b.key_of(r.name)), target_(backend::key_target(key_)) {}
+    : backend_(b),
+      request_(r),
+      key_(b.key_of(r.name)),
+      target_(backend::key_target(key_)),
+      monitor_(b.events(), nullptr, [this](http::transfer_result t) { on_monitor(std::move(t)); }) {}
 
 std::optional<std::uint64_t> handle::acquire(spi::deadline until) {
     session_ = backend_.create_session(request_.lease, request_.name);
@@ -335,21 +335,20 @@ std::optional<std::uint64_t> handle::wait_and_acquire(spi::deadline until) {
             continue;
         }
         token_ = mine.modify_index;
-        start_monitor(mine.index, 0ms);
+        auto rq = monitor_request(mine.index);
+        auto lk = monitor_.lock();
+        monitored_session_ = session_;
+        monitor_.start(lk, std::move(rq));
         return token_;
     }
 }
 
-void handle::start_monitor(std::uint64_t index, ms delay) {
-    std::lock_guard lk(monitor_mutex_);
-    monitoring_ = true;
-    monitored_session_ = session_;
+// The monitor's blocking query on the key: answered once its index passes `index`.
+http::request handle::monitor_request(std::uint64_t index) const {
     const ms wait = kMaxBlockingWait;
-    auto rq = backend::get(target_ + "?index=" + std::to_string(std::max<std::uint64_t>(1, index)) + "&wait=" +
-                               std::to_string(wait.count()) + "ms",
-                           wait + wait / 16 + backend_.client().opts().request_timeout);
-    monitor_ = backend_.events().start(std::move(rq), nullptr, [this](http::transfer_result r) { on_monitor(std::move(r)); },
-                                       delay);
+    return backend::get(target_ + "?index=" + std::to_string(std::max<std::uint64_t>(1, index)) + "&wait=" +
+                            std::to_string(wait.count()) + "ms",
+                        wait + wait / 16 + backend_.client().opts().request_timeout);
 }
 
 // On the loop thread: the key changed, or the blocking query timed out/failed.
@@ -360,8 +359,8 @@ void handle::on_monitor(http::transfer_result r) {
     if (r.how == http::outcome::completed && (r.resp.status == 200 || r.resp.status == 404)) {
         try {
             entry e = backend::parse_entry(r.resp, "monitor");
-            std::lock_guard lk(monitor_mutex_);
-            if (!monitoring_) return;
+            auto lk = monitor_.lock();
+            if (!monitor_.running(lk)) return;
             if (!e.exists) lost = "lock key " + key_ + " was deleted";
             else if (e.session != monitored_session_)
                 lost = e.session.empty() ? "lock key " + key_ + " was released by the server (session invalidated)"
@@ -375,33 +374,10 @@ void handle::on_monitor(http::transfer_result r) {
         backend_.client().rotate_endpoint(r.resp.endpoint);
     }
     if (!lost.empty()) {
-        {
-            std::lock_guard lk(monitor_mutex_);
-            if (!monitoring_) return;
-            monitoring_ = false;
-            monitor_ = 0;
-        }
-        report_lost(lost);
+        if (monitor_.end()) report_lost(lost);
         return;
     }
-    std::lock_guard lk(monitor_mutex_);
-    if (!monitoring_) return;
-    const ms wait = kMaxBlockingWait;
-    auto rq = backend::get(target_ + "?index=" + std::to_string(std::max<std::uint64_t>(1, next_index)) + "&wait=" +
-                               std::to_string(wait.count()) + "ms",
-                           wait + wait / 16 + backend_.client().opts().request_timeout);
-    monitor_ = backend_.events().start(std::move(rq), nullptr, [this](http::transfer_result t) { on_monitor(std::move(t)); },
-                                       delay);
-}
-
-void handle::stop_monitor() noexcept {
-    http::loop::id id;
-    {
-        std::lock_guard lk(monitor_mutex_);
-        monitoring_ = false;
-        id = std::exchange(monitor_, 0);
-    }
-    if (id != 0) backend_.events().cancel(id);
+    monitor_.restart(monitor_request(next_index), delay);
 }
 
 void handle::destroy_session() noexcept {
@@ -415,7 +391,7 @@ void handle::destroy_session() noexcept {
 }
 
 void handle::release() {
-    stop_monitor();
+    monitor_.stop();
     if (session_.empty()) throw_error(errc::not_owner, kName, "lock '" + request_.name + "' is not held");
     bool released = false;
     std::optional<error> failure;

@@ -107,7 +107,6 @@ class backend;
 class handle final : public spi::lock_handle {
 public:
     handle(backend& b, const spi::lock_request& r);
-    ~handle() override { stop_monitor(); }
     std::optional<std::uint64_t> acquire(spi::deadline until) override;
     void release() override;
     std::chrono::milliseconds keepalive_interval() const override;
@@ -122,10 +121,9 @@ private:
     turn wait_for_turn(spi::deadline until);
     void cleanup() noexcept;
     std::uint64_t granted();
-    void start_monitor(std::int64_t from, std::chrono::milliseconds delay);
+    http::request watch_request(std::int64_t from) const;
     bool on_monitor_line(std::string_view line);
     void on_monitor_done(const http::transfer_result& r);
-    void stop_monitor() noexcept;
 
     backend& backend_;
     spi::lock_request request_;
@@ -136,11 +134,9 @@ private:
 
     // The watch of our own key while held (on the provider's loop thread): its
     // deletion is reported as a loss at once, not at the next keepalive.
-    std::mutex monitor_mutex_;  // guards the fields below
-    bool monitoring_ = false;
-    http::loop::id monitor_ = 0;
-    std::int64_t monitor_from_ = 0;  // start revision of the next watch (0 = now)
-    std::string monitor_lost_;       // why, once the watch saw our key deleted
+    std::int64_t monitor_from_ = 0;  // under monitor_'s lock: start revision of the next watch (0 = now)
+    std::string monitor_lost_;       // under monitor_'s lock: why, once the watch saw our key deleted
+    http::monitor monitor_;          // last: stopped before the fields its callbacks use go
 };
 
 class backend final : public spi::backend {
@@ -378,7 +374,11 @@ private:
 // ---- handle --------------------------------------------------------------------
 
 handle::handle(backend& b, const spi::lock_request& r)
-    : backend_(b), request_(r), dir_(b.config().prefix + "/" + http::encode_name(r.name) + "/") {}
+    : backend_(b),
+      request_(r),
+      dir_(b.config().prefix + "/" + http::encode_name(r.name) + "/"),
+      monitor_(b.events(), [this](std::string_view line) { return on_monitor_line(line); },
+               [this](http::transfer_result t) { on_monitor_done(t); }) {}
 
 std::chrono::milliseconds handle::keepalive_interval() const {
     if (!request_.auto_renew || !session_) return 0ms;
@@ -549,11 +549,17 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
 }
 
 std::uint64_t handle::granted() {
-    start_monitor(revision_ + 1, 0ms);
+    const auto from = revision_ + 1;
+    auto rq = watch_request(from);
+    auto lk = monitor_.lock();
+    monitor_from_ = from;
+    monitor_lost_.clear();
+    monitor_.start(lk, std::move(rq));
     return static_cast<std::uint64_t>(revision_);
 }
 
-void handle::start_monitor(std::int64_t from, std::chrono::milliseconds delay) {
+// The watch of our key from revision `from` (0 = now).
+http::request handle::watch_request(std::int64_t from) const {
     json create{{"key", base64_encode(key_)}};
     if (from > 0) create["start_revision"] = std::to_string(from);
     http::request rq;
@@ -561,13 +567,7 @@ void handle::start_monitor(std::int64_t from, std::chrono::milliseconds delay) {
     rq.target = "/v3/watch";
     rq.body = json{{"create_request", create}}.dump();
     rq.timeout = 60s;  // then watched again from the last revision seen
-    std::lock_guard lk(monitor_mutex_);
-    monitoring_ = true;
-    monitor_from_ = from;
-    monitor_lost_.clear();
-    monitor_ = backend_.events().start(
-        std::move(rq), [this](std::string_view line) { return on_monitor_line(line); },
-        [this](http::transfer_result r) { on_monitor_done(r); }, delay);
+    return rq;
 }
 
 // On the loop thread: one message of the watch stream.
@@ -575,7 +575,7 @@ bool handle::on_monitor_line(std::string_view line) {
     json msg = json::parse(line, nullptr, false);
     if (msg.is_discarded() || !msg.is_object() || msg.contains("error")) return false;
     const json& result = msg.contains("result") ? msg["result"] : msg;
-    std::lock_guard lk(monitor_mutex_);
+    auto lk = monitor_.lock();
     if (result.value("canceled", false)) {  // compacted past our revision: watch from now on
         monitor_from_ = 0;
         return false;
@@ -594,14 +594,11 @@ void handle::on_monitor_done(const http::transfer_result& r) {
     std::string lost;
     std::int64_t from;
     {
-        std::lock_guard lk(monitor_mutex_);
-        if (!monitoring_) return;
+        auto lk = monitor_.lock();
+        if (!monitor_.running(lk)) return;
         lost = monitor_lost_;
         from = monitor_from_;
-        if (!lost.empty()) {
-            monitoring_ = false;
-            monitor_ = 0;
-        }
+        if (!lost.empty() && !monitor_.end(lk)) return;
     }
     if (!lost.empty()) {
         report_lost(lost);
@@ -611,28 +608,7 @@ void handle::on_monitor_done(const http::transfer_result& r) {
     // again; the keepalives decide about loss while the members are unreachable.
     const bool failed = r.how == http::outcome::failed || r.resp.status != 200;
     if (failed) backend_.client().rotate_endpoint(r.resp.endpoint);
-    json create{{"key", base64_encode(key_)}};
-    if (from > 0) create["start_revision"] = std::to_string(from);
-    http::request rq;
-    rq.method = "POST";
-    rq.target = "/v3/watch";
-    rq.body = json{{"create_request", create}}.dump();
-    rq.timeout = 60s;
-    std::lock_guard lk(monitor_mutex_);
-    if (!monitoring_) return;
-    monitor_ = backend_.events().start(
-        std::move(rq), [this](std::string_view line) { return on_monitor_line(line); },
-        [this](http::transfer_result t) { on_monitor_done(t); }, failed ? 500ms : 0ms);
-}
-
-void handle::stop_monitor() noexcept {
-    http::loop::id id;
-    {
-        std::lock_guard lk(monitor_mutex_);
-        monitoring_ = false;
-        id = std::exchange(monitor_, 0);
-    }
-    if (id != 0) backend_.events().cancel(id);
+    monitor_.restart(watch_request(from), failed ? 500ms : 0ms);
 }
 
 void handle::cleanup() noexcept {
@@ -653,7 +629,7 @@ void handle::cleanup() noexcept {
 }
 
 void handle::release() {
-    stop_monitor();
+    monitor_.stop();
     if (revision_ == 0 || !session_) throw_error(errc::not_owner, kName, "lock '" + request_.name + "' is not held");
     const auto rev = std::exchange(revision_, 0);
     json reply;
