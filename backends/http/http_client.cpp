@@ -544,7 +544,8 @@ void monitor::restart(request r, std::chrono::milliseconds delay) {
 bool monitor::end(const guard&) noexcept {
     if (!running_) return false;
     running_ = false;
-    current_ = 0;
+    // current_ stays: the caller reports the loss from that transfer's callback,
+    // and stop() (unlock, the handle's destructor) must wait for it to finish.
     return true;
 }
 

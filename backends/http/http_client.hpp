@@ -224,9 +224,10 @@ public:
     [[nodiscard]] bool end() noexcept { return end(lock()); }
 
     // Ends the monitoring (the lock is released or its handle destroyed) and
-    // cancels the transfer: when it returns, no callback runs or will run, except
-    // one that called end() (it may still be reporting the loss) or the caller
-    // itself on the loop thread (see loop::cancel). Never call it holding lock().
+    // cancels the transfer: when it returns, no callback runs or will run,
+    // including one that called end() and is still reporting the loss, except
+    // when called from that callback itself on the loop thread (see
+    // loop::cancel). Never call it holding lock().
     void stop() noexcept;
 
 private:
@@ -235,7 +236,7 @@ private:
     loop::done_fn on_done_;
     std::mutex mutex_;  // guards the fields below (and the owner's state)
     bool running_ = false;
-    loop::id current_ = 0;  // the transfer under way, 0 = none
+    loop::id current_ = 0;  // the transfer under way (after end(), the one that ended it), 0 = none
 };
 
 // ---- small shared helpers ---------------------------------------------------
