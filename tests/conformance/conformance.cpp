@@ -54,23 +54,27 @@ TEST_CASE("two connections never hold the lock at once", "[contract][exclusion]"
     long counter = 0;  // deliberately not atomic: the lock must protect it
     std::atomic<int> inside{0}, max_inside{0};
     std::vector<std::thread> pool;
+    distlock::test::thread_errors errors;
     for (int t = 0; t < threads; ++t) {
         pool.emplace_back([&, t] {
-            auto m = (t % 2 == 0 ? a : b).mutex(name);
-            for (int i = 0; i < rounds; ++i) {
-                std::lock_guard guard(m);
-                int now = ++inside;
-                int seen = max_inside.load();
-                while (now > seen && !max_inside.compare_exchange_weak(seen, now)) {
+            errors.run([&] {
+                auto m = (t % 2 == 0 ? a : b).mutex(name);
+                for (int i = 0; i < rounds; ++i) {
+                    std::lock_guard guard(m);
+                    int now = ++inside;
+                    int seen = max_inside.load();
+                    while (now > seen && !max_inside.compare_exchange_weak(seen, now)) {
+                    }
+                    long v = counter;
+                    std::this_thread::sleep_for(100us);
+                    counter = v + 1;
+                    --inside;
                 }
-                long v = counter;
-                std::this_thread::sleep_for(100us);
-                counter = v + 1;
-                --inside;
-            }
+            });
         });
     }
     for (auto& th : pool) th.join();
+    CHECK(errors.all() == "");
     CHECK(max_inside.load() == 1);
     CHECK(counter == threads * rounds);
 }
@@ -80,17 +84,21 @@ TEST_CASE("threads sharing one mutex object take turns in-process", "[contract][
     auto m = p.mutex(unique_name("shared-object"));
     long counter = 0;
     std::vector<std::thread> pool;
+    distlock::test::thread_errors errors;
     for (int t = 0; t < 4; ++t) {
         pool.emplace_back([&] {
-            for (int i = 0; i < 20; ++i) {
-                std::unique_lock lk(m);
-                long v = counter;
-                std::this_thread::yield();
-                counter = v + 1;
-            }
+            errors.run([&] {
+                for (int i = 0; i < 20; ++i) {
+                    std::unique_lock lk(m);
+                    long v = counter;
+                    std::this_thread::yield();
+                    counter = v + 1;
+                }
+            });
         });
     }
     for (auto& th : pool) th.join();
+    CHECK(errors.all() == "");
     CHECK(counter == 80);
     CHECK_FALSE(m.held());
 }
@@ -153,12 +161,15 @@ TEST_CASE("a waiter gets the lock soon after release", "[contract][waiting]") {
     holder.lock();
     std::atomic<bool> got{false};
     std::uint64_t waiter_token = 0;
+    distlock::test::thread_errors errors;
     std::thread waiter([&] {
-        auto m = b.mutex(name);
-        m.lock();
-        waiter_token = m.token();
-        got = true;
-        m.unlock();
+        errors.run([&] {
+            auto m = b.mutex(name);
+            m.lock();
+            waiter_token = m.token();
+            got = true;
+            m.unlock();
+        });
     });
     std::this_thread::sleep_for(300ms);
     CHECK_FALSE(got.load());  // still waiting while held
@@ -166,6 +177,7 @@ TEST_CASE("a waiter gets the lock soon after release", "[contract][waiting]") {
     holder.unlock();
     CHECK(eventually([&] { return got.load(); }, 10s));
     waiter.join();
+    CHECK(errors.all() == "");
     if (holder_token != 0) CHECK(waiter_token > holder_token);
 }
 
@@ -217,10 +229,12 @@ TEST_CASE("a stale handle's unlock after its lock was broken never frees the nex
     // A waiter already queued when the lock is broken gets it (no need to retry).
     auto next = b.mutex(name);
     std::atomic<bool> got{false};
-    std::thread waiter([&] { got = next.try_lock_for(lease_of(b) + 10s); });
+    distlock::test::thread_errors errors;
+    std::thread waiter([&] { errors.run([&] { got = next.try_lock_for(lease_of(b) + 10s); }); });
     std::this_thread::sleep_for(200ms);
     distlock::testing::break_lock(a, name);
     waiter.join();
+    CHECK(errors.all() == "");
     REQUIRE(got.load());
     stale.unlock();
     auto third = c.mutex(name);

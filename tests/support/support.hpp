@@ -2,6 +2,8 @@
 #pragma once
 
 #include <chrono>
+#include <exception>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -45,5 +47,38 @@ bool eventually(F&& cond, std::chrono::milliseconds limit) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
 }
+
+// Runs the bodies of a test's threads: an exception (a server that stopped
+// answering under load, say) is recorded instead of ending the program, and the
+// test checks `all()` after joining them.
+class thread_errors {
+public:
+    template <class F>
+    void run(F&& body) noexcept {
+        try {
+            body();
+        } catch (const std::exception& e) {
+            add(e.what());
+        } catch (...) {
+            add("an exception that is not a std::exception");
+        }
+    }
+    // Every message, one per line; "" when no thread threw.
+    std::string all() const {
+        std::lock_guard lk(mutex_);
+        return text_;
+    }
+
+private:
+    void add(const std::string& what) noexcept {
+        try {
+            std::lock_guard lk(mutex_);
+            text_ += what + "\n";
+        } catch (...) {
+        }
+    }
+    mutable std::mutex mutex_;
+    std::string text_;
+};
 
 }  // namespace distlock::test
