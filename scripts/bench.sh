@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The server figures of docs/benchmarks.md, on this machine:
+#   scripts/bench.sh [--seconds S] [--runs N] [SERVER...]
+# For each server (default: redis redlock mysql postgres zookeeper etcd
+# consul-emulator) it starts that server alone (integration/backends.sh), so
+# that the others' background work does not load the machine, and runs
+# `distlock bench` on each of its URLs: uncontended (one thread), N runs, and
+# contended (4 processes), once. It prints one Markdown row per run; the
+# floor is measured in the same run (see README, `bench`).
+# Servers this script did not start must be stopped first (backends.sh down).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+seconds=3 runs=3 servers=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --seconds) seconds=$2; shift 2 ;;
+        --runs) runs=$2; shift 2 ;;
+        -*) echo "usage: $0 [--seconds S] [--runs N] [SERVER...]" >&2; exit 2 ;;
+        *) servers+=("$1"); shift ;;
+    esac
+done
+[ ${#servers[@]} -gt 0 ] || servers=(redis redlock mysql postgres zookeeper etcd consul-emulator)
+. scripts/lib.sh
+ensure_packages "${CORE_PACKAGES[@]}" "${BACKEND_PACKAGES[@]}"
+configure_and_build build "" distlock-cli
+if compgen -G "integration/.run/*.pids" >/dev/null; then
+    echo "servers from integration/backends.sh are running: stop them first (integration/backends.sh down)" >&2
+    exit 1
+fi
+trap 'integration/backends.sh down >/dev/null 2>&1 || true' EXIT
+
+row() {  # row SERVER MODE JSON
+    python3 -c '
+import json, sys
+j = json.loads(sys.argv[3])
+f = j["floor_rtt_us"]
+print("| %s | %s | %s | %.0f | %.1f | %.0f | %s | %s |" % (sys.argv[1], j["backend"], sys.argv[2], j["cycles_per_s"],
+      j["p50_us"], j["p99_us"], "-" if f is None else "%.1f" % f, "-" if f is None else j["floor_ratio"]))' "$@"
+}
+
+echo "| server | URL | mode | cycles/s | p50 µs | p99 µs | floor µs | p50 / 2 floors |"
+echo "|---|---|---|---|---|---|---|---|"
+for s in "${servers[@]}"; do
+    integration/backends.sh up "$s" >/dev/null
+    # Each distinct backend URL of that server (its env file also has other facts).
+    mapfile -t urls < <(sed -n "s/^DISTLOCK_TEST_[A-Z0-9_]*_URL='\{0,1\}\([a-z]*:\/\/[^']*\)'\{0,1\}$/\1/p" \
+        "integration/.run/$s.env" | sort -u)
+    for url in "${urls[@]}"; do
+        for _ in $(seq "$runs"); do
+            row "$s" uncontended "$(build/bin/distlock bench --backend "$url" --seconds "$seconds" --json --quiet)"
+        done
+        row "$s" "contended, 4 processes" \
+            "$(build/bin/distlock bench --backend "$url" --mode contended --processes 4 --seconds "$seconds" --json --quiet)"
+    done
+    integration/backends.sh down >/dev/null
+done
