@@ -29,7 +29,8 @@ struct settings {
 // The floor is measured beside the cycles, under the same load: uncontended, each
 // thread takes one round trip after each of its cycles (so every cycle has a
 // floor sample taken next to it); contended, one more thread takes a round trip
-// every 2 ms while the others contend (interleaving would change the contention).
+// now and then (every 50 round trips' time, at least 5 ms) while the others
+// contend (interleaving would change the contention).
 std::string worker(const settings& s, const std::string& run_id, int index) {
     auto locks = connect(s.backend);
     auto round_trip_us = [&]() -> std::optional<double> {
@@ -54,8 +55,11 @@ std::string worker(const settings& s, const std::string& run_id, int index) {
             try {
                 for (int i = 0; i < s.floor_samples; ++i) mine.push_back(*round_trip_us());
                 while (std::chrono::steady_clock::now() < until) {
-                    mine.push_back(*round_trip_us());
-                    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+                    const double rtt = *round_trip_us();
+                    mine.push_back(rtt);
+                    // At most 2% of one connection's time, so as not to load the server.
+                    std::this_thread::sleep_for(std::max(std::chrono::microseconds(5000),
+                                                         std::chrono::microseconds(static_cast<long>(50 * rtt))));
                 }
             } catch (const std::exception& e) {
                 fail(e);
@@ -159,7 +163,7 @@ void add_bench(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--seconds", s->seconds, "Duration of the measurement")->capture_default_str();
     cmd->add_option("--floor-samples", s->floor_samples,
                     "Contended mode: round trips measured for the floor before the run (per process); more are taken"
-                    " every 2 ms during it. Uncontended, each cycle is followed by one")
+                    " now and then during it. Uncontended, each cycle is followed by one")
         ->capture_default_str();
     cmd->add_flag("--json", s->json, "Print one JSON object");
     cmd->add_flag("--quiet,-q", s->quiet, "No progress on stderr");
