@@ -478,6 +478,11 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
     auto failing_since = spi::clock::time_point{};
     const auto tolerate = std::max<std::chrono::milliseconds>(3s, std::chrono::duration_cast<std::chrono::milliseconds>(session_->ttl));
     auto last_renew = spi::clock::now();
+    // Watches given up in a row because they were created unsynced (see below).
+    // Bounded so that steady writes cannot keep us ranging: after that many,
+    // the watch is kept and its events come from etcd's catch-up loop.
+    constexpr int max_unsynced_retries = 4;
+    int unsynced_retries = 0;
     for (;;) {
         auto now = spi::clock::now();
         if (now >= until) return turn::timed_out;
@@ -507,9 +512,13 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
             const auto at = as_i64(reply["header"], "revision");
             // Watch the predecessor from just after the range's revision: a
             // deletion after the range is in the watch history, so none can be
-            // missed. (Starting at the current revision + 1 keeps the watcher
-            // "synced": etcd delivers its events at once instead of from its
-            // 100 ms catch-up loop.)
+            // missed. Starting at the current revision + 1 keeps the watcher
+            // "synced": etcd delivers its events at once. If any write (to any
+            // key) came between the range and the watch's creation, the start
+            // is in the past and the watcher is "unsynced": its events then
+            // come from etcd's catch-up loop, up to 100 ms late. The creation
+            // reply's header.revision shows it; such a watch is dropped and we
+            // range again (the range, not the watch, decides).
             now = spi::clock::now();
             auto budget = std::min(std::chrono::duration_cast<std::chrono::milliseconds>(until - now),
                                    renew_every - std::chrono::duration_cast<std::chrono::milliseconds>(now - last_renew));
@@ -520,6 +529,7 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
             rq.body = json{{"create_request", {{"key", base64_encode(pred)}, {"start_revision", std::to_string(at + 1)}}}}.dump();
             rq.timeout = budget;
             std::string error;
+            bool unsynced = false;
             auto res = backend_.client().stream_lines(rq, [&](std::string_view line) {
                 json msg = json::parse(line, nullptr, false);
                 if (msg.is_discarded()) return true;
@@ -531,8 +541,14 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
                 if (result.value("canceled", false)) return false;  // compacted etc.: range again
                 for (const auto& ev : result.value("events", json::array()))
                     if (ev.value("type", std::string{}) == "DELETE") return false;
+                if (result.value("created", false) && unsynced_retries < max_unsynced_retries &&
+                    result.contains("header") && as_i64(result["header"], "revision") > at) {
+                    unsynced = true;
+                    return false;
+                }
                 return true;
             });
+            unsynced_retries = unsynced ? unsynced_retries + 1 : 0;
             if (!error.empty()) throw_error(errc::unavailable, kName, "watch: " + error);
             if (res.how == http::outcome::failed) {
                 backend_.client().rotate_endpoint(res.resp.endpoint);
