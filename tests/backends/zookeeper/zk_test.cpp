@@ -41,6 +41,35 @@ std::string url_with(const std::string& extra) {
 }
 std::string lock_dir(const std::string& name) { return zk_test::base_of(url()) + "/" + zkb::encode_segment(name); }
 
+// The reasons on_lost was called with, for the loss tests.
+class loss_log {
+public:
+    distlock::lock_options options() {
+        distlock::lock_options o;
+        o.on_lost = [this](const distlock::lock_event& e) {
+            std::lock_guard lk(mutex_);
+            reasons_.push_back(e.reason);
+        };
+        return o;
+    }
+    // Every reason so far, once at least one came (on_lost runs just after
+    // held() turns false) or `limit` passed.
+    std::vector<std::string> wait(std::chrono::milliseconds limit) {
+        eventually(
+            [&] {
+                std::lock_guard lk(mutex_);
+                return !reasons_.empty();
+            },
+            limit);
+        std::lock_guard lk(mutex_);
+        return reasons_;
+    }
+
+private:
+    std::mutex mutex_;
+    std::vector<std::string> reasons_;
+};
+
 }  // namespace
 
 TEST_CASE("a lock node is Curator's: _c_<uuid>-lock-<10 digits>, ephemeral, czxid as the token",
@@ -226,14 +255,8 @@ TEST_CASE("a lock node deleted right after the grant is reported lost by the fir
     auto a = distlock::connect(url());
     zk_test::raw_zk raw(zk_test::hosts_of(url()));
     const auto name = unique_name("deleted-early");
-    std::mutex m;
-    std::vector<std::string> reasons;
-    distlock::lock_options opts;
-    opts.on_lost = [&](const distlock::lock_event& e) {
-        std::lock_guard lk(m);
-        reasons.push_back(e.reason);
-    };
-    auto holder = a.mutex(name, opts);
+    loss_log losses;
+    auto holder = a.mutex(name, losses.options());
     holder.lock();
     const auto granted = clk::now();
     auto kids = raw.children(lock_dir(name));
@@ -241,13 +264,7 @@ TEST_CASE("a lock node deleted right after the grant is reported lost by the fir
     REQUIRE(raw.remove(lock_dir(name) + "/" + kids[0]) == ZOK);
     const bool before_first_keepalive = clk::now() - granted < a.default_lease() / 3 - 100ms;
     REQUIRE(eventually([&] { return !holder.held(); }, 10s));
-    REQUIRE(eventually(
-        [&] {
-            std::lock_guard lk(m);
-            return !reasons.empty();
-        },
-        5s));  // on_lost runs just after
-    std::lock_guard lk(m);
+    const auto reasons = losses.wait(5s);
     REQUIRE(reasons.size() == 1);
     INFO(reasons[0]);
     if (before_first_keepalive) CHECK(reasons[0].find("gone from the server") != std::string::npos);  // keepalive
@@ -260,14 +277,8 @@ TEST_CASE("a lock node deleted behind the holder's back is reported lost through
     auto a = distlock::connect(url());
     zk_test::raw_zk raw(zk_test::hosts_of(url()));
     const auto name = unique_name("deleted");
-    std::mutex m;
-    std::vector<std::string> reasons;
-    distlock::lock_options opts;
-    opts.on_lost = [&](const distlock::lock_event& e) {
-        std::lock_guard lk(m);
-        reasons.push_back(e.reason);
-    };
-    auto holder = a.mutex(name, opts);
+    loss_log losses;
+    auto holder = a.mutex(name, losses.options());
     holder.lock();
     auto kids = raw.children(lock_dir(name));
     REQUIRE(kids.size() == 1);
@@ -277,7 +288,7 @@ TEST_CASE("a lock node deleted behind the holder's back is reported lost through
     REQUIRE(raw.remove(lock_dir(name) + "/" + kids[0]) == ZOK);
     REQUIRE(eventually([&] { return !holder.held(); }, 10s));
     CHECK(zkb::read_counters().node_events > events);  // the watch fired
-    std::lock_guard lk(m);
+    const auto reasons = losses.wait(5s);
     REQUIRE(reasons.size() == 1);
     INFO(reasons[0]);
     CHECK(reasons[0].find("was deleted on the server") != std::string::npos);  // the watch's finding
