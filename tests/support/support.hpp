@@ -37,6 +37,16 @@ void set_backend_url(std::string url);
 // Directory of the running executable (to find helper programs beside it).
 std::string exe_dir();
 
+// Runs `shell_command` with /bin/sh and returns its exit status (-1 when it did
+// not exit normally) and all it wrote to stdout (stderr is not captured).
+struct command_result {
+    int status;
+    std::string out;
+};
+command_result run_command(const std::string& shell_command);
+// `text` without trailing newlines and spaces.
+std::string trim_end(std::string text);
+
 // Polls `cond` every 10 ms until true or `limit` passes; returns the last value.
 template <class F>
 bool eventually(F&& cond, std::chrono::milliseconds limit) {

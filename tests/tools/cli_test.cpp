@@ -1,10 +1,6 @@
 // The distlock tool, driven as a user would: exit statuses, the fencing token
 // handed to the child, flash-sale's JSON report.
-#include <sys/wait.h>
-
-#include <array>
 #include <catch2/catch.hpp>
-#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -17,20 +13,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct result {
-    int status;
-    std::string out;
-};
-
-result run(const std::string& args) {
-    std::string cmd = std::string(DISTLOCK_CLI) + " " + args + " 2>/dev/null";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    REQUIRE(p != nullptr);
-    std::string out;
-    std::array<char, 4096> buf{};
-    while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-    int st = ::pclose(p);
-    return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+distlock::test::command_result run(const std::string& args) {
+    return distlock::test::run_command(std::string(DISTLOCK_CLI) + " " + args + " 2>/dev/null");
 }
 
 std::string lock_dir() {

@@ -23,17 +23,10 @@ std::string url() { return distlock::test::env("DISTLOCK_TEST_ETCD_CLUSTER_URL")
 std::string ctl(const std::string& args) {
     const auto script = distlock::test::env("DISTLOCK_TEST_ETCD_CLUSTER_CTL");
     REQUIRE_FALSE(script.empty());
-    std::string cmd = script + " " + args;
-    std::FILE* f = ::popen(cmd.c_str(), "r");
-    REQUIRE(f != nullptr);
-    char buf[128] = {};
-    std::string out;
-    while (std::fgets(buf, sizeof buf, f)) out += buf;
-    int rc = ::pclose(f);
-    INFO("ctl " << args << " -> " << out);
-    REQUIRE(rc == 0);
-    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-    return out;
+    const auto r = distlock::test::run_command(script + " " + args);
+    INFO("ctl " << args << " -> " << r.out);
+    REQUIRE(r.status == 0);
+    return distlock::test::trim_end(r.out);
 }
 
 // Kills the leader and starts it again when the test ends, however it ends.

@@ -1,12 +1,8 @@
 // The seed's optimistic stock update through the public API (distlock/sql.hpp),
 // and `distlock flash-sale` over every SQL strategy: locked runs and the
 // lock-free optimistic run both sell exactly the stock.
-#include <sys/wait.h>
-
-#include <array>
 #include <atomic>
 #include <catch2/catch.hpp>
-#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -26,17 +22,11 @@ std::vector<std::string> sql_urls(const std::vector<std::string>& vars) {
 }
 
 nlohmann::json flash_sale(const std::string& args) {
-    std::string cmd = std::string(DISTLOCK_CLI) + " flash-sale --json --quiet " + args;
-    FILE* p = ::popen(cmd.c_str(), "r");
-    REQUIRE(p != nullptr);
-    std::string out;
-    std::array<char, 4096> buf{};
-    while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-    int st = ::pclose(p);
-    INFO(cmd << "\n" << out);
-    REQUIRE(WIFEXITED(st));
-    REQUIRE(WEXITSTATUS(st) == 0);
-    return nlohmann::json::parse(out);
+    const std::string cmd = std::string(DISTLOCK_CLI) + " flash-sale --json --quiet " + args;
+    const auto r = distlock::test::run_command(cmd);
+    INFO(cmd << "\n" << r.out);
+    REQUIRE(r.status == 0);
+    return nlohmann::json::parse(r.out);
 }
 
 }  // namespace

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
-#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
@@ -30,14 +29,8 @@ std::string url() { return distlock::test::env("DISTLOCK_TEST_ZK_ENSEMBLE_URL");
 std::string ctl(const std::string& args) {
     auto script = distlock::test::env("DISTLOCK_TEST_ZK_ENSEMBLE_CTL");
     REQUIRE_FALSE(script.empty());
-    std::string cmd = script + " " + args + " 2>/dev/null";
-    std::FILE* f = ::popen(cmd.c_str(), "r");
-    REQUIRE(f != nullptr);
-    char buf[256] = {};
-    std::string out = std::fgets(buf, sizeof buf, f) ? buf : "";
-    ::pclose(f);
-    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-    return out;
+    const auto out = distlock::test::run_command(script + " " + args + " 2>/dev/null").out;
+    return distlock::test::trim_end(out.substr(0, out.find('\n')));
 }
 
 int leader() {
