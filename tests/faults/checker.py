@@ -153,6 +153,8 @@ class Worker:
     pending: list = field(default_factory=list)  # (invoke_t, end_t) of acquires
     lost_events: list = field(default_factory=list)
     kill_event: dict | None = None
+    ok_times: list = field(default_factory=list)  # match_grant's index
+    by_token: dict | None = None
     exit_event: dict | None = None
     notes: list = field(default_factory=list)
 
@@ -182,6 +184,7 @@ class Run:
     truncated: dict  # file name -> truncated line count
     t0: int
     notes: list = field(default_factory=list)
+    writes: list | None = None  # attribute_writes' result, computed once
 
 
 def build_worker(w: str, path: str, events: list, truncated: int) -> Worker:
@@ -250,17 +253,20 @@ def match_grant(wk: Worker, token, t: int) -> Grant | None:
     Candidates are the worker's grants with that token (all its grants when the
     token is missing, 0, or matches none: backends without fencing report 0).
     Among them: the one whose belief interval contains t, else the latest one
-    granted before t, else None.
+    granted before t, else None. A worker's grants never overlap, so both are
+    the latest candidate whose `acquire ok` is at or before t.
     """
-    grants = wk.grants
-    if token not in (None, 0):
-        same = [g for g in grants if g.token == token]
-        grants = same or grants
-    for g in grants:
-        if g.ok_t <= t <= g.end_t:
-            return g
-    before = [g for g in grants if g.ok_t <= t]
-    return before[-1] if before else None
+    if wk.by_token is None or len(wk.ok_times) != len(wk.grants):
+        wk.ok_times = [g.ok_t for g in wk.grants]
+        wk.by_token = {}
+        for g in wk.grants:
+            wk.by_token.setdefault(g.token, []).append(g)
+    grants, times = wk.grants, wk.ok_times
+    if token not in (None, 0) and token in wk.by_token:
+        grants = wk.by_token[token]
+        times = [g.ok_t for g in grants]
+    i = bisect.bisect_right(times, t) - 1
+    return grants[i] if i >= 0 else None
 
 
 def attach_lost_events(run: Run) -> None:
@@ -440,6 +446,8 @@ def check_double_grants(run: Run):
 def attribute_writes(run: Run) -> list[tuple[dict, Grant | None]]:
     """The store's fenced writes (`W`) in processing order, each with the grant
     that made it (worker `w`, its token, the store's time)."""
+    if run.writes is not None:
+        return run.writes
     out = []
     for rec in run.store:
         if rec["op"] != "W":
@@ -447,6 +455,7 @@ def attribute_writes(run: Run) -> list[tuple[dict, Grant | None]]:
         wk = run.workers.get(rec.get("w"))
         g = match_grant(wk, as_int(rec.get("token")), rec["t"]) if wk else None
         out.append((rec, g))
+    run.writes = out
     return out
 
 
@@ -599,24 +608,12 @@ def stopped_spans(run: Run, wk: Worker) -> list[tuple[int, float]]:
     return spans
 
 
-def worker_end_t(run: Run, wk: Worker) -> int | None:
-    """When the worker's process ended as far as anyone knows: its `exit` or
-    `kill` event, else the time of the controller's exit / hung / kill record
-    for it; None when unknown."""
-    if wk.exit_event is not None or wk.kill_event is not None:
-        return wk.last_t
-    recs = [r["t"] for r in nemesis_records(run, wk.w, "exit", "hung", "kill")
-            if isinstance(r.get("t"), int)]
-    return min(recs) if recs else None
-
-
 def longest_silence(run: Run, wk: Worker) -> tuple[int, int | None, int | None]:
-    """The longest span without an event of the worker, minus the time it was
-    stopped by the nemesis: (ns, from, to)."""
+    """The longest span between two consecutive events of the worker, minus the
+    time it was stopped by the nemesis: (ns, from, to). The span after its last
+    event is not counted: a worker stuck at the end is SIGKILLed and recorded
+    `hung` by the controller; one that died there is a crash or a kill."""
     times = [e["t"] for e in wk.events]
-    end = worker_end_t(run, wk)
-    if end is not None and times and end > times[-1]:
-        times.append(end)
     spans = stopped_spans(run, wk)
     best = (0, None, None)
     for a, b in zip(times, times[1:]):
@@ -900,7 +897,9 @@ def format_text(rep: dict) -> str:
         out.append(line)
         if c["status"] != "ok":
             for ex in c["examples"]:
-                out.append(f"      {json.dumps(ex, sort_keys=True)}")
+                out.append(f"      {describe_example(name, ex)}")
+            if isinstance(c["value"], int) and c["value"] > len(c["examples"]) > 0:
+                out.append(f"      ... (the first {len(c['examples'])} listed)")
     fig = rep["figures"]
     exc = fig["double_grants_excused"]
     lost = fig["losses_reported"]
@@ -939,6 +938,33 @@ def format_text(rep: dict) -> str:
     else:
         out.append("PASS: no unexpected violation")
     return "\n".join(out) + "\n"
+
+
+def describe_grant(g: dict) -> str:
+    return f"{g['w']} (token {g['token']}, {g['ok_ms']}..{g['end_ms']} ms)"
+
+
+def describe_example(name: str, ex: dict) -> str:
+    """One example of a check, as a line of text."""
+    if name == "double_grants":
+        return (f"{describe_grant(ex['earlier'])} and {describe_grant(ex['later'])}: "
+                f"overlap {ex['overlap_ms']} ms, the earlier one never signalled")
+    if name == "stale_writes_accepted":
+        return (f"at {ex['at_ms']} ms: write of {describe_grant(ex['writer'])} accepted after a "
+                f"write of {describe_grant(ex['after_write_of'])}; highest {ex['highest']}")
+    if name == "legitimate_writes_rejected":
+        return (f"at {ex['at_ms']} ms: write of {describe_grant(ex['writer'])} rejected "
+                f"(highest {ex['highest']}) though no later grant had written")
+    if name == "token_order_violations":
+        return (f"{describe_grant(ex['grant'])}, invoked at {ex['invoke_ms']} ms, after "
+                f"{describe_grant(ex['earlier_with_higher_or_equal_token'])}: {ex['pairs']} pair(s)")
+    if name == "lost_updates":
+        return f"{ex['sets']} completed sets, final value {ex['final_value']}"
+    if name in ("hung_workers", "crashed_workers"):
+        return f"{ex['w']}: {ex['why']}"
+    if name == GAP_CHECK:
+        return f"from {ex['from_ms']} ms to {ex['to_ms']} ms"
+    return json.dumps(ex, sort_keys=True)
 
 
 def fmt_latency(lat: dict) -> str:

@@ -218,6 +218,11 @@ class CheckerTest(unittest.TestCase):
         self.assertEqual((ex["earlier"]["w"], ex["later"]["w"]), ("1.1", "2.1"))
         self.assertEqual(ex["overlap_ms"], 50.0)
         self.assertEqual(rep["exit_status"], 1)
+        code, out, _ = run_cli(rd.root)
+        self.assertEqual(code, 1)
+        self.assertIn("1.1 (token 1, 10.0..100.0 ms) and 2.1 (token 2, 50.0..150.0 ms): "
+                      "overlap 50.0 ms", out)
+        self.assertIn("FAIL: double_grants", out)
 
     def test_overlap_excused_by_lost_event_before_release(self):
         rd = self.overlap()
@@ -702,6 +707,21 @@ class CheckerTest(unittest.TestCase):
         self.assert_only_failures(rep, "crashed_workers")
         self.assertEqual(rep["checks"]["crashed_workers"]["examples"][0]["why"], "exit status 3")
 
+    def test_exit_records_in_each_form(self):
+        rd = self.new_run()
+        forms = {"1.1": {"returncode": -11}, "2.1": {"signal": "SIGABRT"},
+                 "3.1": {"returncode": 0}, "4.1": {"code": 2}}
+        for i, (w, form) in enumerate(forms.items()):
+            rd.start(w)
+            rd.cycle(w, 10 + 40 * i, 15 + 40 * i, i + 1, 40 + 40 * i)
+            rd.ev(w, 200, "exit", cycles=1)
+            rd.nem(201, "exit", w=w, **form)
+        rep = self.analyse(rd)
+        self.assert_only_failures(rep, "crashed_workers")
+        why = {e["w"]: e["why"] for e in rep["checks"]["crashed_workers"]["examples"]}
+        self.assertEqual(why, {"1.1": "killed by SIGSEGV", "2.1": "killed by SIGABRT",
+                               "4.1": "exit status 2"})
+
     def test_history_ending_without_exit_or_record_is_a_crash(self):
         rd = self.two_quiet_workers()
         rd.exit("2.1", 100, 0)  # 1.1: no exit event, no controller record
@@ -725,6 +745,14 @@ class CheckerTest(unittest.TestCase):
         code, out, err = run_cli(rd.root)
         self.assertEqual(code, 0, err)
         self.assertIn("history/2.1.jsonl: 1", out)
+
+    def test_absent_nemesis_file_means_nothing_recorded(self):
+        root = self.calm().write()
+        (root / "nemesis.jsonl").unlink()
+        rep = checker.analyse(root)
+        self.assert_only_failures(rep)
+        self.assertEqual(rep["input"]["nemesis_records"], 0)
+        self.assertEqual(rep["totals"]["per_worker"]["1.1"]["end"], "exit")
 
     def test_corrupt_line_before_the_end_is_unreadable(self):
         rd = self.calm()
