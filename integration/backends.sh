@@ -3,23 +3,58 @@
 #
 #   integration/backends.sh up [NAMES...]   start (all known when no names), wait until each answers
 #   integration/backends.sh down            stop every server this script started, by PID
-#   integration/backends.sh env             print integration/.run/backends.env
+#   integration/backends.sh env             print $RUN/backends.env
 #   integration/backends.sh list            the server names this script knows
+# Server control for fault tests (tests/faults), on servers started by "up":
+#   integration/backends.sh kill NAME [N]   SIGKILL the server (member N only: 1-based, in the
+#                                           order of NAME.pids, e.g. redlock's three masters or a
+#                                           cluster's members) with its child processes, by
+#                                           recorded PID; returns once they are dead (zombies
+#                                           count: PID 1, their parent, reaps them late). The
+#                                           data dir stays.
+#   integration/backends.sh spawn NAME [N]  start the dead server (member N only) again on its
+#                                           data dir, with the ports and flags of "up" (the
+#                                           DISTLOCK_* settings of "up" are restored), record the
+#                                           new PIDs, wait until it answers like "up"; the server
+#                                           keeps running after the caller exits. Members still
+#                                           running are left alone.
+#   integration/backends.sh wipe NAME       with the server dead: remove its data and initialise
+#                                           it again as "up" does (the next spawn starts empty).
+#                                           Single servers only. redis, redlock and
+#                                           consul-emulator keep nothing on disk: it says so.
+# Run one of these commands per server at a time (they rewrite NAME.pids).
+# integration/test_control.sh checks up/kill/spawn/wipe/down of every server in a
+# network namespace of its own.
 #
-# Each server lives in integration/servers/<name>.sh, which defines:
+# DISTLOCK_RUN_DIR (default integration/.run, called $RUN here) holds the state: NAME.pids
+# (one line per member: its PID, or "killed:PID" after "kill"), NAME.dir (its data dir),
+# NAME.env, backends.env, NAME.settings, netns. With a run dir each, independent sets of
+# servers run side by side in separate network namespaces (same ports):
+#   ip netns add X; ip netns exec X ip link set lo up
+#   ip netns exec X env DISTLOCK_RUN_DIR=/tmp/x integration/backends.sh up
+# Run every command of one set in its namespace: "up" and "spawn" refuse to start servers of
+# a run dir whose servers live in another network namespace.
+#
+# Each single server lives in integration/servers/<name>.sh (sourced here: it uses the helpers
+# below, apt_ensure, wait_until, wait_serving, record_pid, fail_with_log...), which defines:
 #   <name>_install            install its Debian packages if missing (apt-get, as root)
-#   <name>_start <dir>        start it in <dir> (a fresh temp dir) as background children, appending
-#                             each PID to "$RUN/<name>.pids"; print DISTLOCK_TEST_..._URL=... lines to
+#   <name>_init <dir>         create its data in <dir> (a fresh temp dir for "up"; for "wipe", the
+#                             server's dir with the server dead: it removes the old data first)
+#   <name>_spawn <dir> [N]    start member N (all when N is omitted) on the data in <dir> as
+#                             background children, recording each PID with record_pid; wait
+#                             until it answers; print DISTLOCK_TEST_..._URL=... lines to
 #                             "$RUN/<name>.env"; return non-zero with the log tail printed on failure
-# "up" is idempotent: a server whose PIDs are all alive is left alone.
-# Function names use '_' for '-' in server names (zk-ensemble -> zk_ensemble_start).
-# A three-member cluster (etcd-cluster, zk-ensemble) starts through cluster_start
-# below, which also writes its control script for the fault tests.
+# "up" runs <name>_init then <name>_spawn. "up" is idempotent: a server whose PIDs are all
+# alive is left alone. Function names use '_' for '-' in server names (zk-ensemble ->
+# zk_ensemble_start). A three-member cluster (etcd-cluster, zk-ensemble) defines
+# <name>_start instead, which starts through cluster_start below (it also writes the
+# cluster's control script ctl.sh, which "kill" and "spawn" use).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-RUN="$HERE/.run"
-export RUN
+RUN="${DISTLOCK_RUN_DIR:-$HERE/.run}"
 mkdir -p "$RUN"
+RUN="$(cd "$RUN" && pwd)"
+export RUN
 
 log() { echo "[backends] $*" >&2; }
 
@@ -39,21 +74,87 @@ wait_until() {  # wait_until SECONDS CMD... : retry CMD every 0.1 s
         sleep 0.1
     done
 }
-record_pid() { echo "$2" >> "$RUN/$1.pids"; }
-alive() { [ -f "$RUN/$1.pids" ] || return 1; local p; while read -r p; do kill -0 "$p" 2>/dev/null || return 1; done < "$RUN/$1.pids"; }
+# wait_serving SECONDS PID CMD...: wait_until CMD succeeds, but fail at once when PID exits.
+wait_serving() {
+    local seconds=$1 pid=$2; shift 2
+    wait_until "$seconds" serving_or_gone "$pid" "$@" && running "$pid"
+}
+serving_or_gone() { local pid=$1; shift; ! running "$pid" || "$@"; }
+# record_pid NAME PID [N]: PID of member N (default 1) on line N of "$RUN/NAME.pids".
+record_pid() {
+    local f="$RUN/$1.pids" n=${3:-1} lines=()
+    [ -f "$f" ] && mapfile -t lines < "$f"
+    while [ ${#lines[@]} -lt "$n" ]; do lines+=(""); done
+    lines[n-1]=$2
+    printf '%s\n' "${lines[@]}" > "$f.$$" && mv -f "$f.$$" "$f"
+}
+# running PID: the process exists and is not a zombie (the servers are not our children:
+# once their starting shell has exited, PID 1 reaps them, ~1.5 s late on these machines).
+running() {
+    local s
+    [[ ${1:-} =~ ^[0-9]+$ ]] || return 1
+    { read -r s < "/proc/$1/stat"; } 2>/dev/null || return 1
+    s=${s##*) }
+    [ "${s:0:1}" != Z ]
+}
+alive() { [ -f "$RUN/$1.pids" ] || return 1; local p; while read -r p; do running "$p" || return 1; done < "$RUN/$1.pids"; }
 stop_pids() {  # stop_pids FILE: TERM (INT for postgres-style servers via <name>_stop_signal), then KILL after 15 s
     local file=$1 sig=${2:-TERM} p
     [ -f "$file" ] || return 0
-    while read -r p; do kill -"$sig" "$p" 2>/dev/null || true; done < "$file"
+    while read -r p; do running "$p" && kill -"$sig" "$p" 2>/dev/null || true; done < "$file"
     while read -r p; do
+        [[ $p =~ ^[0-9]+$ ]] || continue  # "killed:PID" (backends.sh kill): nothing to stop
         for _ in $(seq 150); do
-            kill -0 "$p" 2>/dev/null || break
-            [ "$(ps -o stat= -p "$p" 2>/dev/null | cut -c1)" = "Z" ] && break
+            running "$p" || break
             sleep 0.1
         done
-        kill -KILL "$p" 2>/dev/null || true
+        running "$p" && kill -KILL "$p" 2>/dev/null || true
     done < "$file"
     rm -f "$file"
+}
+# wait_reaped PID SECONDS: wait while PID is a zombie (PID 1 reaps late): a server that
+# finds the PID of its killed predecessor in its lock file (postgres) refuses to start
+# while that PID exists.
+wait_reaped() {
+    local s deadline=$(( $(date +%s%N) + $2 * 1000000000 ))
+    while [[ ${1:-} =~ ^[0-9]+$ ]] && { read -r s < "/proc/$1/stat"; } 2>/dev/null; do
+        s=${s##*) }
+        [ "${s:0:1}" = Z ] && [ "$(date +%s%N)" -lt "$deadline" ] || return 0
+        sleep 0.02
+    done
+}
+tree_of() {  # tree_of PID: PID and its descendants, one a line
+    ps -e -o pid=,ppid= | awk -v root="$1" '
+        { kids[$2] = kids[$2] " " $1 }
+        END {
+            todo = root
+            while (todo != "") {
+                n = split(todo, q, " "); todo = ""
+                for (i = 1; i <= n; i++) { print q[i]; if (q[i] in kids) todo = todo kids[q[i]] }
+            }
+        }'
+}
+# kill_tree PID: SIGKILL PID and its descendants (postgres forks a process per
+# connection), all frozen with SIGSTOP first so that none forks meanwhile, and wait
+# until all are dead (or zombies, which PID 1 reaps late: their sockets and locks are
+# released already).
+kill_tree() {
+    local procs=() n=-1 p deadline
+    running "$1" || return 0
+    kill -STOP "$1" 2>/dev/null || true
+    until [ ${#procs[@]} -eq $n ]; do
+        n=${#procs[@]}
+        mapfile -t procs < <(tree_of "$1")
+        for p in "${procs[@]}"; do kill -STOP "$p" 2>/dev/null || true; done
+    done
+    for p in "${procs[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+    deadline=$(( $(date +%s%N) + 10000000000 ))
+    for p in "${procs[@]}"; do
+        while running "$p"; do
+            [ "$(date +%s%N)" -lt "$deadline" ] || { echo "PID $p survived SIGKILL for 10 s" >&2; return 1; }
+            sleep 0.01
+        done
+    done
 }
 fail_with_log() { log "$1 failed to start; last lines of $2:"; tail -n 25 "$2" >&2 || true; return 1; }
 
@@ -66,18 +167,19 @@ fail_with_log() { log "$1 failed to start; last lines of $2:"; tail -n 25 "$2" >
 # and starts through cluster_start, which writes DIR/ctl.sh for the fault tests:
 #   ctl.sh leader        the number (1-3) of the current leader
 #   ctl.sh port N        client port of member N
-#   ctl.sh pid N         PID of member N
-#   ctl.sh kill N        SIGKILL member N
+#   ctl.sh pid N         PID of member N ("killed:PID" after "ctl.sh kill N")
+#   ctl.sh kill N        SIGKILL member N and wait until it is dead (see kill_tree)
 #   ctl.sh start N       start member N again on its data (in the background, PID
 #                        recorded where "backends.sh down" finds it)
 #   ctl.sh wait N [S]    wait S seconds (default: the cluster's) until member N serves
 #   ctl.sh exec N        replace itself by member N (so that "ctl.sh exec N &" gives its PID)
 # Member N keeps its pid file and log in DIR/<member prefix>N.
+# "backends.sh kill/spawn NAME [N]" use ctl.sh kill, start and wait.
 
 # The body of every ctl.sh; its settings (NAME DIR RUNDIR MEMBER WAIT FN) come first.
 # shellcheck disable=SC2153  # those settings are ctl.sh's globals
 cluster_ctl() {
-    local m="$DIR/$MEMBER${2:-}"
+    local m="$DIR/$MEMBER${2:-}" p
     case "${1:-}" in
       exec) exec $("${FN}_member_cmd" "$2") </dev/null >>"$m/log" 2>&1 ;;
       port) "${FN}_port" "$2" ;;
@@ -86,7 +188,12 @@ cluster_ctl() {
         local n
         for n in 1 2 3; do "${FN}_is_leader" $n && { echo $n; return 0; }; done
         return 1 ;;
-      kill) kill -KILL "$(cat "$m/pid")" 2>/dev/null || true ;;
+      kill)
+        p=$(cat "$m/pid")
+        [[ $p =~ ^[0-9]+$ ]] || return 0
+        kill_tree "$p"
+        echo "killed:$p" > "$m/pid"
+        cat "$DIR/${MEMBER}1/pid" "$DIR/${MEMBER}2/pid" "$DIR/${MEMBER}3/pid" > "$RUNDIR/$NAME.pids" ;;
       start)
         "$0" exec "$2" </dev/null >/dev/null 2>&1 &
         echo $! > "$m/pid"
@@ -108,7 +215,8 @@ cluster_start() {
         echo 'set -euo pipefail'
         printf 'NAME=%q DIR=%q RUNDIR=%q MEMBER=%q WAIT=%q FN=%q\n' "$name" "$dir" "$RUN" "$member" "$wait" "$fn"
         for x in "$@"; do if declare -F "$x" >/dev/null; then declare -f "$x"; else declare -p "$x"; fi; done
-        declare -f wait_until cluster_ctl "${fn}_member_cmd" "${fn}_port" "${fn}_is_leader" "${fn}_ready"
+        declare -f wait_until running tree_of kill_tree cluster_ctl \
+            "${fn}_member_cmd" "${fn}_port" "${fn}_is_leader" "${fn}_ready"
         echo 'cluster_ctl "$@"'
     } > "$dir/ctl.sh"
     chmod +x "$dir/ctl.sh"
@@ -116,7 +224,7 @@ cluster_start() {
         mkdir -p "$dir/$member$n"
         "$dir/ctl.sh" exec $n &
         echo $! > "$dir/$member$n/pid"
-        record_pid "$name" $!
+        record_pid "$name" $! $n
     done
     for n in 1 2 3; do
         "$dir/ctl.sh" wait $n "$start_wait" || { fail_with_log "$name member $n" "$dir/$member$n/log"; return 1; }
@@ -129,26 +237,94 @@ cluster_env() { printf '%s_URL=%s\n%s_CTL=%s\n' "$3" "$4" "$3" "$2/ctl.sh" > "$R
 # cluster_hosts NAME: the members' client addresses, "127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3".
 cluster_hosts() { local n out=""; for n in 1 2 3; do out+="${out:+,}127.0.0.1:$("${1//-/_}_port" $n)"; done; echo "$out"; }
 
+# Settings ---------------------------------------------------------------------
+# "up NAME" saves the DISTLOCK_* environment (ports, forceSync, ...) in $RUN/NAME.settings;
+# "spawn NAME" and "wipe NAME" run with exactly that one, so that a server comes back
+# with the ports and flags it had, whatever the caller's environment.
+save_settings() {
+    local v
+    for v in $(compgen -e); do
+        case $v in DISTLOCK_RUN_DIR|DISTLOCK_TEST_*) ;; DISTLOCK_*) declare -p "$v" ;; esac
+    done > "$RUN/$1.settings"
+}
+cmd=${1:-}; shift || true
+if [[ $cmd =~ ^(spawn|wipe)$ ]] && [ -n "${1:-}" ] && [ -f "$RUN/$1.settings" ]; then
+    for v in $(compgen -e); do
+        case $v in DISTLOCK_RUN_DIR|DISTLOCK_TEST_*) ;; DISTLOCK_*) unset "$v" ;; esac
+    done
+    # shellcheck disable=SC1090
+    . "$RUN/$1.settings"
+fi
+
+# The servers that keep nothing on disk (their scripts add themselves): "wipe" says so.
+NOTHING_ON_DISK=()
 for f in "$HERE"/servers/*.sh; do [ -e "$f" ] && . "$f"; done
 known() { for f in "$HERE"/servers/*.sh; do [ -e "$f" ] && basename "$f" .sh; done; }
 
-write_env() { cat "$RUN"/*.env 2>/dev/null > "$RUN/backends.env" || : > "$RUN/backends.env"; }
+write_env() {  # backends.env: every NAME.env; atomically, as commands for other servers may run meanwhile
+    local f
+    for f in "$RUN"/*.env; do [ -f "$f" ] && [ "$f" != "$RUN/backends.env" ] && cat "$f"; done > "$RUN/backends.env.$$"
+    mv -f "$RUN/backends.env.$$" "$RUN/backends.env"
+}
 
-cmd=${1:-}; shift || true
+# The servers of one run dir live in one network namespace ($RUN/netns): starting some
+# in another would find the ports of that namespace (maybe another set's servers).
+NETNS=$(readlink /proc/self/ns/net 2>/dev/null || echo unknown)
+netns_check() {  # netns_check up|spawn
+    local rec
+    rec=$(cat "$RUN/netns" 2>/dev/null) || rec=$NETNS
+    if [ "$rec" != "$NETNS" ] && { [ "$1" = spawn ] || compgen -G "$RUN/*.pids" >/dev/null; }; then
+        log "the servers of $RUN run in network namespace $rec, this is $NETNS: run this there (ip netns exec), or use another DISTLOCK_RUN_DIR"
+        exit 1
+    fi
+    # Rewritten only when it changes, and atomically: commands for other servers may run meanwhile.
+    [ "$(cat "$RUN/netns" 2>/dev/null)" = "$NETNS" ] || { echo "$NETNS" > "$RUN/netns.$$"; mv -f "$RUN/netns.$$" "$RUN/netns"; }
+}
+
+is_cluster() { declare -F "${1//-/_}_member_cmd" >/dev/null; }
+ms_since() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
+die() { log "$*"; exit 1; }
+
+# control_args NAME [N]: checks for kill/spawn/wipe; sets fn, dir, pids (the lines of
+# NAME.pids) and members (N, or every member).
+control_args() {
+    [ -n "${1:-}" ] || { echo "usage: $0 $cmd NAME [N]" >&2; exit 2; }
+    fn=${1//-/_}
+    declare -F "${fn}_spawn" >/dev/null || declare -F "${fn}_start" >/dev/null ||
+        { log "unknown server '$1' (known: $(known | tr '\n' ' '))"; exit 2; }
+    [ -f "$RUN/$1.dir" ] && [ -f "$RUN/$1.pids" ] || die "$1 was not started in $RUN (backends.sh up $1)"
+    dir=$(cat "$RUN/$1.dir")
+    mapfile -t pids < "$RUN/$1.pids"
+    if [ -n "${2:-}" ]; then
+        [[ $2 =~ ^[1-9][0-9]*$ ]] && [ "$2" -le ${#pids[@]} ] || die "$1 has members 1..${#pids[@]}, not '$2'"
+        members=("$2")
+    else
+        mapfile -t members < <(seq ${#pids[@]})
+    fi
+}
+
 case "$cmd" in
   up)
     names=("$@"); [ ${#names[@]} -gt 0 ] || mapfile -t names < <(known)
+    netns_check up
     for n in "${names[@]}"; do
       fn=${n//-/_}
-      declare -F "${fn}_start" >/dev/null || { log "unknown server '$n' (known: $(known | tr '\n' ' '))"; exit 2; }
+      declare -F "${fn}_spawn" >/dev/null || declare -F "${fn}_start" >/dev/null ||
+          { log "unknown server '$n' (known: $(known | tr '\n' ' '))"; exit 2; }
       if alive "$n"; then log "$n already running"; continue; fi
       stop_pids "$RUN/$n.pids"
+      [ -f "$RUN/$n.dir" ] && rm -rf "$(cat "$RUN/$n.dir")"  # the data of a dead (e.g. killed) server
       "${fn}_install"
       dir=$(mktemp -d "/tmp/distlock-$n.XXXXXX"); echo "$dir" > "$RUN/$n.dir"
       rm -f "$RUN/$n.env"
+      save_settings "$n"
       t0=$(date +%s%N)
-      "${fn}_start" "$dir" || { stop_pids "$RUN/$n.pids"; exit 1; }
-      log "$n up in $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+      if declare -F "${fn}_init" >/dev/null; then
+          "${fn}_init" "$dir" && "${fn}_spawn" "$dir" || { stop_pids "$RUN/$n.pids"; exit 1; }
+      else
+          "${fn}_start" "$dir" || { stop_pids "$RUN/$n.pids"; exit 1; }
+      fi
+      log "$n up in $(ms_since "$t0") ms"
     done
     write_env ;;
   down)
@@ -158,10 +334,66 @@ case "$cmd" in
       sig=TERM; declare -F "${fn}_stop_signal" >/dev/null && sig=$("${fn}_stop_signal")
       stop_pids "$f" "$sig"
       [ -f "$RUN/$n.dir" ] && rm -rf "$(cat "$RUN/$n.dir")" "$RUN/$n.dir"
-      rm -f "$RUN/$n.env"
+      rm -f "$RUN/$n.env" "$RUN/$n.settings"
     done
+    rm -f "$RUN/netns"
     write_env ;;
+  kill)
+    control_args "$@"; name=$1
+    t0=$(date +%s%N)
+    for m in "${members[@]}"; do
+      if is_cluster "$name"; then
+        "$dir/ctl.sh" kill "$m"
+      elif running "${pids[m-1]}"; then
+        kill_tree "${pids[m-1]}"
+        record_pid "$name" "killed:${pids[m-1]}" "$m"
+      fi
+    done
+    log "$name${2:+ member $2} killed in $(ms_since "$t0") ms" ;;
+  spawn)
+    control_args "$@"; name=$1
+    netns_check spawn
+    todo=()
+    for m in "${members[@]}"; do
+      if running "${pids[m-1]}"; then log "$name member $m is running (PID ${pids[m-1]})"; else todo+=("$m"); fi
+    done
+    [ ${#todo[@]} -gt 0 ] || exit 0
+    # spawn_failed WHAT: kill what this spawn started (the server stays down) and fail.
+    spawn_failed() {
+      log "$1"
+      mapfile -t pids < "$RUN/$name.pids"
+      for m in "${todo[@]}"; do
+        running "${pids[m-1]}" || continue
+        if is_cluster "$name"; then "$dir/ctl.sh" kill "$m"; else kill_tree "${pids[m-1]}"; record_pid "$name" "killed:${pids[m-1]}" "$m"; fi
+      done
+      exit 1
+    }
+    t0=$(date +%s%N)
+    if is_cluster "$name"; then
+      for m in "${todo[@]}"; do "$dir/ctl.sh" start "$m"; done
+      for m in "${todo[@]}"; do "$dir/ctl.sh" wait "$m" || spawn_failed "$name member $m does not answer (logs in $dir)"; done
+    else
+      for m in "${todo[@]}"; do "${fn}_spawn" "$dir" "$m" || spawn_failed "$name member $m did not start"; done
+    fi
+    mapfile -t pids < "$RUN/$name.pids"
+    for m in "${todo[@]}"; do
+      running "${pids[m-1]}" || spawn_failed "$name member $m (PID ${pids[m-1]}) exited although its port answers: is another server on it?"
+    done
+    write_env
+    log "$name${2:+ member $2} spawned in $(ms_since "$t0") ms" ;;
+  wipe)
+    [ -z "${2:-}" ] || { echo "usage: $0 wipe NAME" >&2; exit 2; }
+    control_args "$@"; name=$1
+    ! is_cluster "$name" || die "wipe of a cluster ($name) is not supported: backends.sh down, then up"
+    for p in "${pids[@]}"; do ! running "$p" || die "$name is running (PID $p): backends.sh kill $name first"; done
+    if [[ " ${NOTHING_ON_DISK[*]} " == *" $name "* ]]; then
+      log "$name keeps nothing on disk (no persistence): nothing to wipe, a spawned $name starts empty anyway"
+    else
+      t0=$(date +%s%N)
+      "${fn}_init" "$dir" || die "$name: initialising $dir failed"
+      log "$name wiped and initialised in $(ms_since "$t0") ms"
+    fi ;;
   env) write_env; cat "$RUN/backends.env" ;;
   list) known ;;
-  *) echo "usage: $0 up [NAMES...] | down | env | list" >&2; exit 2 ;;
+  *) echo "usage: $0 up [NAMES...] | down | env | list | kill NAME [N] | spawn NAME [N] | wipe NAME" >&2; exit 2 ;;
 esac

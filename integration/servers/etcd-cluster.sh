@@ -4,7 +4,8 @@
 #   DISTLOCK_TEST_ETCD_CLUSTER_URL  etcd://all three/distlock-tests?lease=2s
 #   DISTLOCK_TEST_ETCD_CLUSTER_CTL  the control script for fault tests (leader,
 #                                   port N, pid N, kill N, start N, wait N [S],
-#                                   default 30 s: see cluster_start in backends.sh)
+#                                   default 30 s: see cluster_start in backends.sh),
+#                                   which "backends.sh kill/spawn etcd-cluster [N]" use
 # Needs etcd.sh (sourced first: etcd_cmd, etcd_healthy).
 ETCD_CLUSTER_BASE=${DISTLOCK_ETCD_CLUSTER_BASE:-12577}
 

@@ -2,6 +2,10 @@
 # "distlock", password (scram-sha-256) user distlock/distlock. The server refuses
 # to run as root, so it runs as the "postgres" user through setpriv (which execs:
 # the recorded PID is the server itself). Stopped with SIGINT (fast shutdown).
+# "backends.sh kill postgres" SIGKILLs the postmaster and its children; with fsync=off,
+# committed transactions still survive that (they are in the OS's cache), not a
+# machine crash. Data in DIR/data; "wipe" runs initdb again, and the next spawn creates
+# the role and database again (DIR/setup-pending).
 POSTGRES_PORT=${DISTLOCK_POSTGRES_PORT:-15432}
 
 postgres_bin() {
@@ -16,22 +20,42 @@ postgres_install() { postgres_bin >/dev/null || apt_ensure postgresql-15; }
 
 postgres_stop_signal() { echo INT; }
 
-postgres_start() {
+AS_POSTGRES=(setpriv --reuid=postgres --regid=postgres --init-groups)
+
+# postgres_init DIR: a new DIR/data (DIR is chowned to postgres: the server keeps its
+# socket there). The role and database need a running server: the next postgres_spawn
+# creates them (DIR/setup-pending says so).
+postgres_init() {
     local dir=$1 bin
     bin=$(postgres_bin) || { echo "[backends] postgres binaries not found" >&2; return 1; }
     id postgres >/dev/null 2>&1 || { echo "[backends] the postgres user is missing" >&2; return 1; }
     chown postgres:postgres "$dir"
-    local as_pg=(setpriv --reuid=postgres --regid=postgres --init-groups)
-    "${as_pg[@]}" "$bin/initdb" -D "$dir/data" -U postgres --auth-local=trust --auth-host=scram-sha-256 \
+    rm -rf "$dir/data"
+    "${AS_POSTGRES[@]}" "$bin/initdb" -D "$dir/data" -U postgres --auth-local=trust --auth-host=scram-sha-256 \
         --no-locale --encoding=UTF8 --no-sync >"$dir/initdb.log" 2>&1 || { fail_with_log initdb "$dir/initdb.log"; return 1; }
-    "${as_pg[@]}" "$bin/postgres" -D "$dir/data" -p "$POSTGRES_PORT" -k "$dir" -c listen_addresses=127.0.0.1 \
-        -c fsync=off -c max_connections=300 >"$dir/server.log" 2>&1 &
+    touch "$dir/setup-pending"
+}
+
+postgres_spawn() {
+    local dir=$1 bin f old
+    bin=$(postgres_bin) || { echo "[backends] postgres binaries not found" >&2; return 1; }
+    # After "backends.sh kill", its lock files (postmaster.pid, and the socket's, which
+    # "wipe" keeps) name the killed server, maybe still a zombie (PID 1 reaps late), and
+    # postgres refuses to start while that PID exists.
+    for f in "$dir/data/postmaster.pid" "$dir/.s.PGSQL.$POSTGRES_PORT.lock"; do
+        [ -f "$f" ] && read -r old < "$f" && wait_reaped "$old" 10
+    done
+    "${AS_POSTGRES[@]}" "$bin/postgres" -D "$dir/data" -p "$POSTGRES_PORT" -k "$dir" -c listen_addresses=127.0.0.1 \
+        -c fsync=off -c max_connections=300 </dev/null >>"$dir/server.log" 2>&1 &
     record_pid postgres $!
-    wait_until 30 "$bin/pg_isready" -q -h 127.0.0.1 -p "$POSTGRES_PORT" || { fail_with_log postgres "$dir/server.log"; return 1; }
-    local psql=("${as_pg[@]}" "$bin/psql" -X -q -v ON_ERROR_STOP=1 -h "$dir" -p "$POSTGRES_PORT" -U postgres)
-    "${psql[@]}" -d postgres -c "CREATE ROLE distlock LOGIN PASSWORD 'distlock'" >/dev/null &&
-        "${psql[@]}" -d postgres -c "CREATE DATABASE distlock OWNER distlock" >/dev/null ||
-        { fail_with_log "postgres user setup" "$dir/server.log"; return 1; }
+    wait_serving 30 $! "$bin/pg_isready" -q -h 127.0.0.1 -p "$POSTGRES_PORT" || { fail_with_log postgres "$dir/server.log"; return 1; }
+    if [ -f "$dir/setup-pending" ]; then
+        local psql=("${AS_POSTGRES[@]}" "$bin/psql" -X -q -v ON_ERROR_STOP=1 -h "$dir" -p "$POSTGRES_PORT" -U postgres)
+        "${psql[@]}" -d postgres -c "CREATE ROLE distlock LOGIN PASSWORD 'distlock'" >/dev/null &&
+            "${psql[@]}" -d postgres -c "CREATE DATABASE distlock OWNER distlock" >/dev/null ||
+            { fail_with_log "postgres user setup" "$dir/server.log"; return 1; }
+        rm -f "$dir/setup-pending"
+    fi
     local base="postgres://distlock:distlock@127.0.0.1:$POSTGRES_PORT/distlock"
     {
         echo "DISTLOCK_TEST_POSTGRES_URL='$base?strategy=lease-table&lease=2s'"

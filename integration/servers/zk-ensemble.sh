@@ -4,7 +4,8 @@
 #   DISTLOCK_TEST_ZK_ENSEMBLE_URL  zk://all three/distlock-tests?session_timeout=2s
 #   DISTLOCK_TEST_ZK_ENSEMBLE_CTL  the control script for fault tests (leader,
 #                                  port N, pid N, kill N, start N, wait N [S],
-#                                  default 60 s: see cluster_start in backends.sh)
+#                                  default 60 s: see cluster_start in backends.sh),
+#                                  which "backends.sh kill/spawn zk-ensemble [N]" use
 # Needs zookeeper.sh (sourced first: zk_java_cmd, zk_mode, zk_serving).
 ZK_ENSEMBLE_CLIENT_BASE=${DISTLOCK_ZK_ENSEMBLE_CLIENT_BASE:-12280}
 

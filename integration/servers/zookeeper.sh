@@ -3,7 +3,9 @@
 # (the server allows 2..20 ticks: 400 ms .. 4 s), every four-letter-word command
 # enabled (the tests read wchs/mntr/srvr), no per-IP connection limit (the herd
 # test opens 100+ sessions). Sourced by integration/backends.sh, which provides
-# apt_ensure, wait_until, record_pid and fail_with_log.
+# apt_ensure, wait_serving, record_pid and fail_with_log. Data in DIR/data (zoo.cfg
+# in DIR): "backends.sh spawn zookeeper" restarts on it (and writes the new PID to
+# DISTLOCK_TEST_ZK_PID), "wipe" empties it.
 #
 # DISTLOCK_ZK_FORCE_SYNC=yes|no (default yes) is the server's forceSync: fsync of
 # the transaction log on every write (benchmarks say which one they used).
@@ -22,8 +24,9 @@ zk_serving() { local m; m=$(zk_mode "$1"); [ -n "$m" ] && [[ "$m" =~ ^(${2:-stan
 
 zookeeper_install() { apt_ensure zookeeper netcat-openbsd default-jre-headless; }
 
-zookeeper_start() {
+zookeeper_init() {  # zookeeper_init DIR: DIR/zoo.cfg and an empty DIR/data
     local dir=$1
+    rm -rf "$dir/data"
     mkdir -p "$dir/data"
     cat > "$dir/zoo.cfg" <<CFG
 tickTime=200
@@ -35,11 +38,15 @@ admin.enableServer=false
 maxClientCnxns=0
 forceSync=${DISTLOCK_ZK_FORCE_SYNC:-yes}
 CFG
+}
+
+zookeeper_spawn() {  # zookeeper_spawn DIR: the server of DIR/zoo.cfg
+    local dir=$1
     # shellcheck disable=SC2046
-    $(zk_java_cmd org.apache.zookeeper.server.ZooKeeperServerMain "$dir/zoo.cfg") </dev/null >"$dir/log" 2>&1 &
+    $(zk_java_cmd org.apache.zookeeper.server.ZooKeeperServerMain "$dir/zoo.cfg") </dev/null >>"$dir/log" 2>&1 &
     local pid=$!
     record_pid zookeeper $pid
-    wait_until 60 zk_serving "$ZK_PORT" standalone || { fail_with_log zookeeper "$dir/log"; return 1; }
+    wait_serving 60 $pid zk_serving "$ZK_PORT" standalone || { fail_with_log zookeeper "$dir/log"; return 1; }
     {
         echo "DISTLOCK_TEST_ZK_URL=zk://127.0.0.1:$ZK_PORT/distlock-tests?session_timeout=2s"
         echo "DISTLOCK_TEST_ZK_4LW=127.0.0.1:$ZK_PORT"

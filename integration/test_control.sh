@@ -1,0 +1,254 @@
+#!/usr/bin/env bash
+# Checks the server control of integration/backends.sh (up, kill, spawn, wipe, down) with
+# real servers and their own client CLIs, in a network namespace of its own (created
+# here, deleted at the end), with its own DISTLOCK_RUN_DIR: the servers of the root
+# namespace (default ports) are not touched. Needs root (ip netns); exits 77 (skipped)
+# when a network namespace cannot be made.
+#
+#   integration/test_control.sh [NAMES...]   default: every server of backends.sh list
+#
+# For each single server: up; write a marker (a key, a row, a znode, a KV); kill; its port
+# is closed; spawn; it answers and the marker survived (redis, redlock, consul-emulator:
+# the marker is gone, they keep nothing on disk); kill; wipe; spawn; the marker is gone
+# (mysql, postgres: the test user and database are back). redlock also kills and spawns
+# master 2 alone; the clusters kill and spawn their leader, then all members. Then down:
+# no process of the set is left (checked by PID) and the data dirs are gone. Prints the
+# time of each kill and spawn. Exit status: 0 when every check passed, 1 otherwise.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+B="$HERE/backends.sh"
+
+if [ "${1:-}" != --inside ]; then
+    [ "$(id -u)" = 0 ] || { echo "SKIP: needs root for ip netns" >&2; exit 77; }
+    ns=distlock-ctl-$$ ns2=distlock-ctl2-$$
+    if ! ip netns add "$ns" 2>/dev/null; then echo "SKIP: ip netns add is not permitted here" >&2; exit 77; fi
+    run=$(mktemp -d /tmp/distlock-ctl-run.XXXXXX)
+    cleanup() {
+        ip netns exec "$ns" env DISTLOCK_RUN_DIR="$run" "$B" down >/dev/null 2>&1 || true
+        ip netns delete "$ns" 2>/dev/null || true
+        ip netns delete "$ns2" 2>/dev/null || true
+        rm -rf "$run"
+    }
+    trap cleanup EXIT
+    ip netns exec "$ns" ip link set lo up
+    ip netns add "$ns2" && ip netns exec "$ns2" ip link set lo up
+    rc=0
+    ip netns exec "$ns" env DISTLOCK_RUN_DIR="$run" OTHER_NETNS="$ns2" "$0" --inside "$@" || rc=$?
+    exit $rc
+fi
+shift
+RUN=$DISTLOCK_RUN_DIR
+names=("$@"); [ ${#names[@]} -gt 0 ] || mapfile -t names < <("$B" list)
+
+fails=0
+check() {  # check DESCRIPTION CMD...: prints ok or FAIL
+    local d=$1; shift
+    if "$@" >/dev/null 2>&1; then echo "  ok   $d"; else echo "  FAIL $d"; fails=$((fails + 1)); fi
+}
+not() { ! "$@"; }
+closed() { ! nc -z -w1 127.0.0.1 "$1"; }
+all_closed() { local p; for p in "$@"; do closed "$p" || return 1; done; }
+times=()
+timed() {  # timed LABEL CMD...: runs CMD, records its wall time
+    local label=$1 t0 rc=0; shift; t0=$(date +%s%N)
+    "$@" 2>/dev/null || rc=$?
+    times+=("$label $(( ($(date +%s%N) - t0) / 1000000 ))")
+    return $rc
+}
+ctl() { timed "$*" "$B" "$@"; }
+
+# Every PID of the set seen during the run (servers and their children), checked after "down".
+seen=()
+note_pids() {
+    local p c
+    while read -r p; do
+        [[ $p =~ ^[0-9]+$ ]] || continue
+        seen+=("$p")
+        for c in $(ps -o pid= --ppid "$p" 2>/dev/null); do seen+=("$c"); done
+    done < "$RUN/$1.pids"
+}
+dirs=()
+
+# Per server: PORTS, put (write marker m1), get (print the marker, empty when missing),
+# answers (a real request as the tests' user), persists (yes/no).
+ZKCLI=/usr/share/zookeeper/bin/zkCli.sh
+zk_get() { "$ZKCLI" -server "127.0.0.1:$1" get /distlock-marker 2>&1 | tail -n 1 | grep -x m1 || true; }
+zk_put() { "$ZKCLI" -server "127.0.0.1:$1" create /distlock-marker m1 >/dev/null 2>&1; [ "$(zk_get "$1")" = m1 ]; }
+zk_answers() { [ "$(echo srvr | nc -w1 127.0.0.1 "$1" | sed -n 's/^Mode: //p')" != "" ]; }
+etcd_put() { etcdctl --endpoints="127.0.0.1:$1" put distlock-marker m1; }
+etcd_get() { etcdctl --endpoints="127.0.0.1:$1" --command-timeout=5s get distlock-marker --print-value-only 2>/dev/null || true; }
+etcd_answers() { etcdctl --endpoints="127.0.0.1:$1" endpoint health; }
+my() { mariadb --no-defaults -udistlock -pdistlock -h127.0.0.1 -P13306 distlock -N -B -e "$1"; }
+pg() { PGPASSWORD=distlock psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p 15432 -U distlock -d distlock -tA -c "$1"; }
+
+setup() {
+    case $1 in
+      redis) PORTS=(16379); persists=no
+        put() { redis-cli -p 16379 set distlock-marker m1; }
+        get() { redis-cli -p 16379 get distlock-marker; }
+        answers() { [ "$(redis-cli -p 16379 ping)" = PONG ]; } ;;
+      redlock) PORTS=(16380 16381 16382); persists=no
+        put() { local p; for p in "${PORTS[@]}"; do redis-cli -p "$p" set distlock-marker m1 >/dev/null || return 1; done; }
+        get() { local p v; for p in "${PORTS[@]}"; do v=$(redis-cli -p "$p" get distlock-marker); [ "$v" = m1 ] || return 0; done; echo m1; }
+        answers() { local p; for p in "${PORTS[@]}"; do [ "$(redis-cli -p "$p" ping)" = PONG ] || return 1; done; } ;;
+      mysql) PORTS=(13306); persists=yes
+        put() { my "CREATE TABLE distlock_marker (v VARCHAR(8)); INSERT INTO distlock_marker VALUES ('m1')"; }
+        get() { my "SELECT v FROM distlock_marker" 2>/dev/null || true; }
+        answers() { [ "$(my 'SELECT 1')" = 1 ]; } ;;
+      postgres) PORTS=(15432); persists=yes
+        put() { pg "CREATE TABLE distlock_marker (v text); INSERT INTO distlock_marker VALUES ('m1')"; }
+        get() { pg "SELECT v FROM distlock_marker" 2>/dev/null || true; }
+        answers() { [ "$(pg 'SELECT 1')" = 1 ]; } ;;
+      zookeeper) PORTS=(12181); persists=yes
+        put() { zk_put 12181; }
+        get() { zk_get 12181; }
+        answers() { zk_answers 12181; } ;;
+      etcd) PORTS=(12379); persists=yes
+        put() { etcd_put 12379; }
+        get() { etcd_get 12379; }
+        answers() { etcd_answers 12379; } ;;
+      consul-emulator) PORTS=(18500); persists=no
+        put() { curl -sf -X PUT --data m1 http://127.0.0.1:18500/v1/kv/distlock-marker | grep -q true; }
+        get() { curl -sf 'http://127.0.0.1:18500/v1/kv/distlock-marker?raw' || true; }
+        answers() { curl -sf http://127.0.0.1:18500/v1/status/leader; } ;;
+      etcd-cluster) PORTS=(12579 12581 12583); persists=yes
+        put() { etcd_put 12579; }
+        get() { etcd_get "${PORTS[${1:-1}-1]}"; }
+        answers() { etcd_answers "${PORTS[${1:-1}-1]}"; } ;;
+      zk-ensemble) PORTS=(12281 12282 12283); persists=yes
+        put() { zk_put 12281; }
+        get() { zk_get "${PORTS[${1:-1}-1]}"; }
+        answers() { zk_answers "${PORTS[${1:-1}-1]}"; } ;;
+      *) return 1 ;;
+    esac
+}
+has_marker() { [ "$(get "$@")" = m1 ]; }
+pids_running() {  # every PID of NAME.pids is a live process
+    local p s
+    while read -r p; do
+        [[ $p =~ ^[0-9]+$ ]] && s=$(ps -o stat= -p "$p") && [ "${s:0:1}" != Z ] || return 1
+    done < "$RUN/$1.pids"
+}
+expect_fail() { ! "$B" "$@"; }
+
+test_single() {
+    local n=$1
+    ctl kill "$n"
+    check "$n: kill closes port(s) ${PORTS[*]}" all_closed "${PORTS[@]}"
+    check "$n: NAME.pids marks the killed PIDs" grep -q '^killed:' "$RUN/$n.pids"
+    check "$n: spawn after kill" ctl spawn "$n"
+    note_pids "$n"
+    check "$n: spawned server answers" answers
+    check "$n: spawned server runs under the recorded PID(s)" pids_running "$n"
+    if [ "$persists" = yes ]; then
+        check "$n: marker survived kill+spawn" has_marker
+    else
+        check "$n: marker gone after kill+spawn (keeps nothing on disk)" not has_marker
+        put >/dev/null 2>&1 || true
+    fi
+    check "$n: spawn of a running server is a no-op" "$B" spawn "$n"
+    check "$n: wipe of a running server is refused" expect_fail wipe "$n"
+    ctl kill "$n"
+    check "$n: wipe" ctl wipe "$n"
+    check "$n: spawn after wipe" ctl spawn "$n"
+    note_pids "$n"
+    check "$n: answers after wipe (as the tests' user)" answers
+    check "$n: marker gone after wipe" not has_marker
+}
+
+test_redlock_member() {
+    ctl kill redlock 2
+    check "redlock: kill 2 closes 16381 only" all_closed 16381
+    check "redlock: masters 1 and 3 still answer" redis-cli -p 16380 ping
+    check "redlock: members 1 and 3 keep their PIDs" not grep -q '^killed:' <(sed -n '1p;3p' "$RUN/redlock.pids")
+    check "redlock: spawn 2" ctl spawn redlock 2
+    note_pids redlock
+    check "redlock: all three answer" answers
+    check "redlock: master 2 lost the marker (no persistence)" test -z "$(redis-cli -p 16381 get distlock-marker)"
+    check "redlock: masters 1 and 3 kept it" test "$(redis-cli -p 16380 get distlock-marker)$(redis-cli -p 16382 get distlock-marker)" = m1m1
+    put >/dev/null
+    check "redlock: kill 4 is refused" expect_fail kill redlock 4
+}
+
+test_cluster() {
+    local n=$1 leader
+    leader=$("$(sed -n "s/^DISTLOCK_TEST_${2}_CTL=//p" "$RUN/$n.env")" leader) || leader=1
+    ctl kill "$n" "$leader"
+    check "$n: kill $leader (the leader) closes port ${PORTS[leader-1]}" closed "${PORTS[leader-1]}"
+    check "$n: spawn $leader" ctl spawn "$n" "$leader"
+    note_pids "$n"
+    check "$n: member $leader answers" answers "$leader"
+    check "$n: member $leader has the marker" has_marker "$leader"
+    ctl kill "$n"
+    check "$n: kill (all) closes ${PORTS[*]}" all_closed "${PORTS[@]}"
+    check "$n: spawn (all)" ctl spawn "$n"
+    note_pids "$n"
+    check "$n: member 1 answers" answers 1
+    check "$n: marker survived the restart of all members" has_marker 1
+    check "$n: wipe is refused (clusters)" expect_fail wipe "$n"
+}
+
+# test_server NAME: every check of one server; its results go to files in $RUN/test/.
+test_server() {
+    local n=$1
+    setup "$n"
+    echo "== $n"
+    if ctl up "$n"; then
+        check "$n: up again is a no-op (idempotent)" "$B" up "$n"
+        note_pids "$n"; dirs+=("$(cat "$RUN/$n.dir")")
+        check "$n: answers" answers
+        check "$n: marker written" put
+        check "$n: marker readable" has_marker
+        case $n in
+          etcd-cluster) test_cluster "$n" ETCD_CLUSTER ;;
+          zk-ensemble) test_cluster "$n" ZK_ENSEMBLE ;;
+          redlock) test_redlock_member; test_single "$n" ;;
+          *) test_single "$n" ;;
+        esac
+        if [ "$n" = redis ] && [ -n "${OTHER_NETNS:-}" ]; then
+            "$B" kill redis 2>/dev/null
+            check "redis: spawn from another network namespace is refused" \
+                not ip netns exec "$OTHER_NETNS" env DISTLOCK_RUN_DIR="$RUN" "$B" spawn redis
+            check "redis: ... and started nothing there" ip netns exec "$OTHER_NETNS" bash -c '! nc -z -w1 127.0.0.1 16379'
+            "$B" spawn redis 2>/dev/null
+            note_pids redis
+        fi
+    else
+        echo "  FAIL $n: up"; fails=$((fails + 1))
+    fi
+    echo "$fails" > "$RUN/test/$n.fails"
+    printf '%s\n' "${seen[@]}" > "$RUN/test/$n.seen"
+    printf '%s\n' "${dirs[@]}" > "$RUN/test/$n.dirs"
+    printf '  %s\n' "${times[@]}" > "$RUN/test/$n.times"
+}
+
+# The servers use distinct ports: their checks run side by side.
+t_start=$(date +%s)
+for n in "${names[@]}"; do setup "$n" || { echo "unknown server $n" >&2; exit 2; }; done
+mkdir -p "$RUN/test"
+for n in "${names[@]}"; do test_server "$n" > "$RUN/test/$n.out" 2>&1 & done
+wait
+for n in "${names[@]}"; do
+    cat "$RUN/test/$n.out"
+    fails=$((fails + $(cat "$RUN/test/$n.fails" 2>/dev/null || echo 1)))
+    mapfile -t -O ${#seen[@]} seen < "$RUN/test/$n.seen"
+    mapfile -t -O ${#dirs[@]} dirs < "$RUN/test/$n.dirs"
+done
+
+echo "== down"
+ctl down
+left=()
+for p in "${seen[@]}"; do
+    s=$(ps -o stat= -p "$p" 2>/dev/null) || continue
+    [ "${s:0:1}" = Z ] || left+=("$p")
+done
+check "down: none of the ${#seen[@]} PIDs seen is left running" test ${#left[@]} -eq 0
+[ ${#left[@]} -eq 0 ] || ps -o pid,stat,args -p "$(IFS=,; echo "${left[*]}")" || true
+for d in "${dirs[@]}"; do check "down: $d removed" test ! -e "$d"; done
+check "down: no PID files left" not compgen -G "$RUN/*.pids"
+
+echo "== times (ms; the servers' checks run side by side)"
+for n in "${names[@]}"; do cat "$RUN/test/$n.times"; done
+printf '  %s\n' "${times[@]}"
+echo "== $fails failed check(s), $(( $(date +%s) - t_start )) s"
+[ "$fails" -eq 0 ]
