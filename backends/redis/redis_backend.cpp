@@ -305,7 +305,7 @@ public:
           layout_(layout_for(b.config(), r.name)),
           lease_ms_(std::to_string(r.lease.count())) {}
 
-    std::optional<std::uint64_t> acquire(deadline until) override {
+    std::optional<spi::grant> acquire(deadline until) override {
         const bool plain = backend_.config().strat == strategy::plain;
         std::string owner =
             plain ? fast_token() : backend_.uuid() + ":" + std::to_string(current_thread_id());
@@ -328,11 +328,12 @@ public:
         }
         for (;;) {
             if (sub) seen = sub->messages();
+            const auto sent = clock::now();  // the lease runs from when the server ran the script
             auto [got, value] = attempt(owner, waiter);
             if (got) {
                 waiter.clear();  // the grant took us out of the queue
                 owner_ = std::move(owner);
-                return static_cast<std::uint64_t>(value);
+                return spi::grant{static_cast<std::uint64_t>(value), sent};
             }
             auto now = clock::now();
             if (now >= until) return std::nullopt;
