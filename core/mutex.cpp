@@ -86,29 +86,43 @@ bool mutex_impl::lock_until(spi::deadline until) {
         }
     }
     if (!gate_->enter(until, this, backend.name(), request_.name)) return false;
-    std::optional<std::uint64_t> token;
+    const bool leased = backend.caps().supports(feature::lease_expiry);
+    std::optional<spi::grant> granted;
     try {
-        token = handle_->acquire(until);
+        for (;;) {
+            granted = handle_->acquire(until);
+            // A lease runs from when its request was sent at the latest: a reply
+            // that comes after that lease has run out is not a grant (someone else
+            // may hold the lock by now). Give it back and try again.
+            if (!granted || !leased || spi::clock::now() < granted->sent + request_.lease) break;
+            granted.reset();
+            try {
+                handle_->release();
+            } catch (...) {  // not ours any more, most likely: nothing to give back
+            }
+            if (spi::clock::now() >= until) break;
+        }
     } catch (...) {
         gate_->leave();
         throw;
     }
-    if (!token) {
+    if (!granted) {
         gate_->leave();
         return false;
     }
     const auto interval = handle_->keepalive_interval();
-    const bool leased = backend.caps().supports(feature::lease_expiry);
     const bool watched = interval.count() > 0 || (leased && !request_.auto_renew);
+    // Only a lease expires with time: a lock held by a session or the kernel stays
+    // held() however long this process was paused, until a check says otherwise.
+    const auto since = leased ? granted->sent : spi::clock::now();
     std::uint64_t generation;
     {
         std::lock_guard lk(state_mutex_);
         generation = ++generation_;
         depth_ = 1;
         owner_ = self;
-        token_ = *token;
-        valid_until_ =
-            watched ? (std::chrono::steady_clock::now() + request_.lease).time_since_epoch().count() : 0;
+        token_ = granted->token;
+        valid_until_ = leased ? (since + request_.lease).time_since_epoch().count() : 0;
         held_ = true;
     }
     {
@@ -120,7 +134,7 @@ bool mutex_impl::lock_until(spi::deadline until) {
         auto lost = [this, generation](std::string why) {
             if (auto notify = mark_lost(generation, std::move(why))) notify();
         };
-        auto failed = [this, generation, tok = *token](const std::string& why) {
+        auto failed = [this, generation, tok = granted->token](const std::string& why) {
             {
                 std::lock_guard lk(state_mutex_);
                 if (generation != generation_) return;
@@ -129,11 +143,12 @@ bool mutex_impl::lock_until(spi::deadline until) {
                                                 "renewal of '" + request_.name + "' failed: " + why));
         };
         try {
+            auto* valid_until = leased ? &valid_until_ : nullptr;
             auto id = interval.count() > 0
-                          ? provider_->scheduler().add(handle_.get(), interval, request_.lease, true, lost, failed,
-                                                       &valid_until_)
-                          : provider_->scheduler().add(handle_.get(), request_.lease, request_.lease, false, lost,
-                                                       failed, &valid_until_);
+                          ? provider_->scheduler().add(handle_.get(), interval, request_.lease, true, since, lost,
+                                                       failed, valid_until)
+                          : provider_->scheduler().add(handle_.get(), request_.lease, request_.lease, false, since,
+                                                       lost, failed, valid_until);
             std::lock_guard lk(state_mutex_);
             entry_ = id;
         } catch (...) {  // no renewal possible (out of memory, no thread): do not keep the grant
@@ -166,7 +181,11 @@ void mutex_impl::unlock() noexcept {
     try {
         handle_->release();
     } catch (const error& e) {
-        if (was_held) report_error(token, e);
+        // The server says the grant was gone before this release: that is a loss,
+        // reported through on_lost like every other (once: not if already reported).
+        const bool gone = e.code_value() == errc::not_owner || e.code_value() == errc::lock_lost;
+        if (was_held && gone) report_lost(token, e.what());
+        else if (was_held) report_error(token, e);
     } catch (const std::exception& e) {
         if (was_held)
             report_error(token, in_doubt_error(errc::in_doubt, std::string(provider_->backend().name()),
@@ -174,6 +193,14 @@ void mutex_impl::unlock() noexcept {
     } catch (...) {
     }
     gate_->leave();
+}
+
+void mutex_impl::report_lost(std::uint64_t token, std::string reason) noexcept {
+    if (!options_.on_lost) return;
+    try {
+        options_.on_lost(lock_event{request_.name, token, std::move(reason)});
+    } catch (...) {
+    }
 }
 
 void mutex_impl::report_error(std::uint64_t token, const error& e) noexcept {

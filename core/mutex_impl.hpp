@@ -42,6 +42,7 @@ public:
     std::function<void()> mark_lost(std::uint64_t generation, std::string reason);
 
 private:
+    void report_lost(std::uint64_t token, std::string reason) noexcept;
     void report_error(std::uint64_t token, const error& e) noexcept;
 
     std::shared_ptr<provider_state> provider_;

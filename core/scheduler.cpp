@@ -17,22 +17,22 @@ scheduler::~scheduler() {
 }
 
 scheduler::entry_id scheduler::add(spi::lock_handle* handle, std::chrono::milliseconds interval,
-                                   std::chrono::milliseconds lease, bool keepalive, lost_fn lost, failed_fn failed,
-                                   std::atomic<clock::rep>* valid_until) {
+                                   std::chrono::milliseconds lease, bool keepalive, clock::time_point since,
+                                   lost_fn lost, failed_fn failed, std::atomic<clock::rep>* valid_until) {
     std::lock_guard lk(mutex_);
     if (!thread_.joinable()) {
         thread_ = std::thread([this] { run(); });
         thread_id_ = thread_.get_id();
     }
-    auto now = clock::now();
     entry_id id = next_id_++;
     auto first = keepalive ? interval : lease;
     idle_wait_ = std::min<clock::duration>(idle_wait_, std::max<clock::duration>(first / 2, std::chrono::milliseconds{10}));
-    entries_.emplace(id, entry{handle, interval, lease, keepalive, now + first, now, std::move(lost), std::move(failed),
+    const auto due = since + first;
+    entries_.emplace(id, entry{handle, interval, lease, keepalive, due, since, std::move(lost), std::move(failed),
                                valid_until});
     // Wake the thread only when the entry falls due before it would wake anyway:
     // a lock taken and released within half an interval costs no wake-up.
-    if (now + first < sleeping_until_) wake_.notify_all();
+    if (due < sleeping_until_) wake_.notify_all();
     return id;
 }
 

@@ -58,7 +58,7 @@ class backend;
 class handle final : public spi::lock_handle {
 public:
     handle(backend& b, const spi::lock_request& r);
-    std::optional<std::uint64_t> acquire(spi::deadline until) override;
+    std::optional<spi::grant> acquire(spi::deadline until) override;
     void release() override;
     std::chrono::milliseconds keepalive_interval() const override {
         return request_.auto_renew ? std::max<ms>(50ms, request_.lease / 2) : 0ms;
@@ -67,7 +67,7 @@ public:
     const std::string& session() const { return session_; }
 
 private:
-    std::optional<std::uint64_t> wait_and_acquire(spi::deadline until);
+    std::optional<spi::grant> wait_and_acquire(spi::deadline until, spi::deadline created);
     http::request monitor_request(std::uint64_t index) const;
     void on_monitor(http::transfer_result r);
     void destroy_session() noexcept;
@@ -259,22 +259,25 @@ handle::handle(backend& b, const spi::lock_request& r)
       target_(backend::key_target(key_)),
       monitor_(b.events(), nullptr, [this](http::transfer_result t) { on_monitor(std::move(t)); }) {}
 
-std::optional<std::uint64_t> handle::acquire(spi::deadline until) {
+std::optional<spi::grant> handle::acquire(spi::deadline until) {
+    const auto created = spi::clock::now();
     session_ = backend_.create_session(request_.lease, request_.name);
-    std::optional<std::uint64_t> token;
+    std::optional<spi::grant> granted;
     try {
-        token = wait_and_acquire(until);
+        granted = wait_and_acquire(until, created);
     } catch (...) {
         destroy_session();
         throw;
     }
-    if (!token) destroy_session();
-    return token;
+    if (!granted) destroy_session();
+    return granted;
 }
 
-std::optional<std::uint64_t> handle::wait_and_acquire(spi::deadline until) {
+// `created`: when the session was asked for. The grant lives as long as the
+// session, whose TTL runs from its last create or renew request at the latest.
+std::optional<spi::grant> handle::wait_and_acquire(spi::deadline until, spi::deadline created) {
     const ms renew_every = std::max<ms>(50ms, request_.lease / 2);
-    auto renewed = spi::clock::now();
+    auto renewed = created;
     spi::backoff lock_delay_wait(request_.retry_min, request_.retry_max);
     std::uint64_t index = 0;
     for (;;) {
@@ -282,12 +285,13 @@ std::optional<std::uint64_t> handle::wait_and_acquire(spi::deadline until) {
         if (now - renewed >= renew_every) {  // waiting longer than TTL/2: keep the session alive
             auto r = backend_.renew(session_);
             if (r.state == spi::keepalive_result::status::lost) {
+                now = spi::clock::now();
                 session_ = backend_.create_session(request_.lease, request_.name);
             } else if (r.state == spi::keepalive_result::status::failed) {
                 throw_error(errc::unavailable, kName, r.message);
             }
-            renewed = spi::clock::now();
-            now = renewed;
+            renewed = now;
+            now = spi::clock::now();
         }
         ms wait = 0ms;
         if (index > 0) {
@@ -310,8 +314,8 @@ std::optional<std::uint64_t> handle::wait_and_acquire(spi::deadline until) {
         if (!e.exists || e.session.empty()) {
             auto acquired = backend_.lock_op(key_, "acquire", session_);
             if (!acquired) {  // our session is gone (expired while we waited, agent restarted)
-                session_ = backend_.create_session(request_.lease, request_.name);
                 renewed = spi::clock::now();
+                session_ = backend_.create_session(request_.lease, request_.name);
                 index = 0;
                 continue;
             }
@@ -339,7 +343,7 @@ std::optional<std::uint64_t> handle::wait_and_acquire(spi::deadline until) {
         auto lk = monitor_.lock();
         monitored_session_ = session_;
         monitor_.start(lk, std::move(rq));
-        return token_;
+        return spi::grant{token_, renewed};
     }
 }
 

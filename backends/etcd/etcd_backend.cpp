@@ -107,7 +107,7 @@ class backend;
 class handle final : public spi::lock_handle {
 public:
     handle(backend& b, const spi::lock_request& r);
-    std::optional<std::uint64_t> acquire(spi::deadline until) override;
+    std::optional<spi::grant> acquire(spi::deadline until) override;
     void release() override;
     std::chrono::milliseconds keepalive_interval() const override;
     spi::keepalive_result keepalive() override;
@@ -120,7 +120,7 @@ private:
     enum class turn { mine, timed_out, key_lost };
     turn wait_for_turn(spi::deadline until);
     void cleanup() noexcept;
-    std::uint64_t granted();
+    spi::grant granted();
     http::request watch_request(std::int64_t from) const;
     bool on_monitor_line(std::string_view line);
     void on_monitor_done(const http::transfer_result& r);
@@ -385,7 +385,7 @@ std::chrono::milliseconds handle::keepalive_interval() const {
     return std::max<std::chrono::milliseconds>(50ms, std::chrono::duration_cast<std::chrono::milliseconds>(session_->ttl) / 3);
 }
 
-std::optional<std::uint64_t> handle::acquire(spi::deadline until) {
+std::optional<spi::grant> handle::acquire(spi::deadline until) {
     const auto range_first = [&] {
         return json{{"key", base64_encode(dir_)},
                     {"range_end", base64_encode(prefix_end(dir_))},
@@ -564,14 +564,17 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
     }
 }
 
-std::uint64_t handle::granted() {
+// Our key lives as long as the session's lease: the grant is valid for a lease
+// from the last grant or keepalive of that lease the server confirmed.
+spi::grant handle::granted() {
     const auto from = revision_ + 1;
     auto rq = watch_request(from);
     auto lk = monitor_.lock();
     monitor_from_ = from;
     monitor_lost_.clear();
     monitor_.start(lk, std::move(rq));
-    return static_cast<std::uint64_t>(revision_);
+    std::lock_guard renewal(session_->mutex);
+    return spi::grant{static_cast<std::uint64_t>(revision_), session_->renewed};
 }
 
 // The watch of our key from revision `from` (0 = now).

@@ -101,7 +101,7 @@ public:
     handle(const settings& s, const spi::lock_request& r)
         : settings_(s), name_(r.name), path_((s.dir / file_name(r.name)).string()), retry_max_(r.retry_max) {}
 
-    std::optional<std::uint64_t> acquire(spi::deadline until) override {
+    std::optional<spi::grant> acquire(spi::deadline until) override {
         spi::backoff wait(1ms, retry_max_);
         for (;;) {
             fd_guard fd(::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
@@ -139,7 +139,7 @@ public:
             std::uint64_t token = read_counter(fd.get()) + 1;
             write_counter(fd.get(), token, settings_.sync);
             fd_ = std::move(fd);
-            return token;
+            return spi::grant{token, spi::clock::now()};  // no lease: the kernel holds it
         }
     }
 

@@ -38,14 +38,14 @@ class handle final : public spi::lock_handle {
 public:
     handle(table& t, std::string name) : table_(t), name_(std::move(name)) {}
 
-    std::optional<std::uint64_t> acquire(spi::deadline until) override {
+    std::optional<spi::grant> acquire(spi::deadline until) override {
         std::unique_lock lk(table_.mutex);
         auto& s = table_.slots[name_];
         auto free = [&] { return s.grant == 0; };
         if (until == spi::deadline::max()) table_.released.wait(lk, free);
         else if (!table_.released.wait_until(lk, until, free)) return std::nullopt;
         grant_ = s.grant = table_.next_grant++;
-        return ++s.counter;
+        return spi::grant{++s.counter, spi::clock::now()};  // no lease
     }
 
     void release() override {

@@ -60,12 +60,28 @@ local function handoff(key, queue, alive, channel, reserve)
 end
 )lua";
 
+// The next fencing token from the fence key `key`. A fence must never go back,
+// even when the server lost its data (a restart without persistence, a failover
+// to a replica that had not got the key): a missing key starts from the
+// server's clock in microseconds, which is past every token handed out before
+// as long as fewer than a million grants a second were made and the server's
+// clock has not been set back by more than that margin.
+const std::string fence_lua = R"lua(
+local function next_fence(key)
+  if redis.call('exists', key) == 0 then
+    local t = redis.call('time')
+    redis.call('set', key, t[1] .. string.format('%06d', tonumber(t[2])))
+  end
+  return redis.call('incr', key)
+end
+)lua";
+
 // KEYS[1] lock key, KEYS[2] fence key, KEYS[3] queue, KEYS[4] waiters;
 // ARGV[1] token, ARGV[2] lease ms, ARGV[3] waiter id ("" = not waiting),
 // ARGV[4] liveness slack ms, ARGV[5] channel ("t <waiter id> <lease ms>" when a
 // reservation is taken up). Takes the key when free or reserved for us; else
 // (when waiting) queues us once and refreshes our liveness deadline.
-const char* const plain_acquire_lua = R"lua(
+const std::string plain_acquire_lua = fence_lua + R"lua(
 local w = ARGV[3]
 local got = redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 if not got and w ~= '' and redis.call('get', KEYS[1]) == 'r:' .. w then
@@ -77,7 +93,7 @@ if got then
   if w ~= '' and redis.call('zrem', KEYS[4], w) == 1 then
     redis.call('lrem', KEYS[3], 1, w)
   end
-  return {1, redis.call('incr', KEYS[2])}
+  return {1, next_fence(KEYS[2])}
 end
 local pttl = redis.call('pttl', KEYS[1])
 if w ~= '' then
@@ -118,13 +134,13 @@ return 1
 )lua";
 
 // Redisson layout. KEYS[1] lock hash, KEYS[2] fence key; ARGV[1] lease ms, ARGV[2] field.
-const char* const reentrant_acquire_lua = R"lua(
+const std::string reentrant_acquire_lua = fence_lua + R"lua(
 if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[1])
   local fence
   if count == 1 then
-    fence = redis.call('incr', KEYS[2])
+    fence = next_fence(KEYS[2])
   else
     fence = tonumber(redis.call('get', KEYS[2]) or '0')
   end
@@ -305,7 +321,7 @@ public:
           layout_(layout_for(b.config(), r.name)),
           lease_ms_(std::to_string(r.lease.count())) {}
 
-    std::optional<std::uint64_t> acquire(deadline until) override {
+    std::optional<spi::grant> acquire(deadline until) override {
         const bool plain = backend_.config().strat == strategy::plain;
         std::string owner =
             plain ? fast_token() : backend_.uuid() + ":" + std::to_string(current_thread_id());
@@ -328,11 +344,12 @@ public:
         }
         for (;;) {
             if (sub) seen = sub->messages();
+            const auto sent = clock::now();  // the lease runs from when the server ran the script
             auto [got, value] = attempt(owner, waiter);
             if (got) {
                 waiter.clear();  // the grant took us out of the queue
                 owner_ = std::move(owner);
-                return static_cast<std::uint64_t>(value);
+                return spi::grant{static_cast<std::uint64_t>(value), sent};
             }
             auto now = clock::now();
             if (now >= until) return std::nullopt;

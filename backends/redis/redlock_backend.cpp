@@ -48,7 +48,7 @@ class redlock_backend;
 class redlock_handle final : public spi::lock_handle {
 public:
     redlock_handle(redlock_backend& b, const spi::lock_request& r);
-    std::optional<std::uint64_t> acquire(deadline until) override;
+    std::optional<spi::grant> acquire(deadline until) override;
     void release() override;
     std::chrono::milliseconds keepalive_interval() const override {
         return request_.auto_renew ? std::max(request_.lease / 3, std::chrono::milliseconds{1})
@@ -176,7 +176,7 @@ private:
 redlock_handle::redlock_handle(redlock_backend& b, const spi::lock_request& r)
     : backend_(b), request_(r), key_(b.key_for(r.name)), lease_ms_(std::to_string(r.lease.count())) {}
 
-std::optional<std::uint64_t> redlock_handle::acquire(deadline until) {
+std::optional<spi::grant> redlock_handle::acquire(deadline until) {
     const auto& cfg = backend_.config();
     const auto n = backend_.pools().size();
     const auto quorum = backend_.quorum();
@@ -208,7 +208,8 @@ std::optional<std::uint64_t> redlock_handle::acquire(deadline until) {
         const auto validity = request_.lease - elapsed - drift;
         if (ok >= quorum && validity.count() > 0) {
             token_ = token;
-            return 0;  // Redlock has no fencing token
+            // No fencing token; the validity runs from the round's start less the drift allowance.
+            return spi::grant{0, start - drift};
         }
         // Not held: undo on every node, including those that seemed to fail.
         if (ok > 0 || failed > 0) backend_.release_all(key_, token);

@@ -132,7 +132,7 @@ class sql_backend;
 class lease_handle final : public spi::lock_handle {
 public:
     lease_handle(sql_backend& b, const spi::lock_request& r, bool optimistic);
-    std::optional<std::uint64_t> acquire(spi::deadline until) override;
+    std::optional<spi::grant> acquire(spi::deadline until) override;
     void release() override;
     milliseconds keepalive_interval() const override;
     spi::keepalive_result keepalive() override;
@@ -142,8 +142,8 @@ public:
     milliseconds lease() const noexcept { return req_.lease; }
 
 private:
-    std::optional<std::uint64_t> try_upsert();
-    std::optional<std::uint64_t> try_compare_and_set();
+    std::optional<spi::grant> try_upsert();
+    std::optional<spi::grant> try_compare_and_set();
 
     sql_backend& b_;
     spi::lock_request req_;
@@ -158,7 +158,7 @@ class session_handle final : public spi::lock_handle {
 public:
     session_handle(sql_backend& b, const spi::lock_request& r, bool row_lock);
     ~session_handle() override;
-    std::optional<std::uint64_t> acquire(spi::deadline until) override;
+    std::optional<spi::grant> acquire(spi::deadline until) override;
     void release() override;
     milliseconds keepalive_interval() const override;
     spi::keepalive_result keepalive() override;
@@ -298,7 +298,7 @@ public:
 lease_handle::lease_handle(sql_backend& b, const spi::lock_request& r, bool optimistic)
     : b_(b), req_(r), optimistic_(optimistic), name_{r.name} {}
 
-std::optional<std::uint64_t> lease_handle::acquire(spi::deadline until) {
+std::optional<spi::grant> lease_handle::acquire(spi::deadline until) {
     std::string owner = spi::random_token();
     owner_ = owner;
     spi::backoff wait(req_.retry_min, req_.retry_max);
@@ -319,10 +319,10 @@ std::optional<std::uint64_t> lease_handle::acquire(spi::deadline until) {
     };
     try {
         for (;;) {
-            auto token = optimistic_ ? try_compare_and_set() : try_upsert();
-            if (token) {
+            auto granted = optimistic_ ? try_compare_and_set() : try_upsert();
+            if (granted) {
                 stop_listening();
-                return token;
+                return granted;
             }
             if (spi::clock::now() >= until) break;
             if (!my_payload.empty() && !listener) {
@@ -354,10 +354,13 @@ std::optional<std::uint64_t> lease_handle::acquire(spi::deadline until) {
     return std::nullopt;
 }
 
-std::optional<std::uint64_t> lease_handle::try_upsert() {
+std::optional<spi::grant> lease_handle::try_upsert() {
     try {
-        return b_.pool_.run(
+        const auto sent = spi::clock::now();  // the lease runs from the server's NOW() at best
+        auto token = b_.pool_.run(
             [&](connection& c) { return run_for_token(c, b_.q_.lease_acquire, {name_, owner_, ms(req_.lease)}); });
+        if (!token) return std::nullopt;
+        return spi::grant{*token, sent};
     } catch (const sql_error& e) {
         if (e.kind() == failure::deadlock || e.kind() == failure::lock_timeout) return std::nullopt;  // busy: retry
         throw;
@@ -367,22 +370,25 @@ std::optional<std::uint64_t> lease_handle::try_upsert() {
 // The seed's optimistic update: read the version, then UPDATE ... WHERE version
 // still matches (and the lease is still free); a lost race is retried at once, at
 // most `tries` times within `window`. A lease held by someone else is "busy".
-std::optional<std::uint64_t> lease_handle::try_compare_and_set() {
+std::optional<spi::grant> lease_handle::try_compare_and_set() {
     const auto& s = b_.settings_;
     const auto start = spi::clock::now();
-    return b_.pool_.run([&](connection& c) -> std::optional<std::uint64_t> {
+    return b_.pool_.run([&](connection& c) -> std::optional<spi::grant> {
         for (int i = 0; i < s.tries && (i == 0 || spi::clock::now() - start < s.window); ++i) {
             try {
                 auto r = c.exec(b_.q_.opt_read, {name_});
+                auto sent = spi::clock::now();  // of the statement that takes the lease
                 if (r.rows.empty()) {
-                    if (c.exec(b_.q_.opt_insert, {name_, owner_, ms(req_.lease)}).affected == 1) return 1;
+                    if (c.exec(b_.q_.opt_insert, {name_, owner_, ms(req_.lease)}).affected == 1)
+                        return spi::grant{1, sent};
                     continue;  // another client created it first
                 }
                 const auto& row = r.rows[0];
                 if (!row[1] || *row[1] != "1") return std::nullopt;  // held by its owner
                 const auto version = static_cast<std::int64_t>(std::stoll(*row[0]));
+                sent = spi::clock::now();
                 if (c.exec(b_.q_.opt_update, {name_, owner_, ms(req_.lease), version}).affected == 1)
-                    return static_cast<std::uint64_t>(version + 1);
+                    return spi::grant{static_cast<std::uint64_t>(version + 1), sent};
             } catch (const sql_error& e) {
                 if (e.kind() != failure::deadlock && e.kind() != failure::lock_timeout) throw;
             }
@@ -525,7 +531,7 @@ std::uint64_t session_handle::fence(connection& holder) {
     return row_lock_ ? b_.pool_.run(bump) : bump(holder);
 }
 
-std::optional<std::uint64_t> session_handle::acquire(spi::deadline until) {
+std::optional<spi::grant> session_handle::acquire(spi::deadline until) {
     const auto resolution = row_lock_ ? b_.dialect_->row_wait_resolution() : b_.dialect_->native_wait_resolution();
     // Each server-side wait stays well below the client's read timeout.
     const auto chunk = std::max(resolution, std::min<milliseconds>(b_.settings_.conn.timeout / 2, 10s));
@@ -552,7 +558,7 @@ std::optional<std::uint64_t> session_handle::acquire(spi::deadline until) {
             reused = false;
             if (o == outcome::granted) {
                 try {
-                    return fence(*conn_);
+                    return spi::grant{fence(*conn_), spi::clock::now()};  // no lease: the session holds it
                 } catch (...) {
                     drop_connection();  // leave nothing behind: ending the session frees the lock
                     throw;
@@ -585,7 +591,13 @@ void session_handle::release() {
                 throw_error(errc::not_owner, b_.name_, "the server says '" + req_.name + "' was not held by this session");
         }
     } catch (const sql_error& e) {
-        // The session is closed below either way, which frees the lock once the
+        // The session is gone (killed, server restarted): the server released the
+        // lock when it ended, maybe long before this release. That is a loss.
+        if (e.kind() == failure::connection_lost)
+            throw_error(errc::lock_lost, b_.name_,
+                        "the session holding '" + req_.name + "' was gone at release: the server had released the lock (" +
+                            e.what() + ")");
+        // Otherwise the session is closed below, which frees the lock once the
         // server sees the connection end.
         raise(e, b_.name_, "release of '" + req_.name + "' failed (closing the session releases it)", true);
     }

@@ -288,7 +288,7 @@ public:
     handle(backend& be, const spi::lock_request& r);
     ~handle() override;
 
-    std::optional<std::uint64_t> acquire(spi::deadline until) override;
+    std::optional<spi::grant> acquire(spi::deadline until) override;
     void release() override;
     std::chrono::milliseconds keepalive_interval() const override;
     spi::keepalive_result keepalive() override;
@@ -904,7 +904,7 @@ spi::keepalive_result handle::keepalive() {
     return r;
 }
 
-std::optional<std::uint64_t> handle::acquire(spi::deadline until) {
+std::optional<spi::grant> handle::acquire(spi::deadline until) {
     const bool once = until <= clock::now();
     for (int round = 0;; ++round) {
         if (round > 0 && !once && clock::now() >= until) return std::nullopt;
@@ -981,7 +981,7 @@ std::optional<std::uint64_t> handle::acquire(spi::deadline until) {
             be_.delete_node(*s, node);
             throw;
         }
-        if (result == step::held) return czxid;
+        if (result == step::held) return spi::grant{czxid, clock::now()};  // held for the session's life: no lease
         if (result == step::timeout) {
             be_.delete_node(*s, node);
             return std::nullopt;

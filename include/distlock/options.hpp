@@ -41,15 +41,17 @@ struct lock_options {
     std::chrono::milliseconds retry_max{250};
 
     // Called once when a held lock is found to be lost (lease not renewed in time,
-    // key deleted, session expired, connection killed). Runs on a distlock thread:
+    // key deleted, session expired, connection killed), whichever path finds it: a
+    // renewal, a watch, or the release in unlock(). Runs on a distlock thread, or
+    // on the thread calling unlock() when the release is what finds the loss:
     // keep it short, and never block on the lock itself. After it, held() is false.
     // Empty = no callback (held() still turns false).
     std::function<void(const lock_event&)> on_lost;
 
     // Called when unlock() or a renewal fails in a way that is not a loss (the
     // server was unreachable, the outcome is in doubt). unlock() never throws; this
-    // is where its failure goes. Empty = ignored (the server-side lease is the
-    // safety net).
+    // is where its failure goes (a release that finds the lock already gone goes
+    // to on_lost instead). Empty = ignored (the server-side lease is the safety net).
     std::function<void(const lock_event&, const error&)> on_error;
 };
 

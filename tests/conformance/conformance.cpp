@@ -16,6 +16,7 @@
 #include "distlock/spi/backend.hpp"
 #include "distlock/testing.hpp"
 #include "support.hpp"
+#include "tcp_proxy.hpp"
 
 using namespace std::chrono_literals;
 using distlock::test::backend_url;
@@ -350,6 +351,100 @@ TEST_CASE("a holder learns when its lock is removed on the server",
     auto again = a.mutex(name);
     CHECK(again.try_lock_for(lease_of(a) + 10s));
     again.unlock();
+}
+
+TEST_CASE("a loss that unlock() finds is reported once, through on_lost and never on_error",
+          "[contract][loss][needs:break_lock]") {
+    auto a = connect_under_test();
+    const auto name = unique_name("loss-at-unlock");
+    std::atomic<int> lost{0}, errors{0};
+    std::string error_text;
+    std::mutex error_mutex;
+    std::uint64_t lost_token = 0;
+    distlock::lock_options opts;
+    opts.on_lost = [&](const distlock::lock_event& e) {
+        lost_token = e.token;
+        ++lost;
+    };
+    opts.on_error = [&](const distlock::lock_event&, const distlock::error& e) {
+        std::lock_guard lk(error_mutex);
+        error_text += std::string(e.what()) + "\n";
+        ++errors;
+    };
+    auto holder = a.mutex(name, opts);
+    holder.lock();
+    const auto token = holder.token();
+    distlock::testing::break_lock(a, name);
+    holder.unlock();  // at once: the release, if nothing else, finds the grant gone
+    CHECK(eventually([&] { return lost.load() >= 1; }, 2s));
+    std::this_thread::sleep_for(200ms);
+    CHECK(lost.load() == 1);
+    CHECK(lost_token == token);
+    std::lock_guard lk(error_mutex);
+    INFO("on_error: " << error_text);
+    CHECK(errors.load() == 0);
+}
+
+TEST_CASE("a grant whose reply comes after its lease has run out is not held",
+          "[contract][lease][needs:lease_expiry]") {
+    // A's replies from the server(s) come 1.5 s late through proxies, longer than
+    // its 1 s lease: the server grants A, the grant expires there before A hears
+    // of it, and B takes the lock. A must never believe it holds while B does.
+    std::vector<std::unique_ptr<distlock::test::tcp_proxy>> proxies;
+    const auto slow_url = distlock::test::map_hosts(backend_url(), [&](const std::string& host_port) {
+        const auto colon = host_port.rfind(':');
+        proxies.push_back(std::make_unique<distlock::test::tcp_proxy>(host_port.substr(0, colon),
+                                                                      std::stoi(host_port.substr(colon + 1))));
+        return "127.0.0.1:" + std::to_string(proxies.back()->port());
+    });
+    REQUIRE_FALSE(proxies.empty());
+    auto a = distlock::connect(slow_url);
+    auto b = connect_under_test();
+    const auto name = unique_name("late-grant");
+    distlock::lock_options opts;
+    opts.lease = 1s;
+    auto ma = a.mutex(name, opts);
+    auto mb = b.mutex(name, opts);
+    REQUIRE(ma.try_lock_for(10s));  // opens A's connections while the network is fast
+    ma.unlock();
+    for (auto& p : proxies) p->delay_replies(1500ms);
+
+    std::atomic<bool> done{false};
+    std::atomic<int> both{0};
+    std::thread watch([&] {  // held() of both, every 2 ms
+        while (!done) {
+            if (ma.held() && mb.held()) ++both;
+            std::this_thread::sleep_for(2ms);
+        }
+    });
+    bool a_got = false, b_got = false;
+    distlock::test::thread_errors errors;
+    std::thread slow([&] {
+        errors.run([&] {
+            try {
+                a_got = ma.try_lock_for(3s);
+            } catch (const distlock::unavailable_error&) {  // a backend whose timeout is below the delay
+            }
+            if (a_got) {
+                std::this_thread::sleep_for(300ms);
+                ma.unlock();
+            }
+        });
+    });
+    std::this_thread::sleep_for(200ms);  // A's request has reached the server by now
+    b_got = mb.try_lock_for(5s);
+    if (b_got) {
+        std::this_thread::sleep_for(3s);  // past A's deadline
+        mb.unlock();
+    }
+    slow.join();
+    done = true;
+    watch.join();
+    for (auto& p : proxies) p->delay_replies(0ms);
+    CHECK(errors.all().empty());
+    INFO("A acquired: " << a_got << ", B acquired: " << b_got);
+    CHECK(b_got);
+    CHECK(both.load() == 0);
 }
 
 // ---- 7. fencing ------------------------------------------------------------------------------

@@ -29,6 +29,23 @@ std::string& url_slot() {
 const std::string& backend_url() { return url_slot(); }
 void set_backend_url(std::string url) { url_slot() = std::move(url); }
 
+std::string map_hosts(const std::string& url, const std::function<std::string(const std::string&)>& f) {
+    const auto scheme_end = url.find("://");
+    if (scheme_end == std::string::npos) return url;
+    const auto start = scheme_end + 3;
+    auto end = url.find_first_of("/?#", start);
+    if (end == std::string::npos) end = url.size();
+    const auto at = url.rfind('@', end);
+    const auto hosts_start = at != std::string::npos && at >= start ? at + 1 : start;
+    std::string out = url.substr(0, hosts_start);
+    for (auto pos = hosts_start; pos < end;) {
+        auto comma = std::min(url.find(',', pos), end);
+        out += (pos == hosts_start ? "" : ",") + f(url.substr(pos, comma - pos));
+        pos = comma + 1;
+    }
+    return out + url.substr(end);
+}
+
 std::string exe_dir() { return std::filesystem::read_symlink("/proc/self/exe").parent_path().string(); }
 
 command_result run_command(const std::string& shell_command) {

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -33,6 +34,11 @@ std::string env(const char* name);
 // The backend URL under test (set by the conformance main from --backend).
 const std::string& backend_url();
 void set_backend_url(std::string url);
+
+// `url` with each `host:port` of its authority (the comma-separated list after
+// any user info) replaced by what `f` returns for it, e.g. a proxy's address;
+// the scheme, user info, path and query stay as they were.
+std::string map_hosts(const std::string& url, const std::function<std::string(const std::string& host_port)>& f);
 
 // Directory of the running executable (to find helper programs beside it).
 std::string exe_dir();

@@ -7,9 +7,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace distlock::test {
@@ -45,9 +48,12 @@ struct tcp_proxy::state {
     std::mutex mu;
     std::condition_variable done;
     bool mute_open = false;  // set by drop_replies_on_open_connections, read by the loop
+    std::atomic<std::chrono::steady_clock::rep> reply_delay{0};  // set by delay_replies
     struct link {
         int client, server;
         bool muted;
+        // The target's bytes held back by delay_replies: when each may go on.
+        std::deque<std::pair<std::chrono::steady_clock::time_point, std::string>> held{};
     };
     std::vector<link> links;  // the loop's own
 };
@@ -86,7 +92,14 @@ void tcp_proxy::drop_replies_on_open_connections() {
     st_->done.wait(lk, [&] { return !st_->mute_open; });
 }
 
+void tcp_proxy::delay_replies(std::chrono::milliseconds delay) {
+    st_->reply_delay = std::chrono::duration_cast<std::chrono::steady_clock::duration>(delay).count();
+    char b = 1;
+    (void)!::write(st_->wake[1], &b, 1);
+}
+
 void tcp_proxy::run() {
+    using clock = std::chrono::steady_clock;
     auto& s = *st_;
     auto close_link = [](state::link& l) {
         ::close(l.client);
@@ -94,11 +107,18 @@ void tcp_proxy::run() {
     };
     for (;;) {
         std::vector<pollfd> fds{{s.wake[0], POLLIN, 0}, {s.listen_fd, POLLIN, 0}};
+        auto next = clock::time_point::max();  // when the first held-back reply is due
         for (auto& l : s.links) {
             fds.push_back({l.client, POLLIN, 0});
             fds.push_back({l.server, POLLIN, 0});
+            if (!l.held.empty()) next = std::min(next, l.held.front().first);
         }
-        if (::poll(fds.data(), fds.size(), -1) < 0) continue;
+        int timeout = -1;
+        if (next != clock::time_point::max()) {
+            auto left = std::chrono::ceil<std::chrono::milliseconds>(next - clock::now()).count();
+            timeout = static_cast<int>(std::max<long long>(left, 0));
+        }
+        if (::poll(fds.data(), fds.size(), timeout) < 0) continue;
         if (fds[0].revents) {
             char b;
             if (::read(s.wake[0], &b, 1) <= 0) break;  // the destructor closed the pipe
@@ -117,11 +137,19 @@ void tcp_proxy::run() {
                 if (!fds[2 + 2 * i + side].revents) continue;
                 int from = side == 0 ? l.client : l.server, to = side == 0 ? l.server : l.client;
                 auto n = ::recv(from, buf, sizeof buf, 0);
+                const auto delay = clock::duration(s.reply_delay.load());
                 if (n <= 0) {
                     dead[i] = true;
+                } else if (side == 1 && !l.muted && (delay.count() > 0 || !l.held.empty())) {
+                    l.held.emplace_back(clock::now() + delay, std::string(buf, static_cast<std::size_t>(n)));
                 } else if (side == 0 || !l.muted) {
                     dead[i] = !write_all(to, buf, static_cast<std::size_t>(n));
                 }
+            }
+            const auto now = clock::now();
+            while (!dead[i] && !l.held.empty() && l.held.front().first <= now) {
+                dead[i] = !write_all(l.client, l.held.front().second.data(), l.held.front().second.size());
+                l.held.pop_front();
             }
         }
         for (std::size_t i = s.links.size(); i-- > 0;) {

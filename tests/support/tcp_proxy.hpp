@@ -1,9 +1,11 @@
 // A loopback TCP proxy for fault injection: forwards every connection to one
 // target, and can make the connections open now one-way (requests still reach
-// the server, its replies are dropped), as when a reply is lost on the network.
+// the server, its replies are dropped), as when a reply is lost on the network,
+// or hold the server's replies back for a while (a slow return path).
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -23,6 +25,9 @@ public:
     // From now on, what the target sends on the connections open now is read and
     // dropped; connections accepted later are forwarded both ways as usual.
     void drop_replies_on_open_connections();
+    // From now on, what the target sends on any connection reaches the client
+    // `delay` after it arrived (in order; 0 = at once again).
+    void delay_replies(std::chrono::milliseconds delay);
     // Connections accepted so far.
     std::uint64_t accepted() const { return accepted_.load(); }
 

@@ -29,13 +29,26 @@ struct fake_state {
     std::condition_variable cv;
     bool stall = false;
     std::atomic<bool> stalled{false};
+    // How long ago each acquire's request was "sent" (a reply that took that
+    // long); the first `late_replies` acquires come that late, the rest at once.
+    std::chrono::milliseconds reply_delay{0};
+    std::atomic<int> late_replies{0};
+    // What release() throws (errc{} = nothing), as a server that says the grant was gone.
+    distlock::errc release_error{};
 };
 
 class fake_handle final : public spi::lock_handle {
 public:
     fake_handle(fake_state& s, std::chrono::milliseconds interval) : s_(s), interval_(interval) {}
-    std::optional<std::uint64_t> acquire(spi::deadline) override { return ++s_.acquires; }
-    void release() override { ++s_.releases; }
+    std::optional<spi::grant> acquire(spi::deadline) override {
+        const bool late = s_.late_replies.fetch_sub(1) > 0;
+        return spi::grant{static_cast<std::uint64_t>(++s_.acquires),
+                          spi::clock::now() - (late ? s_.reply_delay : std::chrono::milliseconds{0})};
+    }
+    void release() override {
+        ++s_.releases;
+        if (s_.release_error != distlock::errc{}) distlock::throw_error(s_.release_error, "fake", "scripted release failure");
+    }
     std::chrono::milliseconds keepalive_interval() const override { return interval_; }
     spi::keepalive_result keepalive() override {
         ++s_.keepalives;
@@ -204,6 +217,131 @@ TEST_CASE("with auto_renew off a leased lock is reported lost when its lease pas
     CHECK(m.held());
     CHECK(distlock::test::eventually([&] { return !m.held(); }, 2s));
     CHECK(s.keepalives.load() == 0);
+    m.unlock();
+}
+
+TEST_CASE("a grant whose reply came after its lease is not a grant: given back and tried again", "[grant]") {
+    fake_state s;
+    auto p = fake_provider(s, 200ms);
+    s.reply_delay = 300ms;  // the server's lease ran out 100 ms before the reply came
+    s.late_replies = 1;
+    auto m = p.mutex("late");
+    REQUIRE(m.try_lock_for(1s));
+    CHECK(s.acquires.load() == 2);  // the late grant, then a timely one
+    CHECK(s.releases.load() == 1);  // the late grant was given back
+    CHECK(m.token() == 2);
+    CHECK(m.held());
+    m.unlock();
+
+    // Every reply late: try_lock_for gives up at its deadline, holding nothing.
+    s.late_replies = 1 << 30;
+    CHECK_FALSE(m.try_lock_for(50ms));
+    CHECK_FALSE(m.held());
+    CHECK(s.acquires.load() >= 3);
+    CHECK(s.releases.load() == s.acquires.load());
+    s.late_replies = 0;
+}
+
+TEST_CASE("a grant's lease counts from when its request was sent, not from when the reply came", "[grant]") {
+    fake_state s;
+    auto p = fake_provider(s, 400ms);
+    s.reply_delay = 300ms;  // 100 ms of the lease left when the reply comes
+    s.late_replies = 1;
+    std::atomic<int> lost{0};
+    distlock::lock_options o;
+    o.auto_renew = false;
+    o.on_lost = [&](const distlock::lock_event&) { ++lost; };
+    auto m = p.mutex("late-but-valid", o);
+    const auto t0 = spi::clock::now();
+    REQUIRE(m.try_lock());
+    CHECK(s.acquires.load() == 1);
+    CHECK(distlock::test::eventually([&] { return !m.held(); }, 2s));
+    CHECK(spi::clock::now() - t0 < 300ms);  // 100 ms left, not the 400 ms a reply-time count would give
+    CHECK(distlock::test::eventually([&] { return lost.load() == 1; }, 2s));
+    m.unlock();
+}
+
+TEST_CASE("a loss that unlock() finds is reported once, through on_lost and not on_error", "[loss]") {
+    for (auto code : {distlock::errc::not_owner, distlock::errc::lock_lost}) {
+        fake_state s;
+        auto p = fake_provider(s, 10s);
+        std::atomic<int> lost{0}, errors{0};
+        std::uint64_t lost_token = 0;
+        distlock::lock_options o;
+        o.on_lost = [&](const distlock::lock_event& e) {
+            lost_token = e.token;
+            ++lost;
+        };
+        o.on_error = [&](const distlock::lock_event&, const distlock::error&) { ++errors; };
+        auto m = p.mutex("found-at-unlock", o);
+        m.lock();
+        const auto token = m.token();
+        s.release_error = code;
+        m.unlock();
+        CHECK(lost.load() == 1);
+        CHECK(lost_token == token);
+        CHECK(errors.load() == 0);
+    }
+    // A release whose outcome is unknown is not a loss: on_error.
+    fake_state s;
+    auto p = fake_provider(s, 10s);
+    std::atomic<int> lost{0}, errors{0};
+    distlock::lock_options o;
+    o.on_lost = [&](const distlock::lock_event&) { ++lost; };
+    o.on_error = [&](const distlock::lock_event&, const distlock::error& e) {
+        CHECK(e.code() == distlock::errc::in_doubt);
+        ++errors;
+    };
+    auto m = p.mutex("in-doubt", o);
+    m.lock();
+    s.release_error = distlock::errc::in_doubt;
+    m.unlock();
+    CHECK(lost.load() == 0);
+    CHECK(errors.load() == 1);
+}
+
+TEST_CASE("a loss already reported is not reported again when unlock() finds it", "[loss]") {
+    fake_state s;
+    auto p = fake_provider(s, 150ms);
+    std::atomic<int> lost{0}, errors{0};
+    distlock::lock_options o;
+    o.on_lost = [&](const distlock::lock_event&) { ++lost; };
+    o.on_error = [&](const distlock::lock_event&, const distlock::error&) { ++errors; };
+    auto m = p.mutex("reported-once", o);
+    m.lock();
+    {
+        std::lock_guard lk(s.mutex);
+        s.answer = spi::keepalive_result::status::lost;
+    }
+    CHECK(distlock::test::eventually([&] { return lost.load() == 1; }, 2s));
+    s.release_error = distlock::errc::not_owner;
+    m.unlock();
+    CHECK(lost.load() == 1);
+    CHECK(errors.load() == 0);
+}
+
+TEST_CASE("held() stays true on a backend without a lease, however long past the lease option", "[held]") {
+    fake_state s;
+    auto p = fake_provider(s, 100ms, false);  // no lease_expiry: a session or the kernel holds the lock
+    std::atomic<int> lost{0};
+    distlock::lock_options o;
+    o.on_lost = [&](const distlock::lock_event&) { ++lost; };
+    auto m = p.mutex("no-lease", o);
+    m.lock();
+    {
+        std::lock_guard lk(s.mutex);
+        s.stall = true;  // the liveness check is stuck (a paused holder or server): no verdict yet
+    }
+    std::this_thread::sleep_for(350ms);  // 3.5 x the lease option
+    CHECK(m.held());
+    {
+        std::lock_guard lk(s.mutex);
+        s.stall = false;
+    }
+    s.cv.notify_all();
+    std::this_thread::sleep_for(100ms);
+    CHECK(m.held());
+    CHECK(lost.load() == 0);
     m.unlock();
 }
 

@@ -62,6 +62,19 @@ struct keepalive_result {
     static keepalive_result failed(std::string why) { return {status::failed, std::move(why)}; }
 };
 
+// What acquire() returns when it took the lock.
+struct grant {
+    // Fencing token of the grant (0 when the backend has none).
+    std::uint64_t token;
+    // When the request that took the lock was sent (or earlier): a lease granted
+    // by the server runs from some moment after it, so the grant is valid until
+    // `sent + lease` at most, however late its reply arrives. Backends with a
+    // clock-drift allowance (Redlock) move it earlier by that allowance; backends
+    // whose grants live on a shared lease (etcd) give when that lease was last
+    // confirmed. Ignored by backends without lease expiry.
+    deadline sent;
+};
+
 // One per distlock::mutex. Threading contract (kept by the core):
 //  - acquire() and release() are called by one thread at a time;
 //  - keepalive() is called (by the provider's scheduler thread) only between a
@@ -72,11 +85,13 @@ public:
     virtual ~lock_handle() = default;
 
     // Takes the lock, waiting until `until` at most (`until <= now` = one attempt,
-    // no waiting; deadline::max() = no bound). Returns the fencing token of the new
-    // grant (0 when the backend has none) or nullopt when the deadline passed.
-    // Throws distlock::error subclasses (unavailable, access_denied, ...).
-    // Must leave nothing behind on the server when it returns nullopt or throws.
-    virtual std::optional<std::uint64_t> acquire(deadline until) = 0;
+    // no waiting; deadline::max() = no bound). Returns the new grant or nullopt
+    // when the deadline passed. Throws distlock::error subclasses (unavailable,
+    // access_denied, ...). Must leave nothing behind on the server when it returns
+    // nullopt or throws. A lease grant whose reply came after `sent + lease` is not
+    // a grant: the core releases it (release() may then throw not_owner) and
+    // calls acquire() again while the deadline allows.
+    virtual std::optional<grant> acquire(deadline until) = 0;
 
     // Releases the current grant. Throws not_owner_error when the server says the
     // lock is not ours any more, unavailable_error / in_doubt_error when unsure.
