@@ -51,6 +51,7 @@ CHECK_TITLES = {
 MAX_EXAMPLES = 10  # examples listed per check
 DEFAULT_SILENCE_FLOOR_MS = 15_000  # the controller's own SIGTERM grace
 DEFAULT_SILENCE_LEASES = 10
+DEFAULT_SILENCE_WAITS = 3  # a worker is silent in try_lock_for(wait_ms)
 
 
 class InputError(Exception):
@@ -98,6 +99,11 @@ def read_jsonl(path: Path, kind: str) -> tuple[list[dict], int]:
         rec["_line"] = i + 1
         records.append(rec)
     return records, truncated
+
+
+def worker_key(w: str) -> tuple:
+    """Sorts worker ids naturally: "2.1" before "10.1"."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in w.split("."))
 
 
 def as_int(value, default=None):
@@ -429,10 +435,12 @@ def check_double_grants(run: Run):
     excused) where excused lists the signalled overlaps with their loss latency
     (signal time minus the later grant's `acquire ok`)."""
     count, examples, excused = 0, [], []
+    unsignalled = set()  # earlier grants involved
     for a, b in overlapping_pairs(run):
         sig = a.first_signal()
         if sig is None:
             count += 1
+            unsignalled.add(a.index)
             if len(examples) < MAX_EXAMPLES:
                 examples.append({"earlier": grant_ref(run, a), "later": grant_ref(run, b),
                                  "overlap_ms": round((min(a.end_t, b.end_t) - b.ok_t) / 1e6, 3)})
@@ -440,7 +448,7 @@ def check_double_grants(run: Run):
             excused.append({"earlier": grant_ref(run, a), "later": grant_ref(run, b),
                             "signal": sig[1], "signal_ms": rel_ms(run, sig[0]),
                             "latency_ns": sig[0] - b.ok_t})
-    return count, examples, excused
+    return count, examples, excused, len(unsignalled)
 
 
 def attribute_writes(run: Run) -> list[tuple[dict, Grant | None]]:
@@ -583,29 +591,35 @@ def measure_no_holder_gap(run: Run) -> dict:
 
 def silence_limit_ms(run: Run) -> int:
     """How long a worker may go without an event: run.json `silence_limit_ms`,
-    else max(15 s, 10 leases)."""
+    else max(15 s, 10 leases, 3 waits) (`lease_ms`, `wait_ms` of run.json)."""
     given = as_int(run.meta.get("silence_limit_ms"))
     if given:
         return given
     lease = as_int(run.meta.get("lease_ms"), 0) or 0
-    return max(DEFAULT_SILENCE_FLOOR_MS, DEFAULT_SILENCE_LEASES * lease)
+    wait = as_int(run.meta.get("wait_ms"), 0) or 0
+    return max(DEFAULT_SILENCE_FLOOR_MS, DEFAULT_SILENCE_LEASES * lease, DEFAULT_SILENCE_WAITS * wait)
 
 
 def stopped_spans(run: Run, wk: Worker) -> list[tuple[int, float]]:
     """When the worker was stopped by the nemesis: from a `pause stop` event (or
     a nemesis `stop` record) to the next `pause cont` event or nemesis `cont`
-    record, whichever comes first (no continuation: stopped to the end)."""
+    record, whichever comes first (no continuation: stopped to the end).
+    Returned sorted and merged, so no stopped time counts twice."""
     stops = [e["t"] for e in wk.events if e["ev"] == "pause" and e.get("phase") == "stop"]
     conts = [e["t"] for e in wk.events if e["ev"] == "pause" and e.get("phase") == "cont"]
     for r in nemesis_records(run, wk.w, "stop", "cont"):
         if isinstance(r.get("t"), int):
             (stops if r["ev"] == "stop" else conts).append(r["t"])
     conts.sort()
-    spans = []
+    spans: list[list] = []  # merged: a pause event and the controller's record overlap
     for s in sorted(stops):
         j = bisect.bisect_left(conts, s)
-        spans.append((s, conts[j] if j < len(conts) else math.inf))
-    return spans
+        e = conts[j] if j < len(conts) else math.inf
+        if spans and s <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], e)
+        else:
+            spans.append([s, e])
+    return [(s, e) for s, e in spans]
 
 
 def longest_silence(run: Run, wk: Worker) -> tuple[int, int | None, int | None]:
@@ -615,9 +629,14 @@ def longest_silence(run: Run, wk: Worker) -> tuple[int, int | None, int | None]:
     `hung` by the controller; one that died there is a crash or a kill."""
     times = [e["t"] for e in wk.events]
     spans = stopped_spans(run, wk)
+    ends = [e for _, e in spans]
     best = (0, None, None)
     for a, b in zip(times, times[1:]):
-        stopped = sum(max(0, min(b, e) - max(a, s)) for s, e in spans)
+        stopped = 0
+        for s, e in spans[bisect.bisect_right(ends, a):]:  # spans ending after a
+            if s >= b:
+                break
+            stopped += min(b, e) - max(a, s)
         silent = int((b - a) - stopped)
         if silent > best[0]:
             best = (silent, a, b)
@@ -630,7 +649,7 @@ def check_hung_workers(run: Run):
     not stopped by the nemesis."""
     limit_ns = silence_limit_ms(run) * 1_000_000
     count, examples = 0, []
-    for w, wk in sorted(run.workers.items()):
+    for w, wk in sorted(run.workers.items(), key=lambda kv: worker_key(kv[0])):
         why = []
         if nemesis_records(run, w, "hung"):
             why.append("SIGKILLed by the controller at the end")
@@ -671,7 +690,7 @@ def check_crashed_workers(run: Run):
     is counted as hung), and workers whose history ends without `exit` or
     `kill` with no exit recorded by the controller."""
     count, examples = 0, []
-    for w, wk in sorted(run.workers.items()):
+    for w, wk in sorted(run.workers.items(), key=lambda kv: worker_key(kv[0])):
         kind, text = worker_fate(run, wk)
         if kind in ("crash", "unknown-end"):
             count += 1
@@ -718,7 +737,7 @@ def totals(run: Run) -> dict:
     """Totals over the run, and per worker."""
     per_worker = {}
     n = {"grants": 0, "acquire_fails": 0, "acquire_unknowns": 0, "held_false": 0, "errors": 0}
-    for w, wk in sorted(run.workers.items()):
+    for w, wk in sorted(run.workers.items(), key=lambda kv: worker_key(kv[0])):
         fails = sum(1 for e in wk.events if e["ev"] == "acquire" and e.get("phase") == "fail")
         unknown = sum(1 for e in wk.events if e["ev"] == "acquire" and e.get("phase") == "unknown")
         held_false = sum(1 for e in wk.events if e["ev"] == "held" and e.get("held") is False)
@@ -816,8 +835,9 @@ def analyse(run_dir, expect_file: str | None = None) -> dict:
                 entry["why"] = why
         results[name] = entry
 
-    dg, dg_examples, excused = check_double_grants(run)
+    dg, dg_examples, excused, dg_grants = check_double_grants(run)
     put("double_grants", dg, dg_examples)
+    results["double_grants"]["detail"] = f"pairs; {dg_grants} earlier grant(s) never signalled"
     put("stale_writes_accepted", *check_stale_writes_accepted(run))
     put("legitimate_writes_rejected", *check_legitimate_writes_rejected(run))
     applies, reason = fencing_applies(run)
@@ -894,6 +914,8 @@ def format_text(rep: dict) -> str:
             line += f" (expected: {c.get('why') or c.get('expected')})"
         elif name == GAP_CHECK:
             line += f" (bound {c['expected']} ms)"
+        if c["value"] and c.get("detail"):
+            line += f"  [{c['detail']}]"
         out.append(line)
         if c["status"] != "ok":
             for ex in c["examples"]:

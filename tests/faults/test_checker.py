@@ -216,6 +216,8 @@ class CheckerTest(unittest.TestCase):
         self.assertEqual(self.value(rep, "double_grants"), 1)
         ex = rep["checks"]["double_grants"]["examples"][0]
         self.assertEqual((ex["earlier"]["w"], ex["later"]["w"]), ("1.1", "2.1"))
+        self.assertEqual(rep["checks"]["double_grants"]["detail"],
+                         "pairs; 1 earlier grant(s) never signalled")
         self.assertEqual(ex["overlap_ms"], 50.0)
         self.assertEqual(rep["exit_status"], 1)
         code, out, _ = run_cli(rd.root)
@@ -646,6 +648,41 @@ class CheckerTest(unittest.TestCase):
         self.assert_only_failures(rep, "hung_workers")
         self.assertIn("silent 20000 ms", rep["checks"]["hung_workers"]["examples"][0]["why"])
 
+    def test_one_lingering_grant_counts_once_per_later_grant(self):
+        """A paused holder overlapped by three successive grants: three pairs,
+        one grant never signalled."""
+        rd = self.new_run()
+        for w in ("1.1", "2.1", "3.1"):
+            rd.start(w)
+        rd.acquire("1.1", 5, 10, 1)
+        rd.acquire("2.1", 20, 1100, 2)
+        rd.release("2.1", 1300)
+        rd.acquire("3.1", 30, 1301, 3)
+        rd.release("3.1", 1500)
+        rd.acquire("2.1", 1310, 1501, 4)
+        rd.release("2.1", 1700)
+        rd.release("1.1", 3000)
+        rd.acquire("3.1", 1510, 3001, 5)
+        rd.release("3.1", 3100)
+        for w in ("1.1", "2.1", "3.1"):
+            rd.exit(w, 3200, 2)
+        rep = self.analyse(rd)
+        self.assert_only_failures(rep, "double_grants")
+        self.assertEqual(self.value(rep, "double_grants"), 3)
+        self.assertEqual(rep["checks"]["double_grants"]["detail"],
+                         "pairs; 1 earlier grant(s) never signalled")
+
+    def test_silence_limit_grows_with_the_wait(self):
+        rd = self.two_quiet_workers()
+        rd.meta["wait_ms"] = 8_000  # try_lock_for(8 s): 3 waits = 24 s
+        rd.exit("1.1", 100, 1)
+        rd.ev("2.1", 40, "acquire", phase="invoke")
+        rd.ev("2.1", 40 + 20_000, "acquire", phase="fail")
+        rd.exit("2.1", 20_100, 0)
+        rep = self.analyse(rd)
+        self.assertEqual(rep["figures"]["silence_limit_ms"], 24_000)
+        self.assert_only_failures(rep)
+
     def test_silence_limit_from_run_json(self):
         rd = self.two_quiet_workers()
         rd.meta["silence_limit_ms"] = 30_000
@@ -672,6 +709,33 @@ class CheckerTest(unittest.TestCase):
         rd.nemesis = [r for r in rd.nemesis if r["ev"] != "cont"]
         rep = self.analyse(rd)
         self.assertEqual(self.value(rep, "hung_workers"), 0)
+
+    def test_overlapping_stop_records_are_not_subtracted_twice(self):
+        """A thread of the memory backend waits 26 s while another thread's
+        self-pause stops the whole process for 10 s, recorded by two
+        overlapping stop records: 16 s silent, more than 15 s."""
+        rd = self.new_run(backend="memory")
+        rd.start("1.1", pid=7)
+        rd.start("1.2", pid=7)
+        rd.cycle("1.1", 5, 10, 1, 30)
+        rd.ev("1.1", 4_999, "acquire", phase="invoke")
+        rd.ev("1.1", 5_000, "acquire", phase="ok", token=3)
+        rd.ev("1.1", 5_001, "pause", point="hold", phase="stop")
+        rd.nem(5_010, "stop", w="1.2", pid=7)
+        rd.nem(5_020, "stop", w="1.2", pid=7)
+        rd.nem(15_001, "cont", w="1.2", pid=7)
+        rd.ev("1.1", 15_002, "pause", point="hold", phase="cont")
+        rd.release("1.1", 15_010)
+        rd.ev("1.2", 40, "acquire", phase="invoke")
+        rd.ev("1.2", 26_040, "acquire", phase="fail")
+        rd.ev("1.1", 26_100, "exit", cycles=2)
+        rd.ev("1.2", 26_100, "exit", cycles=0)
+        rd.nem(26_200, "exit", pid=7, status=0)
+        rep = self.analyse(rd)
+        self.assert_only_failures(rep, "hung_workers")
+        ex = rep["checks"]["hung_workers"]["examples"]
+        self.assertEqual(len(ex), 1)
+        self.assertIn("1.2: silent 16009 ms", f"{ex[0]['w']}: {ex[0]['why']}")
 
     def test_crashed_worker_versus_self_killed_and_nemesis_killed(self):
         rd = self.new_run()
@@ -847,6 +911,14 @@ class CheckerTest(unittest.TestCase):
         self.assertEqual(printed["checks"]["double_grants"]["value"], 1)
         self.assertEqual(printed["exit_status"], 1)
         self.assertEqual(set(printed["checks"]), set(checker.CHECKS))
+
+    def test_workers_listed_in_natural_order(self):
+        rd = self.new_run()
+        for w in ("10.1", "2.1", "2.10", "2.2"):
+            rd.start(w)
+            rd.exit(w, 100, 0)
+        rep = self.analyse(rd)
+        self.assertEqual(list(rep["totals"]["per_worker"]), ["2.1", "2.2", "2.10", "10.1"])
 
     def test_text_report_names_every_figure(self):
         rd = self.calm()
