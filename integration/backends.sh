@@ -90,12 +90,16 @@ record_pid() {
 }
 # running PID: the process exists and is not a zombie (the servers are not our children:
 # once their starting shell has exited, PID 1 reaps them, ~1.5 s late on these machines).
+# A killed multi-threaded server's main thread can be a zombie while its other threads
+# still exit and hold its files (ports, locks): it runs until they are gone too.
 running() {
-    local s
+    local s t
     [[ ${1:-} =~ ^[0-9]+$ ]] || return 1
     { read -r s < "/proc/$1/stat"; } 2>/dev/null || return 1
     s=${s##*) }
-    [ "${s:0:1}" != Z ]
+    [ "${s:0:1}" != Z ] && return 0
+    for t in "/proc/$1/task/"*; do [ "${t##*/}" = "$1" ] || [ ! -e "$t" ] || return 0; done
+    return 1
 }
 alive() { [ -f "$RUN/$1.pids" ] || return 1; local p; while read -r p; do running "$p" || return 1; done < "$RUN/$1.pids"; }
 stop_pids() {  # stop_pids FILE: TERM (INT for postgres-style servers via <name>_stop_signal), then KILL after 15 s
