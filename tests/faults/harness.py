@@ -809,10 +809,11 @@ class Cell:
                     break
         return out
 
-    def pick_target(self):
-        live = [s for s in self.slots if s.proc is not None]
-        holders = self.holder_slots()
-        pool = holders or live
+    def pick_target(self, prefer_holder):
+        """A live slot: the current holder when asked and there is one, else any."""
+        with self.lock:
+            live = [s for s in self.slots if s.proc is not None]
+        pool = (self.holder_slots() if prefer_holder else []) or live
         return random.choice(pool) if pool else None
 
     def sleep_until(self, t_ns):
@@ -867,7 +868,9 @@ class Cell:
             delay_ns = int(1.5 * L)
             while mono() + L < end:
                 self.sleep_until(mono() + L)
-                s = self.pick_target()
+                # delay: any worker (a delayed grant reply is the interesting case, and
+                # most workers are waiting); freeze: the holder, cut off from the servers.
+                s = self.pick_target(prefer_holder=(n == "freeze-client"))
                 if s is None:
                     continue
                 mode = "delay" if n == "delay-replies" else "freeze"
@@ -1202,11 +1205,12 @@ def parse_args(argv):
     ap.add_argument("--seconds", type=float, default=15.0, help="how long the nemesis runs (default 15)")
     ap.add_argument("--workers", type=int, default=6)
     ap.add_argument("--lease-ms", type=int, default=1000)
-    ap.add_argument("--hold-ms", type=int, default=200)
+    ap.add_argument("--hold-ms", type=int, default=None, help="sleep at point hold (default half a lease: "
+                    "one renewal falls inside it)")
     ap.add_argument("--wait-ms", type=int, default=None, help="try_lock_for per attempt (default 2 leases)")
     ap.add_argument("--pause-ms", type=int, default=None, help="self-pause length (default 3 leases)")
-    ap.add_argument("--pause-prob", type=float, default=0.1, help="per grant, pause nemeses (default 0.1)")
-    ap.add_argument("--kill-prob", type=float, default=0.05, help="per grant, kill-holder (default 0.05)")
+    ap.add_argument("--pause-prob", type=float, default=0.15, help="per grant, pause nemeses (default 0.15)")
+    ap.add_argument("--kill-prob", type=float, default=0.08, help="per grant, kill-holder (default 0.08)")
     ap.add_argument("--break-every-ms", type=int, default=None, help="break-lock period (default 2 leases)")
     ap.add_argument("--fake-monotonic", action="store_true",
                     help="clock-jump-client: let libfaketime move CLOCK_MONOTONIC too (its default); "
@@ -1224,6 +1228,8 @@ def parse_args(argv):
     ap.add_argument("--no-check", action="store_true", help="do not run checker.py")
     ap.add_argument("--seed", type=int, default=None)
     a = ap.parse_args(argv)
+    if a.hold_ms is None:
+        a.hold_ms = a.lease_ms // 2
     if a.wait_ms is None:
         a.wait_ms = 2 * a.lease_ms
     if a.pause_ms is None:

@@ -40,6 +40,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -353,7 +354,21 @@ public:
     // Runs the grant loop until stop or time over. Returns cycles.
     void run(std::int64_t end_ns) {
         store_client store(o_.store);
-        distlock::provider p = distlock::connect(o_.url);
+        // A worker started while its server is down (or the machine is slow) keeps
+        // trying: the history starts once it is connected.
+        std::optional<distlock::provider> connected;
+        for (int attempt = 1; !connected; ++attempt) {
+            try {
+                connected.emplace(distlock::connect(o_.url));
+            } catch (const distlock::error& e) {
+                if (e.code_value() != distlock::errc::unavailable) throw;
+                if (g_stop.load() || (end_ns != 0 && mono_ns() >= end_ns)) throw;
+                std::fprintf(stderr, "distlock-fault-worker %s: connect attempt %d: %s\n", w_.c_str(), attempt,
+                             e.what());
+                sleep_ms(200);
+            }
+        }
+        distlock::provider p = std::move(*connected);
         {
             const auto& caps = p.caps();
             json_line c;
