@@ -1,0 +1,365 @@
+#!/usr/bin/env python3
+"""Many cells of the fault harness: backends x nemeses, with what each is expected to do.
+
+    matrix.py --profile short|full [--seconds S] [--repeat N] [--only ID,...] [--nemesis N,...]
+              [--out DIR] [--report FILE] [--list]
+
+For every cell (backend id, nemesis) that applies, runs harness.py (one cell; it
+starts the store, proxies, workers and nemesis and runs checker.py) with the
+cell's expectations, then prints a summary and, with --report, writes the
+Markdown page of docs/reliability.md. Cells that do not apply are listed with
+their reason, never run and never counted as passed.
+
+Exit status: 0 when no cell FAILed, 1 when one did (a check nonzero that is not
+expected, or a harness error).
+
+`short` (scripts/test.sh): a few seconds per cell, every backend at least once and
+every nemesis at least once. `full` (scripts/faults.sh): every applicable cell for
+--seconds (default 60), --repeat times.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+# ---- what each backend is -----------------------------------------------------
+
+LEASE = "lease"          # a grant expires unless renewed; held() turns false with time
+SESSION_SQL = "session"  # held by a database session (a connection); no lease
+ZK = "zk-session"        # a ZooKeeper session (heartbeats) holds it; no per-lock lease
+FLOCK = "flock"          # the kernel holds it (file://)
+MEMORY = "memory"        # in-process
+
+BACKENDS = {
+    # id: (kind, fencing token, server keeps its data across a restart, cluster)
+    "file": (FLOCK, True, None, False),
+    "memory": (MEMORY, True, None, False),
+    "redis": (LEASE, True, False, False),
+    "redis-reentrant": (LEASE, True, False, False),
+    "redlock": (LEASE, False, False, False),
+    "mysql-lease-table": (LEASE, True, True, False),
+    "mysql-optimistic": (LEASE, True, True, False),
+    "mysql-for-update": (SESSION_SQL, True, True, False),
+    "mysql-get-lock": (SESSION_SQL, True, True, False),
+    "postgres-lease-table": (LEASE, True, True, False),
+    "postgres-optimistic": (LEASE, True, True, False),
+    "postgres-for-update": (SESSION_SQL, True, True, False),
+    "postgres-advisory": (SESSION_SQL, True, True, False),
+    "zk": (ZK, True, True, False),
+    "zk-ensemble": (ZK, True, True, True),
+    "etcd": (LEASE, True, True, False),
+    "etcd-cluster": (LEASE, True, True, True),
+    "consul-emulator": (LEASE, True, False, False),
+}
+
+NEMESES = ["none", "pause-holder", "pause-before-write", "kill-holder", "delay-replies", "freeze-client",
+           "restart-server", "restart-server-empty", "kill-leader", "clock-jump-client", "break-lock"]
+
+
+def not_applicable(bid, nemesis):
+    """The reason a cell does not apply, or None when it does."""
+    kind, _, durable, cluster = BACKENDS[bid]
+    server = kind not in (FLOCK, MEMORY)
+    if kind == MEMORY and nemesis not in ("none", "break-lock"):
+        return "memory:// lives in one process (its workers are threads): only in-process nemeses apply"
+    if nemesis in ("delay-replies", "freeze-client", "restart-server", "restart-server-empty", "kill-leader") \
+            and not server:
+        return "no server: nothing to delay, freeze or restart"
+    if nemesis == "restart-server" and durable is False:
+        return "this server keeps nothing on disk here: a restart is restart-server-empty"
+    if nemesis == "restart-server-empty" and durable:
+        return ("a durable store that comes back without its data is a new store (its tokens and leases start "
+                "over): outside the fault model; restart-server restarts it on its data")
+    if nemesis == "kill-leader" and not cluster:
+        return "a single server has no leader to lose (restart-server kills it)"
+    if nemesis == "break-lock" and server:
+        return "an in-process test hook for the embedded backends; servers lose state by restart-server(-empty)"
+    return None
+
+
+# ---- what each cell is expected to do -------------------------------------------
+
+WHY_PAUSE_WRITE = ("a holder paused between its held() check and its write, past its lease, writes without "
+                   "knowing (the limit of every lease lock, Kleppmann): the unfenced counter loses updates and "
+                   "the holder hears of the loss only at release; the fenced store rejects its write")
+WHY_ZK_PAUSE = ("ZooKeeper has no per-lock lease: a holder paused past its session timeout hears of the "
+                "expiry only when its client reconnects after the pause, so held() can be true for a moment")
+WHY_SESSION_RESTART = ("the lock dies with the server's session: the holder hears of it at its next liveness "
+                       "check (lease/3) or at release, and may write before that; the fenced store rejects it")
+WHY_EMPTY_RESTART = ("a server that comes back empty forgets the grant: the holder hears of it at its next "
+                     "renewal (lease/3) and may write before that; the fenced store rejects it")
+WHY_NO_FENCE = ("no fencing token (Redlock): the store cannot tell a stale holder's write from the current "
+                "one's")
+WHY_BREAK = ("the lock is removed out of band: the holder hears of it at its next check (memory: 50 ms, "
+             "file: check=) and may write before that; the fenced store rejects it")
+
+# No cell may show a worker that hangs or crashes, and none may leave waiters
+# without a holder longer than this (a bound against hangs, not a speed target).
+NO_HOLDER_BOUND_MS = 20000
+
+
+def expectations(bid, nemesis):
+    """check name -> {"expected": true, "why": ...} for the checks this cell may fail."""
+    kind, fencing, durable, _ = BACKENDS[bid]
+    exp = {}
+
+    def allow(checks, why):
+        for c in checks:
+            exp[c] = {"expected": True, "why": why}
+
+    unfenced_loss = ("double_grants", "lost_updates")
+    if nemesis == "pause-before-write" and kind in (LEASE, ZK):
+        allow(unfenced_loss, WHY_PAUSE_WRITE)
+    if nemesis == "pause-holder" and kind == ZK:
+        allow(unfenced_loss, WHY_ZK_PAUSE)
+    if nemesis == "restart-server" and kind == SESSION_SQL:
+        allow(unfenced_loss, WHY_SESSION_RESTART)
+    if nemesis == "restart-server-empty":
+        allow(unfenced_loss, WHY_EMPTY_RESTART)
+    if nemesis == "break-lock":
+        allow(unfenced_loss, WHY_BREAK)
+    if not fencing and any(c in exp for c in unfenced_loss):
+        allow(("stale_writes_accepted",), WHY_NO_FENCE)
+    exp["longest_no_holder_gap_ms"] = NO_HOLDER_BOUND_MS
+    return exp
+
+
+# ---- the cells of each profile ------------------------------------------------------
+
+SHORT = [
+    ("file", "pause-before-write"), ("file", "kill-holder"), ("memory", "break-lock"),
+    ("redis", "pause-before-write"), ("redis", "restart-server-empty"), ("redis", "delay-replies"),
+    ("redis-reentrant", "kill-holder"), ("redlock", "freeze-client"),
+    ("mysql-lease-table", "pause-holder"), ("mysql-optimistic", "delay-replies"),
+    ("mysql-for-update", "kill-holder"), ("mysql-get-lock", "restart-server"),
+    ("postgres-lease-table", "restart-server"), ("postgres-optimistic", "pause-before-write"),
+    ("postgres-for-update", "freeze-client"), ("postgres-advisory", "pause-holder"),
+    ("zk", "pause-holder"), ("zk-ensemble", "kill-leader"), ("etcd", "clock-jump-client"),
+    ("etcd-cluster", "kill-leader"), ("consul-emulator", "pause-before-write"),
+]
+
+
+def cells(profile, only, nemeses):
+    out = []
+    if profile == "short":
+        out = [(b, n) for b, n in SHORT]
+    else:
+        out = [(b, n) for b in BACKENDS for n in NEMESES]
+    if only:
+        out = [(b, n) for b, n in out if b in only]
+    if nemeses:
+        out = [(b, n) for b, n in out if n in nemeses]
+    return out
+
+
+# ---- running ---------------------------------------------------------------------------
+
+def run_cell(bid, nemesis, seconds, out_dir, extra):
+    exp = expectations(bid, nemesis)
+    cmd = [sys.executable, os.path.join(HERE, "harness.py"), "--backend", bid, "--nemesis", nemesis,
+           "--seconds", str(seconds), "--out", out_dir, "--expect", json.dumps(exp)] + extra
+    t0 = time.monotonic()
+    with open(os.path.join(os.path.dirname(out_dir), os.path.basename(out_dir) + ".log"), "w") as log:
+        rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
+    elapsed = time.monotonic() - t0
+    report = None
+    try:
+        with open(os.path.join(out_dir, "report.json")) as f:
+            report = json.load(f)
+    except (OSError, ValueError):
+        pass
+    return {"backend": bid, "nemesis": nemesis, "rc": rc, "elapsed_s": round(elapsed, 1), "dir": out_dir,
+            "expectations": exp, "report": report}
+
+
+def verdict(cell):
+    r = cell["report"]
+    if r is None:
+        return "ERROR"
+    statuses = [c.get("status") for c in r.get("checks", {}).values()]
+    if cell["rc"] != 0 or "FAIL" in statuses:
+        return "FAIL"
+    if "expected-fail" in statuses:
+        return "expected-fail"
+    return "pass"
+
+
+def fmt_ms(v):
+    return "-" if v is None else ("%.0f" % v)
+
+
+def cell_row(cell):
+    r = cell["report"] or {}
+    ch = r.get("checks", {})
+    fig = r.get("figures", {})
+    tot = r.get("totals", {})
+
+    def val(name):
+        c = ch.get(name)
+        if not c:
+            return "-"
+        if c.get("status") == "n/a":
+            return "n/a"
+        v = c.get("value", 0)
+        mark = {"FAIL": " **FAIL**", "expected-fail": " (expected)"}.get(c.get("status"), "")
+        return "%s%s" % (v, mark)
+
+    exc = fig.get("double_grants_excused", {})
+    losses = fig.get("losses_reported", {})
+    gap = fig.get("longest_no_holder_gap", {}).get("ms")
+    return [cell["nemesis"], verdict(cell), str(tot.get("grants", "-")), val("double_grants"),
+            "%s / %s" % (exc.get("count", "-"), fmt_ms((exc.get("loss_latency") or {}).get("max_ms"))),
+            val("stale_writes_accepted"), val("legitimate_writes_rejected"), val("token_order_violations"),
+            val("lost_updates"), "%s / %s" % (losses.get("count", "-"), fmt_ms((losses.get("latency") or {}).get("max_ms"))),
+            fmt_ms(gap), "%s / %s" % (val("hung_workers"), val("crashed_workers"))]
+
+
+HEADER = ["nemesis", "result", "grants", "double grants", "excused overlaps / max loss latency ms",
+          "stale writes accepted", "legit writes rejected", "token order violations", "lost updates",
+          "losses reported / max latency ms", "longest no-holder gap ms", "hung / crashed"]
+
+
+def markdown(results, skipped, args, started, finished):
+    lines = []
+    add = lines.append
+    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    add("# Reliability under faults: the full matrix")
+    add("")
+    add("Generated by `scripts/faults.sh` (`tests/faults/matrix.py --profile full`) from one recorded run; "
+        "do not edit by hand. How the harness works and what each check means: "
+        "[tests/faults/README.md](../tests/faults/README.md).")
+    add("")
+    add("- Run: %s to %s (UTC), commit `%s`, %s, %d CPU(s)." % (
+        started, finished, commit or "?", platform.platform(terse=True), os.cpu_count() or 0))
+    add("- Each cell: %d worker processes on one lock, 1 s leases, %g s of nemesis, repeated %d time(s); "
+        "every worker records its history, `checker.py` reads them." % (args.workers, args.seconds, args.repeat))
+    passed = sum(1 for c in results if verdict(c) == "pass")
+    expected = sum(1 for c in results if verdict(c) == "expected-fail")
+    failed = sum(1 for c in results if verdict(c) in ("FAIL", "ERROR"))
+    add("- Cells run: %d: %d passed, %d failed only where expected (marked below, with the reason), "
+        "%d FAILED; %d cells do not apply (listed with their reason)." % (
+            len(results), passed, expected, failed, len(skipped)))
+    add("")
+    add("## What is guaranteed, what is expected to fail")
+    add("")
+    add("Never expected, on any backend under any nemesis: a hung or crashed worker; waiters left without a "
+        "holder for more than %d s; on every backend with fencing tokens, a stale write accepted by the fenced "
+        "store, a legitimate write rejected, or a token that does not increase across holders." % (
+            NO_HOLDER_BOUND_MS // 1000))
+    add("")
+    add("Expected to fail (a documented limit, not a defect), by cause:")
+    add("")
+    seen = {}
+    for c in results:
+        for name, e in c["expectations"].items():
+            if isinstance(e, dict) and e.get("why"):
+                seen.setdefault(e["why"], set()).add("%s/%s" % (c["backend"], c["nemesis"]))
+    for why, where in seen.items():
+        add("- %s. Cells: %s." % (why[0].upper() + why[1:], ", ".join(sorted(where))))
+    add("")
+    add("Columns: *double grants* = unexcused (two holders, the earlier never told before its release); "
+        "*excused overlaps* = two holders where the earlier one was told (`on_lost` or `held()` false) before "
+        "its release, with the longest time from the later grant to that signal; *lost updates* = unfenced "
+        "read-modify-write increments lost; *(expected)* marks a nonzero that the cell's expectations allow.")
+    by_backend = {}
+    for c in results:
+        by_backend.setdefault(c["backend"], []).append(c)
+    for bid in BACKENDS:
+        rows = by_backend.get(bid, [])
+        skip = [(n, why) for b, n, why in skipped if b == bid]
+        if not rows and not skip:
+            continue
+        kind, fencing, _, _ = BACKENDS[bid]
+        add("")
+        add("## %s" % bid)
+        add("")
+        add("Kind: %s; fencing token: %s." % (kind, "yes" if fencing else "no"))
+        add("")
+        if rows:
+            add("| " + " | ".join(HEADER) + " |")
+            add("|" + "---|" * len(HEADER))
+            for c in rows:
+                add("| " + " | ".join(cell_row(c)) + " |")
+        for n, why in skip:
+            add("- `%s`: not applicable: %s." % (n, why))
+    add("")
+    return "\n".join(lines)
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", choices=("short", "full"), default="short")
+    ap.add_argument("--seconds", type=float, default=None, help="nemesis seconds per cell (short 8, full 60)")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--workers", type=int, default=6)
+    ap.add_argument("--only", default="", help="backend ids, comma-separated")
+    ap.add_argument("--nemesis", default="", help="nemeses, comma-separated")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--report", default=None, help="write the Markdown page here (docs/reliability.md)")
+    ap.add_argument("--list", action="store_true", help="list the cells and their expectations, run nothing")
+    args = ap.parse_args(argv)
+    if args.seconds is None:
+        args.seconds = 8.0 if args.profile == "short" else 60.0
+    only = [b for b in args.only.split(",") if b]
+    nemeses = [n for n in args.nemesis.split(",") if n]
+    for b in only:
+        if b not in BACKENDS:
+            ap.error("unknown backend id %r (known: %s)" % (b, ", ".join(BACKENDS)))
+    for n in nemeses:
+        if n not in NEMESES:
+            ap.error("unknown nemesis %r (known: %s)" % (n, ", ".join(NEMESES)))
+    todo, skipped = [], []
+    for b, n in cells(args.profile, only, nemeses):
+        why = not_applicable(b, n)
+        if why:
+            skipped.append((b, n, why))
+        else:
+            todo.append((b, n))
+    if args.list:
+        for b, n in todo:
+            print("%-22s %-22s %s" % (b, n, json.dumps(expectations(b, n))))
+        for b, n, why in skipped:
+            print("%-22s %-22s n/a: %s" % (b, n, why))
+        return 0
+    out = args.out or os.path.join("/tmp", "distlock-faults-matrix-%s" % time.strftime("%Y%m%d-%H%M%S"))
+    os.makedirs(out, exist_ok=True)
+    started = datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M")
+    results = []
+    extra = ["--workers", str(args.workers)]
+    for rep in range(1, args.repeat + 1):
+        for b, n in todo:
+            cell_dir = os.path.join(out, "%s.%s.%d" % (b, n, rep))
+            c = run_cell(b, n, args.seconds, cell_dir, extra)
+            results.append(c)
+            print("[matrix] %-22s %-22s %-13s %5.1f s  %s" % (b, n, verdict(c), c["elapsed_s"], cell_dir),
+                  file=sys.stderr, flush=True)
+    finished = datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M")
+    with open(os.path.join(out, "matrix.json"), "w") as f:
+        json.dump({"profile": args.profile, "seconds": args.seconds, "repeat": args.repeat, "started": started,
+                   "finished": finished, "cells": results,
+                   "not_applicable": [{"backend": b, "nemesis": n, "why": w} for b, n, w in skipped]}, f, indent=1)
+    page = markdown(results, skipped, args, started, finished)
+    if args.report:
+        with open(args.report, "w") as f:
+            f.write(page)
+    bad = [c for c in results if verdict(c) in ("FAIL", "ERROR")]
+    print("[matrix] %d cells: %d pass, %d expected-fail, %d FAIL; %d not applicable; results in %s" % (
+        len(results), sum(verdict(c) == "pass" for c in results),
+        sum(verdict(c) == "expected-fail" for c in results), len(bad), len(skipped), out), file=sys.stderr)
+    for c in bad:
+        print("[matrix] FAILED: %s %s (see %s and %s.log)" % (c["backend"], c["nemesis"], c["dir"], c["dir"]),
+              file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
