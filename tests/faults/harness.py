@@ -816,6 +816,11 @@ class Cell:
         pool = (self.holder_slots() if prefer_holder else []) or live
         return random.choice(pool) if pool else None
 
+    def period(self, leases):
+        """`leases` leases, jittered uniformly by +-50% (a fixed period would lock onto
+        the grant cycle and always strike at the same point of a grant)."""
+        return int(leases * self.lease_ns * random.uniform(0.5, 1.5))
+
     def sleep_until(self, t_ns):
         while True:
             left = t_ns - mono()
@@ -867,7 +872,7 @@ class Cell:
             episode = int((4 if n == "delay-replies" else 3) * L)
             delay_ns = int(1.5 * L)
             while mono() + L < end:
-                self.sleep_until(mono() + L)
+                self.sleep_until(mono() + self.period(1))
                 # delay: any worker (a delayed grant reply is the interesting case, and
                 # most workers are waiting); freeze: the holder, cut off from the servers.
                 s = self.pick_target(prefer_holder=(n == "freeze-client"))
@@ -883,7 +888,7 @@ class Cell:
                 self.nem.event(mode, w=w, phase="end")
         elif n in ("restart-server", "restart-server-empty"):
             while mono() + 3 * L < end:
-                self.sleep_until(mono() + 3 * L)
+                self.sleep_until(mono() + self.period(3))
                 self.servers_down = True
                 if not self.server_action("kill"):
                     break
@@ -895,7 +900,7 @@ class Cell:
                 self.servers_down = False
         elif n == "kill-leader":
             while mono() + 3 * L < end:
-                self.sleep_until(mono() + 3 * L)
+                self.sleep_until(mono() + self.period(3))
                 leader, deadline = None, mono() + 20_000_000_000
                 while leader is None and mono() < deadline:
                     rc, out, _ = self.ctl("leader", timeout=10)
@@ -921,7 +926,7 @@ class Cell:
             choices = [-int(round(k * lease_s)) for k in (5, 3)] + [0] + [int(round(k * lease_s)) for k in (3, 5)]
             choices = sorted(set(c if c == 0 or abs(c) >= 1 else (1 if c > 0 else -1) for c in choices))
             while mono() + 2 * L < end:
-                self.sleep_until(mono() + 2 * L)
+                self.sleep_until(mono() + self.period(2))
                 with self.lock:
                     live = [s for s in self.slots if s.proc is not None]
                 for s in live:  # every worker's wall clock moves, independently, both ways

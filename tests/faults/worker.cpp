@@ -18,7 +18,8 @@
 // id, else ".<k>" is inserted before the extension. --threads 0: no grant loop,
 // only the --break-lock-every thread (a worker of its own for the break-lock
 // nemesis). --break-lock-every MS: a thread calling testing::break_lock every MS,
-// each call logged to --nemesis-log (default stderr).
+// each call logged to --nemesis-log (default stderr); the period is jittered
+// uniformly between 0.5 and 1.5 MS.
 // --seconds 0 (the default) = until SIGTERM.
 // Exit status: 0 clean end, 2 store failure, 64 bad arguments, 1 other.
 #include <distlock/distlock.hpp>
@@ -421,7 +422,7 @@ public:
                 continue;
             }
             const std::uint64_t token = m.token();
-            emit("acquire", json_line().str("phase", "ok").unum("token", token));
+            emit("acquire", clocks(json_line().str("phase", "ok").unum("token", token)));
 
             // 2. fenced write: announce
             fenced_write(store, token, "announce");
@@ -436,7 +437,7 @@ public:
 
             // 4. held() check
             const bool held = m.held();
-            emit("held", json_line().boolean("held", held).str("step", "check").unum("token", token));
+            emit("held", clocks(json_line().boolean("held", held).str("step", "check").unum("token", token)));
             if (held) {
                 // 5. read the counter
                 emit("read", json_line().str("phase", "invoke"));
@@ -478,6 +479,16 @@ private:
         write_line(fd_, line);
     }
 
+    // The clocks as the library sees them (through libc, so libfaketime moves
+    // them): wall_ms = system_clock, steady_ms = steady_clock. Only for reading
+    // a clock-jump run by eye; `t` stays the raw CLOCK_MONOTONIC.
+    static json_line& clocks(json_line& j) {
+        using namespace std::chrono;
+        return j.num("wall_ms", duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count())
+            .num("steady_ms", duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count());
+    }
+    static json_line& clocks(json_line&& j) { return clocks(j); }
+
     bool chance(double p) {
         std::uniform_real_distribution<double> d(0.0, 1.0);
         return d(rng_) < p;
@@ -513,9 +524,14 @@ private:
 void break_lock_loop(const options& o, std::int64_t end_ns) {
     const int fd = o.nemesis_log.empty() ? 2 : open_append(o.nemesis_log);
     distlock::provider p = distlock::connect(o.url);
+    // Jittered (0.5 to 1.5 periods): a fixed period locks onto the grant cycle
+    // (hold + a few ms) and would always strike at the same point of a grant.
+    std::mt19937_64 rng(o.seeded ? o.seed ^ 0x9e3779b97f4a7c15ull : std::random_device{}());
+    std::uniform_real_distribution<double> jitter(0.5, 1.5);
     while (!g_stop.load() && (end_ns == 0 || mono_ns() < end_ns)) {
         // Sleep in slices so that SIGTERM ends the loop soon.
-        const std::int64_t wake = mono_ns() + o.break_lock_every_ms * 1000000;
+        const std::int64_t wake =
+            mono_ns() + static_cast<std::int64_t>(o.break_lock_every_ms * 1e6 * jitter(rng));
         while (!g_stop.load() && mono_ns() < wake) sleep_ms(std::min<std::int64_t>(50, (wake - mono_ns()) / 1000000 + 1));
         if (g_stop.load() || (end_ns != 0 && mono_ns() >= end_ns)) break;
         json_line j;
