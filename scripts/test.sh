@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test, against real servers started here (integration/backends.sh).
-#   scripts/test.sh                       plain build + ctest, then an
+#   scripts/test.sh                       plain build + ctest + the short fault matrix, then an
 #                                         AddressSanitizer+UBSan build + ctest
 #   scripts/test.sh --sanitize thread     the second pass with ThreadSanitizer instead
 #   scripts/test.sh --sanitize none       no sanitizer pass
@@ -14,7 +14,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 . scripts/lib.sh
-ensure_packages "${CORE_PACKAGES[@]}" "${BACKEND_PACKAGES[@]}"
+ensure_packages "${CORE_PACKAGES[@]}" "${BACKEND_PACKAGES[@]}" "${FAULT_PACKAGES[@]}"
 configure_and_build build ""
 
 say "starting the real servers"
@@ -27,6 +27,14 @@ export DISTLOCK_REQUIRE_ALL=1  # a missing server URL fails instead of skipping
 
 say "tests (plain build)"
 ctest --test-dir build --output-on-failure -j 2
+
+# The short fault matrix (tests/faults/README.md): a few seconds per cell, every
+# backend and every nemesis at least once, histories checked by checker.py. The
+# full matrix is scripts/faults.sh (docs/reliability.md).
+say "fault harness, short matrix"
+rm -rf build/faults-short
+DISTLOCK_FAULT_WORKER=$PWD/build/bin/distlock-fault-worker \
+    python3 tests/faults/matrix.py --profile short --out build/faults-short
 
 if [ "$sanitize" != none ]; then
     # The sanitizer pass: the core's unit tests, the CLI tests and the whole
