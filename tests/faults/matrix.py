@@ -177,7 +177,38 @@ def run_cell(bid, nemesis, seconds, out_dir, extra):
     except (OSError, ValueError):
         pass
     return {"backend": bid, "nemesis": nemesis, "rc": rc, "elapsed_s": round(elapsed, 1), "dir": out_dir,
-            "expectations": exp, "report": report}
+            "expectations": exp, "report": report, "actions": nemesis_actions(out_dir)}
+
+
+# What counts as the nemesis acting, in nemesis.jsonl; and in the histories, a
+# worker's self-pause (`pause stop`) or self-kill (`kill`).
+NEMESIS_ACTIONS = {"server-kill", "leader-kill", "clock", "break-lock", "delay", "freeze"}
+
+
+def nemesis_actions(run_dir):
+    """How often the nemesis acted in a cell: a cell whose nemesis never acted proves nothing."""
+    count = 0
+
+    def records(path):
+        try:
+            with open(path) as f:
+                for line in f:
+                    try:
+                        yield json.loads(line)
+                    except ValueError:
+                        continue
+        except OSError:
+            return
+
+    for r in records(os.path.join(run_dir, "nemesis.jsonl")):
+        if r.get("ev") in NEMESIS_ACTIONS and r.get("phase", "start") == "start":
+            count += 1
+    hist = os.path.join(run_dir, "history")
+    for name in (os.listdir(hist) if os.path.isdir(hist) else []):
+        for r in records(os.path.join(hist, name)):
+            if r.get("ev") == "kill" or (r.get("ev") == "pause" and r.get("phase") == "stop"):
+                count += 1
+    return count
 
 
 def verdict(cell):
@@ -187,6 +218,8 @@ def verdict(cell):
     statuses = [c.get("status") for c in r.get("checks", {}).values()]
     if cell["rc"] != 0 or "FAIL" in statuses:
         return "FAIL"
+    if cell["nemesis"] != "none" and cell["actions"] == 0:
+        return "FAIL"  # the nemesis never acted: nothing was tested
     if "expected-fail" in statuses:
         return "expected-fail"
     return "pass"
@@ -215,14 +248,14 @@ def cell_row(cell):
     exc = fig.get("double_grants_excused", {})
     losses = fig.get("losses_reported", {})
     gap = fig.get("longest_no_holder_gap", {}).get("ms")
-    return [cell["nemesis"], verdict(cell), str(tot.get("grants", "-")), val("double_grants"),
+    return [cell["nemesis"], verdict(cell), str(cell["actions"]), str(tot.get("grants", "-")), val("double_grants"),
             "%s / %s" % (exc.get("count", "-"), fmt_ms((exc.get("loss_latency") or {}).get("max_ms"))),
             val("stale_writes_accepted"), val("legitimate_writes_rejected"), val("token_order_violations"),
             val("lost_updates"), "%s / %s" % (losses.get("count", "-"), fmt_ms((losses.get("latency") or {}).get("max_ms"))),
             fmt_ms(gap), "%s / %s" % (val("hung_workers"), val("crashed_workers"))]
 
 
-HEADER = ["nemesis", "result", "grants", "double grants", "excused overlaps / max loss latency ms",
+HEADER = ["nemesis", "result", "faults injected", "grants", "double grants", "excused overlaps / max loss latency ms",
           "stale writes accepted", "legit writes rejected", "token order violations", "lost updates",
           "losses reported / max latency ms", "longest no-holder gap ms", "hung / crashed"]
 
@@ -356,7 +389,8 @@ def main(argv):
         len(results), sum(verdict(c) == "pass" for c in results),
         sum(verdict(c) == "expected-fail" for c in results), len(bad), len(skipped), out), file=sys.stderr)
     for c in bad:
-        print("[matrix] FAILED: %s %s (see %s and %s.log)" % (c["backend"], c["nemesis"], c["dir"], c["dir"]),
+        why = " (the nemesis never acted)" if c["report"] and c["nemesis"] != "none" and c["actions"] == 0 else ""
+        print("[matrix] FAILED: %s %s%s (see %s and %s.log)" % (c["backend"], c["nemesis"], why, c["dir"], c["dir"]),
               file=sys.stderr)
     return 1 if bad else 0
 
