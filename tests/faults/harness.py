@@ -58,13 +58,20 @@ def mono():
 _SECRETS = set()
 
 
+_USERINFO_PW = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:)[^@\s/]*@")
+_SECRET_PARAM = re.compile(r"(\b(?:%s)=)[^&\s'\"]+" % "|".join(("password", "token", "secret", "pw")), re.I)
+
+
 def scrub(text):
-    """Replaces every known secret in `text` by ***."""
+    """Hides passwords: the one of every URL's userinfo (scheme://user:***@), secret
+    query parameters, and every password seen in a URL where it follows ':' and
+    precedes '@' (a URL cut short)."""
     text = str(text)
     for s in sorted(_SECRETS, key=len, reverse=True):
         if s:
-            text = text.replace(s, "***")
-    return text
+            text = text.replace(":" + s + "@", ":***@")
+    text = _USERINFO_PW.sub(r"\1***@", text)
+    return _SECRET_PARAM.sub(r"\1***", text)
 
 
 def say(*parts):
@@ -739,7 +746,7 @@ class Cell:
             logf.close()
         with self.lock:
             slot.proc, slot.ws, slot.stopped_since = proc, ws, None
-        shown = [scrub(Url(x).redacted()) if x == slot.url else x for x in cmd]
+        shown = [Url(x).redacted() if x == slot.url else scrub(x) for x in cmd]
         for w in ws:
             self.nem.event("spawn", w=w, pid=proc.pid, slot=slot.index, incarnation=slot.incarnation,
                            reason=reason, cmd=shown if w == ws[0] else None)
@@ -1004,13 +1011,16 @@ class Cell:
             if p is not None and p.poll() is None:
                 try_kill(p.pid, signal.SIGCONT)
                 try_kill(p.pid, signal.SIGKILL)
+                for w in s.ws:
+                    self.nem.event("kill", w=w, pid=p.pid, reason="the harness stopped early")
                 try:
                     p.wait(timeout=5)
                 except subprocess.TimeoutExpired:
                     pass
-        for _, p in self.extra:
+        for role, p in self.extra:
             if p is not None and p.poll() is None:
                 try_kill(p.pid, signal.SIGKILL)
+                self.nem.event("kill", role=role, pid=p.pid, reason="the harness stopped early")
                 try:
                     p.wait(timeout=5)
                 except subprocess.TimeoutExpired:
@@ -1267,8 +1277,8 @@ def main(argv):
     def on_term(signum, frame):
         raise KeyboardInterrupt("signal %d" % signum)
 
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGHUP, on_term)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGINT too when started ignoring it (&)
+        signal.signal(sig, on_term)
     cell = Cell(a)
     try:
         status = cell.main()
