@@ -87,6 +87,11 @@ bool mutex_impl::lock_until(spi::deadline until) {
     }
     if (!gate_->enter(until, this, backend.name(), request_.name)) return false;
     const bool leased = backend.caps().supports(feature::lease_expiry);
+    // How long a grant (and each confirmed renewal) is valid from when its request
+    // was sent: the lease, or the session's for a lock held by an expiring
+    // session; 0 = until a check says otherwise (a database session, the kernel).
+    const auto validity = leased ? request_.lease : handle_->validity();
+    const bool expires = validity.count() > 0;
     std::optional<spi::grant> granted;
     try {
         for (;;) {
@@ -94,7 +99,7 @@ bool mutex_impl::lock_until(spi::deadline until) {
             // A lease runs from when its request was sent at the latest: a reply
             // that comes after that lease has run out is not a grant (someone else
             // may hold the lock by now). Give it back and try again.
-            if (!granted || !leased || spi::clock::now() < granted->sent + request_.lease) break;
+            if (!granted || !expires || spi::clock::now() < granted->sent + validity) break;
             granted.reset();
             try {
                 handle_->release();
@@ -112,9 +117,11 @@ bool mutex_impl::lock_until(spi::deadline until) {
     }
     const auto interval = handle_->keepalive_interval();
     const bool watched = interval.count() > 0 || (leased && !request_.auto_renew);
-    // Only a lease expires with time: a lock held by a session or the kernel stays
-    // held() however long this process was paused, until a check says otherwise.
-    const auto since = leased ? granted->sent : spi::clock::now();
+    // Only a lease (or an expiring session) ends with time: a lock held by a
+    // database session or the kernel stays held() however long this process was
+    // paused, until a check says otherwise.
+    const auto since = expires ? granted->sent : spi::clock::now();
+    const auto horizon = expires ? validity : request_.lease;  // failed renewals for this long = lost
     std::uint64_t generation;
     {
         std::lock_guard lk(state_mutex_);
@@ -122,7 +129,7 @@ bool mutex_impl::lock_until(spi::deadline until) {
         depth_ = 1;
         owner_ = self;
         token_ = granted->token;
-        valid_until_ = leased ? (since + request_.lease).time_since_epoch().count() : 0;
+        valid_until_ = expires ? (since + validity).time_since_epoch().count() : 0;
         held_ = true;
     }
     {
@@ -143,10 +150,10 @@ bool mutex_impl::lock_until(spi::deadline until) {
                                                 "renewal of '" + request_.name + "' failed: " + why));
         };
         try {
-            auto* valid_until = leased ? &valid_until_ : nullptr;
+            auto* valid_until = expires ? &valid_until_ : nullptr;
             auto id = interval.count() > 0
-                          ? provider_->scheduler().add(handle_.get(), interval, request_.lease, true, since, lost,
-                                                       failed, valid_until)
+                          ? provider_->scheduler().add(handle_.get(), interval, horizon, true, since, lost, failed,
+                                                       valid_until)
                           : provider_->scheduler().add(handle_.get(), request_.lease, request_.lease, false, since,
                                                        lost, failed, valid_until);
             std::lock_guard lk(state_mutex_);

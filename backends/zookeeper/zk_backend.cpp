@@ -292,6 +292,10 @@ public:
     void release() override;
     std::chrono::milliseconds keepalive_interval() const override;
     spi::keepalive_result keepalive() override;
+    // The session is this lock's lease: a process paused past it has lost the
+    // lock without hearing so yet. A grant or a keepalive confirms it for the
+    // time after which a disconnected session is presumed expired.
+    std::chrono::milliseconds validity() const override;
 
     void lost(std::string why) noexcept { report_lost(std::move(why)); }
 
@@ -386,6 +390,9 @@ public:
     // ---- used by handles ------------------------------------------------------
     const settings& config() const noexcept { return settings_; }
     ms timeout() const noexcept { return timeout_; }
+    // A session without contact for this long is presumed expired (the server may
+    // expire it at its timeout, rounded to its tick): a little before the timeout.
+    static ms loss_after(ms timeout) { return timeout - timeout / 10; }
     std::string dir_of(std::string_view name) const { return settings_.base + "/" + encode_segment(name); }
 
     // How long to wait for a (re)connection: never past `until`, except that a
@@ -601,7 +608,7 @@ public:
             return spi::keepalive_result::lost("the ZooKeeper session that held the lock expired");
         auto& s = *current_;
         if (!s.connected) {
-            if (clock::now() - s.last_contact >= loss_after(s))
+            if (clock::now() - s.last_contact >= loss_after(s.timeout))
                 return spi::keepalive_result::lost(disconnected_reason(s));
             return spi::keepalive_result::failed("disconnected from ZooKeeper; the session may still be alive");
         }
@@ -641,7 +648,6 @@ private:
 
     // The server expires a session that has been silent for its timeout; a
     // disconnected client declares its locks lost a little before that.
-    static ms loss_after(const session& s) { return s.timeout - s.timeout / 10; }
     static std::string disconnected_reason(const session& s) {
         return "no contact with ZooKeeper for " +
                std::to_string(std::chrono::duration_cast<ms>(clock::now() - s.last_contact).count()) +
@@ -738,7 +744,7 @@ void backend::notifier_loop() {
         // have expired it (unless it reconnects first).
         auto next = clock::time_point::max();
         if (s && s->ever_connected && !s->connected && !s->expired && !s->disconnect_loss_reported) {
-            auto due = s->last_contact + loss_after(*s);
+            auto due = s->last_contact + loss_after(s->timeout);
             if (clock::now() >= due) {
                 s->disconnect_loss_reported = true;
                 // The nodes of a session that survives are deleted on reconnection.
@@ -896,6 +902,7 @@ handle::handle(backend& be, const spi::lock_request& r) : be_(be), name_(r.name)
 handle::~handle() { be_.forget(*this); }
 
 std::chrono::milliseconds handle::keepalive_interval() const { return std::max(ms(50), be_.timeout() / 3); }
+std::chrono::milliseconds handle::validity() const { return backend::loss_after(be_.timeout()); }
 
 spi::keepalive_result handle::keepalive() {
     spi::keepalive_result r;

@@ -90,8 +90,6 @@ def not_applicable(bid, nemesis):
 WHY_PAUSE_WRITE = ("a holder paused between its held() check and its write, past its lease, writes without "
                    "knowing (the limit of every lease lock, Kleppmann): the unfenced counter loses updates and "
                    "the holder hears of the loss only at release; the fenced store rejects its write")
-WHY_ZK_PAUSE = ("ZooKeeper has no per-lock lease: a holder paused past its session timeout hears of the "
-                "expiry only when its client reconnects after the pause, so held() can be true for a moment")
 WHY_SESSION_RESTART = ("the lock dies with the server's session: the holder hears of it at its next liveness "
                        "check (lease/3) or at release, and may write before that; the fenced store rejects it")
 WHY_EMPTY_RESTART = ("a server that comes back empty forgets the grant: the holder hears of it at its next "
@@ -118,8 +116,6 @@ def expectations(bid, nemesis):
     unfenced_loss = ("double_grants", "lost_updates")
     if nemesis == "pause-before-write" and kind in (LEASE, ZK):
         allow(unfenced_loss, WHY_PAUSE_WRITE)
-    if nemesis == "pause-holder" and kind == ZK:
-        allow(unfenced_loss, WHY_ZK_PAUSE)
     if nemesis == "restart-server" and kind == SESSION_SQL:
         allow(unfenced_loss, WHY_SESSION_RESTART)
     if nemesis == "restart-server-empty":

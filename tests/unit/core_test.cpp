@@ -35,6 +35,8 @@ struct fake_state {
     std::atomic<int> late_replies{0};
     // What release() throws (errc{} = nothing), as a server that says the grant was gone.
     distlock::errc release_error{};
+    // lock_handle::validity(): a session that can expire unseen (0 = none).
+    std::chrono::milliseconds validity{0};
 };
 
 class fake_handle final : public spi::lock_handle {
@@ -50,6 +52,7 @@ public:
         if (s_.release_error != distlock::errc{}) distlock::throw_error(s_.release_error, "fake", "scripted release failure");
     }
     std::chrono::milliseconds keepalive_interval() const override { return interval_; }
+    std::chrono::milliseconds validity() const override { return s_.validity; }
     spi::keepalive_result keepalive() override {
         ++s_.keepalives;
         std::unique_lock lk(s_.mutex);
@@ -342,6 +345,39 @@ TEST_CASE("held() stays true on a backend without a lease, however long past the
     std::this_thread::sleep_for(100ms);
     CHECK(m.held());
     CHECK(lost.load() == 0);
+    m.unlock();
+}
+
+TEST_CASE("a lock held by an expiring session is held() only while its session is confirmed", "[held]") {
+    fake_state s;
+    s.validity = 270ms;  // a ZooKeeper-like session: no per-lock lease, but it expires unseen
+    auto p = fake_provider(s, 300ms, false);  // checks every 100 ms
+    std::atomic<int> lost{0};
+    distlock::lock_options o;
+    o.on_lost = [&](const distlock::lock_event&) { ++lost; };
+    auto m = p.mutex("session", o);
+    m.lock();
+    std::this_thread::sleep_for(500ms);
+    CHECK(m.held());  // each check confirmed the session
+    {
+        std::lock_guard lk(s.mutex);
+        s.stall = true;  // the process (or its connection) stops hearing from the server
+    }
+    CHECK(distlock::test::eventually([&] { return !m.held(); }, 2s));
+    {
+        std::lock_guard lk(s.mutex);
+        s.stall = false;  // the check then says the session is still there
+    }
+    s.cv.notify_all();
+    CHECK(distlock::test::eventually([&] { return m.held(); }, 2s));
+    CHECK(lost.load() == 0);
+    m.unlock();
+
+    // A grant whose reply came after the session's validity is given back.
+    s.reply_delay = 400ms;
+    s.late_replies = 1;
+    REQUIRE(m.try_lock_for(1s));
+    CHECK(s.releases.load() == 2);  // the first unlock and the late grant
     m.unlock();
 }
 

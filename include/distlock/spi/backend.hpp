@@ -106,6 +106,17 @@ public:
     // Renews the lease or verifies the lock still exists. Must not throw.
     virtual keepalive_result keepalive() { return keepalive_result::ok(); }
 
+    // For a lock without a per-lock lease that lives on a session the server can
+    // expire while this process cannot tell (a ZooKeeper session: a paused
+    // process stops its heartbeats): how long a grant, and each successful
+    // keepalive, keeps the lock valid from when its request was sent. held()
+    // turns false when that much time has passed without a confirmation, and a
+    // grant whose reply came later is given back, as for a lease. 0 (the
+    // default) = held until a check or the backend says otherwise (a database
+    // session, the kernel); ignored for backends with feature::lease_expiry,
+    // whose grants are valid for lock_request::lease.
+    virtual std::chrono::milliseconds validity() const { return std::chrono::milliseconds{0}; }
+
 protected:
     // Tells the core the current grant is lost (session expired, connection
     // dropped, watch saw our key deleted). Thread-safe, idempotent, never throws.
