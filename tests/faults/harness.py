@@ -713,6 +713,10 @@ class Cell:
                     "--pause-prob", str(a.pause_prob)]
         if a.nemesis == "kill-holder":
             cmd += ["--kill-prob", str(a.kill_prob)]
+        if a.nemesis in ("pause-holder", "pause-before-write", "kill-holder"):
+            # The first worker to reach the point faults there whatever the
+            # probability: every cell injects at least one fault.
+            cmd += ["--first-fault", os.path.join(self.out, "first-fault")]
         if a.backend == "memory":
             cmd += ["--threads", str(a.workers)]
             if a.nemesis == "break-lock":

@@ -12,6 +12,7 @@
 //       [--seconds S] [--lease-ms L] [--hold-ms H] [--wait-ms M]
 //       [--pause-point hold|before-write] [--pause-prob P] [--kill-prob P]
 //       [--threads N] [--break-lock-every MS] [--nemesis-log FILE] [--seed N]
+//       [--first-fault FILE]
 //
 // --threads N (N > 1): N logical workers as threads of one process (memory://),
 // ids W.1 .. W.N, one history file each: "{w}" in --history is replaced by the
@@ -20,6 +21,9 @@
 // nemesis). --break-lock-every MS: a thread calling testing::break_lock every MS,
 // each call logged to --nemesis-log (default stderr); the period is jittered
 // uniformly between 0.5 and 1.5 MS.
+// --first-fault FILE: the first worker (of all that share FILE) to reach its
+// pause or kill point creates FILE and pauses or kills there whatever the
+// probability, so that a short run always injects at least one fault.
 // --seconds 0 (the default) = until SIGTERM.
 // Exit status: 0 clean end, 2 store failure, 64 bad arguments, 1 other.
 #include <distlock/distlock.hpp>
@@ -273,7 +277,7 @@ std::int64_t reply_number(const std::string& reply, std::size_t from) {
 // ---- options ----------------------------------------------------------------
 
 struct options {
-    std::string url, lock, id, history, store, nemesis_log;
+    std::string url, lock, id, history, store, nemesis_log, first_fault;
     double seconds = 0;
     long lease_ms = 1000, hold_ms = 200, wait_ms = 2000;
     std::string pause_point = "hold";
@@ -309,6 +313,7 @@ options parse(int argc, char** argv) {
         else if (a == "--history") o.history = v;
         else if (a == "--store") o.store = v;
         else if (a == "--nemesis-log") o.nemesis_log = v;
+        else if (a == "--first-fault") o.first_fault = v;
         else if (a == "--seconds") num(o.seconds);
         else if (a == "--lease-ms") num(o.lease_ms);
         else if (a == "--hold-ms") num(o.hold_ms);
@@ -429,7 +434,7 @@ public:
 
             // 3. point hold
             sleep_ms(o_.hold_ms);
-            if (o_.kill_prob > 0 && chance(o_.kill_prob)) {
+            if (o_.kill_prob > 0 && (chance(o_.kill_prob) || first_fault())) {
                 emit("kill", json_line().str("point", "hold"));
                 ::raise(SIGKILL);
             }
@@ -494,8 +499,17 @@ private:
         return d(rng_) < p;
     }
 
+    // True once, for the first worker of all sharing --first-fault to ask.
+    bool first_fault() {
+        if (o_.first_fault.empty()) return false;
+        const int fd = ::open(o_.first_fault.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0) return false;
+        ::close(fd);
+        return true;
+    }
+
     void maybe_pause(const char* point) {
-        if (o_.pause_prob <= 0 || !chance(o_.pause_prob)) return;
+        if (o_.pause_prob <= 0 || !(chance(o_.pause_prob) || first_fault())) return;
         emit("pause", json_line().str("point", point).str("phase", "stop"));
         ::raise(SIGSTOP);
         emit("pause", json_line().str("point", point).str("phase", "cont"));
