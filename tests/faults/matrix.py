@@ -256,7 +256,7 @@ HEADER = ["nemesis", "result", "faults injected", "grants", "double grants", "ex
           "losses reported / max latency ms", "longest no-holder gap ms", "hung / crashed"]
 
 
-def markdown(results, skipped, args, started, finished):
+def markdown(results, skipped, args, started, finished, planned):
     lines = []
     add = lines.append
     commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -268,7 +268,8 @@ def markdown(results, skipped, args, started, finished):
         "[tests/faults/README.md](../tests/faults/README.md).")
     add("")
     add("- Run: %s to %s (UTC), commit `%s`, %s, %d CPU(s)." % (
-        started, finished, commit or "?", platform.platform(terse=True), os.cpu_count() or 0))
+        started, finished or "(not finished: %d of %d cells so far)" % (len(results), planned), commit or "?",
+        platform.platform(terse=True), os.cpu_count() or 0))
     add("- Each cell: %d worker processes on one lock, 1 s leases, %g s of nemesis, repeated %d time(s); "
         "every worker records its history, `checker.py` reads them." % (args.workers, args.seconds, args.repeat))
     passed = sum(1 for c in results if verdict(c) == "pass")
@@ -364,6 +365,17 @@ def main(argv):
     started = datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M")
     results = []
     extra = ["--workers", str(args.workers)]
+    def save(finished):
+        # After every cell, so that an interrupted run still leaves what it measured.
+        with open(os.path.join(out, "matrix.json"), "w") as f:
+            json.dump({"profile": args.profile, "seconds": args.seconds, "repeat": args.repeat, "started": started,
+                       "finished": finished, "cells": results, "cells_planned": len(todo) * args.repeat,
+                       "not_applicable": [{"backend": b, "nemesis": n, "why": w} for b, n, w in skipped]}, f,
+                      indent=1)
+        if args.report:
+            with open(args.report, "w") as f:
+                f.write(markdown(results, skipped, args, started, finished, len(todo) * args.repeat))
+
     for rep in range(1, args.repeat + 1):
         for b, n in todo:
             cell_dir = os.path.join(out, "%s.%s.%d" % (b, n, rep))
@@ -371,15 +383,8 @@ def main(argv):
             results.append(c)
             print("[matrix] %-22s %-22s %-13s %5.1f s  %s" % (b, n, verdict(c), c["elapsed_s"], cell_dir),
                   file=sys.stderr, flush=True)
-    finished = datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M")
-    with open(os.path.join(out, "matrix.json"), "w") as f:
-        json.dump({"profile": args.profile, "seconds": args.seconds, "repeat": args.repeat, "started": started,
-                   "finished": finished, "cells": results,
-                   "not_applicable": [{"backend": b, "nemesis": n, "why": w} for b, n, w in skipped]}, f, indent=1)
-    page = markdown(results, skipped, args, started, finished)
-    if args.report:
-        with open(args.report, "w") as f:
-            f.write(page)
+            save(None)
+    save(datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"))
     bad = [c for c in results if verdict(c) in ("FAIL", "ERROR")]
     print("[matrix] %d cells: %d pass, %d expected-fail, %d FAIL; %d not applicable; results in %s" % (
         len(results), sum(verdict(c) == "pass" for c in results),
