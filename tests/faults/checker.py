@@ -132,17 +132,20 @@ class Grant:
     token: int | None
     end_t: int = 0  # `release invoke`, or the worker's last event
     released: bool = False  # ended by `release invoke`
+    release_ok_t: int | None = None  # `release ok`: unlock() returned
     index: int = -1  # position among all grants ordered by (ok_t, w)
     signals: list = field(default_factory=list)  # (t, "lost" | "held")
 
     def first_signal(self):
-        """The earliest loss signal before the end of the belief interval.
+        """The earliest loss signal the holder had by the time unlock() returned.
 
-        For a released grant that is before its `release invoke`; a grant that
-        never released (worker killed, crashed, history ended) believed until
-        its worker's last event, so every signal matched to it counts.
+        For a released grant that is before its `release ok` (a loss that the
+        release itself found is reported inside unlock(), between `release
+        invoke` and `release ok`); a grant whose unlock() never returned, or
+        that never released (worker killed, crashed, history ended), counts
+        every signal matched to it.
         """
-        ok = [s for s in self.signals if not self.released or s[0] < self.end_t]
+        ok = [s for s in self.signals if self.release_ok_t is None or s[0] <= self.release_ok_t]
         return min(ok, default=None)
 
 
@@ -206,6 +209,7 @@ def build_worker(w: str, path: str, events: list, truncated: int) -> Worker:
     pending_since = None
     invoke_t = None
     open_grant = None
+    releasing = None  # the grant whose unlock() is under way
     for ev in events:
         kind, t, phase = ev["ev"], ev["t"], ev.get("phase")
         if kind == "start" and wk.start is None:
@@ -235,7 +239,12 @@ def build_worker(w: str, path: str, events: list, truncated: int) -> Worker:
             if open_grant is not None:
                 open_grant.end_t = t
                 open_grant.released = True
+                releasing = open_grant
                 open_grant = None
+        elif kind == "release" and phase == "ok":
+            if releasing is not None:
+                releasing.release_ok_t = t
+                releasing = None
         elif kind == "held" and ev.get("held") is False:
             target = open_grant or match_grant(wk, None, t)
             if target is not None:
@@ -430,10 +439,11 @@ def overlapping_pairs(run: Run):
 
 def check_double_grants(run: Run):
     """Counts overlapping pairs of grants (different workers) whose earlier
-    grant had no loss signal (`lost` event or `held` false) before its
-    `release invoke`: the library never told it. Returns (count, examples,
+    grant had no loss signal (`lost` event or `held` false) by the time its
+    unlock() returned: the library never told it. Returns (count, examples,
     excused) where excused lists the signalled overlaps with their loss latency
-    (signal time minus the later grant's `acquire ok`)."""
+    (signal time minus the later grant's `acquire ok`) and whether the holder
+    was told only at release (by unlock(), after its last write)."""
     count, examples, excused = 0, [], []
     unsignalled = set()  # earlier grants involved
     for a, b in overlapping_pairs(run):
@@ -447,7 +457,8 @@ def check_double_grants(run: Run):
         else:
             excused.append({"earlier": grant_ref(run, a), "later": grant_ref(run, b),
                             "signal": sig[1], "signal_ms": rel_ms(run, sig[0]),
-                            "latency_ns": sig[0] - b.ok_t})
+                            "latency_ns": sig[0] - b.ok_t,
+                            "at_release": a.released and sig[0] >= a.end_t})
     return count, examples, excused, len(unsignalled)
 
 
@@ -873,6 +884,7 @@ def analyse(run_dir, expect_file: str | None = None) -> dict:
         "figures": {
             "double_grants_excused": {
                 "count": len(excused),
+                "told_at_release": sum(1 for e in excused if e["at_release"]),
                 "loss_latency": p50_max([e["latency_ns"] for e in excused]),
                 "examples": excused[:MAX_EXAMPLES],
             },
@@ -929,7 +941,8 @@ def format_text(rep: dict) -> str:
     out.append("")
     out.append("figures")
     out.append(f"  {'double grants excused (loss signalled)':<42} {exc['count']:>8}"
-               f"  loss latency {fmt_latency(exc['loss_latency'])}")
+               f"  loss latency {fmt_latency(exc['loss_latency'])}; told only at release"
+               f" {exc['told_at_release']}")
     out.append(f"  {'losses reported (lost events)':<42} {lost['count']:>8}"
                f"  latency {fmt_latency(lost['latency'])}; after release {lost['after_release']},"
                f" unmatched {lost['unmatched']}")

@@ -260,17 +260,37 @@ class CheckerTest(unittest.TestCase):
         rep = self.analyse(rd)
         self.assert_only_failures(rep, "double_grants")
 
-    def test_lost_event_after_release_does_not_excuse(self):
+    def test_lost_event_after_unlock_returned_does_not_excuse(self):
         rd = self.overlap()
-        rd.release("1.1", 100)
-        # from the callback thread, after release invoke; written to the file
-        # before the release lines would be too (the checker orders by time)
+        rd.release("1.1", 100)  # release ok at 100.5
+        # from the callback thread, after unlock() returned; the checker orders by time
         rd.ev("1.1", 101, "lost", token=1, reason="renewal failed")
         rep = self.analyse(rd)
         self.assert_only_failures(rep, "double_grants")
         lost = rep["figures"]["losses_reported"]
         self.assertEqual((lost["count"], lost["after_release"], lost["unmatched"]), (1, 1, 0))
         self.assertEqual(rep["figures"]["double_grants_excused"]["count"], 0)
+
+    def test_loss_found_by_the_release_excuses_and_is_counted_as_told_at_release(self):
+        """unlock() that finds the grant gone reports it (on_lost) before it
+        returns: the holder was told, late (after its last write)."""
+        rd = self.overlap()
+        rd.ev("1.1", 100, "release", phase="invoke")
+        rd.ev("1.1", 100.2, "lost", token=1, reason="no longer ours when released")
+        rd.ev("1.1", 100.5, "release", phase="ok")
+        rep = self.analyse(rd)
+        self.assert_only_failures(rep)
+        exc = rep["figures"]["double_grants_excused"]
+        self.assertEqual((exc["count"], exc["told_at_release"]), (1, 1))
+        self.assertTrue(exc["examples"][0]["at_release"])
+
+    def test_loss_found_by_a_release_that_never_returned_still_excuses(self):
+        rd = self.overlap()
+        rd.ev("1.1", 100, "release", phase="invoke")
+        rd.ev("1.1", 100.2, "lost", token=1, reason="no longer ours when released")
+        rep = self.analyse(rd)
+        self.assertEqual(self.value(rep, "double_grants"), 0)
+        self.assertEqual(rep["figures"]["double_grants_excused"]["told_at_release"], 1)
 
     def test_lost_event_written_out_of_order_still_counts_by_time(self):
         rd = self.overlap()
