@@ -308,8 +308,10 @@ public:
 
 private:
     enum class step { held, again, timeout };
+    // `listing` (sent at `listed`) is the first children listing; on step::held,
+    // `listed` is when the listing that showed our node first was sent.
     step wait_turn(const std::shared_ptr<session>& s, const std::string& node, std::uint64_t czxid,
-                   spi::deadline until, bool once, op_ptr listing);
+                   spi::deadline until, bool once, op_ptr listing, spi::deadline& listed);
 
     backend& be_;
     std::string name_, dir_;
@@ -927,11 +929,13 @@ std::optional<spi::grant> handle::acquire(spi::deadline until) {
         std::string node;
         std::uint64_t czxid = 0;
         op_ptr first_listing;
+        spi::deadline listed{};  // when the listing that decides was sent
         bool session_lost = false;
         for (int tries = 0; node.empty() && !session_lost; ++tries) {
             if (tries > 10) throw_error(errc::unavailable, kBackend, "cannot create the lock node for '" + name_ + "'");
             // The listing rides in the same round trip: the server answers a
             // session's requests in order, so it already shows our new node.
+            listed = clock::now();
             auto o = zk_create_async(s->zh, dir_ + "/" + prefix, be_.config().node_data, ZOO_EPHEMERAL_SEQUENTIAL);
             auto listing = zk_children(s->zh, dir_);
             wait_op(o);
@@ -982,13 +986,15 @@ std::optional<spi::grant> handle::acquire(spi::deadline until) {
         // 2. Wait for our turn; on any failure our node goes (Curator deletes it).
         step result;
         try {
-            result = wait_turn(s, node, czxid, until, once, std::move(first_listing));
+            result = wait_turn(s, node, czxid, until, once, std::move(first_listing), listed);
         } catch (...) {
             be_.unregister_held(*this);
             be_.delete_node(*s, node);
             throw;
         }
-        if (result == step::held) return spi::grant{czxid, clock::now()};  // held for the session's life: no lease
+        // Held for the session's life; the server confirmed the session (and our
+        // node first) in reply to the listing sent at `listed`.
+        if (result == step::held) return spi::grant{czxid, listed};
         if (result == step::timeout) {
             be_.delete_node(*s, node);
             return std::nullopt;
@@ -999,9 +1005,10 @@ std::optional<spi::grant> handle::acquire(spi::deadline until) {
 }
 
 handle::step handle::wait_turn(const std::shared_ptr<session>& s, const std::string& node, std::uint64_t czxid,
-                               spi::deadline until, bool once, op_ptr listing) {
+                               spi::deadline until, bool once, op_ptr listing, spi::deadline& listed) {
     const std::string mine = last_segment(node);  // "_c_<uuid>-lock-<10 digits>"
     for (;;) {
+        if (!listing) listed = clock::now();
         auto kids = listing ? wait_op(std::exchange(listing, {})) : zk_children(s->zh, dir_);
         if (is_connection_error(kids->rc)) {
             if (!be_.wait_connected(*s, be_.reconnect_limit(once ? clock::now() : until))) {

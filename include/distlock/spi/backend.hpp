@@ -70,8 +70,9 @@ struct grant {
     // by the server runs from some moment after it, so the grant is valid until
     // `sent + lease` at most, however late its reply arrives. Backends with a
     // clock-drift allowance (Redlock) move it earlier by that allowance; backends
-    // whose grants live on a shared lease (etcd) give when that lease was last
-    // confirmed. Ignored by backends without lease expiry.
+    // whose grants live on a shared lease (etcd) or session (ZooKeeper) give when
+    // it was last confirmed. Ignored for locks that do not expire with time (no
+    // lease_expiry and validity() 0).
     deadline sent;
 };
 
