@@ -40,7 +40,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 
 NEMESES = [
     "none", "pause-holder", "pause-before-write", "kill-holder", "delay-replies", "freeze-client",
-    "restart-server", "restart-server-empty", "kill-leader", "clock-jump-client", "break-lock",
+    "restart-server", "restart-server-empty", "kill-leader", "clock-jump-client", "clock-jump-server", "break-lock",
 ]
 EMBEDDED = ("file", "memory")
 NEEDS_PROXY = ("delay-replies", "freeze-client")
@@ -645,11 +645,13 @@ class Cell:
     def check_applicable(self):
         a, n = self.a, self.a.nemesis
         emb = a.backend in EMBEDDED
-        if n in NEEDS_PROXY + ("restart-server", "restart-server-empty", "kill-leader") and emb:
+        if n in NEEDS_PROXY + ("restart-server", "restart-server-empty", "kill-leader", "clock-jump-server") and emb:
             raise HarnessError("nemesis %s needs a server backend, not %s" % (n, a.backend))
         if n == "kill-leader" and env_var(a.backend, "CTL") not in self.env:
             raise HarnessError("kill-leader needs a cluster with a ctl.sh (zk-ensemble, etcd-cluster), not %s"
                                % a.backend)
+        if n == "clock-jump-server" and env_var(a.backend, "CTL") in self.env:
+            raise HarnessError("clock-jump-server restarts a single server under libfaketime, not a cluster")
         if n == "break-lock" and not emb:
             raise HarnessError("break-lock is for file and memory (an in-process nemesis)")
         if a.backend == "memory" and n not in ("none", "break-lock"):
@@ -699,8 +701,22 @@ class Cell:
             s.url = self.worker_url(s)
             self.slots.append(s)
         self.lock_name = a.lock or "faults-%s-%s-%d-%d" % (a.backend, a.nemesis, os.getpid(), int(time.time()))
-        if a.nemesis == "clock-jump-client":
+        if a.nemesis in ("clock-jump-client", "clock-jump-server"):
             ensure_faketime()
+        if a.nemesis == "clock-jump-server":
+            # The server(s) again, now under libfaketime: only the wall clock is faked
+            # (what an NTP step moves), so that their own timers keep working.
+            d = os.path.join(self.out, "faketime")
+            os.makedirs(d, exist_ok=True)
+            self.server_clock = os.path.join(d, "server.rc")
+            with open(self.server_clock, "w") as f:
+                f.write("+0\n")
+            self.server_offset_s = 0
+            self.server_env = dict(os.environ, LD_PRELOAD=LIBFAKETIME, FAKETIME_TIMESTAMP_FILE=self.server_clock,
+                                   FAKETIME_CACHE_DURATION="1", FAKETIME_DONT_FAKE_MONOTONIC="1")
+            if not (self.server_action("kill") and self.server_action("spawn", env=self.server_env)):
+                raise HarnessError("cannot restart %s under libfaketime" % self.server)
+            self.server_faked = True
 
     def worker_cmd(self, slot, w):
         a = self.a
@@ -839,21 +855,22 @@ class Cell:
                 return
             time.sleep(min(left / 1e9, 0.1))
 
-    def backends_sh(self, *argv, timeout=120):
+    def backends_sh(self, *argv, timeout=120, env=None):
         cmd = [os.path.join(REPO, "integration", "backends.sh")] + list(argv)
-        return self.run_cmd(cmd, timeout)
+        return self.run_cmd(cmd, timeout, env)
 
-    def run_cmd(self, cmd, timeout=120):
+    def run_cmd(self, cmd, timeout=120, env=None):
         t0 = mono()
         try:
-            r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+            r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+                               env=env)
             rc, out = r.returncode, (r.stdout + r.stderr).strip()
         except subprocess.TimeoutExpired as e:  # run() killed its child (by PID) already
             rc, out = "timeout", str(e)
         return rc, scrub(out[-2000:]), (mono() - t0) // 1_000_000
 
-    def server_action(self, action, *extra):
-        rc, out, ms = self.backends_sh(action, self.server, *extra)
+    def server_action(self, action, *extra, env=None):
+        rc, out, ms = self.backends_sh(action, self.server, *extra, env=env)
         self.nem.event("server-" + action, server=self.server, rc=rc, took_ms=ms, output=out or None)
         if rc != 0:
             self.errors.append("backends.sh %s %s failed (%s): %s" % (action, self.server, rc, out))
@@ -863,6 +880,20 @@ class Cell:
     def ctl(self, *argv, timeout=120):
         ctl = self.env[env_var(self.a.backend, "CTL")]
         return self.run_cmd([ctl] + list(argv), timeout)
+
+    def clock_offsets(self):
+        """The offsets (s) a clock jumps among: 0 and 3 and 5 leases either way."""
+        lease_s = self.a.lease_ms / 1000.0
+        steps = [int(round(k * lease_s)) or 1 for k in (3, 5)]
+        return sorted({0} | set(steps) | {-x for x in steps})
+
+    def set_server_offset(self, offset_s):
+        tmp = self.server_clock + ".tmp"
+        with open(tmp, "w") as f:
+            f.write("%+ds\n" % offset_s if offset_s else "+0\n")
+        os.replace(tmp, self.server_clock)
+        self.server_offset_s = offset_s
+        self.nem.event("server-clock", server=self.server, offset_ms=offset_s * 1000)
 
     def set_offset(self, s, offset_s):
         tmp = s.faketime_file + ".tmp"
@@ -932,10 +963,13 @@ class Cell:
                 rc, out, ms = self.ctl("wait", leader)
                 self.nem.event("leader-serving", member=int(leader), rc=rc, took_ms=ms, output=out or None)
                 self.down_member = None
+        elif n == "clock-jump-server":
+            choices = self.clock_offsets()
+            while mono() + 2 * L < end:
+                self.sleep_until(mono() + self.period(2))
+                self.set_server_offset(random.choice([c for c in choices if c != self.server_offset_s]))
         elif n == "clock-jump-client":
-            lease_s = self.a.lease_ms / 1000.0
-            choices = [-int(round(k * lease_s)) for k in (5, 3)] + [0] + [int(round(k * lease_s)) for k in (3, 5)]
-            choices = sorted(set(c if c == 0 or abs(c) >= 1 else (1 if c > 0 else -1) for c in choices))
+            choices = self.clock_offsets()
             while mono() + 2 * L < end:
                 self.sleep_until(mono() + self.period(2))
                 with self.lock:
@@ -948,6 +982,8 @@ class Cell:
     def heal(self):
         if self.hub:
             self.hub.set_mode(self.hub.proxies, "pass")
+        if getattr(self, "server_clock", None) and self.server_offset_s:
+            self.set_server_offset(0)
         for s in self.slots:
             if s.faketime_file and s.offset_s:
                 self.set_offset(s, 0)
@@ -1149,6 +1185,10 @@ class Cell:
             self.kill_everything()
             try:
                 self.heal()
+                if getattr(self, "server_faked", False):  # the server(s) as before, without libfaketime
+                    self.server_action("kill")
+                    self.server_action("spawn")
+                    self.server_faked = False
             except Exception as e:  # keep cleaning up
                 self.errors.append("heal: %s" % e)
             if self.hub:

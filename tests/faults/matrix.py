@@ -61,7 +61,13 @@ BACKENDS = {
 }
 
 NEMESES = ["none", "pause-holder", "pause-before-write", "kill-holder", "delay-replies", "freeze-client",
-           "restart-server", "restart-server-empty", "kill-leader", "clock-jump-client", "break-lock"]
+           "restart-server", "restart-server-empty", "kill-leader", "clock-jump-client", "clock-jump-server",
+           "break-lock"]
+
+# Servers whose lock expiry runs on their wall clock (what an NTP step or an
+# operator moves): Redis expires keys by it, the SQL lease tables compare NOW().
+WALL_CLOCK_EXPIRY = {"redis", "redis-reentrant", "redlock", "mysql-lease-table", "mysql-optimistic",
+                     "postgres-lease-table", "postgres-optimistic"}
 
 
 def not_applicable(bid, nemesis):
@@ -80,6 +86,11 @@ def not_applicable(bid, nemesis):
                 "over): outside the fault model; restart-server restarts it on its data")
     if nemesis == "kill-leader" and not cluster:
         return "a single server has no leader to lose (restart-server kills it)"
+    if nemesis == "clock-jump-server" and bid not in WALL_CLOCK_EXPIRY:
+        if kind == SESSION_SQL:
+            return "nothing on the server expires: the lock lasts as long as the session"
+        return ("its expiry runs on a monotonic clock (ZooKeeper's sessions, etcd's leases, the Consul emulator's "
+                "TTLs, as Consul's Go timers): a wall-clock jump does not move it")
     if nemesis == "break-lock" and server:
         return "an in-process test hook for the embedded backends; servers lose state by restart-server(-empty)"
     return None
@@ -98,6 +109,10 @@ WHY_EMPTY_RESTART = ("a server that comes back empty forgets the grant: the hold
                      "fenced store rejects it)")
 WHY_NO_FENCE = ("no fencing token (Redlock): the store cannot tell a stale holder's write from the current "
                 "one's")
+WHY_SERVER_CLOCK = ("the server's wall clock jumps ahead of the lease: the server expires the grant early and "
+                    "gives the lock to another while the holder's own (monotonic) lease still runs; the holder "
+                    "hears of it at its next renewal (lease/3) or at release, and may write the unfenced counter "
+                    "before that (the fenced store rejects it)")
 WHY_BREAK = ("the lock is removed out of band: the holder hears of it at its next check (memory: 50 ms, "
              "file: check=) or at release, and may write the unfenced counter before that (the fenced store "
              "rejects it)")
@@ -125,6 +140,8 @@ def expectations(bid, nemesis):
         allow(unfenced_loss, WHY_EMPTY_RESTART)
     if nemesis == "break-lock":
         allow(unfenced_loss, WHY_BREAK)
+    if nemesis == "clock-jump-server":
+        allow(unfenced_loss, WHY_SERVER_CLOCK)
     if not fencing and any(c in exp for c in unfenced_loss):
         allow(("stale_writes_accepted",), WHY_NO_FENCE)
     exp["longest_no_holder_gap_ms"] = NO_HOLDER_BOUND_MS
@@ -142,6 +159,7 @@ SHORT = [
     ("postgres-lease-table", "restart-server"), ("postgres-optimistic", "pause-before-write"),
     ("postgres-for-update", "freeze-client"), ("postgres-advisory", "pause-holder"),
     ("zk", "pause-holder"), ("zk-ensemble", "kill-leader"), ("etcd", "clock-jump-client"),
+    ("mysql-lease-table", "clock-jump-server"),
     ("etcd-cluster", "kill-leader"), ("consul-emulator", "pause-before-write"),
 ]
 

@@ -292,6 +292,39 @@ class CheckerTest(unittest.TestCase):
         self.assertEqual(self.value(rep, "double_grants"), 0)
         self.assertEqual(rep["figures"]["double_grants_excused"]["told_at_release"], 1)
 
+    def replies_out_of_order(self, fencing=True):
+        """1.1 and 2.1 acquire at once; the server granted 2.1 first (token 22),
+        then, its clock having jumped, took the lock over for 1.1 (token 23);
+        2.1's reply arrived last. 2.1 is the stale one: told at its release."""
+        rd = self.new_run(fencing=fencing)
+        rd.start("1.1")
+        rd.start("2.1")
+        rd.acquire("1.1", 5, 10, 23 if fencing else 0)
+        rd.acquire("2.1", 4, 11, 22 if fencing else 0)
+        rd.fenced_write("1.1", 12, 23 if fencing else 0)
+        rd.fenced_write("2.1", 13, 22 if fencing else 0)  # rejected: it is stale
+        rd.fenced_write("1.1", 60, 23 if fencing else 0, "final")
+        rd.ev("2.1", 70, "release", phase="invoke")
+        rd.ev("2.1", 70.2, "lost", token=22 if fencing else 0, reason="no longer ours when released")
+        rd.ev("2.1", 70.5, "release", phase="ok")
+        rd.release("1.1", 80)
+        rd.exit("1.1", 200, 1)
+        rd.exit("2.1", 200, 1)
+        return rd
+
+    def test_concurrent_acquires_are_ordered_by_token(self):
+        rep = self.analyse(self.replies_out_of_order())
+        self.assert_only_failures(rep)  # the stale one (token 22) was told; its write was rejected
+        exc = rep["figures"]["double_grants_excused"]
+        self.assertEqual((exc["count"], exc["told_at_release"]), (1, 1))
+        self.assertEqual(exc["examples"][0]["earlier"]["w"], "2.1")
+
+    def test_concurrent_acquires_without_tokens_are_ordered_by_reply(self):
+        """No tokens: the checker can only go by the replies' order (1.1 first),
+        and 1.1 was never told: flagged."""
+        rep = self.analyse(self.replies_out_of_order(fencing=False))
+        self.assertEqual(self.value(rep, "double_grants"), 1)
+
     def test_lost_event_written_out_of_order_still_counts_by_time(self):
         rd = self.overlap()
         rd.release("1.1", 100)
