@@ -5,7 +5,9 @@
 #include <curl/curl.h>
 
 #include <charconv>
+#include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "distlock/error.hpp"
 #include "distlock/provider.hpp"
@@ -29,43 +31,110 @@ std::string part(CURLU* u, CURLUPart which, unsigned flags = 0) {
     return s;
 }
 
-std::string decode(std::string_view text) {
+// Percent-decodes `text`, the `what` of the URL shown (redacted) as `shown`.
+// The text itself is never in the message: it may be a password.
+std::string decode(std::string_view text, std::string_view what, const std::string& shown) {
     int len = 0;
     char* out = curl_easy_unescape(nullptr, text.data(), static_cast<int>(text.size()), &len);
-    if (out == nullptr) bad("cannot percent-decode '" + std::string(text) + "'");
+    if (out == nullptr) bad("cannot percent-decode " + std::string(what) + " of '" + shown + "'");
     std::string s(out, static_cast<std::size_t>(len));
     curl_free(out);
     return s;
 }
 
-curlu_ptr parse_with_curl(const std::string& text) {
+// `carrier` is what libcurl is given (an internal scheme, one host of a list);
+// messages show the user's URL, redacted, as `shown`.
+curlu_ptr parse_with_curl(const std::string& carrier, const std::string& shown) {
     curlu_ptr u(curl_url());
     if (!u) throw std::bad_alloc();
-    CURLUcode rc = curl_url_set(u.get(), CURLUPART_URL, text.c_str(), CURLU_NON_SUPPORT_SCHEME);
-    if (rc != CURLUE_OK) bad("cannot parse '" + text + "': " + curl_url_strerror(rc));
+    CURLUcode rc = curl_url_set(u.get(), CURLUPART_URL, carrier.c_str(), CURLU_NON_SUPPORT_SCHEME);
+    if (rc != CURLUE_OK) bad("cannot parse '" + shown + "': " + curl_url_strerror(rc));
     return u;
 }
+
+bool secret_parameter(std::string_view key) { return key == "token" || key == "password" || key == "secret"; }
+
+// Percent-decoded, or as it is when it does not decode (only to compare names).
+std::string decoded_or_raw(std::string_view text) {
+    int len = 0;
+    char* out = curl_easy_unescape(nullptr, text.data(), static_cast<int>(text.size()), &len);
+    if (out == nullptr) return std::string(text);
+    std::string s(out, static_cast<std::size_t>(len));
+    curl_free(out);
+    return s;
+}
+
+// Where the user info of `rest` (the text after "://") may end: its last '@'
+// (npos: none). A password may hold any character, '@', '/', '?' and '#'
+// included, so whatever comes before the last '@' may be part of it.
+std::size_t userinfo_end(std::string_view rest) { return rest.rfind('@'); }
+
+}  // namespace
+
+// Works on the text alone, so that a URL no parser accepts is shown safely too.
+// Two readings are hidden together, whichever is right: the password, taken
+// to run from the first ':' after "://" to the last '@', since a password may
+// hold unescaped '@', ':', '/', '?', '#' or '%'; and the value of every secret
+// parameter, up to the next '&' (it may hold an '@' or a '#'). Each run of
+// hidden characters is shown as "***".
+std::string redact_url(std::string_view text) {
+    constexpr auto npos = std::string_view::npos;
+    std::vector<bool> hide(text.size(), false);
+    const auto sep = text.find("://");
+    const std::size_t rest = sep == npos ? 0 : sep + 3;
+    if (const auto at = userinfo_end(text.substr(rest)); at != npos) {
+        const auto colon = text.substr(rest, at).find(':');
+        if (colon != npos) std::fill(hide.begin() + static_cast<long>(rest + colon + 1),
+                                     hide.begin() + static_cast<long>(rest + at), true);
+    }
+    for (auto eq = text.find('=', rest); eq != npos; eq = text.find('=', eq + 1)) {
+        const auto start = text.find_last_of("?&", eq);
+        if (start == npos || start < rest || !secret_parameter(decoded_or_raw(text.substr(start + 1, eq - start - 1))))
+            continue;
+        const auto end = std::min(text.find('&', eq + 1), text.size());
+        std::fill(hide.begin() + static_cast<long>(eq + 1), hide.begin() + static_cast<long>(end), true);
+    }
+    std::string out;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        if (!hide[i]) out += text[i];
+        else if (i == 0 || !hide[i - 1]) out += "***";
+    }
+    return out;
+}
+
+namespace {
 
 }  // namespace
 
 url url::parse(std::string_view input) {
     std::string text(input);
+    const std::string shown = redact_url(text);  // the only form of the text any message shows
     auto sep = text.find("://");
-    if (sep == std::string::npos || sep == 0) bad("'" + text + "' is not a URL (expected scheme://...)");
+    if (sep == std::string::npos || sep == 0) bad("'" + shown + "' is not a URL (expected scheme://...)");
     url out;
     out.scheme_ = text.substr(0, sep);
     for (char& c : out.scheme_) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
 
-    // Split the authority so that each host of a list is parsed on its own.
+    // The user info as redact_url() sees it: a parse that split it elsewhere (a
+    // password with an unescaped '/', '?' or '#') would connect to a fragment of
+    // the password as a host. Then the authority, split so that each host of a
+    // list is parsed on its own.
     std::string rest = text.substr(sep + 3);
+    std::string userinfo;
+    if (const auto at = userinfo_end(rest); at != std::string::npos) {
+        userinfo = rest.substr(0, at + 1);
+        if (userinfo.find_first_of("/?#") == std::string::npos) {
+            rest = rest.substr(at + 1);
+        } else if (userinfo.find(':') != std::string::npos) {
+            bad("'" + shown + "' has an '@' after a '/', '?' or '#': percent-encode '/', '?' and '#' in a password "
+                "(%2F, %3F, %23) and '@' in a path or parameter (%40)");
+        } else {
+            userinfo.clear();  // no password: the '@' is in the path or the query (file:///var/app@1)
+        }
+    }
     auto auth_end = rest.find_first_of("/?#");
     std::string authority = rest.substr(0, auth_end);
     std::string tail = auth_end == std::string::npos ? std::string{} : rest.substr(auth_end);
-    std::string userinfo;
-    if (auto at = authority.rfind('@'); at != std::string::npos) {
-        userinfo = authority.substr(0, at + 1);
-        authority = authority.substr(at + 1);
-    }
     std::vector<std::string> host_texts;
     for (std::size_t start = 0;;) {
         auto comma = authority.find(',', start);
@@ -75,7 +144,7 @@ url url::parse(std::string_view input) {
     }
     if (host_texts.size() > 1) {
         for (const auto& h : host_texts)
-            if (h.empty()) bad("empty host in the host list of '" + text + "'");
+            if (h.empty()) bad("empty host in the host list of '" + shown + "'");
     }
 
     // The first host carries user info, path and query; the others only host:port.
@@ -84,17 +153,17 @@ url url::parse(std::string_view input) {
     std::string carrier_tail = (hostless && (tail.empty() || tail[0] != '/')) ? "/" + tail : tail;
     std::string carrier = std::string(hostless ? "file" : "x-distlock") + "://" + userinfo +
                           (hostless ? std::string{} : host_texts[0]) + carrier_tail;
-    auto u = parse_with_curl(carrier);
-    out.user_ = decode(part(u.get(), CURLUPART_USER));
-    out.password_ = decode(part(u.get(), CURLUPART_PASSWORD));
-    out.path_ = decode(part(u.get(), CURLUPART_PATH));
+    auto u = parse_with_curl(carrier, shown);
+    out.user_ = decode(part(u.get(), CURLUPART_USER), "the user name", shown);
+    out.password_ = decode(part(u.get(), CURLUPART_PASSWORD), "the password", shown);
+    out.path_ = decode(part(u.get(), CURLUPART_PATH), "the path", shown);
     if (out.path_ == "/" && tail.empty()) out.path_.clear();
-    if (!part(u.get(), CURLUPART_FRAGMENT).empty()) bad("a fragment (#...) is not allowed in '" + text + "'");
+    if (!part(u.get(), CURLUPART_FRAGMENT).empty()) bad("a fragment (#...) is not allowed in '" + shown + "'");
     if (!hostless) {
         for (std::size_t i = 0; i < host_texts.size(); ++i) {
-            auto hu = i == 0 ? std::move(u) : parse_with_curl("x-distlock://" + host_texts[i]);
+            auto hu = i == 0 ? std::move(u) : parse_with_curl("x-distlock://" + host_texts[i], shown);
             if (i != 0 && !part(hu.get(), CURLUPART_PATH).empty() && part(hu.get(), CURLUPART_PATH) != "/")
-                bad("bad host '" + host_texts[i] + "' in '" + text + "'");
+                bad("bad host '" + host_texts[i] + "' in '" + shown + "'");
             host_port hp;
             hp.host = part(hu.get(), CURLUPART_HOST);
             if (hp.host.size() > 2 && hp.host.front() == '[' && hp.host.back() == ']')
@@ -104,10 +173,10 @@ url url::parse(std::string_view input) {
                 unsigned value = 0;
                 auto [p, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
                 if (ec != std::errc{} || p != port.data() + port.size() || value == 0 || value > 65535)
-                    bad("bad port '" + port + "' in '" + text + "'");
+                    bad("a port must be a number from 1 to 65535 in '" + shown + "'");
                 hp.port = static_cast<std::uint16_t>(value);
             }
-            if (hp.host.empty()) bad("empty host in '" + text + "'");
+            if (hp.host.empty()) bad("empty host in '" + shown + "'");
             out.hosts_.push_back(std::move(hp));
             if (i == 0) u = std::move(hu);
         }
@@ -119,31 +188,17 @@ url url::parse(std::string_view input) {
         std::string item = query.substr(start, amp - start);
         if (!item.empty()) {
             auto eq = item.find('=');
-            std::string key = decode(item.substr(0, eq));
-            std::string value = eq == std::string::npos ? std::string{} : decode(item.substr(eq + 1));
-            if (key.empty()) bad("empty parameter name in '" + text + "'");
-            if (!out.params_.emplace(key, value).second) bad("parameter '" + key + "' given twice in '" + text + "'");
+            std::string key = decode(item.substr(0, eq), "a parameter name", shown);
+            std::string value =
+                eq == std::string::npos ? std::string{} : decode(item.substr(eq + 1), "a parameter value", shown);
+            if (key.empty()) bad("empty parameter name in '" + shown + "'");
+            if (!out.params_.emplace(key, value).second) bad("parameter '" + key + "' given twice in '" + shown + "'");
         }
         if (amp == std::string::npos) break;
         start = amp + 1;
     }
 
-    // Redacted form for messages: hide the password and token parameters.
-    std::string red = out.scheme_ + "://";
-    if (!userinfo.empty()) {
-        auto colon = userinfo.find(':');
-        red += colon == std::string::npos ? userinfo : userinfo.substr(0, colon) + ":***@";
-    }
-    red += authority + tail;
-    for (const char* secret : {"token=", "password="}) {
-        for (auto pos = red.find(secret); pos != std::string::npos; pos = red.find(secret, pos + 1)) {
-            if (pos > 0 && red[pos - 1] != '?' && red[pos - 1] != '&') continue;
-            auto vstart = pos + std::char_traits<char>::length(secret);
-            auto vend = red.find('&', vstart);
-            red.replace(vstart, vend == std::string::npos ? std::string::npos : vend - vstart, "***");
-        }
-    }
-    out.redacted_ = red;
+    out.redacted_ = shown;
     return out;
 }
 
@@ -155,13 +210,20 @@ std::optional<std::string> url::take(std::string_view key) {
     return value;
 }
 
+namespace {
+// "key=value" for a message, the value hidden for a secret parameter.
+std::string param_text(std::string_view key, const std::string& value) {
+    return std::string(key) + "=" + (secret_parameter(key) ? std::string("***") : value);
+}
+}  // namespace
+
 std::optional<std::chrono::milliseconds> url::take_duration(std::string_view key) {
     auto v = take(key);
     if (!v) return std::nullopt;
     try {
         return parse_duration(*v);
     } catch (const error&) {
-        bad("parameter " + std::string(key) + "=" + *v + " is not a duration (e.g. 500ms, 2s, 1m)");
+        bad("parameter " + param_text(key, *v) + " is not a duration (e.g. 500ms, 2s, 1m)");
     }
 }
 
@@ -171,7 +233,7 @@ std::optional<long long> url::take_int(std::string_view key, long long min, long
     long long value = 0;
     auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), value);
     if (v->empty() || ec != std::errc{} || p != v->data() + v->size() || value < min || value > max)
-        bad("parameter " + std::string(key) + "=" + *v + " must be an integer in [" + std::to_string(min) + ", " +
+        bad("parameter " + param_text(key, *v) + " must be an integer in [" + std::to_string(min) + ", " +
             std::to_string(max) + "]");
     return value;
 }
@@ -181,7 +243,7 @@ std::optional<bool> url::take_bool(std::string_view key) {
     if (!v) return std::nullopt;
     if (*v == "true" || *v == "1" || *v == "yes" || *v == "on") return true;
     if (*v == "false" || *v == "0" || *v == "no" || *v == "off") return false;
-    bad("parameter " + std::string(key) + "=" + *v + " must be true or false");
+    bad("parameter " + param_text(key, *v) + " must be true or false");
 }
 
 void url::expect_all_taken() const {

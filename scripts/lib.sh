@@ -7,6 +7,8 @@ CORE_PACKAGES=(cmake g++ ninja-build pkg-config libcurl4-openssl-dev libssl-dev 
 BACKEND_PACKAGES=(libhiredis-dev libmysqlcppconn-dev libpq-dev libzookeeper-mt-dev libcpp-httplib-dev)
 # The fault harness (tests/faults/): libfaketime for the clock-jump nemesis.
 FAULT_PACKAGES=(faketime)
+# The URL parser's fuzz target (scripts/fuzz.sh): clang with libFuzzer.
+FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 
 say() { echo "==> $*" >&2; }
 

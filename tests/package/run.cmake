@@ -13,6 +13,22 @@ macro(step)
   endif()
 endmacro()
 step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
+# The installed command-line tool runs from the prefix alone (its RPATH is
+# relative to itself): no LD_LIBRARY_PATH, nothing from the build tree.
+if(EXISTS ${WORK_DIR}/prefix/bin/distlock)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH ${WORK_DIR}/prefix/bin/distlock schemes
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "memory")
+    message(FATAL_ERROR "the installed CLI does not run (${rc}): ${out}${err}")
+  endif()
+  file(GLOB _libs ${WORK_DIR}/prefix/lib*/libdistlock.so.*)
+  if(_libs)  # a shared build: it must load the installed library, not the build tree's
+    execute_process(COMMAND ldd ${WORK_DIR}/prefix/bin/distlock OUTPUT_VARIABLE deps)
+    if(NOT deps MATCHES "${WORK_DIR}/prefix/(bin/\\.\\./)?lib[^ ]*/libdistlock")
+      message(FATAL_ERROR "the installed CLI loads libdistlock from outside the prefix:\n${deps}")
+    endif()
+  endif()
+endif()
 step(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build -G ${GENERATOR}
      -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix "-DCMAKE_CXX_FLAGS=${EXTRA_FLAGS}" "-DCMAKE_EXE_LINKER_FLAGS=${EXTRA_FLAGS}")
 step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)

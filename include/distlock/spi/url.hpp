@@ -16,6 +16,13 @@
 
 namespace distlock::spi {
 
+// `text` (a URL, or text meant as one that no parser accepts) as it may be shown
+// in a message: everything that could be the password (from the first ':' after
+// "://" to the last '@') and the values of the secret parameters token=,
+// password= and secret= (to the next '&') as "***". Every message of distlock
+// that shows a URL shows it through this.
+std::string redact_url(std::string_view text);
+
 struct host_port {
     std::string host;
     std::uint16_t port = 0;  // 0 = not given in the URL
@@ -32,7 +39,8 @@ public:
     const std::string& password() const noexcept { return password_; }  // percent-decoded
     const std::vector<host_port>& hosts() const noexcept { return hosts_; }
     const std::string& path() const noexcept { return path_; }  // percent-decoded, "" or starts with '/'
-    // The text as given, with the password (and any token= parameter) as "***".
+    // The text as given, with the password and the values of the secret
+    // parameters (token=, password=, secret=) as "***" (see redact_url).
     const std::string& redacted() const noexcept { return redacted_; }
 
     // Query parameters, percent-decoded. take*() removes the parameter so that
