@@ -103,6 +103,7 @@ int run_bench(const settings& s) {
         throw invalid_argument_error(errc::invalid_argument, "bench", "--mode is uncontended or contended");
     if (s.threads < 1 || s.processes < 1 || s.seconds <= 0)
         throw invalid_argument_error(errc::invalid_argument, "bench", "threads, processes and seconds must be positive");
+    require_cross_process(s.backend, s.processes, "bench");
     const std::string run_id = spi::random_token().substr(0, 10);
     if (!s.quiet)
         std::cerr << "bench " << s.mode << " on " << redact(s.backend) << ": " << s.processes << " process(es) x " << s.threads

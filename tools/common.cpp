@@ -1,5 +1,6 @@
 #include "common.hpp"
 
+#include "distlock/distlock.hpp"
 #include "distlock/error.hpp"
 #include "distlock/spi/url.hpp"
 
@@ -128,6 +129,18 @@ std::vector<double> get_doubles(const std::string& in, std::size_t& pos) {
 }
 
 std::string redact(const std::string& url) { return spi::redact_url(url); }
+
+void require_cross_process(const std::string& url, int processes, const char* command) {
+    if (processes <= 1) return;
+    auto why = run_in_processes(1, [&](int) {
+        auto p = distlock::connect(url);
+        return std::string(p.caps().why_not(feature::cross_process));
+    }, [] {})[0];
+    if (!why.empty())
+        throw_error(errc::invalid_argument, command,
+                    std::to_string(processes) + " processes cannot share " + redact(url) + ": " + why +
+                        " (use --processes 1, or a backend that excludes processes)");
+}
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -28,6 +28,11 @@ unsigned long long get_u64(const std::string& in, std::size_t& pos);
 // The URL with any password or token replaced by "***", for printing.
 std::string redact(const std::string& url);
 
+// Throws invalid_argument_error, with the backend's reason, when `processes` > 1
+// processes of `command` cannot exclude each other through `url` (memory://).
+// Asks the backend in a child process: this one starts no thread before fork.
+void require_cross_process(const std::string& url, int processes, const char* command);
+
 double ms_since(std::chrono::steady_clock::time_point t0);
 
 }  // namespace distlock::tool

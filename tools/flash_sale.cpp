@@ -185,6 +185,7 @@ int run_flash_sale(settings s) {
         throw invalid_argument_error(errc::invalid_argument, "flash-sale", "--strategy is lock or optimistic");
     if (optimistic && s.no_lock)
         throw invalid_argument_error(errc::invalid_argument, "flash-sale", "--strategy optimistic takes no lock already");
+    if (!s.no_lock && !optimistic) require_cross_process(s.backend, s.processes, "flash-sale");
     if (optimistic) {
         const auto scheme = spi::url::parse(s.backend).scheme();
         if (scheme != "mysql" && scheme != "postgres")

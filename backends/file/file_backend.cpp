@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -84,6 +85,17 @@ void write_counter(int fd, std::uint64_t value, bool sync) {
     if (sync && ::fdatasync(fd) != 0) sys_fail("fdatasync of the lock file failed", errno);
 }
 
+// The token after `stored`. A lock file without a counter (new, or deleted and
+// made again) starts from the wall clock in microseconds, past every token
+// handed out before as long as fewer than a million grants a second were made
+// and the clock was not set back: deleting a lock file (or the directory) never
+// makes a token repeat.
+std::uint64_t next_token(std::uint64_t stored) {
+    if (stored != 0) return stored + 1;
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(now).count()) + 1;
+}
+
 bool same_file(int fd, const std::string& path) {
     struct stat a {}, b {};
     if (::fstat(fd, &a) != 0 || ::stat(path.c_str(), &b) != 0) return false;
@@ -136,7 +148,7 @@ public:
             }
             unwatch(watch);
             if (!locked || !same_file(fd.get(), path_)) continue;  // the path now names another file: start over
-            std::uint64_t token = read_counter(fd.get()) + 1;
+            std::uint64_t token = next_token(read_counter(fd.get()));
             write_counter(fd.get(), token, settings_.sync);
             fd_ = std::move(fd);
             return spi::grant{token, spi::clock::now()};  // no lease: the kernel holds it

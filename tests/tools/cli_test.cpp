@@ -57,6 +57,39 @@ TEST_CASE("bad URLs and arguments give usage errors", "[cli]") {
     CHECK(run("bench --backend memory:// --mode sideways").status != 0);
 }
 
+TEST_CASE("flash-sale and bench refuse processes that the backend cannot exclude", "[cli]") {
+    // memory:// locks live in one process: two processes would both "hold" and oversell.
+    auto both = distlock::test::run_command(std::string(DISTLOCK_CLI) +
+                                            " flash-sale --backend memory:// --processes 2 --quiet 2>&1");
+    CHECK(both.status == 64);
+    CHECK(both.out.find("2 processes cannot share memory://") != std::string::npos);
+    CHECK(both.out.find("in-process") != std::string::npos);  // the backend's own reason
+    CHECK(run("bench --backend memory:// --processes 2 --seconds 1 --quiet").status == 64);
+    CHECK(run("flash-sale --backend memory:// --processes 1 --requests 50 --stock 10 --quiet").status == 0);
+}
+
+TEST_CASE("a file:// token never repeats after its lock file is deleted", "[cli][file]") {
+    const auto dir = lock_dir() + "/tokens";
+    auto locks = distlock::connect("file://" + dir);
+    auto m = locks.mutex("again");
+    m.lock();
+    const auto first = m.token();
+    m.unlock();
+    m.lock();
+    CHECK(m.token() == first + 1);
+    const auto second = m.token();
+    m.unlock();
+    std::filesystem::remove(dir + "/again");  // a cleaner, or an operator
+    m.lock();
+    CHECK(m.token() > second);
+    m.unlock();
+    std::filesystem::remove_all(dir);  // the whole directory
+    auto fresh = distlock::connect("file://" + dir).mutex("again");
+    fresh.lock();
+    CHECK(fresh.token() > second);
+    fresh.unlock();
+}
+
 TEST_CASE("a locked flash sale sells exactly the stock", "[cli][flash-sale]") {
     const auto url = "file://" + lock_dir();
     for (int segments : {1, 3}) {
