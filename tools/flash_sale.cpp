@@ -292,8 +292,11 @@ int run_flash_sale(settings s) {
                   << oversold << (consistent ? "" : "  (sold + left != stock: lost updates)") << "\n"
                   << "  " << s.requests << " requests in " << static_cast<long>(elapsed) << " ms ("
                   << j["throughput_rps"] << " req/s), latency p50 " << j["p50_ms"] << " ms, p99 " << j["p99_ms"]
-                  << " ms"
-                  << (timeouts ? ", " + std::to_string(timeouts) + (optimistic ? " purchases lost every race" : " lock timeouts")
+                  << " ms (requests after the sell-out are answered at once from a sold-out flag and count in"
+                     " these figures)"
+                  << (timeouts ? ", " + std::to_string(timeouts) +
+                                     (optimistic ? (timeouts == 1 ? " purchase lost every race" : " purchases lost every race")
+                                                 : (timeouts == 1 ? " lock timeout" : " lock timeouts"))
                                : "")
                   << "\n";
     }
