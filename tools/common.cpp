@@ -47,8 +47,10 @@ std::vector<std::string> run_in_processes(int n, const std::function<std::string
                     off += static_cast<std::size_t>(w);
                 }
             } catch (const std::exception& e) {
-                std::cerr << "distlock: worker " << i << ": " << e.what() << "\n";
-                status = 2;
+                // One write: the lines of workers failing at once never mix.
+                const std::string line = "distlock: worker " + std::to_string(i) + ": " + e.what() + "\n";
+                (void)!::write(2, line.data(), line.size());
+                status = exit_status(e);
             }
             ::close(fds[1]);
             std::cerr.flush();
@@ -82,17 +84,32 @@ std::vector<std::string> run_in_processes(int n, const std::function<std::string
         }
     }
     std::string failures;
+    int first_status = 0;
     std::vector<std::string> out;
     for (std::size_t i = 0; i < kids.size(); ++i) {
         int status = 0;
         ::waitpid(kids[i].pid, &status, 0);
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-            failures += " worker " + std::to_string(i) + " exited with status " +
-                        std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)) + ";";
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            failures += std::string(failures.empty() ? "" : ", ") + std::to_string(i) + " (status " +
+                        std::to_string(code) + ")";
+            if (first_status == 0) first_status = WIFEXITED(status) ? code : 1;
+        }
         out.push_back(std::move(kids[i].data));
     }
-    if (!failures.empty()) throw std::runtime_error("worker process failed:" + failures);
+    if (!failures.empty()) throw workers_failed(first_status, "worker process(es) failed: " + failures);
     return out;
+}
+
+int exit_status(const std::exception& e) noexcept {
+    const auto* de = dynamic_cast<const distlock::error*>(&e);
+    if (de == nullptr) return 1;
+    switch (de->code_value()) {
+        case errc::invalid_argument: return 64;  // EX_USAGE
+        case errc::unavailable: return 69;       // EX_UNAVAILABLE
+        case errc::access_denied: return 77;     // EX_NOPERM
+        default: return 1;
+    }
 }
 
 double percentile(std::vector<double> samples, double p) {

@@ -3,16 +3,35 @@
 #pragma once
 
 #include <chrono>
+#include <exception>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace distlock::tool {
 
+// The documented exit status of a failure: 64 bad arguments, 69 backend
+// unavailable, 77 access denied, 1 anything else.
+int exit_status(const std::exception& e) noexcept;
+
+// Worker processes failed; `status` is the exit status the tool ends with (the
+// first failed worker's, each mapped by exit_status()), each worker having
+// printed its own reason, one line each.
+class workers_failed : public std::runtime_error {
+public:
+    workers_failed(int status, const std::string& what) : std::runtime_error(what), status_(status) {}
+    int status() const noexcept { return status_; }
+
+private:
+    int status_;
+};
+
 // Forks `n` children; child i runs work(i) and its returned bytes reach the
 // parent. While they run, the parent calls tick() about every second (progress).
-// Throws std::runtime_error when a child fails (its exit status in the message).
-// Call before this process starts any thread.
+// A child that throws prints "distlock: worker i: <what>" as one line and exits
+// with exit_status(); then this throws workers_failed. Call before this process
+// starts any thread.
 std::vector<std::string> run_in_processes(int n, const std::function<std::string(int)>& work,
                                           const std::function<void()>& tick);
 

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "common.hpp"
 #include "distlock/distlock.hpp"
 #include "tool.hpp"
 
@@ -18,19 +19,21 @@ int main(int argc, char** argv) {
             return 0;
         };
     });
-    CLI11_PARSE(app, argc, argv);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::Success& e) {  // --help, --help-all
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {  // a missing, unknown or malformed argument
+        app.exit(e);                      // prints the parser's message
+        return 64;                        // EX_USAGE, whatever the parser's own code
+    }
     try {
         return action ? action() : 0;
-    } catch (const distlock::error& e) {
-        std::cerr << "distlock: " << e.what() << "\n";
-        switch (e.code_value()) {
-            case distlock::errc::invalid_argument: return 64;  // EX_USAGE
-            case distlock::errc::unavailable: return 69;       // EX_UNAVAILABLE
-            case distlock::errc::access_denied: return 77;     // EX_NOPERM
-            default: return 1;
-        }
+    } catch (const distlock::tool::workers_failed& e) {
+        std::cerr << "distlock: " << e.what() << "\n";  // each worker printed its reason
+        return e.status();
     } catch (const std::exception& e) {
         std::cerr << "distlock: " << e.what() << "\n";
-        return 1;
+        return distlock::tool::exit_status(e);
     }
 }

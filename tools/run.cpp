@@ -70,11 +70,18 @@ int run_command(const settings& s) {
     ::sigaction(SIGINT, &sa, nullptr);
     ::sigaction(SIGTERM, &sa, nullptr);
     ::sigaction(SIGHUP, &sa, nullptr);
+    const std::string cannot = "distlock run: cannot execute " + s.command[0] + ": ";  // made before fork
     pid_t pid = ::fork();
     if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
     if (pid == 0) {
         ::execvpe(argv[0], argv.data(), envp.data());
-        ::_exit(127);
+        // As a shell does: 127 when there is no such command, 126 when it cannot run.
+        const int err = errno;
+        const char* why = std::strerror(err);
+        (void)!::write(2, cannot.data(), cannot.size());
+        (void)!::write(2, why, std::strlen(why));
+        (void)!::write(2, "\n", 1);
+        ::_exit(err == ENOENT || err == ENOTDIR ? 127 : 126);
     }
     g_child = pid;
     if (lost) ::kill(pid, SIGTERM);  // lost between acquire and fork
@@ -106,7 +113,9 @@ void add_run(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("command", s->command, "The command and its arguments (after --)")->required();
     cmd->footer(
         "Exit status: the command's; 75 when the lock was not acquired in time; 70 when the lock was lost while the\n"
-        "command ran (it was sent SIGTERM). The command sees DISTLOCK_FENCING_TOKEN and DISTLOCK_LOCK_NAME.");
+        "command ran (it was sent SIGTERM); 127 when the command does not exist, 126 when it cannot be executed;\n"
+        "64 bad arguments, 69 backend unavailable, 77 access denied. The command sees DISTLOCK_FENCING_TOKEN and\n"
+        "DISTLOCK_LOCK_NAME.");
     cmd->callback([s, &action] { action = [s] { return run_command(*s); }; });
 }
 

@@ -246,9 +246,9 @@ void register_backend(spi::registry& r) {
         if (s.check.count() <= 0) throw_error(errc::invalid_argument, "file", "check must be positive");
         std::error_code ec;
         std::filesystem::create_directories(s.dir, ec);
-        if (ec || !std::filesystem::is_directory(s.dir))
-            throw_error(ec == std::errc::permission_denied ? errc::access_denied : errc::unavailable, "file",
-                        "cannot use directory " + s.dir.string(), ec.value(), ec.message());
+        if (ec) sys_fail("cannot use directory " + s.dir.string(), ec.value());  // EACCES, EPERM, EROFS: denied
+        if (!std::filesystem::is_directory(s.dir))
+            throw_error(errc::invalid_argument, "file", s.dir.string() + " exists and is not a directory");
         if (::access(s.dir.c_str(), R_OK | W_OK | X_OK) != 0) sys_fail("cannot write in " + s.dir.string(), errno);
         return std::make_shared<backend>(std::move(s));
     });

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "distlock/distlock.hpp"
+#include "distlock/testing.hpp"
 #include "support.hpp"
 
 using namespace std::chrono_literals;
@@ -55,6 +56,56 @@ TEST_CASE("bad URLs and arguments give usage errors", "[cli]") {
     CHECK(run("run --backend nosuch://x --name a -- true").status == 64);
     CHECK(run("run --backend file:///tmp --name a").status != 0);
     CHECK(run("bench --backend memory:// --mode sideways").status != 0);
+}
+
+TEST_CASE("every documented exit status, for every subcommand", "[cli][exit]") {
+    auto status = [](const std::string& args) { return run(args).status; };
+    // 0: help.
+    CHECK(status("--help") == 0);
+    CHECK(status("run --help") == 0);
+    // 64: bad arguments, whatever the argument parser's own codes would be.
+    CHECK(status("") == 64);                                              // no subcommand
+    CHECK(status("flash-sale --wait 10s") == 64);                         // an option it does not know
+    CHECK(status("flash-sale --processes many") == 64);                   // not a number
+    CHECK(status("bench --backend memory:// --mode sideways") == 64);
+    CHECK(status("bench --backend memory:// --seconds 0") == 64);
+    CHECK(status("run --backend file:///tmp/x --name n ls -d /tmp") == 64);  // options of the command need --
+    CHECK(status("run --name n -- true") == 64);                          // no --backend
+    CHECK(status("run --backend nosuch://x --name a -- true") == 64);     // unknown scheme
+    CHECK(status("schemes --bogus") == 64);
+    // 77: access denied (a directory nobody may create, even root).
+    CHECK(status("run --backend file:///sys/distlock-denied --name a -- true") == 77);
+    CHECK(status("flash-sale --backend file:///sys/distlock-denied --processes 1 --requests 5") == 77);
+    // 126 / 127: the command cannot run, said on stderr.
+    const auto url = "file://" + lock_dir();
+    auto missing = distlock::test::run_command(std::string(DISTLOCK_CLI) + " run --backend " + url +
+                                               " --name exec -- /nonexistent/cmd 2>&1");
+    CHECK(missing.status == 127);
+    CHECK(missing.out.find("cannot execute /nonexistent/cmd: No such file or directory") != std::string::npos);
+    CHECK(status("run --backend " + url + " --name exec -- /etc/passwd") == 126);
+    // 70: the lock lost while the command ran (the command gets SIGTERM).
+    {
+        auto locks = distlock::connect(url + "?check=50ms");
+        std::thread breaker([&] {
+            std::this_thread::sleep_for(500ms);
+            distlock::testing::break_lock(locks, "lost-while-running");
+        });
+        auto r = run("run --backend '" + url + "?check=50ms' --name lost-while-running -- sleep 30");
+        breaker.join();
+        CHECK(r.status == 70);
+    }
+    // 69: the backend unavailable (a closed port), one line per failed worker.
+    const auto schemes = run("schemes").out;
+    if (schemes.find("redis") != std::string::npos) {
+        const std::string down = "redis://127.0.0.1:1?connect_timeout=200ms";
+        CHECK(status("run --backend " + down + " --name a -- true") == 69);
+        auto sale = distlock::test::run_command(std::string(DISTLOCK_CLI) + " flash-sale --backend '" + down +
+                                                "' --processes 1 --concurrency 4 --requests 8 2>&1");
+        CHECK(sale.status == 69);
+        CHECK(sale.out.find("distlock: worker 0: redis: cannot connect") != std::string::npos);
+        CHECK(sale.out.find("worker distlock") == std::string::npos);  // no two messages on one line
+        CHECK(status("bench --backend '" + down + "' --processes 3 --seconds 1") == 69);
+    }
 }
 
 TEST_CASE("flash-sale and bench refuse processes that the backend cannot exclude", "[cli]") {
