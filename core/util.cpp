@@ -18,27 +18,43 @@ namespace distlock {
 
 std::chrono::milliseconds parse_duration(std::string_view text) {
     auto fail = [&]() -> std::chrono::milliseconds {
-        throw_error(errc::invalid_argument, "", "'" + std::string(text) + "' is not a duration (e.g. 500ms, 2s, 1m)");
+        throw_error(errc::invalid_argument, "",
+                    "'" + std::string(text) + "' is not a duration (e.g. 500ms, 2s, 1m30s, or bare seconds: 1.5)");
     };
     if (text.empty()) return fail();
-    std::size_t i = 0;
-    while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
-    std::string number(text.substr(0, i));
-    std::string_view unit = text.substr(i);
-    if (number.empty() || number == "." || number.find('.') != number.rfind('.')) return fail();
-    double value = 0;
-    try {
-        value = std::stod(number);
-    } catch (...) {
-        return fail();
-    }
+    // Bare seconds ("1.5"), or number-unit pairs from the largest unit down
+    // ("1h2m", "1m30s", "2s500ms").
     double ms = 0;
-    if (unit.empty() || unit == "s") ms = value * 1000;
-    else if (unit == "ms") ms = value;
-    else if (unit == "us") ms = value / 1000;
-    else if (unit == "m" || unit == "min") ms = value * 60000;
-    else if (unit == "h") ms = value * 3600000;
-    else return fail();
+    int last_rank = 99;
+    for (std::size_t i = 0; i < text.size();) {
+        const std::size_t start = i;
+        while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+        std::string number(text.substr(start, i - start));
+        if (number.empty() || number == "." || number.find('.') != number.rfind('.')) return fail();
+        const std::size_t unit_start = i;
+        while (i < text.size() && std::isalpha(static_cast<unsigned char>(text[i]))) ++i;
+        const std::string_view unit = text.substr(unit_start, i - unit_start);
+        double value = 0;
+        try {
+            value = std::stod(number);
+        } catch (...) {
+            return fail();
+        }
+        double per = 0;
+        int rank = 0;  // units must come largest first, each at most once
+        if (unit.empty()) {
+            if (start != 0) return fail();  // a bare number only alone: "1m30" is ambiguous
+            per = 1000, rank = 3;
+        } else if (unit == "h") per = 3600000, rank = 5;
+        else if (unit == "m" || unit == "min") per = 60000, rank = 4;
+        else if (unit == "s") per = 1000, rank = 3;
+        else if (unit == "ms") per = 1, rank = 2;
+        else if (unit == "us") per = 0.001, rank = 1;
+        else return fail();
+        if (rank >= last_rank) return fail();
+        last_rank = rank;
+        ms += value * per;
+    }
     if (!std::isfinite(ms) || ms > 1e15) return fail();
     return std::chrono::milliseconds(static_cast<long long>(std::llround(ms)));
 }

@@ -155,13 +155,17 @@ int run_bench(const settings& s) {
 void add_bench(CLI::App& app, std::function<int()>& action) {
     auto s = std::make_shared<settings>();
     auto* cmd = app.add_subcommand("bench", "Measure acquire+release cycles against the backend's round-trip floor");
-    cmd->add_option("--backend", s->backend, "Lock backend URL")->capture_default_str();
+    cmd->add_option("--backend", s->backend, "Lock backend URL (default: $DISTLOCK_BACKEND, else a temp file:// dir)")
+        ->envname("DISTLOCK_BACKEND")
+        ->capture_default_str();
     cmd->add_option("--mode", s->mode, "uncontended (a name per thread) or contended (one name)")
         ->check(CLI::IsMember({"uncontended", "contended"}))
         ->capture_default_str();
     cmd->add_option("--threads,-t", s->threads, "Threads per process")->capture_default_str();
     cmd->add_option("--processes,-p", s->processes, "Processes")->capture_default_str();
-    cmd->add_option("--seconds", s->seconds, "Duration of the measurement")->capture_default_str();
+    cmd->add_option("--seconds", s->seconds, "Duration of the measurement (5, 10s, 1m30s)")
+        ->transform(duration_in_seconds())
+        ->capture_default_str();
     cmd->add_option("--floor-samples", s->floor_samples,
                     "Contended mode: round trips measured for the floor before the run (per process); more are taken"
                     " now and then during it. Uncontended, each cycle is followed by one")

@@ -309,7 +309,10 @@ int run_flash_sale(settings s) {
 void add_flash_sale(CLI::App& app, std::function<int()>& action) {
     auto s = std::make_shared<settings>();
     auto* cmd = app.add_subcommand("flash-sale", "Replay the flash-sale (秒杀) oversell scenario with or without the lock");
-    cmd->add_option("--backend", s->backend, "Lock backend URL (with --strategy optimistic: a mysql:// or postgres:// URL)")
+    cmd->add_option("--backend", s->backend,
+                    "Lock backend URL (default: $DISTLOCK_BACKEND, else a temp file:// dir; with --strategy optimistic: a "
+                    "mysql:// or postgres:// URL)")
+        ->envname("DISTLOCK_BACKEND")
         ->capture_default_str();
     cmd->add_option("--strategy", s->strategy,
                     "lock (a distlock mutex per stock segment) or optimistic (no lock: version-checked UPDATE of a "
@@ -327,7 +330,9 @@ void add_flash_sale(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--segments", s->segments, "Split the stock into N segments, each with its own lock")
         ->capture_default_str();
     cmd->add_option("--pause-ms", s->pause_ms, "Work between reading and writing the stock (ms)")->capture_default_str();
-    cmd->add_option("--wait", s->wait_s, "Seconds a buyer waits for the lock before giving up")->capture_default_str();
+    cmd->add_option("--wait", s->wait_s, "How long a buyer waits for the lock before giving up (30s, 1m30s, 2.5)")
+        ->transform(duration_in_seconds())
+        ->capture_default_str();
     cmd->add_option("--name", s->name, "Lock name (segments append :segN)")->capture_default_str();
     cmd->add_option("--store", s->store_path, "Stock store file shared by the processes (default: a temp file)");
     cmd->add_flag("--json", s->json, "Print one JSON object");

@@ -6,13 +6,40 @@
 #include "distlock/distlock.hpp"
 #include "tool.hpp"
 
+namespace distlock::tool {
+CLI::Validator duration_in_seconds() {
+    return CLI::Validator(
+        [](std::string& value) -> std::string {
+            try {
+                value = std::to_string(static_cast<double>(distlock::parse_duration(value).count()) / 1000.0);
+                return {};
+            } catch (const distlock::error&) {
+                return "'" + value + "' is not a duration (e.g. 500ms, 10s, 1m30s, or bare seconds: 2.5)";
+            }
+        },
+        "DURATION");
+}
+std::vector<std::string>& args_after_dashes() {
+    static std::vector<std::string> args;
+    return args;
+}
+}  // namespace distlock::tool
+
 int main(int argc, char** argv) {
+    // "--" ends the options: what follows is run's command, never parsed.
+    for (int i = 1; i < argc; ++i) {
+        if (std::string_view(argv[i]) != "--") continue;
+        distlock::tool::args_after_dashes().assign(argv + i + 1, argv + argc);
+        argc = i;
+        break;
+    }
     CLI::App app{"distlock " DISTLOCK_VERSION_STRING ": one lock interface over many coordination backends"};
     app.require_subcommand(1);
     std::function<int()> action;
     distlock::tool::add_flash_sale(app, action);
     distlock::tool::add_bench(app, action);
     distlock::tool::add_run(app, action);
+    distlock::tool::add_hold(app, action);
     app.add_subcommand("schemes", "List the backend URL schemes of this build")->callback([&action] {
         action = [] {
             for (const auto& s : distlock::schemes()) std::cout << s << "\n";

@@ -1,13 +1,22 @@
 // distlock run: run a command only while holding a lock (flock(1) across hosts).
+// distlock hold: take a lock and hold it until SIGINT/SIGTERM (etcdctl lock
+// without a command).
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <iomanip>
 #include <iostream>
+#include <mutex>
+#include <sstream>
+#include <thread>
 
+#include "common.hpp"
 #include "distlock/distlock.hpp"
 #include "tool.hpp"
 
@@ -16,52 +25,128 @@ extern char** environ;
 namespace distlock::tool {
 namespace {
 
-constexpr int exit_not_acquired = 75;  // EX_TEMPFAIL: lock not acquired in time
-constexpr int exit_lock_lost = 70;     // the lock was lost while the command ran (it got SIGTERM)
+constexpr int exit_not_acquired = 75;  // EX_TEMPFAIL: lock not acquired in time (--conflict-exit-code)
+constexpr int exit_lock_lost = 70;     // the lock was lost while the command ran (or while held)
 
 std::atomic<pid_t> g_child{0};
+std::atomic<int> g_stop_signal{0};  // hold: the SIGINT/SIGTERM that ends it
 
 void forward_signal(int sig) {
     pid_t c = g_child.load();
     if (c > 0) ::kill(c, sig);
 }
 
-struct settings {
+void note_stop(int sig) { g_stop_signal = sig; }
+
+// What run and hold share: where the lock is and how to take it.
+struct lock_settings {
     std::string backend, name, wait = "forever", lease;
-    std::vector<std::string> command;
-    bool quiet = false;
+    int conflict_exit_code = exit_not_acquired;
+    bool quiet = false, verbose = false;
 };
 
-int run_command(const settings& s) {
-    if (s.command.empty()) throw invalid_argument_error(errc::invalid_argument, "run", "no command given after --");
+struct run_settings : lock_settings {
+    std::vector<std::string> command;
+    std::string shell;  // -c: a command line for /bin/sh
+    std::string kill_after = "10s";
+};
+
+// --verbose: one line per event on stderr, with the wall-clock time.
+class event_log {
+public:
+    event_log(const char* who, bool on) : who_(who), on_(on) {}
+    void operator()(const std::string& what) const {
+        if (!on_) return;
+        const auto now = std::chrono::system_clock::now();
+        const auto t = std::chrono::system_clock::to_time_t(now);
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+        std::tm tm{};
+        ::localtime_r(&t, &tm);
+        std::ostringstream line;
+        line << std::put_time(&tm, "%H:%M:%S") << '.' << std::setw(3) << std::setfill('0') << ms << " distlock "
+             << who_ << ": " << what << "\n";
+        std::lock_guard lk(mutex_);
+        std::cerr << line.str() << std::flush;
+    }
+
+private:
+    const char* who_;
+    bool on_;
+    mutable std::mutex mutex_;
+};
+
+// A lock taken as `s` says, reporting a loss through `lost` (set once, with why).
+struct held_lock {
+    provider locks;
+    mutex m;
+    std::uint64_t token = 0;
+};
+
+struct loss {
+    std::atomic<bool> happened{false};
+    std::mutex mutex;
+    std::string reason;
+    std::chrono::steady_clock::time_point at{};
+};
+
+// Takes the lock; nullopt when not acquired within --wait (message printed).
+std::optional<held_lock> take(const lock_settings& s, const char* who, const event_log& log, loss& lost,
+                              std::function<void()> on_lost = {}) {
+    if (s.name.empty()) throw invalid_argument_error(errc::invalid_argument, who, "--name is empty");
     auto locks = connect(s.backend);
     lock_options opts;
     if (!s.lease.empty()) opts.lease = parse_duration(s.lease);
-    std::atomic<bool> lost{false};
-    std::string lost_reason;
-    opts.on_lost = [&](const lock_event& e) {
-        lost_reason = e.reason;
-        lost = true;
-        pid_t c = g_child.load();
-        if (c > 0) ::kill(c, SIGTERM);
+    opts.on_lost = [&lost, &log, on_lost = std::move(on_lost)](const lock_event& e) {
+        {
+            std::lock_guard lk(lost.mutex);
+            lost.reason = e.reason;
+            lost.at = std::chrono::steady_clock::now();
+        }
+        lost.happened = true;
+        log("lost (token " + std::to_string(e.token) + "): " + e.reason);
+        if (on_lost) on_lost();
     };
+    opts.on_error = [&log](const lock_event& e, const error& err) { log("error (token " + std::to_string(e.token) + "): " + err.what()); };
     auto m = locks.mutex(s.name, opts);
-    bool acquired = s.wait == "forever" ? (m.lock(), true) : m.try_lock_for(parse_duration(s.wait));
+    const bool forever = s.wait == "forever";
+    const auto wait = forever ? std::chrono::milliseconds{0} : parse_duration(s.wait);
+    log("acquiring '" + s.name + "' on " + redact(s.backend) + (forever ? "" : " within " + s.wait));
+    const bool acquired = forever ? (m.lock(), true) : m.try_lock_for(wait);
     if (!acquired) {
-        if (!s.quiet) std::cerr << "distlock run: lock '" << s.name << "' not acquired within " << s.wait << "\n";
-        return exit_not_acquired;
+        if (!s.quiet)
+            std::cerr << "distlock " << who << ": lock '" << s.name << "' not acquired within " << s.wait << " ("
+                      << wait.count() << " ms)\n";
+        return std::nullopt;
     }
+    const auto token = m.token();
+    log("acquired '" + s.name + "', fencing token " + std::to_string(token));
+    return held_lock{std::move(locks), std::move(m), token};
+}
+
+int run_command(const run_settings& s) {
+    if (!s.shell.empty() && !s.command.empty())
+        throw invalid_argument_error(errc::invalid_argument, "run", "give either -c 'command line' or a command, not both");
+    std::vector<std::string> args = s.shell.empty() ? s.command : std::vector<std::string>{"/bin/sh", "-c", s.shell};
+    if (args.empty()) throw invalid_argument_error(errc::invalid_argument, "run", "no command given (CMD ARGS... or -c 'command line')");
+    const auto kill_after = parse_duration(s.kill_after);
+    event_log log("run", s.verbose);
+    loss lost;
+    auto held = take(s, "run", log, lost, [] {
+        if (pid_t c = g_child.load(); c > 0) ::kill(c, SIGTERM);
+    });
+    if (!held) return s.conflict_exit_code;
+    auto& m = held->m;
+
     // Everything the child needs is prepared before fork: only exec follows it.
     std::vector<std::string> env_strings;
     for (char** e = environ; *e; ++e)
         if (std::strncmp(*e, "DISTLOCK_FENCING_TOKEN=", 23) != 0 && std::strncmp(*e, "DISTLOCK_LOCK_NAME=", 19) != 0)
             env_strings.emplace_back(*e);
-    env_strings.push_back("DISTLOCK_FENCING_TOKEN=" + std::to_string(m.token()));
+    env_strings.push_back("DISTLOCK_FENCING_TOKEN=" + std::to_string(held->token));
     env_strings.push_back("DISTLOCK_LOCK_NAME=" + s.name);
     std::vector<char*> envp, argv;
     for (auto& e : env_strings) envp.push_back(e.data());
     envp.push_back(nullptr);
-    std::vector<std::string> args = s.command;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
 
@@ -70,7 +155,7 @@ int run_command(const settings& s) {
     ::sigaction(SIGINT, &sa, nullptr);
     ::sigaction(SIGTERM, &sa, nullptr);
     ::sigaction(SIGHUP, &sa, nullptr);
-    const std::string cannot = "distlock run: cannot execute " + s.command[0] + ": ";  // made before fork
+    const std::string cannot = "distlock run: cannot execute " + args[0] + ": ";  // made before fork
     pid_t pid = ::fork();
     if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
     if (pid == 0) {
@@ -84,39 +169,130 @@ int run_command(const settings& s) {
         ::_exit(err == ENOENT || err == ENOTDIR ? 127 : 126);
     }
     g_child = pid;
-    if (lost) ::kill(pid, SIGTERM);  // lost between acquire and fork
+    log("started " + args[0] + " (pid " + std::to_string(pid) + ")");
+    if (lost.happened) ::kill(pid, SIGTERM);  // lost between acquire and fork
+    // Wait for the command; once the lock is lost it has had SIGTERM, and it gets
+    // SIGKILL when it still runs --kill-after later (the next holder may be running).
     int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    bool killed = false;
+    for (;;) {
+        const pid_t r = ::waitpid(pid, &status, WNOHANG);
+        if (r == pid || (r < 0 && errno != EINTR)) break;
+        if (lost.happened && !killed) {
+            std::chrono::steady_clock::time_point at;
+            {
+                std::lock_guard lk(lost.mutex);
+                at = lost.at;
+            }
+            if (std::chrono::steady_clock::now() - at >= kill_after) {
+                ::kill(pid, SIGKILL);
+                killed = true;
+                log("the command still ran " + s.kill_after + " after SIGTERM: sent SIGKILL");
+            }
+        }
+        ::poll(nullptr, 0, 20);
     }
     g_child = 0;
+    log(WIFEXITED(status) ? "the command exited with status " + std::to_string(WEXITSTATUS(status))
+                          : "the command ended by signal " + std::to_string(WTERMSIG(status)));
     m.unlock();
-    if (lost) {
-        std::cerr << "distlock run: lock '" << s.name << "' was lost while the command ran (" << lost_reason
-                  << "); the command was sent SIGTERM\n";
+    log("released '" + s.name + "'");
+    if (lost.happened) {
+        if (!s.quiet) {
+            std::lock_guard lk(lost.mutex);
+            std::cerr << "distlock run: lock '" << s.name << "' was lost while the command ran (" << lost.reason
+                      << "); the command was sent SIGTERM" << (killed ? ", then SIGKILL" : "") << "\n";
+        }
         return exit_lock_lost;
     }
     if (WIFEXITED(status)) return WEXITSTATUS(status);
     return 128 + WTERMSIG(status);
 }
 
+int hold_lock(const lock_settings& s) {
+    event_log log("hold", s.verbose);
+    loss lost;
+    struct sigaction sa {};
+    sa.sa_handler = note_stop;
+    ::sigaction(SIGINT, &sa, nullptr);
+    ::sigaction(SIGTERM, &sa, nullptr);
+    ::sigaction(SIGHUP, &sa, nullptr);
+    auto held = take(s, "hold", log, lost);
+    if (!held) return s.conflict_exit_code;
+    // One line a script can read: the name and the fencing token.
+    std::cout << s.name << " " << held->token << std::endl;
+    while (g_stop_signal == 0 && !lost.happened) ::poll(nullptr, 0, 50);
+    if (g_stop_signal != 0) log("signal " + std::to_string(g_stop_signal.load()) + ": releasing");
+    held->m.unlock();
+    log("released '" + s.name + "'");
+    if (lost.happened) {
+        if (!s.quiet) {
+            std::lock_guard lk(lost.mutex);
+            std::cerr << "distlock hold: lock '" << s.name << "' was lost (" << lost.reason << ")\n";
+        }
+        return exit_lock_lost;
+    }
+    return 0;
+}
+
+void add_lock_options(CLI::App* cmd, lock_settings& s) {
+    cmd->add_option("--backend", s.backend, "Lock backend URL (default: $DISTLOCK_BACKEND)")
+        ->envname("DISTLOCK_BACKEND")
+        ->required();
+    cmd->add_option("--name", s.name, "Lock name")->required();
+    cmd->add_option("--wait", s.wait, "How long to wait for the lock (10s, 1m30s, 0 = try once; default forever)")
+        ->capture_default_str();
+    cmd->add_option("--lease", s.lease, "Lease length (default: the URL's lease= or the backend's)");
+    cmd->add_option("--conflict-exit-code,-E", s.conflict_exit_code,
+                    "Exit status when the lock is not acquired in time")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 255));
+    cmd->add_flag("--quiet,-q", s.quiet, "No messages on stderr");
+    cmd->add_flag("--verbose,-v", s.verbose, "Acquire, loss, release (and the command's) events on stderr, with times");
+}
+
 }  // namespace
 
 void add_run(CLI::App& app, std::function<int()>& action) {
-    auto s = std::make_shared<settings>();
+    auto s = std::make_shared<run_settings>();
     auto* cmd = app.add_subcommand("run", "Run a command only while holding a lock");
-    cmd->add_option("--backend", s->backend, "Lock backend URL")->required();
-    cmd->add_option("--name", s->name, "Lock name")->required();
-    cmd->add_option("--wait", s->wait, "How long to wait for the lock (e.g. 10s, 0 = try once, forever)")
+    add_lock_options(cmd, *s);
+    cmd->add_option("-c,--command", s->shell, "A command line run by /bin/sh -c (instead of CMD ARGS...)");
+    cmd->add_option("--kill-after", s->kill_after,
+                    "When the lock is lost the command gets SIGTERM, and SIGKILL this much later")
         ->capture_default_str();
-    cmd->add_option("--lease", s->lease, "Lease length (default: the URL's lease= or the backend's)");
-    cmd->add_flag("--quiet,-q", s->quiet, "No messages on stderr");
-    cmd->add_option("command", s->command, "The command and its arguments (after --)")->required();
+    // Everything from the first argument that is not one of run's own options is
+    // the command, its options included (no -- needed; -- still works).
+    cmd->prefix_command();
     cmd->footer(
-        "Exit status: the command's; 75 when the lock was not acquired in time; 70 when the lock was lost while the\n"
-        "command ran (it was sent SIGTERM); 127 when the command does not exist, 126 when it cannot be executed;\n"
-        "64 bad arguments, 69 backend unavailable, 77 access denied. The command sees DISTLOCK_FENCING_TOKEN and\n"
-        "DISTLOCK_LOCK_NAME.");
-    cmd->callback([s, &action] { action = [s] { return run_command(*s); }; });
+        "Usage: distlock run --backend URL --name NAME [OPTIONS] [--] CMD ARGS...  or  ... -c 'COMMAND LINE'\n"
+        "Exit status: the command's; 75 (or --conflict-exit-code) when the lock was not acquired in time; 70 when\n"
+        "the lock was lost while the command ran (it was sent SIGTERM, then SIGKILL after --kill-after); 127 when\n"
+        "the command does not exist, 126 when it cannot be executed; 64 bad arguments, 69 backend unavailable,\n"
+        "77 access denied. The command sees DISTLOCK_FENCING_TOKEN and DISTLOCK_LOCK_NAME.");
+    cmd->callback([s, cmd, &action] {
+        s->command = cmd->remaining();
+        const auto& after = args_after_dashes();
+        if (!s->command.empty() && s->command[0].size() > 1 && s->command[0][0] == '-')
+            throw CLI::ExtrasError("run", s->command);  // an option run does not know, before any command
+        if (!s->command.empty() && !after.empty()) {  // "CMD ARGS -- MORE": the "--" is the command's own
+            s->command.push_back("--");
+            s->command.insert(s->command.end(), after.begin(), after.end());
+        }
+        if (s->command.empty()) s->command = after;
+        action = [s] { return run_command(*s); };
+    });
+}
+
+void add_hold(CLI::App& app, std::function<int()>& action) {
+    auto s = std::make_shared<lock_settings>();
+    auto* cmd = app.add_subcommand("hold", "Take a lock, print its name and fencing token, hold it until SIGINT/SIGTERM");
+    add_lock_options(cmd, *s);
+    cmd->footer(
+        "Prints 'NAME TOKEN' on stdout once held. Exit status: 0 when released after SIGINT/SIGTERM/SIGHUP; 75 (or\n"
+        "--conflict-exit-code) when not acquired in time; 70 when the lock was lost while held; 64 bad arguments,\n"
+        "69 backend unavailable, 77 access denied.");
+    cmd->callback([s, &action] { action = [s] { return hold_lock(*s); }; });
 }
 
 }  // namespace distlock::tool

@@ -6,7 +6,17 @@
 #include <functional>
 
 namespace distlock::tool {
+// For an option that holds seconds (a double): accepts every duration form of
+// parse_duration ("10s", "500ms", "1m30s", bare seconds "2.5") and passes on
+// the seconds it means.
+CLI::Validator duration_in_seconds();
+
+// What followed the first "--" of the command line (main() keeps it from the
+// argument parser): run's command.
+std::vector<std::string>& args_after_dashes();
+
 void add_flash_sale(CLI::App& app, std::function<int()>& action);
 void add_bench(CLI::App& app, std::function<int()>& action);
 void add_run(CLI::App& app, std::function<int()>& action);
+void add_hold(CLI::App& app, std::function<int()>& action);
 }  // namespace distlock::tool

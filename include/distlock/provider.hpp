@@ -61,8 +61,10 @@ private:
 // The schemes compiled into this build, sorted.
 [[nodiscard]] std::vector<std::string> schemes();
 
-// Parses "250ms", "2s", "1.5s", "3m", "1h" (a bare number means seconds).
-// Throws invalid_argument_error on anything else or on a negative value.
+// Parses "250ms", "2s", "1.5s", "3m", "1h", compounds from the largest unit
+// down ("1m30s", "1h2m", "2s500ms"; units h, m or min, s, ms, us), or a bare
+// number of seconds ("1.5"). Throws invalid_argument_error on anything else or
+// on a negative value.
 [[nodiscard]] std::chrono::milliseconds parse_duration(std::string_view text);
 
 }  // namespace distlock

@@ -1,6 +1,7 @@
 // The distlock tool, driven as a user would: exit statuses, the fencing token
 // handed to the child, flash-sale's JSON report.
 #include <catch2/catch.hpp>
+#include <csignal>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -8,6 +9,7 @@
 
 #include "distlock/distlock.hpp"
 #include "distlock/testing.hpp"
+#include "child_process.hpp"
 #include "support.hpp"
 
 using namespace std::chrono_literals;
@@ -58,6 +60,73 @@ TEST_CASE("bad URLs and arguments give usage errors", "[cli]") {
     CHECK(run("bench --backend memory:// --mode sideways").status != 0);
 }
 
+TEST_CASE("run takes a command with options of its own without --, a shell line with -c, and -E", "[cli][run]") {
+    const auto url = "file://" + lock_dir();
+    auto plain = run("run --backend " + url + " --name opts ls -d /");  // -d is ls's, not run's
+    CHECK(plain.status == 0);
+    CHECK(plain.out == "/\n");
+    auto dashes = run("run --backend " + url + " --name opts echo x -- y");  // a -- after the command is its own
+    CHECK(dashes.out == "x -- y\n");
+    auto shell = run("run --backend " + url + " --name opts -c 'echo token=$DISTLOCK_FENCING_TOKEN; exit 4'");
+    CHECK(shell.status == 4);
+    CHECK(shell.out.rfind("token=", 0) == 0);
+    CHECK(run("run --backend " + url + " --name opts -c true -- false").status == 64);  // both
+    CHECK(run("run --bogus --backend " + url + " --name opts true").status == 64);
+    auto locks = distlock::connect(url);
+    auto m = locks.mutex("conflict");
+    m.lock();
+    CHECK(run("run --backend " + url + " --name conflict --wait 0 -E 3 -- true").status == 3);
+    CHECK(run("run --backend " + url + " --name conflict --wait 100ms -- true").status == 75);
+    m.unlock();
+}
+
+TEST_CASE("DISTLOCK_BACKEND is the default backend, and durations read alike everywhere", "[cli]") {
+    const auto url = "file://" + lock_dir();
+    auto r = distlock::test::run_command("DISTLOCK_BACKEND=" + url + " " + std::string(DISTLOCK_CLI) +
+                                         " run --name env -- echo from-env 2>/dev/null");
+    CHECK(r.status == 0);
+    CHECK(r.out == "from-env\n");
+    CHECK(run("run --backend " + url + " --name env --wait 1m30s -- true").status == 0);
+    CHECK(run("flash-sale --backend " + url + " --processes 1 --requests 20 --stock 5 --wait 1m30s --quiet").status == 0);
+    CHECK(run("flash-sale --backend " + url + " --processes 1 --requests 20 --stock 5 --wait 2.5 --quiet").status == 0);
+    CHECK(run("bench --backend memory:// --seconds 300ms --quiet").status == 0);
+    CHECK(run("flash-sale --backend " + url + " --wait soon").status == 64);
+    auto v = distlock::test::run_command(std::string(DISTLOCK_CLI) + " run --backend " + url +
+                                         " --name verbose --verbose -- true 2>&1");
+    CHECK(v.status == 0);
+    for (const char* event : {"acquiring 'verbose'", "acquired 'verbose', fencing token", "started true",
+                              "the command exited with status 0", "released 'verbose'"})
+        CHECK(v.out.find(event) != std::string::npos);
+}
+
+TEST_CASE("hold takes the lock, prints name and token, and releases it on SIGTERM", "[cli][hold]") {
+    const auto url = "file://" + lock_dir();
+    distlock::test::child_process hold({DISTLOCK_CLI, "hold", "--backend", url, "--name", "held"});
+    const auto line = hold.read_line(10s);
+    REQUIRE(line.rfind("held ", 0) == 0);
+    CHECK(std::stoull(line.substr(5)) > 0);
+    CHECK(run("run --backend " + url + " --name held --wait 0 -- true").status == 75);  // it holds
+    REQUIRE(hold.signal(SIGTERM));
+    CHECK(hold.wait_exit_for(10s) == 0);
+    CHECK(run("run --backend " + url + " --name held --wait 0 -- true").status == 0);  // released
+}
+
+TEST_CASE("a command that ignores SIGTERM after the lock is lost gets SIGKILL after --kill-after", "[cli][run]") {
+    const auto url = "file://" + lock_dir() + "?check=50ms";
+    auto locks = distlock::connect(url);
+    std::thread breaker([&] {
+        std::this_thread::sleep_for(700ms);
+        distlock::testing::break_lock(locks, "stubborn");
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    // exec: sleep itself ignores SIGTERM (an ignored signal stays ignored across exec).
+    auto r = run("run --backend '" + url + "' --name stubborn --kill-after 300ms -- sh -c 'trap \"\" TERM; exec sleep 30'");
+    const auto took = std::chrono::steady_clock::now() - t0;
+    breaker.join();
+    CHECK(r.status == 70);
+    CHECK(took < 10s);  // not the 30 s of the stubborn command
+}
+
 TEST_CASE("every documented exit status, for every subcommand", "[cli][exit]") {
     auto status = [](const std::string& args) { return run(args).status; };
     // 0: help.
@@ -65,11 +134,12 @@ TEST_CASE("every documented exit status, for every subcommand", "[cli][exit]") {
     CHECK(status("run --help") == 0);
     // 64: bad arguments, whatever the argument parser's own codes would be.
     CHECK(status("") == 64);                                              // no subcommand
-    CHECK(status("flash-sale --wait 10s") == 64);                         // an option it does not know
+    CHECK(status("flash-sale --bogus 10s") == 64);                        // an option it does not know
+    CHECK(status("flash-sale --wait soon") == 64);                        // not a duration
     CHECK(status("flash-sale --processes many") == 64);                   // not a number
     CHECK(status("bench --backend memory:// --mode sideways") == 64);
     CHECK(status("bench --backend memory:// --seconds 0") == 64);
-    CHECK(status("run --backend file:///tmp/x --name n ls -d /tmp") == 64);  // options of the command need --
+    CHECK(status("run --backend file:///tmp/x --bogus --name n -- true") == 64);  // an option run does not know
     CHECK(status("run --name n -- true") == 64);                          // no --backend
     CHECK(status("run --backend nosuch://x --name a -- true") == 64);     // unknown scheme
     CHECK(status("schemes --bogus") == 64);

@@ -69,7 +69,11 @@ TEST_CASE("durations parse with units and reject garbage", "[duration]") {
     CHECK(distlock::parse_duration("3") == 3000ms);
     CHECK(distlock::parse_duration("2m") == 120000ms);
     CHECK(distlock::parse_duration("1h") == 3600000ms);
-    for (const char* bad : {"", "s", "-1s", "1x", "1.2.3s", "ms", " 1s"})
+    CHECK(distlock::parse_duration("1m30s") == 90000ms);
+    CHECK(distlock::parse_duration("1h2m3s") == 3723000ms);
+    CHECK(distlock::parse_duration("2s500ms") == 2500ms);
+    CHECK(distlock::parse_duration("0") == 0ms);
+    for (const char* bad : {"", "s", "-1s", "1x", "1.2.3s", "ms", " 1s", "1s1m", "1s1s", "1m30", "1s 2ms"})
         CHECK_THROWS_AS(distlock::parse_duration(bad), distlock::invalid_argument_error);
 }
 
