@@ -19,7 +19,7 @@ namespace distlock::tool {
 namespace {
 
 struct settings {
-    std::string backend = "file:///tmp/distlock-bench";
+    std::string backend = default_file_backend("bench");
     std::string mode = "uncontended";
     int threads = 1, processes = 1, floor_samples = 200;  // floor_samples: contended mode, before the run
     double seconds = 5;
@@ -155,7 +155,7 @@ int run_bench(const settings& s) {
 void add_bench(CLI::App& app, std::function<int()>& action) {
     auto s = std::make_shared<settings>();
     auto* cmd = app.add_subcommand("bench", "Measure acquire+release cycles against the backend's round-trip floor");
-    cmd->add_option("--backend", s->backend, "Lock backend URL (default: $DISTLOCK_BACKEND, else a temp file:// dir)")
+    cmd->add_option("--backend", s->backend, "Lock backend URL (default: $DISTLOCK_BACKEND, else the file:// dir shown)")
         ->envname("DISTLOCK_BACKEND")
         ->capture_default_str();
     cmd->add_option("--mode", s->mode, "uncontended (a name per thread) or contended (one name)")

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <stdexcept>
@@ -157,6 +158,15 @@ void require_cross_process(const std::string& url, int processes, const char* co
         throw_error(errc::invalid_argument, command,
                     std::to_string(processes) + " processes cannot share " + redact(url) + ": " + why +
                         " (use --processes 1, or a backend that excludes processes)");
+}
+
+std::string default_file_backend(const std::string& leaf) {
+    std::string base;
+    if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && *xdg == '/') base = xdg;
+    else if (::geteuid() == 0) base = "/run/lock";
+    else if (const char* home = std::getenv("HOME"); home != nullptr && *home == '/') base = std::string(home) + "/.local/state";
+    else base = "/run/lock";
+    return "file://" + base + "/distlock/" + leaf;
 }
 
 double ms_since(std::chrono::steady_clock::time_point t0) {

@@ -54,4 +54,9 @@ void require_cross_process(const std::string& url, int processes, const char* co
 
 double ms_since(std::chrono::steady_clock::time_point t0);
 
+// The default file:// backend of the tool's subcommands: the directory `leaf`
+// under $XDG_RUNTIME_DIR/distlock, else /run/lock/distlock (root), else
+// ~/.local/state/distlock, never under /tmp, whose cleaners delete files.
+std::string default_file_backend(const std::string& leaf);
+
 }  // namespace distlock::tool

@@ -51,7 +51,7 @@ private:
 };
 
 struct settings {
-    std::string backend = "file:///tmp/distlock-flash-sale";
+    std::string backend = default_file_backend("flash-sale");
     std::string strategy = "lock";  // lock | optimistic (no lock: version-checked UPDATE, SQL URLs)
     int db_pool = 20;               // optimistic: statements in flight per app server (its DB pool)
     std::string name = "stock:product_01";
@@ -310,7 +310,7 @@ void add_flash_sale(CLI::App& app, std::function<int()>& action) {
     auto s = std::make_shared<settings>();
     auto* cmd = app.add_subcommand("flash-sale", "Replay the flash-sale (秒杀) oversell scenario with or without the lock");
     cmd->add_option("--backend", s->backend,
-                    "Lock backend URL (default: $DISTLOCK_BACKEND, else a temp file:// dir; with --strategy optimistic: a "
+                    "Lock backend URL (default: $DISTLOCK_BACKEND, else the file:// dir shown; with --strategy optimistic: a "
                     "mysql:// or postgres:// URL)")
         ->envname("DISTLOCK_BACKEND")
         ->capture_default_str();

@@ -80,6 +80,18 @@ TEST_CASE("run takes a command with options of its own without --, a shell line 
     m.unlock();
 }
 
+TEST_CASE("the default lock directory of flash-sale and bench is not under /tmp", "[cli]") {
+    for (const char* sub : {"flash-sale", "bench"}) {
+        auto help = distlock::test::run_command("env -u DISTLOCK_BACKEND XDG_RUNTIME_DIR= " + std::string(DISTLOCK_CLI) +
+                                                " " + sub + " --help");
+        INFO(help.out);
+        const auto at = help.out.find("--backend TEXT=file://");
+        REQUIRE(at != std::string::npos);
+        CHECK(help.out.compare(at + 22, 5, "/tmp/") != 0);
+        CHECK(help.out.find("/distlock/", at) != std::string::npos);
+    }
+}
+
 TEST_CASE("DISTLOCK_BACKEND is the default backend, and durations read alike everywhere", "[cli]") {
     const auto url = "file://" + lock_dir();
     auto r = distlock::test::run_command("DISTLOCK_BACKEND=" + url + " " + std::string(DISTLOCK_CLI) +
