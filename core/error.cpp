@@ -27,11 +27,13 @@ public:
 std::string compose(const std::string& backend, const std::string& message, long long native_code,
                     const std::string& native_message) {
     std::string text = backend.empty() ? message : backend + ": " + message;
-    if (native_code != 0 || !native_message.empty()) {
+    // The native message only when it adds to the text (messages often quote it).
+    const bool shown = native_message.empty() || message.find(native_message) != std::string::npos;
+    if (native_code != 0 || !shown) {
         text += " [";
         if (native_code != 0) text += std::to_string(native_code);
-        if (native_code != 0 && !native_message.empty()) text += ' ';
-        text += native_message;
+        if (native_code != 0 && !shown) text += ' ';
+        if (!shown) text += native_message;
         text += ']';
     }
     return text;

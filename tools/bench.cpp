@@ -101,8 +101,9 @@ std::string worker(const settings& s, const std::string& run_id, int index) {
 int run_bench(const settings& s) {
     if (s.mode != "uncontended" && s.mode != "contended")
         throw invalid_argument_error(errc::invalid_argument, "bench", "--mode is uncontended or contended");
-    if (s.threads < 1 || s.processes < 1 || s.seconds <= 0)
-        throw invalid_argument_error(errc::invalid_argument, "bench", "threads, processes and seconds must be positive");
+    if (s.threads < 1) throw invalid_argument_error(errc::invalid_argument, "bench", "--threads must be at least 1");
+    if (s.processes < 1) throw invalid_argument_error(errc::invalid_argument, "bench", "--processes must be at least 1");
+    if (s.seconds <= 0) throw invalid_argument_error(errc::invalid_argument, "bench", "--seconds must be positive");
     require_cross_process(s.backend, s.processes, "bench");
     const std::string run_id = spi::random_token().substr(0, 10);
     if (!s.quiet)

@@ -178,8 +178,17 @@ std::string app_server(const settings& s, int index) {
 }
 
 int run_flash_sale(settings s) {
-    if (s.processes < 1 || s.concurrency < 1 || s.requests < 0 || s.segments < 1 || s.stock < 0 || s.pause_ms < 0)
-        throw distlock::invalid_argument_error(errc::invalid_argument, "flash-sale", "counts must be positive");
+    auto at_least = [](double value, const char* option, int min) {
+        if (value < min)
+            throw invalid_argument_error(errc::invalid_argument, "flash-sale",
+                                         std::string(option) + " must be at least " + std::to_string(min));
+    };
+    at_least(s.processes, "--processes", 1);
+    at_least(s.concurrency, "--concurrency", 1);
+    at_least(static_cast<double>(s.requests), "--requests", 0);
+    at_least(s.segments, "--segments", 1);
+    at_least(static_cast<double>(s.stock), "--stock", 0);
+    at_least(s.pause_ms, "--pause-ms", 0);
     const bool optimistic = s.strategy == "optimistic";
     if (s.strategy != "lock" && !optimistic)
         throw invalid_argument_error(errc::invalid_argument, "flash-sale", "--strategy is lock or optimistic");

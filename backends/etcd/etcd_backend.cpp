@@ -196,10 +196,16 @@ public:
             auto resp = client_.send(rq);
             json j = json::parse(resp.body, nullptr, false);
             if (j.is_discarded() || !j.is_object()) {
-                client_.rotate_endpoint(resp.endpoint);
-                throw_error(errc::unavailable, kName,
-                            path + ": unexpected reply (HTTP " + std::to_string(resp.status) + ")", resp.status,
-                            resp.body.substr(0, 200));
+                // Not etcd's JSON gateway answering: a 4xx will not heal by retrying (a wrong
+                // port, another server, a path prefix in front of etcd); a 5xx may.
+                const bool wrong_server = resp.status >= 400 && resp.status < 500;
+                if (!wrong_server) client_.rotate_endpoint(resp.endpoint);
+                throw_error(wrong_server ? errc::invalid_argument : errc::unavailable, kName,
+                            path + ": unexpected reply (HTTP " + std::to_string(resp.status) + ")" +
+                                (wrong_server ? ": is " + resp.endpoint +
+                                                    " etcd's client port (2379 by default) with the v3 JSON gateway?"
+                                              : std::string{}),
+                            resp.status, resp.body.substr(0, 200));
             }
             auto err = j.find("error");
             if (resp.status == 200 && (err == j.end() || !err->is_string())) return j;

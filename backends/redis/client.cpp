@@ -78,7 +78,12 @@ void throw_reply_error(const std::string& backend, const redisReply* r, const st
         code = errc::access_denied;
     else if (starts_with(r, "WRONGTYPE"))
         code = errc::invalid_argument;
-    throw_error(code, backend, context + ": " + text, 0, text);
+    // A server that wants a password the URL did not give: say where it goes.
+    const std::string hint = starts_with(r, "NOAUTH")
+                                 ? " (this server needs a password: redis://:PASSWORD@host:port, or "
+                                   "redis://USER:PASSWORD@host:port for an ACL user)"
+                                 : "";
+    throw_error(code, backend, context + ": " + text + hint, 0, text);
 }
 
 // ---- connection ----------------------------------------------------------------

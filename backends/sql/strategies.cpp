@@ -209,7 +209,12 @@ public:
                 return;
             } catch (const sql_error& e) {
                 if (e.fatal() || e.kind() == failure::access_denied || e.kind() == failure::no_database || attempt >= 2)
-                    raise(e, name_, "cannot create the lock tables");
+                    // The first statement of a provider: a connection or login failure is that, not a table problem.
+                    raise(e, name_,
+                          e.kind() == failure::cannot_connect || e.kind() == failure::access_denied ||
+                                  e.kind() == failure::no_database
+                              ? std::string("cannot connect")
+                              : "cannot create the lock tables");
                 std::this_thread::sleep_for(20ms);
             }
         }

@@ -442,6 +442,17 @@ TEST_CASE("errors carry their code, backend and native details", "[errors]") {
         CHECK(e.native_message() == "WRONGPASS");
         CHECK(std::string(e.what()).find("redis: AUTH failed") != std::string::npos);
     }
+    try {  // a native message the text already quotes is not repeated
+        distlock::throw_error(distlock::errc::unavailable, "pg", "cannot connect: refused", 0, "refused");
+    } catch (const distlock::error& e) {
+        CHECK(std::string(e.what()) == "pg: cannot connect: refused: backend unavailable (retry later)");
+        CHECK(e.native_message() == "refused");
+    }
+    try {
+        distlock::throw_error(distlock::errc::access_denied, "my", "cannot connect: denied", 1045, "denied");
+    } catch (const distlock::error& e) {
+        CHECK(std::string(e.what()) == "my: cannot connect: denied [1045]: access denied");
+    }
     CHECK_THROWS_AS(distlock::throw_error(distlock::errc::unavailable, "x", "y"), distlock::unavailable_error);
     CHECK_THROWS_AS(distlock::throw_error(distlock::errc::in_doubt, "x", "y"), distlock::in_doubt_error);
     CHECK_THROWS_AS(distlock::throw_error(distlock::errc::lock_lost, "x", "y"), distlock::error);

@@ -12,6 +12,7 @@
 
 #include "distlock/distlock.hpp"
 #include "distlock/spi/backend.hpp"
+#include "distlock/spi/url.hpp"
 #include "distlock/testing.hpp"
 #include "etcd_support.hpp"
 #include "support.hpp"
@@ -269,6 +270,18 @@ TEST_CASE("an unreachable etcd is reported as unavailable at once", "[etcd][inpu
     auto t0 = clk::now();
     CHECK_THROWS_AS(distlock::connect("etcd://127.0.0.1:1/x?lease=2s"), distlock::unavailable_error);
     CHECK(clk::now() - t0 < 10s);
+}
+
+TEST_CASE("a URL that points at another HTTP server than etcd is a bad argument, not 'retry later'", "[etcd][input]") {
+    // The member's peer port answers HTTP, but not etcd's JSON gateway: 404.
+    auto u = distlock::spi::url::parse(distlock::test::env("DISTLOCK_TEST_ETCD_URL"));
+    const auto peer = "etcd://127.0.0.1:" + std::to_string(u.hosts().at(0).port + 1) + "/x";
+    try {
+        (void)distlock::connect(peer);
+        FAIL("connected");
+    } catch (const distlock::invalid_argument_error& e) {
+        CHECK(std::string(e.what()).find("client port") != std::string::npos);
+    }
 }
 
 TEST_CASE("etcd URL parameters are checked", "[etcd][input]") {

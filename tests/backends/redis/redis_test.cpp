@@ -478,6 +478,11 @@ TEST_CASE("a wrong password or ACL user gives access_denied_error; right ones wo
     const auto at = server.address();
     CHECK_THROWS_AS(distlock::connect("redis://:Xyzzy42@" + at), distlock::access_denied_error);
     CHECK_THROWS_AS(distlock::connect("redis://" + at), distlock::access_denied_error);  // NOAUTH
+    try {  // and it says where the password goes
+        (void)distlock::connect("redis://" + at);
+    } catch (const distlock::access_denied_error& e) {
+        CHECK(std::string(e.what()).find("redis://:PASSWORD@host:port") != std::string::npos);
+    }
     CHECK_THROWS_AS(distlock::connect("redis://alice:nope@" + at), distlock::access_denied_error);
     CHECK_THROWS_AS(distlock::connect("redis://bob:alicepw@" + at), distlock::access_denied_error);
     CHECK_THROWS_AS(distlock::connect("redlock://:wrong@" + at + "," + at + "," + at),
