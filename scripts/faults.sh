@@ -5,7 +5,7 @@
 # every backend x nemesis cell that applies for S seconds (default 60) N times
 # (default 1) and writes the page of docs/reliability.md (--report, default
 # docs/reliability.md; --report - for none). Each cell's histories, report and
-# log stay in the output directory it prints. Takes about three hours with the
+# log stay in the output directory it prints. Takes about two and a half hours with the
 # defaults; scripts/test.sh runs the short matrix (seconds per cell).
 # Exit status 1 when a cell failed in a way that is not expected.
 set -euo pipefail
