@@ -167,6 +167,11 @@ public:
         const std::string msg = what + ": HTTP " + std::to_string(r.status) + " " + trim(r.body);
         if (r.status == 401 || r.status == 403) throw_error(errc::access_denied, kName, msg, r.status, trim(r.body));
         if (r.status == 400) throw_error(errc::invalid_argument, kName, msg, r.status, trim(r.body));
+        // Not the Consul HTTP API answering (a wrong port, another server): retrying cannot help.
+        if (r.status == 404 || r.status == 405 || r.status == 501)
+            throw_error(errc::invalid_argument, kName,
+                        msg + ": is " + r.endpoint + " a Consul agent's HTTP API (port 8500 by default)?", r.status,
+                        trim(r.body));
         throw_error(errc::unavailable, kName, msg, r.status, trim(r.body));
     }
 
