@@ -5,6 +5,7 @@
 
 #include "builtin.hpp"
 #include "distlock/testing.hpp"
+#include "distlock/version.hpp"
 #include "mutex_impl.hpp"
 
 namespace distlock {
@@ -59,6 +60,8 @@ provider connect(std::string_view text) {
 }
 
 std::vector<std::string> schemes() { return builtin_registry().names(); }
+
+std::string_view version() noexcept { return DISTLOCK_VERSION_STRING; }
 
 provider::provider(std::shared_ptr<detail::provider_state> state) noexcept : state_(std::move(state)) {}
 

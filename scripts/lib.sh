@@ -27,14 +27,16 @@ ensure_packages() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# configure_and_build DIR SANITIZERS [TARGET...]
+# configure_and_build DIR SANITIZERS [TARGET...]   (DISTLOCK_CONFIGURE_ARGS: more -D options)
 configure_and_build() {
     local dir=$1 sanitize=$2; shift 2
     local gen=()
     command -v ninja >/dev/null && gen=(-G Ninja)
     if [ ! -f "$dir/CMakeCache.txt" ]; then
         say "configuring $dir${sanitize:+ (sanitizers: $sanitize)}"
-        cmake -S . -B "$dir" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDISTLOCK_SANITIZE="$sanitize" >"$dir.configure.log" 2>&1 \
+        # shellcheck disable=SC2086  # DISTLOCK_CONFIGURE_ARGS: words on purpose
+        cmake -S . -B "$dir" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDISTLOCK_SANITIZE="$sanitize" \
+            ${DISTLOCK_CONFIGURE_ARGS:-} >"$dir.configure.log" 2>&1 \
             || { cat "$dir.configure.log" >&2; return 1; }
         grep -E "distlock" "$dir.configure.log" >&2 || true
     fi

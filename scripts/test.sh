@@ -43,12 +43,14 @@ scripts/fuzz.sh --seconds 60
 if [ "$sanitize" != none ]; then
     # The sanitizer pass: the core's unit tests, the CLI tests and the whole
     # conformance suite against every backend (the backends' own fault tests run
-    # in the plain pass above).
+    # in the plain pass above), on a STATIC libdistlock, whose installed package
+    # is tested there too (find_package and pkg-config consumers).
     dir=build-${sanitize//,/-}
-    configure_and_build "$dir" "$sanitize" distlock-unit-tests distlock-cli-tests distlock-conformance \
+    DISTLOCK_CONFIGURE_ARGS=-DDISTLOCK_SHARED=OFF \
+        configure_and_build "$dir" "$sanitize" distlock-unit-tests distlock-cli-tests distlock-conformance \
         distlock-conformance-helper distlock-cli
     say "unit, CLI and conformance tests under -fsanitize=$sanitize"
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-    ctest --test-dir "$dir" --output-on-failure -j 2 -R '^(distlock-unit-tests|distlock-cli-tests|conformance\.)'
+    ctest --test-dir "$dir" --output-on-failure -j 2 -R '^(distlock-unit-tests|distlock-cli-tests|conformance\.|package\.)'
 fi

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
         break;
     }
     CLI::App app{"distlock " DISTLOCK_VERSION_STRING ": one lock interface over many coordination backends"};
+    app.set_version_flag("--version", std::string("distlock ") + std::string(distlock::version()));
     app.require_subcommand(1);
     std::function<int()> action;
     distlock::tool::add_flash_sale(app, action);

@@ -61,6 +61,10 @@ private:
 // The schemes compiled into this build, sorted.
 [[nodiscard]] std::vector<std::string> schemes();
 
+// The version of the distlock library this program runs with ("0.1.0"), which
+// may differ from DISTLOCK_VERSION_STRING of the headers it was compiled with.
+[[nodiscard]] std::string_view version() noexcept;
+
 // Parses "250ms", "2s", "1.5s", "3m", "1h", compounds from the largest unit
 // down ("1m30s", "1h2m", "2s500ms"; units h, m or min, s, ms, us), or a bare
 // number of seconds ("1.5"). Throws invalid_argument_error on anything else or

@@ -16,6 +16,7 @@ int main() {
     }
     std::lock_guard again(m);
     if (m.token() <= first) return 2;
-    std::cout << "distlock " << DISTLOCK_VERSION_STRING << " consumer: tokens " << first << " < " << m.token() << "\n";
+    if (distlock::version() != DISTLOCK_VERSION_STRING) return 3;  // the library is the headers' version
+    std::cout << "distlock " << distlock::version() << " consumer: tokens " << first << " < " << m.token() << "\n";
     return 0;
 }

@@ -33,3 +33,31 @@ step(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build -G ${GENERATOR}
      -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix "-DCMAKE_CXX_FLAGS=${EXTRA_FLAGS}" "-DCMAKE_EXE_LINKER_FLAGS=${EXTRA_FLAGS}")
 step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 step(${WORK_DIR}/build/consumer)
+
+# The same consumer through pkg-config (distlock.pc): `--static` when the
+# install is a static library (Libs.private then counts).
+find_program(PKG_CONFIG pkg-config)
+find_program(CXX_COMPILER NAMES c++ g++ clang++)
+if(PKG_CONFIG AND CXX_COMPILER)
+  file(GLOB _pc ${WORK_DIR}/prefix/lib*/pkgconfig/distlock.pc ${WORK_DIR}/prefix/lib/*/pkgconfig/distlock.pc)
+  if(NOT _pc)
+    message(FATAL_ERROR "no distlock.pc installed")
+  endif()
+  get_filename_component(_pcdir ${_pc} DIRECTORY)
+  file(GLOB _static ${WORK_DIR}/prefix/lib*/libdistlock.a ${WORK_DIR}/prefix/lib/*/libdistlock.a)
+  set(_pc_args --cflags --libs)
+  if(_static)
+    list(PREPEND _pc_args --static)
+  endif()
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${_pcdir} ${PKG_CONFIG} ${_pc_args} distlock
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE flags ERROR_VARIABLE err OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "pkg-config ${_pc_args} distlock failed: ${err}")
+  endif()
+  separate_arguments(flags UNIX_COMMAND "${flags}")
+  separate_arguments(extra UNIX_COMMAND "${EXTRA_FLAGS}")
+  get_filename_component(_libdir ${_pcdir} DIRECTORY)
+  step(${CXX_COMPILER} -std=c++20 ${extra} ${SOURCE_DIR}/main.cpp -o ${WORK_DIR}/pkgconfig-consumer ${flags}
+       -Wl,-rpath,${_libdir})
+  step(${WORK_DIR}/pkgconfig-consumer)
+endif()

@@ -60,6 +60,13 @@ TEST_CASE("bad URLs and arguments give usage errors", "[cli]") {
     CHECK(run("bench --backend memory:// --mode sideways").status != 0);
 }
 
+TEST_CASE("--version prints the library's version and exits 0", "[cli]") {
+    auto r = run("--version");
+    CHECK(r.status == 0);
+    CHECK(r.out == "distlock " + std::string(distlock::version()) + "\n");
+    CHECK(distlock::version() == DISTLOCK_VERSION_STRING);
+}
+
 TEST_CASE("run takes a command with options of its own without --, a shell line with -c, and -E", "[cli][run]") {
     const auto url = "file://" + lock_dir();
     auto plain = run("run --backend " + url + " --name opts ls -d /");  // -d is ls's, not run's
