@@ -52,6 +52,7 @@ error::error(errc code, std::string backend, const std::string& message, long lo
              std::string native_message)
     : std::system_error(make_error_code(code), compose(backend, message, native_code, native_message)),
       backend_(std::move(backend)),
+      reason_(message),
       native_code_(native_code),
       native_message_(std::move(native_message)) {}
 

@@ -319,9 +319,13 @@ void throw_transport(const std::string& backend, const std::string& what, const 
     std::string msg = what + " failed";
     if (r.how == outcome::timed_out || r.curl_code == CURLE_OPERATION_TIMEDOUT) msg += ": timed out";
     if (!r.error.empty()) msg += ": " + r.error;
-    if (!r.resp.endpoint.empty()) msg += " (" + r.resp.endpoint + ")";
-    throw_error(tls_problem(r.curl_code) ? errc::access_denied : errc::unavailable, backend, msg, r.curl_code,
-                curl_easy_strerror(static_cast<CURLcode>(r.curl_code)));
+    // Bytes that are not HTTP (HTTP/0.9 is refused): a server of another kind at
+    // this address, which no retry fixes.
+    const bool not_http = r.curl_code == CURLE_UNSUPPORTED_PROTOCOL || r.curl_code == CURLE_WEIRD_SERVER_REPLY;
+    if (!r.resp.endpoint.empty())
+        msg += not_http ? " (is " + r.resp.endpoint + " the " + backend + " HTTP API?)" : " (" + r.resp.endpoint + ")";
+    const errc code = not_http ? errc::invalid_argument : tls_problem(r.curl_code) ? errc::access_denied : errc::unavailable;
+    throw_error(code, backend, msg, r.curl_code, curl_easy_strerror(static_cast<CURLcode>(r.curl_code)));
 }
 
 // ---- loop -----------------------------------------------------------------------

@@ -81,7 +81,14 @@ public:
                 version_ = rs->getString(2);
             }
         } catch (const ::sql::SQLException& e) {
-            throw s::sql_error(classify(e.getErrorCode(), true), e.getErrorCode(), e.what());
+            const int code = e.getErrorCode();
+            std::string msg = e.what();
+            const std::string where = ep.host + ":" + std::to_string(ep.port);
+            if (code == 2027)  // malformed packet: another kind of server answered
+                throw s::sql_error(s::failure::wrong_server, code, msg + " (is " + where + " a MySQL or MariaDB server?)");
+            if (code == 2013 && msg.find("initial communication packet") != std::string::npos)
+                msg += " (no greeting: is " + where + " a MySQL or MariaDB server?)";  // or a stuck one: retry
+            throw s::sql_error(classify(code, true), code, msg);
         }
     }
 

@@ -36,6 +36,9 @@ s::failure classify_connect(const std::string& msg) {
         has("permission denied") || has("no password supplied"))
         return s::failure::access_denied;
     if (has("database \"") && has("does not exist")) return s::failure::no_database;
+    // Another kind of server answered the startup packet (a wrong port).
+    if (has("invalid response to SSL negotiation") || has("expected authentication request from server"))
+        return s::failure::wrong_server;
     return s::failure::cannot_connect;
 }
 
@@ -55,9 +58,12 @@ public:
         for (auto st = PGRES_POLLING_WRITING;;) {
             if (st == PGRES_POLLING_OK) break;
             if (st == PGRES_POLLING_FAILED || PQstatus(conn_) == CONNECTION_BAD) {
-                std::string msg = PQerrorMessage(conn_);
+                std::string msg = trim(PQerrorMessage(conn_));
                 close();
-                throw s::sql_error(classify_connect(msg), 0, trim(msg));
+                const auto kind = classify_connect(msg);
+                if (kind == s::failure::wrong_server)
+                    msg += " (is " + ep.host + ":" + ep.port + " a PostgreSQL server?)";
+                throw s::sql_error(kind, 0, msg);
             }
             if (!wait_socket(st == PGRES_POLLING_READING ? POLLIN : POLLOUT, until)) {
                 close();

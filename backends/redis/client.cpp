@@ -134,11 +134,20 @@ std::unique_ptr<connection> connection::open(const endpoint& ep) {
                         "cannot select database " + db + " at " + ep.label() + ": " + text, 0, text);
         }
     } catch (const connection_failure& e) {
-        throw_error(errc::unavailable, ep.backend_name,
-                    "connection to " + ep.label() + " failed during AUTH/SELECT: " + e.what());
+        throw_connection_failure(ep.backend_name, "connection to " + ep.label() + " failed during AUTH/SELECT", e);
     }
     return c;
 }
+
+void throw_connection_failure(const std::string& backend, const std::string& context, const connection_failure& e) {
+    throw_error(e.not_redis() ? errc::invalid_argument : errc::unavailable, backend, context + ": " + e.what());
+}
+
+namespace {
+std::string not_redis_text(const redisContext* ctx, const std::string& label) {
+    return "the reply is not the Redis protocol (" + std::string(ctx->errstr) + "): is " + label + " a Redis server?";
+}
+}  // namespace
 
 connection::~connection() {
     if (ctx_ != nullptr) redisFree(ctx_);
@@ -147,6 +156,8 @@ connection::~connection() {
 void connection::fail(const std::string& what, bool maybe_sent) {
     const int saved_errno = errno;
     broken_ = true;
+    if (ctx_->err == REDIS_ERR_PROTOCOL)
+        throw connection_failure(not_redis_text(ctx_, ep_.label()), false, maybe_sent, true);
     const bool eof = ctx_->err == REDIS_ERR_EOF;
     const bool reset = ctx_->err == REDIS_ERR_IO && (saved_errno == ECONNRESET || saved_errno == EPIPE);
     std::string detail = ctx_->err != 0 ? std::string(ctx_->errstr) : std::string("unknown error");
@@ -264,10 +275,11 @@ std::vector<exchange_result> exchange_all(const std::vector<pool*>& pools,
         } catch (const connection_failure& e) {
             out[i].error = e.what();
             out[i].maybe_sent = e.maybe_sent();
+            if (e.not_redis()) out[i].code = errc::invalid_argument;
             conns[i].reset();
             pools[i]->clear_idle();
         } catch (const error& e) {
-            out[i].error = e.what();
+            out[i].error = e.reason();  // the caller names the backend and the category
             out[i].code = e.code_value();
             conns[i].reset();
         }
@@ -311,7 +323,10 @@ std::vector<exchange_result> exchange_all(const std::vector<pool*>& pools,
             }
             void* r = nullptr;
             if (redisGetReplyFromReader(ctx, &r) != REDIS_OK) {
-                fail_node(i, "protocol error");
+                const auto why = not_redis_text(ctx, pools[i]->where().label());
+                fail_node(i, why);  // frees ctx
+                out[i].error = why;
+                out[i].code = errc::invalid_argument;
                 continue;
             }
             if (r == nullptr) {

@@ -60,17 +60,25 @@ using reply_ptr = std::unique_ptr<redisReply, reply_deleter>;
 // backends turn it into unavailable_error / in_doubt_error at their boundary.
 class connection_failure : public std::runtime_error {
 public:
-    connection_failure(const std::string& what, bool stale, bool maybe_sent)
-        : std::runtime_error(what), stale_(stale), maybe_sent_(maybe_sent) {}
+    connection_failure(const std::string& what, bool stale, bool maybe_sent, bool not_redis = false)
+        : std::runtime_error(what), stale_(stale), maybe_sent_(maybe_sent), not_redis_(not_redis) {}
     // The server closed or reset a connection that had been idle in the pool: the
     // command never reached a live server, so it is safe to retry it once.
     bool stale() const noexcept { return stale_; }
     // The command may have reached the server (its effect is unknown).
     bool maybe_sent() const noexcept { return maybe_sent_; }
+    // The server's bytes are not the Redis protocol: the URL points at a server of
+    // another kind, which no retry fixes.
+    bool not_redis() const noexcept { return not_redis_; }
 
 private:
-    bool stale_, maybe_sent_;
+    bool stale_, maybe_sent_, not_redis_;
 };
+
+// A connection_failure as a distlock error: invalid_argument when the server is
+// not a Redis server, unavailable otherwise.
+[[noreturn]] void throw_connection_failure(const std::string& backend, const std::string& context,
+                                           const connection_failure& e);
 
 // 16 random bytes as 32 hex digits, for a per-acquisition owner token: from a
 // per-thread generator seeded once from the kernel's random source (the core's

@@ -235,7 +235,7 @@ public:
         try {
             return pool_.run(std::forward<F>(f));
         } catch (const connection_failure& e) {
-            throw_error(errc::unavailable, "redis", what + " failed: " + e.what());
+            throw_connection_failure("redis", what + " failed", e);
         }
     }
 

@@ -86,8 +86,8 @@ public:
         };
         // After the holder's lease runs out, a waiter retries within retry_delay.
         caps_.crash_release_bound = settings_.retry_delay;
-        // Check the nodes now: bad credentials anywhere, or no majority reachable,
-        // fail connect() with a typed error.
+        // Check the nodes now: bad credentials or a server that is not Redis
+        // anywhere, or no majority reachable, fail connect() with a typed error.
         std::vector<std::vector<std::string_view>> cmds(pools_.size(), {"PING"});
         auto res = exchange_all(pool_ptrs_, cmds);
         std::size_t ok = 0;
@@ -98,7 +98,8 @@ public:
                 continue;
             }
             std::string why = res[i].reply ? reply_text(res[i].reply.get()) : res[i].error;
-            if (res[i].code == errc::access_denied) throw_error(errc::access_denied, "redlock", why);
+            if (res[i].code == errc::access_denied || res[i].code == errc::invalid_argument)
+                throw_error(res[i].code, "redlock", why);
             if (res[i].reply) throw_reply_error("redlock", res[i].reply.get(), "PING " + settings_.nodes[i].label());
             errors += (errors.empty() ? "" : "; ") + why;
         }

@@ -52,6 +52,7 @@ enum class failure {
     deadlock,         // the server chose this statement as a deadlock victim
     access_denied,    // bad credentials or missing privileges
     no_database,      // the database in the URL does not exist
+    wrong_server,     // the address answers, but not as a server of this dialect (a wrong port)
     other,            // anything else (the native code/message say what)
 };
 
@@ -63,7 +64,8 @@ public:
     long long code() const noexcept { return code_; }
     // The connection can no longer be used.
     bool fatal() const noexcept {
-        return kind_ == failure::cannot_connect || kind_ == failure::connection_lost || kind_ == failure::timed_out;
+        return kind_ == failure::cannot_connect || kind_ == failure::connection_lost || kind_ == failure::timed_out ||
+               kind_ == failure::wrong_server;
     }
 
 private:

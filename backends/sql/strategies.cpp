@@ -39,7 +39,8 @@ void raise(const sql_error& e, std::string_view backend, const std::string& cont
     errc code = errc::unavailable;
     switch (e.kind()) {
         case failure::access_denied: code = errc::access_denied; break;
-        case failure::no_database: code = errc::invalid_argument; break;
+        case failure::no_database:
+        case failure::wrong_server: code = errc::invalid_argument; break;
         case failure::timed_out:
         case failure::connection_lost: code = releasing ? errc::in_doubt : errc::unavailable; break;
         default: code = errc::unavailable; break;
@@ -208,13 +209,11 @@ public:
                 });
                 return;
             } catch (const sql_error& e) {
-                if (e.fatal() || e.kind() == failure::access_denied || e.kind() == failure::no_database || attempt >= 2)
-                    // The first statement of a provider: a connection or login failure is that, not a table problem.
-                    raise(e, name_,
-                          e.kind() == failure::cannot_connect || e.kind() == failure::access_denied ||
-                                  e.kind() == failure::no_database
-                              ? std::string("cannot connect")
-                              : "cannot create the lock tables");
+                // The first statement of a provider: a connection or login failure is that, not a table problem.
+                const bool connecting = e.kind() == failure::cannot_connect || e.kind() == failure::access_denied ||
+                                        e.kind() == failure::no_database || e.kind() == failure::wrong_server;
+                if (e.fatal() || connecting || attempt >= 2)
+                    raise(e, name_, connecting ? "cannot connect" : "cannot create the lock tables");
                 std::this_thread::sleep_for(20ms);
             }
         }

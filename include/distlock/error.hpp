@@ -27,7 +27,9 @@ std::error_code make_error_code(errc e) noexcept;
 
 // Base of every distlock exception. backend() names the backend ("redis",
 // "file", ...); native_code()/native_message() carry the server's or the client
-// library's own error when there is one (0 / empty otherwise).
+// library's own error when there is one (0 / empty otherwise); reason() is the
+// message alone, as what() shows it between the backend's name and the native
+// code (for a caller that composes a message of its own).
 class error : public std::system_error {
 public:
     error(errc code, std::string backend, const std::string& message, long long native_code = 0,
@@ -37,9 +39,11 @@ public:
     const std::string& backend() const noexcept { return backend_; }
     long long native_code() const noexcept { return native_code_; }
     const std::string& native_message() const noexcept { return native_message_; }
+    const std::string& reason() const noexcept { return reason_; }
 
 private:
     std::string backend_;
+    std::string reason_;
     long long native_code_;
     std::string native_message_;
 };

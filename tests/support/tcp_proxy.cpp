@@ -173,4 +173,55 @@ void tcp_proxy::run() {
     for (auto& l : s.links) close_link(l);
 }
 
+// ---- wrong_server -----------------------------------------------------------------
+
+wrong_server::wrong_server(std::string banner) : banner_(std::move(banner)) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    auto here = ipv4("127.0.0.1", 0);
+    socklen_t len = sizeof here;
+    if (listen_fd_ < 0 || ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&here), sizeof here) != 0 ||
+        ::listen(listen_fd_, 64) != 0 || ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&here), &len) != 0 ||
+        ::pipe2(wake_, O_CLOEXEC) != 0) {
+        if (listen_fd_ >= 0) ::close(listen_fd_);
+        throw std::runtime_error("wrong_server: cannot listen on 127.0.0.1");
+    }
+    port_ = ntohs(here.sin_port);
+    loop_ = std::thread([this] { run(); });
+}
+
+wrong_server::~wrong_server() {
+    ::close(wake_[1]);  // the loop sees end of file and returns
+    loop_.join();
+    ::close(wake_[0]);
+    ::close(listen_fd_);
+}
+
+void wrong_server::run() {
+    std::vector<int> clients;
+    for (;;) {
+        std::vector<pollfd> fds{{wake_[0], POLLIN, 0}, {listen_fd_, POLLIN, 0}};
+        for (int c : clients) fds.push_back({c, POLLIN, 0});
+        if (::poll(fds.data(), fds.size(), -1) < 0) continue;
+        if (fds[0].revents != 0) break;
+        if (fds[1].revents & POLLIN) {
+            int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+            if (c >= 0) {
+                write_all(c, banner_.data(), banner_.size());
+                clients.push_back(c);
+            }
+        }
+        std::vector<int> open;
+        for (std::size_t i = 2; i < fds.size(); ++i) {
+            char buf[4096];
+            if (fds[i].revents != 0 && ::recv(fds[i].fd, buf, sizeof buf, 0) <= 0) {
+                ::close(fds[i].fd);
+                continue;
+            }
+            open.push_back(fds[i].fd);
+        }
+        clients.swap(open);
+    }
+    for (int c : clients) ::close(c);
+}
+
 }  // namespace distlock::test

@@ -40,4 +40,27 @@ private:
     std::thread loop_;
 };
 
+// A loopback server of another kind, for "the URL points at the wrong port":
+// writes `banner` to every connection it accepts (nothing when empty: a server
+// that waits for the client to speak first) and reads and drops what it gets.
+class wrong_server {
+public:
+    explicit wrong_server(std::string banner);
+    ~wrong_server();
+    wrong_server(const wrong_server&) = delete;
+    wrong_server& operator=(const wrong_server&) = delete;
+
+    int port() const { return port_; }
+    // "127.0.0.1:<port>"
+    std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+private:
+    void run();
+    std::string banner_;
+    int listen_fd_ = -1;
+    int wake_[2] = {-1, -1};
+    int port_ = 0;
+    std::thread loop_;
+};
+
 }  // namespace distlock::test

@@ -21,6 +21,7 @@
 #include "distlock/testing.hpp"
 #include "http/http_client.hpp"
 #include "support.hpp"
+#include "tcp_proxy.hpp"
 
 using namespace std::chrono_literals;
 using distlock::test::eventually;
@@ -419,4 +420,14 @@ TEST_CASE("a hung agent: the holder is told of the loss within its lease, and un
     auto again = p.mutex(name);
     CHECK(again.try_lock_for(10s));
     again.unlock();
+}
+
+TEST_CASE("a URL that points at a server that does not speak HTTP is a bad argument, not 'retry later'", "[consul][input]") {
+    distlock::test::wrong_server other("-ERR unknown command\r\n");  // HTTP/0.9 to curl, which refuses it
+    try {
+        (void)distlock::connect("consul://" + other.address() + "/x");
+        FAIL("connected");
+    } catch (const distlock::invalid_argument_error& e) {
+        CHECK(std::string(e.what()).find("the consul HTTP API?") != std::string::npos);
+    }
 }

@@ -16,6 +16,7 @@
 #include "distlock/testing.hpp"
 #include "etcd_support.hpp"
 #include "support.hpp"
+#include "tcp_proxy.hpp"
 
 using namespace std::chrono_literals;
 using distlock::test::etcd_direct;
@@ -353,5 +354,15 @@ TEST_CASE("TLS and etcd authentication: right credentials lock, wrong ones are a
         CHECK_FALSE(b.mutex(name).try_lock());
         m.unlock();
         CHECK(b.mutex(name).try_lock_for(5s));
+    }
+}
+
+TEST_CASE("a URL that points at a server that does not speak HTTP is a bad argument, not 'retry later'", "[etcd][input]") {
+    distlock::test::wrong_server other("-ERR unknown command\r\n");  // HTTP/0.9 to curl, which refuses it
+    try {
+        (void)distlock::connect("etcd://" + other.address() + "/x");
+        FAIL("connected");
+    } catch (const distlock::invalid_argument_error& e) {
+        CHECK(std::string(e.what()).find("the etcd HTTP API?") != std::string::npos);
     }
 }

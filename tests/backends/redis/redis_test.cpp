@@ -17,6 +17,7 @@
 #include "distlock/testing.hpp"
 #include "redis_server.hpp"
 #include "support.hpp"
+#include "tcp_proxy.hpp"
 
 namespace distlock::backends::redis {
 void register_backend(spi::registry&);
@@ -471,6 +472,19 @@ TEST_CASE("redlock releases the minority it got when it cannot win a majority", 
 }
 
 // ---- failures: credentials, unreachable or hung servers, restarts ---------------------------------------
+
+TEST_CASE("a URL that points at a server of another kind is a bad argument, not 'retry later'", "[redis][input]") {
+    distlock::test::wrong_server http("HTTP/1.1 400 Bad Request\r\n\r\n");
+    const auto at = http.address();
+    for (const auto& url : {"redis://" + at, "redlock://" + at + "," + at + "," + at}) {
+        try {
+            (void)distlock::connect(url);
+            FAIL("connected to " << url);
+        } catch (const distlock::invalid_argument_error& e) {
+            CHECK(std::string(e.what()).find("is " + at + " a Redis server?") != std::string::npos);
+        }
+    }
+}
 
 TEST_CASE("a wrong password or ACL user gives access_denied_error; right ones work", "[redis][auth]") {
     redis_server server({"requirepass s3cret", "user alice on >alicepw ~* &* +@all",

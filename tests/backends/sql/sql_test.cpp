@@ -22,6 +22,7 @@
 #include "sql.hpp"
 #include "stock.hpp"
 #include "support.hpp"
+#include "tcp_proxy.hpp"
 
 using namespace std::chrono_literals;
 using distlock::test::eventually;
@@ -322,6 +323,31 @@ TEST_CASE("a server that is down or does not answer gives unavailable_error, no 
         auto t0 = clk::now();
         CHECK_THROWS_AS(distlock::connect(target), distlock::unavailable_error);
         CHECK(clk::now() - t0 < 10s);
+    }
+}
+
+TEST_CASE("a URL that points at a server of another kind says so; a bad argument where the reply shows it",
+          "[sql][input]") {
+    distlock::test::wrong_server http("HTTP/1.1 400 Bad Request\r\n\r\n");
+    const auto target = with_port(url_of("lease-table"), http.port()) + "&connect_timeout=1s&timeout=2s";
+    if (is_mysql) {
+        // MySQL's client reads a packet's length from the first bytes and waits for
+        // the rest: no greeting, as from a stuck server, which a retry may fix.
+        try {
+            (void)distlock::connect(target);
+            FAIL("connected");
+        } catch (const distlock::unavailable_error& e) {
+            CHECK(std::string(e.what()).find("is 127.0.0.1:" + std::to_string(http.port()) +
+                                             " a MySQL or MariaDB server?") != std::string::npos);
+        }
+        return;
+    }
+    try {
+        (void)distlock::connect(target);
+        FAIL("connected");
+    } catch (const distlock::invalid_argument_error& e) {
+        CHECK(std::string(e.what()).find("a PostgreSQL server?") != std::string::npos);
+        CHECK(std::string(e.what()).find("cannot connect") != std::string::npos);
     }
 }
 
