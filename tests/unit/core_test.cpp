@@ -452,6 +452,7 @@ TEST_CASE("errors carry their code, backend and native details", "[errors]") {
         distlock::throw_error(distlock::errc::access_denied, "my", "cannot connect: denied", 1045, "denied");
     } catch (const distlock::error& e) {
         CHECK(std::string(e.what()) == "my: cannot connect: denied [1045]: access denied");
+        CHECK(e.reason() == "cannot connect: denied");  // the message alone
     }
     CHECK_THROWS_AS(distlock::throw_error(distlock::errc::unavailable, "x", "y"), distlock::unavailable_error);
     CHECK_THROWS_AS(distlock::throw_error(distlock::errc::in_doubt, "x", "y"), distlock::in_doubt_error);
