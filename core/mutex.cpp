@@ -252,6 +252,9 @@ void mutex::unlock() noexcept {
 }
 bool mutex::held() const noexcept { return impl_ && impl_->held(); }
 std::uint64_t mutex::token() const noexcept { return impl_ ? impl_->token() : 0; }
+std::optional<std::chrono::steady_clock::time_point> mutex::valid_until() const noexcept {
+    return impl_ ? impl_->valid_until() : std::nullopt;
+}
 const std::string& mutex::name() const noexcept {
     static const std::string empty;
     return impl_ ? impl_->name() : empty;

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -35,6 +36,11 @@ public:
         return until == 0 || std::chrono::steady_clock::now().time_since_epoch().count() < until;
     }
     std::uint64_t token() const noexcept { return held_.load() ? token_.load() : 0; }
+    std::optional<std::chrono::steady_clock::time_point> valid_until() const noexcept {
+        const auto until = valid_until_.load();
+        if (!held_.load() || until == 0) return std::nullopt;
+        return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(until));
+    }
     const std::string& name() const noexcept { return request_.name; }
 
     // Marks grant `generation` lost; returns the user's callback to run outside

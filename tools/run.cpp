@@ -75,6 +75,23 @@ private:
     mutable std::mutex mutex_;
 };
 
+// --verbose: a line each time the lock's lease was renewed (its end moved on),
+// seen by polling mutex::valid_until() from the loops that wait anyway.
+class renewal_watch {
+public:
+    void operator()(const mutex& m, const event_log& log) {
+        const auto until = m.valid_until();
+        if (!until || (last_ && *until <= *last_)) return;
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*until - std::chrono::steady_clock::now());
+        log(std::string(last_ ? "renewed" : "lease") + " '" + m.name() + "': valid for " + std::to_string(left.count()) +
+            " ms more");
+        last_ = until;
+    }
+
+private:
+    std::optional<std::chrono::steady_clock::time_point> last_;
+};
+
 // A lock taken as `s` says, reporting a loss through `lost` (set once, with why).
 struct held_lock {
     provider locks;
@@ -119,7 +136,8 @@ std::optional<held_lock> take(const lock_settings& s, const char* who, const eve
         return std::nullopt;
     }
     const auto token = m.token();
-    log("acquired '" + s.name + "', fencing token " + std::to_string(token));
+    log("acquired '" + s.name + "', fencing token " + std::to_string(token) +
+        (m.valid_until() ? "" : "; no lease: held until released or the session ends"));
     return held_lock{std::move(locks), std::move(m), token};
 }
 
@@ -175,7 +193,9 @@ int run_command(const run_settings& s) {
     // SIGKILL when it still runs --kill-after later (the next holder may be running).
     int status = 0;
     bool killed = false;
+    renewal_watch renewals;
     for (;;) {
+        if (s.verbose) renewals(m, log);
         const pid_t r = ::waitpid(pid, &status, WNOHANG);
         if (r == pid || (r < 0 && errno != EINTR)) break;
         if (lost.happened && !killed) {
@@ -221,7 +241,11 @@ int hold_lock(const lock_settings& s) {
     if (!held) return s.conflict_exit_code;
     // One line a script can read: the name and the fencing token.
     std::cout << s.name << " " << held->token << std::endl;
-    while (g_stop_signal == 0 && !lost.happened) ::poll(nullptr, 0, 50);
+    renewal_watch renewals;
+    while (g_stop_signal == 0 && !lost.happened) {
+        if (s.verbose) renewals(held->m, log);
+        ::poll(nullptr, 0, 50);
+    }
     if (g_stop_signal != 0) log("signal " + std::to_string(g_stop_signal.load()) + ": releasing");
     held->m.unlock();
     log("released '" + s.name + "'");
@@ -248,7 +272,7 @@ void add_lock_options(CLI::App* cmd, lock_settings& s) {
         ->capture_default_str()
         ->check(CLI::Range(0, 255));
     cmd->add_flag("--quiet,-q", s.quiet, "No messages on stderr");
-    cmd->add_flag("--verbose,-v", s.verbose, "Acquire, loss, release (and the command's) events on stderr, with times");
+    cmd->add_flag("--verbose,-v", s.verbose, "Acquire, renewal, loss, release (and the command's) events on stderr, with times");
 }
 
 }  // namespace

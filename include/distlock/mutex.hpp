@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "distlock/options.hpp"
@@ -74,6 +75,13 @@ public:
     [[nodiscard]] std::uint64_t token() const noexcept;
 
     [[nodiscard]] const std::string& name() const noexcept;
+
+    // When the current grant ends unless it is renewed: its lease as last
+    // confirmed by the server, counted from when the confirming request was sent
+    // (each renewal moves it on). nullopt when not held, or when the grant has no
+    // lease to watch (file://, memory://, and the SQL strategies held by a
+    // session: held until released or the connection ends).
+    [[nodiscard]] std::optional<std::chrono::steady_clock::time_point> valid_until() const noexcept;
 
 private:
     bool lock_until_steady(std::chrono::steady_clock::time_point deadline);

@@ -297,7 +297,14 @@ TEST_CASE("a holder working past several lease lengths keeps the lock", "[contra
     distlock::lock_options opts;
     opts.on_lost = [&](const distlock::lock_event&) { ++lost; };
     auto holder = a.mutex(name, opts);
+    CHECK_FALSE(holder.valid_until().has_value());  // not held
+    const auto asked = clk::now();
     holder.lock();
+    // The lease runs from when the acquire was sent: it ends within a lease of now.
+    const auto first = holder.valid_until();
+    REQUIRE(first.has_value());
+    CHECK(*first > asked);
+    CHECK(*first <= clk::now() + lease);
     auto other = b.mutex(name);
     const auto start = clk::now();
     int probes = 0;
@@ -309,7 +316,12 @@ TEST_CASE("a holder working past several lease lengths keeps the lock", "[contra
     CHECK(probes >= 3);  // probed all along (fewer than 14 on a loaded machine)
     CHECK(holder.held());
     CHECK(lost.load() == 0);
+    // Renewals moved the lease's end on: past where the first grant ended.
+    const auto last = holder.valid_until();
+    REQUIRE(last.has_value());
+    CHECK(*last > *first + lease);
     holder.unlock();
+    CHECK_FALSE(holder.valid_until().has_value());
     CHECK(other.try_lock_for(5s));
     other.unlock();
 }

@@ -258,6 +258,11 @@ TEST_CASE("a grant's lease counts from when its request was sent, not from when 
     const auto t0 = spi::clock::now();
     REQUIRE(m.try_lock());
     CHECK(s.acquires.load() == 1);
+    // The lease's end, counted from when the request was sent (300 ms before the
+    // reply): 100 ms after t0, not the 400 ms a count from the reply would give.
+    REQUIRE(m.valid_until().has_value());
+    CHECK(*m.valid_until() >= t0 + 100ms);
+    CHECK(*m.valid_until() < t0 + 200ms);
     CHECK(distlock::test::eventually([&] { return !m.held(); }, 2s));
     CHECK(spi::clock::now() - t0 < 300ms);  // 100 ms left, not the 400 ms a reply-time count would give
     CHECK(distlock::test::eventually([&] { return lost.load() == 1; }, 2s));
@@ -331,6 +336,7 @@ TEST_CASE("held() stays true on a backend without a lease, however long past the
     o.on_lost = [&](const distlock::lock_event&) { ++lost; };
     auto m = p.mutex("no-lease", o);
     m.lock();
+    CHECK_FALSE(m.valid_until().has_value());  // nothing expires
     {
         std::lock_guard lk(s.mutex);
         s.stall = true;  // the liveness check is stuck (a paused holder or server): no verdict yet
@@ -359,6 +365,8 @@ TEST_CASE("a lock held by an expiring session is held() only while its session i
     m.lock();
     std::this_thread::sleep_for(500ms);
     CHECK(m.held());  // each check confirmed the session
+    REQUIRE(m.valid_until().has_value());  // the session's validity, as last confirmed
+    CHECK(*m.valid_until() > spi::clock::now());
     {
         std::lock_guard lk(s.mutex);
         s.stall = true;  // the process (or its connection) stops hearing from the server
