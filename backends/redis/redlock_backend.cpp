@@ -313,6 +313,11 @@ std::shared_ptr<spi::backend> make_redlock(spi::url& u) {
         auto ep = base;
         ep.host = h.host;
         ep.port = h.port;
+        for (const auto& other : s.nodes)
+            if (other.host == ep.host && other.port == ep.port)
+                throw_error(errc::invalid_argument, "redlock",
+                            "redlock:// lists " + ep.label() +
+                                " twice: its nodes must be independent Redis masters (one vote each)");
         s.nodes.push_back(ep);
     }
     if (s.nodes.size() < 3)

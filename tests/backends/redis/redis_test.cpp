@@ -407,6 +407,12 @@ TEST_CASE("databases are separate: SELECT from the URL path", "[redis]") {
     CHECK_THROWS_AS(distlock::connect(shared_url("/x")), distlock::invalid_argument_error);
     CHECK_THROWS_AS(distlock::connect(shared_url("?strategy=fair")), distlock::invalid_argument_error);
     CHECK_THROWS_AS(distlock::connect("redlock://127.0.0.1:1,127.0.0.1:2"), distlock::invalid_argument_error);
+    try {  // one server named twice would cast two votes
+        (void)distlock::connect("redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:1");
+        FAIL("a node listed twice was accepted");
+    } catch (const distlock::invalid_argument_error& e) {
+        CHECK(std::string(e.what()).find("lists 127.0.0.1:1 twice") != std::string::npos);
+    }
 }
 
 // ---- Redlock ---------------------------------------------------------------------------------------
@@ -493,9 +499,9 @@ TEST_CASE("distlock run --verbose shows the lease and each renewal of it", "[red
 #endif
 
 TEST_CASE("a URL that points at a server of another kind is a bad argument, not 'retry later'", "[redis][input]") {
-    distlock::test::wrong_server http("HTTP/1.1 400 Bad Request\r\n\r\n");
+    distlock::test::wrong_server http("HTTP/1.1 400 Bad Request\r\n\r\n"), http2(""), http3("");
     const auto at = http.address();
-    for (const auto& url : {"redis://" + at, "redlock://" + at + "," + at + "," + at}) {
+    for (const auto& url : {"redis://" + at, "redlock://" + at + "," + http2.address() + "," + http3.address()}) {
         try {
             (void)distlock::connect(url);
             FAIL("connected to " << url);
@@ -518,7 +524,10 @@ TEST_CASE("a wrong password or ACL user gives access_denied_error; right ones wo
     }
     CHECK_THROWS_AS(distlock::connect("redis://alice:nope@" + at), distlock::access_denied_error);
     CHECK_THROWS_AS(distlock::connect("redis://bob:alicepw@" + at), distlock::access_denied_error);
-    CHECK_THROWS_AS(distlock::connect("redlock://:wrong@" + at + "," + at + "," + at),
+    // The first node refuses the password (the others are the same server by
+    // another name, and a closed port).
+    CHECK_THROWS_AS(distlock::connect("redlock://:wrong@" + at + ",localhost:" + std::to_string(server.port()) +
+                                      ",127.0.0.1:1"),
                     distlock::access_denied_error);
     try {
         (void)distlock::connect("redis://:Xyzzy42@" + at);
