@@ -29,6 +29,7 @@ s::failure classify(int code, bool connecting) {
         case 1044: case 1045: case 1142: case 1143: case 1227: case 1698: case 1370:
             return s::failure::access_denied;
         case 1049: return s::failure::no_database;
+        case 1146: return s::failure::no_table;  // ER_NO_SUCH_TABLE
         case 1205:  // lock wait timeout (also MariaDB's NOWAIT)
         case 3572:  // MySQL 8 NOWAIT
             return s::failure::lock_timeout;

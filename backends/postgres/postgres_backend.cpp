@@ -25,6 +25,7 @@ s::failure classify_state(std::string_view state) {
     if (state == "40P01" || state == "40001") return s::failure::deadlock;
     if (state == "28P01" || state == "28000" || state == "42501") return s::failure::access_denied;
     if (state == "3D000") return s::failure::no_database;
+    if (state == "42P01") return s::failure::no_table;  // undefined_table
     if (state.substr(0, 2) == "08" || state.substr(0, 3) == "57P") return s::failure::connection_lost;
     return s::failure::other;
 }

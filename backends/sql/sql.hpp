@@ -53,6 +53,7 @@ enum class failure {
     access_denied,    // bad credentials or missing privileges
     no_database,      // the database in the URL does not exist
     wrong_server,     // the address answers, but not as a server of this dialect (a wrong port)
+    no_table,         // a lock table is missing: the database was re-created or restored without it
     other,            // anything else (the native code/message say what)
 };
 

@@ -143,6 +143,7 @@ public:
     milliseconds lease() const noexcept { return req_.lease; }
 
 private:
+    std::optional<spi::grant> acquire_once(spi::deadline until);
     std::optional<spi::grant> try_upsert();
     std::optional<spi::grant> try_compare_and_set();
 
@@ -165,6 +166,7 @@ public:
     spi::keepalive_result keepalive() override;
 
 private:
+    std::optional<spi::grant> acquire_once(spi::deadline until);
     enum class outcome { granted, busy, retry };
     outcome attempt(connection& c, milliseconds wait);
     std::uint64_t fence(connection& holder);
@@ -216,6 +218,24 @@ public:
                     raise(e, name_, connecting ? "cannot connect" : "cannot create the lock tables");
                 std::this_thread::sleep_for(20ms);
             }
+        }
+    }
+
+    // Runs an acquisition `f`, which lets only a no_table failure escape as
+    // sql_error. The lock tables can vanish under a running provider (a database
+    // re-created, or restored from a dump without them): create them again and
+    // try once more, instead of failing every acquisition until a restart.
+    template <class F>
+    auto with_tables(const std::string& context, F&& f) {
+        try {
+            return f();
+        } catch (const sql_error&) {
+            create_tables();
+        }
+        try {
+            return f();
+        } catch (const sql_error& e) {
+            raise(e, name_, context);
         }
     }
 
@@ -303,6 +323,10 @@ lease_handle::lease_handle(sql_backend& b, const spi::lock_request& r, bool opti
     : b_(b), req_(r), optimistic_(optimistic), name_{r.name} {}
 
 std::optional<spi::grant> lease_handle::acquire(spi::deadline until) {
+    return b_.with_tables("acquire of '" + req_.name + "' failed", [&] { return acquire_once(until); });
+}
+
+std::optional<spi::grant> lease_handle::acquire_once(spi::deadline until) {
     std::string owner = spi::random_token();
     owner_ = owner;
     spi::backoff wait(req_.retry_min, req_.retry_max);
@@ -351,6 +375,7 @@ std::optional<spi::grant> lease_handle::acquire(spi::deadline until) {
         } catch (...) {
         }
         owner_.clear();
+        if (e.kind() == failure::no_table) throw;  // acquire() creates the tables again
         raise(e, b_.name_, "acquire of '" + req_.name + "' failed");
     }
     stop_listening();
@@ -536,6 +561,10 @@ std::uint64_t session_handle::fence(connection& holder) {
 }
 
 std::optional<spi::grant> session_handle::acquire(spi::deadline until) {
+    return b_.with_tables("acquire of '" + req_.name + "' failed", [&] { return acquire_once(until); });
+}
+
+std::optional<spi::grant> session_handle::acquire_once(spi::deadline until) {
     const auto resolution = row_lock_ ? b_.dialect_->row_wait_resolution() : b_.dialect_->native_wait_resolution();
     // Each server-side wait stays well below the client's read timeout.
     const auto chunk = std::max(resolution, std::min<milliseconds>(b_.settings_.conn.timeout / 2, 10s));
@@ -574,6 +603,7 @@ std::optional<spi::grant> session_handle::acquire(spi::deadline until) {
         }
     } catch (const sql_error& e) {
         drop_connection();
+        if (e.kind() == failure::no_table) throw;  // acquire() creates the tables again
         raise(e, b_.name_, "acquire of '" + req_.name + "' failed");
     }
     b_.pool_.give_back(std::move(conn_));

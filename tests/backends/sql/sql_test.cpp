@@ -416,6 +416,29 @@ TEST_CASE("tables are created on first use, by racing first users too, under the
     db.run("DROP TABLE " + db.quote(table + "_rows"));
 }
 
+TEST_CASE("lock tables dropped under a running provider are created again by the next acquisition",
+          "[sql][ddl]") {
+    // As when the database is re-created, or restored from a dump without them.
+    for (const auto& strategy : {std::string("lease-table"), std::string("optimistic"), std::string("for-update"),
+                                 std::string(native)}) {
+        INFO(strategy);
+        const auto table = "dl_gone_" + distlock::spi::random_token().substr(0, 10);
+        auto p = distlock::connect(with_query(url_of(strategy), "strategy=" + strategy + "&lease=2s&table=" + table));
+        auto m = p.mutex(unique_name("gone"));
+        REQUIRE(m.try_lock_for(5s));
+        m.unlock();
+        raw_sql db(url_of("lease-table"));
+        db.run("DROP TABLE " + db.quote(table));
+        db.run("DROP TABLE " + db.quote(table + "_rows"));
+        REQUIRE(m.try_lock_for(5s));  // not 'unavailable' until the process restarts
+        CHECK(m.token() > 0);
+        m.unlock();
+        CHECK(db.scalar("SELECT COUNT(*) FROM " + db.quote(table)).has_value());
+        db.run("DROP TABLE " + db.quote(table));
+        db.run("DROP TABLE " + db.quote(table + "_rows"));
+    }
+}
+
 TEST_CASE("native lock keys follow the documented mapping; long names are hashed and still exclude", "[sql][native]") {
     const auto url = url_of(native);
     auto a = distlock::connect(url);
