@@ -2,22 +2,12 @@
 # tree (MODE subdir: add_subdirectory; fetch: FetchContent), and run it. The
 # server backends are left out: what is tested is the embedding, and each
 # consumer builds libdistlock again.
-foreach(var DISTLOCK_SOURCE MODE WORK_DIR GENERATOR)
-  if(NOT ${var})
-    message(FATAL_ERROR "${var} not set")
-  endif()
-endforeach()
-file(REMOVE_RECURSE ${WORK_DIR})
+include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
+require_vars(DISTLOCK_SOURCE MODE WORK_DIR GENERATOR)
 set(off "")
 foreach(b REDIS MYSQL POSTGRES ZOOKEEPER ETCD CONSUL)
   list(APPEND off -DDISTLOCK_BACKEND_${b}=OFF)
 endforeach()
-macro(step)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "failed (${rc}): ${ARGN}")
-  endif()
-endmacro()
 step(${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR}/${MODE} -B ${WORK_DIR} -G ${GENERATOR}
      -DDISTLOCK_SOURCE=${DISTLOCK_SOURCE} ${off} "-DCMAKE_CXX_FLAGS=${EXTRA_FLAGS}" "-DCMAKE_EXE_LINKER_FLAGS=${EXTRA_FLAGS}")
 step(${CMAKE_COMMAND} --build ${WORK_DIR})

@@ -1,17 +1,7 @@
 # ctest driver: install the built distlock into a prefix, build the consumer
-# against it with find_package, and run it.
-foreach(var BUILD_DIR SOURCE_DIR WORK_DIR)
-  if(NOT ${var})
-    message(FATAL_ERROR "${var} not set")
-  endif()
-endforeach()
-file(REMOVE_RECURSE ${WORK_DIR})
-macro(step)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "failed (${rc}): ${ARGN}")
-  endif()
-endmacro()
+# against it with find_package and with pkg-config, and run them.
+include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
+require_vars(BUILD_DIR SOURCE_DIR WORK_DIR)
 step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
 # The installed command-line tool runs from the prefix alone (its RPATH is
 # relative to itself): no LD_LIBRARY_PATH, nothing from the build tree.

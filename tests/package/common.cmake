@@ -1,0 +1,16 @@
+# What the package test drivers share: the variables each needs are set, a fresh
+# WORK_DIR, and step(COMMAND...) that stops the test when a command fails.
+macro(require_vars)
+  foreach(var ${ARGN})
+    if(NOT ${var})
+      message(FATAL_ERROR "${var} not set")
+    endif()
+  endforeach()
+  file(REMOVE_RECURSE ${WORK_DIR})
+endmacro()
+macro(step)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}")
+  endif()
+endmacro()
