@@ -229,7 +229,8 @@ public:
     auto with_tables(const std::string& context, F&& f) {
         try {
             return f();
-        } catch (const sql_error&) {
+        } catch (const sql_error& e) {
+            if (e.kind() != failure::no_table) raise(e, name_, context);
             create_tables();
         }
         try {
