@@ -362,8 +362,9 @@ def markdown(results, skipped, meta):
     add("")
     add("Never expected, on any backend under any nemesis: a double grant the library never told the holder "
         "about (not even by `unlock()`), a hung or crashed worker, waiters left without a holder for more than "
-        "%d s; and on every backend with fencing tokens, a stale write accepted by the fenced store, a legitimate "
-        "write rejected, or a token that does not increase across holders." % (NO_HOLDER_BOUND_MS // 1000))
+        "%d s; and on every backend with fencing tokens, a stale write accepted by the fenced store; nor, "
+        "unless a store that lost its data restarts its tokens (listed below), a legitimate write rejected or a "
+        "token that does not increase across holders." % (NO_HOLDER_BOUND_MS // 1000))
     add("")
     add("Expected to fail (a documented limit, not a defect), by cause, with where it did fail in this run:")
     add("")
