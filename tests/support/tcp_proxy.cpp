@@ -203,13 +203,6 @@ void wrong_server::run() {
         for (int c : clients) fds.push_back({c, POLLIN, 0});
         if (::poll(fds.data(), fds.size(), -1) < 0) continue;
         if (fds[0].revents != 0) break;
-        if (fds[1].revents & POLLIN) {
-            int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-            if (c >= 0) {
-                write_all(c, banner_.data(), banner_.size());
-                clients.push_back(c);
-            }
-        }
         std::vector<int> open;
         for (std::size_t i = 2; i < fds.size(); ++i) {
             char buf[4096];
@@ -218,6 +211,13 @@ void wrong_server::run() {
                 continue;
             }
             open.push_back(fds[i].fd);
+        }
+        if (fds[1].revents & POLLIN) {
+            int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+            if (c >= 0) {
+                write_all(c, banner_.data(), banner_.size());
+                open.push_back(c);
+            }
         }
         clients.swap(open);
     }
