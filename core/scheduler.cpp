@@ -25,6 +25,7 @@ scheduler::entry_id scheduler::add(spi::lock_handle* handle, std::chrono::millis
         thread_id_ = thread_.get_id();
     }
     entry_id id = next_id_++;
+    ++adds_;
     auto first = keepalive ? interval : lease;
     idle_wait_ = std::min<clock::duration>(idle_wait_, std::max<clock::duration>(first / 2, std::chrono::milliseconds{10}));
     const auto due = since + first;
@@ -85,11 +86,16 @@ void scheduler::run() {
             }
         }
         if (batch.empty() && calls.empty()) {
-            // With nothing due, wake up now and then all the same (half the
-            // shortest interval seen), so that add() need not wake the thread.
+            // With nothing due, wake up now and then all the same, so that add()
+            // need not wake the thread; while nothing is added the sleeps grow
+            // back, so that a short lease seen once does not keep the thread
+            // waking every few milliseconds for ever.
+            const auto adds_before = adds_;
             sleeping_until_ = std::min(next, now + idle_wait_);
             wake_.wait_until(lk, sleeping_until_);
             sleeping_until_ = clock::time_point::min();
+            ++wakeups_;
+            if (adds_ == adds_before) idle_wait_ = std::min(idle_wait_ * 2, max_idle_wait);
             continue;
         }
         if (!batch.empty()) {

@@ -50,6 +50,9 @@ public:
     // called on the scheduler thread itself. Unknown ids are ignored.
     void remove(entry_id id);
 
+    // How many times the thread has woken up (for tests of its idle behaviour).
+    std::uint64_t wakeups() const noexcept { return wakeups_.load(); }
+
 private:
     struct entry {
         spi::lock_handle* handle;
@@ -71,7 +74,13 @@ private:
     entry_id next_id_ = 1;
     bool stop_ = false;
     clock::time_point sleeping_until_ = clock::time_point::min();  // when the thread waits, until when
-    clock::duration idle_wait_ = std::chrono::seconds{1};             // longest sleep with nothing due
+    // Longest sleep with nothing due: half the shortest first interval added, so
+    // that add() need not wake the thread while locks come and go; it grows back
+    // (doubling, up to max_idle_wait) while nothing is added.
+    static constexpr clock::duration max_idle_wait = std::chrono::seconds{1};
+    clock::duration idle_wait_ = max_idle_wait;
+    std::uint64_t adds_ = 0;
+    std::atomic<std::uint64_t> wakeups_{0};
     std::thread thread_;
     std::thread::id thread_id_;
 };

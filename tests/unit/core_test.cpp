@@ -96,10 +96,13 @@ private:
 };
 
 distlock::provider fake_provider(fake_state& s, std::chrono::milliseconds lease, bool leased = true,
-                                 std::shared_ptr<fake_backend>* out = nullptr) {
+                                 std::shared_ptr<fake_backend>* out = nullptr,
+                                 std::shared_ptr<distlock::detail::provider_state>* state = nullptr) {
     auto b = std::make_shared<fake_backend>(s, leased);
     if (out) *out = b;
-    return distlock::provider(std::make_shared<distlock::detail::provider_state>(b, "fake", "fake://", lease));
+    auto st = std::make_shared<distlock::detail::provider_state>(b, "fake", "fake://", lease);
+    if (state) *state = st;
+    return distlock::provider(st);
 }
 
 }  // namespace
@@ -123,6 +126,21 @@ TEST_CASE("held leases are renewed every lease/3, due renewals batched together"
     std::this_thread::sleep_for(250ms);
     CHECK(s.keepalives.load() == after);  // nothing renews after unlock
     CHECK(s.releases.load() == 2);
+}
+
+TEST_CASE("a short lease seen once does not keep the renewal thread waking for ever", "[scheduler]") {
+    fake_state s;
+    std::shared_ptr<distlock::detail::provider_state> state;
+    auto p = fake_provider(s, 30ms, true, nullptr, &state);  // renewed every 10 ms
+    auto m = p.mutex("short");
+    m.lock();
+    std::this_thread::sleep_for(50ms);
+    m.unlock();
+    // Idle again: the thread's sleeps grow back to a second within about 2 s.
+    std::this_thread::sleep_for(2500ms);
+    const auto before = state->scheduler().wakeups();
+    std::this_thread::sleep_for(2s);
+    CHECK(state->scheduler().wakeups() - before <= 3);  // 2 at 1 s each (plus one at the edge); was 200
 }
 
 TEST_CASE("a keepalive that says lost turns held() false and calls on_lost once", "[scheduler]") {
