@@ -150,12 +150,16 @@ bool mutex_impl::lock_until(spi::deadline until) {
                                                 "renewal of '" + request_.name + "' failed: " + why));
         };
         try {
-            auto* valid_until = expires ? &valid_until_ : nullptr;
-            auto id = interval.count() > 0
-                          ? provider_->scheduler().add(handle_.get(), interval, horizon, true, since, lost, failed,
-                                                       valid_until)
-                          : provider_->scheduler().add(handle_.get(), request_.lease, request_.lease, false, since,
-                                                       lost, failed, valid_until);
+            // Renewed every interval, or (auto_renew off) only reported lost when its lease passes.
+            const bool renew = interval.count() > 0;
+            auto id = provider_->scheduler().add({.handle = handle_.get(),
+                                                  .interval = renew ? interval : request_.lease,
+                                                  .lease = renew ? horizon : request_.lease,
+                                                  .renew = renew,
+                                                  .since = since,
+                                                  .lost = lost,
+                                                  .failed = failed,
+                                                  .valid_until = expires ? &valid_until_ : nullptr});
             std::lock_guard lk(state_mutex_);
             entry_ = id;
         } catch (...) {  // no renewal possible (out of memory, no thread): do not keep the grant

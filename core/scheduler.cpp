@@ -16,9 +16,7 @@ scheduler::~scheduler() {
     }
 }
 
-scheduler::entry_id scheduler::add(spi::lock_handle* handle, std::chrono::milliseconds interval,
-                                   std::chrono::milliseconds lease, bool keepalive, clock::time_point since,
-                                   lost_fn lost, failed_fn failed, std::atomic<clock::rep>* valid_until) {
+scheduler::entry_id scheduler::add(watch w) {
     std::lock_guard lk(mutex_);
     if (!thread_.joinable()) {
         thread_ = std::thread([this] { run(); });
@@ -26,11 +24,11 @@ scheduler::entry_id scheduler::add(spi::lock_handle* handle, std::chrono::millis
     }
     entry_id id = next_id_++;
     ++adds_;
-    auto first = keepalive ? interval : lease;
+    auto first = w.renew ? w.interval : w.lease;
     idle_wait_ = std::min<clock::duration>(idle_wait_, std::max<clock::duration>(first / 2, std::chrono::milliseconds{10}));
-    const auto due = since + first;
-    entries_.emplace(id, entry{handle, interval, lease, keepalive, due, since, std::move(lost), std::move(failed),
-                               valid_until});
+    const auto due = w.since + first;
+    entries_.emplace(id, entry{w.handle, w.interval, w.lease, w.renew, due, w.since, std::move(w.lost),
+                               std::move(w.failed), w.valid_until});
     // Wake the thread only when the entry falls due before it would wake anyway:
     // a lock taken and released within half an interval costs no wake-up.
     if (due < sleeping_until_) wake_.notify_all();
@@ -66,10 +64,10 @@ void scheduler::run() {
         // Entries falling due within a short window of each other go out in one
         // batch (one round trip for backends that batch renewals).
         bool any_due = false;
-        for (const auto& [id, e] : entries_) any_due = any_due || (!e.in_flight && e.keepalive && e.due <= now);
+        for (const auto& [id, e] : entries_) any_due = any_due || (!e.in_flight && e.renew && e.due <= now);
         for (auto& [id, e] : entries_) {
             if (e.in_flight) continue;
-            const auto window = e.keepalive && any_due
+            const auto window = e.renew && any_due
                                     ? std::min<clock::duration>(e.interval / 4, std::chrono::milliseconds{100})
                                     : clock::duration::zero();
             if (e.due > now + window) {
@@ -77,7 +75,7 @@ void scheduler::run() {
                 continue;
             }
             e.in_flight = true;
-            if (e.keepalive) {
+            if (e.renew) {
                 batch.push_back(id);
                 handles.push_back(e.handle);
             } else {

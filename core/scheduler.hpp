@@ -33,18 +33,25 @@ public:
     scheduler(const scheduler&) = delete;
     scheduler& operator=(const scheduler&) = delete;
 
-    // Keepalive `handle` every `interval`, counted from `since` (when the grant's
-    // request was sent, for a lease). With `keepalive == false` nothing is sent:
-    // the entry only reports the loss once `lease` has passed since `since` (a
-    // lease that is not renewed). `lease` bounds how long keepalives may fail
-    // before loss. `valid_until` (may be null) is set to the send time of each
-    // successful keepalive plus `lease`, in clock ticks since its epoch; the
-    // caller sets its first value. A success that comes after that time still
-    // counts: the renewals are owner-checked, so nobody else can have held the
-    // lock meanwhile.
-    entry_id add(spi::lock_handle* handle, std::chrono::milliseconds interval, std::chrono::milliseconds lease,
-                 bool keepalive, clock::time_point since, lost_fn lost, failed_fn failed,
-                 std::atomic<clock::rep>* valid_until = nullptr);
+    // What to watch: keepalive `handle` every `interval`, counted from `since`
+    // (when the grant's request was sent, for a lease). With `renew == false`
+    // nothing is sent: the entry only reports the loss once `lease` has passed
+    // since `since` (a lease that is not renewed). `lease` bounds how long
+    // keepalives may fail before loss. `valid_until` (may be null) is set to the
+    // send time of each successful keepalive plus `lease`, in clock ticks since its
+    // epoch; the caller sets its first value. A success that comes after that time
+    // still counts: the renewals are owner-checked, so nobody else can have held
+    // the lock meanwhile.
+    struct watch {
+        spi::lock_handle* handle = nullptr;
+        std::chrono::milliseconds interval{0}, lease{0};
+        bool renew = true;
+        clock::time_point since{};
+        lost_fn lost;
+        failed_fn failed;
+        std::atomic<clock::rep>* valid_until = nullptr;
+    };
+    entry_id add(watch w);
 
     // Removes an entry. Waits for a keepalive of it that is under way, except when
     // called on the scheduler thread itself. Unknown ids are ignored.
@@ -57,7 +64,7 @@ private:
     struct entry {
         spi::lock_handle* handle;
         std::chrono::milliseconds interval, lease;
-        bool keepalive;
+        bool renew;
         clock::time_point due, last_ok;
         lost_fn lost;
         failed_fn failed;
