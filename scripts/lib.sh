@@ -4,7 +4,7 @@
 # What building libdistlock, the tool and the tests needs.
 CORE_PACKAGES=(cmake g++ ninja-build pkg-config libcurl4-openssl-dev libssl-dev nlohmann-json3-dev libcli11-dev catch2)
 # The client libraries of the server backends (each backend is built when found).
-BACKEND_PACKAGES=(libhiredis-dev libmysqlcppconn-dev libpq-dev libzookeeper-mt-dev libcpp-httplib-dev)
+BACKEND_PACKAGES=(libhiredis-dev libmysqlcppconn-dev libpq-dev libzookeeper-mt-dev)
 # The fault harness (tests/faults/): libfaketime for the clock-jump nemesis.
 FAULT_PACKAGES=(faketime)
 # The URL parser's fuzz target (scripts/fuzz.sh): clang with libFuzzer.

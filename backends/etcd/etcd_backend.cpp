@@ -79,11 +79,6 @@ struct grpc_error : std::runtime_error {
     grpc_error(int c, const std::string& m) : std::runtime_error(m), code(c) {}
 };
 
-// Thrown internally when the session's lease is gone.
-struct lease_gone : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
-
 struct settings {
     std::string prefix = "/distlock";
     std::chrono::milliseconds default_ttl{60s};

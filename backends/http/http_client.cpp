@@ -682,6 +682,4 @@ std::string escape_path(std::string_view key) {
     return out;
 }
 
-std::string escape_query(std::string_view value) { return curl_escape(value); }
-
 }  // namespace distlock::backends::http

@@ -251,8 +251,6 @@ std::string encode_name(std::string_view name);
 
 // Percent-encodes a key for a URL path, keeping '/' (curl_easy_escape per segment).
 std::string escape_path(std::string_view key);
-// Percent-encodes a query value.
-std::string escape_query(std::string_view value);
 
 // Throws unavailable_error (or access_denied_error for TLS/certificate
 // problems) describing a failed transfer.

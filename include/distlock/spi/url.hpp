@@ -50,7 +50,6 @@ public:
     std::optional<std::chrono::milliseconds> take_duration(std::string_view key);
     std::optional<long long> take_int(std::string_view key, long long min, long long max);
     std::optional<bool> take_bool(std::string_view key);  // true/false/1/0/yes/no/on/off
-    bool has(std::string_view key) const { return params_.count(std::string(key)) != 0; }
     void expect_all_taken() const;
 
     // Host list helper: hosts() with missing ports set to `default_port`; throws
