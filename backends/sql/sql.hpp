@@ -242,8 +242,12 @@ private:
 
 // ---- backend construction ----------------------------------------------------------
 
+// The URL's strategy=: lease-table, optimistic, for-update, or the dialect's
+// native lock (get-lock on MySQL, advisory on PostgreSQL).
+enum class strategy { lease_table, optimistic, for_update, native };
+
 struct settings {
-    std::string strategy = "lease-table";
+    sql::strategy strategy = strategy::lease_table;
     std::string table = "distlock_locks";  // a plain identifier; "<table>_rows" holds for-update's rows
     conn_settings conn;
     int tries = 3;                              // optimistic: compare-and-set attempts per try ...

@@ -108,10 +108,15 @@ const dialect_factory* find_dialect(const std::string& scheme) {
 settings take_settings(spi::url& u, std::string_view backend, std::string_view native) {
     auto bad = [&](const std::string& m) { throw_error(errc::invalid_argument, std::string(backend), m); };
     settings s;
-    if (auto v = u.take("strategy")) s.strategy = *v;
-    if (s.strategy != "for-update" && s.strategy != "lease-table" && s.strategy != "optimistic" && s.strategy != native)
-        bad("unknown strategy '" + s.strategy + "' (known: for-update, lease-table, optimistic, " + std::string(native) +
-            ")");
+    if (auto v = u.take("strategy")) {
+        if (*v == "lease-table") s.strategy = strategy::lease_table;
+        else if (*v == "optimistic") s.strategy = strategy::optimistic;
+        else if (*v == "for-update") s.strategy = strategy::for_update;
+        else if (*v == native) s.strategy = strategy::native;
+        else
+            bad("unknown strategy '" + *v + "' (known: for-update, lease-table, optimistic, " + std::string(native) +
+                ")");
+    }
     if (auto v = u.take("table")) s.table = *v;
     if (!is_identifier(s.table))
         bad("table '" + s.table + "' is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 48 characters)");
@@ -244,10 +249,13 @@ public:
     const capabilities& caps() const noexcept override { return caps_; }
 
     std::unique_ptr<spi::lock_handle> make_lock(const spi::lock_request& r) override {
-        const auto& st = settings_.strategy;
-        if (st == "lease-table") return std::make_unique<lease_handle>(*this, r, false);
-        if (st == "optimistic") return std::make_unique<lease_handle>(*this, r, true);
-        return std::make_unique<session_handle>(*this, r, st == "for-update");
+        switch (settings_.strategy) {
+            case strategy::lease_table: return std::make_unique<lease_handle>(*this, r, false);
+            case strategy::optimistic: return std::make_unique<lease_handle>(*this, r, true);
+            case strategy::for_update: return std::make_unique<session_handle>(*this, r, true);
+            case strategy::native: break;
+        }
+        return std::make_unique<session_handle>(*this, r, false);
     }
 
     void keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) override;
@@ -295,7 +303,7 @@ public:
             if (r.rows.empty() || r.rows[0].empty() || !r.rows[0][0]) return std::nullopt;
             return std::stoll(*r.rows[0][0]);
         };
-        if (settings_.strategy != "for-update") return as_id(c.exec(q_.native_holder, {dialect_->native_key(n.data)}));
+        if (settings_.strategy != strategy::for_update) return as_id(c.exec(q_.native_holder, {dialect_->native_key(n.data)}));
         c.exec(q_.begin);
         bool locked = false;
         try {
@@ -308,7 +316,9 @@ public:
         return locked ? as_id(c.exec(q_.holder_of, {n})) : std::nullopt;
     }
 
-    bool session_held() const noexcept { return settings_.strategy != "lease-table" && settings_.strategy != "optimistic"; }
+    bool session_held() const noexcept {
+        return settings_.strategy == strategy::for_update || settings_.strategy == strategy::native;
+    }
 
     std::shared_ptr<dialect> dialect_;
     settings settings_;
