@@ -15,7 +15,7 @@ class registry_impl final : public spi::registry {
 public:
     void add(std::string scheme, spi::factory f) override {
         if (!factories_.emplace(std::move(scheme), std::move(f)).second)
-            throw_error(errc::invalid_argument, "core", "a backend scheme was registered twice");
+            throw_error(errc::invalid_argument, "", "a backend scheme was registered twice");
     }
     const spi::factory* find(const std::string& scheme) const {
         auto it = factories_.find(scheme);
@@ -48,11 +48,11 @@ provider connect(std::string_view text) {
     if (factory == nullptr) {
         std::string known;
         for (const auto& s : builtin_registry().names()) known += (known.empty() ? "" : ", ") + s;
-        throw_error(errc::invalid_argument, "core",
+        throw_error(errc::invalid_argument, "",
                     "unknown URL scheme '" + u.scheme() + "://' (this build has: " + known + ")");
     }
     auto lease = u.take_duration("lease");
-    if (lease && lease->count() <= 0) throw_error(errc::invalid_argument, "url", "lease must be positive");
+    if (lease && lease->count() <= 0) throw_error(errc::invalid_argument, "", "lease must be positive");
     auto backend = (*factory)(u);
     u.expect_all_taken();
     auto default_lease = lease ? *lease : backend->default_lease();

@@ -15,7 +15,7 @@
 namespace distlock::spi {
 namespace {
 
-[[noreturn]] void bad(const std::string& message) { throw_error(errc::invalid_argument, "url", message); }
+[[noreturn]] void bad(const std::string& message) { throw_error(errc::invalid_argument, "", message); }
 
 struct curlu_deleter {
     void operator()(CURLU* u) const noexcept { curl_url_cleanup(u); }

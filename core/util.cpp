@@ -80,7 +80,7 @@ std::array<unsigned char, 16> random_bytes16() {
     while (got < b.size()) {
         ssize_t n = ::getrandom(b.data() + got, b.size() - got, 0);
         if (n > 0) got += static_cast<std::size_t>(n);
-        else if (errno != EINTR) throw_error(errc::unavailable, "core", "getrandom failed", errno);
+        else if (errno != EINTR) throw_error(errc::unavailable, "", "getrandom failed", errno);
     }
     return b;
 }
@@ -116,7 +116,7 @@ std::string sha256(std::string_view data) {
     std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
     unsigned int len = 0;
     if (EVP_Digest(data.data(), data.size(), md.data(), &len, EVP_sha256(), nullptr) != 1)
-        throw_error(errc::unavailable, "core", "SHA-256 failed in libcrypto");
+        throw_error(errc::unavailable, "", "SHA-256 failed in libcrypto");
     return std::string(reinterpret_cast<const char*>(md.data()), len);
 }
 

@@ -26,7 +26,8 @@ const std::error_category& category() noexcept;
 std::error_code make_error_code(errc e) noexcept;
 
 // Base of every distlock exception. backend() names the backend ("redis",
-// "file", ...); native_code()/native_message() carry the server's or the client
+// "file", ...), empty for an error of the library itself (a URL that cannot be
+// parsed, an unknown scheme, a bad duration, a moved-from mutex); native_code()/native_message() carry the server's or the client
 // library's own error when there is one (0 / empty otherwise); reason() is the
 // message alone, as what() shows it between the backend's name and the native
 // code (for a caller that composes a message of its own).
