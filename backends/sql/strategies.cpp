@@ -639,7 +639,7 @@ void session_handle::release() {
         // The session is gone (killed, server restarted): the server released the
         // lock when it ended, maybe long before this release. That is a loss.
         if (e.kind() == failure::connection_lost)
-            throw_error(errc::lock_lost, b_.name_,
+            throw_error(errc::not_owner, b_.name_,
                         "the session holding '" + req_.name + "' was gone at release: the server had released the lock (" +
                             e.what() + ")");
         // Otherwise the session is closed below, which frees the lock once the

@@ -1068,7 +1068,7 @@ void handle::release() {
     if (node.empty()) throw_error(errc::not_owner, kBackend, "lock '" + name_ + "' is not held by this handle");
     auto s = be_.current();
     if (!s || s->gen != gen || !be_.session_alive(*s))
-        throw_error(errc::lock_lost, kBackend, "the ZooKeeper session that held '" + name_ + "' expired");
+        throw_error(errc::not_owner, kBackend, "the ZooKeeper session that held '" + name_ + "' expired");
     auto o = zk_delete(s->zh, node);
     if (auto pid = std::exchange(orphan_pid_, {}); !pid.empty() && o->rc == ZOK) {
         // The grant began with a lost create reply: sweep any late orphan.
@@ -1082,7 +1082,9 @@ void handle::release() {
         throw_error(errc::not_owner, kBackend, "the lock node of '" + name_ + "' was already deleted", o->rc,
                     zerror(o->rc));
     }
-    if (is_session_gone(o->rc)) throw_error(errc::lock_lost, kBackend, "the ZooKeeper session expired", o->rc, zerror(o->rc));
+    if (is_session_gone(o->rc))
+        throw_error(errc::not_owner, kBackend, "the ZooKeeper session that held '" + name_ + "' expired", o->rc,
+                    zerror(o->rc));
     be_.delete_node(*s, node);  // queued for the reconnection
     throw_error(errc::in_doubt, kBackend,
                 "release of '" + name_ + "' did not complete (" + zerror(o->rc) +

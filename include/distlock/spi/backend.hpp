@@ -94,8 +94,9 @@ public:
     // calls acquire() again while the deadline allows.
     virtual std::optional<grant> acquire(deadline until) = 0;
 
-    // Releases the current grant. Throws not_owner_error when the server says the
-    // lock is not ours any more, unavailable_error / in_doubt_error when unsure.
+    // Releases the current grant. Throws not_owner_error when the lock is not ours
+    // any more (the server says so, or the session that held it is gone: a loss
+    // the core reports through on_lost), in_doubt_error when unsure.
     // The core catches everything (unlock() never throws).
     virtual void release() = 0;
 
