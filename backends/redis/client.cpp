@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <random>
 
 namespace distlock::backends::redis {
 namespace {
@@ -42,16 +41,6 @@ struct argv_buffers {
 };
 
 }  // namespace
-
-std::string fast_token() {
-    thread_local std::mt19937_64 engine = [] {
-        std::random_device rd;
-        std::seed_seq seq{rd(), rd(), rd(), rd(), rd(), rd(), rd(), rd()};
-        return std::mt19937_64(seq);
-    }();
-    std::uint64_t words[2] = {engine(), engine()};
-    return spi::to_hex(std::string_view(reinterpret_cast<const char*>(words), sizeof words));
-}
 
 bool is_error(const redisReply* r) noexcept { return r != nullptr && r->type == REDIS_REPLY_ERROR; }
 

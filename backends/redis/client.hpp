@@ -80,11 +80,6 @@ private:
 [[noreturn]] void throw_connection_failure(const std::string& backend, const std::string& context,
                                            const connection_failure& e);
 
-// 16 random bytes as 32 hex digits, for a per-acquisition owner token: from a
-// per-thread generator seeded once from the kernel's random source (the core's
-// random_token() reads the kernel source on every call, ~10 us).
-std::string fast_token();
-
 // Throws the distlock error matching a Redis error reply (NOAUTH/WRONGPASS/NOPERM
 // -> access_denied, WRONGTYPE -> invalid_argument, else unavailable).
 [[noreturn]] void throw_reply_error(const std::string& backend, const redisReply* r, const std::string& context);

@@ -324,7 +324,7 @@ public:
     std::optional<spi::grant> acquire(deadline until) override {
         const bool plain = backend_.config().strat == strategy::plain;
         std::string owner =
-            plain ? fast_token() : backend_.uuid() + ":" + std::to_string(current_thread_id());
+            plain ? spi::random_token() : backend_.uuid() + ":" + std::to_string(current_thread_id());
         std::string waiter;  // plain: our id in the hand-off queue, once we queue
         struct leave_guard {  // leaves the queue on every way out but a grant
             handle* self;
@@ -340,7 +340,7 @@ public:
         if (auto lingering = until > clock::now() ? backend_.reuse_subscription(layout_.channel) : nullptr) {
             // Still subscribed from a recent wait: queue with the very first try.
             sub = std::move(lingering);
-            if (plain) waiter = fast_token();
+            if (plain) waiter = spi::random_token();
         }
         for (;;) {
             if (sub) seen = sub->messages();
@@ -358,11 +358,11 @@ public:
                 // after the subscription is confirmed cannot be missed.
                 auto confirm = std::min(until, now + backend_.config().ep.command_timeout);
                 sub = backend_.sub().subscribe(layout_.channel, confirm);
-                if (plain && sub->confirmed()) waiter = fast_token();
+                if (plain && sub->confirmed()) waiter = spi::random_token();
                 continue;
             }
             if (plain && waiter.empty() && sub->confirmed()) {
-                waiter = fast_token();  // the pub/sub connection is back: queue now
+                waiter = spi::random_token();  // the pub/sub connection is back: queue now
                 continue;
             }
             // value = PTTL of the holder's key: -1 no expiry (foreign key), -2 just gone.

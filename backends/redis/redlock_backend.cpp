@@ -9,7 +9,6 @@
 // those that seemed to fail), and the next attempt follows a random delay of up to
 // `retry_delay`. Renewal is an owner-checked PEXPIRE on every node, counted only
 // with a majority. There is no fencing token: see docs/backends/redis.md.
-#include <random>
 #include <thread>
 
 #include "common.hpp"
@@ -35,12 +34,6 @@ struct redlock_settings {
 
 bool is_ok(const redisReply* r) {
     return r != nullptr && r->type == REDIS_REPLY_STATUS && std::string_view(r->str, r->len) == "OK";
-}
-
-std::chrono::milliseconds random_delay(std::chrono::milliseconds max) {
-    thread_local std::mt19937_64 rng{std::random_device{}()};
-    std::uniform_int_distribution<long long> dist(max.count() / 10, std::max<long long>(max.count(), 1));
-    return std::chrono::milliseconds(dist(rng));
 }
 
 class redlock_backend;
@@ -181,7 +174,7 @@ std::optional<spi::grant> redlock_handle::acquire(deadline until) {
     const auto& cfg = backend_.config();
     const auto n = backend_.pools().size();
     const auto quorum = backend_.quorum();
-    std::string token = fast_token();
+    std::string token = spi::random_token();
     const auto drift = std::chrono::duration_cast<std::chrono::milliseconds>(request_.lease * cfg.drift_factor) + 2ms;
     constexpr int max_failed_rounds = 3;
     int failed_rounds = 0;  // consecutive attempts in which no majority answered
@@ -226,7 +219,7 @@ std::optional<spi::grant> redlock_handle::acquire(deadline until) {
             if (clock::now() >= until) return std::nullopt;
         }
         const auto now = clock::now();
-        auto delay = random_delay(cfg.retry_delay);
+        auto delay = spi::random_between(cfg.retry_delay / 10, std::max(cfg.retry_delay, std::chrono::milliseconds{1}));
         if (failed_rounds == 0 && until - now < delay)
             delay = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
         std::this_thread::sleep_for(delay);

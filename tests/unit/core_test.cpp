@@ -2,6 +2,9 @@
 // batching, loss reporting, local queueing, errors and helpers.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -500,6 +503,36 @@ TEST_CASE("tokens, uuids and hashes have their documented form", "[helpers]") {
     CHECK(u[8] == '-');
     CHECK(u[14] == '4');
     CHECK(spi::sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST_CASE("a child forked after its parent drew tokens draws other tokens and jitter", "[helpers]") {
+    (void)spi::random_token();  // the parent's per-thread state is in use
+    (void)spi::random_between(0ms, 1000000ms);
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        const auto t = spi::random_token() + std::to_string(spi::random_between(0ms, 1000000ms).count());
+        (void)!::write(fds[1], t.data(), t.size());
+        ::_exit(0);
+    }
+    ::close(fds[1]);
+    const auto mine = spi::random_token() + std::to_string(spi::random_between(0ms, 1000000ms).count());
+    std::string child(128, '\0');
+    const auto n = ::read(fds[0], child.data(), child.size());
+    ::close(fds[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    REQUIRE(n > 32);
+    child.resize(static_cast<std::size_t>(n));
+    CHECK(child.substr(0, 32) != mine.substr(0, 32));  // the owner tokens
+    CHECK(child.substr(32) != mine.substr(32));        // the jitter (1 in a million to collide)
+    // Tokens stay well formed and distinct across the per-thread pool's refills.
+    std::set<std::string> seen;
+    for (int i = 0; i < 1000; ++i) seen.insert(spi::random_token());
+    CHECK(seen.size() == 1000);
+    for (const auto& t : seen) CHECK(t.size() == 32);
 }
 
 TEST_CASE("backoff stays within its bounds and the deadline", "[helpers]") {

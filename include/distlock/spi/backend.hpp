@@ -185,8 +185,11 @@ private:
     std::chrono::milliseconds min_, max_, ceiling_;
 };
 
-// 16 random bytes as 32 lowercase hex characters (a per-acquisition owner token).
+// 16 random bytes as 32 lowercase hex characters (a per-acquisition owner token),
+// from the kernel's CSPRNG (pooled per thread; never the same after a fork).
 std::string random_token();
+// A uniformly random duration in [lo, hi] (jitter; not for secrets).
+std::chrono::milliseconds random_between(std::chrono::milliseconds lo, std::chrono::milliseconds hi);
 // A random RFC 4122 version-4 UUID, 36 characters with dashes.
 std::string random_uuid();
 // SHA-256 of `data`, as raw bytes and as lowercase hex.
