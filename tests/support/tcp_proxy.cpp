@@ -173,6 +173,33 @@ void tcp_proxy::run() {
     for (auto& l : s.links) close_link(l);
 }
 
+// ---- free_port, silent_listener ---------------------------------------------------
+
+namespace {
+// A socket bound to an ephemeral 127.0.0.1 port; `listening` also listens.
+int bound_socket(bool listening, int& port) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    auto here = ipv4("127.0.0.1", 0);
+    socklen_t len = sizeof here;
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&here), sizeof here) != 0 ||
+        (listening && ::listen(fd, 16) != 0) || ::getsockname(fd, reinterpret_cast<sockaddr*>(&here), &len) != 0) {
+        if (fd >= 0) ::close(fd);
+        throw std::runtime_error("cannot bind a socket on 127.0.0.1");
+    }
+    port = ntohs(here.sin_port);
+    return fd;
+}
+}  // namespace
+
+std::uint16_t free_port() {
+    int port = 0;
+    ::close(bound_socket(false, port));
+    return static_cast<std::uint16_t>(port);
+}
+
+silent_listener::silent_listener() { fd_ = bound_socket(true, port_); }
+silent_listener::~silent_listener() { ::close(fd_); }
+
 // ---- wrong_server -----------------------------------------------------------------
 
 wrong_server::wrong_server(std::string banner) : banner_(std::move(banner)) {

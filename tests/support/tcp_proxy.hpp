@@ -40,6 +40,24 @@ private:
     std::thread loop_;
 };
 
+// A free TCP port on 127.0.0.1 (nothing listens there when this returns).
+std::uint16_t free_port();
+
+// A socket listening on 127.0.0.1 that never accepts: the kernel completes the
+// connections (up to its backlog), nothing ever answers, as from a stopped server.
+class silent_listener {
+public:
+    silent_listener();
+    ~silent_listener();
+    silent_listener(const silent_listener&) = delete;
+    silent_listener& operator=(const silent_listener&) = delete;
+    int port() const { return port_; }
+
+private:
+    int fd_ = -1;
+    int port_ = 0;
+};
+
 // A loopback server of another kind, for "the URL points at the wrong port":
 // writes `banner` to every connection it accepts (nothing when empty: a server
 // that waits for the client to speak first) and reads and drops what it gets.

@@ -6,8 +6,6 @@
 #include <nlohmann/json.hpp>
 #include <signal.h>
 #include <unistd.h>
-#include <sys/socket.h>
-#include <netinet/in.h>
 #include <arpa/inet.h>
 
 #include <atomic>
@@ -321,18 +319,7 @@ TEST_CASE("an unreachable agent is unavailable at once", "[consul][input]") {
 TEST_CASE("a URL that points at another HTTP server than Consul is a bad argument, not 'retry later'", "[consul][input]") {
     // A plain HTTP server answers GET with 404 (which connect() accepts: a missing
     // prefix) and PUT with 501: the first session create says what is wrong.
-    int port = 0;
-    {
-        int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        socklen_t len = sizeof a;
-        REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-        REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-        port = ntohs(a.sin_port);
-        ::close(fd);
-    }
+    const int port = distlock::test::free_port();
     distlock::test::child_process web({"/usr/bin/python3", "-m", "http.server", "--bind", "127.0.0.1",
                                        std::to_string(port), "--directory", "/nonexistent-distlock"});
     const std::string url = "consul://127.0.0.1:" + std::to_string(port) + "/x";

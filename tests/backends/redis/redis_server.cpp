@@ -14,22 +14,9 @@
 #include <thread>
 
 #include "distlock/spi/backend.hpp"
+#include "tcp_proxy.hpp"
 
 namespace distlock::test {
-
-std::uint16_t free_port() {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = 0;
-    socklen_t len = sizeof a;
-    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-        throw std::runtime_error("cannot find a free port");
-    ::close(fd);
-    return ntohs(a.sin_port);
-}
 
 redis_server::redis_server(std::vector<std::string> config) : port_(free_port()) {
     dir_ = (std::filesystem::temp_directory_path() / ("distlock-redis-test-" + spi::random_token().substr(0, 10))).string();

@@ -21,9 +21,6 @@ struct reply_free {
 };
 using reply = std::unique_ptr<redisReply, reply_free>;
 
-// A free TCP port on 127.0.0.1 (nothing listens there when this returns).
-std::uint16_t free_port();
-
 class redis_server {
 public:
     // Starts redis-server on a free port in a fresh temp dir with these extra

@@ -3,8 +3,6 @@
 // integration/servers/<mysql|postgres>.sh. The strategies' URLs come from
 // DISTLOCK_TEST_<DIALECT>_<STRATEGY>_URL.
 #include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -142,32 +140,6 @@ distlock::test::child_process skewed_probe(const std::vector<std::string>& args,
 
 // A loopback TCP port that accepts connections (the kernel completes the
 // handshake) but never answers: a server that is stopped (SIGSTOP) or hung.
-class silent_server {
-public:
-    silent_server() {
-        fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-        REQUIRE(::listen(fd_, 16) == 0);
-        socklen_t len = sizeof a;
-        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-        port_ = ntohs(a.sin_port);
-    }
-    ~silent_server() { ::close(fd_); }
-    int port() const { return port_; }
-
-private:
-    int fd_ = -1;
-    int port_ = 0;
-};
-
-int closed_port() {
-    silent_server s;  // bound then closed at once: nothing listens there afterwards
-    return s.port();
-}
-
 std::string with_port(const std::string& url, int port) {
     auto at = url.find('@');
     auto colon = url.find(':', at);
@@ -314,11 +286,11 @@ TEST_CASE("a server that is down or does not answer gives unavailable_error, no 
     const auto url = url_of("lease-table");
     SECTION("nothing listens on the port") {
         auto t0 = clk::now();
-        CHECK_THROWS_AS(distlock::connect(with_port(url, closed_port())), distlock::unavailable_error);
+        CHECK_THROWS_AS(distlock::connect(with_port(url, distlock::test::free_port())), distlock::unavailable_error);
         CHECK(clk::now() - t0 < 10s);
     }
     SECTION("the server accepts but never answers (as a stopped one)") {
-        silent_server silent;
+        distlock::test::silent_listener silent;
         auto target = with_port(url, silent.port()) + "&connect_timeout=1s&timeout=2s";
         auto t0 = clk::now();
         CHECK_THROWS_AS(distlock::connect(target), distlock::unavailable_error);
