@@ -411,9 +411,12 @@ void handle::release() {
     }
     destroy_session();  // also releases the key (Behavior release) when the release above failed
     token_ = 0;
+    // A transport failure leaves the outcome unknown; any other keeps its kind (a
+    // token without the right to release, a server that is not Consul's API).
     if (failure)
-        throw_error(errc::in_doubt, kName, std::string("release of '") + request_.name + "': " + failure->what(),
-                    failure->native_code(), failure->native_message());
+        throw_error(failure->code_value() == errc::unavailable ? errc::in_doubt : failure->code_value(), kName,
+                    "release of '" + request_.name + "': " + failure->reason(), failure->native_code(),
+                    failure->native_message());
     if (!released)
         throw_error(errc::not_owner, kName, "lock '" + request_.name + "' was lost before its release");
 }

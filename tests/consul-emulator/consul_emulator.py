@@ -34,6 +34,8 @@ Flags that differ from a real Consul, for fast tests:
   --ttl-multiplier X    expiry after TTL*X without renewal (Consul: 2)
   --acl-token TOKEN     require this X-Consul-Token (or ?token=) on every request:
                         none = 403 "Permission denied", wrong = 403 "ACL not found"
+  --deny-release        answer every KV release (?release=) with 403 "Permission denied", as
+                        for a token allowed to acquire but not to release (a fault for tests)
   --port N (0 = any free port; the chosen one is printed as "listening on HOST:PORT")
 """
 
@@ -184,6 +186,7 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "consul-emulator"
     state = None       # set by main
     acl_token = None
+    deny_release = False
 
     def log_message(self, fmt, *args):  # quiet
         pass
@@ -318,6 +321,8 @@ class Handler(BaseHTTPRequestHandler):
         acquire, release, cas = query.get("acquire"), query.get("release"), query.get("cas")
         if acquire is not None and release is not None:
             raise ValueError("Conflicting flags: acquire and release")
+        if release is not None and self.deny_release:
+            return self.reply(403, "Permission denied")
         with st.cond:
             st.expire_sessions()
             e = st.kv.get(key)
@@ -449,9 +454,11 @@ def main():
     ap.add_argument("--min-ttl", default="10s", help="smallest session TTL accepted (Consul: 10s)")
     ap.add_argument("--ttl-multiplier", type=float, default=2.0, help="expire after TTL*X (Consul: 2)")
     ap.add_argument("--acl-token", default=None, help="require this ACL token on every request")
+    ap.add_argument("--deny-release", action="store_true", help="answer every KV release with 403")
     args = ap.parse_args()
     Handler.state = State(parse_go_duration(args.min_ttl), args.ttl_multiplier)
     Handler.acl_token = args.acl_token
+    Handler.deny_release = args.deny_release
     server = Server((args.bind, args.port), Handler)
     threading.Thread(target=reaper, args=(Handler.state,), daemon=True).start()
     host, port = server.server_address[:2]
