@@ -4,9 +4,10 @@
 
 #include <curl/curl.h>
 
-#include <charconv>
 #include <algorithm>
+#include <charconv>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "distlock/error.hpp"
@@ -31,15 +32,22 @@ std::string part(CURLU* u, CURLUPart which, unsigned flags = 0) {
     return s;
 }
 
-// Percent-decodes `text`, the `what` of the URL shown (redacted) as `shown`.
-// The text itself is never in the message: it may be a password.
-std::string decode(std::string_view text, std::string_view what, const std::string& shown) {
+// Percent-decoded `text`; nullopt when libcurl cannot decode it.
+std::optional<std::string> unescape(std::string_view text) {
     int len = 0;
     char* out = curl_easy_unescape(nullptr, text.data(), static_cast<int>(text.size()), &len);
-    if (out == nullptr) bad("cannot percent-decode " + std::string(what) + " of '" + shown + "'");
+    if (out == nullptr) return std::nullopt;
     std::string s(out, static_cast<std::size_t>(len));
     curl_free(out);
     return s;
+}
+
+// Percent-decodes `text`, the `what` of the URL shown (redacted) as `shown`.
+// The text itself is never in the message: it may be a password.
+std::string decode(std::string_view text, std::string_view what, const std::string& shown) {
+    auto s = unescape(text);
+    if (!s) bad("cannot percent-decode " + std::string(what) + " of '" + shown + "'");
+    return *s;
 }
 
 // `carrier` is what libcurl is given (an internal scheme, one host of a list);
@@ -53,16 +61,6 @@ curlu_ptr parse_with_curl(const std::string& carrier, const std::string& shown) 
 }
 
 bool secret_parameter(std::string_view key) { return key == "token" || key == "password" || key == "secret"; }
-
-// Percent-decoded, or as it is when it does not decode (only to compare names).
-std::string decoded_or_raw(std::string_view text) {
-    int len = 0;
-    char* out = curl_easy_unescape(nullptr, text.data(), static_cast<int>(text.size()), &len);
-    if (out == nullptr) return std::string(text);
-    std::string s(out, static_cast<std::size_t>(len));
-    curl_free(out);
-    return s;
-}
 
 // Where the user info of `rest` (the text after "://") may end: its last '@'
 // (npos: none). A password may hold any character, '@', '/', '?' and '#'
@@ -89,8 +87,9 @@ std::string redact_url(std::string_view text) {
     }
     for (auto eq = text.find('=', rest); eq != npos; eq = text.find('=', eq + 1)) {
         const auto start = text.find_last_of("?&", eq);
-        if (start == npos || start < rest || !secret_parameter(decoded_or_raw(text.substr(start + 1, eq - start - 1))))
-            continue;
+        if (start == npos || start < rest) continue;
+        const auto name = text.substr(start + 1, eq - start - 1);
+        if (!secret_parameter(unescape(name).value_or(std::string(name)))) continue;
         const auto end = std::min(text.find('&', eq + 1), text.size());
         std::fill(hide.begin() + static_cast<long>(eq + 1), hide.begin() + static_cast<long>(end), true);
     }
@@ -101,10 +100,6 @@ std::string redact_url(std::string_view text) {
     }
     return out;
 }
-
-namespace {
-
-}  // namespace
 
 url url::parse(std::string_view input) {
     std::string text(input);
