@@ -61,7 +61,10 @@ mutex_impl::mutex_impl(std::shared_ptr<provider_state> provider, spi::lock_reque
       request_(std::move(request)),
       options_(std::move(options)),
       handle_(std::move(handle)),
-      gate_(provider_->gate_for(request_.name)) {}
+      gate_(provider_->gate_for(request_.name)),
+      sink_target_(std::make_shared<sink_target>()) {
+    sink_target_->impl = this;
+}
 
 mutex_impl::~mutex_impl() {
     {
@@ -69,6 +72,15 @@ mutex_impl::~mutex_impl() {
         if (depth_ > 1) depth_ = 1;
     }
     unlock();
+    std::lock_guard lk(sink_target_->mutex);  // waits for a sink call under way
+    sink_target_->impl = nullptr;
+}
+
+spi::loss_sink mutex_impl::sink_for(std::uint64_t generation) {
+    return spi::loss_sink([target = sink_target_, generation](std::string reason) {
+        std::lock_guard lk(target->mutex);
+        if (target->impl != nullptr) target->impl->mark_lost(generation, std::move(reason));
+    });
 }
 
 bool mutex_impl::lock_until(spi::deadline until) {
@@ -93,9 +105,21 @@ bool mutex_impl::lock_until(spi::deadline until) {
     const auto validity = leased ? request_.lease : handle_->validity();
     const bool expires = validity.count() > 0;
     std::optional<spi::grant> granted;
+    std::uint64_t generation = 0;
+    auto end_acquire = [&] {
+        std::lock_guard lk(state_mutex_);
+        acquiring_ = false;
+        early_loss_.reset();
+    };
     try {
         for (;;) {
-            granted = handle_->acquire(until);
+            {
+                std::lock_guard lk(state_mutex_);
+                generation = ++generation_;
+                acquiring_ = true;
+                early_loss_.reset();
+            }
+            granted = handle_->acquire(until, sink_for(generation));
             // A lease runs from when its request was sent at the latest: a reply
             // that comes after that lease has run out is not a grant (someone else
             // may hold the lock by now). Give it back and try again.
@@ -108,49 +132,49 @@ bool mutex_impl::lock_until(spi::deadline until) {
             if (spi::clock::now() >= until) break;
         }
     } catch (...) {
+        end_acquire();
         gate_->leave();
         throw;
     }
     if (!granted) {
+        end_acquire();
         gate_->leave();
         return false;
     }
-    const auto interval = handle_->keepalive_interval();
-    const bool watched = interval.count() > 0 || (leased && !request_.auto_renew);
+    // Renewed (a lease with auto_renew) or checked (a lock without a lease that
+    // asks for it) every `interval`; a lease without renewal is only watched, to
+    // report its loss once it has passed.
+    const auto interval = leased ? (request_.auto_renew ? request_.renew_interval : std::chrono::milliseconds{0})
+                                 : handle_->check_interval();
+    const bool watched = interval.count() > 0 || leased;
     // Only a lease (or an expiring session) ends with time: a lock held by a
     // database session or the kernel stays held() however long this process was
     // paused, until a check says otherwise.
     const auto since = expires ? granted->sent : spi::clock::now();
     const auto horizon = expires ? validity : request_.lease;  // failed renewals for this long = lost
-    std::uint64_t generation;
+    bool lost_already;
     {
         std::lock_guard lk(state_mutex_);
-        generation = ++generation_;
+        acquiring_ = false;
         depth_ = 1;
         owner_ = self;
         token_ = granted->token;
         valid_until_ = expires ? (since + validity).time_since_epoch().count() : 0;
-        held_ = true;
+        lost_already = early_loss_.has_value();
+        held_ = !lost_already;
+        if (lost_already) post_lost(granted->token, std::move(*early_loss_));
+        early_loss_.reset();
     }
-    {
-        std::lock_guard lk(handle_->sink_mutex_);
-        handle_->loss_owner_ = this;
-        handle_->loss_generation_ = generation;
-    }
-    if (watched) {
-        auto lost = [this, generation](std::string why) {
-            if (auto notify = mark_lost(generation, std::move(why))) notify();
-        };
+    if (watched && !lost_already) {
+        auto lost = [this, generation](std::string why) { mark_lost(generation, std::move(why)); };
         auto failed = [this, generation, tok = granted->token](const std::string& why) {
-            {
-                std::lock_guard lk(state_mutex_);
-                if (generation != generation_) return;
-            }
-            report_error(tok, unavailable_error(errc::unavailable, std::string(provider_->backend().name()),
-                                                "renewal of '" + request_.name + "' failed: " + why));
+            std::lock_guard lk(state_mutex_);
+            if (generation != generation_ || !held_) return;
+            post_error(tok, std::make_exception_ptr(unavailable_error(errc::unavailable,
+                                                                      std::string(provider_->backend().name()),
+                                                                      "renewal of '" + request_.name + "' failed: " + why)));
         };
         try {
-            // Renewed every interval, or (auto_renew off) only reported lost when its lease passes.
             const bool renew = interval.count() > 0;
             auto id = provider_->scheduler().add({.handle = handle_.get(),
                                                   .interval = renew ? interval : request_.lease,
@@ -185,55 +209,59 @@ void mutex_impl::unlock() noexcept {
         owner_ = {};
     }
     if (entry != 0) provider_->scheduler().remove(entry);
-    {
-        std::lock_guard lk(handle_->sink_mutex_);
-        handle_->loss_owner_ = nullptr;
-    }
     try {
         handle_->release();
     } catch (const error& e) {
         // The server says the grant was gone before this release: that is a loss,
         // reported through on_lost like every other (once: not if already reported).
         const bool gone = e.code_value() == errc::not_owner || e.code_value() == errc::lock_lost;
-        if (was_held && gone) report_lost(token, e.what());
-        else if (was_held) report_error(token, e);
+        if (was_held && gone) post_lost(token, e.what());
+        else if (was_held) post_error(token, std::current_exception());
     } catch (const std::exception& e) {
         if (was_held)
-            report_error(token, in_doubt_error(errc::in_doubt, std::string(provider_->backend().name()),
-                                               std::string("release failed: ") + e.what()));
+            post_error(token, std::make_exception_ptr(in_doubt_error(
+                                  errc::in_doubt, std::string(provider_->backend().name()),
+                                  std::string("release failed: ") + e.what())));
     } catch (...) {
     }
     gate_->leave();
 }
 
-void mutex_impl::report_lost(std::uint64_t token, std::string reason) noexcept {
+void mutex_impl::mark_lost(std::uint64_t generation, std::string reason) noexcept {
+    std::lock_guard lk(state_mutex_);
+    if (generation != generation_) return;
+    if (acquiring_) {
+        if (!early_loss_) early_loss_ = std::move(reason);
+        return;
+    }
+    if (depth_ == 0 || !held_.exchange(false)) return;
+    post_lost(token_.load(), std::move(reason));
+}
+
+void mutex_impl::post_lost(std::uint64_t token, std::string reason) noexcept {
     if (!options_.on_lost) return;
     try {
-        options_.on_lost(lock_event{request_.name, token, std::move(reason)});
-    } catch (...) {
+        provider_->callbacks().post([callback = options_.on_lost, event = lock_event{request_.name, token, std::move(reason)}] {
+            callback(event);
+        });
+    } catch (...) {  // out of memory: the loss shows in held() all the same
     }
 }
 
-void mutex_impl::report_error(std::uint64_t token, const error& e) noexcept {
+// `e` holds a distlock::error (kept as an exception_ptr so that the callback
+// gets the most derived type, e.g. in_doubt_error, on the other thread).
+void mutex_impl::post_error(std::uint64_t token, std::exception_ptr e) noexcept {
     if (!options_.on_error) return;
     try {
-        options_.on_error(lock_event{request_.name, token, e.what()}, e);
+        provider_->callbacks().post([callback = options_.on_error, name = request_.name, token, e] {
+            try {
+                std::rethrow_exception(e);
+            } catch (const error& err) {
+                callback(lock_event{name, token, err.what()}, err);
+            }
+        });
     } catch (...) {
     }
-}
-
-std::function<void()> mutex_impl::mark_lost(std::uint64_t generation, std::string reason) {
-    std::lock_guard lk(state_mutex_);
-    if (generation != generation_ || depth_ == 0 || !held_.exchange(false)) return {};
-    lock_event event{request_.name, token_.load(), std::move(reason)};
-    auto callback = options_.on_lost;
-    return [callback = std::move(callback), event = std::move(event)] {
-        if (callback) callback(event);
-    };
-}
-
-std::function<void()> mark_lost(mutex_impl& m, std::uint64_t generation, std::string reason) {
-    return m.mark_lost(generation, std::move(reason));
 }
 
 }  // namespace distlock::detail

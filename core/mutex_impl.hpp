@@ -1,9 +1,12 @@
 // The state machine behind distlock::mutex: local queueing, reentrancy, the
-// backend's lock handle, renewal registration and loss reporting.
+// backend's lock handle, renewal registration and loss reporting (a loss is
+// recorded where it is found, by a backend's loss_sink, the renewal thread or
+// unlock(); the user's on_lost / on_error run on the provider's callback thread).
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -43,13 +46,21 @@ public:
     }
     const std::string& name() const noexcept { return request_.name; }
 
-    // Marks grant `generation` lost; returns the user's callback to run outside
-    // every lock (empty when stale or already lost).
-    std::function<void()> mark_lost(std::uint64_t generation, std::string reason);
-
 private:
-    void report_lost(std::uint64_t token, std::string reason) noexcept;
-    void report_error(std::uint64_t token, const error& e) noexcept;
+    // What a loss_sink points to: cleared (under its mutex) when the mutex_impl
+    // goes, so that a backend may keep a sink as long as it likes.
+    struct sink_target {
+        std::mutex mutex;
+        mutex_impl* impl = nullptr;
+    };
+    spi::loss_sink sink_for(std::uint64_t generation);
+    // Records that grant `generation` is lost and queues on_lost; a no-op when it
+    // is stale or already reported. A loss reported while that grant is still
+    // being acquired counts as soon as it is given.
+    void mark_lost(std::uint64_t generation, std::string reason) noexcept;
+    // Queue the user's callbacks on the provider's callback thread.
+    void post_lost(std::uint64_t token, std::string reason) noexcept;
+    void post_error(std::uint64_t token, std::exception_ptr e) noexcept;
 
     std::shared_ptr<provider_state> provider_;
     spi::lock_request request_;
@@ -57,8 +68,12 @@ private:
     std::unique_ptr<spi::lock_handle> handle_;
     std::shared_ptr<gate> gate_;
 
+    std::shared_ptr<sink_target> sink_target_;
+
     std::mutex state_mutex_;  // guards the fields below
-    std::uint64_t generation_ = 0;
+    std::uint64_t generation_ = 0;  // of the current grant, or of the one being acquired
+    bool acquiring_ = false;        // acquire() of grant generation_ is under way
+    std::optional<std::string> early_loss_;  // reported while acquiring
     int depth_ = 0;  // reentrancy count of the owner thread; 0 = not held
     std::thread::id owner_;
     scheduler::entry_id entry_ = 0;
@@ -66,7 +81,5 @@ private:
     std::atomic<std::uint64_t> token_{0};
     std::atomic<std::chrono::steady_clock::rep> valid_until_{0};  // 0: no lease to watch
 };
-
-std::function<void()> mark_lost(mutex_impl& m, std::uint64_t generation, std::string reason);
 
 }  // namespace distlock::detail

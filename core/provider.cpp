@@ -79,6 +79,7 @@ distlock::mutex provider::mutex(std::string_view name, lock_options options) con
     request.name = std::string(name);
     request.lease = options.lease.count() > 0 ? options.lease : state_->default_lease();
     request.auto_renew = options.auto_renew;
+    request.renew_interval = std::max(std::chrono::milliseconds{1}, request.lease / 3);  // the lease/3 rule, here only
     request.retry_min = options.retry_min;
     request.retry_max = options.retry_max;
     auto handle = backend.make_lock(request);

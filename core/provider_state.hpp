@@ -1,5 +1,6 @@
 // The shared state behind distlock::provider: the backend, the renewal
-// scheduler, and the in-process wait queue ("gate") of each lock name.
+// scheduler, the thread that runs user callbacks, and the in-process wait queue
+// ("gate") of each lock name.
 #pragma once
 
 #include <condition_variable>
@@ -11,6 +12,7 @@
 #include <unordered_map>
 
 #include "distlock/spi/backend.hpp"
+#include "callbacks.hpp"
 #include "scheduler.hpp"
 
 namespace distlock::detail {
@@ -48,6 +50,7 @@ public:
 
     spi::backend& backend() noexcept { return *backend_; }
     detail::scheduler& scheduler() noexcept { return scheduler_; }
+    callback_thread& callbacks() noexcept { return callbacks_; }
     const std::string& scheme() const noexcept { return scheme_; }
     const std::string& url() const noexcept { return url_; }
     std::chrono::milliseconds default_lease() const noexcept { return default_lease_; }
@@ -57,7 +60,8 @@ private:
     std::shared_ptr<spi::backend> backend_;
     std::string scheme_, url_;
     std::chrono::milliseconds default_lease_;
-    detail::scheduler scheduler_;  // after backend_: stopped before the backend goes
+    callback_thread callbacks_;    // after backend_, before scheduler_: runs what the scheduler queued
+    detail::scheduler scheduler_;  // after both: stopped before they go
     std::mutex gates_mutex_;
     std::unordered_map<std::string, std::weak_ptr<gate>> gates_;
 };

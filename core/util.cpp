@@ -15,7 +15,6 @@
 
 #include "distlock/provider.hpp"
 #include "distlock/spi/backend.hpp"
-#include "mutex_impl.hpp"
 
 namespace distlock {
 
@@ -184,22 +183,10 @@ bool backoff::sleep(deadline until) {
     return true;
 }
 
-void lock_handle::report_lost(std::string reason) noexcept {
-    try {
-        std::function<void()> notify;
-        {
-            // Holding sink_mutex_ keeps the mutex_impl alive: the core detaches
-            // (under this mutex) before releasing or destroying it.
-            std::lock_guard lk(sink_mutex_);
-            if (loss_owner_ != nullptr) notify = detail::mark_lost(*loss_owner_, loss_generation_, std::move(reason));
-        }
-        if (notify) notify();  // the user's callback, outside every lock
-    } catch (...) {
-    }
-}
-
 void backend::keepalive_batch(std::span<lock_handle* const> handles, std::span<keepalive_result> results) {
-    for (std::size_t i = 0; i < handles.size(); ++i) results[i] = handles[i]->keepalive();
+    for (std::size_t i = 0; i < handles.size(); ++i)
+        results[i] = keepalive_result::lost("the " + std::string(name()) +
+                                            " backend does not implement renewals or checks (keepalive_batch)");
 }
 
 void backend::break_lock(std::string_view) {

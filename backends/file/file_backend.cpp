@@ -26,7 +26,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-[[noreturn]] void sys_fail(const std::string& what, int err) {
+[[noreturn]] void throw_client_error(const std::string& what, int err) {
     errc code = (err == EACCES || err == EPERM || err == EROFS) ? errc::access_denied : errc::unavailable;
     throw_error(code, "file", what, err, std::strerror(err));
 }
@@ -70,7 +70,7 @@ std::string file_name(std::string_view name) {
 std::uint64_t read_counter(int fd) {
     char buf[32] = {};
     ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-    if (n < 0) sys_fail("cannot read the lock file's counter", errno);
+    if (n < 0) throw_client_error("cannot read the lock file's counter", errno);
     std::uint64_t value = 0;
     std::from_chars(buf, buf + n, value);  // empty or garbage = 0
     return value;
@@ -81,8 +81,8 @@ void write_counter(int fd, std::uint64_t value, bool sync) {
     auto [end, ec] = std::to_chars(buf, buf + sizeof buf - 1, value);
     *end++ = '\n';
     auto len = static_cast<std::size_t>(end - buf);
-    if (::pwrite(fd, buf, len, 0) != static_cast<ssize_t>(len)) sys_fail("cannot write the lock file's counter", errno);
-    if (sync && ::fdatasync(fd) != 0) sys_fail("fdatasync of the lock file failed", errno);
+    if (::pwrite(fd, buf, len, 0) != static_cast<ssize_t>(len)) throw_client_error("cannot write the lock file's counter", errno);
+    if (sync && ::fdatasync(fd) != 0) throw_client_error("fdatasync of the lock file failed", errno);
 }
 
 // The token after `stored`. A lock file without a counter (new, or deleted and
@@ -113,11 +113,11 @@ public:
     handle(const settings& s, const spi::lock_request& r)
         : settings_(s), name_(r.name), path_((s.dir / file_name(r.name)).string()), retry_max_(r.retry_max) {}
 
-    std::optional<spi::grant> acquire(spi::deadline until) override {
+    std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink&) override {
         spi::backoff wait(1ms, retry_max_);
         for (;;) {
             fd_guard fd(::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-            if (fd.get() < 0) sys_fail("cannot open lock file " + path_, errno);
+            if (fd.get() < 0) throw_client_error("cannot open lock file " + path_, errno);
             int watch = -1;
             bool locked = false;
             for (;;) {
@@ -125,7 +125,7 @@ public:
                     locked = true;
                     break;
                 }
-                if (errno != EWOULDBLOCK && errno != EINTR) sys_fail("flock failed on " + path_, errno);
+                if (errno != EWOULDBLOCK && errno != EINTR) throw_client_error("flock failed on " + path_, errno);
                 if (spi::clock::now() >= until) {
                     unwatch(watch);
                     return std::nullopt;
@@ -165,9 +165,10 @@ public:
             throw_error(errc::not_owner, "file", "lock file " + path_ + " was replaced while held: the lock was lost");
     }
 
-    std::chrono::milliseconds keepalive_interval() const override { return settings_.check; }
+    std::chrono::milliseconds check_interval() const override { return settings_.check; }
 
-    spi::keepalive_result keepalive() override {
+    // Still ours: the path still names the file we hold the lock on.
+    spi::keepalive_result check() const {
         if (!same_file(fd_.get(), path_))
             return spi::keepalive_result::lost("lock file " + path_ + " was removed or replaced");
         return spi::keepalive_result::ok();
@@ -213,6 +214,9 @@ public:
     std::unique_ptr<spi::lock_handle> make_lock(const spi::lock_request& r) override {
         return std::make_unique<handle>(settings_, r);
     }
+    void keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) override {
+        for (std::size_t i = 0; i < handles.size(); ++i) results[i] = static_cast<const handle*>(handles[i])->check();
+    }
     // Replaces the lock file by a fresh one that keeps the counter, so the holder
     // (still locking the old inode) learns of the loss and tokens keep increasing.
     void break_lock(std::string_view name) override {
@@ -221,9 +225,9 @@ public:
         if (fd_guard old(::open(path.c_str(), O_RDONLY | O_CLOEXEC)); old.get() >= 0) counter = read_counter(old.get());
         auto tmp = path + ".break-" + spi::random_token();
         fd_guard fresh(::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-        if (fresh.get() < 0) sys_fail("cannot create " + tmp, errno);
+        if (fresh.get() < 0) throw_client_error("cannot create " + tmp, errno);
         write_counter(fresh.get(), counter, settings_.sync);
-        if (::rename(tmp.c_str(), path.c_str()) != 0) sys_fail("cannot replace " + path, errno);
+        if (::rename(tmp.c_str(), path.c_str()) != 0) throw_client_error("cannot replace " + path, errno);
     }
 
 private:
@@ -246,10 +250,10 @@ void register_backend(spi::registry& r) {
         if (s.check.count() <= 0) throw_error(errc::invalid_argument, "file", "check must be positive");
         std::error_code ec;
         std::filesystem::create_directories(s.dir, ec);
-        if (ec) sys_fail("cannot use directory " + s.dir.string(), ec.value());  // EACCES, EPERM, EROFS: denied
+        if (ec) throw_client_error("cannot use directory " + s.dir.string(), ec.value());  // EACCES, EPERM, EROFS: denied
         if (!std::filesystem::is_directory(s.dir))
             throw_error(errc::invalid_argument, "file", s.dir.string() + " exists and is not a directory");
-        if (::access(s.dir.c_str(), R_OK | W_OK | X_OK) != 0) sys_fail("cannot write in " + s.dir.string(), errno);
+        if (::access(s.dir.c_str(), R_OK | W_OK | X_OK) != 0) throw_client_error("cannot write in " + s.dir.string(), errno);
         return std::make_shared<backend>(std::move(s));
     });
 }

@@ -11,11 +11,10 @@
 namespace distlock::backends::memory {
 namespace {
 
-using namespace std::chrono_literals;
-
 struct slot {
     std::uint64_t grant = 0;    // current grant id, 0 = free
     std::uint64_t counter = 0;  // fencing counter, survives release
+    spi::loss_sink lost;        // of the current grant: break_lock reports through it
 };
 
 struct table {
@@ -38,13 +37,14 @@ class handle final : public spi::lock_handle {
 public:
     handle(table& t, std::string name) : table_(t), name_(std::move(name)) {}
 
-    std::optional<spi::grant> acquire(spi::deadline until) override {
+    std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink& lost) override {
         std::unique_lock lk(table_.mutex);
         auto& s = table_.slots[name_];
         auto free = [&] { return s.grant == 0; };
         if (until == spi::deadline::max()) table_.released.wait(lk, free);
         else if (!table_.released.wait_until(lk, until, free)) return std::nullopt;
         grant_ = s.grant = table_.next_grant++;
+        s.lost = lost;
         return spi::grant{++s.counter, spi::clock::now()};  // no lease
     }
 
@@ -55,17 +55,8 @@ public:
         if (s.grant != mine || mine == 0)
             throw_error(errc::not_owner, "memory", "lock '" + name_ + "' is no longer held by this handle");
         s.grant = 0;
+        s.lost = {};
         table_.released.notify_all();
-    }
-
-    std::chrono::milliseconds keepalive_interval() const override { return 50ms; }
-
-    spi::keepalive_result keepalive() override {
-        std::lock_guard lk(table_.mutex);
-        auto it = table_.slots.find(name_);
-        if (it == table_.slots.end() || it->second.grant != grant_)
-            return spi::keepalive_result::lost("the lock was broken (testing::break_lock)");
-        return spi::keepalive_result::ok();
     }
 
 private:
@@ -89,10 +80,17 @@ public:
         return std::make_unique<handle>(table_, r.name);
     }
     void break_lock(std::string_view name) override {
-        std::lock_guard lk(table_.mutex);
-        auto it = table_.slots.find(name);
-        if (it != table_.slots.end()) it->second.grant = 0;
-        table_.released.notify_all();
+        spi::loss_sink lost;
+        {
+            std::lock_guard lk(table_.mutex);
+            auto it = table_.slots.find(name);
+            if (it != table_.slots.end()) {
+                it->second.grant = 0;
+                lost = std::exchange(it->second.lost, {});
+            }
+            table_.released.notify_all();
+        }
+        lost("the lock was broken (testing::break_lock)");
     }
 
 private:

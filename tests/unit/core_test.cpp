@@ -40,12 +40,19 @@ struct fake_state {
     distlock::errc release_error{};
     // lock_handle::validity(): a session that can expire unseen (0 = none).
     std::chrono::milliseconds validity{0};
+    // acquire() reports its own grant lost before returning (a watch that fires
+    // while the reply is on its way).
+    bool lose_while_acquiring = false;
+    // The renewal thread, as seen by keepalive_batch.
+    std::thread::id renewal_thread;
 };
 
 class fake_handle final : public spi::lock_handle {
 public:
     fake_handle(fake_state& s, std::chrono::milliseconds interval) : s_(s), interval_(interval) {}
-    std::optional<spi::grant> acquire(spi::deadline) override {
+    std::optional<spi::grant> acquire(spi::deadline, const spi::loss_sink& lost) override {
+        lost_ = lost;
+        if (s_.lose_while_acquiring) lost("lost before the reply came");
         const bool late = s_.late_replies.fetch_sub(1) > 0;
         return spi::grant{static_cast<std::uint64_t>(++s_.acquires),
                           spi::clock::now() - (late ? s_.reply_delay : std::chrono::milliseconds{0})};
@@ -54,9 +61,9 @@ public:
         ++s_.releases;
         if (s_.release_error != distlock::errc{}) distlock::throw_error(s_.release_error, "fake", "scripted release failure");
     }
-    std::chrono::milliseconds keepalive_interval() const override { return interval_; }
+    std::chrono::milliseconds check_interval() const override { return interval_; }
     std::chrono::milliseconds validity() const override { return s_.validity; }
-    spi::keepalive_result keepalive() override {
+    spi::keepalive_result keepalive() {
         ++s_.keepalives;
         std::unique_lock lk(s_.mutex);
         s_.stalled = s_.stall;
@@ -64,11 +71,12 @@ public:
         s_.stalled = false;
         return {s_.answer, "scripted"};
     }
-    void lose(const std::string& why) { report_lost(why); }
+    void lose(const std::string& why) { lost_(why); }
 
 private:
     fake_state& s_;
     std::chrono::milliseconds interval_;
+    spi::loss_sink lost_;
 };
 
 class fake_backend final : public spi::backend {
@@ -88,8 +96,9 @@ public:
         {
             std::lock_guard lk(s_.mutex);
             s_.largest_batch = std::max(s_.largest_batch, hs.size());
+            s_.renewal_thread = std::this_thread::get_id();
         }
-        spi::backend::keepalive_batch(hs, out);
+        for (std::size_t i = 0; i < hs.size(); ++i) out[i] = static_cast<fake_handle*>(hs[i])->keepalive();
     }
     fake_handle* last = nullptr;
 
@@ -307,7 +316,7 @@ TEST_CASE("a loss that unlock() finds is reported once, through on_lost and not 
         const auto token = m.token();
         s.release_error = code;
         m.unlock();
-        CHECK(lost.load() == 1);
+        CHECK(distlock::test::eventually([&] { return lost.load() == 1; }, 2s));
         CHECK(lost_token == token);
         CHECK(errors.load() == 0);
     }
@@ -325,8 +334,8 @@ TEST_CASE("a loss that unlock() finds is reported once, through on_lost and not 
     m.lock();
     s.release_error = distlock::errc::in_doubt;
     m.unlock();
+    CHECK(distlock::test::eventually([&] { return errors.load() == 1; }, 2s));
     CHECK(lost.load() == 0);
-    CHECK(errors.load() == 1);
 }
 
 TEST_CASE("a loss already reported is not reported again when unlock() finds it", "[loss]") {
@@ -422,14 +431,171 @@ TEST_CASE("a backend's asynchronous loss report reaches the holder, and a stale 
     auto* h = b->last;
     m.unlock();
     h->lose("after unlock: stale");
-    CHECK(lost.load() == 0);
     m.lock();
+    CHECK(m.held());
     h->lose("session expired");
-    CHECK_FALSE(m.held());
-    CHECK(lost.load() == 1);
+    CHECK_FALSE(m.held());  // at once, on the reporting thread
+    CHECK(distlock::test::eventually([&] { return lost.load() >= 1; }, 2s));
     h->lose("again");
+    std::this_thread::sleep_for(100ms);
+    // Callbacks run in the order they were queued: a report of the stale loss
+    // would have come first, so exactly one means neither stale nor repeated
+    // reports got through.
     CHECK(lost.load() == 1);
     m.unlock();
+}
+
+TEST_CASE("on_lost and on_error run on the provider's callback thread, never the reporting or renewal thread",
+          "[callbacks]") {
+    fake_state s;
+    std::shared_ptr<fake_backend> b;
+    auto p = fake_provider(s, 300ms, true, &b);
+    std::mutex mu;
+    std::set<std::thread::id> callback_threads;
+    std::atomic<int> lost{0}, errors{0};
+    distlock::lock_options o;
+    o.on_lost = [&](const distlock::lock_event&) {
+        std::lock_guard lk(mu);
+        callback_threads.insert(std::this_thread::get_id());
+        ++lost;
+    };
+    o.on_error = [&](const distlock::lock_event&, const distlock::error&) {
+        std::lock_guard lk(mu);
+        callback_threads.insert(std::this_thread::get_id());
+        ++errors;
+    };
+    auto m = p.mutex("where", o);
+    // A loss reported by the backend on this thread.
+    m.lock();
+    b->last->lose("reported on the test thread");
+    CHECK(distlock::test::eventually([&] { return lost.load() == 1; }, 2s));
+    m.unlock();
+    // Failed renewals (on_error) and then a lost one, found by the renewal thread.
+    m.lock();
+    {
+        std::lock_guard lk(s.mutex);
+        s.answer = spi::keepalive_result::status::failed;
+    }
+    CHECK(distlock::test::eventually([&] { return errors.load() >= 1; }, 2s));
+    {
+        std::lock_guard lk(s.mutex);
+        s.answer = spi::keepalive_result::status::lost;
+    }
+    CHECK(distlock::test::eventually([&] { return lost.load() == 2; }, 2s));
+    m.unlock();
+    std::lock_guard lk(mu);
+    std::lock_guard lk2(s.mutex);
+    CHECK(callback_threads.size() == 1);  // one thread ran all of them
+    CHECK(callback_threads.count(std::this_thread::get_id()) == 0);
+    CHECK(s.renewal_thread != std::thread::id{});
+    CHECK(callback_threads.count(s.renewal_thread) == 0);
+}
+
+TEST_CASE("a renewal stuck in the backend does not delay another lock's on_lost", "[callbacks]") {
+    fake_state s;
+    std::shared_ptr<fake_backend> b;
+    auto p = fake_provider(s, 300ms, false, &b);  // no lease: only locks with auto_renew are checked
+    auto checked = p.mutex("checked");
+    checked.lock();  // checked every 100 ms; its check will be stuck
+    distlock::lock_options o;
+    o.auto_renew = false;  // never checked: its loss comes from the backend only
+    std::atomic<int> lost{0};
+    o.on_lost = [&](const distlock::lock_event&) { ++lost; };
+    auto other = p.mutex("other", o);
+    other.lock();
+    auto* h = b->last;
+    {
+        std::lock_guard lk(s.mutex);
+        s.stall = true;
+    }
+    REQUIRE(distlock::test::eventually([&] { return s.stalled.load(); }, 2s));
+    h->lose("session expired");
+    CHECK(distlock::test::eventually([&] { return lost.load() == 1; }, 2s));
+    CHECK(s.stalled.load());  // still stuck while on_lost ran
+    {
+        std::lock_guard lk(s.mutex);
+        s.stall = false;
+    }
+    s.cv.notify_all();
+    other.unlock();
+    checked.unlock();
+}
+
+TEST_CASE("on_lost may call unlock() on its own mutex", "[callbacks]") {
+    for (bool from_backend : {false, true}) {
+        INFO((from_backend ? "loss reported by the backend" : "loss found by the renewal thread"));
+        fake_state s;
+        std::shared_ptr<fake_backend> b;
+        auto p = fake_provider(s, 150ms, true, &b);
+        distlock::mutex* self = nullptr;
+        std::atomic<bool> unlocked{false};
+        distlock::lock_options o;
+        o.on_lost = [&](const distlock::lock_event&) {
+            self->unlock();
+            unlocked = true;
+        };
+        auto m = p.mutex("unlock-in-callback", o);
+        self = &m;
+        m.lock();
+        if (from_backend) {
+            b->last->lose("gone");
+        } else {
+            std::lock_guard lk(s.mutex);
+            s.answer = spi::keepalive_result::status::lost;
+        }
+        CHECK(distlock::test::eventually([&] { return unlocked.load(); }, 2s));
+        CHECK(s.releases.load() == 1);
+        CHECK_FALSE(m.held());
+        {
+            std::lock_guard lk(s.mutex);
+            s.answer = spi::keepalive_result::status::ok;
+        }
+        REQUIRE(m.try_lock_for(1s));  // the mutex works again afterwards
+        CHECK(m.held());
+        m.unlock();
+        CHECK(s.releases.load() == 2);
+    }
+}
+
+TEST_CASE("a loss reported before acquire() returns counts as soon as the grant is given", "[loss]") {
+    fake_state s;
+    auto p = fake_provider(s, 10s);
+    s.lose_while_acquiring = true;
+    std::atomic<int> lost{0};
+    distlock::lock_options o;
+    o.on_lost = [&](const distlock::lock_event& e) {
+        CHECK(e.reason == "lost before the reply came");
+        ++lost;
+    };
+    auto m = p.mutex("early", o);
+    REQUIRE(m.try_lock());
+    CHECK_FALSE(m.held());
+    CHECK(distlock::test::eventually([&] { return lost.load() == 1; }, 2s));
+    m.unlock();
+    CHECK(s.releases.load() == 1);
+    std::this_thread::sleep_for(50ms);
+    CHECK(lost.load() == 1);
+}
+
+TEST_CASE("callbacks queued when the provider goes still run, before its destruction returns", "[callbacks]") {
+    fake_state s;
+    std::atomic<int> lost{0};
+    {
+        std::shared_ptr<fake_backend> b;
+        auto p = fake_provider(s, 10s, true, &b);
+        distlock::lock_options o;
+        o.on_lost = [&](const distlock::lock_event&) {
+            std::this_thread::sleep_for(50ms);
+            ++lost;
+        };
+        std::vector<distlock::mutex> ms;
+        for (int i = 0; i < 5; ++i) {
+            ms.push_back(p.mutex("going-" + std::to_string(i), o));
+            ms.back().lock();
+            b->last->lose("gone");
+        }
+    }  // mutexes and provider destroyed while callbacks are queued
+    CHECK(lost.load() == 5);
 }
 
 TEST_CASE("threads of one provider queue locally: one server acquire per turn", "[gate]") {

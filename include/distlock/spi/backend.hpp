@@ -4,14 +4,17 @@
 //   - a factory: (spi::url&) -> std::shared_ptr<spi::backend>, registered
 //     explicitly by a function `void register_<name>_backend(spi::registry&)`
 //     (the build generates the one function that calls them all);
-//   - a spi::backend: capabilities, a lock_handle per mutex, optional batched
-//     keepalive, a round-trip probe for benchmarks and the break_lock test hook;
-//   - a spi::lock_handle per distlock::mutex: acquire / release / keepalive.
+//   - a spi::backend: capabilities, a lock_handle per mutex, the batched
+//     keepalive (renewal and liveness check), a round-trip probe for benchmarks
+//     and the break_lock test hook;
+//   - a spi::lock_handle per distlock::mutex: acquire / release.
 //
 // The core (distlock::mutex) keeps every invariant around these hooks: the
 // in-process queue per name (only one thread per provider and name is ever inside
-// acquire()/holding), deadlines, reentrancy, the renewal schedule, the lost-lock
-// callback and never throwing from unlock(). A backend never includes its client
+// acquire()/holding), deadlines, reentrancy, the renewal schedule (when and how
+// often keepalive_batch() is called), the lost-lock and error callbacks (always
+// run on a core thread of their own, never on a backend's or the renewal
+// thread) and never throwing from unlock(). A backend never includes its client
 // library in a header under include/.
 #pragma once
 
@@ -19,7 +22,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -28,10 +30,6 @@
 #include "distlock/error.hpp"
 #include "distlock/options.hpp"
 #include "distlock/spi/url.hpp"
-
-namespace distlock::detail {
-class mutex_impl;
-}
 
 namespace distlock::spi {
 
@@ -42,7 +40,13 @@ using deadline = clock::time_point;
 struct lock_request {
     std::string name;                  // 1..max_name_length arbitrary bytes
     std::chrono::milliseconds lease;   // > 0, resolved (option, else URL lease=, else backend default)
-    bool auto_renew = true;            // the core will call keepalive() every keepalive_interval()
+    // Lease locks (feature::lease_expiry): whether the core renews the lease
+    // through backend::keepalive_batch() every `renew_interval`; without it the
+    // grant simply expires (and is reported lost) when its lease has passed.
+    bool auto_renew = true;
+    // lease/3, set by the core: the period of lease renewals; a lock without a
+    // lease may use it for check_interval() (how often a session is checked).
+    std::chrono::milliseconds renew_interval{0};
     std::chrono::milliseconds retry_min{5};
     std::chrono::milliseconds retry_max{250};
 };
@@ -76,11 +80,35 @@ struct grant {
     deadline sent;
 };
 
+// Where a backend reports that a grant is lost (session expired, connection
+// dropped, a watch saw the lock key deleted). The core hands one to each
+// acquire(); a backend that learns of losses by itself (a watch, an event
+// thread) keeps it with the grant. Calling it only records the loss and queues
+// the user's on_lost for the core's callback thread, so it may be called from
+// any thread, under the backend's own locks, even from a thread that release()
+// waits for. Thread-safe, never blocks on user code, never throws; a no-op once
+// the grant it came with was released or already reported lost, or when the
+// mutex is gone.
+class loss_sink {
+public:
+    loss_sink() noexcept = default;  // reports nowhere
+    explicit loss_sink(std::function<void(std::string reason)> report) noexcept : report_(std::move(report)) {}
+    void operator()(std::string reason) const noexcept {
+        if (!report_) return;
+        try {
+            report_(std::move(reason));
+        } catch (...) {
+        }
+    }
+
+private:
+    std::function<void(std::string)> report_;
+};
+
 // One per distlock::mutex. Threading contract (kept by the core):
 //  - acquire() and release() are called by one thread at a time;
-//  - keepalive() is called (by the provider's scheduler thread) only between a
-//    successful acquire() and the next release(), never concurrently with them;
-//  - report_lost() may be called by the backend from any thread while held.
+//  - the backend's keepalive_batch() receives a handle only between a
+//    successful acquire() and the next release(), never concurrently with them.
 class lock_handle {
 public:
     virtual ~lock_handle() = default;
@@ -91,8 +119,10 @@ public:
     // access_denied, ...). Must leave nothing behind on the server when it returns
     // nullopt or throws. A lease grant whose reply came after `sent + lease` is not
     // a grant: the core releases it (release() may then throw not_owner) and
-    // calls acquire() again while the deadline allows.
-    virtual std::optional<grant> acquire(deadline until) = 0;
+    // calls acquire() again while the deadline allows. `lost` reports the loss of
+    // the grant this call returns (see loss_sink); a loss reported before
+    // acquire() returns counts as soon as the grant is given.
+    virtual std::optional<grant> acquire(deadline until, const loss_sink& lost) = 0;
 
     // Releases the current grant. Throws not_owner_error when the lock is not ours
     // any more (the server says so, or the session that held it is gone: a loss
@@ -100,13 +130,12 @@ public:
     // The core catches everything (unlock() never throws).
     virtual void release() = 0;
 
-    // How often the core should call keepalive() while held: lease/3 for lease
-    // backends (when auto_renew), a liveness-check period for connection-held
-    // locks, 0 = never.
-    virtual std::chrono::milliseconds keepalive_interval() const { return std::chrono::milliseconds{0}; }
-
-    // Renews the lease or verifies the lock still exists. Must not throw.
-    virtual keepalive_result keepalive() { return keepalive_result::ok(); }
+    // For a lock without a lease (no feature::lease_expiry): how often the core
+    // should check through keepalive_batch() that the lock is still held (a
+    // database session, a ZooKeeper node, a lock file); 0 (the default) = never.
+    // Lease locks are renewed every lock_request::renew_interval when
+    // auto_renew, whatever this returns.
+    virtual std::chrono::milliseconds check_interval() const { return std::chrono::milliseconds{0}; }
 
     // For a lock without a per-lock lease that lives on a session the server can
     // expire while this process cannot tell (a ZooKeeper session: a paused
@@ -118,20 +147,6 @@ public:
     // session, the kernel); ignored for backends with feature::lease_expiry,
     // whose grants are valid for lock_request::lease.
     virtual std::chrono::milliseconds validity() const { return std::chrono::milliseconds{0}; }
-
-protected:
-    // Tells the core the current grant is lost (session expired, connection
-    // dropped, watch saw our key deleted). Thread-safe, idempotent, never throws.
-    // The user's on_lost callback runs on the calling thread, and it may call
-    // unlock(), which calls release(): never call this from a thread that
-    // release() waits for (a client library's event thread); queue it instead.
-    void report_lost(std::string reason) noexcept;
-
-private:
-    friend class distlock::detail::mutex_impl;
-    std::mutex sink_mutex_;
-    distlock::detail::mutex_impl* loss_owner_ = nullptr;  // set by the core while held
-    std::uint64_t loss_generation_ = 0;
 };
 
 class backend {
@@ -150,9 +165,14 @@ public:
     // One round trip of the cheapest request; nullopt for embedded backends.
     virtual std::optional<std::chrono::nanoseconds> round_trip() { return std::nullopt; }
 
-    // Keepalive of several held handles of this backend that are due together, so
-    // a backend can batch them into one round trip. `handles` are this backend's
-    // own; results[i] answers handles[i]. The default calls keepalive() on each.
+    // The one renewal hook, called by the core's renewal thread: renews the
+    // leases of (or, for locks without a lease, checks) several held handles of
+    // this backend that are due together, in as few round trips as the backend
+    // can. `handles` are this backend's own (made by make_lock); results[i]
+    // answers handles[i]. Should not throw (a throw counts as `failed` for
+    // all). The core calls it only for handles that need it: lease locks with
+    // auto_renew, and locks whose check_interval() is not 0. The default
+    // reports every handle lost: a backend with such locks must override it.
     virtual void keepalive_batch(std::span<lock_handle* const> handles,
                                  std::span<keepalive_result> results);
 
