@@ -59,14 +59,7 @@ export RUN
 log() { echo "[backends] $*" >&2; }
 
 # Shared helpers for the server scripts ---------------------------------------
-apt_ensure() {  # apt_ensure PKG... : install the missing ones
-    local missing=()
-    for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
-    [ ${#missing[@]} -eq 0 ] && return 0
-    log "installing ${missing[*]}"
-    if [ ! -f "$RUN/.apt-updated" ]; then apt-get update -q >/dev/null && touch "$RUN/.apt-updated"; fi
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
-}
+apt_ensure() { "$HERE/../scripts/apt-ensure" "$@"; }  # apt_ensure PKG... : install the missing ones
 wait_until() {  # wait_until SECONDS CMD... : retry CMD every 0.1 s
     local deadline=$(( $(date +%s%N) + $1 * 1000000000 )); shift
     until "$@" >/dev/null 2>&1; do

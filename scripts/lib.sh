@@ -12,20 +12,7 @@ FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 
 say() { echo "==> $*" >&2; }
 
-ensure_packages() {
-    local missing=() p
-    for p in "$@"; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
-    done
-    [ ${#missing[@]} -eq 0 ] && return 0
-    if [ "$(id -u)" != 0 ]; then
-        echo "missing Debian packages: ${missing[*]} (run as root, or install them first)" >&2
-        return 1
-    fi
-    say "installing ${missing[*]}"
-    apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
-}
+ensure_packages() { "$(dirname "${BASH_SOURCE[0]}")/apt-ensure" "$@"; }
 
 # configure_and_build DIR SANITIZERS [TARGET...]   (DISTLOCK_CONFIGURE_ARGS: more -D options)
 configure_and_build() {

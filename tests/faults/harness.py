@@ -1244,14 +1244,8 @@ def grant_open(path):
 def ensure_faketime():
     if os.path.exists(LIBFAKETIME):
         return
-    say("installing Debian's faketime (libfaketime) with apt-get")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    r = subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", "faketime"],
-                       env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True)
-        subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", "faketime"],
-                       env=env, capture_output=True)
+    apt_ensure = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "apt-ensure")
+    subprocess.run([apt_ensure, "faketime"], capture_output=True)
     if not os.path.exists(LIBFAKETIME):
         raise HarnessError("libfaketime is missing (%s) and could not be installed" % LIBFAKETIME)
 

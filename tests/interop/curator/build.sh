@@ -6,16 +6,9 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 OUT=${1:?usage: build.sh OUT_DIR}
-need=()
-for p in libcurator-recipes-java libslf4j-java python3-kazoo; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || need+=("$p")
-done
+need=(libcurator-recipes-java libslf4j-java python3-kazoo)
 command -v javac >/dev/null || need+=(default-jdk-headless)
-if [ ${#need[@]} -gt 0 ]; then
-    echo "installing ${need[*]}" >&2
-    apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
-fi
+"$HERE/../../../scripts/apt-ensure" "${need[@]}"
 J=/usr/share/java
 CP="$J/curator-recipes.jar:$J/curator-framework.jar:$J/curator-client.jar:$J/zookeeper.jar:$J/zookeeper-jute.jar"
 CP="$CP:$J/guava.jar:$J/slf4j-api.jar:$J/slf4j-nop.jar"
