@@ -170,9 +170,8 @@ bool mutex_impl::lock_until(spi::deadline until) {
         auto failed = [this, generation, tok = granted->token](const std::string& why) {
             std::lock_guard lk(state_mutex_);
             if (generation != generation_ || !held_) return;
-            post_error(tok, std::make_exception_ptr(unavailable_error(errc::unavailable,
-                                                                      std::string(provider_->backend().name()),
-                                                                      "renewal of '" + request_.name + "' failed: " + why)));
+            post_error(tok, unavailable_error(errc::unavailable, std::string(provider_->backend().name()),
+                                              "renewal of '" + request_.name + "' failed: " + why));
         };
         try {
             const bool renew = interval.count() > 0;
@@ -216,12 +215,11 @@ void mutex_impl::unlock() noexcept {
         // reported through on_lost like every other (once: not if already reported).
         const bool gone = e.code_value() == errc::not_owner || e.code_value() == errc::lock_lost;
         if (was_held && gone) post_lost(token, e.what());
-        else if (was_held) post_error(token, std::current_exception());
+        else if (was_held) post_error(token, e);
     } catch (const std::exception& e) {
         if (was_held)
-            post_error(token, std::make_exception_ptr(in_doubt_error(
-                                  errc::in_doubt, std::string(provider_->backend().name()),
-                                  std::string("release failed: ") + e.what())));
+            post_error(token, in_doubt_error(errc::in_doubt, std::string(provider_->backend().name()),
+                                             std::string("release failed: ") + e.what()));
     } catch (...) {
     }
     gate_->leave();
@@ -248,14 +246,16 @@ void mutex_impl::post_lost(std::uint64_t token, std::string reason) noexcept {
     }
 }
 
-// `e` holds a distlock::error (kept as an exception_ptr so that the callback
-// gets the most derived type, e.g. in_doubt_error, on the other thread).
-void mutex_impl::post_error(std::uint64_t token, std::exception_ptr e) noexcept {
+void mutex_impl::post_error(std::uint64_t token, const error& e) noexcept {
     if (!options_.on_error) return;
     try {
-        provider_->callbacks().post([callback = options_.on_error, name = request_.name, token, e] {
+        // The error is made again on the callback thread, of the same subclass
+        // (throw_error picks it by code), so that the callback can catch it by type.
+        provider_->callbacks().post([callback = options_.on_error, name = request_.name, token, code = e.code_value(),
+                                     backend = e.backend(), reason = e.reason(), native = e.native_code(),
+                                     native_message = e.native_message()] {
             try {
-                std::rethrow_exception(e);
+                throw_error(code, backend, reason, native, native_message);
             } catch (const error& err) {
                 callback(lock_event{name, token, err.what()}, err);
             }

@@ -6,7 +6,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -60,7 +59,7 @@ private:
     void mark_lost(std::uint64_t generation, std::string reason) noexcept;
     // Queue the user's callbacks on the provider's callback thread.
     void post_lost(std::uint64_t token, std::string reason) noexcept;
-    void post_error(std::uint64_t token, std::exception_ptr e) noexcept;
+    void post_error(std::uint64_t token, const error& e) noexcept;
 
     std::shared_ptr<provider_state> provider_;
     spi::lock_request request_;
