@@ -27,7 +27,11 @@ namespace {
 using namespace std::chrono_literals;
 
 [[noreturn]] void throw_client_error(const std::string& what, int err) {
-    errc code = (err == EACCES || err == EPERM || err == EROFS) ? errc::access_denied : errc::unavailable;
+    // Denied; a path that names something other than a directory (a file where
+    // the URL wants a directory: fix the URL); else the file system failed.
+    errc code = (err == EACCES || err == EPERM || err == EROFS) ? errc::access_denied
+                : (err == ENOTDIR || err == EEXIST)              ? errc::invalid_argument
+                                                                  : errc::unavailable;
     throw_error(code, "file", what, err, std::strerror(err));
 }
 

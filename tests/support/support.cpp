@@ -64,4 +64,44 @@ std::string trim_end(std::string text) {
     return text;
 }
 
+distlock::lock_options loss_recorder::options(distlock::lock_options base) {
+    base.on_lost = [this](const distlock::lock_event& e) {
+        std::lock_guard lk(mutex_);
+        losses_.push_back(e);
+    };
+    base.on_error = [this](const distlock::lock_event& e, const distlock::error& err) {
+        std::lock_guard lk(mutex_);
+        errors_.emplace_back(e, err.code_value());
+    };
+    return base;
+}
+
+std::size_t loss_recorder::lost() const {
+    std::lock_guard lk(mutex_);
+    return losses_.size();
+}
+
+std::size_t loss_recorder::errors() const {
+    std::lock_guard lk(mutex_);
+    return errors_.size();
+}
+
+std::vector<distlock::lock_event> loss_recorder::losses() const {
+    std::lock_guard lk(mutex_);
+    return losses_;
+}
+
+std::vector<std::pair<distlock::lock_event, distlock::errc>> loss_recorder::error_events() const {
+    std::lock_guard lk(mutex_);
+    return errors_;
+}
+
+bool loss_recorder::wait_lost(std::size_t n, std::chrono::milliseconds limit) const {
+    return eventually([&] { return lost() >= n; }, limit);
+}
+
+bool loss_recorder::wait_errors(std::size_t n, std::chrono::milliseconds limit) const {
+    return eventually([&] { return errors() >= n; }, limit);
+}
+
 }  // namespace distlock::test

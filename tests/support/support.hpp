@@ -10,6 +10,9 @@
 #include <thread>
 #include <vector>
 
+#include "distlock/error.hpp"
+#include "distlock/options.hpp"
+
 namespace distlock::test {
 
 struct test_case_info {
@@ -95,6 +98,30 @@ private:
     }
     mutable std::mutex mutex_;
     std::string text_;
+};
+
+// Records what a lock's callbacks report (on_lost, on_error) for a test to
+// check. The callbacks run on the provider's callback thread, a little after
+// held() turns false: wait for them with wait_lost / wait_errors.
+class loss_recorder {
+public:
+    // `base` with on_lost and on_error recording here (one recorder may serve
+    // several mutexes).
+    distlock::lock_options options(distlock::lock_options base = {});
+    std::size_t lost() const;
+    std::size_t errors() const;
+    // Every on_lost event so far, in order.
+    std::vector<distlock::lock_event> losses() const;
+    // Every on_error so far: the event and the error's code.
+    std::vector<std::pair<distlock::lock_event, distlock::errc>> error_events() const;
+    // Until at least `n` were reported, or `limit` passed; true when they were.
+    bool wait_lost(std::size_t n, std::chrono::milliseconds limit) const;
+    bool wait_errors(std::size_t n, std::chrono::milliseconds limit) const;
+
+private:
+    mutable std::mutex mutex_;
+    std::vector<distlock::lock_event> losses_;
+    std::vector<std::pair<distlock::lock_event, distlock::errc>> errors_;
 };
 
 }  // namespace distlock::test
