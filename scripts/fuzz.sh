@@ -23,7 +23,7 @@ if [ ! -f "$dir/CMakeCache.txt" ]; then
     gen=()
     command -v ninja >/dev/null && gen=(-G Ninja)
     off=()
-    for b in REDIS MYSQL POSTGRES ZOOKEEPER ETCD CONSUL; do off+=("-DDISTLOCK_BACKEND_$b=OFF"); done
+    for b in REDIS REDLOCK MYSQL POSTGRES ZOOKEEPER ETCD CONSUL; do off+=("-DDISTLOCK_BACKEND_$b=OFF"); done
     CC=clang CXX=clang++ cmake -S . -B "$dir" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDISTLOCK_FUZZ=ON \
         -DDISTLOCK_SHARED=OFF -DDISTLOCK_SANITIZE=fuzzer-no-link,address,undefined -DDISTLOCK_BUILD_TESTS=OFF \
         -DDISTLOCK_BUILD_TOOLS=OFF -DDISTLOCK_INSTALL=OFF "${off[@]}" >"$dir.configure.log" 2>&1 \

@@ -1,216 +1,33 @@
 // redis://[user:password@]host[:port][/db][?strategy=plain|reentrant&...]
 //
-// strategy=plain (default): a string key `<prefix>{<name>}` set with SET NX PX to a
-//   random per-acquisition token; owner-checked Lua scripts release (DEL + PUBLISH
-//   on `<prefix>{<name>}:released`) and renew (PEXPIRE); the fencing token is an
-//   INCR of `<prefix>{<name>}:fence` (never expires) inside the acquire script.
-// strategy=reentrant: Redisson's RLock layout, so that a Java service using
-//   Redisson shares the lock: a hash at `<name>`, field `<client uuid>:<thread id>`
-//   holding the reentrancy count, PEXPIRE lease, release message "0" on
-//   `redisson_lock__channel:{<name>}`; fencing token INCR `redisson_lock_token:{<name>}`.
+// strategy=plain (default, plain_strategy.cpp): a token key set with SET NX PX,
+//   owner-checked release and renewal, a FIFO hand-off to one waiting client.
+// strategy=reentrant (reentrant_strategy.cpp): Redisson's RLock layout, so that a
+//   Java service using Redisson shares the lock.
 //
 // Waiting: subscribe to the lock's channel (one dedicated pub/sub connection per
 // provider) BEFORE retrying, then wait for a release message, bounded by the
 // remaining PTTL (an expiring key publishes nothing) and the caller's deadline.
 // Renewals of every due lock of a provider go out as one script: one round trip.
-#include <sys/syscall.h>
-#include <unistd.h>
-
+// Over the Redis client layer (backends/redis-client).
 #include <charconv>
 
-#include "common.hpp"
+#include "strategy.hpp"
+#include "subscriber.hpp"
 
 namespace distlock::backends::redis {
 namespace {
 
-enum class strategy { plain, reentrant };
+using namespace redis_client;
 
-// ---- Lua scripts ------------------------------------------------------------------
-// Replies: acquire -> {1, fencing token} | {0, PTTL of the holder's key}.
-
-// Plain strategy: a FIFO hand-off, so that a release wakes ONE waiting client.
-// Waiting clients queue their waiter id in `<base>:queue` (a LIST, in arrival
-// order) with a liveness deadline in `<base>:waiters` (a ZSET scored by server
-// time in ms). A release pops the first live waiter, reserves the key for it
-// for a short while (value "r:<waiter id>", PX reserve) and publishes
-// "h <waiter id> <reserve ms>": only that waiter retries; the others just move
-// their wake-up to the end of the reservation (in case that waiter died). With no
-// live waiter, the key is deleted and "released" published.
-const std::string handoff_lua = R"lua(
-local function handoff(key, queue, alive, channel, reserve)
-  local now = nil
-  for i = 1, 100 do
-    local id = redis.call('lpop', queue)
-    if not id then break end
-    if not now then
-      local t = redis.call('time')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    end
-    local expiry = redis.call('zscore', alive, id)
-    redis.call('zrem', alive, id)
-    if expiry and tonumber(expiry) > now then
-      redis.call('set', key, 'r:' .. id, 'PX', reserve)
-      redis.call('publish', channel, 'h ' .. id .. ' ' .. reserve)
-      return 1
-    end
-  end
-  redis.call('del', key)
-  redis.call('publish', channel, 'released')
-  return 0
-end
-)lua";
-
-// The next fencing token from the fence key `key`. A fence must never go back,
-// even when the server lost its data (a restart without persistence, a failover
-// to a replica that had not got the key): a missing key starts from the
-// server's clock in microseconds, which is past every token handed out before
-// as long as fewer than a million grants a second were made and the server's
-// clock has not been set back by more than that margin.
-const std::string fence_lua = R"lua(
-local function next_fence(key)
-  if redis.call('exists', key) == 0 then
-    local t = redis.call('time')
-    redis.call('set', key, t[1] .. string.format('%06d', tonumber(t[2])))
-  end
-  return redis.call('incr', key)
-end
-)lua";
-
-// KEYS[1] lock key, KEYS[2] fence key, KEYS[3] queue, KEYS[4] waiters;
-// ARGV[1] token, ARGV[2] lease ms, ARGV[3] waiter id ("" = not waiting),
-// ARGV[4] liveness slack ms, ARGV[5] channel ("t <waiter id> <lease ms>" when a
-// reservation is taken up). Takes the key when free or reserved for us; else
-// (when waiting) queues us once and refreshes our liveness deadline.
-const std::string plain_acquire_lua = fence_lua + R"lua(
-local w = ARGV[3]
-local got = redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-if not got and w ~= '' and redis.call('get', KEYS[1]) == 'r:' .. w then
-  got = redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  -- the other waiters wait for the new holder's lease, not for the reservation
-  redis.call('publish', ARGV[5], 't ' .. w .. ' ' .. ARGV[2])
-end
-if got then
-  if w ~= '' and redis.call('zrem', KEYS[4], w) == 1 then
-    redis.call('lrem', KEYS[3], 1, w)
-  end
-  return {1, next_fence(KEYS[2])}
-end
-local pttl = redis.call('pttl', KEYS[1])
-if w ~= '' then
-  local t = redis.call('time')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local live = math.max(pttl, 1000) + tonumber(ARGV[4])
-  if not redis.call('zscore', KEYS[4], w) then
-    redis.call('rpush', KEYS[3], w)
-  end
-  redis.call('zadd', KEYS[4], now + live, w)
-  for _, k in ipairs({KEYS[3], KEYS[4]}) do
-    if redis.call('pttl', k) < live then redis.call('pexpire', k, live) end
-  end
-end
-return {0, pttl}
-)lua";
-
-// KEYS[1] lock key, KEYS[2] queue, KEYS[3] waiters; ARGV[1] token, ARGV[2]
-// channel, ARGV[3] reserve ms. 1 released (handed off or deleted), 0 not ours.
-const std::string plain_release_lua = handoff_lua + R"lua(
-if redis.call('get', KEYS[1]) ~= ARGV[1] then
-  return 0
-end
-handoff(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3])
-return 1
-)lua";
-
-// A waiter that gives up: KEYS as release; ARGV[1] waiter id, ARGV[2] channel,
-// ARGV[3] reserve ms. Leaves the queue, and passes on a reservation made for it.
-const std::string plain_leave_lua = handoff_lua + R"lua(
-if redis.call('zrem', KEYS[3], ARGV[1]) == 1 then
-  redis.call('lrem', KEYS[2], 1, ARGV[1])
-end
-if redis.call('get', KEYS[1]) == 'r:' .. ARGV[1] then
-  handoff(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3])
-end
-return 1
-)lua";
-
-// Redisson layout. KEYS[1] lock hash, KEYS[2] fence key; ARGV[1] lease ms, ARGV[2] field.
-const std::string reentrant_acquire_lua = fence_lua + R"lua(
-if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  local fence
-  if count == 1 then
-    fence = next_fence(KEYS[2])
-  else
-    fence = tonumber(redis.call('get', KEYS[2]) or '0')
-  end
-  return {1, fence}
-end
-return {0, redis.call('pttl', KEYS[1])}
-)lua";
-
-// KEYS[1] lock hash; ARGV[1] field, ARGV[2] lease ms, ARGV[3] channel.
-// -1 not ours, 0 still held (count > 0), 1 released.
-const char* const reentrant_release_lua = R"lua(
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
-  return -1
-end
-local count = redis.call('hincrby', KEYS[1], ARGV[1], -1)
-if count > 0 then
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return 0
-end
-redis.call('del', KEYS[1])
-redis.call('publish', ARGV[3], '0')
-return 1
-)lua";
-
-// KEYS[i] lock hashes; ARGV[2i-1] field, ARGV[2i] lease ms. Reply: 1/0 per key.
-const char* const reentrant_renew_lua = R"lua(
-local out = {}
-for i = 1, #KEYS do
-  if redis.call('hexists', KEYS[i], ARGV[2 * i - 1]) == 1 then
-    redis.call('pexpire', KEYS[i], ARGV[2 * i])
-    out[i] = 1
-  else
-    out[i] = 0
-  end
-end
-return out
-)lua";
+enum class strategy_name { plain, reentrant };
 
 struct settings {
     endpoint ep;
-    strategy strat = strategy::plain;
+    strategy_name strat = strategy_name::plain;
     std::string prefix = "distlock:";
     std::size_t pool_size = 8;
 };
-
-// Key, fence key and channel of a lock name.
-struct layout {
-    std::string key, fence, channel;
-    std::string queue, waiters;  // plain strategy: the FIFO hand-off (see above)
-};
-
-layout layout_for(const settings& s, std::string_view name) {
-    layout l;
-    if (s.strat == strategy::plain) {
-        const std::string base = s.prefix + "{" + std::string(name) + "}";
-        l.key = base;
-        l.fence = base + ":fence";
-        l.channel = base + ":released";
-        l.queue = base + ":queue";
-        l.waiters = base + ":waiters";
-    } else {
-        // Redisson: the channel wraps the name in braces unless it already has some.
-        const bool braced = name.find('{') != std::string_view::npos;
-        l.key = std::string(name);
-        l.channel = braced ? "redisson_lock__channel:" + std::string(name)
-                           : "redisson_lock__channel:{" + std::string(name) + "}";
-        l.fence = braced ? "redisson_lock_token:" + std::string(name) : "redisson_lock_token:{" + std::string(name) + "}";
-    }
-    return l;
-}
 
 long long as_integer(const redisReply* r) {
     if (r == nullptr) return 0;
@@ -223,8 +40,6 @@ long long as_integer(const redisReply* r) {
     return 0;
 }
 
-long current_thread_id() { return static_cast<long>(::syscall(SYS_gettid)); }
-
 class handle;
 
 class backend final : public spi::backend {
@@ -235,7 +50,7 @@ public:
         try {
             return pool_.run(std::forward<F>(f));
         } catch (const connection_failure& e) {
-            throw_connection_failure("redis", what + " failed", e);
+            throw_client_error("redis", what + " failed", e);
         }
     }
 
@@ -243,17 +58,15 @@ public:
         : settings_(std::move(s)),
           pool_(settings_.ep, settings_.pool_size),
           uuid_(spi::random_uuid()),
-          acquire_(settings_.strat == strategy::plain ? plain_acquire_lua : reentrant_acquire_lua),
-          release_(settings_.strat == strategy::plain ? plain_release_lua : std::string(reentrant_release_lua)),
-          renew_(settings_.strat == strategy::plain ? owner_renew_lua : reentrant_renew_lua),
-          leave_(plain_leave_lua) {
+          strategy_(settings_.strat == strategy_name::plain ? make_plain_strategy(settings_.prefix)
+                                                            : make_reentrant_strategy()) {
         caps_.crash_release_bound = std::chrono::milliseconds{0};  // the lease itself is the bound
-        caps_.reentrant = settings_.strat == strategy::reentrant;
+        caps_.reentrant = strategy_->reentrant();
         // Checks the server, the credentials and the database now: connect() fails
         // with a typed error instead of the first lock().
         call("connecting", [](connection& c) {
             auto r = c.command({"PING"});
-            if (is_error(r.get())) throw_reply_error("redis", r.get(), "PING at " + c.where().label());
+            if (is_error(r.get())) throw_client_error("redis", r.get(), "PING at " + c.where().label());
             return 0;
         });
     }
@@ -268,7 +81,7 @@ public:
             auto t0 = clock::now();
             auto r = c.command({"PING"});
             auto dt = clock::now() - t0;
-            if (is_error(r.get())) throw_reply_error("redis", r.get(), "PING");
+            if (is_error(r.get())) throw_client_error("redis", r.get(), "PING");
             return std::chrono::duration_cast<std::chrono::nanoseconds>(dt);
         });
     }
@@ -276,10 +89,10 @@ public:
     void keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) override;
 
     void break_lock(std::string_view lock_name) override {
-        auto l = layout_for(settings_, lock_name);
+        auto l = strategy_->layout_for(lock_name);
         call("DEL", [&](connection& c) {
             auto r = c.command({"DEL", l.key});
-            if (is_error(r.get())) throw_reply_error("redis", r.get(), "DEL");
+            if (is_error(r.get())) throw_client_error("redis", r.get(), "DEL");
             return 0;
         });
     }
@@ -299,16 +112,14 @@ public:
     const settings& config() const noexcept { return settings_; }
     pool& connections() noexcept { return pool_; }
     const std::string& uuid() const noexcept { return uuid_; }
-    const script& acquire_script() const noexcept { return acquire_; }
-    const script& release_script() const noexcept { return release_; }
-    const script& leave_script() const noexcept { return leave_; }
+    const strategy& strat() const noexcept { return *strategy_; }
 
 private:
     settings settings_;
     capabilities caps_;
     pool pool_;
     std::string uuid_;  // this client's id in Redisson hash fields
-    script acquire_, release_, renew_, leave_;
+    std::unique_ptr<const strategy> strategy_;
     std::mutex sub_mutex_;
     std::unique_ptr<subscriber> subscriber_;
 };
@@ -318,14 +129,13 @@ public:
     handle(backend& b, const spi::lock_request& r)
         : backend_(b),
           request_(r),
-          layout_(layout_for(b.config(), r.name)),
+          layout_(b.strat().layout_for(r.name)),
           lease_ms_(std::to_string(r.lease.count())) {}
 
     std::optional<spi::grant> acquire(deadline until) override {
-        const bool plain = backend_.config().strat == strategy::plain;
-        std::string owner =
-            plain ? spi::random_token() : backend_.uuid() + ":" + std::to_string(current_thread_id());
-        std::string waiter;  // plain: our id in the hand-off queue, once we queue
+        const bool queue = backend_.strat().queues();
+        std::string owner = backend_.strat().new_owner(backend_.uuid());
+        std::string waiter;  // our id in the hand-off queue, once we queue (strategy=plain)
         struct leave_guard {  // leaves the queue on every way out but a grant
             handle* self;
             std::string* waiter;
@@ -340,7 +150,7 @@ public:
         if (auto lingering = until > clock::now() ? backend_.reuse_subscription(layout_.channel) : nullptr) {
             // Still subscribed from a recent wait: queue with the very first try.
             sub = std::move(lingering);
-            if (plain) waiter = spi::random_token();
+            if (queue) waiter = spi::random_token();
         }
         for (;;) {
             if (sub) seen = sub->messages();
@@ -358,10 +168,10 @@ public:
                 // after the subscription is confirmed cannot be missed.
                 auto confirm = std::min(until, now + backend_.config().ep.command_timeout);
                 sub = backend_.sub().subscribe(layout_.channel, confirm);
-                if (plain && sub->confirmed()) waiter = spi::random_token();
+                if (queue && sub->confirmed()) waiter = spi::random_token();
                 continue;
             }
-            if (plain && waiter.empty() && sub->confirmed()) {
+            if (queue && waiter.empty() && sub->confirmed()) {
                 waiter = spi::random_token();  // the pub/sub connection is back: queue now
                 continue;
             }
@@ -415,8 +225,8 @@ public:
         long long result = 0;
         try {
             result = backend_.connections().run([&](connection& c) {
-                auto r = backend_.release_script().run(c, release_keys(), release_args(owner));
-                if (is_error(r.get())) throw_reply_error("redis", r.get(), "release of '" + request_.name + "'");
+                auto r = backend_.strat().release(c, layout_, owner, lease_ms_);
+                if (is_error(r.get())) throw_client_error("redis", r.get(), "release of '" + request_.name + "'");
                 return as_integer(r.get());
             });
         } catch (const connection_failure& e) {
@@ -424,8 +234,7 @@ public:
                         "release of '" + request_.name + "' failed: " + e.what() +
                             " (the lease will expire on the server)");
         }
-        const bool plain = backend_.config().strat == strategy::plain;
-        if ((plain && result == 0) || (!plain && result < 0))
+        if (!backend_.strat().released(result))
             throw_error(errc::not_owner, "redis",
                         "lock '" + request_.name + "' was no longer ours when released (expired or deleted on the server)");
     }
@@ -448,23 +257,11 @@ public:
     const std::string& name() const noexcept { return request_.name; }
 
 private:
-    static constexpr auto liveness_slack = std::chrono::milliseconds{2000};
-    static constexpr std::string_view reserve_ms = "500";  // a hand-off waits this long for its waiter
-
-    std::vector<std::string_view> release_keys() const {
-        if (backend_.config().strat == strategy::plain) return {layout_.key, layout_.queue, layout_.waiters};
-        return {layout_.key};
-    }
-    std::vector<std::string_view> release_args(const std::string& owner) const {
-        if (backend_.config().strat == strategy::plain) return {owner, layout_.channel, reserve_ms};
-        return {owner, lease_ms_, layout_.channel};
-    }
-
     // Best effort: leave the hand-off queue (and pass on a reservation made for us).
     void leave(const std::string& waiter) noexcept {
         try {
             backend_.connections().run([&](connection& c) {
-                backend_.leave_script().run(c, release_keys(), {waiter, layout_.channel, reserve_ms});
+                backend_.strat().leave(c, layout_, waiter);
                 return 0;
             });
         } catch (...) {
@@ -473,20 +270,10 @@ private:
 
     // One acquire script: {acquired, fencing token or PTTL}.
     std::pair<bool, long long> attempt(const std::string& owner, const std::string& waiter) {
-        const bool plain = backend_.config().strat == strategy::plain;
-        static const std::string slack = std::to_string(liveness_slack.count());
-        std::vector<std::string_view> keys, args;
-        if (plain) {
-            keys = {layout_.key, layout_.fence, layout_.queue, layout_.waiters};
-            args = {owner, lease_ms_, waiter, slack, layout_.channel};
-        } else {
-            keys = {layout_.key, layout_.fence};
-            args = {lease_ms_, owner};
-        }
         try {
             return backend_.connections().run([&](connection& c) {
-                auto r = backend_.acquire_script().run(c, keys, args);
-                if (is_error(r.get())) throw_reply_error("redis", r.get(), "acquire of '" + request_.name + "'");
+                auto r = backend_.strat().acquire(c, layout_, owner, lease_ms_, waiter);
+                if (is_error(r.get())) throw_client_error("redis", r.get(), "acquire of '" + request_.name + "'");
                 if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
                     throw_error(errc::unavailable, "redis", "unexpected reply to the acquire script: " + reply_text(r.get()));
                 return std::pair<bool, long long>(as_integer(r->element[0]) == 1, as_integer(r->element[1]));
@@ -496,7 +283,7 @@ private:
                 // The script may have run: undo it (best effort) so that nothing is left behind.
                 try {
                     backend_.connections().run([&](connection& c) {
-                        backend_.release_script().run(c, release_keys(), release_args(owner));
+                        backend_.strat().release(c, layout_, owner, lease_ms_);
                         return 0;
                     });
                 } catch (...) {
@@ -543,9 +330,9 @@ void backend::keepalive_batch(std::span<spi::lock_handle* const> handles, std::s
                 std::vector<std::string_view> k(keys.begin() + static_cast<long>(start), keys.begin() + static_cast<long>(end));
                 std::vector<std::string_view> a(args.begin() + static_cast<long>(2 * start),
                                                 args.begin() + static_cast<long>(2 * end));
-                auto cmd = renew_.eval_args(k, a, numkeys[n]);
+                auto cmd = strategy_->renew_script().eval_args(k, a, numkeys[n]);
                 cmd[0] = "EVALSHA";
-                cmd[1] = renew_.sha1();
+                cmd[1] = strategy_->renew_script().sha1();
                 c.append(cmd);
             }
             c.flush();
@@ -559,7 +346,7 @@ void backend::keepalive_batch(std::span<spi::lock_handle* const> handles, std::s
                 std::vector<std::string_view> k(keys.begin() + static_cast<long>(start), keys.begin() + static_cast<long>(end));
                 std::vector<std::string_view> a(args.begin() + static_cast<long>(2 * start),
                                                 args.begin() + static_cast<long>(2 * end));
-                out[n] = renew_.eval(c, k, a);
+                out[n] = strategy_->renew_script().eval(c, k, a);
             }
             return out;
         });
@@ -588,29 +375,6 @@ void backend::keepalive_batch(std::span<spi::lock_handle* const> handles, std::s
 
 }  // namespace
 
-endpoint endpoint_from_url(spi::url& u, const std::string& backend_name, std::chrono::milliseconds connect_default,
-                           std::chrono::milliseconds command_default) {
-    endpoint ep;
-    ep.backend_name = backend_name;
-    ep.user = u.user();
-    ep.password = u.password();
-    if (!u.path().empty() && u.path() != "/") {
-        std::string_view db(u.path());
-        db.remove_prefix(1);
-        int value = -1;
-        auto [p, ec] = std::from_chars(db.data(), db.data() + db.size(), value);
-        if (ec != std::errc{} || p != db.data() + db.size() || value < 0)
-            throw_error(errc::invalid_argument, backend_name,
-                        "the URL path must be a database number (/0, /1, ...), not '" + u.path() + "'");
-        ep.db = value;
-    }
-    ep.connect_timeout = u.take_duration("connect_timeout").value_or(connect_default);
-    ep.command_timeout = u.take_duration("timeout").value_or(command_default);
-    if (ep.connect_timeout.count() <= 0 || ep.command_timeout.count() <= 0)
-        throw_error(errc::invalid_argument, backend_name, "connect_timeout and timeout must be positive");
-    return ep;
-}
-
 void register_backend(spi::registry& r) {
     r.add("redis", [](spi::url& u) -> std::shared_ptr<spi::backend> {
         if (u.hosts().size() != 1)
@@ -622,13 +386,13 @@ void register_backend(spi::registry& r) {
         s.ep.host = hosts[0].host;
         s.ep.port = hosts[0].port;
         auto strat = u.take("strategy").value_or("plain");
-        if (strat == "plain") s.strat = strategy::plain;
-        else if (strat == "reentrant") s.strat = strategy::reentrant;
+        if (strat == "plain") s.strat = strategy_name::plain;
+        else if (strat == "reentrant") s.strat = strategy_name::reentrant;
         else
             throw_error(errc::invalid_argument, "redis",
                         "unknown strategy '" + strat + "' (redis:// knows plain and reentrant)");
         if (auto prefix = u.take("prefix")) {
-            if (s.strat == strategy::reentrant)
+            if (s.strat == strategy_name::reentrant)
                 throw_error(errc::invalid_argument, "redis",
                             "prefix= does not apply to strategy=reentrant (Redisson's layout uses the lock name as key)");
             s.prefix = *prefix;
@@ -636,7 +400,6 @@ void register_backend(spi::registry& r) {
         s.pool_size = static_cast<std::size_t>(u.take_int("pool", 1, 1024).value_or(8));
         return std::make_shared<backend>(std::move(s));
     });
-    r.add("redlock", [](spi::url& u) { return make_redlock(u); });
 }
 
 }  // namespace distlock::backends::redis

@@ -1,16 +1,14 @@
-#include "client.hpp"
+#include "redis_client.hpp"
 
-#include <fcntl.h>
 #include <openssl/evp.h>
 #include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 
-namespace distlock::backends::redis {
+namespace distlock::backends::redis_client {
 namespace {
 
 timeval to_timeval(std::chrono::milliseconds d) {
@@ -25,20 +23,6 @@ bool starts_with(const redisReply* r, std::string_view prefix) {
     return r != nullptr && r->type == REDIS_REPLY_ERROR && r->str != nullptr &&
            std::string_view(r->str, r->len).substr(0, prefix.size()) == prefix;
 }
-
-struct argv_buffers {
-    std::vector<const char*> ptrs;
-    std::vector<std::size_t> lens;
-    explicit argv_buffers(const std::vector<std::string_view>& args) {
-        ptrs.reserve(args.size());
-        lens.reserve(args.size());
-        for (auto a : args) {
-            ptrs.push_back(a.data());
-            lens.push_back(a.size());
-        }
-    }
-    int argc() const { return static_cast<int>(ptrs.size()); }
-};
 
 }  // namespace
 
@@ -57,7 +41,7 @@ std::string reply_text(const redisReply* r) {
     }
 }
 
-void throw_reply_error(const std::string& backend, const redisReply* r, const std::string& context) {
+void throw_client_error(const std::string& backend, const redisReply* r, const std::string& context) {
     std::string text = reply_text(r);
     errc code = errc::unavailable;
     if (starts_with(r, "NOAUTH") || starts_with(r, "WRONGPASS") || starts_with(r, "NOPERM") ||
@@ -73,6 +57,35 @@ void throw_reply_error(const std::string& backend, const redisReply* r, const st
                                    "redis://USER:PASSWORD@host:port for an ACL user)"
                                  : "";
     throw_error(code, backend, context + ": " + text + hint, 0, text);
+}
+
+void throw_client_error(const std::string& backend, const std::string& context, const connection_failure& e) {
+    throw_error(e.not_redis() ? errc::invalid_argument : errc::unavailable, backend, context + ": " + e.what());
+}
+
+// ---- endpoint ------------------------------------------------------------------
+
+endpoint endpoint_from_url(spi::url& u, const std::string& backend_name, std::chrono::milliseconds connect_default,
+                           std::chrono::milliseconds command_default) {
+    endpoint ep;
+    ep.backend_name = backend_name;
+    ep.user = u.user();
+    ep.password = u.password();
+    if (!u.path().empty() && u.path() != "/") {
+        std::string_view db(u.path());
+        db.remove_prefix(1);
+        int value = -1;
+        auto [p, ec] = std::from_chars(db.data(), db.data() + db.size(), value);
+        if (ec != std::errc{} || p != db.data() + db.size() || value < 0)
+            throw_error(errc::invalid_argument, backend_name,
+                        "the URL path must be a database number (/0, /1, ...), not '" + u.path() + "'");
+        ep.db = value;
+    }
+    ep.connect_timeout = u.take_duration("connect_timeout").value_or(connect_default);
+    ep.command_timeout = u.take_duration("timeout").value_or(command_default);
+    if (ep.connect_timeout.count() <= 0 || ep.command_timeout.count() <= 0)
+        throw_error(errc::invalid_argument, backend_name, "connect_timeout and timeout must be positive");
+    return ep;
 }
 
 // ---- connection ----------------------------------------------------------------
@@ -117,19 +130,15 @@ std::unique_ptr<connection> connection::open(const endpoint& ep) {
                             "authentication as " + who + " at " + ep.label() + " failed: " + text, 0, text);
             }
             if (starts_with(r.get(), "NOAUTH") || starts_with(r.get(), "NOPERM"))
-                throw_reply_error(ep.backend_name, r.get(), "SELECT " + db + " at " + ep.label());
+                throw_client_error(ep.backend_name, r.get(), "SELECT " + db + " at " + ep.label());
             std::string text = reply_text(r.get());
             throw_error(errc::invalid_argument, ep.backend_name,
                         "cannot select database " + db + " at " + ep.label() + ": " + text, 0, text);
         }
     } catch (const connection_failure& e) {
-        throw_connection_failure(ep.backend_name, "connection to " + ep.label() + " failed during AUTH/SELECT", e);
+        throw_client_error(ep.backend_name, "connection to " + ep.label() + " failed during AUTH/SELECT", e);
     }
     return c;
-}
-
-void throw_connection_failure(const std::string& backend, const std::string& context, const connection_failure& e) {
-    throw_error(e.not_redis() ? errc::invalid_argument : errc::unavailable, backend, context + ": " + e.what());
 }
 
 namespace {
@@ -330,257 +339,4 @@ std::vector<exchange_result> exchange_all(const std::vector<pool*>& pools,
     return out;
 }
 
-// ---- subscriber ----------------------------------------------------------------------
-
-subscriber::subscriber(endpoint ep) : ep_(std::move(ep)) {
-    if (::pipe2(wake_pipe_, O_CLOEXEC | O_NONBLOCK) != 0)
-        throw_error(errc::unavailable, ep_.backend_name, "pipe2 failed", errno, std::strerror(errno));
-    thread_ = std::thread([this] { run(); });
-}
-
-subscriber::~subscriber() {
-    {
-        std::lock_guard lk(mutex_);
-        stop_ = true;
-    }
-    cv_.notify_all();
-    char b = 1;
-    (void)!::write(wake_pipe_[1], &b, 1);
-    if (thread_.joinable()) thread_.join();
-    if (ctx_ != nullptr) redisFree(ctx_);
-    ::close(wake_pipe_[0]);
-    ::close(wake_pipe_[1]);
-}
-
-void subscriber::send_locked(const std::vector<std::string_view>& args) {
-    if (fd_ < 0) return;
-    argv_buffers b(args);
-    char* cmd = nullptr;
-    int len = redisFormatCommandArgv(&cmd, b.argc(), b.ptrs.data(), b.lens.data());
-    if (len < 0 || cmd == nullptr) return;
-    int off = 0;
-    while (off < len) {
-        ssize_t w = ::send(fd_, cmd + off, static_cast<std::size_t>(len - off), MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            ::shutdown(fd_, SHUT_RDWR);  // the reader thread sees the failure and reconnects
-            break;
-        }
-        off += static_cast<int>(w);
-    }
-    redisFreeCommand(cmd);
-}
-
-std::unique_ptr<subscriber::subscription> subscriber::subscribe(const std::string& channel,
-                                                                deadline confirm_until) {
-    std::unique_lock lk(mutex_);
-    auto& st = channels_[channel];
-    ++st.refs;
-    auto sub = std::make_unique<subscription>(*this, channel);
-    if (up_ && !st.wanted) {
-        send_locked({"SUBSCRIBE", channel});
-        ++st.pending;
-        st.wanted = true;
-        st.confirmed = false;
-    } else if (!up_) {
-        cv_.notify_all();  // the reader thread connects (it subscribes every wanted channel)
-    }
-    auto ready = [&] { return stop_ || st.confirmed; };
-    if (confirm_until == deadline::max()) cv_.wait(lk, ready);
-    else cv_.wait_until(lk, confirm_until, ready);
-    return sub;
-}
-
-std::unique_ptr<subscriber::subscription> subscriber::reuse(const std::string& channel) {
-    std::lock_guard lk(mutex_);
-    auto it = channels_.find(channel);
-    if (it == channels_.end() || !it->second.confirmed || !up_) return nullptr;
-    ++it->second.refs;
-    return std::make_unique<subscription>(*this, channel);
-}
-
-void subscriber::release(const std::string& channel) {
-    std::lock_guard lk(mutex_);
-    auto it = channels_.find(channel);
-    if (it == channels_.end()) return;
-    auto& st = it->second;
-    if (--st.refs > 0) return;
-    if (up_ && st.wanted && st.confirmed) {
-        // Keep it for a while: a client that waited once is likely to wait again.
-        st.idle_since = clock::now();
-        std::size_t lingering = 0;
-        for (const auto& [name, other] : channels_) lingering += other.refs == 0 && other.wanted ? 1 : 0;
-        if (lingering > max_lingering) sweep_locked(false);
-        char b = 1;
-        (void)!::write(wake_pipe_[1], &b, 1);  // the reader thread schedules the sweep
-        return;
-    }
-    if (up_ && st.wanted) send_locked({"UNSUBSCRIBE", channel});
-    st.wanted = false;
-    st.confirmed = false;
-    if (st.pending == 0) channels_.erase(it);
-}
-
-void subscriber::sweep_locked(bool expired_only) {
-    const auto now = clock::now();
-    for (auto it = channels_.begin(); it != channels_.end();) {
-        auto& st = it->second;
-        if (st.refs == 0 && st.wanted && (!expired_only || now - st.idle_since >= linger)) {
-            if (up_) send_locked({"UNSUBSCRIBE", it->first});
-            st.wanted = false;
-            st.confirmed = false;
-        }
-        it = (st.refs == 0 && !st.wanted && st.pending == 0) ? channels_.erase(it) : std::next(it);
-    }
-}
-
-std::uint64_t subscriber::messages(const std::string& channel) {
-    std::lock_guard lk(mutex_);
-    auto it = channels_.find(channel);
-    return it == channels_.end() ? 0 : it->second.messages;
-}
-
-std::vector<std::string> subscriber::payloads_since(const std::string& channel, std::uint64_t& seen, bool& complete) {
-    std::lock_guard lk(mutex_);
-    std::vector<std::string> out;
-    complete = true;
-    auto it = channels_.find(channel);
-    if (it == channels_.end()) return out;
-    const auto& st = it->second;
-    const std::uint64_t fresh = st.messages - seen;
-    if (fresh > st.recent.size()) complete = false;
-    const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(fresh, st.recent.size()));
-    out.assign(st.recent.end() - static_cast<long>(take), st.recent.end());
-    seen = st.messages;
-    return out;
-}
-
-bool subscriber::confirmed(const std::string& channel) {
-    std::lock_guard lk(mutex_);
-    auto it = channels_.find(channel);
-    return it != channels_.end() && it->second.confirmed;
-}
-
-subscriber::wake subscriber::wait(const std::string& channel, std::uint64_t seen, deadline until) {
-    std::unique_lock lk(mutex_);
-    auto it = channels_.find(channel);
-    if (it == channels_.end() || !it->second.confirmed) return wake::broken;
-    auto& st = it->second;
-    const auto breaks = breaks_;
-    auto done = [&] { return stop_ || st.messages != seen || breaks_ != breaks || !st.confirmed; };
-    bool woke = until == deadline::max() ? (cv_.wait(lk, done), true) : cv_.wait_until(lk, until, done);
-    if (!woke) return wake::timeout;
-    if (st.messages != seen) return wake::message;
-    return wake::broken;
-}
-
-void subscriber::on_reply(redisReply* r) {
-    if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
-    const redisReply* kind = r->element[0];
-    const redisReply* chan = r->element[1];
-    if (kind->type != REDIS_REPLY_STRING || chan->type != REDIS_REPLY_STRING) return;
-    std::string_view k(kind->str, kind->len);
-    auto it = channels_.find(std::string_view(chan->str, chan->len));
-    if (it == channels_.end()) return;
-    auto& st = it->second;
-    if (k == "message") {
-        ++st.messages;
-        const redisReply* payload = r->element[2];
-        st.recent.emplace_back(payload->type == REDIS_REPLY_STRING ? std::string(payload->str, payload->len) : std::string{});
-        if (st.recent.size() > 32) st.recent.pop_front();
-    } else if (k == "subscribe") {
-        if (st.pending > 0) --st.pending;
-        if (st.pending == 0 && st.wanted) st.confirmed = true;
-        if (st.pending == 0 && st.refs == 0) channels_.erase(it);
-    }
-    cv_.notify_all();
-}
-
-void subscriber::drop_connection_locked(const std::string&) {
-    if (ctx_ != nullptr) redisFree(ctx_);
-    ctx_ = nullptr;
-    fd_ = -1;
-    up_ = false;
-    ++breaks_;
-    for (auto it = channels_.begin(); it != channels_.end();) {
-        it->second.pending = 0;
-        it->second.wanted = false;
-        it->second.confirmed = false;
-        it = it->second.refs == 0 ? channels_.erase(it) : std::next(it);
-    }
-    cv_.notify_all();
-}
-
-void subscriber::run() {
-    std::unique_lock lk(mutex_);
-    auto delay = 10ms;
-    auto wanted = [&] {
-        for (const auto& [name, st] : channels_)
-            if (st.refs > 0) return true;
-        return false;
-    };
-    while (!stop_) {
-        if (!up_) {
-            cv_.wait(lk, [&] { return stop_ || wanted(); });
-            if (stop_) break;
-            lk.unlock();
-            std::unique_ptr<connection> c;
-            try {
-                c = connection::open(ep_);
-            } catch (const std::exception&) {
-            }
-            lk.lock();
-            if (!c) {
-                ++breaks_;
-                cv_.notify_all();  // waiters fall back to backoff meanwhile
-                cv_.wait_for(lk, delay, [&] { return stop_; });
-                delay = std::min(delay * 2, std::chrono::milliseconds{1000});
-                continue;
-            }
-            delay = 10ms;
-            // Take the raw context: from now on only this thread reads it, and
-            // writers send preformatted commands on its socket under mutex_.
-            ctx_ = c->release();
-            fd_ = ctx_->fd;
-            up_ = true;
-            for (auto& [name, st] : channels_) {
-                if (st.refs == 0) continue;
-                send_locked({"SUBSCRIBE", name});
-                ++st.pending;
-                st.wanted = true;
-                st.confirmed = false;
-            }
-            continue;
-        }
-        pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
-        bool lingering = false;
-        for (const auto& [name, st] : channels_) lingering = lingering || (st.refs == 0 && st.wanted);
-        lk.unlock();
-        int rc = ::poll(fds, 2, lingering ? 200 : -1);
-        lk.lock();
-        if (up_) sweep_locked(true);
-        if (fds[1].revents != 0) {
-            char buf[64];
-            while (::read(wake_pipe_[0], buf, sizeof buf) > 0) {
-            }
-        }
-        if (stop_) break;
-        if (rc < 0 || fds[0].revents == 0 || !up_) continue;
-        if (redisBufferRead(ctx_) != REDIS_OK) {
-            drop_connection_locked(ctx_->errstr);
-            continue;
-        }
-        for (;;) {
-            void* r = nullptr;
-            if (redisGetReplyFromReader(ctx_, &r) != REDIS_OK) {
-                drop_connection_locked("protocol error");
-                break;
-            }
-            if (r == nullptr) break;
-            on_reply(static_cast<redisReply*>(r));
-            freeReplyObject(r);
-        }
-    }
-}
-
-}  // namespace distlock::backends::redis
+}  // namespace distlock::backends::redis_client

@@ -1,36 +1,34 @@
-// Internal to the redis backends (redis://, redlock://): a thin layer over
-// hiredis's blocking API. Never included outside backends/redis/.
+// The Redis client layer shared by redis:// (backends/redis) and redlock://
+// (backends/redlock): a thin layer over hiredis's blocking API. Never included
+// outside those folders.
 //
-//  - endpoint:    where and how to connect (host, port, AUTH, SELECT, timeouts)
+//  - endpoint:    where and how to connect (host, port, AUTH, SELECT, timeouts),
+//                 read from the URL by endpoint_from_url()
+//  - throw_client_error():  a hiredis failure or a Redis error reply as a distlock error
 //  - connection:  one hiredis context (not thread-safe: used by one thread at a time)
 //  - pool:        idle connections of one endpoint, handed out one per call
-//  - subscriber:  one dedicated pub/sub connection per provider, with a reader
-//                 thread; waiters subscribe to a channel and wait for a message
 //  - script:      a Lua script run by EVALSHA with a fallback to EVAL on NOSCRIPT
 //  - exchange_all():  one command to each of several endpoints at once (Redlock),
 //                 all replies awaited together under one deadline
+//  - subscriber:  in subscriber.hpp
 #pragma once
 
 #include <hiredis/hiredis.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "distlock/spi/backend.hpp"
 
-namespace distlock::backends::redis {
+namespace distlock::backends::redis_client {
 
 using namespace std::chrono_literals;
 using spi::clock;
@@ -48,6 +46,11 @@ struct endpoint {
 
     std::string label() const { return host + ":" + std::to_string(port); }
 };
+
+// Fills an endpoint from the URL's user info, database path and the connect_timeout=
+// and timeout= parameters (taken from `u`). Throws invalid_argument_error.
+endpoint endpoint_from_url(spi::url& u, const std::string& backend_name, std::chrono::milliseconds connect_default,
+                           std::chrono::milliseconds command_default);
 
 struct reply_deleter {
     void operator()(redisReply* r) const noexcept {
@@ -77,14 +80,30 @@ private:
 
 // A connection_failure as a distlock error: invalid_argument when the server is
 // not a Redis server, unavailable otherwise.
-[[noreturn]] void throw_connection_failure(const std::string& backend, const std::string& context,
-                                           const connection_failure& e);
+[[noreturn]] void throw_client_error(const std::string& backend, const std::string& context,
+                                     const connection_failure& e);
 
 // Throws the distlock error matching a Redis error reply (NOAUTH/WRONGPASS/NOPERM
 // -> access_denied, WRONGTYPE -> invalid_argument, else unavailable).
-[[noreturn]] void throw_reply_error(const std::string& backend, const redisReply* r, const std::string& context);
+[[noreturn]] void throw_client_error(const std::string& backend, const redisReply* r, const std::string& context);
 bool is_error(const redisReply* r) noexcept;
 std::string reply_text(const redisReply* r);
+
+// A command's arguments as hiredis's argv/argvlen arrays (for the connection's
+// commands and the subscriber's preformatted ones).
+struct argv_buffers {
+    std::vector<const char*> ptrs;
+    std::vector<std::size_t> lens;
+    explicit argv_buffers(const std::vector<std::string_view>& args) {
+        ptrs.reserve(args.size());
+        lens.reserve(args.size());
+        for (auto a : args) {
+            ptrs.push_back(a.data());
+            lens.push_back(a.size());
+        }
+    }
+    int argc() const { return static_cast<int>(ptrs.size()); }
+};
 
 class connection {
 public:
@@ -206,83 +225,4 @@ struct exchange_result {
 std::vector<exchange_result> exchange_all(const std::vector<pool*>& pools,
                                       const std::vector<std::vector<std::string_view>>& commands);
 
-// The dedicated pub/sub connection of a provider.
-class subscriber {
-public:
-    explicit subscriber(endpoint ep);
-    ~subscriber();
-    subscriber(const subscriber&) = delete;
-    subscriber& operator=(const subscriber&) = delete;
-
-    enum class wake { message, timeout, broken };
-
-    class subscription {
-    public:
-        subscription(subscriber& s, std::string channel) : sub_(s), channel_(std::move(channel)) {}
-        ~subscription() { sub_.release(channel_); }
-        subscription(const subscription&) = delete;
-        subscription& operator=(const subscription&) = delete;
-        // Messages received on the channel since it was subscribed.
-        std::uint64_t messages() const { return sub_.messages(channel_); }
-        // Payloads of the messages after the first `seen` (at most the last 32;
-        // `complete` is false when older ones were dropped); moves `seen` on.
-        std::vector<std::string> payloads_since(std::uint64_t& seen, bool& complete) const {
-            return sub_.payloads_since(channel_, seen, complete);
-        }
-        // Waits until a message beyond `seen` arrives, `until` passes, or the
-        // pub/sub connection is down (then the caller must fall back to backoff).
-        wake wait(std::uint64_t seen, deadline until) { return sub_.wait(channel_, seen, until); }
-        bool confirmed() const { return sub_.confirmed(channel_); }
-
-    private:
-        subscriber& sub_;
-        std::string channel_;
-    };
-
-    // Subscribes and waits (until `confirm_until` at most) for the server's
-    // confirmation, so that a message published after this returns is seen.
-    std::unique_ptr<subscription> subscribe(const std::string& channel, deadline confirm_until);
-
-    // A subscription that is still confirmed (a recent waiter's, kept for a
-    // second after its last user left), or null: no server traffic either way.
-    std::unique_ptr<subscription> reuse(const std::string& channel);
-
-    // How long an unused subscription is kept before UNSUBSCRIBE, and how many.
-    static constexpr std::chrono::milliseconds linger{1000};
-    static constexpr std::size_t max_lingering = 256;
-
-private:
-    struct channel_state {
-        int refs = 0;           // live subscriptions
-        int pending = 0;        // SUBSCRIBE sent, confirmation not yet read
-        bool wanted = false;    // the last command sent for it was SUBSCRIBE
-        bool confirmed = false; // the server confirmed the last SUBSCRIBE
-        std::uint64_t messages = 0;
-        std::deque<std::string> recent;  // payloads of the last messages (at most 32)
-        clock::time_point idle_since{};  // refs == 0 but still subscribed (lingering)
-    };
-    void sweep_locked(bool all_expired_only);  // mutex_ held: UNSUBSCRIBE lingering channels
-    std::vector<std::string> payloads_since(const std::string& channel, std::uint64_t& seen, bool& complete);
-    void release(const std::string& channel);
-    std::uint64_t messages(const std::string& channel);
-    bool confirmed(const std::string& channel);
-    wake wait(const std::string& channel, std::uint64_t seen, deadline until);
-    void send_locked(const std::vector<std::string_view>& args);  // mutex_ held
-    void run();
-    void on_reply(redisReply* r);                                   // mutex_ held
-    void drop_connection_locked(const std::string& why);           // mutex_ held
-
-    endpoint ep_;
-    std::mutex mutex_;
-    std::condition_variable cv_;
-    std::map<std::string, channel_state, std::less<>> channels_;
-    redisContext* ctx_ = nullptr;  // read by the reader thread only; fd_ written under mutex_
-    int fd_ = -1;
-    std::uint64_t breaks_ = 0;  // bumped whenever the connection drops
-    bool up_ = false;
-    bool stop_ = false;
-    int wake_pipe_[2] = {-1, -1};
-    std::thread thread_;
-};
-
-}  // namespace distlock::backends::redis
+}  // namespace distlock::backends::redis_client

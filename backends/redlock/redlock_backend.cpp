@@ -9,12 +9,16 @@
 // those that seemed to fail), and the next attempt follows a random delay of up to
 // `retry_delay`. Renewal is an owner-checked PEXPIRE on every node, counted only
 // with a majority. There is no fencing token: see docs/backends/redis.md.
+// Over the Redis client layer (backends/redis-client).
 #include <thread>
 
-#include "common.hpp"
+#include "lock_scripts.hpp"
+#include "redis_client.hpp"
 
-namespace distlock::backends::redis {
+namespace distlock::backends::redlock {
 namespace {
+
+using namespace redis_client;
 
 // KEYS[1] lock key; ARGV[1] token. 1 deleted, 0 not ours.
 const char* const release_lua = R"lua(
@@ -93,7 +97,7 @@ public:
             std::string why = res[i].reply ? reply_text(res[i].reply.get()) : res[i].error;
             if (res[i].code == errc::access_denied || res[i].code == errc::invalid_argument)
                 throw_error(res[i].code, "redlock", why);
-            if (res[i].reply) throw_reply_error("redlock", res[i].reply.get(), "PING " + settings_.nodes[i].label());
+            if (res[i].reply) throw_client_error("redlock", res[i].reply.get(), "PING " + settings_.nodes[i].label());
             errors += (errors.empty() ? "" : "; ") + why;
         }
         if (ok < quorum_) throw_error(errc::unavailable, "redlock", majority_message(ok, errors));
@@ -296,9 +300,7 @@ void redlock_backend::keepalive_batch(std::span<spi::lock_handle* const> handles
     }
 }
 
-}  // namespace
-
-std::shared_ptr<spi::backend> make_redlock(spi::url& u) {
+std::shared_ptr<spi::backend> make_backend(spi::url& u) {
     redlock_settings s;
     auto base = endpoint_from_url(u, "redlock", std::chrono::milliseconds{250}, std::chrono::milliseconds{250});
     auto hosts = u.hosts_or_throw(6379);
@@ -325,4 +327,8 @@ std::shared_ptr<spi::backend> make_redlock(spi::url& u) {
     return std::make_shared<redlock_backend>(std::move(s));
 }
 
-}  // namespace distlock::backends::redis
+}  // namespace
+
+void register_backend(spi::registry& r) { r.add("redlock", make_backend); }
+
+}  // namespace distlock::backends::redlock

@@ -1,0 +1,99 @@
+// The Redis client layer (redis_client.hpp): the dedicated pub/sub connection
+// of a provider, with a reader thread of its own. Waiters subscribe to a
+// channel and wait for a message on it. Used by redis:// to wake its waiters.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "redis_client.hpp"
+
+namespace distlock::backends::redis_client {
+
+// The dedicated pub/sub connection of a provider.
+class subscriber {
+public:
+    explicit subscriber(endpoint ep);
+    ~subscriber();
+    subscriber(const subscriber&) = delete;
+    subscriber& operator=(const subscriber&) = delete;
+
+    enum class wake { message, timeout, broken };
+
+    class subscription {
+    public:
+        subscription(subscriber& s, std::string channel) : sub_(s), channel_(std::move(channel)) {}
+        ~subscription() { sub_.release(channel_); }
+        subscription(const subscription&) = delete;
+        subscription& operator=(const subscription&) = delete;
+        // Messages received on the channel since it was subscribed.
+        std::uint64_t messages() const { return sub_.messages(channel_); }
+        // Payloads of the messages after the first `seen` (at most the last 32;
+        // `complete` is false when older ones were dropped); moves `seen` on.
+        std::vector<std::string> payloads_since(std::uint64_t& seen, bool& complete) const {
+            return sub_.payloads_since(channel_, seen, complete);
+        }
+        // Waits until a message beyond `seen` arrives, `until` passes, or the
+        // pub/sub connection is down (then the caller must fall back to backoff).
+        wake wait(std::uint64_t seen, deadline until) { return sub_.wait(channel_, seen, until); }
+        bool confirmed() const { return sub_.confirmed(channel_); }
+
+    private:
+        subscriber& sub_;
+        std::string channel_;
+    };
+
+    // Subscribes and waits (until `confirm_until` at most) for the server's
+    // confirmation, so that a message published after this returns is seen.
+    std::unique_ptr<subscription> subscribe(const std::string& channel, deadline confirm_until);
+
+    // A subscription that is still confirmed (a recent waiter's, kept for a
+    // second after its last user left), or null: no server traffic either way.
+    std::unique_ptr<subscription> reuse(const std::string& channel);
+
+    // How long an unused subscription is kept before UNSUBSCRIBE, and how many.
+    static constexpr std::chrono::milliseconds linger{1000};
+    static constexpr std::size_t max_lingering = 256;
+
+private:
+    struct channel_state {
+        int refs = 0;           // live subscriptions
+        int pending = 0;        // SUBSCRIBE sent, confirmation not yet read
+        bool wanted = false;    // the last command sent for it was SUBSCRIBE
+        bool confirmed = false; // the server confirmed the last SUBSCRIBE
+        std::uint64_t messages = 0;
+        std::deque<std::string> recent;  // payloads of the last messages (at most 32)
+        clock::time_point idle_since{};  // refs == 0 but still subscribed (lingering)
+    };
+    void sweep_locked(bool all_expired_only);  // mutex_ held: UNSUBSCRIBE lingering channels
+    std::vector<std::string> payloads_since(const std::string& channel, std::uint64_t& seen, bool& complete);
+    void release(const std::string& channel);
+    std::uint64_t messages(const std::string& channel);
+    bool confirmed(const std::string& channel);
+    wake wait(const std::string& channel, std::uint64_t seen, deadline until);
+    void send_locked(const std::vector<std::string_view>& args);  // mutex_ held
+    void run();
+    void on_reply(redisReply* r);                                   // mutex_ held
+    void drop_connection_locked(const std::string& why);           // mutex_ held
+
+    endpoint ep_;
+    std::mutex mutex_;
+    std::condition_variable cv_;
+    std::map<std::string, channel_state, std::less<>> channels_;
+    redisContext* ctx_ = nullptr;  // read by the reader thread only; fd_ written under mutex_
+    int fd_ = -1;
+    std::uint64_t breaks_ = 0;  // bumped whenever the connection drops
+    bool up_ = false;
+    bool stop_ = false;
+    int wake_pipe_[2] = {-1, -1};
+    std::thread thread_;
+};
+
+}  // namespace distlock::backends::redis_client

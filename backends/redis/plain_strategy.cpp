@@ -1,0 +1,159 @@
+// redis:// strategy=plain (the default): a string key `<prefix>{<name>}` set with
+// SET NX PX to a random per-acquisition token; owner-checked Lua scripts release
+// (DEL + PUBLISH on `<prefix>{<name>}:released`) and renew (PEXPIRE); the fencing
+// token is an INCR of `<prefix>{<name>}:fence` (never expires) inside the acquire
+// script.
+#include "lock_scripts.hpp"
+#include "strategy.hpp"
+
+namespace distlock::backends::redis {
+namespace {
+
+// ---- Lua scripts ------------------------------------------------------------------
+// Replies: acquire -> {1, fencing token} | {0, PTTL of the holder's key}.
+
+// Plain strategy: a FIFO hand-off, so that a release wakes ONE waiting client.
+// Waiting clients queue their waiter id in `<base>:queue` (a LIST, in arrival
+// order) with a liveness deadline in `<base>:waiters` (a ZSET scored by server
+// time in ms). A release pops the first live waiter, reserves the key for it
+// for a short while (value "r:<waiter id>", PX reserve) and publishes
+// "h <waiter id> <reserve ms>": only that waiter retries; the others just move
+// their wake-up to the end of the reservation (in case that waiter died). With no
+// live waiter, the key is deleted and "released" published.
+const std::string handoff_lua = R"lua(
+local function handoff(key, queue, alive, channel, reserve)
+  local now = nil
+  for i = 1, 100 do
+    local id = redis.call('lpop', queue)
+    if not id then break end
+    if not now then
+      local t = redis.call('time')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    local expiry = redis.call('zscore', alive, id)
+    redis.call('zrem', alive, id)
+    if expiry and tonumber(expiry) > now then
+      redis.call('set', key, 'r:' .. id, 'PX', reserve)
+      redis.call('publish', channel, 'h ' .. id .. ' ' .. reserve)
+      return 1
+    end
+  end
+  redis.call('del', key)
+  redis.call('publish', channel, 'released')
+  return 0
+end
+)lua";
+
+// KEYS[1] lock key, KEYS[2] fence key, KEYS[3] queue, KEYS[4] waiters;
+// ARGV[1] token, ARGV[2] lease ms, ARGV[3] waiter id ("" = not waiting),
+// ARGV[4] liveness slack ms, ARGV[5] channel ("t <waiter id> <lease ms>" when a
+// reservation is taken up). Takes the key when free or reserved for us; else
+// (when waiting) queues us once and refreshes our liveness deadline.
+const std::string plain_acquire_lua = std::string(fence_lua) + R"lua(
+local w = ARGV[3]
+local got = redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+if not got and w ~= '' and redis.call('get', KEYS[1]) == 'r:' .. w then
+  got = redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  -- the other waiters wait for the new holder's lease, not for the reservation
+  redis.call('publish', ARGV[5], 't ' .. w .. ' ' .. ARGV[2])
+end
+if got then
+  if w ~= '' and redis.call('zrem', KEYS[4], w) == 1 then
+    redis.call('lrem', KEYS[3], 1, w)
+  end
+  return {1, next_fence(KEYS[2])}
+end
+local pttl = redis.call('pttl', KEYS[1])
+if w ~= '' then
+  local t = redis.call('time')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local live = math.max(pttl, 1000) + tonumber(ARGV[4])
+  if not redis.call('zscore', KEYS[4], w) then
+    redis.call('rpush', KEYS[3], w)
+  end
+  redis.call('zadd', KEYS[4], now + live, w)
+  for _, k in ipairs({KEYS[3], KEYS[4]}) do
+    if redis.call('pttl', k) < live then redis.call('pexpire', k, live) end
+  end
+end
+return {0, pttl}
+)lua";
+
+// KEYS[1] lock key, KEYS[2] queue, KEYS[3] waiters; ARGV[1] token, ARGV[2]
+// channel, ARGV[3] reserve ms. 1 released (handed off or deleted), 0 not ours.
+const std::string plain_release_lua = handoff_lua + R"lua(
+if redis.call('get', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+handoff(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3])
+return 1
+)lua";
+
+// A waiter that gives up: KEYS as release; ARGV[1] waiter id, ARGV[2] channel,
+// ARGV[3] reserve ms. Leaves the queue, and passes on a reservation made for it.
+const std::string plain_leave_lua = handoff_lua + R"lua(
+if redis.call('zrem', KEYS[3], ARGV[1]) == 1 then
+  redis.call('lrem', KEYS[2], 1, ARGV[1])
+end
+if redis.call('get', KEYS[1]) == 'r:' .. ARGV[1] then
+  handoff(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3])
+end
+return 1
+)lua";
+
+class plain_strategy final : public strategy {
+public:
+    explicit plain_strategy(std::string prefix)
+        : prefix_(std::move(prefix)),
+          acquire_(plain_acquire_lua),
+          release_(plain_release_lua),
+          renew_(redis_client::owner_renew_lua),
+          leave_(plain_leave_lua) {}
+
+    bool reentrant() const noexcept override { return false; }
+    bool queues() const noexcept override { return true; }
+
+    layout layout_for(std::string_view name) const override {
+        layout l;
+        const std::string base = prefix_ + "{" + std::string(name) + "}";
+        l.key = base;
+        l.fence = base + ":fence";
+        l.channel = base + ":released";
+        l.queue = base + ":queue";
+        l.waiters = base + ":waiters";
+        return l;
+    }
+
+    std::string new_owner(const std::string&) const override { return spi::random_token(); }
+
+    reply_ptr acquire(connection& c, const layout& l, const std::string& owner, const std::string& lease_ms,
+                      const std::string& waiter) const override {
+        static const std::string slack = std::to_string(liveness_slack.count());
+        return acquire_.run(c, {l.key, l.fence, l.queue, l.waiters}, {owner, lease_ms, waiter, slack, l.channel});
+    }
+
+    reply_ptr release(connection& c, const layout& l, const std::string& owner, const std::string&) const override {
+        return release_.run(c, {l.key, l.queue, l.waiters}, {owner, l.channel, reserve_ms});
+    }
+    bool released(long long reply) const noexcept override { return reply != 0; }
+
+    void leave(connection& c, const layout& l, const std::string& waiter) const override {
+        leave_.run(c, {l.key, l.queue, l.waiters}, {waiter, l.channel, reserve_ms});
+    }
+
+    const script& renew_script() const noexcept override { return renew_; }
+
+private:
+    static constexpr std::string_view reserve_ms = "500";  // a hand-off waits this long for its waiter
+
+    std::string prefix_;
+    script acquire_, release_, renew_, leave_;
+};
+
+}  // namespace
+
+std::unique_ptr<const strategy> make_plain_strategy(std::string prefix) {
+    return std::make_unique<plain_strategy>(std::move(prefix));
+}
+
+}  // namespace distlock::backends::redis

@@ -1,0 +1,79 @@
+// redis:// internals: what its two lock strategies differ in, so that the lock
+// handle (redis_backend.cpp) runs both the same way: the keys of a lock name,
+// the Lua scripts and their arguments. Never included outside backends/redis/.
+//   strategy=plain      plain_strategy.cpp: SET NX PX token key, FIFO hand-off
+//   strategy=reentrant  reentrant_strategy.cpp: Redisson's RLock layout
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "redis_client.hpp"
+
+namespace distlock::backends::redis {
+
+using redis_client::connection;
+using redis_client::reply_ptr;
+using redis_client::script;
+
+// Key, fence key and channel of a lock name.
+struct layout {
+    std::string key, fence, channel;
+    std::string queue, waiters;  // plain strategy: the FIFO hand-off (see plain_strategy.cpp)
+};
+
+// A queued waiter's entry lives this long past the holder's PTTL on the server;
+// the waiter renews it (by trying again) before half of it is left.
+inline constexpr auto liveness_slack = std::chrono::milliseconds{2000};
+
+// The next fencing token from the fence key `key`. A fence must never go back,
+// even when the server lost its data (a restart without persistence, a failover
+// to a replica that had not got the key): a missing key starts from the
+// server's clock in microseconds, which is past every token handed out before
+// as long as fewer than a million grants a second were made and the server's
+// clock has not been set back by more than that margin.
+inline constexpr const char* fence_lua = R"lua(
+local function next_fence(key)
+  if redis.call('exists', key) == 0 then
+    local t = redis.call('time')
+    redis.call('set', key, t[1] .. string.format('%06d', tonumber(t[2])))
+  end
+  return redis.call('incr', key)
+end
+)lua";
+
+class strategy {
+public:
+    virtual ~strategy() = default;
+
+    // Counts re-entries of one owner on the server (capabilities::reentrant).
+    virtual bool reentrant() const noexcept = 0;
+    // Waiting clients queue for a FIFO hand-off under a waiter id.
+    virtual bool queues() const noexcept = 0;
+
+    virtual layout layout_for(std::string_view name) const = 0;
+    // The owner of a new grant: a random token, or Redisson's "<uuid>:<thread id>"
+    // (`client_uuid`: this provider's).
+    virtual std::string new_owner(const std::string& client_uuid) const = 0;
+
+    // Runs the acquire script: {1, fencing token} | {0, PTTL of the holder's key}.
+    // `waiter`: our id in the hand-off queue ("" = not queued).
+    virtual reply_ptr acquire(connection& c, const layout& l, const std::string& owner, const std::string& lease_ms,
+                              const std::string& waiter) const = 0;
+    // Runs the release script; released() reads its reply (false: not ours).
+    virtual reply_ptr release(connection& c, const layout& l, const std::string& owner,
+                              const std::string& lease_ms) const = 0;
+    virtual bool released(long long reply) const noexcept = 0;
+    // A queued waiter that gives up: leaves the queue, and passes on a hand-off
+    // made for it.
+    virtual void leave(connection& c, const layout& l, const std::string& waiter) const = 0;
+    // Renews several grants in one call: KEYS[i] keys, ARGV[2i-1] owner, ARGV[2i]
+    // lease ms; reply 1 (renewed) or 0 (not ours any more) per key.
+    virtual const script& renew_script() const noexcept = 0;
+};
+
+std::unique_ptr<const strategy> make_plain_strategy(std::string prefix);
+std::unique_ptr<const strategy> make_reentrant_strategy();
+
+}  // namespace distlock::backends::redis

@@ -1,0 +1,220 @@
+#include "zk_client.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <map>
+
+#include "zk_names.hpp"
+
+namespace distlock::backends::zookeeper {
+namespace {
+
+std::atomic<int> g_log_level{0};  // 0 = off, else a ZooLogLevel
+
+void* hold(const op_ptr& o) { return new op_ptr(o); }
+op_ptr take(const void* data) {
+    auto* p = static_cast<op_ptr*>(const_cast<void*>(data));
+    op_ptr o = std::move(*p);
+    delete p;
+    return o;
+}
+void finish(const op_ptr& o, int rc) {
+    {
+        std::lock_guard lk(o->m);
+        o->rc = rc;
+        o->done = true;
+    }
+    o->cv.notify_all();
+}
+void on_stat(int rc, const Stat* stat, const void* data) {
+    auto o = take(data);
+    if (rc == ZOK && stat) o->stat = *stat;
+    finish(o, rc);
+}
+void on_string_stat(int rc, const char* value, const Stat* stat, const void* data) {
+    auto o = take(data);
+    if (rc == ZOK) {
+        if (value) o->value = value;
+        if (stat) o->stat = *stat;
+    }
+    finish(o, rc);
+}
+
+// Submits with `submit(ctx)` without waiting. A synchronous refusal (invalid
+// state or arguments) never calls the completion: the context is freed here then
+// (marshalling errors may have queued it: leaked on purpose).
+template <class Submit>
+op_ptr submit(Submit&& call) {
+    auto o = std::make_shared<op>();
+    void* ctx = hold(o);
+    int rc = call(ctx);
+    if (rc != ZOK) {
+        if (rc != ZMARSHALLINGERROR) take(ctx);
+        o->rc = rc;
+        o->done = true;
+    }
+    return o;
+}
+
+}  // namespace
+
+atomic_counters& stats() {
+    static atomic_counters c;
+    return c;
+}
+
+counters read_counters() noexcept {
+    auto& c = stats();
+    counters out;
+    out.sessions_opened = c.sessions_opened.load();
+    out.lock_nodes_created = c.lock_nodes_created.load();
+    out.children_reads = c.children_reads.load();
+    out.predecessor_watches = c.predecessor_watches.load();
+    out.predecessor_wakeups = c.predecessor_wakeups.load();
+    out.node_events = c.node_events.load();
+    out.protected_recoveries = c.protected_recoveries.load();
+    out.disconnections = c.disconnections.load();
+    return out;
+}
+
+void log_sink(const char* message) {
+    if (g_log_level.load() > 0) std::fprintf(stderr, "[zookeeper] %s\n", message);
+}
+
+void set_log_level(const std::optional<std::string>& level) {
+    if (level) {
+        static const std::map<std::string, int> levels{
+            {"off", 0}, {"error", ZOO_LOG_LEVEL_ERROR}, {"warn", ZOO_LOG_LEVEL_WARN}, {"info", ZOO_LOG_LEVEL_INFO},
+            {"debug", ZOO_LOG_LEVEL_DEBUG}};
+        auto it = levels.find(*level);
+        if (it == levels.end()) throw_error(errc::invalid_argument, kBackend, "log must be off, error, warn, info or debug");
+        g_log_level = it->second;
+    }
+    // Level 0 turns the C client's logging off altogether: not even formatted
+    // (its endpoint formatting shares one static buffer between zhandles' threads).
+    zoo_set_debug_level(static_cast<ZooLogLevel>(g_log_level.load()));
+}
+
+bool is_connection_error(int rc) {
+    return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT || rc == ZCLOSING;
+}
+bool is_session_gone(int rc) { return rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE || rc == ZSESSIONMOVED; }
+
+void throw_client_error(int rc, const std::string& what) {
+    errc code = errc::unavailable;
+    if (rc == ZNOAUTH || rc == ZAUTHFAILED) code = errc::access_denied;
+    else if (rc == ZBADARGUMENTS || rc == ZINVALIDACL) code = errc::invalid_argument;
+    throw_error(code, kBackend, what + ": " + zerror(rc), rc, zerror(rc));
+}
+
+const op_ptr& wait_op(const op_ptr& o) {
+    std::unique_lock lk(o->m);
+    o->cv.wait(lk, [&] { return o->done; });
+    return o;
+}
+
+op_ptr zk_create_async(zhandle_t* zh, const std::string& path, const std::string& data, int flags) {
+    return submit([&](void* ctx) {
+        return zoo_acreate2(zh, path.c_str(), data.data(), static_cast<int>(data.size()), &ZOO_OPEN_ACL_UNSAFE, flags,
+                            on_string_stat, ctx);
+    });
+}
+op_ptr zk_exists_watch_async(zhandle_t* zh, const std::string& path) {
+    auto o = std::make_shared<op>();
+    void* ctx = hold(o);
+    // With a watch: from the first keepalive of a grant on, a delete of our
+    // node by someone else is reported as soon as it happens.
+    int rc = zoo_aexists(zh, path.c_str(), 1, on_stat, ctx);
+    if (rc != ZOK) {
+        take(ctx);
+        o->rc = rc;
+        o->done = true;
+    }
+    return o;
+}
+
+op_ptr zk_create(zhandle_t* zh, const std::string& path, const std::string& data, int flags) {
+    auto o = std::make_shared<op>();
+    std::vector<char> made(path.size() + 32);
+    o->rc = zoo_create2(zh, path.c_str(), data.empty() ? nullptr : data.data(),
+                        data.empty() ? -1 : static_cast<int>(data.size()), &ZOO_OPEN_ACL_UNSAFE, flags, made.data(),
+                        static_cast<int>(made.size()), &o->stat);
+    if (o->rc == ZOK) o->value = made.data();
+    o->done = true;
+    return o;
+}
+op_ptr zk_delete(zhandle_t* zh, const std::string& path) {
+    auto o = std::make_shared<op>();
+    o->rc = zoo_delete(zh, path.c_str(), -1);
+    o->done = true;
+    return o;
+}
+op_ptr zk_exists(zhandle_t* zh, const std::string& path, bool watch) {
+    auto o = std::make_shared<op>();
+    o->rc = zoo_exists(zh, path.c_str(), watch ? 1 : 0, &o->stat);
+    o->done = true;
+    return o;
+}
+op_ptr zk_get(zhandle_t* zh, const std::string& path, bool watch) {  // the data is not needed
+    auto o = std::make_shared<op>();
+    char byte = 0;
+    int len = 1;
+    o->rc = zoo_get(zh, path.c_str(), watch ? 1 : 0, &byte, &len, &o->stat);
+    o->done = true;
+    return o;
+}
+op_ptr zk_children(zhandle_t* zh, const std::string& path) {
+    stats().children_reads++;
+    auto o = std::make_shared<op>();
+    String_vector v{};
+    o->rc = zoo_get_children(zh, path.c_str(), 0, &v);
+    if (o->rc == ZOK) {
+        for (int i = 0; i < v.count; ++i) o->children.emplace_back(v.data[i]);
+        deallocate_String_vector(&v);
+    }
+    o->done = true;
+    return o;
+}
+
+bool all_hosts_refuse(const std::vector<spi::host_port>& hosts) {
+    for (const auto& h : hosts) {
+        addrinfo hints{};
+        hints.ai_socktype = SOCK_STREAM;
+        addrinfo* res = nullptr;
+        if (::getaddrinfo(h.host.c_str(), std::to_string(h.port).c_str(), &hints, &res) != 0) continue;
+        for (auto* ai = res; ai; ai = ai->ai_next) {
+            int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+            if (fd < 0) continue;
+            bool refused = false;
+            if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+                if (errno == EINPROGRESS) {
+                    pollfd p{fd, POLLOUT, 0};
+                    if (::poll(&p, 1, 1000) > 0) {
+                        int err = 0;
+                        socklen_t len = sizeof err;
+                        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+                        refused = err != 0;
+                    }
+                } else {
+                    refused = true;
+                }
+            }
+            ::close(fd);
+            if (!refused) {
+                ::freeaddrinfo(res);
+                return false;
+            }
+        }
+        ::freeaddrinfo(res);
+    }
+    return true;
+}
+
+}  // namespace distlock::backends::zookeeper

@@ -1,0 +1,25 @@
+// zk:// internals: the lock recipe (zk_lock.cpp) as the backend (zk_backend.cpp)
+// uses it. Never included outside backends/zookeeper/.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "zk_session.hpp"
+
+namespace distlock::backends::zookeeper {
+
+// A lock handle of the recipe, on the sessions of `zk` (which outlives it).
+std::unique_ptr<spi::lock_handle> make_lock_handle(session_manager& zk, const spi::lock_request& r);
+
+// spi::backend::keepalive_batch for handles made by make_lock_handle(): one
+// pipelined exists (with a watch) per held node.
+void keepalive_locks(session_manager& zk, std::span<spi::lock_handle* const> handles,
+                     std::span<spi::keepalive_result> results);
+
+// spi::backend::break_lock: a separate, short-lived session deletes the current
+// holder's node, as an operator (or a failure) would.
+void break_lock(session_manager& zk, std::string_view name);
+
+}  // namespace distlock::backends::zookeeper

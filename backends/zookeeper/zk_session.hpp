@@ -1,0 +1,189 @@
+// zk:// internals: the ZooKeeper session of a provider, what Curator's framework
+// does for its recipes (zk_lock.cpp). Never included outside backends/zookeeper/.
+//
+// One zhandle (one session) per provider. Its watcher runs on the C client's
+// completion thread and never blocks: it updates the session state, wakes the
+// waiters of a path, and queues loss reports for a notifier thread of our own,
+// which calls held_node::lost() (the user's on_lost may call unlock(), which
+// waits for a completion: it must not run on the completion thread). The same
+// thread finishes, once reconnected, the deletes whose outcome was unknown
+// (Curator's guaranteed deletes and protected-mode cleanups).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "zk_client.hpp"
+
+namespace distlock::backends::zookeeper {
+
+// ---- settings from the URL ----------------------------------------------------
+struct settings {
+    std::string hosts;  // "h1:p1,h2:p2" for zookeeper_init
+    std::vector<spi::host_port> host_list;
+    std::string base;  // "/distlock" by default
+    ms session_timeout{10s};
+    ms connect_timeout{10s};
+    std::string node_data;  // written into every lock node (who holds it)
+    std::string digest;     // "user:password" from the URL: digest auth of every session
+};
+
+class session_manager;
+
+// One zhandle = one ZooKeeper session (the C client reconnects it to any server
+// of the ensemble until the server expires it; then a new one is made).
+struct session {
+    session_manager* owner = nullptr;
+    std::uint64_t gen = 0;  // our own number: 1, 2, ... per provider
+    zhandle_t* zh = nullptr;
+    // Guarded by session_manager::mu_:
+    bool connected = false, ever_connected = false, expired = false, auth_failed = false;
+    std::int64_t id = 0;
+    ms timeout{0};  // negotiated
+    clock::time_point last_contact{}, disconnected_at{};
+    bool disconnect_loss_reported = false;
+
+    ~session() {
+        if (zh) zookeeper_close(zh);  // joins the C client's threads: never call it on them
+    }
+};
+
+// Work for the notifier thread left behind by a request whose outcome was
+// unknown (connection loss): delete `path`, or the children of `dir` whose
+// names start with `prefix` (protected mode), once the session is back.
+struct cleanup {
+    std::uint64_t gen;
+    std::string path, dir, prefix;
+};
+
+// A recipe's grant as the session sees it: the node held on one session, which
+// is lost when the node is deleted, the session expires or stays disconnected
+// too long. The fields are guarded by session_manager::mu_.
+class held_node {
+public:
+    // The loss, told on the notifier thread (never on the completion thread).
+    virtual void lost(std::string why) noexcept = 0;
+
+    std::string node_;  // full path of our lock node while held
+    std::uint64_t gen_ = 0;
+    std::uint64_t czxid_ = 0;
+    bool lost_ = false;
+    bool notifying_ = false;  // the notifier is inside lost() for us
+
+protected:
+    ~held_node() = default;
+};
+
+class session_manager {
+public:
+    // Opens the first session and waits for it (connect_timeout at most): throws
+    // unavailable_error, or access_denied_error when the credentials are refused.
+    explicit session_manager(settings s);
+    ~session_manager();
+
+    const settings& config() const noexcept { return settings_; }
+    ms timeout() const noexcept { return timeout_; }  // negotiated by the first session
+    // A session without contact for this long is presumed expired (the server may
+    // expire it at its timeout, rounded to its tick): a little before the timeout.
+    static ms loss_after(ms timeout) { return timeout - timeout / 10; }
+
+    // How long to wait for a (re)connection: never past `until`, except that a
+    // single attempt (`until` already passed) may wait for one; and never longer
+    // than connect_timeout, so that lock() without a deadline does not hang while
+    // no server answers (it throws unavailable_error, as Curator's retry loop does).
+    spi::deadline reconnect_limit(spi::deadline until) const {
+        auto now = clock::now();
+        auto cap = now + settings_.connect_timeout;
+        return until <= now ? cap : std::min(until, cap);
+    }
+
+    // The current session once connected (waiting as reconnect_limit says);
+    // replaces an expired session. Throws unavailable_error.
+    std::shared_ptr<session> session_for(spi::deadline until);
+    std::shared_ptr<session> current();
+    // Waits until `s` is connected again (true), expired or `until` passed (false).
+    bool wait_connected(session& s, spi::deadline until);
+    std::int64_t session_id(session& s);
+    bool session_alive(session& s);
+    void touch(session& s);
+
+    // Makes every missing parent of `dir` (and `dir`) as a container node.
+    void make_parents(session& s, const std::string& dir);
+    // Guaranteed delete (Curator's guaranteed()): now, or once reconnected.
+    void delete_node(session& s, const std::string& path);
+    void delete_protected_later(session& s, const std::string& dir, const std::string& prefix);
+
+    // A waiter registers the path it waits on before it sets the watch.
+    struct waiter {
+        std::string path;
+        bool fired = false;
+    };
+    void add_waiter(waiter& w);
+    void remove_waiter(waiter& w);
+    // Waits until the watch of `w` fired, the session changed state, or `until`.
+    void wait_event(waiter& w, session& s, spi::deadline until);
+
+    // The grants of held nodes, watched for loss.
+    void register_held(held_node& h, const std::string& node, std::uint64_t gen, std::uint64_t czxid);
+    // Forgets h's grant; returns {node, gen, lost}.
+    std::tuple<std::string, std::uint64_t, bool> unregister_held(held_node& h);
+    // Before h goes away: forgets it, and waits while the notifier tells it a loss.
+    void forget(held_node& h);
+    // Keepalive check of one held node without a round trip: lost, failed or ok
+    // (nullopt: ask the server about `node` on `out`).
+    std::optional<spi::keepalive_result> local_check(held_node& h, std::shared_ptr<session>& out, std::string& node,
+                                                     std::uint64_t& czxid);
+    void mark_lost(held_node& h);
+
+    // Called on the completion thread by the session watcher: never blocks.
+    void on_event(session& s, int type, int state, const char* path);
+
+private:
+    std::shared_ptr<session> open_session();  // under mu_
+    static std::string disconnected_reason(const session& s);
+
+    // ---- the notifier: loss reports and cleanups, off the completion thread ----
+    void queue_loss_all(std::uint64_t gen, std::string why);  // under mu_
+    void lose(const std::string& path, std::uint64_t gen, std::string why);
+    void notifier_loop();
+    void run_cleanups(const std::shared_ptr<session>& s);
+
+    settings settings_;
+    ms timeout_{0};
+    std::atomic<bool> containers_{true};
+
+    std::mutex mu_;
+    std::condition_variable wake_;         // session state changes, watch events
+    std::condition_variable notify_cv_;    // work for the notifier
+    std::condition_variable notify_done_;  // a report_lost finished
+    std::shared_ptr<session> current_;
+    std::uint64_t next_gen_ = 0;
+    std::uint64_t session_events_ = 0;
+    std::uint64_t reconnected_gen_ = 0;  // a (re)connection of this session wants cleanups run
+    std::unordered_multimap<std::string, waiter*> waiters_;
+    std::map<std::string, held_node*> held_;  // lock node path -> holder
+    std::deque<std::function<void()>> tasks_;
+    std::vector<cleanup> cleanups_;
+    bool stop_ = false;
+    std::thread notifier_;
+    std::thread::id notifier_id_;
+};
+
+// Runs `f` on a separate, short-lived session of the same servers and
+// credentials (connected within connect_timeout, else unavailable_error naming
+// `what`), then closes it: an operator's view, apart from the provider's session.
+void with_separate_session(const settings& s, ms session_timeout, const std::string& what,
+                           const std::function<void(zhandle_t*)>& f);
+
+}  // namespace distlock::backends::zookeeper
