@@ -132,7 +132,7 @@ public:
           layout_(b.strat().layout_for(r.name)),
           lease_ms_(std::to_string(r.lease.count())) {}
 
-    std::optional<spi::grant> acquire(deadline until) override {
+    std::optional<spi::grant> acquire(deadline until, const spi::loss_sink&) override {
         const bool queue = backend_.strat().queues();
         std::string owner = backend_.strat().new_owner(backend_.uuid());
         std::string waiter;  // our id in the hand-off queue, once we queue (strategy=plain)
@@ -237,18 +237,6 @@ public:
         if (!backend_.strat().released(result))
             throw_error(errc::not_owner, "redis",
                         "lock '" + request_.name + "' was no longer ours when released (expired or deleted on the server)");
-    }
-
-    std::chrono::milliseconds keepalive_interval() const override {
-        return request_.auto_renew ? std::max(request_.lease / 3, std::chrono::milliseconds{1})
-                                   : std::chrono::milliseconds{0};
-    }
-
-    spi::keepalive_result keepalive() override {
-        spi::lock_handle* self = this;
-        spi::keepalive_result result;
-        backend_.keepalive_batch(std::span<spi::lock_handle* const>(&self, 1), std::span<spi::keepalive_result>(&result, 1));
-        return result;
     }
 
     const std::string& key() const noexcept { return layout_.key; }

@@ -45,13 +45,8 @@ class redlock_backend;
 class redlock_handle final : public spi::lock_handle {
 public:
     redlock_handle(redlock_backend& b, const spi::lock_request& r);
-    std::optional<spi::grant> acquire(deadline until) override;
+    std::optional<spi::grant> acquire(deadline until, const spi::loss_sink&) override;
     void release() override;
-    std::chrono::milliseconds keepalive_interval() const override {
-        return request_.auto_renew ? std::max(request_.lease / 3, std::chrono::milliseconds{1})
-                                   : std::chrono::milliseconds{0};
-    }
-    spi::keepalive_result keepalive() override;
 
     const std::string& key() const noexcept { return key_; }
     const std::string& token() const noexcept { return token_; }
@@ -174,7 +169,7 @@ private:
 redlock_handle::redlock_handle(redlock_backend& b, const spi::lock_request& r)
     : backend_(b), request_(r), key_(b.key_for(r.name)), lease_ms_(std::to_string(r.lease.count())) {}
 
-std::optional<spi::grant> redlock_handle::acquire(deadline until) {
+std::optional<spi::grant> redlock_handle::acquire(deadline until, const spi::loss_sink&) {
     const auto& cfg = backend_.config();
     const auto n = backend_.pools().size();
     const auto quorum = backend_.quorum();
@@ -242,13 +237,6 @@ void redlock_handle::release() {
     if (deleted == 0 && failed == 0)
         throw_error(errc::not_owner, "redlock",
                     "lock '" + request_.name + "' was no longer ours on any node when released (expired or deleted)");
-}
-
-spi::keepalive_result redlock_handle::keepalive() {
-    spi::lock_handle* self = this;
-    spi::keepalive_result result;
-    backend_.keepalive_batch(std::span<spi::lock_handle* const>(&self, 1), std::span<spi::keepalive_result>(&result, 1));
-    return result;
 }
 
 void redlock_backend::keepalive_batch(std::span<spi::lock_handle* const> handles,

@@ -4,8 +4,9 @@
 //
 // As Curator splits framework and recipes, so do the files of this folder:
 //   zk_client    the C client's calls, its errors, its log, a TCP probe
-//   zk_session   the provider's session: watcher, reconnection, guaranteed
-//                deletes, and the notifier thread that reports losses
+//   zk_session   the provider's session: watcher (losses go to the grants'
+//                loss sinks), reconnection, guaranteed deletes, the upkeep
+//                thread (disconnection deadline, cleanups)
 //   zk_lock      the lock recipe (Curator's node layout, protected mode)
 //   zk_names     lock names as paths, the order of lock nodes, counters
 //   zk_backend   this file: the spi::backend, the URL, the registration

@@ -12,7 +12,6 @@
 #include "zk_lock.hpp"
 
 #include <algorithm>
-#include <array>
 #include <iterator>
 #include <utility>
 
@@ -28,23 +27,22 @@ public:
     handle(session_manager& zk, const spi::lock_request& r);
     ~handle() override;
 
-    std::optional<spi::grant> acquire(spi::deadline until) override;
+    std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink& lost) override;
     void release() override;
-    std::chrono::milliseconds keepalive_interval() const override;
-    spi::keepalive_result keepalive() override;
+    // The session's state and, once per period, whether our node still exists
+    // (a watch on it tells sooner): a third of the session timeout.
+    std::chrono::milliseconds check_interval() const override;
     // The session is this lock's lease: a process paused past it has lost the
     // lock without hearing so yet. A grant or a keepalive confirms it for the
     // time after which a disconnected session is presumed expired.
     std::chrono::milliseconds validity() const override;
-
-    void lost(std::string why) noexcept override { report_lost(std::move(why)); }
 
 private:
     enum class step { held, again, timeout };
     // `listing` (sent at `listed`) is the first children listing; on step::held,
     // `listed` is when the listing that showed our node first was sent.
     step wait_turn(const std::shared_ptr<session>& s, const std::string& node, std::uint64_t czxid,
-                   spi::deadline until, bool once, op_ptr listing, spi::deadline& listed);
+                   spi::deadline until, bool once, op_ptr listing, spi::deadline& listed, const spi::loss_sink& lost);
 
     session_manager& zk_;
     std::string name_, dir_;
@@ -61,17 +59,10 @@ handle::handle(session_manager& zk, const spi::lock_request& r)
 
 handle::~handle() { zk_.forget(*this); }
 
-std::chrono::milliseconds handle::keepalive_interval() const { return std::max(ms(50), zk_.timeout() / 3); }
+std::chrono::milliseconds handle::check_interval() const { return std::max(ms(50), zk_.timeout() / 3); }
 std::chrono::milliseconds handle::validity() const { return session_manager::loss_after(zk_.timeout()); }
 
-spi::keepalive_result handle::keepalive() {
-    spi::keepalive_result r;
-    keepalive_locks(zk_, std::span<spi::lock_handle* const>(std::array<spi::lock_handle*, 1>{this}.data(), 1),
-                    std::span<spi::keepalive_result>(&r, 1));
-    return r;
-}
-
-std::optional<spi::grant> handle::acquire(spi::deadline until) {
+std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_sink& lost) {
     const bool once = until <= clock::now();
     for (int round = 0;; ++round) {
         if (round > 0 && !once && clock::now() >= until) return std::nullopt;
@@ -144,7 +135,7 @@ std::optional<spi::grant> handle::acquire(spi::deadline until) {
         // 2. Wait for our turn; on any failure our node goes (Curator deletes it).
         step result;
         try {
-            result = wait_turn(s, node, czxid, until, once, std::move(first_listing), listed);
+            result = wait_turn(s, node, czxid, until, once, std::move(first_listing), listed, lost);
         } catch (...) {
             zk_.unregister_held(*this);
             zk_.delete_node(*s, node);
@@ -163,7 +154,8 @@ std::optional<spi::grant> handle::acquire(spi::deadline until) {
 }
 
 handle::step handle::wait_turn(const std::shared_ptr<session>& s, const std::string& node, std::uint64_t czxid,
-                               spi::deadline until, bool once, op_ptr listing, spi::deadline& listed) {
+                               spi::deadline until, bool once, op_ptr listing, spi::deadline& listed,
+                               const spi::loss_sink& lost) {
     const std::string mine = last_segment(node);  // "_c_<uuid>-lock-<10 digits>"
     for (;;) {
         if (!listing) listed = clock::now();
@@ -201,7 +193,7 @@ handle::step handle::wait_turn(const std::shared_ptr<session>& s, const std::str
             // timeout / 3, also sets a watch on our node, so that a delete by
             // someone else is reported at once from then on; a lock held only
             // briefly costs no request beyond create, listing and delete.)
-            zk_.register_held(*this, node, s->gen, czxid);
+            zk_.register_held(*this, node, s->gen, czxid, lost);
             return step::held;
         }
         if (once || clock::now() >= until) return step::timeout;

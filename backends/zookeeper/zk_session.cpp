@@ -32,7 +32,7 @@ session_manager::session_manager(settings s) : settings_(std::move(s)) {
     }
     timeout_ = current_->timeout;
     lk.unlock();
-    notifier_ = std::thread([this] { notifier_loop(); });
+    upkeep_ = std::thread([this] { upkeep_loop(); });
 }
 
 session_manager::~session_manager() {
@@ -40,12 +40,8 @@ session_manager::~session_manager() {
         std::lock_guard lk(mu_);
         stop_ = true;
     }
-    notify_cv_.notify_all();
-    if (notifier_.joinable()) {
-        // Destroyed from a user's on_lost callback on the notifier itself.
-        if (std::this_thread::get_id() == notifier_.get_id()) notifier_.detach();
-        else notifier_.join();
-    }
+    upkeep_cv_.notify_all();
+    if (upkeep_.joinable()) upkeep_.join();
     std::shared_ptr<session> s;
     {
         std::lock_guard lk(mu_);
@@ -149,12 +145,12 @@ void session_manager::delete_node(session& s, const std::string& path) {
     if (o->rc == ZOK || o->rc == ZNONODE || is_session_gone(o->rc)) return;
     std::lock_guard lk(mu_);
     cleanups_.push_back({s.gen, path, {}, {}});
-    notify_cv_.notify_all();
+    upkeep_cv_.notify_all();
 }
 void session_manager::delete_protected_later(session& s, const std::string& dir, const std::string& prefix) {
     std::lock_guard lk(mu_);
     cleanups_.push_back({s.gen, {}, dir, prefix});
-    notify_cv_.notify_all();
+    upkeep_cv_.notify_all();
 }
 
 void session_manager::add_waiter(waiter& w) {
@@ -178,12 +174,14 @@ void session_manager::wait_event(waiter& w, session& s, spi::deadline until) {
     else wake_.wait_until(lk, until, ready);
 }
 
-void session_manager::register_held(held_node& h, const std::string& node, std::uint64_t gen, std::uint64_t czxid) {
+void session_manager::register_held(held_node& h, const std::string& node, std::uint64_t gen, std::uint64_t czxid,
+                                    spi::loss_sink sink) {
     std::lock_guard lk(mu_);
     h.node_ = node;
     h.gen_ = gen;
     h.czxid_ = czxid;
     h.lost_ = false;
+    h.sink_ = std::move(sink);
     held_[node] = &h;
 }
 std::tuple<std::string, std::uint64_t, bool> session_manager::unregister_held(held_node& h) {
@@ -196,10 +194,9 @@ std::tuple<std::string, std::uint64_t, bool> session_manager::unregister_held(he
     return {node, h.gen_, h.lost_};
 }
 void session_manager::forget(held_node& h) {
-    std::unique_lock lk(mu_);
+    std::lock_guard lk(mu_);
     for (auto it = held_.begin(); it != held_.end();)
         it = it->second == &h ? held_.erase(it) : std::next(it);
-    notify_done_.wait(lk, [&] { return !h.notifying_ || std::this_thread::get_id() == notifier_id_; });
 }
 
 std::optional<spi::keepalive_result> session_manager::local_check(held_node& h, std::shared_ptr<session>& out,
@@ -248,13 +245,13 @@ void session_manager::on_event(session& s, int type, int state, const char* path
             s.connected = false;
             s.expired = true;
             s.auth_failed = state == ZOO_AUTH_FAILED_STATE;
-            queue_loss_all(s.gen, state == ZOO_AUTH_FAILED_STATE
-                                      ? "ZooKeeper authentication failed: the session is closed"
-                                      : "the ZooKeeper session expired: its lock nodes were deleted");
+            lose_all(s.gen, state == ZOO_AUTH_FAILED_STATE
+                                ? "ZooKeeper authentication failed: the session is closed"
+                                : "the ZooKeeper session expired: its lock nodes were deleted");
         }
         ++session_events_;
         wake_.notify_all();
-        notify_cv_.notify_all();
+        upkeep_cv_.notify_all();
         return;
     }
     if (!path) return;
@@ -269,12 +266,8 @@ void session_manager::on_event(session& s, int type, int state, const char* path
     if (woke) stats().predecessor_wakeups++;
     if (type == ZOO_DELETED_EVENT) {
         auto it = held_.find(p);
-        if (it != held_.end() && it->second->gen_ == s.gen) {
-            tasks_.push_back([this, p, gen = s.gen] {
-                lose(p, gen, "the lock node " + p + " was deleted on the server");
-            });
-            notify_cv_.notify_all();
-        }
+        if (it != held_.end() && it->second->gen_ == s.gen)
+            lose(*it->second, "the lock node " + p + " was deleted on the server");
     }
     if (woke) wake_.notify_all();
 }
@@ -287,52 +280,25 @@ std::string session_manager::disconnected_reason(const session& s) {
            " ms (session timeout " + std::to_string(s.timeout.count()) + " ms): the session is presumed expired";
 }
 
-// ---- the notifier: loss reports and cleanups, off the completion thread ------
+// A grant is lost: the sink records it and queues the user's on_lost for the
+// core's callback thread, so calling it here, under mu_ and on the completion
+// thread, never waits for user code.
+void session_manager::lose(held_node& h, std::string why) {  // under mu_
+    if (h.lost_) return;
+    h.lost_ = true;
+    h.sink_(std::move(why));
+}
 
-void session_manager::queue_loss_all(std::uint64_t gen, std::string why) {  // under mu_
+void session_manager::lose_all(std::uint64_t gen, const std::string& why) {  // under mu_
     for (const auto& [path, h] : held_)
-        if (h->gen_ == gen && !h->lost_)
-            tasks_.push_back([this, p = path, gen, why] { lose(p, gen, why); });
-    notify_cv_.notify_all();
+        if (h->gen_ == gen) lose(*h, why);
 }
 
-// On the notifier thread: report the loss of the grant at `path`.
-void session_manager::lose(const std::string& path, std::uint64_t gen, std::string why) {
-    held_node* h = nullptr;
-    {
-        std::lock_guard lk(mu_);
-        auto it = held_.find(path);
-        if (it == held_.end() || it->second->gen_ != gen || it->second->lost_) return;
-        h = it->second;
-        h->lost_ = true;
-        h->notifying_ = true;
-    }
-    h->lost(std::move(why));
-    {
-        std::lock_guard lk(mu_);
-        h->notifying_ = false;
-    }
-    notify_done_.notify_all();
-}
+// ---- the upkeep thread: the disconnection deadline and cleanups --------------
 
-void session_manager::notifier_loop() {
-    {
-        std::lock_guard lk(mu_);
-        notifier_id_ = std::this_thread::get_id();
-    }
+void session_manager::upkeep_loop() {
     std::unique_lock lk(mu_);
     while (!stop_) {
-        if (!tasks_.empty()) {
-            auto task = std::move(tasks_.front());
-            tasks_.pop_front();
-            lk.unlock();
-            try {
-                task();
-            } catch (...) {
-            }
-            lk.lock();
-            continue;
-        }
         auto s = current_;
         if (s && reconnected_gen_ == s->gen && s->connected) {
             reconnected_gen_ = 0;
@@ -353,14 +319,14 @@ void session_manager::notifier_loop() {
             if (clock::now() >= due) {
                 s->disconnect_loss_reported = true;
                 // The nodes of a session that survives are deleted on reconnection.
-                queue_loss_all(s->gen, disconnected_reason(*s));
+                lose_all(s->gen, disconnected_reason(*s));
                 continue;
             }
             next = due;
         }
         s.reset();  // never the last reference: current_ holds one
-        if (next == clock::time_point::max()) notify_cv_.wait(lk);
-        else notify_cv_.wait_until(lk, next);
+        if (next == clock::time_point::max()) upkeep_cv_.wait(lk);
+        else upkeep_cv_.wait_until(lk, next);
     }
 }
 

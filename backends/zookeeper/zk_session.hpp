@@ -3,16 +3,16 @@
 //
 // One zhandle (one session) per provider. Its watcher runs on the C client's
 // completion thread and never blocks: it updates the session state, wakes the
-// waiters of a path, and queues loss reports for a notifier thread of our own,
-// which calls held_node::lost() (the user's on_lost may call unlock(), which
-// waits for a completion: it must not run on the completion thread). The same
-// thread finishes, once reconnected, the deletes whose outcome was unknown
-// (Curator's guaranteed deletes and protected-mode cleanups).
+// waiters of a path, and reports lost grants through their loss sinks (which
+// only record and queue: the user's on_lost runs on the core's callback
+// thread). An upkeep thread of our own declares the grants of a session that
+// stayed disconnected too long lost, and finishes, once reconnected, the
+// deletes whose outcome was unknown (Curator's guaranteed deletes and
+// protected-mode cleanups).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -59,7 +59,7 @@ struct session {
     }
 };
 
-// Work for the notifier thread left behind by a request whose outcome was
+// Work for the upkeep thread left behind by a request whose outcome was
 // unknown (connection loss): delete `path`, or the children of `dir` whose
 // names start with `prefix` (protected mode), once the session is back.
 struct cleanup {
@@ -70,19 +70,12 @@ struct cleanup {
 // A recipe's grant as the session sees it: the node held on one session, which
 // is lost when the node is deleted, the session expires or stays disconnected
 // too long. The fields are guarded by session_manager::mu_.
-class held_node {
-public:
-    // The loss, told on the notifier thread (never on the completion thread).
-    virtual void lost(std::string why) noexcept = 0;
-
+struct held_node {
     std::string node_;  // full path of our lock node while held
     std::uint64_t gen_ = 0;
     std::uint64_t czxid_ = 0;
     bool lost_ = false;
-    bool notifying_ = false;  // the notifier is inside lost() for us
-
-protected:
-    ~held_node() = default;
+    spi::loss_sink sink_;  // the core's, for this grant
 };
 
 class session_manager {
@@ -134,11 +127,12 @@ public:
     // Waits until the watch of `w` fired, the session changed state, or `until`.
     void wait_event(waiter& w, session& s, spi::deadline until);
 
-    // The grants of held nodes, watched for loss.
-    void register_held(held_node& h, const std::string& node, std::uint64_t gen, std::uint64_t czxid);
+    // The grants of held nodes, watched for loss (reported through `sink`).
+    void register_held(held_node& h, const std::string& node, std::uint64_t gen, std::uint64_t czxid,
+                       spi::loss_sink sink);
     // Forgets h's grant; returns {node, gen, lost}.
     std::tuple<std::string, std::uint64_t, bool> unregister_held(held_node& h);
-    // Before h goes away: forgets it, and waits while the notifier tells it a loss.
+    // Before h goes away: forgets it.
     void forget(held_node& h);
     // Keepalive check of one held node without a round trip: lost, failed or ok
     // (nullopt: ask the server about `node` on `out`).
@@ -153,10 +147,10 @@ private:
     std::shared_ptr<session> open_session();  // under mu_
     static std::string disconnected_reason(const session& s);
 
-    // ---- the notifier: loss reports and cleanups, off the completion thread ----
-    void queue_loss_all(std::uint64_t gen, std::string why);  // under mu_
-    void lose(const std::string& path, std::uint64_t gen, std::string why);
-    void notifier_loop();
+    void lose(held_node& h, std::string why);                // under mu_
+    void lose_all(std::uint64_t gen, const std::string& why);  // under mu_
+    // ---- the upkeep thread: the disconnection deadline and cleanups ----
+    void upkeep_loop();
     void run_cleanups(const std::shared_ptr<session>& s);
 
     settings settings_;
@@ -165,19 +159,16 @@ private:
 
     std::mutex mu_;
     std::condition_variable wake_;         // session state changes, watch events
-    std::condition_variable notify_cv_;    // work for the notifier
-    std::condition_variable notify_done_;  // a report_lost finished
+    std::condition_variable upkeep_cv_;    // work for the upkeep thread
     std::shared_ptr<session> current_;
     std::uint64_t next_gen_ = 0;
     std::uint64_t session_events_ = 0;
     std::uint64_t reconnected_gen_ = 0;  // a (re)connection of this session wants cleanups run
     std::unordered_multimap<std::string, waiter*> waiters_;
     std::map<std::string, held_node*> held_;  // lock node path -> holder
-    std::deque<std::function<void()>> tasks_;
     std::vector<cleanup> cleanups_;
     bool stop_ = false;
-    std::thread notifier_;
-    std::thread::id notifier_id_;
+    std::thread upkeep_;
 };
 
 // Runs `f` on a separate, short-lived session of the same servers and

@@ -356,7 +356,7 @@ TEST_CASE("renewals of many held locks go out as one script in one round trip", 
                 req.lease = 3s;
                 names.push_back(req.name);
                 handles.push_back(backend->make_lock(req));
-                REQUIRE(handles.back()->acquire(clk::now() + 5s).has_value());
+                REQUIRE(handles.back()->acquire(clk::now() + 5s, {}).has_value());
                 raw_handles.push_back(handles.back().get());
             }
             raw_client raw(server.port());
