@@ -10,7 +10,11 @@
 
 #include "distlock/error.hpp"
 #include "distlock/spi/backend.hpp"
-#include "http/http_client.hpp"
+#include "http/http_codec.hpp"
+#include "http/http_multi.hpp"
+#include "http/http_options.hpp"
+#include "http/http_pool.hpp"
+#include "http/http_transfer.hpp"
 #include "support.hpp"
 
 using namespace std::chrono_literals;
