@@ -5,8 +5,12 @@
 #       unless it is OFF (look for the dependency only then).
 #   distlock_add_layer(<name> SOURCES ... [LIBRARIES ...])
 #       code shared by several backends (backends/<name>/, e.g. the SQL strategy
-#       layer, the HTTP layer): compiled once into libdistlock, however many
-#       backends use it; a second call is a no-op.
+#       layer, the HTTP layer), defined by the layer's own CMakeLists.txt
+#       (added by the top level before the backends: DISTLOCK_LAYER_DIRS) or by
+#       a backend folder before it names the layer; a second call is a no-op.
+#       Compiled into libdistlock once, and only when a backend names it in
+#       LAYERS. The LIBRARIES must be visible where those backends are (found by
+#       the top level, imported GLOBAL, or library files).
 #   distlock_add_backend(<name> FOUND <bool> MISSING "<what to install>"
 #                        SOURCES ... [LAYERS ...] [LIBRARIES ...] [INCLUDES ...] [DEFINITIONS ...])
 #       AUTO + not found: a status line, the backend is left out.
@@ -39,15 +43,30 @@ function(distlock_add_layer name)
   if(TARGET ${obj})
     return()
   endif()
-  add_library(${obj} OBJECT ${arg_SOURCES})
+  # Not built by itself: only as part of libdistlock, once a backend uses it.
+  add_library(${obj} OBJECT EXCLUDE_FROM_ALL ${arg_SOURCES})
   target_compile_options(${obj} PRIVATE -Wall -Wextra -Wpedantic)
   target_include_directories(${obj} PUBLIC ${PROJECT_SOURCE_DIR}/backends/${name}
                              PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_BINARY_DIR}/generated/include)
   if(arg_LIBRARIES)
     target_link_libraries(${obj} PUBLIC ${arg_LIBRARIES})
-    target_link_libraries(distlock PRIVATE ${arg_LIBRARIES})
+  endif()
+  set_target_properties(${obj} PROPERTIES DISTLOCK_LAYER_LIBRARIES "${arg_LIBRARIES}" DISTLOCK_LAYER_USED FALSE)
+endfunction()
+
+# The layer's objects and libraries into libdistlock, on its first user's call.
+function(_distlock_use_layer layer)
+  set(obj distlock_layer_${layer})
+  get_target_property(used ${obj} DISTLOCK_LAYER_USED)
+  if(used)
+    return()
+  endif()
+  get_target_property(libs ${obj} DISTLOCK_LAYER_LIBRARIES)
+  if(libs)
+    target_link_libraries(distlock PRIVATE ${libs})
   endif()
   target_sources(distlock PRIVATE $<TARGET_OBJECTS:${obj}>)
+  set_target_properties(${obj} PROPERTIES DISTLOCK_LAYER_USED TRUE)
 endfunction()
 
 function(distlock_add_backend name)
@@ -75,8 +94,10 @@ function(distlock_add_backend name)
   endif()
   foreach(layer IN LISTS arg_LAYERS)
     if(NOT TARGET distlock_layer_${layer})
-      message(FATAL_ERROR "backend ${name}: call distlock_add_layer(${layer} ...) first")
+      message(FATAL_ERROR "backend ${name}: the layer ${layer} is not defined (distlock_add_layer(${layer} ...) "
+                          "comes first: in a folder of DISTLOCK_LAYER_DIRS, or earlier in this one)")
     endif()
+    _distlock_use_layer(${layer})
     # The layer's include directory and usage requirements, not its objects.
     target_include_directories(${obj} PRIVATE $<TARGET_PROPERTY:distlock_layer_${layer},INTERFACE_INCLUDE_DIRECTORIES>)
     target_link_libraries(${obj} PRIVATE $<TARGET_PROPERTY:distlock_layer_${layer},INTERFACE_LINK_LIBRARIES>)

@@ -19,8 +19,13 @@
 #include <algorithm>
 #include <thread>
 
-#include "../http/http_client.hpp"
 #include "distlock/spi/backend.hpp"
+#include "http_codec.hpp"
+#include "http_monitor.hpp"
+#include "http_multi.hpp"
+#include "http_options.hpp"
+#include "http_pool.hpp"
+#include "http_transfer.hpp"
 
 namespace distlock::backends::consul {
 namespace {

@@ -18,7 +18,10 @@
 #include "distlock/distlock.hpp"
 #include "distlock/spi/url.hpp"
 #include "distlock/testing.hpp"
-#include "http/http_client.hpp"
+#include "http/http_codec.hpp"
+#include "http/http_options.hpp"
+#include "http/http_pool.hpp"
+#include "http/http_transfer.hpp"
 #include "support.hpp"
 #include "tcp_proxy.hpp"
 

@@ -7,7 +7,10 @@
 #include <string>
 
 #include "distlock/spi/url.hpp"
-#include "http/http_client.hpp"
+#include "http/http_codec.hpp"
+#include "http/http_options.hpp"
+#include "http/http_pool.hpp"
+#include "http/http_transfer.hpp"
 
 namespace distlock::test {
 

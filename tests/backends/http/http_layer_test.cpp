@@ -2,6 +2,7 @@
 // member (DISTLOCK_TEST_ETCD_URL): failover, timeouts, streamed responses, the
 // asynchronous loop and its cancellation, and the small encoders.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <set>
@@ -9,7 +10,11 @@
 
 #include "distlock/error.hpp"
 #include "distlock/spi/backend.hpp"
-#include "etcd_support.hpp"
+#include "http/http_codec.hpp"
+#include "http/http_multi.hpp"
+#include "http/http_options.hpp"
+#include "http/http_pool.hpp"
+#include "http/http_transfer.hpp"
 #include "support.hpp"
 
 using namespace std::chrono_literals;

@@ -1,0 +1,257 @@
+#include "etcd_gateway.hpp"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+
+#include "distlock/error.hpp"
+#include "http_codec.hpp"
+
+namespace distlock::backends::etcd {
+
+using namespace std::chrono_literals;
+using http::base64_encode;
+
+std::int64_t as_i64(const json& j, const char* key) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return 0;
+    if (it->is_string()) {
+        try {
+            return std::stoll(it->get<std::string>());
+        } catch (...) {
+            return 0;
+        }
+    }
+    if (it->is_number_integer()) return it->get<std::int64_t>();
+    return 0;
+}
+
+std::string b64d(const json& j, const char* key) {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_string()) return {};
+    return http::base64_decode(it->get<std::string>()).value_or(std::string{});
+}
+
+std::string prefix_end(std::string p) {
+    // The smallest key greater than every key starting with p.
+    while (!p.empty()) {
+        auto& c = p.back();
+        if (static_cast<unsigned char>(c) < 0xFF) {
+            c = static_cast<char>(static_cast<unsigned char>(c) + 1);
+            return p;
+        }
+        p.pop_back();
+    }
+    return std::string(1, '\0');  // whole key space
+}
+
+std::string lease_hex(std::int64_t id) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%" PRIx64, static_cast<std::uint64_t>(id));
+    return buf;
+}
+
+gateway::gateway(http::options o, settings s) : client_(std::move(o)), settings_(std::move(s)) {
+    if (!settings_.user.empty()) authenticate();
+}
+
+gateway::~gateway() {
+    std::map<std::int64_t, std::shared_ptr<session>> all;
+    {
+        std::lock_guard lk(mutex_);
+        all.swap(sessions_);
+    }
+    for (auto& [ttl, s] : all) {
+        if (s->dead) continue;
+        try {
+            call("/v3/lease/revoke", json{{"ID", std::to_string(s->id)}}, 1000ms);
+        } catch (...) {
+        }
+    }
+}
+
+json gateway::call(const std::string& path, const json& body, std::chrono::milliseconds timeout) {
+    for (int attempt = 0;; ++attempt) {
+        http::request rq;
+        rq.method = "POST";
+        rq.target = path;
+        rq.body = body.dump();
+        rq.timeout = timeout;
+        auto resp = client_.send(rq);
+        json j = json::parse(resp.body, nullptr, false);
+        if (j.is_discarded() || !j.is_object()) {
+            // Not etcd's JSON gateway answering: a 4xx will not heal by retrying (a wrong
+            // port, another server, a path prefix in front of etcd); a 5xx may.
+            const bool wrong_server = resp.status >= 400 && resp.status < 500;
+            if (!wrong_server) client_.rotate_endpoint(resp.endpoint);
+            throw_error(wrong_server ? errc::invalid_argument : errc::unavailable, kName,
+                        path + ": unexpected reply (HTTP " + std::to_string(resp.status) + ")" +
+                            (wrong_server ? ": is " + resp.endpoint +
+                                                " etcd's client port (2379 by default) with the v3 JSON gateway?"
+                                          : std::string{}),
+                        resp.status, resp.body.substr(0, 200));
+        }
+        auto err = j.find("error");
+        if (resp.status == 200 && (err == j.end() || !err->is_string())) return j;
+        int code = static_cast<int>(as_i64(j, "code"));
+        std::string message = j.value("message", err != j.end() && err->is_string() ? err->get<std::string>()
+                                                                                  : std::string("HTTP error"));
+        if (code == 16 && !settings_.user.empty() && attempt == 0 &&
+            message.find("invalid auth token") != std::string::npos) {
+            authenticate();  // the token expired: once more with a fresh one
+            continue;
+        }
+        throw_grpc(path, code, message, resp.endpoint);
+    }
+}
+
+void gateway::throw_grpc(const std::string& path, int code, const std::string& message,
+                         const std::string& endpoint) {
+    // etcd answers some authentication failures with INVALID_ARGUMENT.
+    for (const char* auth : {"user name is empty", "authentication failed", "permission denied", "auth token"})
+        if (message.find(auth) != std::string::npos)
+            throw_error(errc::access_denied, kName, path + ": " + message, code, message);
+    switch (code) {
+        case 5:  // NOT_FOUND (lease not found)
+        case 9:  // FAILED_PRECONDITION
+            throw grpc_error(code, message);
+        case 3:   // INVALID_ARGUMENT
+        case 11:  // OUT_OF_RANGE
+            throw_error(errc::invalid_argument, kName, path + ": " + message, code, message);
+        case 7:   // PERMISSION_DENIED
+        case 16:  // UNAUTHENTICATED
+            throw_error(errc::access_denied, kName, path + ": " + message, code, message);
+        default:  // UNAVAILABLE, DEADLINE_EXCEEDED, no leader, ...: another member may do better
+            client_.rotate_endpoint(endpoint);
+            throw_error(errc::unavailable, kName, path + ": " + message, code, message);
+    }
+}
+
+http::request gateway::watch(const std::string& key, std::int64_t from, std::chrono::milliseconds timeout) {
+    json create{{"key", base64_encode(key)}};
+    if (from > 0) create["start_revision"] = std::to_string(from);
+    http::request rq;
+    rq.method = "POST";
+    rq.target = "/v3/watch";
+    rq.body = json{{"create_request", create}}.dump();
+    rq.timeout = timeout;
+    return rq;
+}
+
+std::shared_ptr<session> gateway::session_for(std::chrono::milliseconds lease, bool shared) {
+    const auto ttl = std::max<std::int64_t>(1, (lease.count() + 999) / 1000);
+    if (!shared) return grant(ttl);
+    std::lock_guard lk(grant_mutex_);
+    std::shared_ptr<session> s;
+    {
+        std::lock_guard m(mutex_);
+        if (auto it = sessions_.find(ttl); it != sessions_.end()) s = it->second;
+    }
+    if (s && !s->dead) {
+        spi::clock::time_point renewed;
+        {
+            std::lock_guard m(s->mutex);
+            renewed = s->renewed;
+        }
+        if (spi::clock::now() - renewed < s->ttl / 3) return s;
+        if (renew(*s).state == spi::keepalive_result::status::ok) return s;
+        if (!s->dead) throw_error(errc::unavailable, kName, "cannot renew the session lease");
+    }
+    auto fresh = grant(ttl);
+    std::lock_guard m(mutex_);
+    sessions_[ttl] = fresh;
+    return fresh;
+}
+
+std::shared_ptr<session> gateway::grant(std::int64_t ttl) {
+    auto sent = spi::clock::now();
+    auto reply = call("/v3/lease/grant", json{{"TTL", std::to_string(ttl)}});
+    auto fresh = std::make_shared<session>();
+    fresh->id = as_i64(reply, "ID");
+    fresh->ttl = std::chrono::seconds(std::max<std::int64_t>(as_i64(reply, "TTL"), ttl));
+    fresh->renewed = sent;
+    if (fresh->id == 0) throw_error(errc::unavailable, kName, "lease grant returned no ID");
+    return fresh;
+}
+
+void gateway::revoke(session& s) noexcept {
+    try {
+        call("/v3/lease/revoke", json{{"ID", std::to_string(s.id)}}, 2000ms);
+        s.dead = true;
+    } catch (...) {
+    }
+}
+
+spi::keepalive_result gateway::renew(session& s) noexcept {
+    try {
+        std::vector<std::pair<std::string, std::string>> orphans;
+        {
+            std::lock_guard lk(s.mutex);
+            orphans = s.orphans;
+        }
+        for (const auto& [key, value] : orphans) {
+            call("/v3/kv/txn",
+                 json{{"compare", json::array({{{"key", base64_encode(key)},
+                                                {"target", "VALUE"},
+                                                {"result", "EQUAL"},
+                                                {"value", base64_encode(value)}}})},
+                      {"success", json::array({{{"request_delete_range", {{"key", base64_encode(key)}}}}})}},
+                 renewal_timeout(s));
+            std::lock_guard lk(s.mutex);
+            auto it = std::find(s.orphans.begin(), s.orphans.end(), std::make_pair(key, value));
+            if (it != s.orphans.end()) s.orphans.erase(it);
+        }
+        auto sent = spi::clock::now();
+        http::request rq;
+        rq.method = "POST";
+        rq.target = "/v3/lease/keepalive";
+        rq.body = json{{"ID", std::to_string(s.id)}}.dump();
+        rq.timeout = renewal_timeout(s);
+        auto resp = client_.send(rq);
+        json j = json::parse(resp.body, nullptr, false);
+        if (j.is_discarded() || !j.is_object() || resp.status != 200)
+            return spi::keepalive_result::failed("lease keepalive: HTTP " + std::to_string(resp.status) + " " +
+                                                 resp.body.substr(0, 200));
+        if (j.contains("error")) {
+            client_.rotate_endpoint(resp.endpoint);
+            return spi::keepalive_result::failed("lease keepalive: " + j["error"].dump());
+        }
+        const json& result = j.contains("result") ? j["result"] : j;
+        if (as_i64(result, "TTL") <= 0) {
+            s.dead = true;
+            return spi::keepalive_result::lost("the session lease " + lease_hex(s.id) + " has expired");
+        }
+        std::lock_guard lk(s.mutex);
+        s.renewed = sent;
+        return spi::keepalive_result::ok();
+    } catch (const std::exception& e) {
+        return spi::keepalive_result::failed(e.what());
+    }
+}
+
+std::chrono::milliseconds gateway::renewal_timeout(const session& s) const {
+    auto third = std::chrono::duration_cast<std::chrono::milliseconds>(s.ttl) / 3;
+    return std::clamp<std::chrono::milliseconds>(third, 300ms, client_.opts().request_timeout);
+}
+
+void gateway::add_orphan(session& s, const std::string& key, const std::string& value) {
+    std::lock_guard lk(s.mutex);
+    s.orphans.emplace_back(key, value);
+}
+
+void gateway::authenticate() {
+    client_.set_header("Authorization", "");
+    try {
+        auto reply = call("/v3/auth/authenticate", json{{"name", settings_.user}, {"password", settings_.password}});
+        auto token = reply.value("token", std::string{});
+        if (token.empty()) throw_error(errc::access_denied, kName, "authentication returned no token");
+        client_.set_header("Authorization", token);
+    } catch (const grpc_error& e) {
+        throw_error(errc::access_denied, kName, std::string("authentication failed: ") + e.what(), e.code);
+    } catch (const invalid_argument_error& e) {
+        throw_error(errc::access_denied, kName, std::string("authentication failed: ") + e.what(),
+                    e.native_code(), e.native_message());
+    }
+}
+
+}  // namespace distlock::backends::etcd

@@ -1,0 +1,115 @@
+// etcd's v3 JSON gateway as the lock recipe (etcd_lock.cpp) uses it: POSTs of
+// JSON bodies (KV range, txn and deleterange; lease grant, keepalive and
+// revoke; watch requests), error replies as distlock errors, authentication
+// (a token renewed once when it expires), and the sessions: one lease per TTL
+// shared by a provider's locks, renewed by the core scheduler through the
+// recipe, with the keys whose deletion failed deleted before each renewal.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "distlock/spi/backend.hpp"
+#include "http_multi.hpp"
+#include "http_options.hpp"
+#include "http_pool.hpp"
+#include "http_transfer.hpp"
+
+namespace distlock::backends::etcd {
+
+using json = nlohmann::json;
+
+inline constexpr const char* kName = "etcd";
+
+// The gateway's JSON: 64-bit integers as strings (0 when absent or malformed),
+// bytes as base64 ("" when absent).
+std::int64_t as_i64(const json& j, const char* key);
+std::string b64d(const json& j, const char* key);
+// The end of the range of every key starting with p.
+std::string prefix_end(std::string p);
+std::string lease_hex(std::int64_t id);
+
+// A gRPC status carried by the gateway's error reply.
+struct grpc_error : std::runtime_error {
+    int code;
+    grpc_error(int c, const std::string& m) : std::runtime_error(m), code(c) {}
+};
+
+struct settings {
+    std::string prefix = "/distlock";
+    std::chrono::milliseconds default_ttl{std::chrono::seconds(60)};
+    std::string user, password;
+};
+
+// A lease shared by the locks of one provider that use the same TTL.
+struct session {
+    std::int64_t id = 0;
+    std::chrono::seconds ttl{0};
+    std::mutex mutex;                   // guards the fields below
+    // Keys of ours whose deletion failed (key, value of that acquisition): deleted
+    // before the next renewal, only while they still hold that value.
+    std::vector<std::pair<std::string, std::string>> orphans;
+    spi::clock::time_point renewed;     // last grant or successful keepalive
+    std::atomic<bool> dead{false};      // the server said the lease is gone
+};
+
+class gateway {
+public:
+    // Authenticates when settings name a user.
+    gateway(http::options o, settings s);
+    // Revokes the leases of the sessions still alive.
+    ~gateway();
+    gateway(const gateway&) = delete;
+    gateway& operator=(const gateway&) = delete;
+
+    const settings& config() const { return settings_; }
+    http::client& client() { return client_; }
+    http::loop& events() { return loop_; }
+
+    // POSTs a JSON body and returns the JSON reply. Throws grpc_error for an
+    // error reply the caller may want to handle, distlock errors otherwise.
+    json call(const std::string& path, const json& body, std::chrono::milliseconds timeout = std::chrono::milliseconds{0});
+
+    // A watch of `key` from revision `from` (0 = now), streamed for `timeout`.
+    static http::request watch(const std::string& key, std::int64_t from, std::chrono::milliseconds timeout);
+
+    // The lease for `lease` (rounded up to whole seconds), fresh enough that a
+    // key put now outlives the first renewal: renewed when TTL/3 has passed.
+    //
+    // `shared` = false: a lease of its own (a lock without auto-renewal must not
+    // be kept alive by the renewals of the provider's other locks).
+    std::shared_ptr<session> session_for(std::chrono::milliseconds lease, bool shared = true);
+    void revoke(session& s) noexcept;
+    // Deletes the session's orphan keys, then keeps its lease alive. Never throws.
+    spi::keepalive_result renew(session& s) noexcept;
+    // A renewal that waits longer than a third of the TTL on a hung member would
+    // cost the lease: give up sooner and let the next request try another member.
+    std::chrono::milliseconds renewal_timeout(const session& s) const;
+    // A key of ours whose deletion failed: deleted before the next renewal.
+    void add_orphan(session& s, const std::string& key, const std::string& value);
+
+private:
+    [[noreturn]] void throw_grpc(const std::string& path, int code, const std::string& message,
+                                 const std::string& endpoint);
+    std::shared_ptr<session> grant(std::int64_t ttl);
+    void authenticate();
+
+    http::client client_;
+    settings settings_;
+    http::loop loop_{client_};  // after client_: stopped before it
+    std::mutex grant_mutex_;  // one grant at a time
+    std::mutex mutex_;        // guards sessions_
+    std::map<std::int64_t, std::shared_ptr<session>> sessions_;  // TTL seconds -> lease
+};
+
+}  // namespace distlock::backends::etcd

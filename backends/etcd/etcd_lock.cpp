@@ -1,0 +1,409 @@
+#include "etcd_lock.hpp"
+
+#include <algorithm>
+#include <map>
+#include <thread>
+
+#include "distlock/error.hpp"
+#include "etcd_gateway.hpp"
+#include "http_codec.hpp"
+#include "http_monitor.hpp"
+
+namespace distlock::backends::etcd {
+namespace {
+
+using namespace std::chrono_literals;
+using http::base64_encode;
+
+class handle final : public spi::lock_handle {
+public:
+    handle(gateway& g, const spi::lock_request& r);
+    std::optional<spi::grant> acquire(spi::deadline until) override;
+    void release() override;
+    std::chrono::milliseconds keepalive_interval() const override;
+    spi::keepalive_result keepalive() override;
+
+    const std::shared_ptr<session>& current_session() const { return session_; }
+    const std::string& key() const { return key_; }
+    std::int64_t revision() const { return revision_; }
+
+private:
+    enum class turn { mine, timed_out, key_lost };
+    turn wait_for_turn(spi::deadline until);
+    void cleanup() noexcept;
+    spi::grant granted();
+    http::request watch_request(std::int64_t from) const;
+    bool on_monitor_line(std::string_view line);
+    void on_monitor_done(const http::transfer_result& r);
+
+    gateway& gateway_;
+    spi::lock_request request_;
+    std::string dir_;  // <prefix>/<encoded name>/
+    std::shared_ptr<session> session_;
+    std::string key_, value_;
+    std::int64_t revision_ = 0;
+
+    // The watch of our own key while held (on the provider's loop thread): its
+    // deletion is reported as a loss at once, not at the next keepalive.
+    std::int64_t monitor_from_ = 0;  // under monitor_'s lock: start revision of the next watch (0 = now)
+    std::string monitor_lost_;       // under monitor_'s lock: why, once the watch saw our key deleted
+    http::monitor monitor_;          // last: stopped before the fields its callbacks use go
+};
+
+handle::handle(gateway& g, const spi::lock_request& r)
+    : gateway_(g),
+      request_(r),
+      dir_(g.config().prefix + "/" + http::encode_name(r.name) + "/"),
+      monitor_(g.events(), [this](std::string_view line) { return on_monitor_line(line); },
+               [this](http::transfer_result t) { on_monitor_done(t); }) {}
+
+std::chrono::milliseconds handle::keepalive_interval() const {
+    if (!request_.auto_renew || !session_) return 0ms;
+    return std::max<std::chrono::milliseconds>(50ms, std::chrono::duration_cast<std::chrono::milliseconds>(session_->ttl) / 3);
+}
+
+std::optional<spi::grant> handle::acquire(spi::deadline until) {
+    const auto range_first = [&] {
+        return json{{"key", base64_encode(dir_)},
+                    {"range_end", base64_encode(prefix_end(dir_))},
+                    {"sort_order", "ASCEND"},
+                    {"sort_target", "CREATE"},
+                    {"limit", "1"},
+                    {"keys_only", true}};
+    };
+    for (int round = 0;; ++round) {
+        session_ = gateway_.session_for(request_.lease, request_.auto_renew);
+        key_ = dir_ + lease_hex(session_->id);
+        value_ = spi::random_token();
+        json txn{{"compare", json::array({{{"key", base64_encode(key_)},
+                                            {"target", "CREATE"},
+                                            {"result", "EQUAL"},
+                                            {"create_revision", "0"}}})},
+                 {"success", json::array({{{"request_put", {{"key", base64_encode(key_)},
+                                                            {"value", base64_encode(value_)},
+                                                            {"lease", std::to_string(session_->id)}}}},
+                                          {{"request_range", range_first()}}})},
+                 {"failure", json::array({{{"request_range", {{"key", base64_encode(key_)}}}},
+                                          {{"request_range", range_first()}}})}};
+        json reply;
+        try {
+            reply = gateway_.call("/v3/kv/txn", txn);
+        } catch (const grpc_error& e) {
+            if (e.code == 5 && round < 3) {  // lease not found: it expired while unused
+                session_->dead = true;
+                continue;
+            }
+            throw_error(errc::unavailable, kName, std::string("acquire txn: ") + e.what(), e.code);
+        } catch (const in_doubt_error&) {
+            throw;
+        } catch (const unavailable_error&) {
+            // The put may have happened: our key, if any, dies with the lease
+            // unless deleted; remember it for the next renewal.
+            gateway_.add_orphan(*session_, key_, value_);
+            throw;
+        }
+        const auto& responses = reply.value("responses", json::array());
+        if (responses.size() < 2) throw_error(errc::unavailable, kName, "acquire txn: short reply");
+        if (reply.value("succeeded", false)) {
+            revision_ = as_i64(reply["header"], "revision");
+        } else {
+            const auto kvs = responses[0]["response_range"].value("kvs", json::array());
+            if (kvs.empty()) {  // deleted meanwhile: try again
+                if (round < 3) continue;
+                throw_error(errc::unavailable, kName, "acquire txn: our key vanished repeatedly");
+            }
+            if (b64d(kvs[0], "value") != value_) {
+                // A key of ours left by an earlier acquisition: remove it, try again.
+                gateway_.call("/v3/kv/deleterange", json{{"key", base64_encode(key_)}});
+                if (round < 3) continue;
+                throw_error(errc::unavailable, kName, "cannot replace a stale key " + key_);
+            }
+            revision_ = as_i64(kvs[0], "create_revision");
+        }
+        const auto owners = responses[1]["response_range"].value("kvs", json::array());
+        std::int64_t first = owners.empty() ? 0 : as_i64(owners[0], "create_revision");
+        if (first == revision_) return granted();
+        turn t;
+        try {
+            t = spi::clock::now() >= until ? turn::timed_out : wait_for_turn(until);
+        } catch (...) {
+            cleanup();
+            throw;
+        }
+        if (t == turn::mine) {
+            // Not renewed from now on: give the lease its whole TTL from here.
+            if (!request_.auto_renew && gateway_.renew(*session_).state != spi::keepalive_result::status::ok) {
+                cleanup();
+                throw_error(errc::unavailable, kName, "cannot renew the lease of '" + request_.name + "'");
+            }
+            return granted();
+        }
+        if (t == turn::timed_out) {
+            cleanup();
+            return std::nullopt;
+        }
+        // Our key vanished while we waited (lease expired): start again.
+        if (spi::clock::now() >= until) return std::nullopt;
+    }
+}
+
+// Waits until every key created before ours is gone. Renews the session while
+// waiting. Transient errors are retried for a while (a leader election).
+handle::turn handle::wait_for_turn(spi::deadline until) {
+    const auto renew_every = std::max<std::chrono::milliseconds>(
+        100ms, std::chrono::duration_cast<std::chrono::milliseconds>(session_->ttl) / 3);
+    auto failing_since = spi::clock::time_point{};
+    const auto tolerate = std::max<std::chrono::milliseconds>(3s, std::chrono::duration_cast<std::chrono::milliseconds>(session_->ttl));
+    auto last_renew = spi::clock::now();
+    // Watches given up in a row because they were created unsynced (see below).
+    // Bounded so that steady writes cannot keep us ranging: after that many,
+    // the watch is kept and its events come from etcd's catch-up loop.
+    constexpr int max_unsynced_retries = 4;
+    int unsynced_retries = 0;
+    for (;;) {
+        auto now = spi::clock::now();
+        if (now >= until) return turn::timed_out;
+        try {
+            if (now - last_renew >= renew_every) {
+                auto r = gateway_.renew(*session_);
+                if (r.state == spi::keepalive_result::status::lost) return turn::key_lost;
+                if (r.state == spi::keepalive_result::status::failed) throw_error(errc::unavailable, kName, r.message);
+                last_renew = spi::clock::now();
+            }
+            auto reply = gateway_.call("/v3/kv/range", json{{"key", base64_encode(dir_)},
+                                                           {"range_end", base64_encode(prefix_end(dir_))},
+                                                           {"sort_order", "DESCEND"},
+                                                           {"sort_target", "CREATE"},
+                                                           {"max_create_revision", std::to_string(revision_ - 1)},
+                                                           {"limit", "1"},
+                                                           {"keys_only", true}});
+            const auto kvs = reply.value("kvs", json::array());
+            if (kvs.empty()) {
+                // Nobody before us: make sure our own key survived the wait.
+                auto mine = gateway_.call("/v3/kv/range", json{{"key", base64_encode(key_)}, {"keys_only", true}});
+                const auto own = mine.value("kvs", json::array());
+                if (own.empty() || as_i64(own[0], "create_revision") != revision_) return turn::key_lost;
+                return turn::mine;
+            }
+            const std::string pred = b64d(kvs[0], "key");
+            const auto at = as_i64(reply["header"], "revision");
+            // Watch the predecessor from just after the range's revision: a
+            // deletion after the range is in the watch history, so none can be
+            // missed. Starting at the current revision + 1 keeps the watcher
+            // "synced": etcd delivers its events at once. If any write (to any
+            // key) came between the range and the watch's creation, the start
+            // is in the past and the watcher is "unsynced": its events then
+            // come from etcd's catch-up loop, up to 100 ms late. The creation
+            // reply's header.revision shows it; such a watch is dropped and we
+            // range again (the range, not the watch, decides).
+            now = spi::clock::now();
+            auto budget = std::min(std::chrono::duration_cast<std::chrono::milliseconds>(until - now),
+                                   renew_every - std::chrono::duration_cast<std::chrono::milliseconds>(now - last_renew));
+            budget = std::max<std::chrono::milliseconds>(budget, 1ms);
+            const auto rq = gateway::watch(pred, at + 1, budget);
+            std::string error;
+            bool unsynced = false;
+            auto res = gateway_.client().stream_lines(rq, [&](std::string_view line) {
+                json msg = json::parse(line, nullptr, false);
+                if (msg.is_discarded()) return true;
+                if (msg.contains("error")) {
+                    error = msg["error"].dump();
+                    return false;
+                }
+                const json& result = msg.contains("result") ? msg["result"] : msg;
+                if (result.value("canceled", false)) return false;  // compacted etc.: range again
+                for (const auto& ev : result.value("events", json::array()))
+                    if (ev.value("type", std::string{}) == "DELETE") return false;
+                if (result.value("created", false) && unsynced_retries < max_unsynced_retries &&
+                    result.contains("header") && as_i64(result["header"], "revision") > at) {
+                    unsynced = true;
+                    return false;
+                }
+                return true;
+            });
+            unsynced_retries = unsynced ? unsynced_retries + 1 : 0;
+            if (!error.empty()) throw_error(errc::unavailable, kName, "watch: " + error);
+            if (res.how == http::outcome::failed) {
+                gateway_.client().rotate_endpoint(res.resp.endpoint);
+                throw_error(errc::unavailable, kName, "watch stream broke: " + res.error);
+            }
+            failing_since = {};
+        } catch (const unavailable_error&) {
+            now = spi::clock::now();
+            if (failing_since == spi::clock::time_point{}) failing_since = now;
+            if (now - failing_since > tolerate) throw;
+            std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(100ms, until - now));
+        }
+    }
+}
+
+// Our key lives as long as the session's lease: the grant is valid for a lease
+// from the last grant or keepalive of that lease the server confirmed.
+spi::grant handle::granted() {
+    const auto from = revision_ + 1;
+    auto rq = watch_request(from);
+    auto lk = monitor_.lock();
+    monitor_from_ = from;
+    monitor_lost_.clear();
+    monitor_.start(lk, std::move(rq));
+    std::lock_guard renewal(session_->mutex);
+    return spi::grant{static_cast<std::uint64_t>(revision_), session_->renewed};
+}
+
+// The watch of our key from revision `from` (0 = now).
+http::request handle::watch_request(std::int64_t from) const {
+    return gateway::watch(key_, from, 60s);  // then watched again from the last revision seen
+}
+
+// On the loop thread: one message of the watch stream.
+bool handle::on_monitor_line(std::string_view line) {
+    json msg = json::parse(line, nullptr, false);
+    if (msg.is_discarded() || !msg.is_object() || msg.contains("error")) return false;
+    const json& result = msg.contains("result") ? msg["result"] : msg;
+    auto lk = monitor_.lock();
+    if (result.value("canceled", false)) {  // compacted past our revision: watch from now on
+        monitor_from_ = 0;
+        return false;
+    }
+    for (const auto& ev : result.value("events", json::array())) {
+        if (ev.contains("kv")) monitor_from_ = std::max(monitor_from_, as_i64(ev["kv"], "mod_revision") + 1);
+        if (ev.value("type", std::string{}) == "DELETE") {
+            monitor_lost_ = "lock key " + key_ + " was deleted (lease revoked or expired, or the key removed)";
+            return false;
+        }
+    }
+    return true;
+}
+
+void handle::on_monitor_done(const http::transfer_result& r) {
+    std::string lost;
+    std::int64_t from;
+    {
+        auto lk = monitor_.lock();
+        if (!monitor_.running(lk)) return;
+        lost = monitor_lost_;
+        from = monitor_from_;
+        if (!lost.empty() && !monitor_.end(lk)) return;
+    }
+    if (!lost.empty()) {
+        report_lost(lost);
+        return;
+    }
+    // The stream ended (its 60 s bound, a member went away, an error): watch
+    // again; the keepalives decide about loss while the members are unreachable.
+    const bool failed = r.how == http::outcome::failed || r.resp.status != 200;
+    if (failed) gateway_.client().rotate_endpoint(r.resp.endpoint);
+    monitor_.restart(watch_request(from), failed ? 500ms : 0ms);
+}
+
+void handle::cleanup() noexcept {
+    revision_ = 0;
+    if (!request_.auto_renew) {  // a lease of its own: revoking it deletes the key
+        gateway_.revoke(*session_);
+        if (session_->dead) return;
+    }
+    try {
+        gateway_.call("/v3/kv/deleterange", json{{"key", base64_encode(key_)}}, 2000ms);
+    } catch (...) {
+        try {
+            gateway_.add_orphan(*session_, key_, value_);
+        } catch (...) {
+        }
+    }
+    revision_ = 0;
+}
+
+void handle::release() {
+    monitor_.stop();
+    if (revision_ == 0 || !session_) throw_error(errc::not_owner, kName, "lock '" + request_.name + "' is not held");
+    const auto rev = std::exchange(revision_, 0);
+    json reply;
+    try {
+        // Delete only our grant: the key with our create revision.
+        reply = gateway_.call(
+            "/v3/kv/txn",
+            json{{"compare", json::array({{{"key", base64_encode(key_)},
+                                           {"target", "CREATE"},
+                                           {"result", "EQUAL"},
+                                           {"create_revision", std::to_string(rev)}}})},
+                 {"success", json::array({{{"request_delete_range", {{"key", base64_encode(key_)}}}}})}});
+    } catch (const grpc_error& e) {
+        gateway_.add_orphan(*session_, key_, value_);
+        throw_error(errc::in_doubt, kName, std::string("release: ") + e.what(), e.code);
+    } catch (const error& e) {
+        gateway_.add_orphan(*session_, key_, value_);
+        throw_error(errc::in_doubt, kName, std::string("release of '") + request_.name + "': " + e.what(),
+                    e.native_code(), e.native_message());
+    }
+    if (!request_.auto_renew) gateway_.revoke(*session_);
+    if (!reply.value("succeeded", false))
+        throw_error(errc::not_owner, kName, "lock '" + request_.name + "' was lost before its release (key " + key_ + " gone)");
+}
+
+spi::keepalive_result handle::keepalive() {
+    spi::lock_handle* self = this;
+    spi::keepalive_result r;
+    etcd::keepalive_batch(gateway_, std::span<spi::lock_handle* const>(&self, 1), std::span<spi::keepalive_result>(&r, 1));
+    return r;
+}
+
+}  // namespace
+
+std::unique_ptr<spi::lock_handle> make_lock(gateway& g, const spi::lock_request& r) {
+    return std::make_unique<handle>(g, r);
+}
+
+void keepalive_batch(gateway& g, std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) {
+    std::map<session*, spi::keepalive_result> by_session;
+    for (auto* h : handles) {
+        auto* s = static_cast<handle*>(h)->current_session().get();
+        if (s != nullptr && by_session.find(s) == by_session.end()) by_session.emplace(s, g.renew(*s));
+    }
+    std::vector<std::size_t> check;
+    for (std::size_t i = 0; i < handles.size(); ++i) {
+        auto* s = static_cast<handle*>(handles[i])->current_session().get();
+        if (s == nullptr) {
+            results[i] = spi::keepalive_result::lost("no session");
+            continue;
+        }
+        results[i] = by_session[s];
+        if (results[i].state == spi::keepalive_result::status::ok) check.push_back(i);
+    }
+    for (std::size_t from = 0; from < check.size(); from += 64) {
+        const auto to = std::min(check.size(), from + 64);
+        json ops = json::array();
+        for (auto k = from; k < to; ++k)
+            ops.push_back({{"request_range", {{"key", base64_encode(static_cast<handle*>(handles[check[k]])->key())},
+                                              {"keys_only", true}}}});
+        try {
+            auto* s = static_cast<handle*>(handles[check[from]])->current_session().get();
+            auto reply = g.call("/v3/kv/txn", json{{"success", ops}}, g.renewal_timeout(*s));
+            const auto responses = reply.value("responses", json::array());
+            for (auto k = from; k < to; ++k) {
+                auto* h = static_cast<handle*>(handles[check[k]]);
+                const auto idx = k - from;
+                const auto kvs = idx < responses.size() ? responses[idx]["response_range"].value("kvs", json::array())
+                                                        : json::array();
+                if (kvs.empty() || as_i64(kvs[0], "create_revision") != h->revision())
+                    results[check[k]] = spi::keepalive_result::lost("lock key " + h->key() + " was deleted");
+            }
+        } catch (const std::exception& e) {
+            for (auto k = from; k < to; ++k) results[check[k]] = spi::keepalive_result::failed(e.what());
+        }
+    }
+}
+
+void break_lock(gateway& g, std::string_view name) {
+    const std::string dir = g.config().prefix + "/" + http::encode_name(name) + "/";
+    auto reply = g.call("/v3/kv/range", json{{"key", base64_encode(dir)},
+                                            {"range_end", base64_encode(prefix_end(dir))},
+                                            {"sort_order", "ASCEND"},
+                                            {"sort_target", "CREATE"},
+                                            {"limit", "1"},
+                                            {"keys_only", true}});
+    const auto kvs = reply.value("kvs", json::array());
+    if (kvs.empty()) return;
+    g.call("/v3/kv/deleterange", json{{"key", kvs[0]["key"]}});
+}
+
+}  // namespace distlock::backends::etcd

@@ -1,0 +1,76 @@
+#include "http_easy.hpp"
+
+#include <cctype>
+#include <mutex>
+#include <utility>
+
+namespace distlock::backends::http::detail {
+
+void global_init() {
+    static std::once_flag once;
+    std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+std::size_t write_cb(char* data, std::size_t size, std::size_t n, void* user) {
+    auto* s = static_cast<sink*>(user);
+    std::size_t bytes = size * n;
+    if (s->cancelled != nullptr && *s->cancelled) return 0;
+    try {
+        return s->feed(data, bytes) ? bytes : 0;
+    } catch (...) {
+        s->stopped = true;
+        return 0;
+    }
+}
+
+std::size_t header_cb(char* data, std::size_t size, std::size_t n, void* user) {
+    auto* s = static_cast<sink*>(user);
+    std::size_t bytes = size * n;
+    std::string_view line(data, bytes);
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+    if (line.rfind("HTTP/", 0) == 0) {
+        s->resp->headers.clear();  // a new response (after a redirect or 100-continue)
+        return bytes;
+    }
+    auto colon = line.find(':');
+    if (colon == std::string_view::npos) return bytes;
+    std::string name(line.substr(0, colon));
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    auto value = line.substr(colon + 1);
+    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+    s->resp->headers.emplace_back(std::move(name), std::string(value));
+    return bytes;
+}
+
+bool retryable(CURLcode rc) {
+    switch (rc) {
+        case CURLE_COULDNT_CONNECT:
+        case CURLE_COULDNT_RESOLVE_HOST:
+        case CURLE_GOT_NOTHING:
+        case CURLE_SEND_ERROR:
+        case CURLE_RECV_ERROR:
+        case CURLE_OPERATION_TIMEDOUT:
+            return true;
+        default:
+            return false;
+    }
+}
+
+transfer_result result_of(CURLcode rc, const sink& s, const char* errbuf, response resp) {
+    transfer_result out;
+    out.curl_code = static_cast<int>(rc);
+    out.resp = std::move(resp);
+    if (rc == CURLE_OK) {
+        out.how = outcome::completed;
+    } else if (s.stopped) {
+        out.how = outcome::stopped;
+    } else if (rc == CURLE_OPERATION_TIMEDOUT && (s.received > 0 || out.resp.status != 0)) {
+        out.how = outcome::timed_out;  // the stream was open: its wait simply ended
+    } else {
+        out.how = outcome::failed;
+        out.error = errbuf[0] != '\0' ? std::string(errbuf) : std::string(curl_easy_strerror(rc));
+    }
+    return out;
+}
+
+}  // namespace distlock::backends::http::detail

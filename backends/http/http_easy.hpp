@@ -1,0 +1,64 @@
+// What the pool (http_pool.cpp) and the loop (http_multi.cpp) both do with a
+// curl easy handle: curl's global initialisation, the sink that collects a
+// response's body (whole, or line by line for streams) and headers, the
+// failures worth trying on the next endpoint, and a transfer's result from its
+// CURLcode. Internal to the layer: the only header here that includes curl.
+#pragma once
+
+#include <curl/curl.h>
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "http_transfer.hpp"
+
+namespace distlock::backends::http::detail {
+
+void global_init();
+
+// Collects the body (whole, or line by line for streams) and the headers.
+struct sink {
+    response* resp = nullptr;
+    const std::function<bool(std::string_view)>* on_line = nullptr;
+    const bool* cancelled = nullptr;  // loop transfers: stop delivering once set
+    std::string partial;              // an incomplete last line
+    bool stopped = false;
+    std::size_t received = 0;
+
+    // Delivers the complete lines in `data`; false when the callback said stop.
+    bool feed(const char* data, std::size_t size) {
+        received += size;
+        if (on_line == nullptr) {
+            resp->body.append(data, size);
+            return true;
+        }
+        partial.append(data, size);
+        std::size_t start = 0;
+        for (;;) {
+            auto nl = partial.find('\n', start);
+            if (nl == std::string::npos) break;
+            std::string_view line(partial.data() + start, nl - start);
+            if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+            start = nl + 1;
+            if (line.empty()) continue;
+            if (cancelled != nullptr && *cancelled) return false;
+            if (!(*on_line)(line)) {
+                stopped = true;
+                return false;
+            }
+        }
+        partial.erase(0, start);
+        return true;
+    }
+};
+
+std::size_t write_cb(char* data, std::size_t size, std::size_t n, void* user);
+std::size_t header_cb(char* data, std::size_t size, std::size_t n, void* user);
+
+bool retryable(CURLcode rc);
+
+transfer_result result_of(CURLcode rc, const sink& s, const char* errbuf, response resp);
+
+}  // namespace distlock::backends::http::detail

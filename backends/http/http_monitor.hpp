@@ -1,0 +1,65 @@
+// The monitor: one transfer after another on a loop for as long as a lock is
+// held (what both backends' handles watch their held key with).
+#pragma once
+
+#include <chrono>
+#include <mutex>
+
+#include "http_multi.hpp"
+#include "http_transfer.hpp"
+
+namespace distlock::backends::http {
+
+// Watches a held lock on a loop: one transfer at a time, each started again from
+// the previous one's on_done (etcd: a watch of the key; Consul: a blocking query
+// on it) until the lock is released or the monitor sees it lost. Thread-safe.
+// Its mutex also guards the state the owner keeps between transfers (the
+// revision or session to compare with): lock() it to read or change that state,
+// and to start().
+class monitor {
+public:
+    using guard = std::unique_lock<std::mutex>;
+
+    // `on_line` (empty = whole responses) and `on_done` serve every transfer and
+    // run on the loop thread; on_done calls restart() or end().
+    monitor(loop& l, loop::line_fn on_line, loop::done_fn on_done);
+    ~monitor() { stop(); }  // declare it after the fields its callbacks use
+    monitor(const monitor&) = delete;
+    monitor& operator=(const monitor&) = delete;
+
+    [[nodiscard]] guard lock() { return guard(mutex_); }
+
+    // Starts monitoring with the transfer `r`; `held` is lock(), under which the
+    // owner has set its state for the transfer.
+    void start(const guard& held, request r);
+
+    // Between start() and end() or stop().
+    bool running(const guard& held) const noexcept;
+
+    // From on_done: the next transfer, unless the monitor has been stopped or
+    // ended meanwhile.
+    void restart(request r, std::chrono::milliseconds delay);
+
+    // From on_done, when its transfer showed the lock lost: ends the monitoring.
+    // True when this call ended it, and so the caller reports the loss (once,
+    // after unlocking); false when it had been stopped or ended already.
+    [[nodiscard]] bool end(const guard& held) noexcept;
+    [[nodiscard]] bool end() noexcept { return end(lock()); }
+
+    // Ends the monitoring (the lock is released or its handle destroyed) and
+    // cancels the transfer: when it returns, no callback runs or will run,
+    // including one that called end() and is still reporting the loss, except
+    // when called from that callback itself on the loop thread (see
+    // loop::cancel). Never call it holding lock().
+    void stop() noexcept;
+
+private:
+    loop& loop_;
+    loop::line_fn on_line_;
+    loop::done_fn on_done_;
+    std::mutex mutex_;  // guards the fields below (and the owner's state)
+    bool running_ = false;
+    loop::id current_ = 0;  // the transfer under way (after end(), the one that ended it), 0 = none
+};
+
+}  // namespace distlock::backends::http

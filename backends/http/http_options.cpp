@@ -1,0 +1,35 @@
+#include "http_options.hpp"
+
+#include <string>
+#include <utility>
+
+#include "distlock/error.hpp"
+
+namespace distlock::backends::http {
+
+options options_from_url(spi::url& u, std::string backend, std::uint16_t default_port) {
+    options o;
+    o.backend = std::move(backend);
+    o.tls.enabled = u.take_bool("tls").value_or(false);
+    if (auto v = u.take("tls_ca")) o.tls.ca_file = *v;
+    if (auto v = u.take("tls_cert")) o.tls.cert_file = *v;
+    if (auto v = u.take("tls_key")) o.tls.key_file = *v;
+    if (auto v = u.take_bool("tls_insecure")) o.tls.verify = !*v;
+    if (!o.tls.enabled && (!o.tls.ca_file.empty() || !o.tls.cert_file.empty() || !o.tls.key_file.empty() || !o.tls.verify))
+        throw_error(errc::invalid_argument, o.backend, "tls_ca/tls_cert/tls_key/tls_insecure need tls=true");
+    if (auto v = u.take_duration("timeout")) {
+        if (v->count() <= 0) throw_error(errc::invalid_argument, o.backend, "timeout must be positive");
+        o.request_timeout = *v;
+    }
+    if (auto v = u.take_duration("connect_timeout")) {
+        if (v->count() <= 0) throw_error(errc::invalid_argument, o.backend, "connect_timeout must be positive");
+        o.connect_timeout = *v;
+    }
+    for (const auto& hp : u.hosts_or_throw(default_port)) {
+        std::string host = hp.host.find(':') != std::string::npos ? "[" + hp.host + "]" : hp.host;
+        o.endpoints.push_back(std::string(o.tls.enabled ? "https://" : "http://") + host + ":" + std::to_string(hp.port));
+    }
+    return o;
+}
+
+}  // namespace distlock::backends::http

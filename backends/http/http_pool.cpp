@@ -1,0 +1,193 @@
+#include "http_pool.hpp"
+
+#include <algorithm>
+#include <new>
+#include <utility>
+
+#include "distlock/error.hpp"
+#include "http_easy.hpp"
+
+namespace distlock::backends::http {
+
+using namespace detail;  // the easy-handle helpers of http_easy.hpp
+
+// ---- share locking ------------------------------------------------------------
+struct share_access {
+    static void lock(CURL*, curl_lock_data data, curl_lock_access, void* user) {
+        static_cast<client*>(user)->share_locks_[static_cast<int>(data) % 8].lock();
+    }
+    static void unlock(CURL*, curl_lock_data data, void* user) {
+        static_cast<client*>(user)->share_locks_[static_cast<int>(data) % 8].unlock();
+    }
+};
+
+client::client(options o) : options_(std::move(o)) {
+    global_init();
+    if (options_.endpoints.empty()) throw_error(errc::invalid_argument, options_.backend, "no endpoint given");
+    CURLSH* sh = curl_share_init();
+    if (sh != nullptr) {
+        curl_share_setopt(sh, CURLSHOPT_LOCKFUNC, &share_access::lock);
+        curl_share_setopt(sh, CURLSHOPT_UNLOCKFUNC, &share_access::unlock);
+        curl_share_setopt(sh, CURLSHOPT_USERDATA, this);
+        curl_share_setopt(sh, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+        curl_share_setopt(sh, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+    }
+    share_ = sh;
+}
+
+client::~client() {
+    for (void* e : pool_) curl_easy_cleanup(static_cast<CURL*>(e));
+    if (share_ != nullptr) curl_share_cleanup(static_cast<CURLSH*>(share_));
+}
+
+std::string client::current_endpoint() const {
+    return options_.endpoints[current_.load() % options_.endpoints.size()];
+}
+
+void client::rotate_endpoint(const std::string& failed_endpoint) {
+    const auto n = options_.endpoints.size();
+    auto cur = current_.load();
+    if (n > 1 && options_.endpoints[cur % n] == failed_endpoint) current_.compare_exchange_strong(cur, (cur + 1) % n);
+}
+
+void client::set_header(const std::string& name, const std::string& value) {
+    std::lock_guard lk(mutex_);
+    if (value.empty()) dynamic_headers_.erase(name);
+    else dynamic_headers_[name] = value;
+}
+
+void* client::take_handle() {
+    {
+        std::lock_guard lk(mutex_);
+        if (!pool_.empty()) {
+            void* e = pool_.back();
+            pool_.pop_back();
+            return e;
+        }
+    }
+    CURL* e = curl_easy_init();
+    if (e == nullptr) throw std::bad_alloc();
+    return e;
+}
+
+void client::give_back(void* easy) noexcept {
+    curl_easy_reset(static_cast<CURL*>(easy));  // keeps the connection cache
+    std::lock_guard lk(mutex_);
+    if (pool_.size() < 32) pool_.push_back(easy);
+    else curl_easy_cleanup(static_cast<CURL*>(easy));
+}
+
+void* client::build_headers(const request& r) const {
+    curl_slist* list = nullptr;
+    auto add = [&](const std::string& h) {
+        curl_slist* next = curl_slist_append(list, h.c_str());
+        if (next == nullptr) {
+            curl_slist_free_all(list);
+            throw std::bad_alloc();
+        }
+        list = next;
+    };
+    if (!r.content_type.empty()) add("Content-Type: " + r.content_type);
+    add("Expect:");  // no 100-continue round trip
+    for (const auto& h : options_.headers) add(h);
+    std::lock_guard lk(mutex_);
+    for (const auto& [k, v] : dynamic_headers_) add(k + ": " + v);
+    return list;
+}
+
+void client::prepare(void* easy_ptr, const request& r, const std::string& endpoint, void* headers) const {
+    CURL* easy = static_cast<CURL*>(easy_ptr);
+    std::string url = endpoint + r.target;
+    curl_easy_setopt(easy, CURLOPT_URL, url.c_str());  // copied by curl
+    curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));
+    curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_timeout.count()));
+    auto timeout = r.timeout.count() > 0 ? r.timeout : options_.request_timeout;
+    curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<long long>(1, timeout.count())));
+    curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(easy, CURLOPT_TCP_KEEPIDLE, 10L);
+    curl_easy_setopt(easy, CURLOPT_TCP_KEEPINTVL, 5L);
+    if (share_ != nullptr) curl_easy_setopt(easy, CURLOPT_SHARE, static_cast<CURLSH*>(share_));
+    std::string_view method(r.method);
+    if (method == "GET") {
+        curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
+    } else {
+        if (method == "POST") curl_easy_setopt(easy, CURLOPT_POST, 1L);
+        else curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, r.method);
+        if (method != "DELETE" || !r.body.empty()) {
+            curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r.body.size()));
+            curl_easy_setopt(easy, CURLOPT_POSTFIELDS, r.body.data());
+        }
+    }
+    const auto& tls = options_.tls;
+    if (tls.enabled) {
+        if (!tls.ca_file.empty()) curl_easy_setopt(easy, CURLOPT_CAINFO, tls.ca_file.c_str());
+        if (!tls.cert_file.empty()) curl_easy_setopt(easy, CURLOPT_SSLCERT, tls.cert_file.c_str());
+        if (!tls.key_file.empty()) curl_easy_setopt(easy, CURLOPT_SSLKEY, tls.key_file.c_str());
+        curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, tls.verify ? 1L : 0L);
+        curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, tls.verify ? 2L : 0L);
+    }
+    curl_easy_setopt(easy, CURLOPT_HTTPHEADER, static_cast<curl_slist*>(headers));
+}
+
+transfer_result client::perform(const request& r, const std::function<bool(std::string_view)>* on_line) {
+    const auto n = options_.endpoints.size();
+    const auto first = current_.load() % n;
+    transfer_result last;
+    for (std::size_t i = 0; i < n; ++i) {
+        const auto idx = (first + i) % n;
+        const std::string& endpoint = options_.endpoints[idx];
+        response resp;
+        resp.endpoint = endpoint;
+        sink s;
+        s.resp = &resp;
+        s.on_line = on_line;
+        char errbuf[CURL_ERROR_SIZE] = {};
+        CURL* easy = static_cast<CURL*>(take_handle());
+        curl_slist* headers = nullptr;
+        CURLcode rc;
+        try {
+            headers = static_cast<curl_slist*>(build_headers(r));
+            prepare(easy, r, endpoint, headers);
+            curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, errbuf);
+            curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, &write_cb);
+            curl_easy_setopt(easy, CURLOPT_WRITEDATA, &s);
+            curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, &header_cb);
+            curl_easy_setopt(easy, CURLOPT_HEADERDATA, &s);
+            rc = curl_easy_perform(easy);
+            curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &resp.status);
+        } catch (...) {
+            curl_slist_free_all(headers);
+            give_back(easy);
+            throw;
+        }
+        curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, nullptr);
+        curl_slist_free_all(headers);
+        give_back(easy);
+        last = result_of(rc, s, errbuf, std::move(resp));
+        if (last.how != outcome::failed) {
+            if (idx != first) current_.store(idx);
+            return last;
+        }
+        // Move on only when nothing of this request reached the application.
+        if (!retryable(rc) || s.received > 0) return last;
+        current_.store((idx + 1) % n);
+    }
+    return last;
+}
+
+response client::send(const request& r) {
+    auto res = perform(r, nullptr);
+    if (res.how != outcome::completed)
+        throw_client_error(options_.backend, std::string(r.method) + " " + r.target, res);
+    return std::move(res.resp);
+}
+
+transfer_result client::stream_lines(const request& r, const std::function<bool(std::string_view)>& on_line) {
+    auto res = perform(r, &on_line);
+    if (res.how == outcome::failed && res.resp.status == 0)
+        throw_client_error(options_.backend, std::string(r.method) + " " + r.target, res);
+    return res;
+}
+
+}  // namespace distlock::backends::http

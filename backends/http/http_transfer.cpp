@@ -1,0 +1,45 @@
+#include "http_transfer.hpp"
+
+#include <curl/curl.h>
+
+#include "distlock/error.hpp"
+
+namespace distlock::backends::http {
+namespace {
+
+bool tls_problem(int rc) {
+    switch (static_cast<CURLcode>(rc)) {
+        case CURLE_PEER_FAILED_VERIFICATION:
+        case CURLE_SSL_CERTPROBLEM:
+        case CURLE_SSL_CACERT_BADFILE:
+        case CURLE_SSL_CIPHER:
+        case CURLE_SSL_ISSUER_ERROR:
+        case CURLE_SSL_CRL_BADFILE:
+            return true;
+        default:
+            return false;
+    }
+}
+
+}  // namespace
+
+std::string response::header(std::string_view name) const {
+    for (const auto& [k, v] : headers)
+        if (k == name) return v;
+    return {};
+}
+
+void throw_client_error(const std::string& backend, const std::string& what, const transfer_result& r) {
+    std::string msg = what + " failed";
+    if (r.how == outcome::timed_out || r.curl_code == CURLE_OPERATION_TIMEDOUT) msg += ": timed out";
+    if (!r.error.empty()) msg += ": " + r.error;
+    // Bytes that are not HTTP (HTTP/0.9 is refused): a server of another kind at
+    // this address, which no retry fixes.
+    const bool not_http = r.curl_code == CURLE_UNSUPPORTED_PROTOCOL || r.curl_code == CURLE_WEIRD_SERVER_REPLY;
+    if (!r.resp.endpoint.empty())
+        msg += not_http ? " (is " + r.resp.endpoint + " the " + backend + " HTTP API?)" : " (" + r.resp.endpoint + ")";
+    const errc code = not_http ? errc::invalid_argument : tls_problem(r.curl_code) ? errc::access_denied : errc::unavailable;
+    throw_error(code, backend, msg, r.curl_code, curl_easy_strerror(static_cast<CURLcode>(r.curl_code)));
+}
+
+}  // namespace distlock::backends::http
