@@ -63,16 +63,12 @@ class backend;
 class handle final : public spi::lock_handle {
 public:
     handle(backend& b, const spi::lock_request& r);
-    std::optional<spi::grant> acquire(spi::deadline until) override;
+    std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink& lost) override;
     void release() override;
-    std::chrono::milliseconds keepalive_interval() const override {
-        return request_.auto_renew ? std::max<ms>(50ms, request_.lease / 2) : 0ms;
-    }
-    spi::keepalive_result keepalive() override;
     const std::string& session() const { return session_; }
 
 private:
-    std::optional<spi::grant> wait_and_acquire(spi::deadline until, spi::deadline created);
+    std::optional<spi::grant> wait_and_acquire(spi::deadline until, spi::deadline created, const spi::loss_sink& lost);
     http::request monitor_request(std::uint64_t index) const;
     void on_monitor(http::transfer_result r);
     void destroy_session() noexcept;
@@ -113,7 +109,7 @@ public:
     // Renewals due together go out concurrently on the loop.
     void keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) override {
         if (handles.size() == 1) {
-            results[0] = handles[0]->keepalive();
+            results[0] = renew(static_cast<handle*>(handles[0])->session());
             return;
         }
         std::vector<http::request> batch;
@@ -269,12 +265,12 @@ handle::handle(backend& b, const spi::lock_request& r)
       target_(backend::key_target(key_)),
       monitor_(b.events(), nullptr, [this](http::transfer_result t) { on_monitor(std::move(t)); }) {}
 
-std::optional<spi::grant> handle::acquire(spi::deadline until) {
+std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_sink& lost) {
     const auto created = spi::clock::now();
     session_ = backend_.create_session(request_.lease, request_.name);
     std::optional<spi::grant> granted;
     try {
-        granted = wait_and_acquire(until, created);
+        granted = wait_and_acquire(until, created, lost);
     } catch (...) {
         destroy_session();
         throw;
@@ -285,7 +281,7 @@ std::optional<spi::grant> handle::acquire(spi::deadline until) {
 
 // `created`: when the session was asked for. The grant lives as long as the
 // session, whose TTL runs from its last create or renew request at the latest.
-std::optional<spi::grant> handle::wait_and_acquire(spi::deadline until, spi::deadline created) {
+std::optional<spi::grant> handle::wait_and_acquire(spi::deadline until, spi::deadline created, const spi::loss_sink& lost) {
     const ms renew_every = std::max<ms>(50ms, request_.lease / 2);
     auto renewed = created;
     spi::backoff lock_delay_wait(request_.retry_min, request_.retry_max);
@@ -352,7 +348,7 @@ std::optional<spi::grant> handle::wait_and_acquire(spi::deadline until, spi::dea
         auto rq = monitor_request(mine.index);
         auto lk = monitor_.lock();
         monitored_session_ = session_;
-        monitor_.start(lk, std::move(rq));
+        monitor_.start(lk, std::move(rq), lost);
         return spi::grant{token_, renewed};
     }
 }
@@ -388,7 +384,7 @@ void handle::on_monitor(http::transfer_result r) {
         backend_.client().rotate_endpoint(r.resp.endpoint);
     }
     if (!lost.empty()) {
-        if (monitor_.end()) report_lost(lost);
+        monitor_.lost(monitor_.lock(), lost);
         return;
     }
     monitor_.restart(monitor_request(next_index), delay);
@@ -426,7 +422,6 @@ void handle::release() {
         throw_error(errc::not_owner, kName, "lock '" + request_.name + "' was lost before its release");
 }
 
-spi::keepalive_result handle::keepalive() { return backend_.renew(session_); }
 
 }  // namespace
 

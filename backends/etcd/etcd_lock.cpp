@@ -18,10 +18,8 @@ using http::base64_encode;
 class handle final : public spi::lock_handle {
 public:
     handle(gateway& g, const spi::lock_request& r);
-    std::optional<spi::grant> acquire(spi::deadline until) override;
+    std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink& lost) override;
     void release() override;
-    std::chrono::milliseconds keepalive_interval() const override;
-    spi::keepalive_result keepalive() override;
 
     const std::shared_ptr<session>& current_session() const { return session_; }
     const std::string& key() const { return key_; }
@@ -31,7 +29,7 @@ private:
     enum class turn { mine, timed_out, key_lost };
     turn wait_for_turn(spi::deadline until);
     void cleanup() noexcept;
-    spi::grant granted();
+    spi::grant granted(const spi::loss_sink& lost);
     http::request watch_request(std::int64_t from) const;
     bool on_monitor_line(std::string_view line);
     void on_monitor_done(const http::transfer_result& r);
@@ -57,12 +55,7 @@ handle::handle(gateway& g, const spi::lock_request& r)
       monitor_(g.events(), [this](std::string_view line) { return on_monitor_line(line); },
                [this](http::transfer_result t) { on_monitor_done(t); }) {}
 
-std::chrono::milliseconds handle::keepalive_interval() const {
-    if (!request_.auto_renew || !session_) return 0ms;
-    return std::max<std::chrono::milliseconds>(50ms, std::chrono::duration_cast<std::chrono::milliseconds>(session_->ttl) / 3);
-}
-
-std::optional<spi::grant> handle::acquire(spi::deadline until) {
+std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_sink& lost) {
     const auto range_first = [&] {
         return json{{"key", base64_encode(dir_)},
                     {"range_end", base64_encode(prefix_end(dir_))},
@@ -122,7 +115,7 @@ std::optional<spi::grant> handle::acquire(spi::deadline until) {
         }
         const auto owners = responses[1]["response_range"].value("kvs", json::array());
         std::int64_t first = owners.empty() ? 0 : as_i64(owners[0], "create_revision");
-        if (first == revision_) return granted();
+        if (first == revision_) return granted(lost);
         turn t;
         try {
             t = spi::clock::now() >= until ? turn::timed_out : wait_for_turn(until);
@@ -136,7 +129,7 @@ std::optional<spi::grant> handle::acquire(spi::deadline until) {
                 cleanup();
                 throw_error(errc::unavailable, kName, "cannot renew the lease of '" + request_.name + "'");
             }
-            return granted();
+            return granted(lost);
         }
         if (t == turn::timed_out) {
             cleanup();
@@ -239,13 +232,13 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
 
 // Our key lives as long as the session's lease: the grant is valid for a lease
 // from the last grant or keepalive of that lease the server confirmed.
-spi::grant handle::granted() {
+spi::grant handle::granted(const spi::loss_sink& lost) {
     const auto from = revision_ + 1;
     auto rq = watch_request(from);
     auto lk = monitor_.lock();
     monitor_from_ = from;
     monitor_lost_.clear();
-    monitor_.start(lk, std::move(rq));
+    monitor_.start(lk, std::move(rq), lost);
     std::lock_guard renewal(session_->mutex);
     return spi::grant{static_cast<std::uint64_t>(revision_), session_->renewed};
 }
@@ -276,18 +269,15 @@ bool handle::on_monitor_line(std::string_view line) {
 }
 
 void handle::on_monitor_done(const http::transfer_result& r) {
-    std::string lost;
     std::int64_t from;
     {
         auto lk = monitor_.lock();
         if (!monitor_.running(lk)) return;
-        lost = monitor_lost_;
+        if (!monitor_lost_.empty()) {
+            monitor_.lost(lk, monitor_lost_);
+            return;
+        }
         from = monitor_from_;
-        if (!lost.empty() && !monitor_.end(lk)) return;
-    }
-    if (!lost.empty()) {
-        report_lost(lost);
-        return;
     }
     // The stream ended (its 60 s bound, a member went away, an error): watch
     // again; the keepalives decide about loss while the members are unreachable.
@@ -338,13 +328,6 @@ void handle::release() {
     if (!request_.auto_renew) gateway_.revoke(*session_);
     if (!reply.value("succeeded", false))
         throw_error(errc::not_owner, kName, "lock '" + request_.name + "' was lost before its release (key " + key_ + " gone)");
-}
-
-spi::keepalive_result handle::keepalive() {
-    spi::lock_handle* self = this;
-    spi::keepalive_result r;
-    etcd::keepalive_batch(gateway_, std::span<spi::lock_handle* const>(&self, 1), std::span<spi::keepalive_result>(&r, 1));
-    return r;
 }
 
 }  // namespace

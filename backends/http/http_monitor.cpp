@@ -7,8 +7,9 @@ namespace distlock::backends::http {
 monitor::monitor(loop& l, loop::line_fn on_line, loop::done_fn on_done)
     : loop_(l), on_line_(std::move(on_line)), on_done_(std::move(on_done)) {}
 
-void monitor::start(const guard&, request r) {
+void monitor::start(const guard&, request r, spi::loss_sink lost) {
     running_ = true;
+    lost_ = std::move(lost);
     current_ = loop_.start(std::move(r), on_line_, on_done_);
 }
 
@@ -20,12 +21,12 @@ void monitor::restart(request r, std::chrono::milliseconds delay) {
     current_ = loop_.start(std::move(r), on_line_, on_done_, delay);
 }
 
-bool monitor::end(const guard&) noexcept {
-    if (!running_) return false;
+void monitor::lost(const guard&, std::string why) noexcept {
+    if (!running_) return;
     running_ = false;
-    // current_ stays: the caller reports the loss from that transfer's callback,
-    // and stop() (unlock, the handle's destructor) must wait for it to finish.
-    return true;
+    // current_ stays: that transfer's callback is still returning, and stop()
+    // (unlock, the handle's destructor) must wait for it to finish.
+    std::exchange(lost_, {})(std::move(why));
 }
 
 void monitor::stop() noexcept {
@@ -33,6 +34,7 @@ void monitor::stop() noexcept {
     {
         std::lock_guard lk(mutex_);
         running_ = false;
+        lost_ = {};
         which = std::exchange(current_, 0);
     }
     // Outside the mutex: cancel() waits for a callback under way, which takes it.

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <mutex>
 
+#include "distlock/spi/backend.hpp"
 #include "http_multi.hpp"
 #include "http_transfer.hpp"
 
@@ -12,10 +13,12 @@ namespace distlock::backends::http {
 
 // Watches a held lock on a loop: one transfer at a time, each started again from
 // the previous one's on_done (etcd: a watch of the key; Consul: a blocking query
-// on it) until the lock is released or the monitor sees it lost. Thread-safe.
-// Its mutex also guards the state the owner keeps between transfers (the
-// revision or session to compare with): lock() it to read or change that state,
-// and to start().
+// on it) until the lock is released or the monitor sees it lost, which it
+// reports through the grant's loss sink (that only records the loss and queues
+// the user's on_lost for the core's callback thread). Thread-safe. Its mutex
+// also guards the state the owner keeps between transfers (the revision or
+// session to compare with): lock() it to read or change that state, and to
+// start().
 class monitor {
 public:
     using guard = std::unique_lock<std::mutex>;
@@ -29,9 +32,9 @@ public:
 
     [[nodiscard]] guard lock() { return guard(mutex_); }
 
-    // Starts monitoring with the transfer `r`; `held` is lock(), under which the
-    // owner has set its state for the transfer.
-    void start(const guard& held, request r);
+    // Starts monitoring the grant that `lost` reports for, with the transfer
+    // `r`; `held` is lock(), under which the owner has set its state for it.
+    void start(const guard& held, request r, spi::loss_sink lost);
 
     // Between start() and end() or stop().
     bool running(const guard& held) const noexcept;
@@ -40,16 +43,13 @@ public:
     // ended meanwhile.
     void restart(request r, std::chrono::milliseconds delay);
 
-    // From on_done, when its transfer showed the lock lost: ends the monitoring.
-    // True when this call ended it, and so the caller reports the loss (once,
-    // after unlocking); false when it had been stopped or ended already.
-    [[nodiscard]] bool end(const guard& held) noexcept;
-    [[nodiscard]] bool end() noexcept { return end(lock()); }
+    // From on_done, when its transfer showed the lock lost: ends the monitoring
+    // and reports the loss (once; nothing when stopped or ended already).
+    void lost(const guard& held, std::string why) noexcept;
 
     // Ends the monitoring (the lock is released or its handle destroyed) and
     // cancels the transfer: when it returns, no callback runs or will run,
-    // including one that called end() and is still reporting the loss, except
-    // when called from that callback itself on the loop thread (see
+    // except when called from that callback itself on the loop thread (see
     // loop::cancel). Never call it holding lock().
     void stop() noexcept;
 
@@ -59,7 +59,8 @@ private:
     loop::done_fn on_done_;
     std::mutex mutex_;  // guards the fields below (and the owner's state)
     bool running_ = false;
-    loop::id current_ = 0;  // the transfer under way (after end(), the one that ended it), 0 = none
+    loop::id current_ = 0;  // the transfer under way (after lost(), the one that found it), 0 = none
+    spi::loss_sink lost_;
 };
 
 }  // namespace distlock::backends::http

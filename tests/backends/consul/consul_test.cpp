@@ -426,23 +426,17 @@ TEST_CASE("a URL that points at a server that does not speak HTTP is a bad argum
 TEST_CASE("a release the agent refuses keeps its kind (access denied), not 'in doubt'", "[consul][fault]") {
     private_emulator emu({"--min-ttl", "100ms", "--deny-release"});
     auto p = distlock::connect(emu.base() + "/x?lease=2s&lock_delay=0s");
-    std::optional<distlock::errc> code;
-    std::string what;
-    int lost = 0;
-    distlock::lock_options o;
-    o.on_error = [&](const distlock::lock_event&, const distlock::error& e) {
-        code = e.code_value();
-        what = e.what();
-    };
-    o.on_lost = [&](const distlock::lock_event&) { ++lost; };
-    auto m = p.mutex(unique_name("denied"), o);
+    distlock::test::loss_recorder rec;
+    auto m = p.mutex(unique_name("denied"), rec.options());
     m.lock();
     m.unlock();  // the release is refused; the session's end frees the key all the same
-    REQUIRE(code.has_value());
-    CHECK(*code == distlock::errc::access_denied);
+    REQUIRE(rec.wait_errors(1, 5s));
+    const auto [event, code] = rec.error_events().at(0);
+    const auto& what = event.reason;  // the error's what()
+    CHECK(code == distlock::errc::access_denied);
     CHECK(what.find("Permission denied") != std::string::npos);
     CHECK(what.find("retry later") == std::string::npos);  // no nested what() of the inner error
-    CHECK(lost == 0);
+    CHECK(rec.lost() == 0);
     CHECK(m.try_lock_for(5s));  // the key was freed with the session
     m.unlock();
 }
