@@ -6,7 +6,9 @@
 #   distlock_add_layer(<name> SOURCES ... [LIBRARIES ...])
 #       code shared by several backends (backends/<name>/, e.g. the SQL strategy
 #       layer, the HTTP layer): compiled once into libdistlock, however many
-#       backends use it; a second call is a no-op.
+#       backends use it, and only when a backend of this build names it in
+#       LAYERS; a second call is a no-op. The layer and its backends may be
+#       defined in any order (backends/sql/ is added after backends/mysql/).
 #   distlock_add_backend(<name> FOUND <bool> MISSING "<what to install>"
 #                        SOURCES ... [LAYERS ...] [LIBRARIES ...] [INCLUDES ...] [DEFINITIONS ...])
 #       AUTO + not found: a status line, the backend is left out.
@@ -39,15 +41,33 @@ function(distlock_add_layer name)
   if(TARGET ${obj})
     return()
   endif()
-  add_library(${obj} OBJECT ${arg_SOURCES})
+  add_library(${obj} OBJECT EXCLUDE_FROM_ALL ${arg_SOURCES})
   target_compile_options(${obj} PRIVATE -Wall -Wextra -Wpedantic)
   target_include_directories(${obj} PUBLIC ${PROJECT_SOURCE_DIR}/backends/${name}
                              PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_BINARY_DIR}/generated/include)
   if(arg_LIBRARIES)
     target_link_libraries(${obj} PUBLIC ${arg_LIBRARIES})
-    target_link_libraries(distlock PRIVATE ${arg_LIBRARIES})
   endif()
-  target_sources(distlock PRIVATE $<TARGET_OBJECTS:${obj}>)
+  set_property(TARGET ${obj} PROPERTY DISTLOCK_LAYER_LIBRARIES "${arg_LIBRARIES}")
+  get_property(used GLOBAL PROPERTY DISTLOCK_USED_LAYERS)
+  if(name IN_LIST used)
+    _distlock_link_layer(${name})
+  endif()
+endfunction()
+
+# Puts a layer into libdistlock once both the layer and a backend using it are
+# defined (called by whichever of the two comes second).
+function(_distlock_link_layer name)
+  get_property(linked GLOBAL PROPERTY DISTLOCK_LINKED_LAYERS)
+  if(name IN_LIST linked)
+    return()
+  endif()
+  set_property(GLOBAL APPEND PROPERTY DISTLOCK_LINKED_LAYERS ${name})
+  get_target_property(libs distlock_layer_${name} DISTLOCK_LAYER_LIBRARIES)
+  if(libs)
+    target_link_libraries(distlock PRIVATE ${libs})
+  endif()
+  target_sources(distlock PRIVATE $<TARGET_OBJECTS:distlock_layer_${name}>)
 endfunction()
 
 function(distlock_add_backend name)
@@ -74,12 +94,14 @@ function(distlock_add_backend name)
     target_link_libraries(distlock PRIVATE ${arg_LIBRARIES})
   endif()
   foreach(layer IN LISTS arg_LAYERS)
-    if(NOT TARGET distlock_layer_${layer})
-      message(FATAL_ERROR "backend ${name}: call distlock_add_layer(${layer} ...) first")
-    endif()
-    # The layer's include directory and usage requirements, not its objects.
+    # The layer's include directory and usage requirements, not its objects
+    # (evaluated at generation: the layer may be defined after this backend).
     target_include_directories(${obj} PRIVATE $<TARGET_PROPERTY:distlock_layer_${layer},INTERFACE_INCLUDE_DIRECTORIES>)
     target_link_libraries(${obj} PRIVATE $<TARGET_PROPERTY:distlock_layer_${layer},INTERFACE_LINK_LIBRARIES>)
+    set_property(GLOBAL APPEND PROPERTY DISTLOCK_USED_LAYERS ${layer})
+    if(TARGET distlock_layer_${layer})
+      _distlock_link_layer(${layer})
+    endif()
   endforeach()
   target_sources(distlock PRIVATE $<TARGET_OBJECTS:${obj}>)
   set_property(GLOBAL APPEND PROPERTY DISTLOCK_ENABLED_BACKENDS ${name})
@@ -87,6 +109,12 @@ endfunction()
 
 # Writes register_builtin_backends(): one explicit call per enabled backend.
 function(distlock_generate_registration target)
+  get_property(used GLOBAL PROPERTY DISTLOCK_USED_LAYERS)
+  foreach(layer IN LISTS used)
+    if(NOT TARGET distlock_layer_${layer})
+      message(FATAL_ERROR "a backend uses the layer ${layer}, but no distlock_add_layer(${layer} ...) defines it")
+    endif()
+  endforeach()
   get_property(names GLOBAL PROPERTY DISTLOCK_ENABLED_BACKENDS)
   set(decls "")
   set(calls "")
