@@ -40,7 +40,7 @@ const dialect_facts& sql_test::facts() {
 
 TEST_CASE("a URL that points at a server of another kind says so", "[sql][input]") {
     distlock::test::wrong_server http("HTTP/1.1 400 Bad Request\r\n\r\n");
-    const auto target = with_port(url_of("lease-table"), http.port()) + "&connect_timeout=1s&timeout=2s";
+    const auto target = url_at_port(http.port());
     // MySQL's client reads a packet's length from the first bytes and waits for
     // the rest: no greeting, as from a stuck server, which a retry may fix.
     try {
@@ -53,20 +53,14 @@ TEST_CASE("a URL that points at a server of another kind says so", "[sql][input]
 }
 
 TEST_CASE("a wrong password carries MySQL's code; a database the user may not use is access denied", "[sql][auth]") {
-    const auto url = url_of("lease-table");
-    auto at = url.find('@');
-    auto colon = url.find(':', url.find("://") + 3);
-    const auto wrong_password = url.substr(0, colon + 1) + "not-the-password" + url.substr(at);
     try {
-        (void)distlock::connect(wrong_password);
+        (void)distlock::connect(wrong_password_url());
         FAIL("connected");
     } catch (const distlock::access_denied_error& e) {
         CHECK(e.native_code() == 1045);
     }
-    const auto slash = url.find('/', at);
-    const auto no_db = url.substr(0, slash) + "/no_such_database_here" + url.substr(url.find('?'));
     // MySQL does not tell a user whether a database it may not use exists (1044).
-    CHECK_THROWS_AS(distlock::connect(no_db), distlock::access_denied_error);
+    CHECK_THROWS_AS(distlock::connect(missing_database_url()), distlock::access_denied_error);
 }
 
 TEST_CASE("GET_LOCK keys of hashed names are the ones the server's own SQL computes", "[sql][native]") {

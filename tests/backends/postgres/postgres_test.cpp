@@ -50,7 +50,7 @@ const dialect_facts& sql_test::facts() {
 
 TEST_CASE("a URL that points at a server of another kind says so, as a bad argument", "[sql][input]") {
     distlock::test::wrong_server http("HTTP/1.1 400 Bad Request\r\n\r\n");
-    const auto target = with_port(url_of("lease-table"), http.port()) + "&connect_timeout=1s&timeout=2s";
+    const auto target = url_at_port(http.port());
     try {
         (void)distlock::connect(target);
         FAIL("connected");
@@ -61,9 +61,7 @@ TEST_CASE("a URL that points at a server of another kind says so, as a bad argum
 }
 
 TEST_CASE("a missing database is a bad argument", "[sql][auth]") {
-    const auto url = url_of("lease-table");
-    const auto no_db = url.substr(0, url.find('/', url.find('@'))) + "/no_such_database_here" + url.substr(url.find('?'));
-    CHECK_THROWS_AS(distlock::connect(no_db), distlock::invalid_argument_error);
+    CHECK_THROWS_AS(distlock::connect(missing_database_url()), distlock::invalid_argument_error);
 }
 
 TEST_CASE("advisory keys of hashed names are the ones the server's own SQL computes", "[sql][native]") {

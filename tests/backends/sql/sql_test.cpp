@@ -189,7 +189,7 @@ TEST_CASE("a server that is down or does not answer gives unavailable_error, no 
     }
     SECTION("the server accepts but never answers (as a stopped one)") {
         distlock::test::silent_listener silent;
-        auto target = with_port(url, silent.port()) + "&connect_timeout=1s&timeout=2s";
+        auto target = url_at_port(silent.port());
         auto t0 = clk::now();
         CHECK_THROWS_AS(distlock::connect(target), distlock::unavailable_error);
         CHECK(clk::now() - t0 < 10s);
@@ -198,10 +198,7 @@ TEST_CASE("a server that is down or does not answer gives unavailable_error, no 
 
 TEST_CASE("wrong credentials give access_denied_error without the password; a missing database an error",
           "[sql][auth]") {
-    const auto url = url_of("lease-table");
-    auto at = url.find('@');
-    auto colon = url.find(':', url.find("://") + 3);
-    const auto wrong_password = url.substr(0, colon + 1) + "not-the-password" + url.substr(at);
+    const auto wrong_password = wrong_password_url();
     CHECK_THROWS_AS(distlock::connect(wrong_password), distlock::access_denied_error);
     try {
         (void)distlock::connect(wrong_password);
@@ -210,9 +207,7 @@ TEST_CASE("wrong credentials give access_denied_error without the password; a mi
         CHECK(std::string(e.what()).find("not-the-password") == std::string::npos);
     }
     // The error of a missing database is the dialect's own (its tests).
-    const auto slash = url.find('/', at);
-    const auto no_db = url.substr(0, slash) + "/no_such_database_here" + url.substr(url.find('?'));
-    CHECK_THROWS_AS(distlock::connect(no_db), distlock::error);
+    CHECK_THROWS_AS(distlock::connect(missing_database_url()), distlock::error);
 }
 
 TEST_CASE("URL parameters are validated: strategy, table identifier, durations", "[sql][url]") {

@@ -102,4 +102,21 @@ inline std::string with_port(const std::string& url, int port) {
     return url.substr(0, colon + 1) + std::to_string(port) + url.substr(slash);
 }
 
+// The lease-table URL with a wrong password, and with a database that does not exist.
+inline std::string wrong_password_url() {
+    const auto url = url_of("lease-table");
+    const auto colon = url.find(':', url.find("://") + 3);
+    return url.substr(0, colon + 1) + "not-the-password" + url.substr(url.find('@'));
+}
+inline std::string missing_database_url() {
+    const auto url = url_of("lease-table");
+    return url.substr(0, url.find('/', url.find('@'))) + "/no_such_database_here" + url.substr(url.find('?'));
+}
+
+// The lease-table URL pointed at a loopback `port` of the test's own, with
+// short timeouts.
+inline std::string url_at_port(int port) {
+    return with_port(url_of("lease-table"), port) + "&connect_timeout=1s&timeout=2s";
+}
+
 }  // namespace sql_test
