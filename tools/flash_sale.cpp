@@ -19,6 +19,9 @@
 #include "distlock/distlock.hpp"
 #include "distlock/spi/url.hpp"
 #include "tool.hpp"
+#if DISTLOCK_TOOL_SQL
+#include "optimistic_stock.hpp"
+#endif
 
 namespace distlock::tool {
 namespace {
@@ -125,30 +128,54 @@ std::string serve_buyers(const settings& s, int index, const std::function<attem
     return out;
 }
 
+#if DISTLOCK_TOOL_SQL
 // The optimistic strategy: no lock at all; a purchase is a version-checked
 // UPDATE of the segment's stock row, retried a bounded number of times. A
 // purchase that lost every race fails (it never oversells).
 std::string optimistic_app_server(const settings& s, int index) {
-    auto stock = sql::optimistic_stock::open(s.backend);
+    auto stock = open_optimistic_stock(s.backend);
     std::counting_semaphore<> db_pool(std::max(1, s.db_pool));
     return serve_buyers(s, index, [&](int seg) {
         db_pool.acquire();
-        sql::stock_result res;
+        stock_result res;
         try {
-            res = stock.take(segment_name(s, seg));
+            res = stock->take(segment_name(s, seg));
         } catch (...) {
             db_pool.release();
             throw;
         }
         db_pool.release();
         switch (res.outcome) {
-            case sql::stock_outcome::taken: return attempt::sold;
-            case sql::stock_outcome::sold_out: return attempt::segment_empty;
-            case sql::stock_outcome::conflict: break;
+            case stock_outcome::taken: return attempt::sold;
+            case stock_outcome::sold_out: return attempt::segment_empty;
+            case stock_outcome::conflict: break;
         }
         return attempt::failed;
     });
 }
+
+// The stock of each segment, from its row.
+std::vector<long long> optimistic_stock_left(const settings& s) {
+    auto st = open_optimistic_stock(s.backend);
+    std::vector<long long> left;
+    for (int i = 0; i < s.segments; ++i) left.push_back(st->stock(segment_name(s, i)).value_or(0));
+    return left;
+}
+
+// Creates the stock table and sets each segment's row.
+void optimistic_stock_setup(const settings& s, const std::function<long long(int seg)>& segment_stock) {
+    auto st = open_optimistic_stock(s.backend);
+    st->create_table();
+    for (int i = 0; i < s.segments; ++i) st->put(segment_name(s, i), segment_stock(i));
+}
+#else
+[[noreturn]] void no_sql_backend() {
+    throw unsupported_error(errc::unsupported, "flash-sale", "this build of distlock has no SQL backend (mysql:// or postgres://)");
+}
+std::string optimistic_app_server(const settings&, int) { no_sql_backend(); }
+std::vector<long long> optimistic_stock_left(const settings&) { no_sql_backend(); }
+void optimistic_stock_setup(const settings&, const std::function<long long(int seg)>&) { no_sql_backend(); }
+#endif
 
 // The lock strategy (or no lock at all): read the segment's stock from the
 // shared store, pause for the business work, write it back decremented, under a
@@ -212,9 +239,8 @@ int run_flash_sale(settings s) {
             return left;
         }
         auto out = run_in_processes(1, [&](int) {
-            auto st = sql::optimistic_stock::open(s.backend);
             std::string o;
-            for (int i = 0; i < s.segments; ++i) put_u64(o, static_cast<unsigned long long>(st.stock(segment_name(s, i)).value_or(0)));
+            for (long long left : optimistic_stock_left(s)) put_u64(o, static_cast<unsigned long long>(left));
             return o;
         }, {});
         long long left = 0;
@@ -224,9 +250,7 @@ int run_flash_sale(settings s) {
     };
     if (optimistic) {
         run_in_processes(1, [&](int) {
-            auto st = sql::optimistic_stock::open(s.backend);
-            st.create_table();
-            for (int i = 0; i < s.segments; ++i) st.put(segment_name(s, i), segment_stock(i));
+            optimistic_stock_setup(s, segment_stock);
             return std::string{};
         }, {});
     }

@@ -16,7 +16,7 @@
 #include <mutex>
 #include <sstream>
 
-#include "sql.hpp"
+#include "mysql_dialect.hpp"
 
 namespace distlock::backends::mysql {
 namespace {
@@ -294,7 +294,9 @@ private:
     std::atomic<bool> mariadb_{false};
 };
 
-std::shared_ptr<dialect> make_dialect(spi::url& u, const s::conn_settings& cs) {
+}  // namespace
+
+std::shared_ptr<s::dialect> make_dialect(spi::url& u, const s::conn_settings& cs) {
     endpoint ep;
     auto hosts = u.hosts_or_throw(3306);
     if (hosts.size() != 1) throw_error(errc::invalid_argument, "mysql", "mysql:// takes one host");
@@ -309,10 +311,7 @@ std::shared_ptr<dialect> make_dialect(spi::url& u, const s::conn_settings& cs) {
     return std::make_shared<dialect>(std::move(ep), cs);
 }
 
-}  // namespace
-
 void register_backend(spi::registry& r) {
-    s::add_dialect("mysql", [](spi::url& u, const s::conn_settings& cs) { return make_dialect(u, cs); });
     r.add("mysql", [](spi::url& u) -> std::shared_ptr<spi::backend> {
         auto settings = s::take_settings(u, "mysql", "get-lock");
         return s::make_backend(make_dialect(u, settings.conn), settings);

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <utility>
 
-#include "sql.hpp"
+#include "postgres_dialect.hpp"
 
 namespace distlock::backends::postgres {
 namespace {
@@ -337,7 +337,9 @@ private:
     s::conn_settings cs_;
 };
 
-std::shared_ptr<dialect> make_dialect(spi::url& u, const s::conn_settings& cs) {
+}  // namespace
+
+std::shared_ptr<s::dialect> make_dialect(spi::url& u, const s::conn_settings& cs) {
     endpoint ep;
     auto hosts = u.hosts_or_throw(5432);
     if (hosts.size() != 1) throw_error(errc::invalid_argument, "postgres", "postgres:// takes one host");
@@ -353,10 +355,7 @@ std::shared_ptr<dialect> make_dialect(spi::url& u, const s::conn_settings& cs) {
     return std::make_shared<dialect>(std::move(ep), cs);
 }
 
-}  // namespace
-
 void register_backend(spi::registry& r) {
-    s::add_dialect("postgres", [](spi::url& u, const s::conn_settings& cs) { return make_dialect(u, cs); });
     r.add("postgres", [](spi::url& u) -> std::shared_ptr<spi::backend> {
         auto settings = s::take_settings(u, "postgres", "advisory");
         return s::make_backend(make_dialect(u, settings.conn), settings);

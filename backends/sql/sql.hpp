@@ -1,8 +1,9 @@
 // The SQL strategy layer shared by mysql:// and postgres://.
 //
 // The four lock strategies (for-update, lease-table, optimistic, and the
-// server's native named lock: get-lock / advisory) are written once, in
-// strategies.cpp, over the small interface below. A dialect supplies only
+// server's native named lock: get-lock / advisory) are written once
+// (backend.hpp: backend.cpp, lease_lock.cpp, session_lock.cpp) over the small
+// interface below. A dialect supplies only
 //   - a connection: statements with bound parameters, the server-side session id,
 //     errors classified into `failure` kinds;
 //   - the SQL texts of each step (sql_texts), built for a validated table name;
@@ -13,7 +14,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -179,8 +179,8 @@ public:
     // name1, owner1, name2, owner2, ...]; the last statement's rows are the owners
     // whose lease was renewed.
     virtual std::vector<statement> lease_renew_batch(const std::string& table, std::size_t n) const = 0;
-    // For SQL written once for both servers (the optimistic stock helper):
-    // an identifier quoted for this server, and the text of the n-th placeholder (1-based).
+    // For SQL written once for both servers (the SQL layer's tests): an
+    // identifier quoted for this server, and the text of the n-th placeholder (1-based).
     virtual std::string quote(std::string_view identifier) const = 0;
     virtual std::string placeholder(int n) const = 0;
 };
@@ -240,6 +240,24 @@ private:
     std::vector<std::unique_ptr<connection>> idle_;
 };
 
+// ---- the seed's optimistic update ------------------------------------------------
+
+// Retries a compare-and-set as the seed does: `attempt` reads a row's version and
+// sends an UPDATE that applies only while that version still matches, and
+// returns nullopt when it lost that race. It is then called again at once: at
+// most `tries` times in all, and again only while less than `window` has passed
+// since `start` (the first attempt always runs). Returns the first value an
+// attempt returned; nullopt when every attempt lost its race. The optimistic
+// lock strategy (lease_lock.cpp) and the optimistic stock update of `distlock
+// flash-sale` (tools/optimistic_stock.cpp) both run on it.
+template <class F>
+auto retry_compare_and_set(int tries, std::chrono::milliseconds window, std::chrono::steady_clock::time_point start,
+                           F&& attempt) -> decltype(attempt()) {
+    for (int i = 0; i < tries && (i == 0 || std::chrono::steady_clock::now() - start < window); ++i)
+        if (auto done = attempt()) return done;
+    return std::nullopt;
+}
+
 // ---- backend construction ----------------------------------------------------------
 
 // The URL's strategy=: lease-table, optimistic, for-update, or the dialect's
@@ -264,17 +282,11 @@ settings take_settings(spi::url& u, std::string_view backend, std::string_view n
 // (unavailable, access_denied, invalid_argument).
 std::shared_ptr<spi::backend> make_backend(std::shared_ptr<dialect> d, const settings& s);
 
-// Dialects by URL scheme, registered by the mysql and postgres backends, so that
-// the optimistic stock helper can open the right one for a URL.
-using dialect_factory = std::function<std::shared_ptr<dialect>(spi::url&, const conn_settings&)>;
-void add_dialect(std::string scheme, dialect_factory f);
-const dialect_factory* find_dialect(const std::string& scheme);
-
 // Maps an sql_error to the distlock error that says what to do next. While
 // `releasing`, a connection that broke or timed out after the statement was
 // sent leaves the outcome unknown: in_doubt_error; otherwise unavailable_error.
-[[noreturn]] void raise(const sql_error& e, std::string_view backend, const std::string& context,
-                        bool releasing = false);
+[[noreturn]] void throw_client_error(const sql_error& e, std::string_view backend, const std::string& context,
+                                     bool releasing = false);
 
 // True when `id` is a plain SQL identifier: [A-Za-z_][A-Za-z0-9_]*, at most `max` bytes.
 bool is_identifier(std::string_view id, std::size_t max = 48);

@@ -10,5 +10,4 @@
 #include "distlock/mutex.hpp"
 #include "distlock/options.hpp"
 #include "distlock/provider.hpp"
-#include "distlock/sql.hpp"
 #include "distlock/version.hpp"

@@ -1,4 +1,4 @@
-// The seed's optimistic stock update through the public API (distlock/sql.hpp),
+// The seed's optimistic stock update of the tool (tools/optimistic_stock.hpp),
 // and `distlock flash-sale` over every SQL strategy: locked runs and the
 // lock-free optimistic run both sell exactly the stock.
 #include <atomic>
@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "distlock/distlock.hpp"
+#include "optimistic_stock.hpp"
 #include "support.hpp"
 
 namespace {
@@ -32,42 +33,46 @@ nlohmann::json flash_sale(const std::string& args) {
 }  // namespace
 
 TEST_CASE("optimistic takes never oversell and report conflicts honestly", "[sql][optimistic]") {
+    namespace tool = distlock::tool;
     for (const auto& url : sql_urls({"DISTLOCK_TEST_MYSQL_URL", "DISTLOCK_TEST_POSTGRES_URL"})) {
         INFO(url);
-        auto stock = distlock::sql::optimistic_stock::open(url);
-        stock.create_table();
+        auto stock = tool::open_optimistic_stock(url);
+        stock->create_table();
         const auto item = distlock::test::unique_name("item");
-        stock.put(item, 30);
-        CHECK(stock.stock(item) == 30);
-        CHECK_FALSE(stock.stock(item + ":none").has_value());
-        std::atomic<int> taken{0}, sold_out{0}, conflicts{0};
+        stock->put(item, 30);
+        CHECK(stock->stock(item) == 30);
+        CHECK_FALSE(stock->stock(item + ":none").has_value());
+        std::atomic<int> taken{0}, sold_out{0}, conflicts{0}, most_attempts{0};
         std::vector<std::thread> buyers;
         for (int t = 0; t < 8; ++t)
             buyers.emplace_back([&] {
-                auto mine = distlock::sql::optimistic_stock::open(url);
+                auto mine = tool::open_optimistic_stock(url);
                 for (int i = 0; i < 10; ++i) {
-                    auto r = mine.take(item);
-                    if (r.outcome == distlock::sql::stock_outcome::sold_out) {
+                    auto r = mine->take(item);
+                    for (int seen = most_attempts.load(); r.attempts > seen;)
+                        if (most_attempts.compare_exchange_weak(seen, r.attempts)) break;
+                    if (r.outcome == tool::stock_outcome::sold_out) {
                         ++sold_out;  // seen empty on reading: no compare-and-set sent
                         CHECK(r.remaining == 0);
                         continue;
                     }
                     CHECK(r.attempts >= 1);  // taken or conflict: at least one compare-and-set
-                    if (r.outcome == distlock::sql::stock_outcome::taken) ++taken;
+                    if (r.outcome == tool::stock_outcome::taken) ++taken;
                     else ++conflicts;
                 }
             });
         for (auto& b : buyers) b.join();
         CHECK(taken.load() + sold_out.load() + conflicts.load() == 80);
         CHECK(taken.load() <= 30);
-        CHECK(stock.stock(item) == 30 - taken.load());
-        CHECK_THROWS_AS(stock.take(item + ":none"), distlock::invalid_argument_error);
+        CHECK(stock->stock(item) == 30 - taken.load());
+        CHECK(most_attempts.load() <= tool::stock_options{}.tries);  // bounded retries
+        CHECK_THROWS_AS(stock->take(item + ":none"), distlock::invalid_argument_error);
     }
-    CHECK_THROWS_AS(distlock::sql::optimistic_stock::open("redis://127.0.0.1:1"), distlock::invalid_argument_error);
-    distlock::sql::stock_options bad;
+    CHECK_THROWS_AS(tool::open_optimistic_stock("redis://127.0.0.1:1"), distlock::invalid_argument_error);
+    tool::stock_options bad;
     bad.table = "stock; DROP TABLE x";
     for (const auto& url : sql_urls({"DISTLOCK_TEST_MYSQL_URL"}))
-        CHECK_THROWS_AS(distlock::sql::optimistic_stock::open(url, bad), distlock::invalid_argument_error);
+        CHECK_THROWS_AS(tool::open_optimistic_stock(url, bad), distlock::invalid_argument_error);
 }
 
 TEST_CASE("flash-sale --strategy optimistic sells exactly the stock without a lock", "[sql][flash-sale]") {

@@ -1,8 +1,6 @@
-// SQL-specific tests, built once per dialect (DISTLOCK_SQL_TEST_DIALECT is
-// "MYSQL" or "POSTGRES") and run against the real server of
-// integration/servers/<mysql|postgres>.sh. The strategies' URLs come from
-// DISTLOCK_TEST_<DIALECT>_<STRATEGY>_URL.
-#include <arpa/inet.h>
+// The SQL layer's tests, shared by the dialects: built into each dialect's test
+// program (tests/backends/mysql/, tests/backends/postgres/) with its facts and
+// its own cases, and run against its real server (sql_test_support.hpp).
 #include <unistd.h>
 
 #include <atomic>
@@ -17,113 +15,22 @@
 #include "distlock/distlock.hpp"
 #include "distlock/spi/backend.hpp"
 #include "distlock/testing.hpp"
-#include "sql.hpp"
-#include "stock.hpp"
+#include "sql_test_support.hpp"
 #include "support.hpp"
 #include "tcp_proxy.hpp"
 
 using namespace std::chrono_literals;
+using namespace sql_test;
 using distlock::test::eventually;
 using distlock::test::unique_name;
-namespace s = distlock::backends::sql;
 using clk = std::chrono::steady_clock;
 
 namespace {
 
-const std::string dialect_name = DISTLOCK_SQL_TEST_DIALECT;  // MYSQL or POSTGRES
-const bool is_mysql = dialect_name == "MYSQL";
-const std::string native = is_mysql ? "get-lock" : "advisory";
-
-std::string url_of(const std::string& strategy) {
-    std::string var = "DISTLOCK_TEST_" + dialect_name + "_";
-    for (char c : strategy) var += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    var += "_URL";
-    auto u = distlock::test::env(var.c_str());
-    if (u.empty()) FAIL(var << " is not set (integration/backends.sh up)");
-    return u;
-}
-
+const std::string native = facts().native;
 const std::vector<std::string> all_strategies = {"for-update", "lease-table", "optimistic", native};
 const std::vector<std::string> session_strategies = {"for-update", native};
 const std::vector<std::string> lease_strategies = {"lease-table", "optimistic"};
-
-// The URL with its query replaced (host, credentials and database kept).
-std::string with_query(const std::string& url, const std::string& query) {
-    return url.substr(0, url.find('?')) + (query.empty() ? "" : "?" + query);
-}
-
-// Plain SQL on a session of our own, written with '?' placeholders.
-class raw_sql {
-public:
-    explicit raw_sql(const std::string& url) {
-        (void)distlock::schemes();  // registers the dialects
-        auto u = distlock::spi::url::parse(url);
-        const auto* factory = s::find_dialect(u.scheme());
-        REQUIRE(factory != nullptr);
-        dialect_ = (*factory)(u, s::conn_settings{});
-        conn_ = dialect_->connect();
-    }
-    s::result run(const std::string& text, std::vector<s::value> args = {}) {
-        s::statement st;
-        int n = 0;
-        for (char c : text) {
-            if (c == '?') {
-                st.text += dialect_->placeholder(++n);
-                st.args.push_back(n - 1);
-            } else {
-                st.text += c;
-            }
-        }
-        return conn_->exec(st, args);
-    }
-    std::optional<std::string> scalar(const std::string& text, std::vector<s::value> args = {}) {
-        auto r = run(text, std::move(args));
-        if (r.rows.empty() || r.rows[0].empty()) return std::nullopt;
-        return r.rows[0][0];
-    }
-    std::int64_t session_id() const { return conn_->session_id(); }
-    void kill(std::int64_t session) {
-        if (is_mysql) run("KILL ?", {session});
-        else run("SELECT pg_terminate_backend(CAST(? AS integer))", {session});
-    }
-    std::string quote(const std::string& id) const { return dialect_->quote(id); }
-
-private:
-    std::shared_ptr<s::dialect> dialect_;
-    std::unique_ptr<s::connection> conn_;
-};
-
-// The documented native keys (docs/backends/sql.md), computed here on their own.
-std::string documented_get_lock_key(const std::string& name) {
-    bool plain = !name.empty() && name.size() <= 64 && name.rfind("distlock:", 0) != 0;
-    for (unsigned char c : name)
-        plain = plain && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || std::string("_.:/-").find(static_cast<char>(c)) != std::string::npos);
-    return plain ? name : "distlock:" + distlock::spi::sha256_hex(name).substr(0, 55);
-}
-std::int64_t documented_advisory_key(const std::string& name) {
-    auto d = distlock::spi::sha256(name);
-    std::uint64_t k = 0;
-    for (int i = 0; i < 8; ++i) k = (k << 8) | static_cast<unsigned char>(d[static_cast<std::size_t>(i)]);
-    return static_cast<std::int64_t>(k);
-}
-
-// The server session that holds `name`, found through the server's own view
-// where it has one (IS_USED_LOCK, pg_locks), else through the holder column.
-std::int64_t holder_session(raw_sql& db, const std::string& strategy, const std::string& name) {
-    std::optional<std::string> id;
-    if (strategy == "get-lock") {
-        id = db.scalar("SELECT IS_USED_LOCK(?)", {documented_get_lock_key(name)});
-    } else if (strategy == "advisory") {
-        const auto key = static_cast<std::uint64_t>(documented_advisory_key(name));
-        id = db.scalar("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted"
-                       " AND classid::bigint = ? AND objid::bigint = ?",
-                       {static_cast<std::int64_t>(key >> 32), static_cast<std::int64_t>(key & 0xffffffffu)});
-    } else {
-        id = db.scalar("SELECT holder FROM distlock_locks WHERE name = ?", {s::bytes{name}});
-    }
-    REQUIRE(id.has_value());
-    return std::stoll(*id);
-}
 
 // The probe helper under the clock-skew shim, its clock `skew_seconds` off,
 // its stdout on a pipe.
@@ -136,15 +43,6 @@ distlock::test::child_process skewed_probe(const std::vector<std::string>& args,
         argv, {.env = {{"DISTLOCK_SKEW_SECONDS", std::to_string(skew_seconds)},
                        {"LD_PRELOAD", DISTLOCK_SQL_SKEW_SHIM},
                        {"ASAN_OPTIONS", "verify_asan_link_order=0" + (asan.empty() ? "" : ":" + asan)}}});
-}
-
-// A loopback TCP port that accepts connections (the kernel completes the
-// handshake) but never answers: a server that is stopped (SIGSTOP) or hung.
-std::string with_port(const std::string& url, int port) {
-    auto at = url.find('@');
-    auto colon = url.find(':', at);
-    auto slash = url.find('/', colon);
-    return url.substr(0, colon + 1) + std::to_string(port) + url.substr(slash);
 }
 
 }  // namespace
@@ -291,63 +189,33 @@ TEST_CASE("a server that is down or does not answer gives unavailable_error, no 
     }
     SECTION("the server accepts but never answers (as a stopped one)") {
         distlock::test::silent_listener silent;
-        auto target = with_port(url, silent.port()) + "&connect_timeout=1s&timeout=2s";
+        auto target = url_at_port(silent.port());
         auto t0 = clk::now();
         CHECK_THROWS_AS(distlock::connect(target), distlock::unavailable_error);
         CHECK(clk::now() - t0 < 10s);
     }
 }
 
-TEST_CASE("a URL that points at a server of another kind says so; a bad argument where the reply shows it",
-          "[sql][input]") {
-    distlock::test::wrong_server http("HTTP/1.1 400 Bad Request\r\n\r\n");
-    const auto target = with_port(url_of("lease-table"), http.port()) + "&connect_timeout=1s&timeout=2s";
-    if (is_mysql) {
-        // MySQL's client reads a packet's length from the first bytes and waits for
-        // the rest: no greeting, as from a stuck server, which a retry may fix.
-        try {
-            (void)distlock::connect(target);
-            FAIL("connected");
-        } catch (const distlock::unavailable_error& e) {
-            CHECK(std::string(e.what()).find("is 127.0.0.1:" + std::to_string(http.port()) +
-                                             " a MySQL or MariaDB server?") != std::string::npos);
-        }
-        return;
-    }
-    try {
-        (void)distlock::connect(target);
-        FAIL("connected");
-    } catch (const distlock::invalid_argument_error& e) {
-        CHECK(std::string(e.what()).find("a PostgreSQL server?") != std::string::npos);
-        CHECK(std::string(e.what()).find("cannot connect") != std::string::npos);
-    }
-}
-
-TEST_CASE("wrong credentials give access_denied_error; a missing database a typed error", "[sql][auth]") {
-    const auto url = url_of("lease-table");
-    auto at = url.find('@');
-    auto colon = url.find(':', url.find("://") + 3);
-    const auto wrong_password = url.substr(0, colon + 1) + "not-the-password" + url.substr(at);
+TEST_CASE("wrong credentials give access_denied_error without the password; a missing database an error",
+          "[sql][auth]") {
+    const auto wrong_password = wrong_password_url();
     CHECK_THROWS_AS(distlock::connect(wrong_password), distlock::access_denied_error);
     try {
         (void)distlock::connect(wrong_password);
     } catch (const distlock::error& e) {
-        CHECK(e.backend() == (is_mysql ? "mysql" : "postgres"));
+        CHECK(e.backend() == facts().scheme);
         CHECK(std::string(e.what()).find("not-the-password") == std::string::npos);
-        if (is_mysql) CHECK(e.native_code() == 1045);
     }
-    const auto slash = url.find('/', at);
-    const auto no_db = url.substr(0, slash) + "/no_such_database_here" + url.substr(url.find('?'));
-    // MySQL does not tell a user whether a database it may not use exists (1044).
-    if (is_mysql) CHECK_THROWS_AS(distlock::connect(no_db), distlock::access_denied_error);
-    else CHECK_THROWS_AS(distlock::connect(no_db), distlock::invalid_argument_error);
+    // The error of a missing database is the dialect's own (its tests).
+    CHECK_THROWS_AS(distlock::connect(missing_database_url()), distlock::error);
 }
 
 TEST_CASE("URL parameters are validated: strategy, table identifier, durations", "[sql][url]") {
     const auto url = url_of("lease-table");
     CHECK_THROWS_AS(distlock::connect(with_query(url, "strategy=redlock")), distlock::invalid_argument_error);
-    CHECK_THROWS_AS(distlock::connect(with_query(url, "strategy=" + std::string(is_mysql ? "advisory" : "get-lock"))),
-                    distlock::invalid_argument_error);
+    for (const std::string other_native : {"get-lock", "advisory"})  // the other dialect's
+        if (other_native != native)
+            CHECK_THROWS_AS(distlock::connect(with_query(url, "strategy=" + other_native)), distlock::invalid_argument_error);
     CHECK_THROWS_AS(distlock::connect(with_query(url, "table=locks;drop")), distlock::invalid_argument_error);
     CHECK_THROWS_AS(distlock::connect(with_query(url, "table=1abc")), distlock::invalid_argument_error);
     CHECK_THROWS_AS(distlock::connect(with_query(url, "tries=0")), distlock::invalid_argument_error);
@@ -411,7 +279,8 @@ TEST_CASE("lock tables dropped under a running provider are created again by the
     }
 }
 
-TEST_CASE("native lock keys follow the documented mapping; long names are hashed and still exclude", "[sql][native]") {
+TEST_CASE("native locks show on the server under their documented key; long names are hashed and still exclude",
+          "[sql][native]") {
     const auto url = url_of(native);
     auto a = distlock::connect(url);
     auto b = distlock::connect(url);
@@ -429,18 +298,6 @@ TEST_CASE("native lock keys follow the documented mapping; long names are hashed
         REQUIRE(held.back().try_lock());
         CHECK(holder_session(db, native, n) > 0);  // visible on the server under the documented key
         CHECK_FALSE(b.mutex(n).try_lock());
-    }
-    // The same keys computed by the server's own SQL, as another language would.
-    for (const auto& n : {names[1], names[2]}) {
-        if (is_mysql) {
-            auto key = db.scalar("SELECT CONCAT('distlock:', LEFT(SHA2(?, 256), 55))", {s::bytes{n}});
-            REQUIRE(key.has_value());
-            CHECK(db.scalar("SELECT IS_USED_LOCK(?)", {*key}).has_value());
-        } else {
-            auto key = db.scalar("SELECT ('x' || left(encode(sha256(?), 'hex'), 16))::bit(64)::bigint", {s::bytes{n}});
-            REQUIRE(key.has_value());
-            CHECK(*key == std::to_string(documented_advisory_key(n)));
-        }
     }
     for (auto& m : held) m.unlock();
     for (const auto& n : names) {
@@ -535,74 +392,4 @@ TEST_CASE("many leases renewed together stay held; a broken one among them is th
             for (auto& m : held) m.unlock();
         }
     }
-}
-
-TEST_CASE("PostgreSQL lease waiters are woken by the release's notification, not by their next poll",
-          "[sql][notify]") {
-    if (is_mysql) {
-        SUCCEED("MySQL has no notifications: lease waiters poll (declared: notified_wakeup unsupported)");
-        return;
-    }
-    for (const auto& strategy : lease_strategies) {
-        DYNAMIC_SECTION("strategy " << strategy) {
-            const auto url = url_of(strategy);
-            auto a = distlock::connect(url);
-            auto b = distlock::connect(url);
-            CHECK(b.caps().supports(distlock::feature::notified_wakeup));
-            const auto name = unique_name("notify");
-            auto holder = a.mutex(name);
-            REQUIRE(holder.try_lock());
-            distlock::lock_options slow_polling;  // a poll every 4 s at most: only a notification is sooner
-            slow_polling.retry_min = 4000ms;
-            slow_polling.retry_max = 4000ms;
-            auto waiter = b.mutex(name, slow_polling);
-            std::atomic<bool> got{false};
-            auto t0 = clk::now();
-            std::thread t([&] { got = waiter.try_lock_for(20s); });
-            std::this_thread::sleep_for(500ms);
-            CHECK_FALSE(got.load());
-            holder.unlock();
-            const bool woke = eventually([&] { return got.load(); }, 2500ms);
-            t.join();
-            CHECK(woke);  // well before the 4 s poll
-            INFO("acquired " << std::chrono::duration_cast<std::chrono::milliseconds>(clk::now() - t0).count()
-                             << " ms after the wait began");
-            CHECK(got.load());
-            waiter.unlock();
-        }
-    }
-}
-
-TEST_CASE("the optimistic stock update never oversells under concurrent buyers", "[sql][stock]") {
-    s::stock_options o;
-    o.table = "dl_stock_" + distlock::spi::random_token().substr(0, 10);
-    auto stock = s::open_optimistic_stock(url_of("optimistic"), o);
-    stock->create_table();
-    stock->put("product_01", 25);
-    CHECK(stock->stock("product_01") == 25);
-    CHECK_FALSE(stock->stock("no-such-product").has_value());
-    CHECK_THROWS_AS(stock->take("no-such-product"), distlock::invalid_argument_error);
-    std::atomic<int> sold{0}, sold_out{0}, conflicts{0}, most_attempts{0};
-    std::vector<std::thread> buyers;
-    for (int t = 0; t < 8; ++t)
-        buyers.emplace_back([&, t] {
-            auto mine = s::open_optimistic_stock(url_of("optimistic"), o);
-            for (int i = 0; i < 10; ++i) {
-                auto r = mine->take("product_01");
-                if (r.outcome == s::stock_outcome::taken) ++sold;
-                else if (r.outcome == s::stock_outcome::sold_out) ++sold_out;
-                else ++conflicts;
-                for (int seen = most_attempts.load(); r.attempts > seen;)
-                    if (most_attempts.compare_exchange_weak(seen, r.attempts)) break;
-                (void)t;
-            }
-        });
-    for (auto& b : buyers) b.join();
-    INFO("sold " << sold << ", sold out " << sold_out << ", gave up after conflicts " << conflicts);
-    CHECK(sold.load() <= 25);
-    CHECK(stock->stock("product_01") == 25 - sold.load());
-    CHECK(sold + sold_out + conflicts == 80);
-    CHECK(most_attempts.load() <= o.tries);  // bounded retries
-    raw_sql db(url_of("optimistic"));
-    db.run("DROP TABLE " + db.quote(o.table));
 }

@@ -1,8 +1,18 @@
-#include "stock.hpp"
+// The seed's optimistic stock update (see optimistic_stock.hpp).
+#include "optimistic_stock.hpp"
 
-#include "distlock/provider.hpp"
+#include "distlock/error.hpp"
+#include "distlock/spi/url.hpp"
+#if DISTLOCK_TOOL_MYSQL
+#include "mysql_dialect.hpp"
+#endif
+#if DISTLOCK_TOOL_POSTGRES
+#include "postgres_dialect.hpp"
+#endif
 
-namespace distlock::backends::sql {
+namespace distlock::tool {
+
+using namespace backends::sql;
 
 optimistic_stock::optimistic_stock(std::shared_ptr<dialect> d, stock_options o)
     : dialect_(d), options_(std::move(o)), pool_(d, 4, d->texts("unused").set_wait, 15000) {
@@ -30,7 +40,7 @@ void optimistic_stock::create_table() {
     try {
         pool_.run([&](connection& c) { return c.exec(create_); });
     } catch (const sql_error& e) {
-        raise(e, dialect_->name(), "cannot create table " + options_.table);
+        throw_client_error(e, dialect_->name(), "cannot create table " + options_.table);
     }
 }
 
@@ -42,7 +52,7 @@ void optimistic_stock::put(std::string_view item, std::int64_t stock) {
             return 0;
         });
     } catch (const sql_error& e) {
-        raise(e, dialect_->name(), "cannot set the stock of '" + key + "'");
+        throw_client_error(e, dialect_->name(), "cannot set the stock of '" + key + "'");
     }
 }
 
@@ -53,7 +63,7 @@ std::optional<std::int64_t> optimistic_stock::stock(std::string_view item) {
         if (r.rows.empty() || !r.rows[0][0]) return std::nullopt;
         return std::stoll(*r.rows[0][0]);
     } catch (const sql_error& e) {
-        raise(e, dialect_->name(), "cannot read the stock of '" + key + "'");
+        throw_client_error(e, dialect_->name(), "cannot read the stock of '" + key + "'");
     }
 }
 
@@ -63,35 +73,48 @@ stock_result optimistic_stock::take(std::string_view item, std::int64_t quantity
     const auto start = std::chrono::steady_clock::now();
     try {
         auto c = pool_.take();
-        for (int i = 0; i < options_.tries && (i == 0 || std::chrono::steady_clock::now() - start < options_.window); ++i) {
+        // Per attempt: nullopt = lost the race; a value = done (taken, or sold out).
+        auto done = retry_compare_and_set(options_.tries, options_.window, start, [&]() -> std::optional<stock_outcome> {
             auto r = c->exec(read_, {key});
             if (r.rows.empty() || !r.rows[0][0] || !r.rows[0][1])
                 throw_error(errc::invalid_argument, std::string(dialect_->name()), "no stock row for '" + key + "'");
             const std::int64_t stock = std::stoll(*r.rows[0][0]), version = std::stoll(*r.rows[0][1]);
             out.remaining = stock;
-            if (stock < quantity) {
-                out.outcome = stock_outcome::sold_out;
-                return out;
-            }
+            if (stock < quantity) return stock_outcome::sold_out;
             ++out.attempts;
             if (c->exec(update_, {key, quantity, version}).affected == 1) {
-                out.outcome = stock_outcome::taken;
                 out.remaining = stock - quantity;
-                return out;
+                return stock_outcome::taken;
             }
-        }
+            return std::nullopt;
+        });
+        out.outcome = done.value_or(stock_outcome::conflict);
     } catch (const sql_error& e) {
-        raise(e, dialect_->name(), "stock update of '" + key + "' failed");
+        throw_client_error(e, dialect_->name(), "stock update of '" + key + "' failed");
     }
-    out.outcome = stock_outcome::conflict;
     return out;
 }
 
+namespace {
+
+// The dialect of a mysql:// or postgres:// URL, from the backends of this build.
+std::shared_ptr<dialect> open_dialect(spi::url& u, const conn_settings& cs) {
+    const auto& scheme = u.scheme();
+#if DISTLOCK_TOOL_MYSQL
+    if (scheme == "mysql") return backends::mysql::make_dialect(u, cs);
+#endif
+#if DISTLOCK_TOOL_POSTGRES
+    if (scheme == "postgres") return backends::postgres::make_dialect(u, cs);
+#endif
+    (void)cs;
+    throw_error(errc::unsupported, "sql", "this build of distlock has no " + scheme + ":// backend");
+}
+
+}  // namespace
+
 std::unique_ptr<optimistic_stock> open_optimistic_stock(std::string_view text, stock_options options) {
-    (void)distlock::schemes();  // makes sure the built-in backends (and their dialects) are registered
     auto u = spi::url::parse(text);
-    const auto* factory = find_dialect(u.scheme());
-    if (factory == nullptr)
+    if (u.scheme() != "mysql" && u.scheme() != "postgres")
         throw_error(errc::invalid_argument, "sql", "the optimistic stock helper needs a mysql:// or postgres:// URL");
     // The lock backend's parameters may be present: tries/window apply, the rest is ignored.
     for (const char* ignored : {"strategy", "lease", "table", "pool"}) (void)u.take(ignored);
@@ -101,7 +124,7 @@ std::unique_ptr<optimistic_stock> open_optimistic_stock(std::string_view text, s
     if (auto v = u.take_int("tries", 1, 1000)) options.tries = static_cast<int>(*v);
     if (auto v = u.take_duration("window")) options.window = *v;
     u.expect_all_taken();
-    return std::make_unique<optimistic_stock>((*factory)(u, cs), std::move(options));
+    return std::make_unique<optimistic_stock>(open_dialect(u, cs), std::move(options));
 }
 
-}  // namespace distlock::backends::sql
+}  // namespace distlock::tool

@@ -1,0 +1,207 @@
+// The SQL lock backend (see backend.hpp): the URL's settings, the lock tables,
+// the strategy chosen per lock, the batch renewal of lease rows, break_lock.
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <thread>
+#include <utility>
+
+#include "backend.hpp"
+
+namespace distlock::backends::sql {
+
+using namespace std::chrono_literals;
+using std::chrono::milliseconds;
+
+bool is_identifier(std::string_view id, std::size_t max) {
+    if (id.empty() || id.size() > max) return false;
+    if (!(std::isalpha(static_cast<unsigned char>(id[0])) || id[0] == '_')) return false;
+    return std::all_of(id.begin(), id.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+std::optional<std::uint64_t> run_for_token(connection& c, const std::vector<statement>& steps,
+                                           std::initializer_list<value> args) {
+    result r;
+    for (const auto& s : steps) r = c.exec(s, args);
+    if (r.rows.empty() || r.rows[0].empty() || !r.rows[0][0]) return std::nullopt;
+    return std::stoull(*r.rows[0][0]);
+}
+
+settings take_settings(spi::url& u, std::string_view backend, std::string_view native) {
+    auto bad = [&](const std::string& m) { throw_error(errc::invalid_argument, std::string(backend), m); };
+    settings s;
+    if (auto v = u.take("strategy")) {
+        if (*v == "lease-table") s.strategy = strategy::lease_table;
+        else if (*v == "optimistic") s.strategy = strategy::optimistic;
+        else if (*v == "for-update") s.strategy = strategy::for_update;
+        else if (*v == native) s.strategy = strategy::native;
+        else
+            bad("unknown strategy '" + *v + "' (known: for-update, lease-table, optimistic, " + std::string(native) +
+                ")");
+    }
+    if (auto v = u.take("table")) s.table = *v;
+    if (!is_identifier(s.table))
+        bad("table '" + s.table + "' is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 48 characters)");
+    if (auto v = u.take_duration("connect_timeout")) s.conn.connect_timeout = *v;
+    if (auto v = u.take_duration("timeout")) s.conn.timeout = *v;
+    if (s.conn.connect_timeout < 1ms || s.conn.timeout < 1s) bad("connect_timeout must be > 0 and timeout >= 1s");
+    if (auto v = u.take_int("tries", 1, 1000)) s.tries = static_cast<int>(*v);
+    if (auto v = u.take_duration("window")) s.window = *v;
+    if (auto v = u.take_int("pool", 0, 1000)) s.max_idle = static_cast<std::size_t>(*v);
+    return s;
+}
+
+sql_backend::sql_backend(std::shared_ptr<dialect> d, settings s)
+    : dialect_(d), settings_(std::move(s)), q_(d->texts(settings_.table)),
+      pool_(d, settings_.max_idle, q_.set_wait, ms(settings_.conn.timeout / 2)) {
+    name_ = std::string(d->name());
+    if (session_held()) {
+        caps_.unsupported = {
+            {feature::lease_expiry,
+             "no lease: the lock lasts as long as the session that holds it (released when the connection ends)"},
+        };
+    } else if (q_.listen.text.empty()) {
+        caps_.unsupported = {
+            {feature::notified_wakeup, "this server has no notifications: waiters poll the lease row with jittered "
+                                       "backoff (retry_min..retry_max)"},
+        };
+    }
+    caps_.crash_release_bound = 0ms;  // connection drop: at once; leases: when the lease (added by callers) ends
+}
+
+void sql_backend::create_tables() {
+    for (int attempt = 0;; ++attempt) {
+        try {
+            pool_.run([&](connection& c) {
+                for (const auto& s : q_.create) c.exec(s);
+                return 0;
+            });
+            return;
+        } catch (const sql_error& e) {
+            // The first statement of a provider: a connection or login failure is that, not a table problem.
+            const bool connecting = e.kind() == failure::cannot_connect || e.kind() == failure::access_denied ||
+                                    e.kind() == failure::no_database || e.kind() == failure::wrong_server;
+            if (e.fatal() || connecting || attempt >= 2)
+                throw_client_error(e, name_, connecting ? "cannot connect" : "cannot create the lock tables");
+            std::this_thread::sleep_for(20ms);
+        }
+    }
+}
+
+std::unique_ptr<spi::lock_handle> sql_backend::make_lock(const spi::lock_request& r) {
+    switch (settings_.strategy) {
+        case strategy::lease_table: return std::make_unique<lease_handle>(*this, r, false);
+        case strategy::optimistic: return std::make_unique<lease_handle>(*this, r, true);
+        case strategy::for_update: return std::make_unique<session_handle>(*this, r, true);
+        case strategy::native: break;
+    }
+    return std::make_unique<session_handle>(*this, r, false);
+}
+
+std::optional<std::chrono::nanoseconds> sql_backend::round_trip() {
+    try {
+        return pool_.run([&](connection& c) {
+            auto t0 = std::chrono::steady_clock::now();
+            c.exec(q_.ping);
+            return std::chrono::steady_clock::now() - t0;
+        });
+    } catch (const sql_error& e) {
+        throw_client_error(e, name_, "SELECT 1 failed");
+    }
+}
+
+// Lease strategies: clear the row's owner (keeping its version, so tokens keep
+// increasing). Session strategies: end the holder's session on the server.
+void sql_backend::break_lock(std::string_view lock_name) {
+    try {
+        bytes n{std::string(lock_name)};
+        if (!session_held()) {
+            pool_.run([&](connection& c) { return c.exec(q_.lease_clear, {n}); });
+            return;
+        }
+        auto holder = pool_.run([&](connection& c) { return holder_session(c, n); });
+        if (!holder) return;  // not held: nothing to break
+        const std::int64_t id = *holder;
+        try {
+            pool_.run([&](connection& c) { return c.exec(q_.kill, {id}); });
+        } catch (const sql_error& e) {
+            if (e.fatal()) throw;  // else: that session is already gone
+        }
+    } catch (const sql_error& e) {
+        throw_client_error(e, name_, "break_lock failed");
+    }
+}
+
+// Native locks: the server's own view (IS_USED_LOCK, pg_locks). Row locks: a
+// NOWAIT probe tells whether the row is locked, and the holder column (written
+// under the lock at each grant) tells by whom. Never a stale id: its session may
+// hold other locks by now.
+std::optional<std::int64_t> sql_backend::holder_session(connection& c, const bytes& n) {
+    auto as_id = [](const result& r) -> std::optional<std::int64_t> {
+        if (r.rows.empty() || r.rows[0].empty() || !r.rows[0][0]) return std::nullopt;
+        return std::stoll(*r.rows[0][0]);
+    };
+    if (settings_.strategy != strategy::for_update) return as_id(c.exec(q_.native_holder, {dialect_->native_key(n.data)}));
+    c.exec(q_.begin);
+    bool locked = false;
+    try {
+        c.exec(q_.row_lock_nowait, {n});
+    } catch (const sql_error& e) {
+        if (e.kind() != failure::lock_timeout) throw;
+        locked = true;
+    }
+    c.exec(q_.rollback);
+    return locked ? as_id(c.exec(q_.holder_of, {n})) : std::nullopt;
+}
+
+// The renewals that fall due together: one statement per lease length and chunk
+// (PostgreSQL: UPDATE ... RETURNING owner; MySQL: UPDATE, then SELECT owner),
+// whatever the number of locks. Session strategies check each session on its own.
+void sql_backend::keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) {
+    if (session_held() || handles.size() < 2) {
+        spi::backend::keepalive_batch(handles, results);
+        return;
+    }
+    constexpr std::size_t chunk = 256;
+    std::map<milliseconds, std::vector<std::size_t>> by_lease;
+    for (std::size_t i = 0; i < handles.size(); ++i)
+        by_lease[static_cast<lease_handle*>(handles[i])->lease()].push_back(i);
+    for (const auto& [lease, all] : by_lease) {
+        for (std::size_t from = 0; from < all.size(); from += chunk) {
+            const std::span<const std::size_t> part(all.data() + from, std::min(chunk, all.size() - from));
+            std::vector<value> args{ms(lease)};
+            for (auto i : part) {
+                const auto* h = static_cast<lease_handle*>(handles[i]);
+                args.emplace_back(h->name());
+                args.emplace_back(h->owner());
+            }
+            const auto steps = dialect_->lease_renew_batch(settings_.table, part.size());
+            try {
+                auto r = pool_.run([&](connection& c) {
+                    result last;
+                    for (const auto& st : steps) last = c.exec(st, args);
+                    return last;
+                });
+                std::vector<std::string> renewed;
+                for (const auto& row : r.rows)
+                    if (!row.empty() && row[0]) renewed.push_back(*row[0]);
+                for (auto i : part) {
+                    const auto* h = static_cast<lease_handle*>(handles[i]);
+                    const bool ok = std::find(renewed.begin(), renewed.end(), h->owner()) != renewed.end();
+                    results[i] = ok ? spi::keepalive_result::ok()
+                                    : spi::keepalive_result::lost("the lease row is no longer ours");
+                }
+            } catch (const std::exception& e) {
+                for (auto i : part) results[i] = spi::keepalive_result::failed(e.what());
+            }
+        }
+    }
+}
+
+std::shared_ptr<spi::backend> make_backend(std::shared_ptr<dialect> d, const settings& s) {
+    auto b = std::make_shared<sql_backend>(std::move(d), s);
+    b->create_tables();
+    return b;
+}
+
+}  // namespace distlock::backends::sql

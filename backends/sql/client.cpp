@@ -1,0 +1,45 @@
+// What the SQL layer adds around a dialect's connections: the connection pool,
+// and the translation of a dialect's sql_error into the distlock error that
+// says what to do next (throw_client_error).
+#include <utility>
+
+#include "sql.hpp"
+
+namespace distlock::backends::sql {
+
+void throw_client_error(const sql_error& e, std::string_view backend, const std::string& context, bool releasing) {
+    errc code = errc::unavailable;
+    switch (e.kind()) {
+        case failure::access_denied: code = errc::access_denied; break;
+        case failure::no_database:
+        case failure::wrong_server: code = errc::invalid_argument; break;
+        case failure::timed_out:
+        case failure::connection_lost: code = releasing ? errc::in_doubt : errc::unavailable; break;
+        default: code = errc::unavailable; break;
+    }
+    throw_error(code, std::string(backend), context + ": " + e.what(), e.code(), e.what());
+}
+
+pool::lease pool::take() {
+    {
+        std::lock_guard lk(mutex_);
+        if (!idle_.empty()) {
+            auto c = std::move(idle_.back());
+            idle_.pop_back();
+            return lease(this, std::move(c), true);
+        }
+    }
+    auto c = dialect_->connect();
+    // No statement may wait for a lock past the client's read timeout.
+    c->exec(default_wait_.first, {default_wait_.second});
+    c->wait_bound_ms = default_wait_.second;
+    return lease(this, std::move(c), false);
+}
+
+void pool::give_back(std::unique_ptr<connection> c) noexcept {
+    if (!c || c->broken()) return;
+    std::lock_guard lk(mutex_);
+    if (idle_.size() < max_idle_) idle_.push_back(std::move(c));
+}
+
+}  // namespace distlock::backends::sql

@@ -1,0 +1,151 @@
+// lease-table and optimistic: a lease row of the lock table, taken by one
+// upsert (lease-table) or by the seed's read-then-compare-and-set on its
+// version (optimistic), renewed and released by the owner token. See backend.hpp.
+#include <algorithm>
+#include <utility>
+
+#include "backend.hpp"
+
+namespace distlock::backends::sql {
+
+using std::chrono::milliseconds;
+
+lease_handle::lease_handle(sql_backend& b, const spi::lock_request& r, bool optimistic)
+    : b_(b), req_(r), optimistic_(optimistic), name_{r.name} {}
+
+std::optional<spi::grant> lease_handle::acquire(spi::deadline until) {
+    return b_.with_tables("acquire of '" + req_.name + "' failed", [&] { return acquire_once(until); });
+}
+
+std::optional<spi::grant> lease_handle::acquire_once(spi::deadline until) {
+    std::string owner = spi::random_token();
+    owner_ = owner;
+    spi::backoff wait(req_.retry_min, req_.retry_max);
+    // Where the server notifies releases, a waiter listens on a session of its own
+    // and tries again when the name is released (or after the backoff, which
+    // still catches leases that simply expire).
+    std::unique_ptr<connection> listener;
+    const std::string my_payload = b_.q_.listen.text.empty() ? std::string{} : spi::sha256_hex(req_.name);
+    auto stop_listening = [&]() noexcept {
+        if (!listener) return;
+        try {
+            listener->exec(b_.q_.unlisten);
+            (void)listener->wait_notifications(spi::clock::now());  // drop what came meanwhile
+            b_.pool_.give_back(std::move(listener));
+        } catch (...) {
+        }
+        listener.reset();
+    };
+    try {
+        for (;;) {
+            auto granted = optimistic_ ? try_compare_and_set() : try_upsert();
+            if (granted) {
+                stop_listening();
+                return granted;
+            }
+            if (spi::clock::now() >= until) break;
+            if (!my_payload.empty() && !listener) {
+                listener = b_.pool_.take().detach();
+                listener->exec(b_.q_.listen);
+                continue;  // a release between the last try and LISTEN would be missed: try again now
+            }
+            if (!listener) {
+                if (!wait.sleep(until)) break;
+                continue;
+            }
+            const auto wake_at = spi::clock::now() + wait.next(until);
+            for (bool ours = false; !ours && spi::clock::now() < wake_at;)
+                for (const auto& p : listener->wait_notifications(wake_at)) ours = ours || p == my_payload;
+        }
+    } catch (const sql_error& e) {
+        stop_listening();
+        // The last statement may have taken the row before its reply was lost:
+        // give it back (best effort; the lease expires anyway).
+        try {
+            b_.pool_.run([&](connection& c) { return c.exec(b_.q_.lease_release, {name_, owner}); });
+        } catch (...) {
+        }
+        owner_.clear();
+        if (e.kind() == failure::no_table) throw;  // acquire() creates the tables again
+        throw_client_error(e, b_.name_, "acquire of '" + req_.name + "' failed");
+    }
+    stop_listening();
+    owner_.clear();
+    return std::nullopt;
+}
+
+std::optional<spi::grant> lease_handle::try_upsert() {
+    try {
+        const auto sent = spi::clock::now();  // the lease runs from the server's NOW() at best
+        auto token = b_.pool_.run(
+            [&](connection& c) { return run_for_token(c, b_.q_.lease_acquire, {name_, owner_, ms(req_.lease)}); });
+        if (!token) return std::nullopt;
+        return spi::grant{*token, sent};
+    } catch (const sql_error& e) {
+        if (e.kind() == failure::deadlock || e.kind() == failure::lock_timeout) return std::nullopt;  // busy: retry
+        throw;
+    }
+}
+
+// The seed's optimistic update: read the version, then UPDATE ... WHERE version
+// still matches (and the lease is still free); a lost race is retried at once, at
+// most `tries` times within `window`. A lease held by someone else is "busy".
+std::optional<spi::grant> lease_handle::try_compare_and_set() {
+    const auto& s = b_.settings_;
+    const auto start = spi::clock::now();
+    return b_.pool_.run([&](connection& c) -> std::optional<spi::grant> {
+        // Per attempt: nullopt = lost the race; a value = done (granted, or nullopt when busy).
+        auto done = retry_compare_and_set(s.tries, s.window, start, [&]() -> std::optional<std::optional<spi::grant>> {
+            try {
+                auto r = c.exec(b_.q_.opt_read, {name_});
+                auto sent = spi::clock::now();  // of the statement that takes the lease
+                if (r.rows.empty()) {
+                    if (c.exec(b_.q_.opt_insert, {name_, owner_, ms(req_.lease)}).affected == 1)
+                        return spi::grant{1, sent};
+                    return std::nullopt;  // another client created it first
+                }
+                const auto& row = r.rows[0];
+                if (!row[1] || *row[1] != "1") return std::optional<spi::grant>{};  // held by its owner
+                const auto version = static_cast<std::int64_t>(std::stoll(*row[0]));
+                sent = spi::clock::now();
+                if (c.exec(b_.q_.opt_update, {name_, owner_, ms(req_.lease), version}).affected == 1)
+                    return spi::grant{static_cast<std::uint64_t>(version + 1), sent};
+            } catch (const sql_error& e) {
+                if (e.kind() != failure::deadlock && e.kind() != failure::lock_timeout) throw;
+            }
+            return std::nullopt;
+        });
+        return done.value_or(std::nullopt);
+    });
+}
+
+void lease_handle::release() {
+    const std::string owner = std::exchange(owner_, {});
+    if (owner.empty()) throw_error(errc::not_owner, b_.name_, "lock '" + req_.name + "' is not held by this handle");
+    std::uint64_t affected = 0;
+    try {
+        affected = b_.pool_.run([&](connection& c) { return c.exec(b_.q_.lease_release, {name_, owner}).affected; });
+    } catch (const sql_error& e) {
+        throw_client_error(e, b_.name_, "release of '" + req_.name + "' failed (the lease expires on its own)", true);
+    }
+    if (affected == 0)
+        throw_error(errc::not_owner, b_.name_,
+                    "lock '" + req_.name + "' was no longer ours at release (lease expired and taken, or broken)");
+}
+
+milliseconds lease_handle::keepalive_interval() const {
+    return req_.auto_renew ? std::max(milliseconds{1}, req_.lease / 3) : milliseconds{0};
+}
+
+spi::keepalive_result lease_handle::keepalive() {
+    try {
+        auto affected = b_.pool_.run(
+            [&](connection& c) { return c.exec(b_.q_.lease_renew, {name_, owner_, ms(req_.lease)}).affected; });
+        if (affected == 0) return spi::keepalive_result::lost("the lease row of '" + req_.name + "' is no longer ours");
+        return spi::keepalive_result::ok();
+    } catch (const std::exception& e) {
+        return spi::keepalive_result::failed(e.what());
+    }
+}
+
+}  // namespace distlock::backends::sql

@@ -1,0 +1,169 @@
+// for-update, get-lock and advisory: a lock held by a server session on a
+// dedicated connection (a row locked FOR UPDATE in an open transaction, or the
+// server's named lock), released by the release call or by the session ending;
+// fenced by a version bump in the lock table. See backend.hpp.
+#include <algorithm>
+#include <utility>
+
+#include "backend.hpp"
+
+namespace distlock::backends::sql {
+
+using namespace std::chrono_literals;
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+session_handle::session_handle(sql_backend& b, const spi::lock_request& r, bool row_lock)
+    : b_(b), req_(r), row_lock_(row_lock), name_{r.name}, key_(b.dialect_->native_key(r.name)) {}
+
+session_handle::~session_handle() { drop_connection(); }
+
+// One try on the holding session, waiting at most `wait` (0 = NOWAIT / try form).
+session_handle::outcome session_handle::attempt(connection& c, milliseconds wait) {
+    const auto& q = b_.q_;
+    auto set_wait = [&] {
+        if (c.wait_bound_ms != ms(wait)) {
+            c.exec(q.set_wait, {ms(wait)});
+            c.wait_bound_ms = ms(wait);
+        }
+    };
+    if (row_lock_) {
+        if (wait.count() > 0) set_wait();
+        c.exec(q.begin);
+        try {
+            auto r = c.exec(wait.count() > 0 ? q.row_lock : q.row_lock_nowait, {name_});
+            if (r.rows.empty()) {
+                // First use of the name: make its row (autocommit, outside the
+                // locking transaction; never before the SELECT, since an INSERT
+                // IGNORE of an existing row waits for its holder on MySQL).
+                c.exec(q.rollback);
+                c.exec(q.row_ensure, {name_});
+                return outcome::retry;
+            }
+            return outcome::granted;  // the transaction stays open: that is the lock
+        } catch (const sql_error& e) {
+            if (e.fatal()) throw;
+            c.exec(q.rollback);
+            if (e.kind() == failure::lock_timeout || e.kind() == failure::deadlock) return outcome::busy;
+            throw;
+        }
+    }
+    if (wait.count() > 0 && !b_.dialect_->native_wait_in_call()) set_wait();
+    try {
+        auto r = c.exec(wait.count() > 0 ? q.native_lock : q.native_try, {key_, ms(wait)});
+        if (r.rows.empty() || r.rows[0].empty() || !r.rows[0][0])
+            throw sql_error(failure::other, 0, "the native lock function returned NULL");
+        return *r.rows[0][0] == "1" ? outcome::granted : outcome::busy;
+    } catch (const sql_error& e) {
+        if (e.kind() == failure::lock_timeout || e.kind() == failure::deadlock) return outcome::busy;
+        throw;
+    }
+}
+
+std::uint64_t session_handle::fence(connection& holder) {
+    auto bump = [&](connection& c) {
+        auto token = run_for_token(c, b_.q_.fence_bump, {name_, holder.session_id()});
+        if (!token) throw sql_error(failure::other, 0, "the fencing counter row returned no version");
+        return *token;
+    };
+    // for-update's session is inside its locking transaction: the counter must be
+    // committed on its own (a crashed holder's token must never be handed out
+    // again), so it goes through another connection.
+    return row_lock_ ? b_.pool_.run(bump) : bump(holder);
+}
+
+std::optional<spi::grant> session_handle::acquire(spi::deadline until) {
+    return b_.with_tables("acquire of '" + req_.name + "' failed", [&] { return acquire_once(until); });
+}
+
+std::optional<spi::grant> session_handle::acquire_once(spi::deadline until) {
+    const auto resolution = row_lock_ ? b_.dialect_->row_wait_resolution() : b_.dialect_->native_wait_resolution();
+    // Each server-side wait stays well below the client's read timeout.
+    const auto chunk = std::max(resolution, std::min<milliseconds>(b_.settings_.conn.timeout / 2, 10s));
+    spi::backoff pause(req_.retry_min, req_.retry_max);
+    try {
+        auto lease = b_.pool_.take();
+        bool reused = lease.reused();
+        conn_ = lease.detach();
+        for (;;) {
+            const auto left = duration_cast<milliseconds>(until - spi::clock::now());
+            milliseconds wait{0};
+            if (left >= resolution) wait = std::min(chunk, left / resolution * resolution);
+            outcome o;
+            try {
+                o = attempt(*conn_, wait);
+            } catch (const sql_error& e) {
+                // An idle pooled session may have been closed by the server: one
+                // more try on a new one.
+                if (!reused || e.kind() != failure::connection_lost) throw;
+                reused = false;
+                conn_ = b_.pool_.take().detach();
+                continue;
+            }
+            reused = false;
+            if (o == outcome::granted) {
+                try {
+                    return spi::grant{fence(*conn_), spi::clock::now()};  // no lease: the session holds it
+                } catch (...) {
+                    drop_connection();  // leave nothing behind: ending the session frees the lock
+                    throw;
+                }
+            }
+            if (o == outcome::retry) continue;
+            if (spi::clock::now() >= until) break;
+            if (wait.count() == 0 && !pause.sleep(until)) break;
+        }
+    } catch (const sql_error& e) {
+        drop_connection();
+        if (e.kind() == failure::no_table) throw;  // acquire() creates the tables again
+        throw_client_error(e, b_.name_, "acquire of '" + req_.name + "' failed");
+    }
+    b_.pool_.give_back(std::move(conn_));
+    return std::nullopt;
+}
+
+void session_handle::release() {
+    auto c = std::move(conn_);
+    if (!c) throw_error(errc::not_owner, b_.name_, "lock '" + req_.name + "' is not held by this handle");
+    if (c->broken())
+        throw_error(errc::not_owner, b_.name_,
+                    "the session holding '" + req_.name + "' was lost: the server had already released the lock");
+    try {
+        if (row_lock_) {
+            c->exec(b_.q_.rollback);
+        } else {
+            auto r = c->exec(b_.q_.native_release, {key_});
+            if (r.rows.empty() || r.rows[0].empty() || !r.rows[0][0] || *r.rows[0][0] != "1")
+                throw_error(errc::not_owner, b_.name_, "the server says '" + req_.name + "' was not held by this session");
+        }
+    } catch (const sql_error& e) {
+        // The session is gone (killed, server restarted): the server released the
+        // lock when it ended, maybe long before this release. That is a loss.
+        if (e.kind() == failure::connection_lost)
+            throw_error(errc::not_owner, b_.name_,
+                        "the session holding '" + req_.name + "' was gone at release: the server had released the lock (" +
+                            e.what() + ")");
+        // Otherwise the session is closed below, which frees the lock once the
+        // server sees the connection end.
+        throw_client_error(e, b_.name_, "release of '" + req_.name + "' failed (closing the session releases it)", true);
+    }
+    b_.pool_.give_back(std::move(c));
+}
+
+milliseconds session_handle::keepalive_interval() const { return std::max(milliseconds{50}, req_.lease / 3); }
+
+// The lock lives exactly as long as the holding session: check that it does.
+spi::keepalive_result session_handle::keepalive() {
+    if (!conn_ || conn_->broken()) return spi::keepalive_result::lost("the session holding the lock is gone");
+    try {
+        conn_->exec(b_.q_.ping);
+        return spi::keepalive_result::ok();
+    } catch (const sql_error& e) {
+        if (e.kind() == failure::timed_out) return spi::keepalive_result::failed(e.what());
+        if (e.fatal())
+            return spi::keepalive_result::lost(std::string("the session holding the lock was lost: ") + e.what());
+        return spi::keepalive_result::failed(e.what());
+    }
+}
+
+}  // namespace distlock::backends::sql

@@ -1,0 +1,122 @@
+// What the SQL layer's tests share: the shared cases (sql_test.cpp) and each
+// dialect's own (tests/backends/<mysql|postgres>/), built into one program per
+// dialect and run against the real server of integration/servers/<dialect>.sh.
+// The dialect's file defines facts(); the strategies' URLs come from
+// DISTLOCK_TEST_<ENV>_<STRATEGY>_URL.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <cctype>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "distlock/spi/url.hpp"
+#include "sql.hpp"
+#include "support.hpp"
+
+namespace sql_test {
+
+namespace s = distlock::backends::sql;
+
+class raw_sql;
+
+// What a dialect's test program supplies (tests/backends/<mysql|postgres>/).
+struct dialect_facts {
+    std::string env;     // "MYSQL": URLs from DISTLOCK_TEST_MYSQL_<STRATEGY>_URL
+    std::string scheme;  // "mysql": the backend's name in errors
+    std::string native;  // the native strategy: "get-lock" or "advisory"
+    std::shared_ptr<s::dialect> (*make_dialect)(distlock::spi::url&, const s::conn_settings&);
+    std::string kill;  // ends the session given as its one '?' argument
+    // The session holding the native lock of `name`, on the server's own view
+    // (IS_USED_LOCK, pg_locks) and under the documented key.
+    std::optional<std::string> (*native_holder)(raw_sql& db, const std::string& name);
+};
+const dialect_facts& facts();
+
+inline std::string url_of(const std::string& strategy) {
+    std::string var = "DISTLOCK_TEST_" + facts().env + "_";
+    for (char c : strategy) var += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    var += "_URL";
+    auto u = distlock::test::env(var.c_str());
+    if (u.empty()) FAIL(var << " is not set (integration/backends.sh up)");
+    return u;
+}
+
+// Plain SQL on a session of our own, written with '?' placeholders.
+class raw_sql {
+public:
+    explicit raw_sql(const std::string& url) {
+        auto u = distlock::spi::url::parse(url);
+        dialect_ = facts().make_dialect(u, s::conn_settings{});
+        conn_ = dialect_->connect();
+    }
+    s::result run(const std::string& text, std::vector<s::value> args = {}) {
+        s::statement st;
+        int n = 0;
+        for (char c : text) {
+            if (c == '?') {
+                st.text += dialect_->placeholder(++n);
+                st.args.push_back(n - 1);
+            } else {
+                st.text += c;
+            }
+        }
+        return conn_->exec(st, args);
+    }
+    std::optional<std::string> scalar(const std::string& text, std::vector<s::value> args = {}) {
+        auto r = run(text, std::move(args));
+        if (r.rows.empty() || r.rows[0].empty()) return std::nullopt;
+        return r.rows[0][0];
+    }
+    std::int64_t session_id() const { return conn_->session_id(); }
+    void kill(std::int64_t session) { run(facts().kill, {session}); }
+    std::string quote(const std::string& id) const { return dialect_->quote(id); }
+
+private:
+    std::shared_ptr<s::dialect> dialect_;
+    std::unique_ptr<s::connection> conn_;
+};
+
+// The server session that holds `name`, found through the server's own view
+// where it has one (IS_USED_LOCK, pg_locks), else through the holder column.
+inline std::int64_t holder_session(raw_sql& db, const std::string& strategy, const std::string& name) {
+    std::optional<std::string> id;
+    if (strategy == facts().native) id = facts().native_holder(db, name);
+    else id = db.scalar("SELECT holder FROM distlock_locks WHERE name = ?", {s::bytes{name}});
+    REQUIRE(id.has_value());
+    return std::stoll(*id);
+}
+
+// The URL with its query replaced (host, credentials and database kept).
+inline std::string with_query(const std::string& url, const std::string& query) {
+    return url.substr(0, url.find('?')) + (query.empty() ? "" : "?" + query);
+}
+
+// The URL with another port (a loopback listener of the test's own).
+inline std::string with_port(const std::string& url, int port) {
+    auto at = url.find('@');
+    auto colon = url.find(':', at);
+    auto slash = url.find('/', colon);
+    return url.substr(0, colon + 1) + std::to_string(port) + url.substr(slash);
+}
+
+// The lease-table URL with a wrong password, and with a database that does not exist.
+inline std::string wrong_password_url() {
+    const auto url = url_of("lease-table");
+    const auto colon = url.find(':', url.find("://") + 3);
+    return url.substr(0, colon + 1) + "not-the-password" + url.substr(url.find('@'));
+}
+inline std::string missing_database_url() {
+    const auto url = url_of("lease-table");
+    return url.substr(0, url.find('/', url.find('@'))) + "/no_such_database_here" + url.substr(url.find('?'));
+}
+
+// The lease-table URL pointed at a loopback `port` of the test's own, with
+// short timeouts.
+inline std::string url_at_port(int port) {
+    return with_port(url_of("lease-table"), port) + "&connect_timeout=1s&timeout=2s";
+}
+
+}  // namespace sql_test
