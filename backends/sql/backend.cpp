@@ -158,8 +158,12 @@ std::optional<std::int64_t> sql_backend::holder_session(connection& c, const byt
 // (PostgreSQL: UPDATE ... RETURNING owner; MySQL: UPDATE, then SELECT owner),
 // whatever the number of locks. Session strategies check each session on its own.
 void sql_backend::keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) {
-    if (session_held() || handles.size() < 2) {
-        spi::backend::keepalive_batch(handles, results);
+    if (session_held()) {  // one ping per session: each holds its own connection
+        for (std::size_t i = 0; i < handles.size(); ++i) results[i] = static_cast<session_handle*>(handles[i])->check();
+        return;
+    }
+    if (handles.size() == 1) {  // one plain UPDATE
+        results[0] = static_cast<lease_handle*>(handles[0])->renew();
         return;
     }
     constexpr std::size_t chunk = 256;

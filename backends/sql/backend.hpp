@@ -47,10 +47,10 @@ class sql_backend;
 class lease_handle final : public spi::lock_handle {
 public:
     lease_handle(sql_backend& b, const spi::lock_request& r, bool optimistic);
-    std::optional<spi::grant> acquire(spi::deadline until) override;
+    std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink&) override;
     void release() override;
-    std::chrono::milliseconds keepalive_interval() const override;
-    spi::keepalive_result keepalive() override;
+    // One renewal of the lease row (sql_backend::keepalive_batch batches several).
+    spi::keepalive_result renew();
 
     const bytes& name() const noexcept { return name_; }
     const std::string& owner() const noexcept { return owner_; }
@@ -74,10 +74,12 @@ class session_handle final : public spi::lock_handle {
 public:
     session_handle(sql_backend& b, const spi::lock_request& r, bool row_lock);
     ~session_handle() override;
-    std::optional<spi::grant> acquire(spi::deadline until) override;
+    std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink&) override;
     void release() override;
-    std::chrono::milliseconds keepalive_interval() const override;
-    spi::keepalive_result keepalive() override;
+    // The session is checked as often as a lease would be renewed.
+    std::chrono::milliseconds check_interval() const override;
+    // Whether the holding session is still there (one ping).
+    spi::keepalive_result check();
 
 private:
     std::optional<spi::grant> acquire_once(spi::deadline until);

@@ -13,7 +13,7 @@ using std::chrono::milliseconds;
 lease_handle::lease_handle(sql_backend& b, const spi::lock_request& r, bool optimistic)
     : b_(b), req_(r), optimistic_(optimistic), name_{r.name} {}
 
-std::optional<spi::grant> lease_handle::acquire(spi::deadline until) {
+std::optional<spi::grant> lease_handle::acquire(spi::deadline until, const spi::loss_sink&) {
     return b_.with_tables("acquire of '" + req_.name + "' failed", [&] { return acquire_once(until); });
 }
 
@@ -133,11 +133,7 @@ void lease_handle::release() {
                     "lock '" + req_.name + "' was no longer ours at release (lease expired and taken, or broken)");
 }
 
-milliseconds lease_handle::keepalive_interval() const {
-    return req_.auto_renew ? std::max(milliseconds{1}, req_.lease / 3) : milliseconds{0};
-}
-
-spi::keepalive_result lease_handle::keepalive() {
+spi::keepalive_result lease_handle::renew() {
     try {
         auto affected = b_.pool_.run(
             [&](connection& c) { return c.exec(b_.q_.lease_renew, {name_, owner_, ms(req_.lease)}).affected; });

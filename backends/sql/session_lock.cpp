@@ -72,7 +72,7 @@ std::uint64_t session_handle::fence(connection& holder) {
     return row_lock_ ? b_.pool_.run(bump) : bump(holder);
 }
 
-std::optional<spi::grant> session_handle::acquire(spi::deadline until) {
+std::optional<spi::grant> session_handle::acquire(spi::deadline until, const spi::loss_sink&) {
     return b_.with_tables("acquire of '" + req_.name + "' failed", [&] { return acquire_once(until); });
 }
 
@@ -150,10 +150,10 @@ void session_handle::release() {
     b_.pool_.give_back(std::move(c));
 }
 
-milliseconds session_handle::keepalive_interval() const { return std::max(milliseconds{50}, req_.lease / 3); }
+milliseconds session_handle::check_interval() const { return std::max(milliseconds{50}, req_.renew_interval); }
 
 // The lock lives exactly as long as the holding session: check that it does.
-spi::keepalive_result session_handle::keepalive() {
+spi::keepalive_result session_handle::check() {
     if (!conn_ || conn_->broken()) return spi::keepalive_result::lost("the session holding the lock is gone");
     try {
         conn_->exec(b_.q_.ping);
