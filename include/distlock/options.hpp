@@ -42,16 +42,22 @@ struct lock_options {
 
     // Called once when a held lock is found to be lost (lease not renewed in time,
     // key deleted, session expired, connection killed), whichever path finds it: a
-    // renewal, a watch, or the release in unlock(). Runs on a distlock thread, or
-    // on the thread calling unlock() when the release is what finds the loss:
-    // keep it short, and never block on the lock itself. After it, held() is false.
-    // Empty = no callback (held() still turns false).
+    // renewal, a watch, or the release in unlock(). held() is false from the
+    // moment the loss is found; the callback follows on the provider's callback
+    // thread (one per provider, shared with on_error: callbacks run one at a time,
+    // in the order they happened; never on the thread that found the loss, the
+    // renewal thread or inside unlock()). It may call unlock() and lock() on this
+    // mutex; keep it short, as it delays the provider's other callbacks.
+    // Callbacks still queued when the provider goes run before its destruction
+    // returns. Empty = no callback (held() still turns false).
     std::function<void(const lock_event&)> on_lost;
 
     // Called when unlock() or a renewal fails in a way that is not a loss (the
-    // server was unreachable, the outcome is in doubt). unlock() never throws; this
-    // is where its failure goes (a release that finds the lock already gone goes
-    // to on_lost instead). Empty = ignored (the server-side lease is the safety net).
+    // server was unreachable, the outcome is in doubt), on the same thread as
+    // on_lost. unlock() never throws; this is where its failure goes (a release
+    // that finds the lock already gone goes to on_lost instead). The error is of
+    // its most derived type (in_doubt_error, unavailable_error...). Empty =
+    // ignored (the server-side lease is the safety net).
     std::function<void(const lock_event&, const error&)> on_error;
 };
 
