@@ -62,7 +62,8 @@ mutex_impl::mutex_impl(std::shared_ptr<provider_state> provider, spi::lock_reque
       options_(std::move(options)),
       handle_(std::move(handle)),
       gate_(provider_->gate_for(request_.name)),
-      sink_target_(std::make_shared<sink_target>()) {
+      sink_target_(std::make_shared<sink_target>()),
+      pending_(std::make_shared<pending_callbacks>()) {
     sink_target_->impl = this;
 }
 
@@ -72,8 +73,17 @@ mutex_impl::~mutex_impl() {
         if (depth_ > 1) depth_ = 1;
     }
     unlock();
-    std::lock_guard lk(sink_target_->mutex);  // waits for a sink call under way
-    sink_target_->impl = nullptr;
+    {
+        std::lock_guard lk(sink_target_->mutex);  // waits for a sink call under way
+        sink_target_->impl = nullptr;
+    }
+    // The callbacks already queued for this mutex run before it is gone (not
+    // waited for when it is destroyed by one of the provider's callbacks: the
+    // thread that would run them is this one).
+    if (!provider_->callbacks().on_this_thread()) {
+        std::unique_lock lk(pending_->mutex);
+        pending_->done.wait(lk, [&] { return pending_->count == 0; });
+    }
 }
 
 spi::loss_sink mutex_impl::sink_for(std::uint64_t generation) {
@@ -236,13 +246,33 @@ void mutex_impl::mark_lost(std::uint64_t generation, std::string reason) noexcep
     post_lost(token_.load(), std::move(reason));
 }
 
+void mutex_impl::post(std::function<void()> callback) noexcept {
+    {
+        std::lock_guard lk(pending_->mutex);
+        ++pending_->count;
+    }
+    try {
+        provider_->callbacks().post([pending = pending_, callback = std::move(callback)] {
+            try {
+                callback();
+            } catch (...) {
+            }
+            std::lock_guard lk(pending->mutex);
+            if (--pending->count == 0) pending->done.notify_all();
+        });
+    } catch (...) {  // out of memory: the loss shows in held() all the same
+        std::lock_guard lk(pending_->mutex);
+        --pending_->count;
+    }
+}
+
 void mutex_impl::post_lost(std::uint64_t token, std::string reason) noexcept {
     if (!options_.on_lost) return;
     try {
-        provider_->callbacks().post([callback = options_.on_lost, event = lock_event{request_.name, token, std::move(reason)}] {
+        post([callback = options_.on_lost, event = lock_event{request_.name, token, std::move(reason)}] {
             callback(event);
         });
-    } catch (...) {  // out of memory: the loss shows in held() all the same
+    } catch (...) {
     }
 }
 
@@ -251,7 +281,7 @@ void mutex_impl::post_error(std::uint64_t token, const error& e) noexcept {
     try {
         // The error is made again on the callback thread, of the same subclass
         // (throw_error picks it by code), so that the callback can catch it by type.
-        provider_->callbacks().post([callback = options_.on_error, name = request_.name, token, code = e.code_value(),
+        post([callback = options_.on_error, name = request_.name, token, code = e.code_value(),
                                      backend = e.backend(), reason = e.reason(), native = e.native_code(),
                                      native_message = e.native_message()] {
             try {

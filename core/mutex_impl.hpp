@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -60,6 +61,14 @@ private:
     // Queue the user's callbacks on the provider's callback thread.
     void post_lost(std::uint64_t token, std::string reason) noexcept;
     void post_error(std::uint64_t token, const error& e) noexcept;
+    void post(std::function<void()> callback) noexcept;
+    // Callbacks of this mutex queued and not yet run: the destructor waits for
+    // them, so that what they use may be destroyed with the mutex.
+    struct pending_callbacks {
+        std::mutex mutex;
+        std::condition_variable done;
+        int count = 0;
+    };
 
     std::shared_ptr<provider_state> provider_;
     spi::lock_request request_;
@@ -68,6 +77,7 @@ private:
     std::shared_ptr<gate> gate_;
 
     std::shared_ptr<sink_target> sink_target_;
+    std::shared_ptr<pending_callbacks> pending_;
 
     std::mutex state_mutex_;  // guards the fields below
     std::uint64_t generation_ = 0;  // of the current grant, or of the one being acquired

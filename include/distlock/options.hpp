@@ -48,8 +48,10 @@ struct lock_options {
     // in the order they happened; never on the thread that found the loss, the
     // renewal thread or inside unlock()). It may call unlock() and lock() on this
     // mutex; keep it short, as it delays the provider's other callbacks.
-    // Callbacks still queued when the provider goes run before its destruction
-    // returns. Empty = no callback (held() still turns false).
+    // Callbacks of a mutex still queued when it is destroyed have run when its
+    // destructor returns (unless it is destroyed from a callback of its
+    // provider), so what they use may go with the mutex. Empty = no callback
+    // (held() still turns false).
     std::function<void(const lock_event&)> on_lost;
 
     // Called when unlock() or a renewal fails in a way that is not a loss (the

@@ -583,6 +583,29 @@ TEST_CASE("a loss reported before acquire() returns counts as soon as the grant 
     CHECK(lost.load() == 1);
 }
 
+TEST_CASE("a mutex's queued callbacks have run when its destruction returns", "[callbacks]") {
+    fake_state s;
+    std::shared_ptr<fake_backend> b;
+    auto p = fake_provider(s, 10s, true, &b);  // the provider outlives the mutex
+    std::atomic<int> ran{0};
+    {
+        distlock::lock_options o;
+        o.on_lost = [&](const distlock::lock_event&) {
+            std::this_thread::sleep_for(100ms);  // still running when the mutex goes
+            ++ran;
+        };
+        o.on_error = [&](const distlock::lock_event&, const distlock::error&) { ++ran; };
+        auto m = p.mutex("goes-with-callbacks", o);
+        m.lock();
+        b->last->lose("gone");
+        m.unlock();
+        m.lock();
+        s.release_error = distlock::errc::in_doubt;  // the destructor's unlock queues on_error
+    }
+    CHECK(ran.load() == 2);
+    s.release_error = distlock::errc{};
+}
+
 TEST_CASE("callbacks queued when the provider goes still run, before its destruction returns", "[callbacks]") {
     fake_state s;
     std::atomic<int> lost{0};

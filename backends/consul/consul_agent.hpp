@@ -1,0 +1,192 @@
+// consul:// internals: the Consul agent's HTTP API as the lock recipe
+// (consul_lock.cpp) uses it: sessions (create, renew, destroy), KV reads and
+// blocking queries, acquire/release, and the typed error of an unexpected
+// reply. Never included outside backends/consul/.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <initializer_list>
+#include <optional>
+#include <string>
+
+#include "distlock/spi/backend.hpp"
+#include "http_codec.hpp"
+#include "http_multi.hpp"
+#include "http_options.hpp"
+#include "http_pool.hpp"
+#include "http_transfer.hpp"
+
+namespace distlock::backends::consul {
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+using ms = std::chrono::milliseconds;
+
+inline constexpr const char* kName = "consul";
+inline constexpr std::uint64_t kLockFlag = 0x2ddccbc058a50c18ULL;  // api/lock.go LockFlagValue
+inline constexpr ms kMaxBlockingWait = 15s;                        // api/lock.go DefaultLockWaitTime
+
+struct settings {
+    std::string prefix = "distlock";
+    ms default_ttl{15s};  // api/lock.go DefaultLockSessionTTL
+    std::optional<ms> lock_delay;  // nullopt = the server's default (15 s)
+    std::string behavior = "release";
+};
+
+inline std::string go_duration(ms d) {
+    if (d.count() % 1000 == 0) return std::to_string(d.count() / 1000) + "s";
+    return std::to_string(d.count()) + "ms";
+}
+
+// One KV entry as returned by GET /v1/kv/<key>.
+struct entry {
+    bool exists = false;
+    std::string session;
+    std::uint64_t flags = 0, modify_index = 0, lock_index = 0;
+    std::uint64_t index = 0;  // X-Consul-Index of the reply
+};
+
+// One Consul agent (and the provider's HTTP loop, for blocking queries and
+// concurrent renewals).
+class agent {
+public:
+    // Fails at once when the agent is unreachable or the token is refused.
+    agent(http::options o, settings s) : client_(std::move(o)), settings_(std::move(s)), loop_(client_) {
+        check(client_.send(get("/v1/kv/" + http::escape_path(settings_.prefix))), "connect", {200, 404});
+    }
+
+    const settings& config() const { return settings_; }
+    http::client& client() { return client_; }
+    http::loop& events() { return loop_; }
+
+    std::string key_of(std::string_view name) const { return settings_.prefix + "/" + http::encode_name(name); }
+    static std::string key_target(const std::string& key) { return "/v1/kv/" + http::escape_path(key); }
+
+    static http::request get(std::string target, ms timeout = 0ms) {
+        http::request r;
+        r.method = "GET";
+        r.target = std::move(target);
+        r.timeout = timeout;
+        r.content_type.clear();
+        return r;
+    }
+    static http::request put(std::string target, std::string body = {}) {
+        http::request r;
+        r.method = "PUT";
+        r.target = std::move(target);
+        r.body = std::move(body);
+        return r;
+    }
+    static http::request del(std::string target) {
+        http::request r;
+        r.method = "DELETE";
+        r.target = std::move(target);
+        r.content_type.clear();
+        return r;
+    }
+    http::request renew_request(const std::string& session) const { return put("/v1/session/renew/" + session); }
+
+    static spi::keepalive_result renew_result(const http::transfer_result& r) {
+        if (r.how != http::outcome::completed) return spi::keepalive_result::failed("session renew: " + r.error);
+        if (r.resp.status == 200) return spi::keepalive_result::ok();
+        if (r.resp.status == 404) return spi::keepalive_result::lost("the Consul session expired (renew: 404 " + trim(r.resp.body) + ")");
+        return spi::keepalive_result::failed("session renew: HTTP " + std::to_string(r.resp.status) + " " + trim(r.resp.body));
+    }
+
+    // Throws the typed error for an unexpected status.
+    static void check(const http::response& r, const std::string& what, std::initializer_list<long> ok) {
+        if (std::find(ok.begin(), ok.end(), r.status) != ok.end()) return;
+        const std::string msg = what + ": HTTP " + std::to_string(r.status) + " " + trim(r.body);
+        if (r.status == 401 || r.status == 403) throw_error(errc::access_denied, kName, msg, r.status, trim(r.body));
+        if (r.status == 400) throw_error(errc::invalid_argument, kName, msg, r.status, trim(r.body));
+        // Not the Consul HTTP API answering (a wrong port, another server): retrying cannot help.
+        if (r.status == 404 || r.status == 405 || r.status == 501)
+            throw_error(errc::invalid_argument, kName,
+                        msg + ": is " + r.endpoint + " a Consul agent's HTTP API (port 8500 by default)?", r.status,
+                        trim(r.body));
+        throw_error(errc::unavailable, kName, msg, r.status, trim(r.body));
+    }
+
+    static std::string trim(std::string s) {
+        while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+        return s.substr(0, 300);
+    }
+
+    // GET of one key; a blocking query when index > 0.
+    entry read(const std::string& key, std::uint64_t index = 0, ms wait = 0ms) {
+        std::string target = key_target(key);
+        ms timeout = 0ms;
+        if (index > 0) {
+            target += "?index=" + std::to_string(index) + "&wait=" + std::to_string(std::max<long long>(1, wait.count())) + "ms";
+            timeout = wait + wait / 16 + client_.opts().request_timeout;  // the server adds up to wait/16
+        }
+        return parse_entry(client_.send(get(target, timeout)), "read of " + key);
+    }
+
+    static entry parse_entry(const http::response& r, const std::string& what) {
+        check(r, what, {200, 404});
+        entry e;
+        try {
+            e.index = std::stoull(r.header("x-consul-index"));
+        } catch (...) {
+            e.index = 0;
+        }
+        if (r.status == 404) return e;
+        json j = json::parse(r.body, nullptr, false);
+        if (j.is_discarded() || !j.is_array() || j.empty() || !j[0].is_object())
+            throw_error(errc::unavailable, kName, what + ": unexpected reply", r.status, trim(r.body));
+        const auto& o = j[0];
+        e.exists = true;
+        if (o.contains("Session") && o["Session"].is_string()) e.session = o["Session"].get<std::string>();
+        e.flags = o.value("Flags", std::uint64_t{0});
+        e.modify_index = o.value("ModifyIndex", std::uint64_t{0});
+        e.lock_index = o.value("LockIndex", std::uint64_t{0});
+        return e;
+    }
+
+    // PUT with acquire= or release=: the server's true/false; nullopt when the
+    // server no longer knows the session ("invalid session").
+    std::optional<bool> lock_op(const std::string& key, const char* op, const std::string& session) {
+        auto r = client_.send(put(key_target(key) + "?flags=" + std::to_string(kLockFlag) + "&" + op + "=" + session));
+        if (r.status == 500 && r.body.find("invalid session") != std::string::npos) return std::nullopt;
+        check(r, std::string(op) + " of " + key, {200});
+        return trim(r.body) == "true";
+    }
+
+    std::string create_session(ms ttl, const std::string& name) {
+        json spec{{"Name", "distlock: " + name.substr(0, 64)}, {"TTL", go_duration(ttl)}, {"Behavior", settings_.behavior}};
+        if (settings_.lock_delay) spec["LockDelay"] = go_duration(*settings_.lock_delay);
+        auto r = client_.send(put("/v1/session/create", spec.dump()));
+        check(r, "session create", {200});
+        json j = json::parse(r.body, nullptr, false);
+        if (j.is_discarded() || !j.is_object() || !j.contains("ID") || !j["ID"].is_string())
+            throw_error(errc::unavailable, kName, "session create: unexpected reply", r.status, trim(r.body));
+        return j["ID"].get<std::string>();
+    }
+
+    spi::keepalive_result renew(const std::string& session) noexcept {
+        try {
+            auto r = client_.send(renew_request(session));
+            http::transfer_result t;
+            t.how = http::outcome::completed;
+            t.resp = std::move(r);
+            return renew_result(t);
+        } catch (const std::exception& e) {
+            return spi::keepalive_result::failed(e.what());
+        }
+    }
+
+    void destroy(const std::string& session) {
+        check(client_.send(put("/v1/session/destroy/" + session)), "session destroy", {200});
+    }
+
+private:
+    http::client client_;
+    settings settings_;
+    http::loop loop_;  // after client_: stopped before it
+};
+
+}  // namespace distlock::backends::consul
