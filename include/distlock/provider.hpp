@@ -74,7 +74,8 @@ private:
 // core has taken `lease=`; it takes its own parameters from the URL (whatever it
 // leaves is rejected as unknown), connects, and returns the backend, or throws a
 // distlock::error (invalid_argument_error for a bad URL, unavailable_error for
-// an unreachable server, ...).
+// an unreachable server, ...); one that returns no backend makes connect() throw
+// invalid_argument_error.
 //
 // Call it once per scheme, before the first connect() to it, from your own code
 // (main, or your backend's own `register_...()` function): explicitly, not from a
