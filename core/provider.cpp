@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <mutex>
+#include <optional>
 
 #include "builtin.hpp"
 #include "distlock/testing.hpp"
@@ -11,55 +13,83 @@
 namespace distlock {
 namespace {
 
+// Schemes are compared in lower case (spi::url::parse lowers the URL's):
+// RFC 3986's form, lowercase only.
+bool well_formed_scheme(const std::string& s) {
+    auto lower = [](char c) { return c >= 'a' && c <= 'z'; };
+    auto digit = [](char c) { return c >= '0' && c <= '9'; };
+    if (s.empty() || s.size() > 32 || !lower(s[0])) return false;
+    return std::all_of(s.begin(), s.end(),
+                       [&](char c) { return lower(c) || digit(c) || c == '+' || c == '-' || c == '.'; });
+}
+
+// Every scheme of the process: the built-in backends, then what
+// register_backend() adds, from any thread.
 class registry_impl final : public spi::registry {
 public:
+    registry_impl() { detail::register_builtin_backends(*this); }
+
     void add(std::string scheme, spi::factory f) override {
-        if (!factories_.emplace(std::move(scheme), std::move(f)).second)
-            throw_error(errc::invalid_argument, "", "a backend scheme was registered twice");
+        if (!well_formed_scheme(scheme))
+            throw_error(errc::invalid_argument, "",
+                        "'" + scheme + "' is not a URL scheme distlock can register (a lowercase letter, then "
+                        "lowercase letters, digits, '+', '-' or '.'; at most 32 characters)");
+        if (!f) throw_error(errc::invalid_argument, "", "the factory of scheme '" + scheme + "' is empty");
+        std::lock_guard lk(mutex_);
+        if (factories_.contains(scheme))
+            throw_error(errc::invalid_argument, "", "the URL scheme '" + scheme + "' is already registered");
+        factories_.emplace(std::move(scheme), std::move(f));
     }
-    const spi::factory* find(const std::string& scheme) const {
+    // A copy: connect() calls it without holding the registry's mutex.
+    std::optional<spi::factory> find(const std::string& scheme) const {
+        std::lock_guard lk(mutex_);
         auto it = factories_.find(scheme);
-        return it == factories_.end() ? nullptr : &it->second;
+        if (it == factories_.end()) return std::nullopt;
+        return it->second;
     }
     std::vector<std::string> names() const {
+        std::lock_guard lk(mutex_);
         std::vector<std::string> out;
         for (const auto& [k, v] : factories_) out.push_back(k);
         return out;
     }
 
 private:
+    mutable std::mutex mutex_;
     std::map<std::string, spi::factory> factories_;
 };
 
-const registry_impl& builtin_registry() {
-    static const registry_impl instance = [] {
-        registry_impl r;
-        detail::register_builtin_backends(r);
-        return r;
-    }();
+registry_impl& the_registry() {
+    static registry_impl instance;
     return instance;
 }
 
 }  // namespace
 
+void register_backend(std::string scheme, spi::factory factory) {
+    the_registry().add(std::move(scheme), std::move(factory));
+}
+
 provider connect(std::string_view text) {
     auto u = spi::url::parse(text);
-    const auto* factory = builtin_registry().find(u.scheme());
-    if (factory == nullptr) {
+    const auto factory = the_registry().find(u.scheme());
+    if (!factory) {
         std::string known;
-        for (const auto& s : builtin_registry().names()) known += (known.empty() ? "" : ", ") + s;
+        for (const auto& s : the_registry().names()) known += (known.empty() ? "" : ", ") + s;
         throw_error(errc::invalid_argument, "",
                     "unknown URL scheme '" + u.scheme() + "://' (this build has: " + known + ")");
     }
     auto lease = u.take_duration("lease");
     if (lease && lease->count() <= 0) throw_error(errc::invalid_argument, "", "lease must be positive");
     auto backend = (*factory)(u);
+    if (!backend)
+        throw_error(errc::invalid_argument, "", "the factory of scheme '" + u.scheme() + "' returned no backend");
     u.expect_all_taken();
     auto default_lease = lease ? *lease : backend->default_lease();
     return provider(std::make_shared<detail::provider_state>(std::move(backend), u.scheme(), u.redacted(), default_lease));
 }
 
-std::vector<std::string> schemes() { return builtin_registry().names(); }
+std::vector<std::string> schemes() { return the_registry().names(); }
 
 std::string_view version() noexcept { return DISTLOCK_VERSION_STRING; }
 

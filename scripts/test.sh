@@ -48,7 +48,7 @@ if [ "$sanitize" != none ]; then
     dir=build-${sanitize//,/-}
     DISTLOCK_CONFIGURE_ARGS=-DDISTLOCK_SHARED=OFF \
         configure_and_build "$dir" "$sanitize" distlock-unit-tests distlock-cli-tests distlock-conformance \
-        distlock-conformance-helper distlock-cli
+        distlock-cli
     say "unit, CLI and conformance tests under -fsanitize=$sanitize"
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1

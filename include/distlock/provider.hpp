@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,14 +17,16 @@ namespace distlock {
 namespace detail {
 class provider_state;
 }
+namespace spi {
+class backend;
+class url;
+}
 
 // A connection (or pool of connections) to one backend, made by connect().
 // Cheap to copy: copies share the connection, the renewal thread and the
 // in-process wait queues. Mutexes keep their provider alive.
 class provider {
 public:
-    explicit provider(std::shared_ptr<detail::provider_state> state) noexcept;
-
     // A mutex for `name`. Names are arbitrary bytes, 1..max_name_length() long.
     // Throws invalid_argument_error for an empty or oversized name.
     [[nodiscard]] distlock::mutex mutex(std::string_view name, lock_options options = {}) const;
@@ -46,6 +49,9 @@ public:
     const std::shared_ptr<detail::provider_state>& state() const noexcept { return state_; }
 
 private:
+    friend provider connect(std::string_view url);
+    explicit provider(std::shared_ptr<detail::provider_state> state) noexcept;
+
     std::shared_ptr<detail::provider_state> state_;
 };
 
@@ -58,8 +64,29 @@ private:
 // unavailable_error, bad credentials access_denied_error.
 [[nodiscard]] provider connect(std::string_view url);
 
-// The schemes compiled into this build, sorted.
+// The schemes compiled into this build and those added by register_backend(), sorted.
 [[nodiscard]] std::vector<std::string> schemes();
+
+// Makes `scheme` known to connect(): a backend that lives outside the library's
+// tree (see include/distlock/spi/backend.hpp and docs/backend-authoring.md).
+// `factory` has the type of spi::factory: connect("scheme://...") calls it with
+// the parsed URL, on the calling thread, with no lock of distlock held, after the
+// core has taken `lease=`; it takes its own parameters from the URL (whatever it
+// leaves is rejected as unknown), connects, and returns the backend, or throws a
+// distlock::error (invalid_argument_error for a bad URL, unavailable_error for
+// an unreachable server, ...); one that returns no backend makes connect() throw
+// invalid_argument_error.
+//
+// Call it once per scheme, before the first connect() to it, from your own code
+// (main, or your backend's own `register_...()` function): explicitly, not from a
+// static initializer, which the linker drops from static libraries. It is
+// thread-safe; a registration lasts as long as the process (there is no
+// unregistering). Throws invalid_argument_error when `scheme` is already known
+// (the built-in ones included), when it is malformed (schemes are compared in
+// lower case: a lowercase letter, then lowercase letters, digits, '+', '-' or '.';
+// at most 32 characters), or when `factory` is empty.
+void register_backend(std::string scheme,
+                      std::function<std::shared_ptr<spi::backend>(spi::url&)> factory);
 
 // The version of the distlock library this program runs with ("0.1.0"), which
 // may differ from DISTLOCK_VERSION_STRING of the headers it was compiled with.

@@ -15,6 +15,7 @@
 #include "distlock/distlock.hpp"
 #include "distlock/spi/backend.hpp"
 #include "distlock/testing.hpp"
+#include "suite.hpp"
 #include "support.hpp"
 #include "tcp_proxy.hpp"
 
@@ -31,9 +32,11 @@ distlock::provider connect_under_test() { return distlock::connect(backend_url()
 
 std::chrono::milliseconds lease_of(const distlock::provider& p) { return p.default_lease(); }
 
-// distlock-conformance-helper (beside this binary) with `args`, its stdout on a pipe.
+// This program again, as the helper (helper.cpp) with `args`, its stdout on a
+// pipe: a program outside the tree that registered its own scheme before
+// run_conformance() knows that scheme in the helper too.
 std::unique_ptr<child_process> run_helper(std::vector<std::string> args) {
-    args.insert(args.begin(), distlock::test::beside_test("distlock-conformance-helper"));
+    args.insert(args.begin(), {"/proc/self/exe", distlock::test::conformance_helper_flag});
     return std::make_unique<child_process>(args);
 }
 

@@ -15,14 +15,14 @@ bool takes_backend_urls() { return true; }
 int before_run(const std::vector<test_case_info>& cases, std::vector<std::string>& exclusions) {
     const auto& url = backend_url();
     if (url.empty()) {
-        std::cerr << "distlock-conformance: give the backend with --backend URL or --backend-env VAR\n";
+        std::cerr << "conformance suite: give the backend with --backend URL or --backend-env VAR\n";
         return 2;
     }
     std::optional<provider> p;
     try {
         p = connect(url);
     } catch (const std::exception& e) {
-        std::cerr << "distlock-conformance: cannot connect to " << url << ": " << e.what() << "\n";
+        std::cerr << "conformance suite: cannot connect to " << url << ": " << e.what() << "\n";
         return 1;
     }
     std::cout << "conformance suite for " << p->url() << " (backend " << p->scheme() << ")\n";

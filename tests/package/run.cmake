@@ -19,9 +19,7 @@ if(EXISTS ${WORK_DIR}/prefix/bin/distlock)
     endif()
   endif()
 endif()
-step(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build -G ${GENERATOR}
-     -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix "-DCMAKE_CXX_FLAGS=${EXTRA_FLAGS}" "-DCMAKE_EXE_LINKER_FLAGS=${EXTRA_FLAGS}")
-step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
+build_against_prefix(${SOURCE_DIR} ${WORK_DIR}/build)
 step(${WORK_DIR}/build/consumer)
 
 # The same consumer through pkg-config (distlock.pc): `--static` when the

@@ -20,6 +20,9 @@ struct test_case_info {
     std::vector<std::string> tags;
 };
 
+// The shared Catch2 main: the options of session.cpp, then Catch2's; the exit status.
+int run_session(int argc, char** argv);
+
 // Hook run by the shared Catch2 main after option parsing: may add exclusions
 // ("~[tag]") to the run; non-zero = exit with it. Weak default does nothing.
 int before_run(const std::vector<test_case_info>& cases, std::vector<std::string>& exclusions);

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -107,14 +108,30 @@ private:
     distlock::capabilities caps_;
 };
 
+// The backend the next connect("fake://...") gets: the "fake" scheme is
+// registered once, as a backend from outside the library would be, and each
+// test gives it a fake of its own.
+std::shared_ptr<fake_backend>& next_fake() {
+    static std::shared_ptr<fake_backend> b;
+    return b;
+}
+
 distlock::provider fake_provider(fake_state& s, std::chrono::milliseconds lease, bool leased = true,
                                  std::shared_ptr<fake_backend>* out = nullptr,
                                  std::shared_ptr<distlock::detail::provider_state>* state = nullptr) {
+    static const bool registered = [] {
+        distlock::register_backend("fake", [](spi::url&) -> std::shared_ptr<spi::backend> {
+            return std::exchange(next_fake(), nullptr);
+        });
+        return true;
+    }();
+    REQUIRE(registered);
     auto b = std::make_shared<fake_backend>(s, leased);
     if (out) *out = b;
-    auto st = std::make_shared<distlock::detail::provider_state>(b, "fake", "fake://", lease);
-    if (state) *state = st;
-    return distlock::provider(st);
+    next_fake() = b;
+    auto p = distlock::connect("fake://unit?lease=" + std::to_string(lease.count()) + "ms");
+    if (state) *state = p.state();
+    return p;
 }
 
 }  // namespace
@@ -741,4 +758,61 @@ TEST_CASE("backoff stays within its bounds and the deadline", "[helpers]") {
     auto soon = spi::clock::now() + 2ms;
     CHECK(b.next(soon) <= 2ms);
     CHECK_FALSE(b.sleep(spi::clock::now() - 1ms));
+}
+
+TEST_CASE("a scheme registered from outside the library is connected to by its URL", "[registry]") {
+    fake_state s;
+    auto p = fake_provider(s, 300ms);
+    CHECK(p.scheme() == "fake");
+    CHECK(p.url() == "fake://unit?lease=300ms");
+    CHECK(p.default_lease() == 300ms);
+    auto names = distlock::schemes();
+    CHECK(std::find(names.begin(), names.end(), "fake") != names.end());
+    CHECK(std::is_sorted(names.begin(), names.end()));
+    auto m = p.mutex("registered");
+    CHECK(m.try_lock());
+    m.unlock();
+    CHECK_THROWS_AS(distlock::connect("fake://unit?no_such_parameter=1"), distlock::invalid_argument_error);
+}
+
+TEST_CASE("registering a known, malformed or empty scheme is an invalid argument", "[registry]") {
+    auto none = [](spi::url&) -> std::shared_ptr<spi::backend> { return nullptr; };
+    CHECK_THROWS_AS(distlock::register_backend("memory", none), distlock::invalid_argument_error);
+    distlock::register_backend("unit-twice", none);
+    CHECK_THROWS_AS(distlock::register_backend("unit-twice", none), distlock::invalid_argument_error);
+    for (const char* bad :
+         {"", "Upper", "1st", "a b", "a:b", "a/b", "x\xc3\xa9", "abcdefghijklmnopqrstuvwxyz0123456"}) {
+        INFO("scheme '" << bad << "'");
+        CHECK_THROWS_AS(distlock::register_backend(bad, none), distlock::invalid_argument_error);
+    }
+    distlock::register_backend("a1+b-c.d", none);  // every character RFC 3986 allows
+    CHECK_THROWS_AS(distlock::register_backend("unit-empty", nullptr), distlock::invalid_argument_error);
+    auto names = distlock::schemes();
+    CHECK(std::find(names.begin(), names.end(), "unit-empty") == names.end());
+    // A factory that returns no backend is the author's bug: a typed error, not a crash.
+    CHECK_THROWS_AS(distlock::connect("unit-twice://x"), distlock::invalid_argument_error);
+}
+
+TEST_CASE("schemes registered from many threads at once are each kept once", "[registry]") {
+    auto none = [](spi::url&) -> std::shared_ptr<spi::backend> { return nullptr; };
+    std::atomic<int> won{0}, refused{0};
+    std::vector<std::thread> pool;
+    for (int t = 0; t < 8; ++t) {
+        pool.emplace_back([&, t] {
+            distlock::register_backend("unit-own-" + std::to_string(t), none);
+            try {
+                distlock::register_backend("unit-contested", none);
+                ++won;
+            } catch (const distlock::invalid_argument_error&) {
+                ++refused;
+            }
+            (void)distlock::schemes();
+        });
+    }
+    for (auto& th : pool) th.join();
+    CHECK(won.load() == 1);
+    CHECK(refused.load() == 7);
+    auto names = distlock::schemes();
+    for (int t = 0; t < 8; ++t)
+        CHECK(std::find(names.begin(), names.end(), "unit-own-" + std::to_string(t)) != names.end());
 }
