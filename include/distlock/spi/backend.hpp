@@ -1,9 +1,10 @@
 // distlock backend-author interface.
 //
 // A backend is one URL scheme. It supplies:
-//   - a factory: (spi::url&) -> std::shared_ptr<spi::backend>, registered
-//     explicitly by a function `void register_<name>_backend(spi::registry&)`
-//     (the build generates the one function that calls them all);
+//   - a factory: (spi::url&) -> std::shared_ptr<spi::backend>, registered by
+//     `void distlock::backends::<name>::register_backend(spi::registry&)` for a
+//     backend in the tree (the build generates the one function that calls
+//     them all), or with distlock::register_backend() from outside it;
 //   - a spi::backend: capabilities, a lock_handle per mutex, the batched
 //     keepalive (renewal and liveness check), a round-trip probe for benchmarks
 //     and the break_lock test hook;

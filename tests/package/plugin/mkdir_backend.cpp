@@ -80,7 +80,9 @@ public:
     handle(std::string dir, const spi::lock_request& r, std::chrono::milliseconds check)
         : dir_(std::move(dir)), retry_min_(r.retry_min), retry_max_(r.retry_max), check_(check) {}
 
-    std::optional<spi::grant> acquire(spi::deadline until) override {
+    // `lost` is for losses the backend learns of by itself (a watch, an event
+    // thread); this one only finds them by its checks, so it does not keep it.
+    std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink& /*lost*/) override {
         spi::backoff wait(retry_min_, retry_max_);
         while (::mkdir(dir_.c_str(), 0700) != 0) {
             if (errno != EEXIST) throw_client_error("cannot create " + dir_, errno);
@@ -105,10 +107,10 @@ public:
         remove_lock(dir_);
     }
 
-    // Today's renewal hook: a liveness check every `check`.
-    std::chrono::milliseconds keepalive_interval() const override { return check_; }
+    // No lease: the core checks the lock every `check` through keepalive_batch.
+    std::chrono::milliseconds check_interval() const override { return check_; }
 
-    spi::keepalive_result keepalive() override {
+    spi::keepalive_result check() const {
         try {
             if (read_owner(dir_) == owner_) return spi::keepalive_result::ok();
             return spi::keepalive_result::lost(dir_ + " was removed or taken by another holder");
@@ -137,6 +139,10 @@ public:
     const distlock::capabilities& caps() const noexcept override { return caps_; }
     std::unique_ptr<spi::lock_handle> make_lock(const spi::lock_request& r) override {
         return std::make_unique<handle>(dir_of(r.name), r, check_);
+    }
+    // The one renewal hook: here, one liveness check per held lock.
+    void keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) override {
+        for (std::size_t i = 0; i < handles.size(); ++i) results[i] = static_cast<const handle*>(handles[i])->check();
     }
     void break_lock(std::string_view name) override { remove_lock(dir_of(name)); }
 
