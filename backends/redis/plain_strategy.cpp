@@ -107,7 +107,7 @@ public:
         : prefix_(std::move(prefix)),
           acquire_(plain_acquire_lua),
           release_(plain_release_lua),
-          renew_(redis_client::owner_renew_lua),
+          renew_(redis_client::owner_renew_lua(redis_client::plain_key_owned)),
           leave_(plain_leave_lua) {}
 
     bool reentrant() const noexcept override { return false; }

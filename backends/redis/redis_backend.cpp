@@ -12,6 +12,7 @@
 // Over the Redis client layer (backends/redis-client).
 #include <charconv>
 
+#include "lock_scripts.hpp"
 #include "strategy.hpp"
 #include "subscriber.hpp"
 
@@ -296,19 +297,8 @@ void backend::keepalive_batch(std::span<spi::lock_handle* const> handles, std::s
     // Every due lock goes into one renew script (chunks of 512 keys, pipelined on one
     // connection): one round trip for all of them.
     constexpr std::size_t chunk = 512;
-    std::vector<std::size_t> index;  // results slot of each key sent
-    std::vector<std::string_view> keys, args;
-    for (std::size_t i = 0; i < handles.size(); ++i) {
-        auto* h = static_cast<handle*>(handles[i]);
-        if (h->owner().empty()) {
-            results[i] = spi::keepalive_result::lost("not held");
-            continue;
-        }
-        index.push_back(i);
-        keys.push_back(h->key());
-        args.push_back(h->owner());
-        args.push_back(h->lease_ms());
-    }
+    auto [index, keys, args] = redis_client::gather_renewals<handle>(
+        handles, results, [](const handle& h) -> const std::string& { return h.owner(); });
     if (index.empty()) return;
     try {
         auto replies = pool_.run([&](connection& c) {

@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "lock_scripts.hpp"
 #include "strategy.hpp"
 
 namespace distlock::backends::redis {
@@ -45,26 +46,12 @@ redis.call('publish', ARGV[3], '0')
 return 1
 )lua";
 
-// KEYS[i] lock hashes; ARGV[2i-1] field, ARGV[2i] lease ms. Reply: 1/0 per key.
-const char* const reentrant_renew_lua = R"lua(
-local out = {}
-for i = 1, #KEYS do
-  if redis.call('hexists', KEYS[i], ARGV[2 * i - 1]) == 1 then
-    redis.call('pexpire', KEYS[i], ARGV[2 * i])
-    out[i] = 1
-  else
-    out[i] = 0
-  end
-end
-return out
-)lua";
-
 long current_thread_id() { return static_cast<long>(::syscall(SYS_gettid)); }
 
 class reentrant_strategy final : public strategy {
 public:
     reentrant_strategy()
-        : acquire_(reentrant_acquire_lua), release_(reentrant_release_lua), renew_(reentrant_renew_lua) {}
+        : acquire_(reentrant_acquire_lua), release_(reentrant_release_lua), renew_(redis_client::owner_renew_lua(redis_client::hash_field_owned)) {}
 
     bool reentrant() const noexcept override { return true; }
     bool queues() const noexcept override { return false; }

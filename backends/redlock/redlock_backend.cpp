@@ -62,7 +62,7 @@ private:
 class redlock_backend final : public spi::backend {
 public:
     explicit redlock_backend(redlock_settings s)
-        : settings_(std::move(s)), release_(release_lua), extend_(owner_renew_lua) {
+        : settings_(std::move(s)), release_(release_lua), extend_(owner_renew_lua(plain_key_owned)) {
         for (const auto& ep : settings_.nodes) {
             pools_.push_back(std::make_unique<pool>(ep, settings_.pool_size));
             pool_ptrs_.push_back(pools_.back().get());
@@ -242,19 +242,8 @@ void redlock_handle::release() {
 void redlock_backend::keepalive_batch(std::span<spi::lock_handle* const> handles,
                                       std::span<spi::keepalive_result> results) {
     // One extend script per node over every due key, all nodes at once: one round.
-    std::vector<std::size_t> index;
-    std::vector<std::string_view> keys, args;
-    for (std::size_t i = 0; i < handles.size(); ++i) {
-        auto* h = static_cast<redlock_handle*>(handles[i]);
-        if (h->token().empty()) {
-            results[i] = spi::keepalive_result::lost("not held");
-            continue;
-        }
-        index.push_back(i);
-        keys.push_back(h->key());
-        args.push_back(h->token());
-        args.push_back(h->lease_ms());
-    }
+    auto [index, keys, args] =
+        gather_renewals<redlock_handle>(handles, results, [](const redlock_handle& h) -> const std::string& { return h.token(); });
     if (index.empty()) return;
     std::string numkeys;
     auto cmd = extend_.eval_args(keys, args, numkeys);
