@@ -77,13 +77,20 @@ mutex_impl::~mutex_impl() {
         std::lock_guard lk(sink_target_->mutex);  // waits for a sink call under way
         sink_target_->impl = nullptr;
     }
-    // The callbacks already queued for this mutex run before it is gone (not
-    // waited for when it is destroyed by one of the provider's callbacks: the
-    // thread that would run them is this one).
-    if (!provider_->callbacks().on_this_thread()) {
-        std::unique_lock lk(pending_->mutex);
-        pending_->done.wait(lk, [&] { return pending_->count == 0; });
+    wait_for_callbacks();  // what they use may go with the mutex
+}
+
+// Until the callbacks queued for this mutex have run; at once on the callback
+// thread itself (a callback that unlocks or destroys its mutex: the thread that
+// would run them is this one).
+void mutex_impl::wait_for_callbacks() noexcept {
+    {
+        std::lock_guard lk(pending_->mutex);
+        if (pending_->count == 0) return;  // the common case: nothing queued
     }
+    if (provider_->callbacks().on_this_thread()) return;
+    std::unique_lock lk(pending_->mutex);
+    pending_->done.wait(lk, [&] { return pending_->count == 0; });
 }
 
 spi::loss_sink mutex_impl::sink_for(std::uint64_t generation) {
@@ -233,6 +240,10 @@ void mutex_impl::unlock() noexcept {
     } catch (...) {
     }
     gate_->leave();
+    // A loss or failure that the release found is told before unlock()
+    // returns, as before the callbacks had a thread of their own: on_lost /
+    // on_error run there, and this thread waits for them.
+    wait_for_callbacks();
 }
 
 void mutex_impl::mark_lost(std::uint64_t generation, std::string reason) noexcept {

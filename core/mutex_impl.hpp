@@ -62,6 +62,7 @@ private:
     void post_lost(std::uint64_t token, std::string reason) noexcept;
     void post_error(std::uint64_t token, const error& e) noexcept;
     void post(std::function<void()> callback) noexcept;
+    void wait_for_callbacks() noexcept;
     // Callbacks of this mutex queued and not yet run: the destructor waits for
     // them, so that what they use may be destroyed with the mutex.
     struct pending_callbacks {

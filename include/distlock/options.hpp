@@ -45,9 +45,11 @@ struct lock_options {
     // renewal, a watch, or the release in unlock(). held() is false from the
     // moment the loss is found; the callback follows on the provider's callback
     // thread (one per provider, shared with on_error: callbacks run one at a time,
-    // in the order they happened; never on the thread that found the loss, the
-    // renewal thread or inside unlock()). It may call unlock() and lock() on this
-    // mutex; keep it short, as it delays the provider's other callbacks.
+    // in the order they happened; never on the thread that found the loss or the
+    // renewal thread). It may call unlock() and lock() on this mutex; keep it
+    // short, as it delays the provider's other callbacks. unlock() returns after
+    // the callbacks of its mutex queued so far have run (a loss its own release
+    // found included), except when called from a callback.
     // Callbacks of a mutex still queued when it is destroyed have run when its
     // destructor returns (unless it is destroyed from a callback of its
     // provider), so what they use may go with the mutex. Empty = no callback
