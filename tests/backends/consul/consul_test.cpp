@@ -10,7 +10,6 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
-#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -143,16 +142,8 @@ TEST_CASE("a session invalidated out of band is reported lost and the lock-delay
     auto b = distlock::connect(url());
     agent consul(url());
     const auto name = unique_name("invalidated");
-    std::atomic<int> lost{0};
-    std::mutex reason_mutex;
-    std::string reason;
-    distlock::lock_options opts;
-    opts.on_lost = [&](const distlock::lock_event& e) {
-        std::lock_guard lk(reason_mutex);
-        reason = e.reason;
-        ++lost;
-    };
-    auto holder = a.mutex(name, opts);
+    distlock::test::loss_recorder rec;
+    auto holder = a.mutex(name, rec.options());
     holder.lock();
     const auto first = holder.token();
     auto session = consul.entry(name)["Session"].get<std::string>();
@@ -170,11 +161,10 @@ TEST_CASE("a session invalidated out of band is reported lost and the lock-delay
     REQUIRE(consul.call("PUT", "/v1/session/destroy/" + session).status == 200);
     // The monitor's blocking query sees the key lose its session.
     CHECK(eventually([&] { return !holder.held(); }, 3s));
-    CHECK(eventually([&] { return lost.load() == 1; }, 3s));  // on_lost runs just after
-    {
-        std::lock_guard lk(reason_mutex);
-        CHECK(reason.find("session") != std::string::npos);
-    }
+    REQUIRE(rec.wait_lost(1, 3s));  // on_lost runs just after
+    const auto losses = rec.losses();
+    CHECK(losses.size() == 1);
+    CHECK(losses[0].reason.find("session") != std::string::npos);
     t.join();
     REQUIRE(got.load());
     // The URL's lock_delay=1s: the waiter had to wait it out after the invalidation.
@@ -387,12 +377,9 @@ TEST_CASE("a hung agent: the holder is told of the loss within its lease, and un
     private_emulator emu({"--min-ttl", "100ms"});
     const std::string u = emu.base() + "/x?lease=2s&lock_delay=0s&timeout=1s&connect_timeout=500ms";
     auto p = distlock::connect(u);
-    std::atomic<int> lost{0}, errors{0};
-    distlock::lock_options opts;
-    opts.on_lost = [&](const distlock::lock_event&) { ++lost; };
-    opts.on_error = [&](const distlock::lock_event&, const distlock::error&) { ++errors; };
+    distlock::test::loss_recorder rec;
     const auto name = unique_name("hung");
-    auto m = p.mutex(name, opts);
+    auto m = p.mutex(name, rec.options());
     REQUIRE(m.try_lock());
     emu.signal(SIGSTOP);
     auto t0 = clk::now();
@@ -400,7 +387,8 @@ TEST_CASE("a hung agent: the holder is told of the loss within its lease, and un
     CHECK(eventually([&] { return !m.held(); }, 8s));
     CHECK(clk::now() - t0 < 2s + 3s);
     // on_lost follows once the renewal under way times out (timeout=1s).
-    CHECK(eventually([&] { return lost.load() == 1; }, 3s));
+    CHECK(rec.wait_lost(1, 3s));
+    CHECK(rec.lost() == 1);
     // Connecting to (or locking on) a hung agent is a typed error, not a hang.
     auto t1 = clk::now();
     CHECK_THROWS_AS(distlock::connect(u), distlock::unavailable_error);

@@ -23,6 +23,7 @@ void register_backend(spi::registry&);
 
 using namespace std::chrono_literals;
 using distlock::test::eventually;
+using distlock::test::loss_recorder;
 using distlock::test::raw_client;
 using distlock::test::redis_server;
 using distlock::test::unique_name;
@@ -166,20 +167,16 @@ TEST_CASE("a lock key deleted on the server is reported to the holder as lost", 
             auto p = distlock::connect(shared_url(plain ? "?lease=1500ms" : "/1?strategy=reentrant&lease=1500ms"));
             raw_client raw(shared_port(), {}, plain ? 0 : 1);
             const auto name = unique_name("deleted");
-            std::atomic<int> lost{0};
-            std::string reason;
-            distlock::lock_options o;
-            o.on_lost = [&](const distlock::lock_event& e) {
-                reason = e.reason;
-                ++lost;
-            };
-            auto m = p.mutex(name, o);
+            loss_recorder rec;
+            auto m = p.mutex(name, rec.options());
             REQUIRE(m.try_lock());
             CHECK(raw.integer({"DEL", plain ? "distlock:{" + name + "}" : name}) == 1);
             // Found at the next renewal (every lease/3 = 500 ms).
-            CHECK(eventually([&] { return lost.load() == 1; }, 3s));
+            REQUIRE(rec.wait_lost(1, 3s));
             CHECK_FALSE(m.held());
-            CHECK(reason.find("expired or deleted") != std::string::npos);
+            const auto losses = rec.losses();
+            CHECK(losses.size() == 1);
+            CHECK(losses[0].reason.find("expired or deleted") != std::string::npos);
             m.unlock();  // never throws
         }
     }
@@ -598,10 +595,8 @@ TEST_CASE("a restart with an fsynced append-only file is survived by the holder"
     auto a = distlock::connect(url);
     auto b = distlock::connect(url);
     const auto name = unique_name("restart-aof");
-    std::atomic<int> lost{0};
-    distlock::lock_options o;
-    o.on_lost = [&](const distlock::lock_event&) { ++lost; };
-    auto holder = a.mutex(name, o);
+    loss_recorder rec;
+    auto holder = a.mutex(name, rec.options());
     REQUIRE(holder.try_lock());
     const auto token = holder.token();
     auto contender = b.mutex(name);
@@ -613,7 +608,7 @@ TEST_CASE("a restart with an fsynced append-only file is survived by the holder"
         std::this_thread::sleep_for(250ms);
     }
     CHECK(holder.held());
-    CHECK(lost.load() == 0);
+    CHECK(rec.lost() == 0);
     holder.unlock();
     REQUIRE(contender.try_lock_for(5s));
     CHECK(contender.token() > token);  // the fence counter survived too
@@ -631,24 +626,17 @@ TEST_CASE("without persistence a restart is reported to the holder before anyone
     auto a = distlock::connect(url);
     auto b = distlock::connect(url);
     const auto name = unique_name("restart-volatile");
-    std::atomic<bool> lost{false};
-    std::atomic<clk::rep> lost_at{0};
-    distlock::lock_options o;
-    o.on_lost = [&](const distlock::lock_event&) {
-        lost_at = clk::now().time_since_epoch().count();
-        lost = true;
-    };
-    auto holder = a.mutex(name, o);
+    loss_recorder rec;
+    auto holder = a.mutex(name, rec.options());
     REQUIRE(holder.try_lock());
     server.kill();
-    CHECK(eventually([&] { return lost.load(); }, 4s));
+    // Told while the server is still down, so before anyone else can get the lock.
+    CHECK(rec.wait_lost(1, 4s));
     std::this_thread::sleep_for(200ms);
     server.start();
     auto contender = b.mutex(name);
     REQUIRE(contender.try_lock_for(5s));
-    const auto acquired_at = clk::now().time_since_epoch().count();
-    CHECK(lost.load());
-    CHECK(lost_at.load() < acquired_at);
+    CHECK(rec.lost() == 1);
     CHECK_FALSE(holder.held());
     contender.unlock();
     holder.unlock();  // never throws
@@ -706,14 +694,13 @@ TEST_CASE("a quick restart without persistence is reported to the holder at its 
     const auto url = "redis://" + server.address() + "?lease=1500ms";
     auto a = distlock::connect(url);
     const auto name = unique_name("restart-quick");
-    std::atomic<int> lost{0};
-    distlock::lock_options o;
-    o.on_lost = [&](const distlock::lock_event&) { ++lost; };
-    auto holder = a.mutex(name, o);
+    loss_recorder rec;
+    auto holder = a.mutex(name, rec.options());
     REQUIRE(holder.try_lock());
     server.kill();
     server.start();  // empty: the key is gone
-    CHECK(eventually([&] { return lost.load() == 1; }, 3s));
+    CHECK(rec.wait_lost(1, 3s));
+    CHECK(rec.lost() == 1);
     CHECK_FALSE(holder.held());
 }
 
