@@ -138,11 +138,11 @@ TEST_CASE("the lock key carries the lock flag and our session, and the token is 
 }
 
 TEST_CASE("a session invalidated out of band is reported lost and the lock-delay is honoured", "[consul]") {
+    distlock::test::loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto a = distlock::connect(url());
     auto b = distlock::connect(url());
     agent consul(url());
     const auto name = unique_name("invalidated");
-    distlock::test::loss_recorder rec;
     auto holder = a.mutex(name, rec.options());
     holder.lock();
     const auto first = holder.token();
@@ -375,10 +375,10 @@ TEST_CASE("a TTL below a real Consul's 10 s minimum is refused with the server's
 }
 
 TEST_CASE("a hung agent: the holder is told of the loss within its lease, and unlock never throws", "[consul][fault]") {
+    distlock::test::loss_recorder rec;  // before the providers: their callback threads call it until they end
     private_emulator emu({"--min-ttl", "100ms"});
     const std::string u = emu.base() + "/x?lease=2s&lock_delay=0s&timeout=1s&connect_timeout=500ms";
     auto p = distlock::connect(u);
-    distlock::test::loss_recorder rec;
     const auto name = unique_name("hung");
     auto m = p.mutex(name, rec.options());
     REQUIRE(m.try_lock());
@@ -413,9 +413,9 @@ TEST_CASE("a URL that points at a server that does not speak HTTP is a bad argum
 }
 
 TEST_CASE("a release the agent refuses keeps its kind (access denied), not 'in doubt'", "[consul][fault]") {
+    distlock::test::loss_recorder rec;  // before the providers: their callback threads call it until they end
     private_emulator emu({"--min-ttl", "100ms", "--deny-release"});
     auto p = distlock::connect(emu.base() + "/x?lease=2s&lock_delay=0s");
-    distlock::test::loss_recorder rec;
     auto m = p.mutex(unique_name("denied"), rec.options());
     m.lock();
     m.unlock();  // the release is refused; the session's end frees the key all the same

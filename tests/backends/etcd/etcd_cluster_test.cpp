@@ -48,10 +48,10 @@ struct leader_killed {
 }  // namespace
 
 TEST_CASE("killing the leader while a lock is held never yields two holders", "[etcd][cluster]") {
+    distlock::test::loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto a = distlock::connect(url());
     auto b = distlock::connect(url());
     const auto name = unique_name("leader-kill");
-    distlock::test::loss_recorder rec;
     auto holder = a.mutex(name, rec.options());
     holder.lock();
     const auto first = holder.token();
@@ -153,10 +153,10 @@ TEST_CASE("threads of two providers keep a counter exact while the leader is kil
 TEST_CASE("a hung member (SIGSTOP) does not cost the holder its lock", "[etcd][cluster]") {
     // Member 1 is the first endpoint of the URL: the one the clients talk to.
     const auto pid = ctl("pid 1");
+    distlock::test::loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto a = distlock::connect(url());
     auto b = distlock::connect(url());
     const auto name = unique_name("hung-member");
-    distlock::test::loss_recorder rec;
     auto holder = a.mutex(name, rec.options());
     holder.lock();
     REQUIRE(std::system(("kill -STOP " + pid).c_str()) == 0);

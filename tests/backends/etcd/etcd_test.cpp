@@ -141,10 +141,10 @@ TEST_CASE("a waiter that times out leaves no key behind", "[etcd]") {
 }
 
 TEST_CASE("a lease revoked out of band is reported as a lost lock", "[etcd]") {
+    distlock::test::loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto p = distlock::connect(url());
     etcd_direct etcd(url());
     const auto name = unique_name("revoked");
-    distlock::test::loss_recorder rec;
     auto m = p.mutex(name, rec.options());
     m.lock();
     auto kvs = etcd.keys(name);

@@ -164,10 +164,10 @@ TEST_CASE("a lock key deleted on the server is reported to the holder as lost", 
     for (std::string strategy : {"plain", "reentrant"}) {
         DYNAMIC_SECTION("strategy=" << strategy) {
             const bool plain = strategy == "plain";
+            loss_recorder rec;  // before the providers: their callback threads call it until they end
             auto p = distlock::connect(shared_url(plain ? "?lease=1500ms" : "/1?strategy=reentrant&lease=1500ms"));
             raw_client raw(shared_port(), {}, plain ? 0 : 1);
             const auto name = unique_name("deleted");
-            loss_recorder rec;
             auto m = p.mutex(name, rec.options());
             REQUIRE(m.try_lock());
             CHECK(raw.integer({"DEL", plain ? "distlock:{" + name + "}" : name}) == 1);
@@ -592,10 +592,10 @@ TEST_CASE("a hung server or a port that never answers gives unavailable_error wi
 TEST_CASE("a restart with an fsynced append-only file is survived by the holder", "[redis][restart]") {
     redis_server server({"appendonly yes", "appendfsync always"});
     const auto url = "redis://" + server.address() + "?lease=1500ms";
+    loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto a = distlock::connect(url);
     auto b = distlock::connect(url);
     const auto name = unique_name("restart-aof");
-    loss_recorder rec;
     auto holder = a.mutex(name, rec.options());
     REQUIRE(holder.try_lock());
     const auto token = holder.token();
@@ -623,10 +623,10 @@ TEST_CASE("without persistence a restart is reported to the holder before anyone
     // contender can take the lock: never two holders.
     redis_server server;
     const auto url = "redis://" + server.address() + "?lease=1s&connect_timeout=300ms&timeout=300ms";
+    loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto a = distlock::connect(url);
     auto b = distlock::connect(url);
     const auto name = unique_name("restart-volatile");
-    loss_recorder rec;
     auto holder = a.mutex(name, rec.options());
     REQUIRE(holder.try_lock());
     server.kill();
@@ -692,9 +692,9 @@ TEST_CASE("a quick restart without persistence is reported to the holder at its 
           "[redis][restart]") {
     redis_server server;
     const auto url = "redis://" + server.address() + "?lease=1500ms";
+    loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto a = distlock::connect(url);
     const auto name = unique_name("restart-quick");
-    loss_recorder rec;
     auto holder = a.mutex(name, rec.options());
     REQUIRE(holder.try_lock());
     server.kill();

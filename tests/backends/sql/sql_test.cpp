@@ -106,11 +106,11 @@ TEST_CASE("a holder whose session is killed on the server is told it lost the lo
     for (const auto& strategy : session_strategies) {
         DYNAMIC_SECTION("strategy " << strategy) {
             const auto url = url_of(strategy);
+            distlock::test::loss_recorder rec;  // before the providers: their callback threads call it until they end
             auto a = distlock::connect(url);
             auto b = distlock::connect(url);
             raw_sql db(url);
             const auto name = "kill/" + unique_name(strategy);  // plain lower-case: its own GET_LOCK key
-            distlock::test::loss_recorder rec;
             auto holder = a.mutex(name, rec.options());
             REQUIRE(holder.try_lock());
             const auto token = holder.token();
@@ -355,10 +355,10 @@ TEST_CASE("many leases renewed together stay held; a broken one among them is th
     for (const auto& strategy : lease_strategies) {
         DYNAMIC_SECTION("strategy " << strategy) {
             const auto url = url_of(strategy);  // lease=2s
+            distlock::test::loss_recorder rec;  // before the providers: their callback threads call it until they end
             auto p = distlock::connect(url);
             auto other = distlock::connect(url);
             const auto base = unique_name("batch");
-            distlock::test::loss_recorder rec;
             const auto o = rec.options();
             std::vector<distlock::mutex> held;
             for (int i = 0; i < 24; ++i) {

@@ -64,10 +64,10 @@ struct grant {
 }  // namespace
 
 TEST_CASE("a holder keeps its lock while the leader is killed and re-elected", "[zookeeper][ensemble]") {
+    distlock::test::loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto a = distlock::connect(url());
     auto b = distlock::connect(url());
     const auto name = unique_name("leader-hold");
-    distlock::test::loss_recorder rec;
     auto holder = a.mutex(name, rec.options());
     holder.lock();
     const auto token = holder.token();

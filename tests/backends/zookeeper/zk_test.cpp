@@ -200,11 +200,11 @@ TEST_CASE("a waiter frozen past its session timeout drops out of the queue and q
 }
 
 TEST_CASE("a holder keeps the lock across several session timeouts", "[zookeeper][session]") {
+    loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto a = distlock::connect(url());
     auto b = distlock::connect(url());
     const auto session = a.default_lease();
     const auto name = unique_name("keeps");
-    loss_recorder rec;
     auto holder = a.mutex(name, rec.options());
     holder.lock();
     auto other = b.mutex(name);
@@ -222,10 +222,10 @@ TEST_CASE("a holder keeps the lock across several session timeouts", "[zookeeper
 
 TEST_CASE("a lock node deleted right after the grant is reported lost by the first keepalive",
           "[zookeeper][loss]") {
+    loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto a = distlock::connect(url());
     zk_test::raw_zk raw(zk_test::hosts_of(url()));
     const auto name = unique_name("deleted-early");
-    loss_recorder rec;
     auto holder = a.mutex(name, rec.options());
     holder.lock();
     const auto granted = clk::now();
@@ -245,10 +245,10 @@ TEST_CASE("a lock node deleted right after the grant is reported lost by the fir
 
 TEST_CASE("a lock node deleted behind the holder's back is reported lost through its watch",
           "[zookeeper][loss]") {
+    loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto a = distlock::connect(url());
     zk_test::raw_zk raw(zk_test::hosts_of(url()));
     const auto name = unique_name("deleted");
-    loss_recorder rec;
     auto holder = a.mutex(name, rec.options());
     holder.lock();
     auto kids = raw.children(lock_dir(name));
@@ -436,10 +436,10 @@ TEST_CASE("a holder cut off from the server is told it lost the lock before the 
         WARN("DISTLOCK_TEST_ZK_PID is not set: cannot freeze the server");
         return;
     }
+    loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto a = distlock::connect(url());
     const auto session = a.default_lease();
     const auto name = unique_name("cut-off");
-    loss_recorder rec;
     auto holder = a.mutex(name, rec.options());
     holder.lock();
     const auto token = holder.token();
