@@ -109,6 +109,20 @@ private:
     int port_ = 0;
 };
 
+// True once distlock::connect(url) succeeds (it is unavailable until then), within `limit`.
+bool answers_within(const std::string& url, std::chrono::milliseconds limit) {
+    return eventually(
+        [&] {
+            try {
+                (void)distlock::connect(url);
+                return true;
+            } catch (const distlock::unavailable_error&) {
+                return false;
+            }
+        },
+        limit);
+}
+
 }  // namespace
 
 TEST_CASE("the lock key carries the lock flag and our session, and the token is its ModifyIndex", "[consul]") {
@@ -318,16 +332,7 @@ TEST_CASE("a URL that points at another HTTP server than Consul is a bad argumen
     distlock::test::child_process web({"/usr/bin/python3", "-m", "http.server", "--bind", "127.0.0.1",
                                        std::to_string(port), "--directory", "/nonexistent-distlock"});
     const std::string url = "consul://127.0.0.1:" + std::to_string(port) + "/x";
-    REQUIRE(eventually(
-        [&] {
-            try {
-                (void)distlock::connect(url);
-                return true;
-            } catch (const distlock::unavailable_error&) {
-                return false;  // not listening yet
-            }
-        },
-        10s));
+    REQUIRE(answers_within(url, 10s));  // listening
     auto p = distlock::connect(url);
     try {
         (void)p.mutex(unique_name("wrong-server")).try_lock();
@@ -399,16 +404,7 @@ TEST_CASE("a hung agent: the holder is told of the loss within its lease, and un
     emu.signal(SIGCONT);
     // The resumed agent first works through the connections queued while it was
     // stopped; until then a new one may time out (connect_timeout=500ms).
-    REQUIRE(eventually(
-        [&] {
-            try {
-                (void)distlock::connect(u);
-                return true;
-            } catch (const distlock::unavailable_error&) {
-                return false;
-            }
-        },
-        10s));
+    REQUIRE(answers_within(u, 10s));
     auto again = p.mutex(name);
     CHECK(again.try_lock_for(10s));
     again.unlock();
