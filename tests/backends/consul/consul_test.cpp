@@ -10,7 +10,6 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
-#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -110,6 +109,20 @@ private:
     int port_ = 0;
 };
 
+// True once distlock::connect(url) succeeds (it is unavailable until then), within `limit`.
+bool answers_within(const std::string& url, std::chrono::milliseconds limit) {
+    return eventually(
+        [&] {
+            try {
+                (void)distlock::connect(url);
+                return true;
+            } catch (const distlock::unavailable_error&) {
+                return false;
+            }
+        },
+        limit);
+}
+
 }  // namespace
 
 TEST_CASE("the lock key carries the lock flag and our session, and the token is its ModifyIndex", "[consul]") {
@@ -139,20 +152,12 @@ TEST_CASE("the lock key carries the lock flag and our session, and the token is 
 }
 
 TEST_CASE("a session invalidated out of band is reported lost and the lock-delay is honoured", "[consul]") {
+    distlock::test::loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto a = distlock::connect(url());
     auto b = distlock::connect(url());
     agent consul(url());
     const auto name = unique_name("invalidated");
-    std::atomic<int> lost{0};
-    std::mutex reason_mutex;
-    std::string reason;
-    distlock::lock_options opts;
-    opts.on_lost = [&](const distlock::lock_event& e) {
-        std::lock_guard lk(reason_mutex);
-        reason = e.reason;
-        ++lost;
-    };
-    auto holder = a.mutex(name, opts);
+    auto holder = a.mutex(name, rec.options());
     holder.lock();
     const auto first = holder.token();
     auto session = consul.entry(name)["Session"].get<std::string>();
@@ -170,12 +175,12 @@ TEST_CASE("a session invalidated out of band is reported lost and the lock-delay
     REQUIRE(consul.call("PUT", "/v1/session/destroy/" + session).status == 200);
     // The monitor's blocking query sees the key lose its session.
     CHECK(eventually([&] { return !holder.held(); }, 3s));
-    CHECK(eventually([&] { return lost.load() == 1; }, 3s));  // on_lost runs just after
-    {
-        std::lock_guard lk(reason_mutex);
-        CHECK(reason.find("session") != std::string::npos);
-    }
+    CHECK(rec.wait_lost(1, 3s));  // on_lost runs just after
     t.join();
+    CHECK_FALSE(rec.wait_lost(2, 200ms));  // and only once
+    const auto losses = rec.losses();
+    REQUIRE_FALSE(losses.empty());
+    CHECK(losses[0].reason.find("session") != std::string::npos);
     REQUIRE(got.load());
     // The URL's lock_delay=1s: the waiter had to wait it out after the invalidation.
     CHECK(got_at - destroyed_at >= 900ms);
@@ -327,16 +332,7 @@ TEST_CASE("a URL that points at another HTTP server than Consul is a bad argumen
     distlock::test::child_process web({"/usr/bin/python3", "-m", "http.server", "--bind", "127.0.0.1",
                                        std::to_string(port), "--directory", "/nonexistent-distlock"});
     const std::string url = "consul://127.0.0.1:" + std::to_string(port) + "/x";
-    REQUIRE(eventually(
-        [&] {
-            try {
-                (void)distlock::connect(url);
-                return true;
-            } catch (const distlock::unavailable_error&) {
-                return false;  // not listening yet
-            }
-        },
-        10s));
+    REQUIRE(answers_within(url, 10s));  // listening
     auto p = distlock::connect(url);
     try {
         (void)p.mutex(unique_name("wrong-server")).try_lock();
@@ -384,15 +380,12 @@ TEST_CASE("a TTL below a real Consul's 10 s minimum is refused with the server's
 }
 
 TEST_CASE("a hung agent: the holder is told of the loss within its lease, and unlock never throws", "[consul][fault]") {
+    distlock::test::loss_recorder rec;  // before the providers: their callback threads call it until they end
     private_emulator emu({"--min-ttl", "100ms"});
     const std::string u = emu.base() + "/x?lease=2s&lock_delay=0s&timeout=1s&connect_timeout=500ms";
     auto p = distlock::connect(u);
-    std::atomic<int> lost{0}, errors{0};
-    distlock::lock_options opts;
-    opts.on_lost = [&](const distlock::lock_event&) { ++lost; };
-    opts.on_error = [&](const distlock::lock_event&, const distlock::error&) { ++errors; };
     const auto name = unique_name("hung");
-    auto m = p.mutex(name, opts);
+    auto m = p.mutex(name, rec.options());
     REQUIRE(m.try_lock());
     emu.signal(SIGSTOP);
     auto t0 = clk::now();
@@ -400,7 +393,8 @@ TEST_CASE("a hung agent: the holder is told of the loss within its lease, and un
     CHECK(eventually([&] { return !m.held(); }, 8s));
     CHECK(clk::now() - t0 < 2s + 3s);
     // on_lost follows once the renewal under way times out (timeout=1s).
-    CHECK(eventually([&] { return lost.load() == 1; }, 3s));
+    CHECK(rec.wait_lost(1, 3s));
+    CHECK_FALSE(rec.wait_lost(2, 200ms));  // and only once
     // Connecting to (or locking on) a hung agent is a typed error, not a hang.
     auto t1 = clk::now();
     CHECK_THROWS_AS(distlock::connect(u), distlock::unavailable_error);
@@ -408,6 +402,9 @@ TEST_CASE("a hung agent: the holder is told of the loss within its lease, and un
     CHECK(clk::now() - t1 < 5s);
     m.unlock();  // never throws
     emu.signal(SIGCONT);
+    // The resumed agent first works through the connections queued while it was
+    // stopped; until then a new one may time out (connect_timeout=500ms).
+    REQUIRE(answers_within(u, 10s));
     auto again = p.mutex(name);
     CHECK(again.try_lock_for(10s));
     again.unlock();
@@ -424,9 +421,9 @@ TEST_CASE("a URL that points at a server that does not speak HTTP is a bad argum
 }
 
 TEST_CASE("a release the agent refuses keeps its kind (access denied), not 'in doubt'", "[consul][fault]") {
+    distlock::test::loss_recorder rec;  // before the providers: their callback threads call it until they end
     private_emulator emu({"--min-ttl", "100ms", "--deny-release"});
     auto p = distlock::connect(emu.base() + "/x?lease=2s&lock_delay=0s");
-    distlock::test::loss_recorder rec;
     auto m = p.mutex(unique_name("denied"), rec.options());
     m.lock();
     m.unlock();  // the release is refused; the session's end frees the key all the same

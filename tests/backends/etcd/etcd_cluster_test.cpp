@@ -48,13 +48,11 @@ struct leader_killed {
 }  // namespace
 
 TEST_CASE("killing the leader while a lock is held never yields two holders", "[etcd][cluster]") {
+    distlock::test::loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto a = distlock::connect(url());
     auto b = distlock::connect(url());
     const auto name = unique_name("leader-kill");
-    std::atomic<int> lost{0};
-    distlock::lock_options opts;
-    opts.on_lost = [&](const distlock::lock_event&) { ++lost; };
-    auto holder = a.mutex(name, opts);
+    auto holder = a.mutex(name, rec.options());
     holder.lock();
     const auto first = holder.token();
     std::atomic<bool> waiter_holds{false};
@@ -91,7 +89,7 @@ TEST_CASE("killing the leader while a lock is held never yields two holders", "[
         }
         CHECK(overlaps == 0);
         CHECK(holder_gaps == 0);
-        CHECK(lost.load() == 0);
+        CHECK(rec.lost() == 0);
         CHECK_FALSE(waiter_holds.load());
         holder.unlock();
         CHECK(eventually([&] { return waiter_holds.load(); }, 15s));
@@ -155,13 +153,11 @@ TEST_CASE("threads of two providers keep a counter exact while the leader is kil
 TEST_CASE("a hung member (SIGSTOP) does not cost the holder its lock", "[etcd][cluster]") {
     // Member 1 is the first endpoint of the URL: the one the clients talk to.
     const auto pid = ctl("pid 1");
+    distlock::test::loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto a = distlock::connect(url());
     auto b = distlock::connect(url());
     const auto name = unique_name("hung-member");
-    std::atomic<int> lost{0};
-    distlock::lock_options opts;
-    opts.on_lost = [&](const distlock::lock_event&) { ++lost; };
-    auto holder = a.mutex(name, opts);
+    auto holder = a.mutex(name, rec.options());
     holder.lock();
     REQUIRE(std::system(("kill -STOP " + pid).c_str()) == 0);
     struct resume {
@@ -172,7 +168,7 @@ TEST_CASE("a hung member (SIGSTOP) does not cost the holder its lock", "[etcd][c
     bool always_held = true;
     for (auto until = clk::now() + 6s; clk::now() < until; std::this_thread::sleep_for(50ms)) always_held &= holder.held();
     CHECK(always_held);
-    CHECK(lost.load() == 0);
+    CHECK(rec.lost() == 0);
     auto other = b.mutex(name);
     bool got = true;
     try {

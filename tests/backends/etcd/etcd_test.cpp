@@ -141,29 +141,20 @@ TEST_CASE("a waiter that times out leaves no key behind", "[etcd]") {
 }
 
 TEST_CASE("a lease revoked out of band is reported as a lost lock", "[etcd]") {
+    distlock::test::loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto p = distlock::connect(url());
     etcd_direct etcd(url());
     const auto name = unique_name("revoked");
-    std::atomic<int> lost{0};
-    std::string reason;
-    std::mutex reason_mutex;
-    distlock::lock_options opts;
-    opts.on_lost = [&](const distlock::lock_event& e) {
-        std::lock_guard lk(reason_mutex);
-        reason = e.reason;
-        ++lost;
-    };
-    auto m = p.mutex(name, opts);
+    auto m = p.mutex(name, rec.options());
     m.lock();
     auto kvs = etcd.keys(name);
     REQUIRE(kvs.size() == 1);
     etcd.call("/v3/lease/revoke", {{"ID", kvs[0]["lease"]}});
     CHECK(eventually([&] { return !m.held(); }, 5s));
-    CHECK(eventually([&] { return lost.load() == 1; }, 2s));
-    {
-        std::lock_guard lk(reason_mutex);
-        CHECK(reason.find("lease") != std::string::npos);
-    }
+    REQUIRE(rec.wait_lost(1, 2s));
+    CHECK_FALSE(rec.wait_lost(2, 200ms));  // and only once
+    const auto losses = rec.losses();
+    CHECK(losses[0].reason.find("lease") != std::string::npos);
     m.unlock();  // never throws
     // The provider grants itself a new lease for the next lock.
     auto again = p.mutex(name);

@@ -48,8 +48,8 @@ TEST_CASE("tokens keep increasing across providers: the counter lives in the loc
 
 TEST_CASE("a lock file replaced while held is found by the check and reported lost", "[file]") {
     temp_dir dir;
+    distlock::test::loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto p = distlock::connect(dir.url("?check=50ms"));
-    distlock::test::loss_recorder rec;
     const auto name = unique_name("replaced");
     auto m = p.mutex(name, rec.options());
     m.lock();

@@ -28,8 +28,8 @@ TEST_CASE("providers of one space share its locks; other spaces do not see them"
 }
 
 TEST_CASE("break_lock reports the loss to the holder through its sink, once", "[memory]") {
+    distlock::test::loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto p = distlock::connect("memory://breaks");
-    distlock::test::loss_recorder rec;
     const auto name = unique_name("broken");
     auto m = p.mutex(name, rec.options());
     m.lock();

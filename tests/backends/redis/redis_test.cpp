@@ -23,6 +23,7 @@ void register_backend(spi::registry&);
 
 using namespace std::chrono_literals;
 using distlock::test::eventually;
+using distlock::test::loss_recorder;
 using distlock::test::raw_client;
 using distlock::test::redis_server;
 using distlock::test::unique_name;
@@ -163,23 +164,19 @@ TEST_CASE("a lock key deleted on the server is reported to the holder as lost", 
     for (std::string strategy : {"plain", "reentrant"}) {
         DYNAMIC_SECTION("strategy=" << strategy) {
             const bool plain = strategy == "plain";
+            loss_recorder rec;  // before the providers: their callback threads call it until they end
             auto p = distlock::connect(shared_url(plain ? "?lease=1500ms" : "/1?strategy=reentrant&lease=1500ms"));
             raw_client raw(shared_port(), {}, plain ? 0 : 1);
             const auto name = unique_name("deleted");
-            std::atomic<int> lost{0};
-            std::string reason;
-            distlock::lock_options o;
-            o.on_lost = [&](const distlock::lock_event& e) {
-                reason = e.reason;
-                ++lost;
-            };
-            auto m = p.mutex(name, o);
+            auto m = p.mutex(name, rec.options());
             REQUIRE(m.try_lock());
             CHECK(raw.integer({"DEL", plain ? "distlock:{" + name + "}" : name}) == 1);
             // Found at the next renewal (every lease/3 = 500 ms).
-            CHECK(eventually([&] { return lost.load() == 1; }, 3s));
+            REQUIRE(rec.wait_lost(1, 3s));
             CHECK_FALSE(m.held());
-            CHECK(reason.find("expired or deleted") != std::string::npos);
+            CHECK_FALSE(rec.wait_lost(2, 200ms));  // and only once
+            const auto losses = rec.losses();
+            CHECK(losses[0].reason.find("expired or deleted") != std::string::npos);
             m.unlock();  // never throws
         }
     }
@@ -595,13 +592,11 @@ TEST_CASE("a hung server or a port that never answers gives unavailable_error wi
 TEST_CASE("a restart with an fsynced append-only file is survived by the holder", "[redis][restart]") {
     redis_server server({"appendonly yes", "appendfsync always"});
     const auto url = "redis://" + server.address() + "?lease=1500ms";
+    loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto a = distlock::connect(url);
     auto b = distlock::connect(url);
     const auto name = unique_name("restart-aof");
-    std::atomic<int> lost{0};
-    distlock::lock_options o;
-    o.on_lost = [&](const distlock::lock_event&) { ++lost; };
-    auto holder = a.mutex(name, o);
+    auto holder = a.mutex(name, rec.options());
     REQUIRE(holder.try_lock());
     const auto token = holder.token();
     auto contender = b.mutex(name);
@@ -613,7 +608,7 @@ TEST_CASE("a restart with an fsynced append-only file is survived by the holder"
         std::this_thread::sleep_for(250ms);
     }
     CHECK(holder.held());
-    CHECK(lost.load() == 0);
+    CHECK(rec.lost() == 0);
     holder.unlock();
     REQUIRE(contender.try_lock_for(5s));
     CHECK(contender.token() > token);  // the fence counter survived too
@@ -628,27 +623,20 @@ TEST_CASE("without persistence a restart is reported to the holder before anyone
     // contender can take the lock: never two holders.
     redis_server server;
     const auto url = "redis://" + server.address() + "?lease=1s&connect_timeout=300ms&timeout=300ms";
+    loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto a = distlock::connect(url);
     auto b = distlock::connect(url);
     const auto name = unique_name("restart-volatile");
-    std::atomic<bool> lost{false};
-    std::atomic<clk::rep> lost_at{0};
-    distlock::lock_options o;
-    o.on_lost = [&](const distlock::lock_event&) {
-        lost_at = clk::now().time_since_epoch().count();
-        lost = true;
-    };
-    auto holder = a.mutex(name, o);
+    auto holder = a.mutex(name, rec.options());
     REQUIRE(holder.try_lock());
     server.kill();
-    CHECK(eventually([&] { return lost.load(); }, 4s));
+    // Told while the server is still down, so before anyone else can get the lock.
+    CHECK(rec.wait_lost(1, 4s));
     std::this_thread::sleep_for(200ms);
     server.start();
     auto contender = b.mutex(name);
     REQUIRE(contender.try_lock_for(5s));
-    const auto acquired_at = clk::now().time_since_epoch().count();
-    CHECK(lost.load());
-    CHECK(lost_at.load() < acquired_at);
+    CHECK(rec.lost() == 1);
     CHECK_FALSE(holder.held());
     contender.unlock();
     holder.unlock();  // never throws
@@ -704,16 +692,15 @@ TEST_CASE("a quick restart without persistence is reported to the holder at its 
           "[redis][restart]") {
     redis_server server;
     const auto url = "redis://" + server.address() + "?lease=1500ms";
+    loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto a = distlock::connect(url);
     const auto name = unique_name("restart-quick");
-    std::atomic<int> lost{0};
-    distlock::lock_options o;
-    o.on_lost = [&](const distlock::lock_event&) { ++lost; };
-    auto holder = a.mutex(name, o);
+    auto holder = a.mutex(name, rec.options());
     REQUIRE(holder.try_lock());
     server.kill();
     server.start();  // empty: the key is gone
-    CHECK(eventually([&] { return lost.load() == 1; }, 3s));
+    CHECK(rec.wait_lost(1, 3s));
+    CHECK_FALSE(rec.wait_lost(2, 200ms));  // and only once
     CHECK_FALSE(holder.held());
 }
 

@@ -106,14 +106,12 @@ TEST_CASE("a holder whose session is killed on the server is told it lost the lo
     for (const auto& strategy : session_strategies) {
         DYNAMIC_SECTION("strategy " << strategy) {
             const auto url = url_of(strategy);
+            distlock::test::loss_recorder rec;  // before the providers: their callback threads call it until they end
             auto a = distlock::connect(url);
             auto b = distlock::connect(url);
             raw_sql db(url);
             const auto name = "kill/" + unique_name(strategy);  // plain lower-case: its own GET_LOCK key
-            std::atomic<int> lost{0};
-            distlock::lock_options o;
-            o.on_lost = [&](const distlock::lock_event&) { ++lost; };
-            auto holder = a.mutex(name, o);
+            auto holder = a.mutex(name, rec.options());
             REQUIRE(holder.try_lock());
             const auto token = holder.token();
             const auto session = holder_session(db, strategy, name);
@@ -126,7 +124,8 @@ TEST_CASE("a holder whose session is killed on the server is told it lost the lo
             CHECK(waiter.token() > token);
             // ... and the holder learns it on its next liveness check (lease/3).
             CHECK(eventually([&] { return !holder.held(); }, 5s));
-            CHECK(eventually([&] { return lost.load() == 1; }, 2s));
+            CHECK(rec.wait_lost(1, 2s));
+            CHECK_FALSE(rec.wait_lost(2, 200ms));  // and only once
             holder.unlock();  // never throws, never frees the new holder's lock
             CHECK(waiter.held());
             CHECK_FALSE(a.mutex(name).try_lock());
@@ -356,34 +355,24 @@ TEST_CASE("many leases renewed together stay held; a broken one among them is th
     for (const auto& strategy : lease_strategies) {
         DYNAMIC_SECTION("strategy " << strategy) {
             const auto url = url_of(strategy);  // lease=2s
+            distlock::test::loss_recorder rec;  // before the providers: their callback threads call it until they end
             auto p = distlock::connect(url);
             auto other = distlock::connect(url);
             const auto base = unique_name("batch");
-            std::atomic<int> lost{0};
-            std::mutex lost_mutex;
-            std::vector<std::string> lost_names;
-            distlock::lock_options o;
-            o.on_lost = [&](const distlock::lock_event& e) {
-                std::lock_guard lk(lost_mutex);
-                lost_names.push_back(e.name);
-                ++lost;
-            };
+            const auto o = rec.options();
             std::vector<distlock::mutex> held;
             for (int i = 0; i < 24; ++i) {
                 held.push_back(p.mutex(base + ":" + std::to_string(i), o));
                 REQUIRE(held.back().try_lock());
             }
             std::this_thread::sleep_for(3s);  // one and a half leases: renewed, not expired
-            CHECK(lost.load() == 0);
+            CHECK(rec.lost() == 0);
             distlock::testing::break_lock(other, base + ":7");
-            CHECK(eventually([&] { return lost.load() == 1; }, 5s));
+            CHECK(rec.wait_lost(1, 5s));
             std::this_thread::sleep_for(2500ms);  // more renewals of the others
-            CHECK(lost.load() == 1);
-            {
-                std::lock_guard lk(lost_mutex);
-                REQUIRE(lost_names.size() == 1);
-                CHECK(lost_names[0] == base + ":7");
-            }
+            const auto losses = rec.losses();
+            REQUIRE(losses.size() == 1);
+            CHECK(losses[0].name == base + ":7");
             for (int i = 0; i < 24; ++i) {
                 INFO("lock " << i);
                 CHECK(held[static_cast<std::size_t>(i)].held() == (i != 7));

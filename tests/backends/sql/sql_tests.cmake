@@ -1,6 +1,6 @@
 # distlock_add_sql_tests(<dialect> STRATEGIES ...)
 #   For tests/backends/<dialect>/: the conformance suite for each strategy
-#   (URL from DISTLOCK_TEST_<DIALECT>_<STRATEGY>_URL), and distlock-<dialect>-sql-tests:
+#   (URL from DISTLOCK_TEST_<DIALECT>_<STRATEGY>_URL), and distlock-<dialect>-tests:
 #   the SQL layer's shared cases (sql_test.cpp here) with the dialect's facts and
 #   own cases (<dialect>_test.cpp there). The clock-skew shim and the probe they
 #   start are defined by tests/backends/sql/CMakeLists.txt.
@@ -12,7 +12,7 @@ function(distlock_add_sql_tests dialect)
     string(REPLACE "-" "_" var ${var})
     distlock_add_conformance(${dialect}.${strategy} URL_ENV DISTLOCK_TEST_${up}_${var}_URL)
   endforeach()
-  set(target distlock-${dialect}-sql-tests)
+  set(target distlock-${dialect}-tests)
   distlock_add_test_program(${target} SOURCES ${dialect}_test.cpp ${PROJECT_SOURCE_DIR}/tests/backends/sql/sql_test.cpp
                             URL_ENV DISTLOCK_TEST_${up}_URL TIMEOUT 300)
   target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests/backends/sql

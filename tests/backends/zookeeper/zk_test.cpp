@@ -25,6 +25,7 @@ using namespace std::chrono_literals;
 using clk = std::chrono::steady_clock;
 using distlock::test::child_process;
 using distlock::test::eventually;
+using distlock::test::loss_recorder;
 using distlock::test::unique_name;
 namespace zkb = distlock::backends::zookeeper;
 
@@ -40,35 +41,6 @@ std::string url_with(const std::string& extra) {
     return u + (u.find('?') == std::string::npos ? "?" : "&") + extra;
 }
 std::string lock_dir(const std::string& name) { return zk_test::base_of(url()) + "/" + zkb::encode_segment(name); }
-
-// The reasons on_lost was called with, for the loss tests.
-class loss_log {
-public:
-    distlock::lock_options options() {
-        distlock::lock_options o;
-        o.on_lost = [this](const distlock::lock_event& e) {
-            std::lock_guard lk(mutex_);
-            reasons_.push_back(e.reason);
-        };
-        return o;
-    }
-    // Every reason so far, once at least one came (on_lost runs just after
-    // held() turns false) or `limit` passed.
-    std::vector<std::string> wait(std::chrono::milliseconds limit) {
-        eventually(
-            [&] {
-                std::lock_guard lk(mutex_);
-                return !reasons_.empty();
-            },
-            limit);
-        std::lock_guard lk(mutex_);
-        return reasons_;
-    }
-
-private:
-    std::mutex mutex_;
-    std::vector<std::string> reasons_;
-};
 
 }  // namespace
 
@@ -228,14 +200,12 @@ TEST_CASE("a waiter frozen past its session timeout drops out of the queue and q
 }
 
 TEST_CASE("a holder keeps the lock across several session timeouts", "[zookeeper][session]") {
+    loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto a = distlock::connect(url());
     auto b = distlock::connect(url());
     const auto session = a.default_lease();
     const auto name = unique_name("keeps");
-    std::atomic<int> lost{0};
-    distlock::lock_options opts;
-    opts.on_lost = [&](const distlock::lock_event&) { ++lost; };
-    auto holder = a.mutex(name, opts);
+    auto holder = a.mutex(name, rec.options());
     holder.lock();
     auto other = b.mutex(name);
     auto until = clk::now() + 3 * session + session / 2;
@@ -244,7 +214,7 @@ TEST_CASE("a holder keeps the lock across several session timeouts", "[zookeeper
         CHECK_FALSE(other.try_lock());
     }
     CHECK(holder.held());
-    CHECK(lost.load() == 0);
+    CHECK(rec.lost() == 0);
     holder.unlock();
     CHECK(other.try_lock_for(5s));
     other.unlock();
@@ -252,11 +222,11 @@ TEST_CASE("a holder keeps the lock across several session timeouts", "[zookeeper
 
 TEST_CASE("a lock node deleted right after the grant is reported lost by the first keepalive",
           "[zookeeper][loss]") {
+    loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto a = distlock::connect(url());
     zk_test::raw_zk raw(zk_test::hosts_of(url()));
     const auto name = unique_name("deleted-early");
-    loss_log losses;
-    auto holder = a.mutex(name, losses.options());
+    auto holder = a.mutex(name, rec.options());
     holder.lock();
     const auto granted = clk::now();
     auto kids = raw.children(lock_dir(name));
@@ -264,21 +234,22 @@ TEST_CASE("a lock node deleted right after the grant is reported lost by the fir
     REQUIRE(raw.remove(lock_dir(name) + "/" + kids[0]) == ZOK);
     const bool before_first_keepalive = clk::now() - granted < a.default_lease() / 3 - 100ms;
     REQUIRE(eventually([&] { return !holder.held(); }, 10s));
-    const auto reasons = losses.wait(5s);
-    REQUIRE(reasons.size() == 1);
-    INFO(reasons[0]);
-    if (before_first_keepalive) CHECK(reasons[0].find("gone from the server") != std::string::npos);  // keepalive
+    REQUIRE(rec.wait_lost(1, 5s));
+    CHECK_FALSE(rec.wait_lost(2, 200ms));  // and only once
+    const auto losses = rec.losses();
+    INFO(losses[0].reason);
+    if (before_first_keepalive) CHECK(losses[0].reason.find("gone from the server") != std::string::npos);  // keepalive
     else WARN("the node was removed after the first keepalive (busy machine): reported by the watch");
     holder.unlock();
 }
 
 TEST_CASE("a lock node deleted behind the holder's back is reported lost through its watch",
           "[zookeeper][loss]") {
+    loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto a = distlock::connect(url());
     zk_test::raw_zk raw(zk_test::hosts_of(url()));
     const auto name = unique_name("deleted");
-    loss_log losses;
-    auto holder = a.mutex(name, losses.options());
+    auto holder = a.mutex(name, rec.options());
     holder.lock();
     auto kids = raw.children(lock_dir(name));
     REQUIRE(kids.size() == 1);
@@ -288,10 +259,11 @@ TEST_CASE("a lock node deleted behind the holder's back is reported lost through
     REQUIRE(raw.remove(lock_dir(name) + "/" + kids[0]) == ZOK);
     REQUIRE(eventually([&] { return !holder.held(); }, 10s));
     CHECK(zkb::read_counters().node_events > events);  // the watch fired
-    const auto reasons = losses.wait(5s);
-    REQUIRE(reasons.size() == 1);
-    INFO(reasons[0]);
-    CHECK(reasons[0].find("was deleted on the server") != std::string::npos);  // the watch's finding
+    REQUIRE(rec.wait_lost(1, 5s));
+    CHECK_FALSE(rec.wait_lost(2, 200ms));  // and only once
+    const auto losses = rec.losses();
+    INFO(losses[0].reason);
+    CHECK(losses[0].reason.find("was deleted on the server") != std::string::npos);  // the watch's finding
     holder.unlock();
 }
 
@@ -464,13 +436,11 @@ TEST_CASE("a holder cut off from the server is told it lost the lock before the 
         WARN("DISTLOCK_TEST_ZK_PID is not set: cannot freeze the server");
         return;
     }
+    loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto a = distlock::connect(url());
     const auto session = a.default_lease();
     const auto name = unique_name("cut-off");
-    std::atomic<bool> lost{false};
-    distlock::lock_options opts;
-    opts.on_lost = [&](const distlock::lock_event&) { lost = true; };
-    auto holder = a.mutex(name, opts);
+    auto holder = a.mutex(name, rec.options());
     holder.lock();
     const auto token = holder.token();
     clk::duration told_after{};
@@ -479,7 +449,7 @@ TEST_CASE("a holder cut off from the server is told it lost the lock before the 
         auto t0 = clk::now();
         // Nothing can change on a frozen server: whatever the holder concludes, it
         // concludes before anyone else can be granted the lock.
-        REQUIRE(eventually([&] { return lost.load(); }, session + 1s));
+        REQUIRE(rec.wait_lost(1, session + 1s));
         told_after = clk::now() - t0;
         CHECK_FALSE(holder.held());
     }
