@@ -1,7 +1,9 @@
-// One renewal thread per provider: renews every held lease at lease/3 (or the
-// backend's own keepalive interval), batches the keepalives that fall due
-// together into one backend call, and reports a loss when a keepalive says so or
-// when no keepalive has succeeded for a whole lease. Each entry may also publish
+// One renewal thread per provider: renews every held lease at lease/3 (or
+// checks a lock without a lease at its check_interval()), batches the
+// keepalives that fall due together into one backend::keepalive_batch() call,
+// and reports a loss when a keepalive says so or when no keepalive has
+// succeeded for a whole lease (through the mutex, which only records it and
+// queues the user's callback: no user code runs on this thread). Each entry may also publish
 // the end of its lease as last confirmed (`valid_until`), so that held() turns
 // false on time even while a keepalive is stuck in the backend.
 #pragma once
