@@ -292,9 +292,8 @@ void mutex_impl::post_error(std::uint64_t token, const error& e) noexcept {
     try {
         // The error is made again on the callback thread, of the same subclass
         // (throw_error picks it by code), so that the callback can catch it by type.
-        post([callback = options_.on_error, name = request_.name, token, code = e.code_value(),
-                                     backend = e.backend(), reason = e.reason(), native = e.native_code(),
-                                     native_message = e.native_message()] {
+        post([callback = options_.on_error, name = request_.name, token, code = e.code_value(), backend = e.backend(),
+              reason = e.reason(), native = e.native_code(), native_message = e.native_message()] {
             try {
                 throw_error(code, backend, reason, native, native_message);
             } catch (const error& err) {
