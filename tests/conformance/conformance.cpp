@@ -296,10 +296,8 @@ TEST_CASE("a holder working past several lease lengths keeps the lock", "[contra
     INFO("default lease " << lease.count() << " ms: give the test URL a short lease (lease=2s)");
     REQUIRE(lease <= 10s);
     const auto name = unique_name("renewal");
-    std::atomic<int> lost{0};
-    distlock::lock_options opts;
-    opts.on_lost = [&](const distlock::lock_event&) { ++lost; };
-    auto holder = a.mutex(name, opts);
+    distlock::test::loss_recorder rec;
+    auto holder = a.mutex(name, rec.options());
     CHECK_FALSE(holder.valid_until().has_value());  // not held
     const auto asked = clk::now();
     holder.lock();
@@ -318,7 +316,7 @@ TEST_CASE("a holder working past several lease lengths keeps the lock", "[contra
     }
     CHECK(probes >= 3);  // probed all along (fewer than 14 on a loaded machine)
     CHECK(holder.held());
-    CHECK(lost.load() == 0);
+    CHECK(rec.lost() == 0);
     // Renewals moved the lease's end on: past where the first grant ended.
     const auto last = holder.valid_until();
     REQUIRE(last.has_value());
@@ -335,32 +333,20 @@ TEST_CASE("a holder learns when its lock is removed on the server",
           "[contract][loss][needs:loss_detection][needs:break_lock]") {
     auto a = connect_under_test();
     const auto name = unique_name("loss");
-    std::mutex seen_mutex;
-    std::vector<distlock::lock_event> seen;
-    distlock::lock_options opts;
-    opts.on_lost = [&](const distlock::lock_event& e) {
-        std::lock_guard lk(seen_mutex);
-        seen.push_back(e);
-    };
-    auto holder = a.mutex(name, opts);
+    distlock::test::loss_recorder rec;
+    auto holder = a.mutex(name, rec.options());
     holder.lock();
     const auto token = holder.token();
     distlock::testing::break_lock(a, name);
     const auto bound = std::max<std::chrono::milliseconds>(5s, 2 * lease_of(a));
     CHECK(eventually([&] { return !holder.held(); }, bound));
-    CHECK(eventually(
-        [&] {
-            std::lock_guard lk(seen_mutex);
-            return seen.size() == 1;
-        },
-        2s));
-    {
-        std::lock_guard lk(seen_mutex);
-        REQUIRE(seen.size() == 1);
-        CHECK(seen[0].name == name);
-        CHECK(seen[0].token == token);
-        CHECK_FALSE(seen[0].reason.empty());
-    }
+    CHECK(rec.wait_lost(1, 2s));
+    CHECK_FALSE(rec.wait_lost(2, 200ms));  // once
+    const auto seen = rec.losses();
+    REQUIRE(seen.size() == 1);
+    CHECK(seen[0].name == name);
+    CHECK(seen[0].token == token);
+    CHECK_FALSE(seen[0].reason.empty());
     CHECK(holder.token() == 0);
     holder.unlock();  // never throws, even though the lock is gone
     auto again = a.mutex(name);
@@ -372,32 +358,21 @@ TEST_CASE("a loss that unlock() finds is reported once, through on_lost and neve
           "[contract][loss][needs:break_lock]") {
     auto a = connect_under_test();
     const auto name = unique_name("loss-at-unlock");
-    std::atomic<int> lost{0}, errors{0};
-    std::string error_text;
-    std::mutex error_mutex;
-    std::uint64_t lost_token = 0;
-    distlock::lock_options opts;
-    opts.on_lost = [&](const distlock::lock_event& e) {
-        lost_token = e.token;
-        ++lost;
-    };
-    opts.on_error = [&](const distlock::lock_event&, const distlock::error& e) {
-        std::lock_guard lk(error_mutex);
-        error_text += std::string(e.what()) + "\n";
-        ++errors;
-    };
-    auto holder = a.mutex(name, opts);
+    distlock::test::loss_recorder rec;
+    auto holder = a.mutex(name, rec.options());
     holder.lock();
     const auto token = holder.token();
     distlock::testing::break_lock(a, name);
     holder.unlock();  // at once: the release, if nothing else, finds the grant gone
-    CHECK(eventually([&] { return lost.load() >= 1; }, 2s));
-    std::this_thread::sleep_for(200ms);
-    CHECK(lost.load() == 1);
-    CHECK(lost_token == token);
-    std::lock_guard lk(error_mutex);
+    CHECK(rec.wait_lost(1, 2s));
+    CHECK_FALSE(rec.wait_lost(2, 200ms));  // once
+    const auto seen = rec.losses();
+    REQUIRE_FALSE(seen.empty());
+    CHECK(seen[0].token == token);
+    std::string error_text;
+    for (const auto& [event, code] : rec.error_events()) error_text += event.reason + "\n";
     INFO("on_error: " << error_text);
-    CHECK(errors.load() == 0);
+    CHECK(rec.errors() == 0);
 }
 
 TEST_CASE("a grant whose reply comes after its lease has run out is not held",
