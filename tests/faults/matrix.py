@@ -125,9 +125,9 @@ WHY_SERVER_CLOCK = ("the server's wall clock jumps ahead of the lease: the serve
                     "gives the lock to another while the holder's own (monotonic) lease still runs; the holder "
                     "hears of it at its next renewal (lease/3) or at release, and may write the unfenced counter "
                     "before that (the fenced store rejects it)")
-WHY_BREAK = ("the lock is removed out of band: the holder hears of it at its next check (memory: 50 ms, "
-             "file: check=) or at release, and may write the unfenced counter before that (the fenced store "
-             "rejects it)")
+WHY_BREAK = ("the lock is removed out of band: the holder hears of it at once (memory: break_lock reports "
+             "through its loss sink) or at its next check (file: check=) or at release, and may write the "
+             "unfenced counter before that (the fenced store rejects it)")
 
 # No cell may show a worker that hangs or crashes, and none may leave waiters
 # without a holder longer than this (a bound against hangs, not a speed target).
