@@ -84,8 +84,55 @@ public:
 
     ~connection() override { close(); }
 
-    s::result exec(const s::statement& st, std::span<const s::value> args) override {
+    std::vector<std::string> wait_notifications(spi::deadline until) override {
         if (conn_ == nullptr) throw s::sql_error(s::failure::connection_lost, 0, "the connection is already broken");
+        if (pending_.empty() && wait_socket(POLLIN, until)) {
+            if (PQconsumeInput(conn_) != 1) lost("the connection broke");
+            take_notifications();
+        }
+        return std::exchange(pending_, {});
+    }
+
+    std::int64_t session_id() const noexcept override { return pid_; }
+    bool broken() const noexcept override { return conn_ == nullptr; }
+
+protected:
+    // One statement is sent alone; several go as one pipeline (libpq's pipeline
+    // mode: every statement, then one Sync), so that they cost one round trip.
+    // After a failed statement the server skips the rest up to the Sync.
+    std::vector<s::result> send(std::span<const s::statement> steps, std::span<const s::value> args) override {
+        if (conn_ == nullptr) throw s::sql_error(s::failure::connection_lost, 0, "the connection is already broken");
+        const auto until = clk::now() + timeout_;
+        const bool pipeline = steps.size() > 1;
+        if (pipeline && PQenterPipelineMode(conn_) != 1) lost("cannot enter pipeline mode");
+        for (const auto& st : steps) send_one(st, args);
+        if (pipeline && PQpipelineSync(conn_) != 1) lost("cannot send the query");
+        for (;;) {  // flush the request
+            int f = PQflush(conn_);
+            if (f == 0) break;
+            if (f < 0) lost("cannot send the query");
+            if (!wait_socket(POLLOUT, until)) timed_out();
+        }
+        std::vector<s::result> out(steps.size());
+        std::optional<s::sql_error> error;
+        for (auto& r : out) read_results(r, error, until);
+        if (pipeline) {
+            PGresult* sync = next_result(until);  // the Sync's result
+            const bool synced = sync != nullptr && PQresultStatus(sync) == PGRES_PIPELINE_SYNC;
+            PQclear(sync);
+            if (!synced || PQexitPipelineMode(conn_) != 1) lost(error ? error->what() : "the pipeline did not end");
+        }
+        take_notifications();
+        if (PQstatus(conn_) == CONNECTION_BAD) lost(error ? error->what() : "the connection broke");
+        if (error) {
+            if (error->kind() == s::failure::connection_lost) close();
+            throw *error;
+        }
+        return out;
+    }
+
+private:
+    void send_one(const s::statement& st, std::span<const s::value> args) {
         const std::size_t n = st.args.size();
         std::vector<std::string> texts(n);
         std::vector<const char*> values(n, nullptr);
@@ -109,26 +156,24 @@ public:
             values[i] = texts[i].data();
             lengths[i] = static_cast<int>(texts[i].size());
         }
-        const auto until = clk::now() + timeout_;
         if (PQsendQueryParams(conn_, st.text.c_str(), static_cast<int>(n), n ? types.data() : nullptr,
                               n ? values.data() : nullptr, n ? lengths.data() : nullptr, n ? formats.data() : nullptr,
                               0) != 1)
             lost("cannot send the query");
-        for (;;) {  // flush the request
-            int f = PQflush(conn_);
-            if (f == 0) break;
-            if (f < 0) lost("cannot send the query");
-            if (!wait_socket(POLLOUT, until)) timed_out();
+    }
+
+    PGresult* next_result(clk::time_point until) {
+        while (PQisBusy(conn_)) {
+            if (!wait_socket(POLLIN, until)) timed_out();
+            if (PQconsumeInput(conn_) != 1) lost("the connection broke");
         }
-        s::result out;
-        std::optional<s::sql_error> error;
-        for (;;) {
-            while (PQisBusy(conn_)) {
-                if (!wait_socket(POLLIN, until)) timed_out();
-                if (PQconsumeInput(conn_) != 1) lost("the connection broke");
-            }
-            PGresult* res = PQgetResult(conn_);
-            if (res == nullptr) break;
+        return PQgetResult(conn_);
+    }
+
+    // The results of one statement, up to the NULL that ends them; the first
+    // error is kept in `error`.
+    void read_results(s::result& out, std::optional<s::sql_error>& error, clk::time_point until) {
+        while (PGresult* res = next_result(until)) {
             switch (PQresultStatus(res)) {
                 case PGRES_TUPLES_OK: {
                     const int rows = PQntuples(res), cols = PQnfields(res);
@@ -141,6 +186,7 @@ public:
                         out.rows.push_back(std::move(row));
                     }
                     out.affected = static_cast<std::uint64_t>(rows);
+                    out.query = true;
                     break;
                 }
                 case PGRES_COMMAND_OK: {
@@ -148,6 +194,7 @@ public:
                     out.affected = count && *count ? std::stoull(count) : 0;
                     break;
                 }
+                case PGRES_PIPELINE_ABORTED: break;  // skipped after an earlier error
                 default: {
                     const char* state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
                     std::string msg = trim(PQresultErrorMessage(res));
@@ -156,28 +203,8 @@ public:
             }
             PQclear(res);
         }
-        take_notifications();
-        if (PQstatus(conn_) == CONNECTION_BAD) lost(error ? error->what() : "the connection broke");
-        if (error) {
-            if (error->kind() == s::failure::connection_lost) close();
-            throw *error;
-        }
-        return out;
     }
 
-    std::vector<std::string> wait_notifications(spi::deadline until) override {
-        if (conn_ == nullptr) throw s::sql_error(s::failure::connection_lost, 0, "the connection is already broken");
-        if (pending_.empty() && wait_socket(POLLIN, until)) {
-            if (PQconsumeInput(conn_) != 1) lost("the connection broke");
-            take_notifications();
-        }
-        return std::exchange(pending_, {});
-    }
-
-    std::int64_t session_id() const noexcept override { return pid_; }
-    bool broken() const noexcept override { return conn_ == nullptr; }
-
-private:
     static std::string trim(std::string m) {
         while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
         return m;
@@ -249,69 +276,90 @@ public:
         const std::string t = quote(table), rows = quote(table + "_rows");
         const std::string expires = "now() + $3::bigint * interval '1 millisecond'";
         const std::string free = "(expires_at IS NULL OR expires_at <= now())";
+        // The fence counter: a sequence. nextval() is never rolled back, and a
+        // committed one survives a crash (PostgreSQL's documentation, "Sequence
+        // Manipulation Functions").
+        const std::string next = "nextval('" + quote(table + "_fence") + "')";
         s::sql_texts q;
         q.create = {
             {"CREATE TABLE IF NOT EXISTS " + t +
-                 " (name bytea PRIMARY KEY, owner text, expires_at timestamptz, version bigint NOT NULL DEFAULT 0,"
-                 " holder bigint)",
+                 " (name bytea PRIMARY KEY, owner text, expires_at timestamptz, version bigint NOT NULL DEFAULT 0)",
              {}},
             {"CREATE TABLE IF NOT EXISTS " + rows + " (name bytea PRIMARY KEY)", {}},
+            {"CREATE SEQUENCE IF NOT EXISTS " + quote(table + "_fence"), {}},
         };
         q.ping = {"SELECT 1", {}};
-        q.begin = {"BEGIN", {}};
         q.rollback = {"ROLLBACK", {}};
-        q.lease_acquire = {
-            {"INSERT INTO " + t + " AS t (name, owner, expires_at, version) VALUES ($1, $2, " + expires +
-                 ", 1) ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at,"
-                 " version = t.version + 1 WHERE t.expires_at IS NULL OR t.expires_at <= now() OR t.owner = EXCLUDED.owner"
-                 " RETURNING version",
-             {0, 1, 2}},
-        };
+        q.lease_acquire = {{"INSERT INTO " + t + " AS t (name, owner, expires_at, version) VALUES ($1, $2, " + expires +
+                                ", " + next +
+                                ") ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at,"
+                                " version = EXCLUDED.version WHERE t.expires_at IS NULL OR t.expires_at <= now()"
+                                " OR t.owner = EXCLUDED.owner RETURNING version",
+                            {0, 1, 2}}};
         q.lease_renew = {"UPDATE " + t + " SET expires_at = " + expires + " WHERE name = $1 AND owner = $2", {0, 1, 2}};
         // Release and break wake the waiters of the name (one row = released).
         const std::string channel = quote("distlock_" + table);
         const std::string notify = ") SELECT pg_notify('distlock_" + table + "', encode(sha256(name), 'hex')) FROM done";
-        q.lease_release = {"WITH done AS (UPDATE " + t +
-                               " SET owner = NULL, expires_at = NULL WHERE name = $1 AND owner = $2 RETURNING name" + notify,
+        q.lease_release = {"WITH done AS (DELETE FROM " + t + " WHERE name = $1 AND owner = $2 RETURNING name" + notify,
                            {0, 1}};
-        q.lease_clear = {"WITH done AS (UPDATE " + t + " SET owner = NULL, expires_at = NULL WHERE name = $1 RETURNING name" +
-                             notify,
-                         {0}};
+        q.lease_clear = {"WITH done AS (DELETE FROM " + t + " WHERE name = $1 RETURNING name" + notify, {0}};
         q.listen = {"LISTEN " + channel, {}};
         q.unlisten = {"UNLISTEN " + channel, {}};
+        q.opt_insert = {{"INSERT INTO " + t + " (name, owner, expires_at, version) VALUES ($1, $2, " + expires + ", " +
+                             next + ") ON CONFLICT (name) DO NOTHING RETURNING version",
+                         {0, 1, 2}}};
         q.opt_read = {"SELECT version, CASE WHEN " + free + " THEN 1 ELSE 0 END FROM " + t + " WHERE name = $1", {0}};
-        q.opt_insert = {"INSERT INTO " + t + " (name, owner, expires_at, version) VALUES ($1, $2, " + expires +
-                            ", 1) ON CONFLICT (name) DO NOTHING",
-                        {0, 1, 2}};
-        q.opt_update = {"UPDATE " + t + " SET owner = $2, expires_at = " + expires +
-                            ", version = version + 1 WHERE name = $1 AND version = $4 AND " + free,
-                        {0, 1, 2, 3}};
+        q.opt_update = {{"UPDATE " + t + " SET owner = $2, expires_at = " + expires + ", version = " + next +
+                             " WHERE name = $1 AND version = $4 AND " + free + " RETURNING version",
+                         {0, 1, 2, 4}}};
         q.row_ensure = {"INSERT INTO " + rows + " (name) VALUES ($1) ON CONFLICT (name) DO NOTHING", {0}};
-        q.row_lock = {"SELECT 1 FROM " + rows + " WHERE name = $1 FOR UPDATE", {0}};
-        q.row_lock_nowait = {"SELECT 1 FROM " + rows + " WHERE name = $1 FOR UPDATE NOWAIT", {0}};
+        q.row_lock = {{"BEGIN", {}}, {"SELECT 1 FROM " + rows + " WHERE name = $1 FOR UPDATE", {0}}};
+        q.row_lock_nowait = {{"BEGIN", {}}, {"SELECT 1 FROM " + rows + " WHERE name = $1 FOR UPDATE NOWAIT", {0}}};
         q.set_wait = {"SELECT set_config('lock_timeout', $1::bigint || 'ms', false)", {0}};
-        q.native_lock = {"SELECT 1 FROM pg_advisory_lock($1::bigint)", {0}};
-        q.native_try = {"SELECT CASE WHEN pg_try_advisory_lock($1::bigint) THEN 1 ELSE 0 END", {0}};
+        q.fence = {{"SELECT " + next, {}}};
+        // A row locked FOR UPDATE carries the locking transaction's id in xmax;
+        // that transaction holds the lock on its own id, which names its session.
+        q.holder_of = {{"SELECT l.pid FROM " + rows + " r JOIN pg_locks l ON l.locktype = 'transactionid'"
+                        " AND l.transactionid = r.xmax AND l.mode = 'ExclusiveLock' AND l.granted WHERE r.name = $1",
+                        {0}}};
+        // The token is drawn once the lock is held, in the same statement.
+        q.native_lock = {{"SELECT " + next + " FROM pg_advisory_lock($1::bigint)", {0}}};
+        q.native_try = {{"WITH l AS MATERIALIZED (SELECT pg_try_advisory_lock($1::bigint) AS ok) SELECT " + next +
+                             " FROM l WHERE l.ok",
+                         {0}}};
         q.native_release = {"SELECT CASE WHEN pg_advisory_unlock($1::bigint) THEN 1 ELSE 0 END", {0}};
         // A bigint advisory key shows in pg_locks as classid = high half, objid = low half, objsubid = 1.
         q.native_holder = {"SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1"
                            " AND classid = (($1::bigint >> 32) & 4294967295)::oid"
                            " AND objid = ($1::bigint & 4294967295)::oid",
                            {0}};
-        q.fence_bump = {
-            {"INSERT INTO " + t +
-                 " AS t (name, version, holder) VALUES ($1, 1, $2) ON CONFLICT (name) DO UPDATE"
-                 " SET version = t.version + 1, holder = EXCLUDED.holder RETURNING version",
-             {0, 1}},
-        };
-        q.holder_of = {"SELECT holder FROM " + t + " WHERE name = $1", {0}};
         q.kill = {"SELECT pg_terminate_backend($1::int)", {0}};
         return q;
     }
 
+    // Tables of the earlier layout kept each name's token in its row's version:
+    // the sequence is set above the highest one (under a transaction-scoped
+    // advisory lock, so that two starting clients do not both set it), then the
+    // rows of locks nobody holds are deleted.
+    void migrate(s::connection& c, const std::string& table) const override {
+        const std::string t = quote(table), seq = quote(table + "_fence");
+        c.exec({"BEGIN", {}});
+        try {
+            c.exec({"SELECT pg_advisory_xact_lock($1::bigint)", {0}}, {advisory_key("distlock migrate " + table)});
+            c.exec({"SELECT setval('" + seq + "', x.m) FROM (SELECT COALESCE(MAX(version), 0) AS m FROM " + t +
+                        ") x, " + seq + " s WHERE x.m > 0 AND x.m >= s.last_value",
+                    {}});
+            c.exec({"DELETE FROM " + t + " WHERE owner IS NULL OR expires_at <= now()", {}});
+            c.exec({"COMMIT", {}});
+        } catch (const s::sql_error& e) {
+            if (!e.fatal()) c.exec({"ROLLBACK", {}});
+            throw;
+        }
+    }
+
     // `name IN (...) AND owner IN (...)`: equivalent to matching the pairs, since
     // owner tokens are unique.
-    std::vector<s::statement> lease_renew_batch(const std::string& table, std::size_t n) const override {
+    renew_batch lease_renew_batch(const std::string& table, std::size_t n) const override {
         std::string names, owners;
         std::vector<int> args{0};
         for (std::size_t i = 0; i < n; ++i) {
@@ -322,7 +370,8 @@ public:
         }
         return {{"UPDATE " + quote(table) + " SET expires_at = now() + $1::bigint * interval '1 millisecond'"
                  " WHERE name IN (" + names + ") AND owner IN (" + owners + ") RETURNING owner",
-                 args}};
+                 args},
+                {}};
     }
 
     s::value native_key(std::string_view name) const override { return advisory_key(name); }

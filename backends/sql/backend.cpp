@@ -19,12 +19,15 @@ bool is_identifier(std::string_view id, std::size_t max) {
     return std::all_of(id.begin(), id.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
 }
 
-std::optional<std::uint64_t> run_for_token(connection& c, const std::vector<statement>& steps,
-                                           std::initializer_list<value> args) {
-    result r;
-    for (const auto& s : steps) r = c.exec(s, args);
-    if (r.rows.empty() || r.rows[0].empty() || !r.rows[0][0]) return std::nullopt;
-    return std::stoull(*r.rows[0][0]);
+std::optional<std::uint64_t> run_for_token(connection& c, const batch& steps, std::initializer_list<value> args) {
+    auto v = batch_value(c.exec_batch(steps, args));
+    if (!v) return std::nullopt;
+    return std::stoull(*v);
+}
+
+std::int64_t fence_slot(std::string_view name) {
+    const std::string d = spi::sha256(name);
+    return ((static_cast<unsigned char>(d[0]) << 8) | static_cast<unsigned char>(d[1])) % 1024;
 }
 
 settings take_settings(spi::url& u, std::string_view backend, std::string_view native) {
@@ -74,6 +77,7 @@ void sql_backend::create_tables() {
         try {
             pool_.run([&](connection& c) {
                 for (const auto& s : q_.create) c.exec(s);
+                dialect_->migrate(c, settings_.table);
                 return 0;
             });
             return;
@@ -110,8 +114,8 @@ std::optional<std::chrono::nanoseconds> sql_backend::round_trip() {
     }
 }
 
-// Lease strategies: clear the row's owner (keeping its version, so tokens keep
-// increasing). Session strategies: end the holder's session on the server.
+// Lease strategies: delete the lease row (tokens live in the fence counter).
+// Session strategies: end the holder's session on the server.
 void sql_backend::break_lock(std::string_view lock_name) {
     try {
         bytes n{std::string(lock_name)};
@@ -133,30 +137,33 @@ void sql_backend::break_lock(std::string_view lock_name) {
 }
 
 // Native locks: the server's own view (IS_USED_LOCK, pg_locks). Row locks: a
-// NOWAIT probe tells whether the row is locked, and the holder column (written
-// under the lock at each grant) tells by whom. Never a stale id: its session may
+// NOWAIT probe tells whether the row is locked, and the dialect's holder_of by
+// whom (the locking transaction's session). Never a stale id: its session may
 // hold other locks by now.
 std::optional<std::int64_t> sql_backend::holder_session(connection& c, const bytes& n) {
-    auto as_id = [](const result& r) -> std::optional<std::int64_t> {
+    if (settings_.strategy != strategy::for_update) {
+        auto r = c.exec(q_.native_holder, {dialect_->native_key(n.data)});
         if (r.rows.empty() || r.rows[0].empty() || !r.rows[0][0]) return std::nullopt;
         return std::stoll(*r.rows[0][0]);
-    };
-    if (settings_.strategy != strategy::for_update) return as_id(c.exec(q_.native_holder, {dialect_->native_key(n.data)}));
-    c.exec(q_.begin);
+    }
     bool locked = false;
     try {
-        c.exec(q_.row_lock_nowait, {n});
+        c.exec_batch(q_.row_lock_nowait, {n});
     } catch (const sql_error& e) {
         if (e.kind() != failure::lock_timeout) throw;
         locked = true;
     }
     c.exec(q_.rollback);
-    return locked ? as_id(c.exec(q_.holder_of, {n})) : std::nullopt;
+    if (!locked) return std::nullopt;
+    auto id = batch_value(c.exec_batch(q_.holder_of, {n}));
+    if (!id) return std::nullopt;
+    return std::stoll(*id);
 }
 
 // The renewals that fall due together: one statement per lease length and chunk
-// (PostgreSQL: UPDATE ... RETURNING owner; MySQL: UPDATE, then SELECT owner),
-// whatever the number of locks. Session strategies check each session on its own.
+// of up to 1024 locks, whatever their number (PostgreSQL: UPDATE ... RETURNING
+// owner; MySQL: UPDATE, and only when it renewed fewer than all, a SELECT of the
+// owners still there). Session strategies check each session on its own.
 void sql_backend::keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) {
     if (session_held()) {  // one ping per session: each holds its own connection
         for (std::size_t i = 0; i < handles.size(); ++i) results[i] = static_cast<session_handle*>(handles[i])->check();
@@ -166,7 +173,7 @@ void sql_backend::keepalive_batch(std::span<spi::lock_handle* const> handles, st
         results[0] = static_cast<lease_handle*>(handles[0])->renew();
         return;
     }
-    constexpr std::size_t chunk = 256;
+    constexpr std::size_t chunk = 1024;
     std::map<milliseconds, std::vector<std::size_t>> by_lease;
     for (std::size_t i = 0; i < handles.size(); ++i)
         by_lease[static_cast<lease_handle*>(handles[i])->lease()].push_back(i);
@@ -179,19 +186,22 @@ void sql_backend::keepalive_batch(std::span<spi::lock_handle* const> handles, st
                 args.emplace_back(h->name());
                 args.emplace_back(h->owner());
             }
-            const auto steps = dialect_->lease_renew_batch(settings_.table, part.size());
+            const auto q = dialect_->lease_renew_batch(settings_.table, part.size());
             try {
-                auto r = pool_.run([&](connection& c) {
-                    result last;
-                    for (const auto& st : steps) last = c.exec(st, args);
-                    return last;
+                // nullopt: every one was renewed; else the owners that were.
+                auto renewed = pool_.run([&](connection& c) -> std::optional<std::vector<std::string>> {
+                    auto r = c.exec(q.renew, args);
+                    if (r.affected == part.size()) return std::nullopt;
+                    if (!q.which.text.empty()) r = c.exec(q.which, args);
+                    std::vector<std::string> owners;
+                    for (const auto& row : r.rows)
+                        if (!row.empty() && row[0]) owners.push_back(*row[0]);
+                    return owners;
                 });
-                std::vector<std::string> renewed;
-                for (const auto& row : r.rows)
-                    if (!row.empty() && row[0]) renewed.push_back(*row[0]);
                 for (auto i : part) {
                     const auto* h = static_cast<lease_handle*>(handles[i]);
-                    const bool ok = std::find(renewed.begin(), renewed.end(), h->owner()) != renewed.end();
+                    const bool ok =
+                        !renewed || std::find(renewed->begin(), renewed->end(), h->owner()) != renewed->end();
                     results[i] = ok ? spi::keepalive_result::ok()
                                     : spi::keepalive_result::lost("the lease row is no longer ours");
                 }

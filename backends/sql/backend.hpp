@@ -5,19 +5,22 @@
 //   lease_lock.cpp    lease-table and optimistic (lease_handle);
 //   session_lock.cpp  for-update and get-lock / advisory (session_handle).
 //
-//  lease-table  one atomic upsert takes the lease row when it is absent, released
-//               or expired by the server's clock; renew/release only by the owner
-//               token; the version column (bumped on every grant) is the token.
-//  optimistic   read the row, then a version-checked UPDATE (compare-and-set),
-//               a few tries within a short window; same row, renewal and token.
-//  for-update   a row of <table>_rows locked FOR UPDATE by a transaction kept
-//               open on a dedicated connection; released by ROLLBACK or by the
-//               connection ending.
-//  get-lock /   the server's named session lock on a dedicated connection.
-//  advisory
-// The last two bump the lease table's version column (committed on its own,
-// under the lock) as their fencing token, recording the holder's session id so
-// that break_lock can end that session.
+//  lease-table  one atomic upsert takes the lease row when it is absent or
+//               expired by the server's clock (one round trip, the token drawn
+//               from the fence counter in it); renew by the owner token; release
+//               deletes the row (one round trip).
+//  optimistic   make the row if there is none; else read it and take it by a
+//               version-checked UPDATE (compare-and-set), a few tries within a
+//               short window; same row, renewal, release and token.
+//  for-update   a row of <table>_rows locked by a transaction kept open on a
+//               dedicated connection (opened and locked in one round trip);
+//               the token is drawn on another connection, since it must be
+//               committed on its own while the locking transaction stays open;
+//               released by ROLLBACK or by the connection ending.
+//  get-lock /   the server's named session lock on a dedicated connection, the
+//  advisory     token drawn under it in the same round trip.
+// Tokens come from the fence counter (sql_texts): strictly increasing per name
+// (one counter per name's slot), never stored per name.
 #pragma once
 
 #include <chrono>
@@ -34,9 +37,12 @@
 
 namespace distlock::backends::sql {
 
-// The first column of the last statement's first row, as a token (nullopt = no row).
-std::optional<std::uint64_t> run_for_token(connection& c, const std::vector<statement>& steps,
-                                           std::initializer_list<value> args);
+// A batch's value (batch_value) as a token: nullopt = no row or NULL.
+std::optional<std::uint64_t> run_for_token(connection& c, const batch& steps, std::initializer_list<value> args);
+
+// The fence counter row of a name (MySQL's counter rows; PostgreSQL's sequence
+// ignores it): the first two bytes of SHA-256(name), big-endian, modulo 1024.
+std::int64_t fence_slot(std::string_view name);
 
 inline std::int64_t ms(std::chrono::milliseconds d) { return static_cast<std::int64_t>(d.count()); }
 
@@ -65,6 +71,7 @@ private:
     spi::lock_request req_;
     bool optimistic_;
     bytes name_;
+    std::int64_t slot_;
     std::string owner_;  // this grant's token in the owner column; empty = not held
 };
 
@@ -83,9 +90,9 @@ public:
 
 private:
     std::optional<spi::grant> acquire_once(spi::deadline until);
-    enum class outcome { granted, busy, retry };
+    // One try on the holding session, waiting at most `wait` (0: not at all).
+    enum class outcome { granted, busy, retry, new_session };
     outcome attempt(connection& c, std::chrono::milliseconds wait);
-    std::uint64_t fence(connection& holder);
     void drop_connection() noexcept { conn_.reset(); }  // closing the session frees whatever it held
 
     sql_backend& b_;
@@ -93,6 +100,8 @@ private:
     bool row_lock_;  // for-update (else native)
     bytes name_;
     value key_;
+    std::int64_t slot_;
+    std::uint64_t token_ = 0;  // of the last granted attempt
     std::unique_ptr<connection> conn_;  // the holding session while held
 };
 

@@ -7,6 +7,20 @@
 
 namespace distlock::backends::sql {
 
+std::atomic<std::uint64_t>& connection::round_trip_counter() noexcept {
+    static std::atomic<std::uint64_t> n{0};
+    return n;
+}
+
+std::optional<std::string> batch_value(const std::vector<result>& results) {
+    for (auto it = results.rbegin(); it != results.rend(); ++it) {
+        if (!it->query) continue;
+        if (it->rows.empty() || it->rows[0].empty()) return std::nullopt;
+        return it->rows[0][0];
+    }
+    return std::nullopt;
+}
+
 void throw_client_error(const sql_error& e, std::string_view backend, const std::string& context, bool releasing) {
     errc code = errc::unavailable;
     switch (e.kind()) {

@@ -1,6 +1,7 @@
 // lease-table and optimistic: a lease row of the lock table, taken by one
-// upsert (lease-table) or by the seed's read-then-compare-and-set on its
-// version (optimistic), renewed and released by the owner token. See backend.hpp.
+// upsert (lease-table) or by an insert, else the seed's read-then-compare-and-set
+// on its version (optimistic), renewed by the owner token and deleted at
+// release. See backend.hpp.
 #include <algorithm>
 #include <utility>
 
@@ -11,7 +12,7 @@ namespace distlock::backends::sql {
 using std::chrono::milliseconds;
 
 lease_handle::lease_handle(sql_backend& b, const spi::lock_request& r, bool optimistic)
-    : b_(b), req_(r), optimistic_(optimistic), name_{r.name} {}
+    : b_(b), req_(r), optimistic_(optimistic), name_{r.name}, slot_(fence_slot(r.name)) {}
 
 std::optional<spi::grant> lease_handle::acquire(spi::deadline until, const spi::loss_sink&) {
     return b_.with_tables("acquire of '" + req_.name + "' failed", [&] { return acquire_once(until); });
@@ -77,8 +78,9 @@ std::optional<spi::grant> lease_handle::acquire_once(spi::deadline until) {
 std::optional<spi::grant> lease_handle::try_upsert() {
     try {
         const auto sent = spi::clock::now();  // the lease runs from the server's NOW() at best
-        auto token = b_.pool_.run(
-            [&](connection& c) { return run_for_token(c, b_.q_.lease_acquire, {name_, owner_, ms(req_.lease)}); });
+        auto token = b_.pool_.run([&](connection& c) {
+            return run_for_token(c, b_.q_.lease_acquire, {name_, owner_, ms(req_.lease), slot_});
+        });
         if (!token) return std::nullopt;
         return spi::grant{*token, sent};
     } catch (const sql_error& e) {
@@ -87,9 +89,11 @@ std::optional<spi::grant> lease_handle::try_upsert() {
     }
 }
 
-// The seed's optimistic update: read the version, then UPDATE ... WHERE version
-// still matches (and the lease is still free); a lost race is retried at once, at
-// most `tries` times within `window`. A lease held by someone else is "busy".
+// The seed's optimistic update. A name nobody holds has no row: make it (one
+// round trip, the common case). Else read the version, then UPDATE ... WHERE the
+// version still matches (and the lease is still free); a lost race is retried at
+// once, at most `tries` times within `window`. A lease held by someone else is
+// "busy".
 std::optional<spi::grant> lease_handle::try_compare_and_set() {
     const auto& s = b_.settings_;
     const auto start = spi::clock::now();
@@ -97,19 +101,17 @@ std::optional<spi::grant> lease_handle::try_compare_and_set() {
         // Per attempt: nullopt = lost the race; a value = done (granted, or nullopt when busy).
         auto done = retry_compare_and_set(s.tries, s.window, start, [&]() -> std::optional<std::optional<spi::grant>> {
             try {
-                auto r = c.exec(b_.q_.opt_read, {name_});
                 auto sent = spi::clock::now();  // of the statement that takes the lease
-                if (r.rows.empty()) {
-                    if (c.exec(b_.q_.opt_insert, {name_, owner_, ms(req_.lease)}).affected == 1)
-                        return spi::grant{1, sent};
-                    return std::nullopt;  // another client created it first
-                }
+                if (auto token = run_for_token(c, b_.q_.opt_insert, {name_, owner_, ms(req_.lease), slot_}))
+                    return spi::grant{*token, sent};
+                auto r = c.exec(b_.q_.opt_read, {name_});
+                if (r.rows.empty()) return std::nullopt;  // released meanwhile: try again
                 const auto& row = r.rows[0];
                 if (!row[1] || *row[1] != "1") return std::optional<spi::grant>{};  // held by its owner
                 const auto version = static_cast<std::int64_t>(std::stoll(*row[0]));
                 sent = spi::clock::now();
-                if (c.exec(b_.q_.opt_update, {name_, owner_, ms(req_.lease), version}).affected == 1)
-                    return spi::grant{static_cast<std::uint64_t>(version + 1), sent};
+                if (auto token = run_for_token(c, b_.q_.opt_update, {name_, owner_, ms(req_.lease), slot_, version}))
+                    return spi::grant{*token, sent};
             } catch (const sql_error& e) {
                 if (e.kind() != failure::deadlock && e.kind() != failure::lock_timeout) throw;
             }

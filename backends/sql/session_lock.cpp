@@ -1,7 +1,7 @@
 // for-update, get-lock and advisory: a lock held by a server session on a
 // dedicated connection (a row locked FOR UPDATE in an open transaction, or the
 // server's named lock), released by the release call or by the session ending;
-// fenced by a version bump in the lock table. See backend.hpp.
+// fenced by the fence counter. See backend.hpp.
 #include <algorithm>
 #include <utility>
 
@@ -14,11 +14,11 @@ using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
 session_handle::session_handle(sql_backend& b, const spi::lock_request& r, bool row_lock)
-    : b_(b), req_(r), row_lock_(row_lock), name_{r.name}, key_(b.dialect_->native_key(r.name)) {}
+    : b_(b), req_(r), row_lock_(row_lock), name_{r.name}, key_(b.dialect_->native_key(r.name)),
+      slot_(fence_slot(r.name)) {}
 
 session_handle::~session_handle() { drop_connection(); }
 
-// One try on the holding session, waiting at most `wait` (0 = NOWAIT / try form).
 session_handle::outcome session_handle::attempt(connection& c, milliseconds wait) {
     const auto& q = b_.q_;
     auto set_wait = [&] {
@@ -29,47 +29,46 @@ session_handle::outcome session_handle::attempt(connection& c, milliseconds wait
     };
     if (row_lock_) {
         if (wait.count() > 0) set_wait();
-        c.exec(q.begin);
         try {
-            auto r = c.exec(wait.count() > 0 ? q.row_lock : q.row_lock_nowait, {name_});
-            if (r.rows.empty()) {
+            if (!batch_value(c.exec_batch(wait.count() > 0 ? q.row_lock : q.row_lock_nowait, {name_}))) {
                 // First use of the name: make its row (autocommit, outside the
-                // locking transaction; never before the SELECT, since an INSERT
+                // locking transaction; never before the lock, since an INSERT
                 // IGNORE of an existing row waits for its holder on MySQL).
                 c.exec(q.rollback);
                 c.exec(q.row_ensure, {name_});
                 return outcome::retry;
             }
-            return outcome::granted;  // the transaction stays open: that is the lock
         } catch (const sql_error& e) {
             if (e.fatal()) throw;
             c.exec(q.rollback);
             if (e.kind() == failure::lock_timeout || e.kind() == failure::deadlock) return outcome::busy;
             throw;
         }
+        // The transaction stays open: that is the lock. Its token must be
+        // committed on its own (a crashed holder's token is never handed out
+        // again), so it is drawn on another connection.
+        auto token = b_.pool_.run([&](connection& other) { return run_for_token(other, q.fence, {slot_}); });
+        if (!token) throw sql_error(failure::other, 0, "the fence counter returned no token");
+        token_ = *token;
+        return outcome::granted;
     }
     if (wait.count() > 0 && !b_.dialect_->native_wait_in_call()) set_wait();
     try {
-        auto r = c.exec(wait.count() > 0 ? q.native_lock : q.native_try, {key_, ms(wait)});
-        if (r.rows.empty() || r.rows[0].empty() || !r.rows[0][0])
-            throw sql_error(failure::other, 0, "the native lock function returned NULL");
-        return *r.rows[0][0] == "1" ? outcome::granted : outcome::busy;
+        auto token = run_for_token(c, wait.count() > 0 ? q.native_lock : q.native_try, {key_, ms(wait), slot_});
+        if (!token) return outcome::busy;
+        token_ = *token;
+        return outcome::granted;
     } catch (const sql_error& e) {
-        if (e.kind() == failure::lock_timeout || e.kind() == failure::deadlock) return outcome::busy;
+        // The session lock may be held once the statement failed after taking it
+        // (a MySQL fence row that could not be locked in time): only ending the
+        // session is sure to free it. A PostgreSQL lock_timeout comes from the
+        // lock wait itself, which took nothing.
+        if (e.fatal()) throw;
+        const bool busy = e.kind() == failure::lock_timeout || e.kind() == failure::deadlock;
+        if (busy && !b_.dialect_->native_wait_in_call()) return outcome::busy;
+        if (busy) return outcome::new_session;
         throw;
     }
-}
-
-std::uint64_t session_handle::fence(connection& holder) {
-    auto bump = [&](connection& c) {
-        auto token = run_for_token(c, b_.q_.fence_bump, {name_, holder.session_id()});
-        if (!token) throw sql_error(failure::other, 0, "the fencing counter row returned no version");
-        return *token;
-    };
-    // for-update's session is inside its locking transaction: the counter must be
-    // committed on its own (a crashed holder's token must never be handed out
-    // again), so it goes through another connection.
-    return row_lock_ ? b_.pool_.run(bump) : bump(holder);
 }
 
 std::optional<spi::grant> session_handle::acquire(spi::deadline until, const spi::loss_sink&) {
@@ -101,15 +100,9 @@ std::optional<spi::grant> session_handle::acquire_once(spi::deadline until) {
                 continue;
             }
             reused = false;
-            if (o == outcome::granted) {
-                try {
-                    return spi::grant{fence(*conn_), spi::clock::now()};  // no lease: the session holds it
-                } catch (...) {
-                    drop_connection();  // leave nothing behind: ending the session frees the lock
-                    throw;
-                }
-            }
+            if (o == outcome::granted) return spi::grant{token_, spi::clock::now()};  // no lease: the session holds it
             if (o == outcome::retry) continue;
+            if (o == outcome::new_session) conn_ = b_.pool_.take().detach();  // the old one is closed here
             if (spi::clock::now() >= until) break;
             if (wait.count() == 0 && !pause.sleep(until)) break;
         }

@@ -12,6 +12,7 @@
 // Nothing in here includes a client library.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -40,8 +41,13 @@ using row = std::vector<std::optional<std::string>>;  // nullopt = SQL NULL
 
 struct result {
     std::vector<row> rows;
-    std::uint64_t affected = 0;  // rows changed/matched by an INSERT/UPDATE/DELETE
+    std::uint64_t affected = 0;  // rows changed/matched by an INSERT/UPDATE/DELETE; rows returned by a query
+    bool query = false;          // the statement returned a result set (maybe with no row)
 };
+
+// The first column of the first row of the last statement of `batch` that
+// returned a result set: what a batch of steps "returns" (nullopt: no row, or NULL).
+std::optional<std::string> batch_value(const std::vector<result>& results);
 
 // What went wrong, as far as the strategies care.
 enum class failure {
@@ -87,13 +93,30 @@ struct statement {
 class connection {
 public:
     virtual ~connection() = default;
-    // Runs `s` with its placeholders bound from `args`. Throws sql_error; after a
-    // fatal() one the connection is broken() and must be dropped.
-    virtual result exec(const statement& s, std::span<const value> args) = 0;
+    // Runs `steps` in order in one round trip (MySQL: one multi-statement query;
+    // PostgreSQL: one pipeline), their placeholders bound from `args`, and returns
+    // each one's result. The first statement that fails throws sql_error and the
+    // ones after it do not run; after a fatal() one the connection is broken()
+    // and must be dropped. `affected` is known for the first statement and for
+    // queries only (MySQL's client tells no more): what later statements did is
+    // read with a query.
+    std::vector<result> exec_batch(std::span<const statement> steps, std::span<const value> args) {
+        round_trip_counter().fetch_add(1, std::memory_order_relaxed);
+        return send(steps, args);
+    }
+    std::vector<result> exec_batch(const std::vector<statement>& steps, std::initializer_list<value> args) {
+        return exec_batch(steps, std::span<const value>(args.begin(), args.size()));
+    }
+    result exec(const statement& s, std::span<const value> args) {
+        return std::move(exec_batch(std::span<const statement>(&s, 1), args).back());
+    }
     result exec(const statement& s) { return exec(s, {}); }
     result exec(const statement& s, std::initializer_list<value> args) {
         return exec(s, std::span<const value>(args.begin(), args.size()));
     }
+    // Round trips made by every connection of the process so far (what the
+    // statement-count tests compare with the server's own counters).
+    static std::atomic<std::uint64_t>& round_trip_counter() noexcept;
     // The server's id of this session (MySQL CONNECTION_ID(), PostgreSQL backend
     // pid): what KILL / pg_terminate_backend take.
     virtual std::int64_t session_id() const noexcept = 0;
@@ -109,47 +132,60 @@ public:
     // The session's lock wait bound last set through sql_texts::set_wait (ms), so
     // that an unchanged bound is not sent again. -1 = unknown.
     std::int64_t wait_bound_ms = -1;
+
+protected:
+    // One round trip with `steps` (at least one), as exec_batch() says.
+    virtual std::vector<result> send(std::span<const statement> steps, std::span<const value> args) = 0;
 };
 
+// A list of statements sent in one round trip (connection::exec_batch).
+using batch = std::vector<statement>;
+
 // The SQL of every step, for one table. Logical arguments per statement are
-// listed in brackets; "-> x" is what the strategies read from the result.
+// listed in brackets; "-> x" is what the strategies read from the result (of a
+// batch: batch_value(), the first cell of its last result set).
+//
+// Fencing tokens come from one counter that never goes back and whose values
+// outlive every row (PostgreSQL: the sequence <table>_fence; MySQL: 1024
+// counter rows in <table>_fence, a name's row chosen by `slot`), so that the
+// row of a released lock is deleted: the tables hold only the locks held now.
 struct sql_texts {
-    std::vector<statement> create;  // idempotent DDL of both tables
+    std::vector<statement> create;  // idempotent DDL of the tables and the fence counter
     statement ping;                 // SELECT 1
-    statement begin, rollback;
+    statement rollback;
 
     // Lease rows (lease-table, optimistic), judged by the server's clock.
-    // lease_acquire [name, owner, lease_ms]: statements run in order; the first
-    // column of the last one's first row is the new version when granted, no row
-    // when the lease is held by another owner. Re-running with the same owner is
-    // harmless (idempotent per owner token).
-    std::vector<statement> lease_acquire;
+    // lease_acquire [name, owner, lease_ms, slot] -> the token when granted, no
+    // value when the lease is held by another owner. Re-running with the same
+    // owner is harmless (idempotent per owner token).
+    batch lease_acquire;
     statement lease_renew;    // [name, owner, lease_ms] -> affected 1 = still ours
-    statement lease_release;  // [name, owner] -> affected 1 = was ours; keeps the row (and its version)
-    statement lease_clear;    // [name]: break_lock, clears whoever owns it
+    statement lease_release;  // [name, owner] -> affected 1 = was ours; deletes the row
+    statement lease_clear;    // [name]: break_lock, deletes the row whoever owns it
     // Release notifications, where the server has them (PostgreSQL LISTEN/NOTIFY;
     // empty texts elsewhere): lease_release and lease_clear notify `listen`'s
     // channel with the lowercase hex SHA-256 of the name as payload.
     statement listen, unlisten;
-    statement opt_read;       // [name] -> row (version, free 1/0) or none
-    statement opt_insert;     // [name, owner, lease_ms] -> affected 1 = created as version 1
-    statement opt_update;     // [name, owner, lease_ms, version] -> affected 1 = won the compare-and-set
+    batch opt_insert;     // [name, owner, lease_ms, slot] -> the token when it made the row, no value when one exists
+    statement opt_read;   // [name] -> row (version, free 1/0) or none
+    batch opt_update;     // [name, owner, lease_ms, slot, version] -> the token when it won the compare-and-set
 
     // Row locks (for-update) on the second table.
-    statement row_ensure;                // [name]: create the lockable row if missing
-    statement row_lock, row_lock_nowait; // [name] -> the row, once locked
-    statement set_wait;                  // [wait_ms]: the session's lock wait bound
+    statement row_ensure;            // [name]: create the lockable row if missing
+    // [name]: opens a transaction and locks the row (waiting within the session's
+    // bound, or not at all) -> a value when locked, none when there is no row.
+    batch row_lock, row_lock_nowait;
+    statement set_wait;              // [wait_ms]: the session's lock wait bound
+    batch fence;                     // [slot] -> a new token, committed on its own
+    batch holder_of;                 // [name] -> the session holding the row's lock (asked once a probe found it locked)
 
-    // Native named locks (get-lock, advisory). [key, wait_ms] -> "1" granted, "0" not.
-    statement native_lock, native_try;
+    // Native named locks (get-lock, advisory) with the token drawn under the lock
+    // in the same round trip: [key, wait_ms, slot] -> the token when granted, no
+    // value when not.
+    batch native_lock, native_try;
     statement native_release;  // [key] -> "1" released, "0"/NULL not ours
     statement native_holder;   // [key] -> session id of the holder, no row/NULL when free
-
-    // Fencing for connection-held strategies: the lease table's version column,
-    // bumped (committed on its own) once the lock is held.
-    std::vector<statement> fence_bump;  // [name, holder session id] -> new version, as lease_acquire
-    statement holder_of;                // [name] -> session id recorded by the last grant (for-update)
-    statement kill;                     // [session id]: end that session on the server
+    statement kill;            // [session id]: end that session on the server
 };
 
 struct conn_settings {
@@ -166,6 +202,10 @@ public:
     // Throws sql_error (cannot_connect, access_denied, no_database, ...).
     virtual std::unique_ptr<connection> connect() = 0;
     virtual sql_texts texts(const std::string& table) const = 0;
+    // Brings tables of an earlier layout up to date and the fence counter above
+    // every token they handed out (their version column), then deletes their
+    // rows of locks nobody holds. Idempotent; runs after `create` on every start.
+    virtual void migrate(connection& c, const std::string& table) const = 0;
     // The native lock's key for a lock name (documented in docs/backends/sql.md).
     virtual value native_key(std::string_view name) const = 0;
     // Smallest lock wait the server can bound for row locks / native locks; a
@@ -175,10 +215,15 @@ public:
     // true: native_lock takes the wait in the call (GET_LOCK(name, s)); false: the
     // session's set_wait bound applies (lock_timeout).
     virtual bool native_wait_in_call() const noexcept = 0;
-    // Renewal of n leases of one length in one go: logical arguments [lease_ms,
-    // name1, owner1, name2, owner2, ...]; the last statement's rows are the owners
-    // whose lease was renewed.
-    virtual std::vector<statement> lease_renew_batch(const std::string& table, std::size_t n) const = 0;
+    // Renewal of n leases of one length in one statement: logical arguments
+    // [lease_ms, name1, owner1, name2, owner2, ...]. `renew` -> affected = the
+    // leases renewed, and where the server can return them its rows are their
+    // owners; otherwise `which` (same arguments, empty text where `renew` returns
+    // rows) lists them, needed only when fewer than n were renewed.
+    struct renew_batch {
+        statement renew, which;
+    };
+    virtual renew_batch lease_renew_batch(const std::string& table, std::size_t n) const = 0;
     // For SQL written once for both servers (the SQL layer's tests): an
     // identifier quoted for this server, and the text of the n-th placeholder (1-based).
     virtual std::string quote(std::string_view identifier) const = 0;

@@ -34,6 +34,14 @@ const dialect_facts& sql_test::facts() {
         .native_holder = [](raw_sql& db, const std::string& name) {
             return db.scalar("SELECT IS_USED_LOCK(?)", {documented_get_lock_key(name)});
         },
+        // The holding transaction's uncommitted mark, as a dirty read sees it.
+        .row_holder = [](raw_sql& db, const std::string& name) {
+            db.run("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED");
+            auto id = db.scalar("SELECT holder FROM distlock_locks_rows WHERE name = ?", {s::bytes{name}});
+            db.run("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+            return id;
+        },
+        .fence_object = "TABLE",
     };
     return f;
 }

@@ -44,6 +44,13 @@ const dialect_facts& sql_test::facts() {
                              " AND classid::bigint = ? AND objid::bigint = ?",
                              {static_cast<std::int64_t>(key >> 32), static_cast<std::int64_t>(key & 0xffffffffu)});
         },
+        // The row's xmax is the locking transaction, whose own lock names its session.
+        .row_holder = [](raw_sql& db, const std::string& name) {
+            return db.scalar("SELECT l.pid FROM distlock_locks_rows r JOIN pg_locks l ON l.locktype = 'transactionid'"
+                             " AND l.transactionid = r.xmax AND l.granted WHERE r.name = ?",
+                             {s::bytes{name}});
+        },
+        .fence_object = "SEQUENCE",
     };
     return f;
 }

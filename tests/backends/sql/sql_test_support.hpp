@@ -32,6 +32,10 @@ struct dialect_facts {
     // The session holding the native lock of `name`, on the server's own view
     // (IS_USED_LOCK, pg_locks) and under the documented key.
     std::optional<std::string> (*native_holder)(raw_sql& db, const std::string& name);
+    // The session whose transaction holds the for-update row of `name` locked,
+    // on the server's own view.
+    std::optional<std::string> (*row_holder)(raw_sql& db, const std::string& name);
+    std::string fence_object;  // what <table>_fence is: "TABLE" (MySQL's counter rows) or "SEQUENCE"
 };
 const dialect_facts& facts();
 
@@ -84,9 +88,16 @@ private:
 inline std::int64_t holder_session(raw_sql& db, const std::string& strategy, const std::string& name) {
     std::optional<std::string> id;
     if (strategy == facts().native) id = facts().native_holder(db, name);
-    else id = db.scalar("SELECT holder FROM distlock_locks WHERE name = ?", {s::bytes{name}});
+    else id = facts().row_holder(db, name);
     REQUIRE(id.has_value());
     return std::stoll(*id);
+}
+
+// Drops a lock table, its rows table and its fence counter.
+inline void drop_lock_tables(raw_sql& db, const std::string& table) {
+    db.run("DROP TABLE " + db.quote(table));
+    db.run("DROP TABLE " + db.quote(table + "_rows"));
+    db.run("DROP " + facts().fence_object + " " + db.quote(table + "_fence"));
 }
 
 // The URL with its query replaced (host, credentials and database kept).
