@@ -26,7 +26,9 @@ s::failure classify(int code, bool connecting) {
         case 1044: case 1045: case 1142: case 1143: case 1227: case 1698: case 1370:
             return s::failure::access_denied;
         case 1049: return s::failure::no_database;
-        case 1146: return s::failure::no_table;  // ER_NO_SUCH_TABLE
+        case 1146:  // ER_NO_SUCH_TABLE
+        case 4091:  // ER_UNKNOWN_SEQUENCES (MariaDB)
+            return s::failure::no_table;
         case 1205:  // lock wait timeout (also MariaDB's NOWAIT)
         case 3572:  // MySQL 8 NOWAIT
             return s::failure::lock_timeout;
@@ -206,9 +208,11 @@ std::string get_lock_key(std::string_view name) {
     return ok ? std::string(name) : "distlock:" + spi::sha256_hex(name).substr(0, 55);
 }
 
+enum class fence_kind { automatic, sequence, table };
+
 class dialect final : public s::dialect {
 public:
-    dialect(endpoint ep, s::conn_settings cs) : ep_(std::move(ep)), cs_(cs) {}
+    dialect(endpoint ep, s::conn_settings cs, fence_kind f) : ep_(std::move(ep)), cs_(cs), fence_(f) {}
 
     std::string_view name() const noexcept override { return "mysql"; }
     std::string_view native_strategy() const noexcept override { return "get-lock"; }
@@ -219,6 +223,12 @@ public:
         return c;
     }
 
+    // The fence counter: a SEQUENCE on MariaDB (NEXTVAL() writes only once per
+    // cached block of 1000 values, and a crash skips the rest of the block), 1024
+    // counter rows on MySQL 8, which has no sequences (each token is then a
+    // committed row update), or where fence=table asks for them.
+    bool sequence() const noexcept { return fence_ == fence_kind::sequence || (fence_ == fence_kind::automatic && mariadb_); }
+
     s::sql_texts texts(const std::string& table) const override {
         const std::string t = "`" + table + "`", rows = "`" + table + "_rows`", fence = "`" + table + "_fence`";
         const std::string expires = "UTC_TIMESTAMP(6) + INTERVAL (? * 1000) MICROSECOND";
@@ -228,13 +238,20 @@ public:
         // assignment, left to right: `owner` changes only when it is true, after
         // which it stays true for `expires_at`.
         const std::string take = "(expires_at IS NULL OR expires_at <= UTC_TIMESTAMP(6) OR owner <=> VALUES(owner))";
-        // The name's fence counter row, bumped; LAST_INSERT_ID() is then its new
-        // value for the rest of the session's batch. The rows exist from the
-        // start (migrate), so the INSERT never happens: the form is the one that
-        // can take a WHERE (the native lock, which must come first).
-        auto bump = [&](const std::string& where) {
-            return "INSERT INTO " + fence + " (slot, version) SELECT ?, LAST_INSERT_ID(1) FROM DUAL" + where +
-                   " ON DUPLICATE KEY UPDATE version = LAST_INSERT_ID(version + 1)";
+        // Counter rows: the name's row is bumped first; LAST_INSERT_ID() is then its
+        // new value for the rest of the batch. The rows exist from the start
+        // (migrate), so the INSERT never happens: it is the form that can take a
+        // WHERE (the native lock, which must come first).
+        const bool seq = sequence();
+        auto bump = [&](const std::string& where) -> s::statement {
+            return {"INSERT INTO " + fence + " (slot, version) SELECT ?, LAST_INSERT_ID(1) FROM DUAL" + where +
+                        " ON DUPLICATE KEY UPDATE version = LAST_INSERT_ID(version + 1)",
+                    {3}};
+        };
+        const std::string draw = seq ? "NEXTVAL(" + fence + ")" : "LAST_INSERT_ID()";
+        auto drawn = [&](s::batch steps) {
+            if (!seq) steps.insert(steps.begin(), bump(""));
+            return steps;
         };
         const s::statement mine = {"SELECT version FROM " + t + " WHERE name = ? AND owner = ?", {0, 1}};
         s::sql_texts q;
@@ -246,39 +263,37 @@ public:
             {"CREATE TABLE IF NOT EXISTS " + rows +
                  " (name VARBINARY(1024) NOT NULL, holder BIGINT NULL, PRIMARY KEY (name)) ENGINE=InnoDB",
              {}},
-            {"CREATE TABLE IF NOT EXISTS " + fence + " (slot INT NOT NULL, version BIGINT NOT NULL, PRIMARY KEY (slot))"
-                 " ENGINE=InnoDB",
-             {}},
+            seq ? s::statement{"CREATE SEQUENCE IF NOT EXISTS " + fence + " ENGINE=InnoDB", {}}
+                : s::statement{"CREATE TABLE IF NOT EXISTS " + fence +
+                                   " (slot INT NOT NULL, version BIGINT NOT NULL, PRIMARY KEY (slot)) ENGINE=InnoDB",
+                               {}},
         };
         q.ping = {"SELECT 1", {}};
         q.rollback = {"ROLLBACK", {}};
-        q.lease_acquire = {
-            {bump(""), {3}},
-            {"INSERT INTO " + t + " (name, owner, expires_at, version) VALUES (?, ?, " + expires +
-                 ", LAST_INSERT_ID()) ON DUPLICATE KEY UPDATE version = IF(" + take + ", VALUES(version), version),"
+        q.lease_acquire = drawn({
+            {"INSERT INTO " + t + " (name, owner, expires_at, version) VALUES (?, ?, " + expires + ", " + draw +
+                 ") ON DUPLICATE KEY UPDATE version = IF(" + take + ", VALUES(version), version),"
                  " owner = IF(" + take + ", VALUES(owner), owner), expires_at = IF(" + take +
                  ", VALUES(expires_at), expires_at)",
              {0, 1, 2}},
             mine,
-        };
+        });
         q.lease_renew = {"UPDATE " + t + " SET expires_at = " + expires + " WHERE name = ? AND owner = ?", {2, 0, 1}};
         q.lease_release = {"DELETE FROM " + t + " WHERE name = ? AND owner = ?", {0, 1}};
         q.lease_clear = {"DELETE FROM " + t + " WHERE name = ?", {0}};
-        q.opt_insert = {
-            {bump(""), {3}},
-            {"INSERT INTO " + t + " (name, owner, expires_at, version) VALUES (?, ?, " + expires +
-                 ", LAST_INSERT_ID()) ON DUPLICATE KEY UPDATE version = version",
+        q.opt_insert = drawn({
+            {"INSERT INTO " + t + " (name, owner, expires_at, version) VALUES (?, ?, " + expires + ", " + draw +
+                 ") ON DUPLICATE KEY UPDATE version = version",
              {0, 1, 2}},
             mine,
-        };
+        });
         q.opt_read = {"SELECT version, IF" + free_flag + " FROM " + t + " WHERE name = ?", {0}};
-        q.opt_update = {
-            {bump(""), {3}},
-            {"UPDATE " + t + " SET owner = ?, expires_at = " + expires +
-                 ", version = LAST_INSERT_ID() WHERE name = ? AND version = ? AND " + free,
+        q.opt_update = drawn({
+            {"UPDATE " + t + " SET owner = ?, expires_at = " + expires + ", version = " + draw +
+                 " WHERE name = ? AND version = ? AND " + free,
              {1, 2, 0, 4}},
             mine,
-        };
+        });
         q.row_ensure = {"INSERT IGNORE INTO " + rows + " (name) VALUES (?)", {0}};
         // Locked, the row records the holding session, which holder_of reads uncommitted.
         const s::statement mark = {"UPDATE " + rows + " SET holder = CONNECTION_ID() WHERE name = ?", {0}};
@@ -286,17 +301,23 @@ public:
         q.row_lock_nowait = {
             {"START TRANSACTION", {}}, {"SELECT 1 FROM " + rows + " WHERE name = ? FOR UPDATE NOWAIT", {0}}, mark};
         q.set_wait = {"SET SESSION innodb_lock_wait_timeout = GREATEST(1, ? DIV 1000)", {0}};
-        q.fence = {{bump(""), {0}}, {"SELECT LAST_INSERT_ID()", {}}};
+        if (seq) q.fence = {{"SELECT NEXTVAL(" + fence + ")", {}}};
+        else q.fence = {{bump("").text, {0}}, {"SELECT LAST_INSERT_ID()", {}}};
         q.holder_of = {
             {"SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED", {}},
             {"SELECT holder FROM " + rows + " WHERE name = ?", {0}},
             {"SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED", {}},
         };
-        // GET_LOCK first, in the INSERT's SELECT: the counter row is locked only
-        // once the named lock is held. ROW_COUNT() is 0 when it was not granted.
-        const s::statement token = {"SELECT IF(ROW_COUNT() > 0, LAST_INSERT_ID(), NULL)", {}};
-        q.native_lock = {{bump(" WHERE GET_LOCK(?, ? / 1000) = 1"), {2, 0, 1}}, token};
-        q.native_try = {{bump(" WHERE GET_LOCK(?, 0) = 1"), {2, 0}}, token};
+        // GET_LOCK first: the token is drawn (and a counter row locked) only once
+        // the named lock is held. Counter rows: ROW_COUNT() is 0 when it was not.
+        if (seq) {
+            q.native_lock = {{"SELECT IF(GET_LOCK(?, ? / 1000) = 1, " + draw + ", NULL)", {0, 1}}};
+            q.native_try = {{"SELECT IF(GET_LOCK(?, 0) = 1, " + draw + ", NULL)", {0}}};
+        } else {
+            const s::statement token = {"SELECT IF(ROW_COUNT() > 0, LAST_INSERT_ID(), NULL)", {}};
+            q.native_lock = {{bump(" WHERE GET_LOCK(?, ? / 1000) = 1").text, {2, 0, 1}}, token};
+            q.native_try = {{bump(" WHERE GET_LOCK(?, 0) = 1").text, {2, 0}}, token};
+        }
         q.native_release = {"SELECT RELEASE_LOCK(?)", {0}};
         q.native_holder = {"SELECT IS_USED_LOCK(?)", {0}};
         q.kill = {"KILL ?", {0}};
@@ -304,8 +325,9 @@ public:
     }
 
     // Tables of the earlier layout: the rows table gains its holder column; the
-    // 1024 counter rows are made, and raised to the highest version a lease row
-    // holds (its token); then the rows of locks nobody holds are deleted.
+    // counter is raised to the highest version a lease row holds (its token:
+    // SETVAL never lowers a sequence; counter rows are raised, never lowered);
+    // then the rows of locks nobody holds are deleted.
     void migrate(s::connection& c, const std::string& table) const override {
         const std::string t = "`" + table + "`", fence = "`" + table + "_fence`";
         auto r = c.exec({"SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE()"
@@ -314,12 +336,18 @@ public:
                         {table + "_rows"});
         if (!r.rows.empty() && r.rows[0][0] && *r.rows[0][0] == "0")
             c.exec({"ALTER TABLE `" + table + "_rows` ADD COLUMN holder BIGINT NULL", {}});
-        std::string slots;
-        for (int i = 0; i < 1024; ++i) slots += (i ? ", (" : "(") + std::to_string(i) + ", 0)";
-        c.exec({"INSERT IGNORE INTO " + fence + " (slot, version) VALUES " + slots, {}});
-        c.exec({"UPDATE " + fence + " f JOIN (SELECT COALESCE(MAX(version), 0) AS m FROM " + t +
-                    ") x SET f.version = x.m WHERE f.version < x.m",
-                {}});
+        if (sequence()) {
+            auto m = c.exec({"SELECT COALESCE(MAX(version), 0) FROM " + t, {}});
+            const auto top = m.rows.empty() || !m.rows[0][0] ? 0 : std::stoll(*m.rows[0][0]);
+            if (top > 0) c.exec({"SELECT SETVAL(" + fence + ", ?)", {0}}, {static_cast<std::int64_t>(top)});
+        } else {
+            std::string slots;
+            for (int i = 0; i < 1024; ++i) slots += (i ? ", (" : "(") + std::to_string(i) + ", 0)";
+            c.exec({"INSERT IGNORE INTO " + fence + " (slot, version) VALUES " + slots, {}});
+            c.exec({"UPDATE " + fence + " f JOIN (SELECT COALESCE(MAX(version), 0) AS m FROM " + t +
+                        ") x SET f.version = x.m WHERE f.version < x.m",
+                    {}});
+        }
         c.exec({"DELETE FROM " + t + " WHERE owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)", {}});
     }
 
@@ -355,6 +383,7 @@ public:
 private:
     endpoint ep_;
     s::conn_settings cs_;
+    fence_kind fence_;
     std::atomic<bool> mariadb_{false};
 };
 
@@ -372,7 +401,13 @@ std::shared_ptr<s::dialect> make_dialect(spi::url& u, const s::conn_settings& cs
     if (ep.schema.empty() || ep.schema.find('/') != std::string::npos)
         throw_error(errc::invalid_argument, "mysql", "mysql:// needs a database: mysql://user:pw@host:port/db");
     if (ep.user.empty()) throw_error(errc::invalid_argument, "mysql", "mysql:// needs a user: mysql://user:pw@host/db");
-    return std::make_shared<dialect>(std::move(ep), cs);
+    auto fence = fence_kind::automatic;
+    if (auto f = u.take("fence")) {
+        if (*f == "sequence") fence = fence_kind::sequence;
+        else if (*f == "table") fence = fence_kind::table;
+        else throw_error(errc::invalid_argument, "mysql", "unknown fence '" + *f + "' (known: sequence, table)");
+    }
+    return std::make_shared<dialect>(std::move(ep), cs, fence);
 }
 
 void register_backend(spi::registry& r) {

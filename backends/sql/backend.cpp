@@ -213,7 +213,16 @@ void sql_backend::keepalive_batch(std::span<spi::lock_handle* const> handles, st
 }
 
 std::shared_ptr<spi::backend> make_backend(std::shared_ptr<dialect> d, const settings& s) {
-    auto b = std::make_shared<sql_backend>(std::move(d), s);
+    // Connected first: a dialect's SQL texts may depend on the server it meets
+    // (MariaDB has sequences, MySQL 8 has not). The connection joins the pool.
+    std::shared_ptr<sql_backend> b;
+    try {
+        auto first = d->connect();
+        b = std::make_shared<sql_backend>(d, s);
+        b->pool_.adopt(std::move(first));
+    } catch (const sql_error& e) {
+        throw_client_error(e, d->name(), "cannot connect");
+    }
     b->create_tables();
     return b;
 }

@@ -44,10 +44,19 @@ pool::lease pool::take() {
         }
     }
     auto c = dialect_->connect();
-    // No statement may wait for a lock past the client's read timeout.
-    c->exec(default_wait_.first, {default_wait_.second});
-    c->wait_bound_ms = default_wait_.second;
+    set_default_wait(*c);
     return lease(this, std::move(c), false);
+}
+
+// No statement may wait for a lock past the client's read timeout.
+void pool::set_default_wait(connection& c) {
+    c.exec(default_wait_.first, {default_wait_.second});
+    c.wait_bound_ms = default_wait_.second;
+}
+
+void pool::adopt(std::unique_ptr<connection> c) {
+    set_default_wait(*c);
+    give_back(std::move(c));
 }
 
 void pool::give_back(std::unique_ptr<connection> c) noexcept {

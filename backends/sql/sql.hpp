@@ -261,6 +261,8 @@ public:
 
     lease take();
     void give_back(std::unique_ptr<connection> c) noexcept;
+    // A connection made elsewhere joins the pool, its lock wait bound set as take() sets it.
+    void adopt(std::unique_ptr<connection> c);
     dialect& sql_dialect() noexcept { return *dialect_; }
 
     // Runs f(connection&) on a pooled connection; a reused idle connection that
@@ -278,6 +280,8 @@ public:
     }
 
 private:
+    void set_default_wait(connection& c);
+
     std::shared_ptr<dialect> dialect_;
     std::size_t max_idle_;
     std::pair<statement, std::int64_t> default_wait_;

@@ -45,5 +45,10 @@ mysql_spawn() {
         echo "DISTLOCK_TEST_MYSQL_LEASE_TABLE_URL='$base?strategy=lease-table&lease=2s'"
         echo "DISTLOCK_TEST_MYSQL_OPTIMISTIC_URL='$base?strategy=optimistic&lease=2s'"
         echo "DISTLOCK_TEST_MYSQL_GET_LOCK_URL='$base?strategy=get-lock&lease=2s'"
+        # MySQL 8's fence counter (rows instead of MariaDB's sequence), on a table of its own.
+        local st
+        for st in for-update lease-table optimistic get-lock; do
+            echo "DISTLOCK_TEST_MYSQL_FENCE_TABLE_$(echo "$st" | tr 'a-z-' 'A-Z_')_URL='$base?strategy=$st&lease=2s&fence=table&table=distlock_fence_rows'"
+        done
     } > "$RUN/mysql.env"
 }
