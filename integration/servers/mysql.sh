@@ -27,7 +27,7 @@ mysql_spawn() {
     local dir=$1
     mariadbd --no-defaults --datadir="$dir/data" --user=root --port="$MYSQL_PORT" --bind-address=127.0.0.1 \
         --socket="$dir/sock" --pid-file="$dir/pid" --log-error="$dir/err.log" "${MYSQL_LEAN[@]}" \
-        --max-connections=500 --innodb-flush-log-at-trx-commit=2 </dev/null >/dev/null 2>&1 &
+        --max-connections=500 --innodb-flush-log-at-trx-commit=2 --userstat=1 </dev/null >/dev/null 2>&1 &
     record_pid mysql $!
     wait_serving 30 $! mariadb-admin --no-defaults -uroot -h127.0.0.1 -P"$MYSQL_PORT" ping || { fail_with_log mariadbd "$dir/err.log"; return 1; }
     if [ -f "$dir/setup-pending" ]; then
@@ -38,6 +38,13 @@ mysql_spawn() {
             FLUSH PRIVILEGES;" || { fail_with_log "mariadb user setup" "$dir/err.log"; return 1; }
         rm -f "$dir/setup-pending"
     fi
+    # A user of its own for the statement-count test, whose statements
+    # information_schema.USER_STATISTICS (--userstat) counts apart from every other
+    # test's; reading them takes PROCESS.
+    mariadb --no-defaults -uroot --socket="$dir/sock" -e "
+        CREATE USER IF NOT EXISTS 'distlock_count'@'%' IDENTIFIED BY 'distlock';
+        GRANT ALL PRIVILEGES ON distlock.* TO 'distlock_count'@'%';
+        GRANT PROCESS ON *.* TO 'distlock'@'%';" || { fail_with_log "mariadb count user" "$dir/err.log"; return 1; }
     local base="mysql://distlock:distlock@127.0.0.1:$MYSQL_PORT/distlock"
     {
         echo "DISTLOCK_TEST_MYSQL_URL='$base?strategy=lease-table&lease=2s'"
@@ -45,6 +52,7 @@ mysql_spawn() {
         echo "DISTLOCK_TEST_MYSQL_LEASE_TABLE_URL='$base?strategy=lease-table&lease=2s'"
         echo "DISTLOCK_TEST_MYSQL_OPTIMISTIC_URL='$base?strategy=optimistic&lease=2s'"
         echo "DISTLOCK_TEST_MYSQL_GET_LOCK_URL='$base?strategy=get-lock&lease=2s'"
+        echo "DISTLOCK_TEST_MYSQL_COUNT_URL='mysql://distlock_count:distlock@127.0.0.1:$MYSQL_PORT/distlock'"
         # MySQL 8's fence counter (rows instead of MariaDB's sequence), on a table of its own.
         local st
         for st in for-update lease-table optimistic get-lock; do

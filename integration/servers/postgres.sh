@@ -56,6 +56,13 @@ postgres_spawn() {
             { fail_with_log "postgres user setup" "$dir/server.log"; return 1; }
         rm -f "$dir/setup-pending"
     fi
+    # A database of its own for the statement-count test, whose transactions
+    # pg_stat_database counts apart from every other test's.
+    local count_psql=("${AS_POSTGRES[@]}" "$bin/psql" -X -q -At -h "$dir" -p "$POSTGRES_PORT" -U postgres -d postgres)
+    if [ "$("${count_psql[@]}" -c "SELECT 1 FROM pg_database WHERE datname = 'distlock_count'")" != 1 ]; then
+        "${count_psql[@]}" -c "CREATE DATABASE distlock_count OWNER distlock" >/dev/null ||
+            { fail_with_log "postgres count database" "$dir/server.log"; return 1; }
+    fi
     local base="postgres://distlock:distlock@127.0.0.1:$POSTGRES_PORT/distlock"
     {
         echo "DISTLOCK_TEST_POSTGRES_URL='$base?strategy=lease-table&lease=2s'"
@@ -63,5 +70,6 @@ postgres_spawn() {
         echo "DISTLOCK_TEST_POSTGRES_LEASE_TABLE_URL='$base?strategy=lease-table&lease=2s'"
         echo "DISTLOCK_TEST_POSTGRES_OPTIMISTIC_URL='$base?strategy=optimistic&lease=2s'"
         echo "DISTLOCK_TEST_POSTGRES_ADVISORY_URL='$base?strategy=advisory&lease=2s'"
+        echo "DISTLOCK_TEST_POSTGRES_COUNT_URL='postgres://distlock:distlock@127.0.0.1:$POSTGRES_PORT/distlock_count'"
     } > "$RUN/postgres.env"
 }

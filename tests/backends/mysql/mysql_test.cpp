@@ -42,6 +42,24 @@ const dialect_facts& sql_test::facts() {
             return id;
         },
         .fence_object = "TABLE",
+        .count_unit = "statements",
+        .server_count = [](raw_sql& db) -> std::int64_t {
+            auto n = db.scalar("SELECT SELECT_COMMANDS + UPDATE_COMMANDS + OTHER_COMMANDS FROM"
+                               " information_schema.USER_STATISTICS WHERE USER = 'distlock_count'");
+            return n ? std::stoll(*n) : 0;
+        },
+        // get-lock: SELECT IF(GET_LOCK(), NEXTVAL(), NULL); SELECT RELEASE_LOCK().
+        // lease-table, optimistic: [INSERT ... NEXTVAL() ... ON DUPLICATE KEY; SELECT version]; DELETE.
+        // for-update: [START TRANSACTION; SELECT ... FOR UPDATE; UPDATE holder]; SELECT NEXTVAL(); ROLLBACK.
+        // With counter rows (MySQL 8), each token costs one more statement (the row's bump).
+        .per_cycle = {{"strategy=get-lock", {2, 2}},
+                      {"strategy=lease-table", {3, 2}},
+                      {"strategy=optimistic", {3, 2}},
+                      {"strategy=for-update", {5, 3}},
+                      {"strategy=get-lock&fence=table&table=distlock_fence_rows", {3, 2}},
+                      {"strategy=lease-table&fence=table&table=distlock_fence_rows", {4, 2}},
+                      {"strategy=optimistic&fence=table&table=distlock_fence_rows", {4, 2}},
+                      {"strategy=for-update&fence=table&table=distlock_fence_rows", {6, 3}}},
     };
     return f;
 }

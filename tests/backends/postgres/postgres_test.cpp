@@ -51,6 +51,23 @@ const dialect_facts& sql_test::facts() {
                              {s::bytes{name}});
         },
         .fence_object = "SEQUENCE",
+        .count_unit = "transactions",
+        .server_count = [](raw_sql& db) -> std::int64_t {
+            // A session reports its transactions when it ends: wait for the count database's to end.
+            const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+            while (*db.scalar("SELECT numbackends FROM pg_stat_database WHERE datname = 'distlock_count'") != "0" &&
+                   std::chrono::steady_clock::now() < until)
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            return std::stoll(*db.scalar("SELECT xact_commit + xact_rollback FROM pg_stat_database"
+                                         " WHERE datname = 'distlock_count'"));
+        },
+        // advisory: SELECT nextval() FROM pg_advisory_lock(); SELECT pg_advisory_unlock().
+        // lease-table, optimistic: INSERT ... nextval() ... RETURNING version; DELETE (notifying).
+        // for-update: [BEGIN; SELECT ... FOR UPDATE] ... ROLLBACK, and SELECT nextval() on another session.
+        .per_cycle = {{"strategy=advisory", {2, 2}},
+                      {"strategy=lease-table", {2, 2}},
+                      {"strategy=optimistic", {2, 2}},
+                      {"strategy=for-update", {2, 3}}},
     };
     return f;
 }

@@ -36,6 +36,19 @@ struct dialect_facts {
     // on the server's own view.
     std::optional<std::string> (*row_holder)(raw_sql& db, const std::string& name);
     std::string fence_object;  // what <table>_fence is: "TABLE" (MySQL's counter rows) or "SEQUENCE"
+
+    // The statement-count test (round_trip_test.cpp). The server's own count of
+    // what the DISTLOCK_TEST_<ENV>_COUNT_URL's user or database ran (MariaDB:
+    // statements of that user in USER_STATISTICS; PostgreSQL: transactions of that
+    // database in pg_stat_database, read once its sessions have ended and so
+    // reported them), read on `monitor`, a session of the main URL.
+    std::string count_unit;
+    std::int64_t (*server_count)(raw_sql& monitor);
+    struct cycle_cost {
+        int server;       // count_unit per uncontended lock()+unlock()
+        int round_trips;  // of the client
+    };
+    std::vector<std::pair<std::string, cycle_cost>> per_cycle;  // by strategy (URL query)
 };
 const dialect_facts& facts();
 

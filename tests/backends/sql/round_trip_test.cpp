@@ -1,0 +1,124 @@
+// The SQL strategies at their round-trip floor, counted, not timed: the
+// server's own counters (statements of a user of its own on MariaDB,
+// transactions of a database of its own on PostgreSQL: see the dialect's
+// facts) and the client's round trips, per uncontended lock()+unlock() and for
+// the batched renewal of 1,000 held leases.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "distlock/distlock.hpp"
+#include "distlock/spi/backend.hpp"
+#include "sql_test_support.hpp"
+#include "support.hpp"
+
+using namespace std::chrono_literals;
+using namespace sql_test;
+using distlock::test::unique_name;
+
+namespace {
+
+std::string count_url() {
+    const auto var = "DISTLOCK_TEST_" + facts().env + "_COUNT_URL";
+    auto u = distlock::test::env(var.c_str());
+    if (u.empty()) FAIL(var << " is not set (integration/backends.sh up)");
+    return u;
+}
+
+struct measured {
+    std::int64_t server = 0;        // the server's count over a provider's whole life
+    std::uint64_t round_trips = 0;  // of the cycles alone
+};
+
+// A provider's whole life on the count URL: `cycles` uncontended lock()+unlock()
+// after one to warm up (connections made, tables there). What the provider does
+// besides the cycles (its start, its connections) is the same whatever `cycles`
+// is, so the difference of two runs is the cycles' own cost.
+measured run_cycles(const std::string& query, int cycles) {
+    raw_sql monitor(url_of("lease-table"));
+    const auto before = facts().server_count(monitor);
+    measured m;
+    {
+        auto p = distlock::connect(count_url() + "?" + query + "&lease=30s");
+        auto lock = p.mutex(unique_name("count"));
+        lock.lock();
+        lock.unlock();
+        const auto rt0 = s::connection::round_trip_counter().load();
+        for (int i = 0; i < cycles; ++i) {
+            lock.lock();
+            REQUIRE(lock.token() > 0);
+            lock.unlock();
+        }
+        m.round_trips = s::connection::round_trip_counter().load() - rt0;
+    }
+    m.server = facts().server_count(monitor) - before;
+    return m;
+}
+
+}  // namespace
+
+TEST_CASE("an uncontended cycle costs exactly its strategy's statements and round trips, counted by the server",
+          "[sql][count]") {
+    constexpr int few = 5, many = 45;
+    for (const auto& [query, cost] : facts().per_cycle) {
+        DYNAMIC_SECTION(query) {
+            // Another client of the count user or database (an autovacuum worker)
+            // can only add: the fewest of three tries is the cycles' cost.
+            std::int64_t fewest = -1;
+            for (int attempt = 0; attempt < 3 && fewest != std::int64_t{cost.server} * (many - few); ++attempt) {
+                const auto a = run_cycles(query, few), b = run_cycles(query, many);
+                CHECK(a.round_trips == std::uint64_t(cost.round_trips) * few);
+                CHECK(b.round_trips == std::uint64_t(cost.round_trips) * many);
+                const auto diff = b.server - a.server;
+                if (fewest < 0 || diff < fewest) fewest = diff;
+            }
+            INFO(facts().count_unit << " per cycle: " << double(fewest) / (many - few));
+            CHECK(fewest == std::int64_t{cost.server} * (many - few));
+        }
+    }
+}
+
+TEST_CASE("1,000 held leases are renewed by one statement in one round trip", "[sql][count]") {
+    constexpr std::size_t held = 1000;
+    // A provider's life with `held` leases taken and released, renewed once in
+    // between when `renew`; the difference is the renewal's cost.
+    auto run = [&](bool renew) {
+        raw_sql monitor(url_of("lease-table"));
+        const auto before = facts().server_count(monitor);
+        std::uint64_t round_trips = 0;
+        {
+            auto u = distlock::spi::url::parse(count_url() + "?strategy=lease-table");
+            auto settings = s::take_settings(u, facts().scheme, facts().native);
+            auto backend = s::make_backend(facts().make_dialect(u, settings.conn), settings);
+            std::vector<std::unique_ptr<distlock::spi::lock_handle>> locks;
+            std::vector<distlock::spi::lock_handle*> handles;
+            const auto base = unique_name("renew");
+            for (std::size_t i = 0; i < held; ++i) {
+                distlock::spi::lock_request r;
+                r.name = base + "/" + std::to_string(i);
+                r.lease = 60s;
+                locks.push_back(backend->make_lock(r));
+                REQUIRE(locks.back()->acquire(distlock::spi::clock::now() + 5s, {}));
+                handles.push_back(locks.back().get());
+            }
+            if (renew) {
+                std::vector<distlock::spi::keepalive_result> results(held, distlock::spi::keepalive_result::failed(""));
+                const auto rt0 = s::connection::round_trip_counter().load();
+                backend->keepalive_batch(handles, results);
+                round_trips = s::connection::round_trip_counter().load() - rt0;
+                for (const auto& r : results) REQUIRE(r.state == distlock::spi::keepalive_result::status::ok);
+            }
+            for (auto& l : locks) l->release();
+        }
+        return std::pair{facts().server_count(monitor) - before, round_trips};
+    };
+    std::int64_t fewest = -1;
+    for (int attempt = 0; attempt < 3 && fewest != 1; ++attempt) {
+        const auto without = run(false), with = run(true);
+        CHECK(with.second == 1);
+        const auto diff = with.first - without.first;
+        if (fewest < 0 || diff < fewest) fewest = diff;
+    }
+    CHECK(fewest == 1);  // one UPDATE (PostgreSQL: one transaction) for all 1,000
+}
