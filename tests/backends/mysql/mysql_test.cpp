@@ -60,6 +60,11 @@ const dialect_facts& sql_test::facts() {
                       {"strategy=lease-table&fence=table&table=distlock_fence_rows", {4, 2}},
                       {"strategy=optimistic&fence=table&table=distlock_fence_rows", {4, 2}},
                       {"strategy=for-update&fence=table&table=distlock_fence_rows", {6, 3}}},
+        .legacy_tables = {"CREATE TABLE {t} (name VARBINARY(1024) NOT NULL, owner VARCHAR(64) CHARACTER SET ascii NULL,"
+                          " expires_at DATETIME(6) NULL, version BIGINT NOT NULL DEFAULT 0, holder BIGINT NULL,"
+                          " PRIMARY KEY (name)) ENGINE=InnoDB",
+                          "CREATE TABLE {t}_rows (name VARBINARY(1024) NOT NULL, PRIMARY KEY (name)) ENGINE=InnoDB"},
+        .in_an_hour = "UTC_TIMESTAMP(6) + INTERVAL 1 HOUR",
     };
     return f;
 }

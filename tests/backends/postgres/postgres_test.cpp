@@ -68,6 +68,10 @@ const dialect_facts& sql_test::facts() {
                       {"strategy=lease-table", {2, 2}},
                       {"strategy=optimistic", {2, 2}},
                       {"strategy=for-update", {2, 3}}},
+        .legacy_tables = {"CREATE TABLE {t} (name bytea PRIMARY KEY, owner text, expires_at timestamptz,"
+                          " version bigint NOT NULL DEFAULT 0, holder bigint)",
+                          "CREATE TABLE {t}_rows (name bytea PRIMARY KEY)"},
+        .in_an_hour = "now() + interval '1 hour'",
     };
     return f;
 }

@@ -49,6 +49,12 @@ struct dialect_facts {
         int round_trips;  // of the client
     };
     std::vector<std::pair<std::string, cycle_cost>> per_cycle;  // by strategy (URL query)
+
+    // The layout of distlock <= 0.2 (the version column of a row per name was the
+    // token; "{t}" stands for the table name), and an expression of the time an
+    // hour from now in its expires_at column.
+    std::vector<std::string> legacy_tables;
+    std::string in_an_hour;
 };
 const dialect_facts& facts();
 
