@@ -122,6 +122,7 @@ const std::string& provider::url() const noexcept { return state_->url(); }
 const capabilities& provider::caps() const noexcept { return state_->backend().caps(); }
 std::chrono::milliseconds provider::default_lease() const noexcept { return state_->default_lease(); }
 std::optional<std::chrono::nanoseconds> provider::round_trip() const { return state_->backend().round_trip(); }
+std::optional<std::chrono::nanoseconds> provider::native_cycle() const { return state_->backend().native_cycle(); }
 
 namespace testing {
 void break_lock(const provider& p, std::string_view name) { p.state()->backend().break_lock(name); }

@@ -33,18 +33,20 @@ row() {  # row SERVER MODE JSON
     python3 -c '
 import json, sys
 j = json.loads(sys.argv[3])
-f = j["floor_rtt_us"]
-print("| %s | %s | %s | %.0f | %.1f | %.0f | %s | %s |" % (sys.argv[1], j["backend"], sys.argv[2], j["cycles_per_s"],
-      j["p50_us"], j["p99_us"], "-" if f is None else "%.1f" % f, "-" if f is None else j["floor_ratio"]))' "$@"
+f, n = j["floor_rtt_us"], j["native_floor_us"]
+print("| %s | %s | %s | %.0f | %.1f | %.0f | %s | %s | %s | %s |" % (sys.argv[1], j["backend"], sys.argv[2],
+      j["cycles_per_s"], j["p50_us"], j["p99_us"], "-" if f is None else "%.1f" % f, "-" if f is None else j["floor_ratio"],
+      "-" if n is None else "%.1f" % n, "-" if n is None else j["native_ratio"]))' "$@"
 }
 
-echo "| server | URL | mode | cycles/s | p50 µs | p99 µs | floor µs | p50 / 2 floors |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| server | URL | mode | cycles/s | p50 µs | p99 µs | floor µs | p50 / 2 floors | native µs | p50 / native |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for s in "${servers[@]}"; do
     integration/backends.sh up "$s" >/dev/null
     # Each distinct backend URL of that server (its env file also has other facts).
-    mapfile -t urls < <(sed -n "s/^DISTLOCK_TEST_[A-Z0-9_]*_URL='\{0,1\}\([a-z]*:\/\/[^']*\)'\{0,1\}$/\1/p" \
-        "integration/.run/$s.env" | sort -u)
+    # (The statement-count test's URL is the lease-table one under another user.)
+    mapfile -t urls < <(grep -v '^DISTLOCK_TEST_[A-Z]*_COUNT_URL=' "integration/.run/$s.env" |
+        sed -n "s/^DISTLOCK_TEST_[A-Z0-9_]*_URL='\{0,1\}\([a-z]*:\/\/[^']*\)'\{0,1\}$/\1/p" | sort -u)
     for url in "${urls[@]}"; do
         for _ in $(seq "$runs"); do
             row "$s" uncontended "$(build/bin/distlock bench --backend "$url" --seconds "$seconds" --json --quiet)"

@@ -1,5 +1,6 @@
 // distlock bench: acquire+release cycles per second and cycle latency, with the
-// backend's cheapest round trip measured in the same run as the floor.
+// backend's cheapest round trip (and, for SQL, the server's own lock pair)
+// measured in the same run as floors.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -26,23 +27,41 @@ struct settings {
     bool json = false, quiet = false;
 };
 
-// The floor is measured beside the cycles, under the same load: uncontended, each
-// thread takes one round trip after each of its cycles (so every cycle has a
-// floor sample taken next to it); contended, one more thread takes a round trip
-// now and then (every 50 round trips' time, at least 5 ms) while the others
-// contend (interleaving would change the contention).
+// The floors are measured beside the cycles, under the same load: the
+// backend's cheapest round trip and, where the server has its own lock (SQL),
+// one take+release of it as a client without distlock does it (the native
+// pair). Uncontended, each thread takes one sample of each after each of its
+// cycles (so every cycle has floor samples taken next to it); contended, one
+// more thread takes them now and then (every 50 samples' time, at least 5 ms)
+// while the others contend (interleaving would change the contention).
+struct samples {
+    std::vector<double> floor, native;
+    void add(const samples& o) {
+        floor.insert(floor.end(), o.floor.begin(), o.floor.end());
+        native.insert(native.end(), o.native.begin(), o.native.end());
+    }
+};
+
 std::string worker(const settings& s, const std::string& run_id, int index) {
     auto locks = connect(s.backend);
-    auto round_trip_us = [&]() -> std::optional<double> {
-        auto rtt = locks.round_trip();
-        if (!rtt) return std::nullopt;
-        return std::chrono::duration<double, std::micro>(*rtt).count();
+    auto us = [](std::optional<std::chrono::nanoseconds> d) -> std::optional<double> {
+        if (!d) return std::nullopt;
+        return std::chrono::duration<double, std::micro>(*d).count();
     };
-    const bool has_floor = round_trip_us().has_value();  // also warms the connection up
+    const bool has_floor = us(locks.round_trip()).has_value();  // also warms the connection up
+    const bool has_native = us(locks.native_cycle()).has_value();
+    // One sample of each floor; returns the time taken.
+    auto sample = [&](samples& into) {
+        double spent = 0;
+        if (has_floor) spent += into.floor.emplace_back(*us(locks.round_trip()));
+        if (has_native) spent += into.native.emplace_back(*us(locks.native_cycle()));
+        return spent;
+    };
     const bool contended = s.mode == "contended";
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(s.seconds);
     std::mutex mu;
-    std::vector<double> cycles, floor;
+    std::vector<double> cycles;
+    samples floors;
     std::string failure;
     std::vector<std::thread> pool;
     auto fail = [&](const std::exception& e) {
@@ -51,26 +70,26 @@ std::string worker(const settings& s, const std::string& run_id, int index) {
     };
     if (has_floor && contended) {
         pool.emplace_back([&] {
-            std::vector<double> mine;
+            samples mine;
             try {
-                for (int i = 0; i < s.floor_samples; ++i) mine.push_back(*round_trip_us());
+                for (int i = 0; i < s.floor_samples; ++i) sample(mine);
                 while (std::chrono::steady_clock::now() < until) {
-                    const double rtt = *round_trip_us();
-                    mine.push_back(rtt);
+                    const double spent = sample(mine);
                     // At most 2% of one connection's time, so as not to load the server.
                     std::this_thread::sleep_for(std::max(std::chrono::microseconds(5000),
-                                                         std::chrono::microseconds(static_cast<long>(50 * rtt))));
+                                                         std::chrono::microseconds(static_cast<long>(50 * spent))));
                 }
             } catch (const std::exception& e) {
                 fail(e);
             }
             std::lock_guard lk(mu);
-            floor.insert(floor.end(), mine.begin(), mine.end());
+            floors.add(mine);
         });
     }
     for (int t = 0; t < s.threads; ++t) {
         pool.emplace_back([&, t] {
-            std::vector<double> mine, rtts;
+            std::vector<double> mine;
+            samples beside;
             try {
                 auto name = contended ? "bench:" + run_id
                                       : "bench:" + run_id + ":" + std::to_string(index) + ":" + std::to_string(t);
@@ -80,20 +99,21 @@ std::string worker(const settings& s, const std::string& run_id, int index) {
                     m.lock();
                     m.unlock();
                     mine.push_back(ms_since(t0) * 1000);
-                    if (has_floor && !contended) rtts.push_back(*round_trip_us());
+                    if (!contended) sample(beside);
                 }
             } catch (const std::exception& e) {
                 fail(e);
             }
             std::lock_guard lk(mu);
             cycles.insert(cycles.end(), mine.begin(), mine.end());
-            floor.insert(floor.end(), rtts.begin(), rtts.end());
+            floors.add(beside);
         });
     }
     for (auto& th : pool) th.join();
     if (!failure.empty()) throw std::runtime_error(failure);
     std::string out;
-    put_doubles(out, floor);
+    put_doubles(out, floors.floor);
+    put_doubles(out, floors.native);
     put_doubles(out, cycles);
     return out;
 }
@@ -114,13 +134,13 @@ int run_bench(const settings& s) {
         if (!s.quiet) std::cerr << "  ... " << static_cast<long>(ms_since(t0) / 1000) << " s\n";
     };
     auto reports = run_in_processes(s.processes, [&](int i) { return worker(s, run_id, i); }, tick);
-    std::vector<double> floor, cycles;
+    std::vector<double> floor, native, cycles;
     for (const auto& r : reports) {
         std::size_t pos = 0;
-        auto f = get_doubles(r, pos);
-        auto c = get_doubles(r, pos);
-        floor.insert(floor.end(), f.begin(), f.end());
-        cycles.insert(cycles.end(), c.begin(), c.end());
+        for (auto* into : {&floor, &native, &cycles}) {
+            auto v = get_doubles(r, pos);
+            into->insert(into->end(), v.begin(), v.end());
+        }
     }
     const double p50 = percentile(cycles, 50), p99 = percentile(cycles, 99);
     const double cps = static_cast<double>(cycles.size()) / s.seconds;
@@ -138,6 +158,14 @@ int run_bench(const settings& s) {
         j["floor_rtt_us"] = round1(f);
         j["floor_ratio"] = std::round(p50 / (2 * f) * 100) / 100;
     }
+    if (native.empty()) {
+        j["native_floor_us"] = nullptr;  // no lock of the server's own to compare with
+        j["native_ratio"] = nullptr;
+    } else {
+        const double f = percentile(native, 50);
+        j["native_floor_us"] = round1(f);
+        j["native_ratio"] = std::round(p50 / f * 100) / 100;
+    }
     if (s.json) {
         std::cout << j.dump() << "\n";
     } else {
@@ -146,6 +174,9 @@ int run_bench(const settings& s) {
         if (!floor.empty())
             std::cout << "; floor (one round trip) " << j["floor_rtt_us"] << " us, p50 cycle = " << j["floor_ratio"]
                       << " x two round trips";
+        if (!native.empty())
+            std::cout << "; native lock+unlock " << j["native_floor_us"] << " us, p50 cycle = " << j["native_ratio"]
+                      << " x native";
         std::cout << "\n";
     }
     return 0;

@@ -319,6 +319,7 @@ public:
             q.native_try = {{bump(" WHERE GET_LOCK(?, 0) = 1").text, {2, 0}}, token};
         }
         q.native_release = {"SELECT RELEASE_LOCK(?)", {0}};
+        q.native_plain = {"SELECT GET_LOCK(?, 0)", {0}};
         q.native_holder = {"SELECT IS_USED_LOCK(?)", {0}};
         q.kill = {"KILL ?", {0}};
         return q;

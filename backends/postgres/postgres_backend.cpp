@@ -328,6 +328,7 @@ public:
                              " FROM l WHERE l.ok",
                          {0}}};
         q.native_release = {"SELECT CASE WHEN pg_advisory_unlock($1::bigint) THEN 1 ELSE 0 END", {0}};
+        q.native_plain = {"SELECT pg_advisory_lock($1::bigint)", {0}};
         // A bigint advisory key shows in pg_locks as classid = high half, objid = low half, objsubid = 1.
         q.native_holder = {"SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1"
                            " AND classid = (($1::bigint >> 32) & 4294967295)::oid"

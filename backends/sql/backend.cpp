@@ -114,6 +114,22 @@ std::optional<std::chrono::nanoseconds> sql_backend::round_trip() {
     }
 }
 
+// The server's named lock taken and released as a plain client does, on a key
+// of its own (no waiting, no token): the floor of `distlock bench`.
+std::optional<std::chrono::nanoseconds> sql_backend::native_cycle() {
+    const auto key = dialect_->native_key("distlock-bench-floor/" + spi::random_token());
+    try {
+        return pool_.run([&](connection& c) {
+            auto t0 = std::chrono::steady_clock::now();
+            c.exec(q_.native_plain, {key});
+            c.exec(q_.native_release, {key});
+            return std::chrono::steady_clock::now() - t0;
+        });
+    } catch (const sql_error& e) {
+        throw_client_error(e, name_, "the native lock pair failed");
+    }
+}
+
 // Lease strategies: delete the lease row (tokens live in the fence counter).
 // Session strategies: end the holder's session on the server.
 void sql_backend::break_lock(std::string_view lock_name) {

@@ -137,6 +137,7 @@ public:
     std::unique_ptr<spi::lock_handle> make_lock(const spi::lock_request& r) override;
     void keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) override;
     std::optional<std::chrono::nanoseconds> round_trip() override;
+    std::optional<std::chrono::nanoseconds> native_cycle() override;
     void break_lock(std::string_view lock_name) override;
 
     // The session holding `n` right now, if any (session strategies).

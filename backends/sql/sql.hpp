@@ -184,6 +184,7 @@ struct sql_texts {
     // value when not.
     batch native_lock, native_try;
     statement native_release;  // [key] -> "1" released, "0"/NULL not ours
+    statement native_plain;    // [key]: the lock alone, as a client without distlock takes it (bench's floor)
     statement native_holder;   // [key] -> session id of the holder, no row/NULL when free
     statement kill;            // [session id]: end that session on the server
 };

@@ -45,6 +45,11 @@ public:
     // benchmark floors. nullopt for embedded backends, which have none.
     [[nodiscard]] std::optional<std::chrono::nanoseconds> round_trip() const;
 
+    // One take+release of the server's own lock primitive without distlock's
+    // strategy around it (SQL: GET_LOCK + RELEASE_LOCK, pg_advisory_lock +
+    // pg_advisory_unlock), for benchmark floors. nullopt where there is none.
+    [[nodiscard]] std::optional<std::chrono::nanoseconds> native_cycle() const;
+
     // For library internals and distlock::testing.
     const std::shared_ptr<detail::provider_state>& state() const noexcept { return state_; }
 

@@ -257,4 +257,6 @@ TEST_CASE("bench reports cycles and, for embedded backends, no floor", "[cli][be
     CHECK(j["p99_us"].get<double>() >= j["p50_us"].get<double>());
     CHECK(j["floor_rtt_us"].is_null());
     CHECK(j["floor_ratio"].is_null());
+    CHECK(j["native_floor_us"].is_null());  // no server lock of its own either
+    CHECK(j["native_ratio"].is_null());
 }

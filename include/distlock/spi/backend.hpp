@@ -166,6 +166,12 @@ public:
     // One round trip of the cheapest request; nullopt for embedded backends.
     virtual std::optional<std::chrono::nanoseconds> round_trip() { return std::nullopt; }
 
+    // One uncontended take+release of the server's own lock primitive, as a
+    // client of the same connection library takes it without distlock (SQL:
+    // GET_LOCK + RELEASE_LOCK, pg_advisory_lock + pg_advisory_unlock): the floor
+    // `distlock bench` reports strategies against. nullopt where there is none.
+    virtual std::optional<std::chrono::nanoseconds> native_cycle() { return std::nullopt; }
+
     // The one renewal hook, called by the core's renewal thread: renews the
     // leases of (or, for locks without a lease, checks) several held handles of
     // this backend that are due together, in as few round trips as the backend

@@ -122,3 +122,18 @@ TEST_CASE("1,000 held leases are renewed by one statement in one round trip", "[
     }
     CHECK(fewest == 1);  // one UPDATE (PostgreSQL: one transaction) for all 1,000
 }
+
+TEST_CASE("bench's native floor is the server's own lock and unlock, two round trips on a pooled session",
+          "[sql][count]") {
+    auto p = distlock::connect(url_of(facts().native));
+    REQUIRE(p.native_cycle().has_value());  // warm: the pool has its session
+    const auto rt0 = s::connection::round_trip_counter().load();
+    const auto took = p.native_cycle();
+    CHECK(s::connection::round_trip_counter().load() - rt0 == 2);
+    REQUIRE(took.has_value());
+    CHECK(took->count() > 0);
+    // Nothing is left held: a lock of the strategy itself is still taken at once.
+    auto m = p.mutex(unique_name("after-floor"));
+    CHECK(m.try_lock());
+    m.unlock();
+}
