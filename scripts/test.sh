@@ -52,5 +52,7 @@ if [ "$sanitize" != none ]; then
     say "unit, CLI and conformance tests under -fsanitize=$sanitize"
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-    ctest --test-dir "$dir" --output-on-failure -j 2 -R '^(distlock-unit-tests|distlock-cli-tests|conformance\.|package\.)'
+    # (MySQL's counter-row fence differs from its sequence in SQL text only: the plain pass runs it.)
+    ctest --test-dir "$dir" --output-on-failure -j 2 -R '^(distlock-unit-tests|distlock-cli-tests|conformance\.|package\.)' \
+        -E '\.fence-table$'
 fi
