@@ -69,7 +69,10 @@ public:
         opts["OPT_READ_TIMEOUT"] = seconds_at_least_1(cs.timeout);
         opts["OPT_WRITE_TIMEOUT"] = seconds_at_least_1(cs.timeout);
         opts["OPT_RECONNECT"] = false;          // a reconnect would silently drop a held lock
-        opts["CLIENT_FOUND_ROWS"] = true;       // affected rows = matched rows
+        // Affected rows = rows changed (not matched): an upsert that finds the
+        // lease held changes nothing and says 0. Every statement whose count is
+        // read changes what it matches (renewals move expires_at, releases delete).
+        opts["CLIENT_FOUND_ROWS"] = false;
         opts["CLIENT_MULTI_STATEMENTS"] = true; // a batch is one query (values are rendered as literals)
         opts["OPT_CHARSET_NAME"] = ::sql::SQLString("utf8mb4");
         try {
@@ -253,7 +256,12 @@ public:
             if (!seq) steps.insert(steps.begin(), bump(""));
             return steps;
         };
-        const s::statement mine = {"SELECT version FROM " + t + " WHERE name = ? AND owner = ?", {0, 1}};
+        // The token of a grant: with a sequence, the value NEXTVAL() just drew on
+        // this session, when the upsert before changed a row (no table read);
+        // with counter rows, the row's version.
+        const s::statement mine =
+            seq ? s::statement{"SELECT IF(ROW_COUNT() > 0, LASTVAL(" + fence + "), NULL)", {}}
+                : s::statement{"SELECT version FROM " + t + " WHERE name = ? AND owner = ?", {0, 1}};
         s::sql_texts q;
         q.create = {
             {"CREATE TABLE IF NOT EXISTS " + t +
