@@ -268,8 +268,7 @@ public:
                  " (name VARBINARY(1024) NOT NULL, owner VARCHAR(64) CHARACTER SET ascii NULL,"
                  " expires_at DATETIME(6) NULL, version BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (name)) ENGINE=InnoDB",
              {}},
-            {"CREATE TABLE IF NOT EXISTS " + rows +
-                 " (name VARBINARY(1024) NOT NULL, holder BIGINT NULL, PRIMARY KEY (name)) ENGINE=InnoDB",
+            {"CREATE TABLE IF NOT EXISTS " + rows + " (name VARBINARY(1024) NOT NULL, PRIMARY KEY (name)) ENGINE=InnoDB",
              {}},
             seq ? s::statement{"CREATE SEQUENCE IF NOT EXISTS " + fence + " ENGINE=InnoDB", {}}
                 : s::statement{"CREATE TABLE IF NOT EXISTS " + fence +
@@ -303,19 +302,22 @@ public:
             mine,
         });
         q.row_ensure = {"INSERT IGNORE INTO " + rows + " (name) VALUES (?)", {0}};
-        // Locked, the row records the holding session, which holder_of reads uncommitted.
-        const s::statement mark = {"UPDATE " + rows + " SET holder = CONNECTION_ID() WHERE name = ?", {0}};
+        // Once the row is locked, its holder takes a named lock of its own, the
+        // mark by which holder_of (IS_USED_LOCK) names the holding session without
+        // a write. '#' is in no GET_LOCK key of a lock name (docs/backends/sql.md).
+        // A holder gives the mark back before the row, so the next one finds it
+        // free; a session that ends frees both (the wait of 1 s covers the moment
+        // between the two).
+        const std::string mark_key = "CONCAT('distlock#row:', LEFT(SHA2(?, 256), 51))";
+        const s::statement mark = {"SELECT IF(FOUND_ROWS() > 0, GET_LOCK(" + mark_key + ", 1), NULL)", {0}};
         q.row_lock = {{"START TRANSACTION", {}}, {"SELECT 1 FROM " + rows + " WHERE name = ? FOR UPDATE", {0}}, mark};
         q.row_lock_nowait = {
             {"START TRANSACTION", {}}, {"SELECT 1 FROM " + rows + " WHERE name = ? FOR UPDATE NOWAIT", {0}}, mark};
+        q.row_unlock = {{"SELECT RELEASE_LOCK(" + mark_key + ")", {0}}, {"ROLLBACK", {}}};
         q.set_wait = {"SET SESSION innodb_lock_wait_timeout = GREATEST(1, ? DIV 1000)", {0}};
         if (seq) q.fence = {{"SELECT NEXTVAL(" + fence + ")", {}}};
         else q.fence = {{bump("").text, {0}}, {"SELECT LAST_INSERT_ID()", {}}};
-        q.holder_of = {
-            {"SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED", {}},
-            {"SELECT holder FROM " + rows + " WHERE name = ?", {0}},
-            {"SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED", {}},
-        };
+        q.holder_of = {{"SELECT IS_USED_LOCK(" + mark_key + ")", {0}}};
         // GET_LOCK first: the token is drawn (and a counter row locked) only once
         // the named lock is held. Counter rows: ROW_COUNT() is 0 when it was not.
         if (seq) {
@@ -333,18 +335,11 @@ public:
         return q;
     }
 
-    // Tables of the earlier layout: the rows table gains its holder column; the
-    // counter is raised to the highest version a lease row holds (its token:
-    // SETVAL never lowers a sequence; counter rows are raised, never lowered);
-    // then the rows of locks nobody holds are deleted.
+    // Tables of the earlier layout: the counter is raised to the highest version
+    // a lease row holds (its token: SETVAL never lowers a sequence; counter rows
+    // are raised, never lowered); then the rows of locks nobody holds are deleted.
     void migrate(s::connection& c, const std::string& table) const override {
         const std::string t = "`" + table + "`", fence = "`" + table + "_fence`";
-        auto r = c.exec({"SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE()"
-                         " AND TABLE_NAME = ? AND COLUMN_NAME = 'holder'",
-                         {0}},
-                        {table + "_rows"});
-        if (!r.rows.empty() && r.rows[0][0] && *r.rows[0][0] == "0")
-            c.exec({"ALTER TABLE `" + table + "_rows` ADD COLUMN holder BIGINT NULL", {}});
         if (sequence()) {
             auto m = c.exec({"SELECT COALESCE(MAX(version), 0) FROM " + t, {}});
             const auto top = m.rows.empty() || !m.rows[0][0] ? 0 : std::stoll(*m.rows[0][0]);

@@ -349,6 +349,7 @@ public:
         q.row_ensure = {"INSERT INTO " + rows + " (name) VALUES ($1) ON CONFLICT (name) DO NOTHING", {0}};
         q.row_lock = {{"BEGIN", {}}, {"SELECT 1 FROM " + rows + " WHERE name = $1 FOR UPDATE", {0}}};
         q.row_lock_nowait = {{"BEGIN", {}}, {"SELECT 1 FROM " + rows + " WHERE name = $1 FOR UPDATE NOWAIT", {0}}};
+        q.row_unlock = {{"ROLLBACK", {}}};
         q.set_wait = {"SELECT set_config('lock_timeout', $1::bigint || 'ms', false)", {0}};
         q.fence = {{"SELECT " + next, {}}};
         // A row locked FOR UPDATE carries the locking transaction's id in xmax;

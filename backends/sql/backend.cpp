@@ -162,15 +162,15 @@ std::optional<std::int64_t> sql_backend::holder_session(connection& c, const byt
         if (r.rows.empty() || r.rows[0].empty() || !r.rows[0][0]) return std::nullopt;
         return std::stoll(*r.rows[0][0]);
     }
-    bool locked = false;
     try {
-        c.exec_batch(q_.row_lock_nowait, {n});
+        // Taken at once: nobody held it. Given back as a holder gives it back.
+        if (batch_value(c.exec_batch(q_.row_lock_nowait, {n})) == "1") c.exec_batch(q_.row_unlock, {n});
+        else c.exec(q_.rollback);
+        return std::nullopt;
     } catch (const sql_error& e) {
         if (e.kind() != failure::lock_timeout) throw;
-        locked = true;
+        c.exec(q_.rollback);
     }
-    c.exec(q_.rollback);
-    if (!locked) return std::nullopt;
     auto id = batch_value(c.exec_batch(q_.holder_of, {n}));
     if (!id) return std::nullopt;
     return std::stoll(*id);

@@ -30,13 +30,18 @@ session_handle::outcome session_handle::attempt(connection& c, milliseconds wait
     if (row_lock_) {
         if (wait.count() > 0) set_wait();
         try {
-            if (!batch_value(c.exec_batch(wait.count() > 0 ? q.row_lock : q.row_lock_nowait, {name_}))) {
+            const auto locked = batch_value(c.exec_batch(wait.count() > 0 ? q.row_lock : q.row_lock_nowait, {name_}));
+            if (!locked) {
                 // First use of the name: make its row (autocommit, outside the
                 // locking transaction; never before the lock, since an INSERT
                 // IGNORE of an existing row waits for its holder on MySQL).
                 c.exec(q.rollback);
                 c.exec(q.row_ensure, {name_});
                 return outcome::retry;
+            }
+            if (*locked != "1") {  // the row, but not the holder's mark (MySQL): try again
+                c.exec(q.rollback);
+                return outcome::busy;
             }
         } catch (const sql_error& e) {
             if (e.fatal()) throw;
@@ -123,7 +128,7 @@ void session_handle::release() {
                     "the session holding '" + req_.name + "' was lost: the server had already released the lock");
     try {
         if (row_lock_) {
-            c->exec(b_.q_.rollback);
+            c->exec_batch(b_.q_.row_unlock, {name_});
         } else {
             auto r = c->exec(b_.q_.native_release, {key_});
             if (r.rows.empty() || r.rows[0].empty() || !r.rows[0][0] || *r.rows[0][0] != "1")

@@ -173,8 +173,11 @@ struct sql_texts {
     // Row locks (for-update) on the second table.
     statement row_ensure;            // [name]: create the lockable row if missing
     // [name]: opens a transaction and locks the row (waiting within the session's
-    // bound, or not at all) -> a value when locked, none when there is no row.
+    // bound, or not at all) -> "1" when locked (and marked, where holder_of needs
+    // a mark), another value when the mark could not be taken, none when there is
+    // no row.
     batch row_lock, row_lock_nowait;
+    batch row_unlock;                // [name]: releases a row lock (and its mark): ROLLBACK
     statement set_wait;              // [wait_ms]: the session's lock wait bound
     batch fence;                     // [slot] -> a new token, committed on its own
     batch holder_of;                 // [name] -> the session holding the row's lock (asked once a probe found it locked)

@@ -34,12 +34,10 @@ const dialect_facts& sql_test::facts() {
         .native_holder = [](raw_sql& db, const std::string& name) {
             return db.scalar("SELECT IS_USED_LOCK(?)", {documented_get_lock_key(name)});
         },
-        // The holding transaction's uncommitted mark, as a dirty read sees it.
+        // The holder's mark: the named lock 'distlock#row:' + 51 hex digits of SHA-256(name).
         .row_holder = [](raw_sql& db, const std::string& name) {
-            db.run("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED");
-            auto id = db.scalar("SELECT holder FROM distlock_locks_rows WHERE name = ?", {s::bytes{name}});
-            db.run("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
-            return id;
+            const auto mark = "distlock#row:" + distlock::spi::sha256_hex(name).substr(0, 51);
+            return db.scalar("SELECT IS_USED_LOCK(?)", {mark});
         },
         .fence_object = "TABLE",
         .count_unit = "statements",
@@ -50,16 +48,17 @@ const dialect_facts& sql_test::facts() {
         },
         // get-lock: SELECT IF(GET_LOCK(), NEXTVAL(), NULL); SELECT RELEASE_LOCK().
         // lease-table, optimistic: [INSERT ... NEXTVAL() ... ON DUPLICATE KEY; SELECT version]; DELETE.
-        // for-update: [START TRANSACTION; SELECT ... FOR UPDATE; UPDATE holder]; SELECT NEXTVAL(); ROLLBACK.
+        // for-update: [START TRANSACTION; SELECT ... FOR UPDATE; SELECT GET_LOCK(mark)]; SELECT NEXTVAL();
+        // [SELECT RELEASE_LOCK(mark); ROLLBACK].
         // With counter rows (MySQL 8), each token costs one more statement (the row's bump).
         .per_cycle = {{"strategy=get-lock", {2, 2}},
                       {"strategy=lease-table", {3, 2}},
                       {"strategy=optimistic", {3, 2}},
-                      {"strategy=for-update", {5, 3}},
+                      {"strategy=for-update", {6, 3}},
                       {"strategy=get-lock&fence=table&table=distlock_fence_rows", {3, 2}},
                       {"strategy=lease-table&fence=table&table=distlock_fence_rows", {4, 2}},
                       {"strategy=optimistic&fence=table&table=distlock_fence_rows", {4, 2}},
-                      {"strategy=for-update&fence=table&table=distlock_fence_rows", {6, 3}}},
+                      {"strategy=for-update&fence=table&table=distlock_fence_rows", {7, 3}}},
         .legacy_tables = {"CREATE TABLE {t} (name VARBINARY(1024) NOT NULL, owner VARCHAR(64) CHARACTER SET ascii NULL,"
                           " expires_at DATETIME(6) NULL, version BIGINT NOT NULL DEFAULT 0, holder BIGINT NULL,"
                           " PRIMARY KEY (name)) ENGINE=InnoDB",
