@@ -20,7 +20,7 @@
 //  get-lock /   the server's named session lock on a dedicated connection, the
 //  advisory     token drawn under it in the same round trip.
 // Tokens come from the fence counter (sql_texts): strictly increasing per name
-// (one counter per name's slot), never stored per name.
+// (a sequence, or the counter row of the name's slot), never stored per name.
 #pragma once
 
 #include <chrono>

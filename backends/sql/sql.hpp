@@ -145,10 +145,11 @@ using batch = std::vector<statement>;
 // listed in brackets; "-> x" is what the strategies read from the result (of a
 // batch: batch_value(), the first cell of its last result set).
 //
-// Fencing tokens come from one counter that never goes back and whose values
-// outlive every row (PostgreSQL: the sequence <table>_fence; MySQL: 1024
-// counter rows in <table>_fence, a name's row chosen by `slot`), so that the
-// row of a released lock is deleted: the tables hold only the locks held now.
+// Fencing tokens come from a counter that never goes back and whose values
+// outlive every row (the SEQUENCE <table>_fence on PostgreSQL and MariaDB; on
+// MySQL 8, or with fence=table, 1024 counter rows in <table>_fence, a name's
+// row chosen by `slot`), so that the row of a released lock is deleted: the
+// lease table holds only the leases held now.
 struct sql_texts {
     std::vector<statement> create;  // idempotent DDL of the tables and the fence counter
     statement ping;                 // SELECT 1
