@@ -122,9 +122,8 @@ protected:
         for (std::size_t i = 0; i < steps.size(); ++i) {
             if (preparing[i]) {
                 s::result parsed;
-                const bool failed_before = error.has_value();
                 read_results(parsed, error, until);
-                if (!error && !failed_before) prepared_[*preparing[i]].ready = true;
+                if (!error) prepared_[*preparing[i]].ready = true;
             }
             read_results(out[i], error, until);
         }
