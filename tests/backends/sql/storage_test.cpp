@@ -27,7 +27,7 @@ std::int64_t rows_of(raw_sql& db, const std::string& table) {
 }  // namespace
 
 // CI locks 10,000 names by lease-table; DISTLOCK_TEST_STORAGE_NAMES=100000 runs the
-// issue's 100,000 (docs/backends/sql.md has the run: about a minute on MariaDB).
+// issue's 100,000 (docs/backends/sql.md has the run: under a minute on MariaDB).
 TEST_CASE("names locked once each leave no row behind; native locks never write one", "[sql][storage]") {
     const auto many = distlock::test::env("DISTLOCK_TEST_STORAGE_NAMES");
     for (const auto& [strategy, names] : {std::pair<std::string, int>{"lease-table", many.empty() ? 10000 : std::stoi(many)},
