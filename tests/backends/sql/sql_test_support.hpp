@@ -50,7 +50,7 @@ struct dialect_facts {
     };
     std::vector<std::pair<std::string, cycle_cost>> per_cycle;  // by strategy (URL query)
 
-    // The layout of distlock <= 0.2 (the version column of a row per name was the
+    // The layout before 2026-11-24 (the version column of a row per name was the
     // token; "{t}" stands for the table name), and an expression of the time an
     // hour from now in its expires_at column.
     std::vector<std::string> legacy_tables;
