@@ -92,7 +92,11 @@ private:
     std::optional<spi::grant> acquire_once(spi::deadline until);
     // One try on the holding session, waiting at most `wait` (0: not at all).
     enum class outcome { granted, busy, retry, new_session };
-    outcome attempt(connection& c, std::chrono::milliseconds wait);
+    struct attempt_result {
+        outcome what;
+        std::uint64_t token = 0;  // when granted
+    };
+    attempt_result attempt(connection& c, std::chrono::milliseconds wait);
     void drop_connection() noexcept { conn_.reset(); }  // closing the session frees whatever it held
 
     sql_backend& b_;
@@ -101,7 +105,6 @@ private:
     bytes name_;
     value key_;
     std::int64_t slot_;
-    std::uint64_t token_ = 0;  // of the last granted attempt
     std::unique_ptr<connection> conn_;  // the holding session while held
 };
 

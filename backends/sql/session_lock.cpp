@@ -19,7 +19,7 @@ session_handle::session_handle(sql_backend& b, const spi::lock_request& r, bool 
 
 session_handle::~session_handle() { drop_connection(); }
 
-session_handle::outcome session_handle::attempt(connection& c, milliseconds wait) {
+session_handle::attempt_result session_handle::attempt(connection& c, milliseconds wait) {
     const auto& q = b_.q_;
     auto set_wait = [&] {
         if (c.wait_bound_ms != ms(wait)) {
@@ -37,16 +37,16 @@ session_handle::outcome session_handle::attempt(connection& c, milliseconds wait
                 // IGNORE of an existing row waits for its holder on MySQL).
                 c.exec(q.rollback);
                 c.exec(q.row_ensure, {name_});
-                return outcome::retry;
+                return {outcome::retry};
             }
             if (*locked != "1") {  // the row, but not the holder's mark (MySQL): try again
                 c.exec(q.rollback);
-                return outcome::busy;
+                return {outcome::busy};
             }
         } catch (const sql_error& e) {
             if (e.fatal()) throw;
             c.exec(q.rollback);
-            if (e.kind() == failure::lock_timeout || e.kind() == failure::deadlock) return outcome::busy;
+            if (e.kind() == failure::lock_timeout || e.kind() == failure::deadlock) return {outcome::busy};
             throw;
         }
         // The transaction stays open: that is the lock. Its token must be
@@ -54,15 +54,13 @@ session_handle::outcome session_handle::attempt(connection& c, milliseconds wait
         // again), so it is drawn on another connection.
         auto token = b_.pool_.run([&](connection& other) { return run_for_token(other, q.fence, {slot_}); });
         if (!token) throw sql_error(failure::other, 0, "the fence counter returned no token");
-        token_ = *token;
-        return outcome::granted;
+        return {outcome::granted, *token};
     }
     if (wait.count() > 0 && !b_.dialect_->native_wait_in_call()) set_wait();
     try {
         auto token = run_for_token(c, wait.count() > 0 ? q.native_lock : q.native_try, {key_, ms(wait), slot_});
-        if (!token) return outcome::busy;
-        token_ = *token;
-        return outcome::granted;
+        if (!token) return {outcome::busy};
+        return {outcome::granted, *token};
     } catch (const sql_error& e) {
         // The session lock may be held once the statement failed after taking it
         // (a MySQL fence row that could not be locked in time): only ending the
@@ -70,8 +68,8 @@ session_handle::outcome session_handle::attempt(connection& c, milliseconds wait
         // lock wait itself, which took nothing.
         if (e.fatal()) throw;
         const bool busy = e.kind() == failure::lock_timeout || e.kind() == failure::deadlock;
-        if (busy && !b_.dialect_->native_wait_in_call()) return outcome::busy;
-        if (busy) return outcome::new_session;
+        if (busy && !b_.dialect_->native_wait_in_call()) return {outcome::busy};
+        if (busy) return {outcome::new_session};
         throw;
     }
 }
@@ -93,7 +91,7 @@ std::optional<spi::grant> session_handle::acquire_once(spi::deadline until) {
             const auto left = duration_cast<milliseconds>(until - spi::clock::now());
             milliseconds wait{0};
             if (left >= resolution) wait = std::min(chunk, left / resolution * resolution);
-            outcome o;
+            attempt_result o;
             try {
                 o = attempt(*conn_, wait);
             } catch (const sql_error& e) {
@@ -105,9 +103,9 @@ std::optional<spi::grant> session_handle::acquire_once(spi::deadline until) {
                 continue;
             }
             reused = false;
-            if (o == outcome::granted) return spi::grant{token_, spi::clock::now()};  // no lease: the session holds it
-            if (o == outcome::retry) continue;
-            if (o == outcome::new_session) conn_ = b_.pool_.take().detach();  // the old one is closed here
+            if (o.what == outcome::granted) return spi::grant{o.token, spi::clock::now()};  // no lease: the session holds it
+            if (o.what == outcome::retry) continue;
+            if (o.what == outcome::new_session) conn_ = b_.pool_.take().detach();  // the old one is closed here
             if (spi::clock::now() >= until) break;
             if (wait.count() == 0 && !pause.sleep(until)) break;
         }
