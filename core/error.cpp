@@ -84,6 +84,9 @@ std::string_view to_string(feature f) noexcept {
         case feature::fencing: return "fencing";
         case feature::notified_wakeup: return "notified_wakeup";
         case feature::break_lock: return "break_lock";
+        case feature::read_write: return "read_write";
+        case feature::semaphore: return "semaphore";
+        case feature::permit_limit: return "permit_limit";
     }
     return "unknown";
 }

@@ -55,13 +55,59 @@ std::shared_ptr<gate> provider_state::gate_for(const std::string& name) {
     return g;
 }
 
+std::unique_ptr<mutex_impl> make_mutex_impl(const std::shared_ptr<provider_state>& provider, std::string_view name,
+                                            lock_options options, spi::lock_kind kind, std::uint32_t permits) {
+    auto& backend = provider->backend();
+    const std::string who(backend.name());
+    if (name.empty()) throw_error(errc::invalid_argument, who, "lock name is empty");
+    if (name.size() > max_name_length)
+        throw_error(errc::invalid_argument, who,
+                    "lock name is " + std::to_string(name.size()) + " bytes; at most " +
+                        std::to_string(max_name_length) + " are allowed");
+    if (options.lease.count() < 0) throw_error(errc::invalid_argument, who, "negative lease");
+    if (options.retry_min.count() < 0 || options.retry_max < options.retry_min)
+        throw_error(errc::invalid_argument, who, "retry_min/retry_max out of order");
+    const auto needs = kind == spi::lock_kind::permit ? feature::semaphore : feature::read_write;
+    if (kind != spi::lock_kind::exclusive && !backend.caps().supports(needs))
+        throw_error(errc::unsupported, who,
+                    std::string(kind == spi::lock_kind::permit ? "semaphores" : "read-write locks") +
+                        " are not supported: " + std::string(backend.caps().why_not(needs)));
+    spi::lock_request request;
+    request.name = std::string(name);
+    request.kind = kind;
+    request.permits = permits;
+    request.lease = options.lease.count() > 0 ? options.lease : provider->default_lease();
+    request.auto_renew = options.auto_renew;
+    request.renew_interval = std::max(std::chrono::milliseconds{1}, request.lease / 3);  // the lease/3 rule, here only
+    request.retry_min = options.retry_min;
+    request.retry_max = options.retry_max;
+    auto handle = backend.make_lock(request);
+    if (!handle) throw_error(errc::unsupported, who, "the backend made no lock handle");
+    return std::make_unique<mutex_impl>(provider, std::move(request), std::move(options), std::move(handle));
+}
+
+namespace {
+// Threads of one provider that want the same mutex, or the write side of the
+// same read-write lock, queue in-process; readers and permits each hold a grant
+// of their own and do not.
+std::shared_ptr<gate> gate_of(provider_state& provider, const spi::lock_request& request) {
+    switch (request.kind) {
+        case spi::lock_kind::exclusive: return provider.gate_for(std::string(1, 'm') + request.name);
+        case spi::lock_kind::write: return provider.gate_for(std::string(1, 'w') + request.name);
+        case spi::lock_kind::read:
+        case spi::lock_kind::permit: break;
+    }
+    return nullptr;
+}
+}  // namespace
+
 mutex_impl::mutex_impl(std::shared_ptr<provider_state> provider, spi::lock_request request, lock_options options,
                        std::unique_ptr<spi::lock_handle> handle)
     : provider_(std::move(provider)),
       request_(std::move(request)),
       options_(std::move(options)),
       handle_(std::move(handle)),
-      gate_(provider_->gate_for(request_.name)),
+      gate_(gate_of(*provider_, request_)),
       sink_target_(std::make_shared<sink_target>()),
       pending_(std::make_shared<pending_callbacks>()) {
     sink_target_->impl = this;
@@ -114,7 +160,7 @@ bool mutex_impl::lock_until(spi::deadline until) {
                         "lock '" + request_.name + "' is already held by this thread (this backend is not reentrant)");
         }
     }
-    if (!gate_->enter(until, this, backend.name(), request_.name)) return false;
+    if (gate_ && !gate_->enter(until, this, backend.name(), request_.name)) return false;
     const bool leased = backend.caps().supports(feature::lease_expiry);
     // How long a grant (and each confirmed renewal) is valid from when its request
     // was sent: the lease, or the session's for a lock held by an expiring
@@ -150,12 +196,12 @@ bool mutex_impl::lock_until(spi::deadline until) {
         }
     } catch (...) {
         end_acquire();
-        gate_->leave();
+        if (gate_) gate_->leave();
         throw;
     }
     if (!granted) {
         end_acquire();
-        gate_->leave();
+        if (gate_) gate_->leave();
         return false;
     }
     // Renewed (a lease with auto_renew) or checked (a lock without a lease that
@@ -239,7 +285,7 @@ void mutex_impl::unlock() noexcept {
                                              std::string("release failed: ") + e.what()));
     } catch (...) {
     }
-    gate_->leave();
+    if (gate_) gate_->leave();
     // A loss or failure that the release found is told before unlock()
     // returns, as before the callbacks had a thread of their own: on_lost /
     // on_error run there, and this thread waits for them.

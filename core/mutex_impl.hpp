@@ -20,6 +20,14 @@
 
 namespace distlock::detail {
 
+class mutex_impl;
+
+// Checks the name and options, resolves the request (lease, renewal period) and
+// makes the backend's handle for one grant of `kind` (unsupported_error with the
+// backend's reason when its caps() do not support that primitive).
+std::unique_ptr<mutex_impl> make_mutex_impl(const std::shared_ptr<provider_state>& provider, std::string_view name,
+                                            lock_options options, spi::lock_kind kind, std::uint32_t permits);
+
 class mutex_impl {
 public:
     mutex_impl(std::shared_ptr<provider_state> provider, spi::lock_request request, lock_options options,
@@ -45,6 +53,11 @@ public:
         return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(until));
     }
     const std::string& name() const noexcept { return request_.name; }
+    // This thread holds the grant (or is the one taking it: not yet).
+    bool owned_by_this_thread() noexcept {
+        std::lock_guard lk(state_mutex_);
+        return depth_ > 0 && owner_ == std::this_thread::get_id();
+    }
 
 private:
     // What a loss_sink points to: cleared (under its mutex) when the mutex_impl

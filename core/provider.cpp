@@ -96,25 +96,7 @@ std::string_view version() noexcept { return DISTLOCK_VERSION_STRING; }
 provider::provider(std::shared_ptr<detail::provider_state> state) noexcept : state_(std::move(state)) {}
 
 distlock::mutex provider::mutex(std::string_view name, lock_options options) const {
-    auto& backend = state_->backend();
-    if (name.empty()) throw_error(errc::invalid_argument, std::string(backend.name()), "lock name is empty");
-    if (name.size() > max_name_length)
-        throw_error(errc::invalid_argument, std::string(backend.name()),
-                    "lock name is " + std::to_string(name.size()) + " bytes; at most " +
-                        std::to_string(max_name_length) + " are allowed");
-    if (options.lease.count() < 0) throw_error(errc::invalid_argument, std::string(backend.name()), "negative lease");
-    if (options.retry_min.count() < 0 || options.retry_max < options.retry_min)
-        throw_error(errc::invalid_argument, std::string(backend.name()), "retry_min/retry_max out of order");
-    spi::lock_request request;
-    request.name = std::string(name);
-    request.lease = options.lease.count() > 0 ? options.lease : state_->default_lease();
-    request.auto_renew = options.auto_renew;
-    request.renew_interval = std::max(std::chrono::milliseconds{1}, request.lease / 3);  // the lease/3 rule, here only
-    request.retry_min = options.retry_min;
-    request.retry_max = options.retry_max;
-    auto handle = backend.make_lock(request);
-    return distlock::mutex(
-        std::make_unique<detail::mutex_impl>(state_, std::move(request), std::move(options), std::move(handle)));
+    return distlock::mutex(detail::make_mutex_impl(state_, name, std::move(options), spi::lock_kind::exclusive, 0));
 }
 
 const std::string& provider::scheme() const noexcept { return state_->scheme(); }

@@ -211,6 +211,10 @@ public:
             {feature::lease_expiry, "no leases: the kernel holds the lock until unlock or process exit"},
             {feature::notified_wakeup, "waiters wake on inotify close events, with slow polling as a safety net"},
         };
+        // Read-write locks and semaphores: not built for this backend yet (issue 13).
+        caps_.unsupported.emplace(feature::read_write, "not implemented for this backend yet");
+        caps_.unsupported.emplace(feature::semaphore, "not implemented for this backend yet");
+        caps_.unsupported.emplace(feature::permit_limit, "no semaphores on this backend yet");
         caps_.crash_release_bound = 0ms;
     }
     std::string_view name() const noexcept override { return "file"; }

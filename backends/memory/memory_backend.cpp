@@ -5,16 +5,22 @@
 #include <map>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "distlock/spi/backend.hpp"
 
 namespace distlock::backends::memory {
 namespace {
 
+// One lock: a mutex, a read-write lock or a semaphore (each primitive of a name
+// is a slot of its own, as separate keys on a server would be).
 struct slot {
-    std::uint64_t grant = 0;    // current grant id, 0 = free
+    std::uint64_t grant = 0;    // the exclusive grant (mutex, writer), 0 = none
+    std::map<std::uint64_t, spi::loss_sink> shared;  // readers or permits, by grant id
+    int writers_waiting = 0;    // a waiting writer holds back readers that come later
+    std::uint32_t limit = 0;    // the semaphore's size while it has holders
     std::uint64_t counter = 0;  // fencing counter, survives release
-    spi::loss_sink lost;        // of the current grant: break_lock reports through it
+    spi::loss_sink lost;        // of the exclusive grant: break_lock reports through it
 };
 
 struct table {
@@ -33,35 +39,80 @@ table& table_for(const std::string& space) {
     return *t;
 }
 
+// The slot's key: the primitive's letter, then the name.
+char letter_of(spi::lock_kind kind) {
+    switch (kind) {
+        case spi::lock_kind::exclusive: return 'm';
+        case spi::lock_kind::read:
+        case spi::lock_kind::write: return 'r';
+        case spi::lock_kind::permit: return 's';
+    }
+    return 'm';
+}
+
 class handle final : public spi::lock_handle {
 public:
-    handle(table& t, std::string name) : table_(t), name_(std::move(name)) {}
+    handle(table& t, const spi::lock_request& r)
+        : table_(t), key_(letter_of(r.kind) + r.name), name_(r.name), kind_(r.kind), permits_(r.permits) {}
 
     std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink& lost) override {
         std::unique_lock lk(table_.mutex);
-        auto& s = table_.slots[name_];
-        auto free = [&] { return s.grant == 0; };
-        if (until == spi::deadline::max()) table_.released.wait(lk, free);
-        else if (!table_.released.wait_until(lk, until, free)) return std::nullopt;
-        grant_ = s.grant = table_.next_grant++;
-        s.lost = lost;
+        auto& s = table_.slots[key_];
+        auto free = [&] {
+            switch (kind_) {
+                case spi::lock_kind::exclusive: return s.grant == 0;
+                case spi::lock_kind::write: return s.grant == 0 && s.shared.empty();
+                case spi::lock_kind::read: return s.grant == 0 && s.writers_waiting == 0;
+                case spi::lock_kind::permit:
+                    if (!s.shared.empty() && s.limit != permits_)
+                        throw_error(errc::invalid_argument, "memory",
+                                    "semaphore '" + name_ + "' is held with " + std::to_string(s.limit) +
+                                        " permits; this one asks for " + std::to_string(permits_));
+                    return s.shared.size() < permits_;
+            }
+            return false;
+        };
+        const bool writer = kind_ == spi::lock_kind::write;
+        if (writer) ++s.writers_waiting;
+        bool ok = true;
+        try {
+            if (until == spi::deadline::max()) table_.released.wait(lk, free);
+            else ok = table_.released.wait_until(lk, until, free);
+        } catch (...) {
+            if (writer) --s.writers_waiting;
+            throw;
+        }
+        if (writer && --s.writers_waiting == 0 && !ok) table_.released.notify_all();  // readers held back by it
+        if (!ok) return std::nullopt;
+        grant_ = table_.next_grant++;
+        if (kind_ == spi::lock_kind::read || kind_ == spi::lock_kind::permit) {
+            s.shared.emplace(grant_, lost);
+            s.limit = permits_;
+        } else {
+            s.grant = grant_;
+            s.lost = lost;
+        }
         return spi::grant{++s.counter, spi::clock::now()};  // no lease
     }
 
     void release() override {
         std::lock_guard lk(table_.mutex);
-        auto& s = table_.slots[name_];
+        auto& s = table_.slots[key_];
         auto mine = std::exchange(grant_, 0);
-        if (s.grant != mine || mine == 0)
-            throw_error(errc::not_owner, "memory", "lock '" + name_ + "' is no longer held by this handle");
-        s.grant = 0;
-        s.lost = {};
+        const bool had = mine != 0 && (s.grant == mine || s.shared.erase(mine) == 1);
+        if (!had) throw_error(errc::not_owner, "memory", "lock '" + name_ + "' is no longer held by this handle");
+        if (s.grant == mine) {
+            s.grant = 0;
+            s.lost = {};
+        }
         table_.released.notify_all();
     }
 
 private:
     table& table_;
-    std::string name_;
+    std::string key_, name_;
+    spi::lock_kind kind_;
+    std::uint32_t permits_;
     std::uint64_t grant_ = 0;
 };
 
@@ -77,20 +128,25 @@ public:
     std::string_view name() const noexcept override { return "memory"; }
     const capabilities& caps() const noexcept override { return caps_; }
     std::unique_ptr<spi::lock_handle> make_lock(const spi::lock_request& r) override {
-        return std::make_unique<handle>(table_, r.name);
+        return std::make_unique<handle>(table_, r);
     }
     void break_lock(std::string_view name) override {
-        spi::loss_sink lost;
+        // Every primitive of the name: its exclusive grant and its shared ones.
+        std::vector<spi::loss_sink> lost;
         {
             std::lock_guard lk(table_.mutex);
-            auto it = table_.slots.find(name);
-            if (it != table_.slots.end()) {
-                it->second.grant = 0;
-                lost = std::exchange(it->second.lost, {});
+            for (char letter : {'m', 'r', 's'}) {
+                auto it = table_.slots.find(letter + std::string(name));
+                if (it == table_.slots.end()) continue;
+                auto& s = it->second;
+                if (s.grant != 0) lost.push_back(std::exchange(s.lost, {}));
+                s.grant = 0;
+                for (auto& [id, sink] : s.shared) lost.push_back(std::move(sink));
+                s.shared.clear();
             }
             table_.released.notify_all();
         }
-        lost("the lock was broken (testing::break_lock)");
+        for (const auto& l : lost) l("the lock was broken (testing::break_lock)");
     }
 
 private:

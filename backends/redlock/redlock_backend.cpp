@@ -77,6 +77,10 @@ public:
              "the Redlock algorithm retries after a random delay (up to retry_delay) instead of a notification"},
         };
         // After the holder's lease runs out, a waiter retries within retry_delay.
+        // Read-write locks and semaphores: not built for this backend yet (issue 13).
+        caps_.unsupported.emplace(feature::read_write, "not implemented for this backend yet");
+        caps_.unsupported.emplace(feature::semaphore, "not implemented for this backend yet");
+        caps_.unsupported.emplace(feature::permit_limit, "no semaphores on this backend yet");
         caps_.crash_release_bound = settings_.retry_delay;
         // Check the nodes now: bad credentials or a server that is not Redis
         // anywhere, or no majority reachable, fail connect() with a typed error.

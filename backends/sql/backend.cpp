@@ -69,6 +69,10 @@ sql_backend::sql_backend(std::shared_ptr<dialect> d, settings s)
                                        "backoff (retry_min..retry_max)"},
         };
     }
+    // Read-write locks and semaphores: not built for this backend yet (issue 13).
+    caps_.unsupported.emplace(feature::read_write, "not implemented for this backend yet");
+    caps_.unsupported.emplace(feature::semaphore, "not implemented for this backend yet");
+    caps_.unsupported.emplace(feature::permit_limit, "no semaphores on this backend yet");
     caps_.crash_release_bound = 0ms;  // connection drop: at once; leases: when the lease (added by callers) ends
 }
 

@@ -7,7 +7,10 @@
 #pragma once
 
 #include "distlock/error.hpp"
+#include "distlock/multi_lock.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/options.hpp"
 #include "distlock/provider.hpp"
+#include "distlock/semaphore.hpp"
+#include "distlock/shared_mutex.hpp"
 #include "distlock/version.hpp"

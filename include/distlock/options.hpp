@@ -76,6 +76,9 @@ enum class feature {
     fencing,             // strictly increasing fencing tokens per name
     notified_wakeup,     // waiters are woken by a server notification, not by polling
     break_lock,          // testing::break_lock can remove the server-side state out of band
+    read_write,          // provider::shared_mutex (a read-write lock)
+    semaphore,           // provider::semaphore (permits, each a grant of its own)
+    permit_limit,        // a semaphore's size is kept on the server: a client asking another size is refused
 };
 
 std::string_view to_string(feature f) noexcept;

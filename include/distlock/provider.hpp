@@ -9,8 +9,11 @@
 #include <string_view>
 #include <vector>
 
+#include "distlock/multi_lock.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/options.hpp"
+#include "distlock/semaphore.hpp"
+#include "distlock/shared_mutex.hpp"
 
 namespace distlock {
 
@@ -30,6 +33,23 @@ public:
     // A mutex for `name`. Names are arbitrary bytes, 1..max_name_length() long.
     // Throws invalid_argument_error for an empty or oversized name.
     [[nodiscard]] distlock::mutex mutex(std::string_view name, lock_options options = {}) const;
+
+    // A read-write lock for `name` (names as for mutex()). Throws
+    // unsupported_error, with the backend's reason, where caps() do not support
+    // feature::read_write.
+    [[nodiscard]] distlock::shared_mutex shared_mutex(std::string_view name, lock_options options = {}) const;
+
+    // A semaphore of `permits` (>= 1) permits for `name` (names as for mutex()).
+    // Throws unsupported_error, with the backend's reason, where caps() do not
+    // support feature::semaphore; invalid_argument_error for 0 permits.
+    [[nodiscard]] distlock::semaphore semaphore(std::string_view name, std::uint32_t permits,
+                                                lock_options options = {}) const;
+
+    // The mutexes of `names` taken all or none (see multi_lock). Names as for
+    // mutex(); a name listed twice is taken once. Throws invalid_argument_error
+    // for an empty list.
+    [[nodiscard]] distlock::multi_lock multi_lock(const std::vector<std::string>& names,
+                                                  lock_options options = {}) const;
 
     // The URL scheme this provider speaks ("file", "redis", ...).
     [[nodiscard]] const std::string& scheme() const noexcept;

@@ -11,3 +11,33 @@ inline constexpr const char* conformance_helper_flag = "--conformance-helper";
 int conformance_helper(int argc, char** argv);
 
 }  // namespace distlock::test
+
+#include <atomic>
+#include <string>
+
+namespace distlock::test {
+
+// Counters that the suite's processes share through a file mapped by each of
+// them (lock-free atomics, so they count across processes), to check how many
+// hold a read-write lock, a semaphore or a multi-lock at once.
+struct holder_counters {
+    std::atomic<int> readers, writers, holders;              // inside now
+    std::atomic<int> max_readers, max_writers, max_holders;  // most seen at once
+    std::atomic<int> violations;  // a writer beside anyone, a reader beside a writer
+    std::atomic<long> rounds;     // critical sections completed
+};
+
+// Maps `path` (made and zeroed by create = true) for the counters; aborts the
+// process when it cannot (test helpers only).
+holder_counters& map_counters(const std::string& path, bool create);
+
+// Enter / leave as a reader, a writer or a permit holder, updating the maxima
+// and counting violations.
+void enter_read(holder_counters& c);
+void leave_read(holder_counters& c);
+void enter_write(holder_counters& c);
+void leave_write(holder_counters& c);
+void enter_holder(holder_counters& c);
+void leave_holder(holder_counters& c);
+
+}  // namespace distlock::test

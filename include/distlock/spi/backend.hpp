@@ -37,9 +37,30 @@ namespace distlock::spi {
 using clock = std::chrono::steady_clock;
 using deadline = clock::time_point;
 
+// Which primitive a lock handle serves. A backend is asked for `read`, `write`
+// or `permit` handles only when its caps() support feature::read_write or
+// feature::semaphore (the core throws unsupported_error with the declared
+// reason otherwise). A name is one lock of each primitive: a backend may keep
+// the mutex, the read-write lock and the semaphore of one name apart or in one
+// place (as Redisson does), and a program that uses two primitives on one name
+// gets what that backend's layout gives (documented per backend).
+enum class lock_kind : std::uint8_t {
+    exclusive,  // distlock::mutex
+    read,       // the shared side of distlock::shared_mutex: readers hold together
+    write,      // the exclusive side of distlock::shared_mutex: excludes readers and writers;
+                // a waiting writer is not starved by a stream of readers (the backend's
+                // policy, writer preference or FIFO, is stated in its documentation)
+    permit,     // one permit of distlock::semaphore: at most `permits` grants of the name at once
+};
+
 // What the core asks of a lock handle, resolved from lock_options and the URL.
 struct lock_request {
     std::string name;                  // 1..max_name_length arbitrary bytes
+    lock_kind kind = lock_kind::exclusive;
+    // For lock_kind::permit: the semaphore's size, >= 1. A backend with
+    // feature::permit_limit refuses (invalid_argument_error from acquire()) a
+    // request whose size differs from the one the server holds for the name.
+    std::uint32_t permits = 0;
     std::chrono::milliseconds lease;   // > 0, resolved (option, else URL lease=, else backend default)
     // Lease locks (feature::lease_expiry): whether the core renews the lease
     // through backend::keepalive_batch() every `renew_interval`; without it the
@@ -106,7 +127,9 @@ private:
     std::function<void(std::string)> report_;
 };
 
-// One per distlock::mutex. Threading contract (kept by the core):
+// One per grant at a time: a distlock::mutex has one; a shared_mutex one for
+// its writer and one per thread reading at once; a semaphore one per permit
+// held at once. Threading contract (kept by the core):
 //  - acquire() and release() are called by one thread at a time;
 //  - the backend's keepalive_batch() receives a handle only between a
 //    successful acquire() and the next release(), never concurrently with them.

@@ -1,0 +1,344 @@
+// The read-write lock, the semaphore and the multi-lock: each is made of the
+// mutex's grant machinery (mutex_impl: one backend handle, its renewal, its
+// loss reports), one grant per reader thread, per permit or per part.
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "distlock/multi_lock.hpp"
+#include "distlock/provider.hpp"
+#include "distlock/semaphore.hpp"
+#include "distlock/shared_mutex.hpp"
+#include "mutex_impl.hpp"
+
+namespace distlock::detail {
+
+// Grants of one kind and name that come and go: a grant is taken by a thread
+// with a handle of its own, from the idle ones or a new one, and its handle
+// goes back to the idle ones when it is released (or the taking failed).
+class grant_pool {
+public:
+    grant_pool(std::shared_ptr<provider_state> provider, std::string name, lock_options options,
+               spi::lock_kind kind, std::uint32_t permits)
+        : provider_(std::move(provider)),
+          name_(std::move(name)),
+          options_(std::move(options)),
+          kind_(kind),
+          permits_(permits),
+          first_(make_mutex_impl(provider_, name_, options_, kind_, permits_)) {}
+
+    // Every grant still held is released by its mutex_impl's destructor.
+
+    bool take(spi::deadline until) {
+        std::unique_ptr<mutex_impl> impl;
+        {
+            std::lock_guard lk(mutex_);
+            if (first_) impl = std::move(first_);
+            else if (!idle_.empty()) {
+                impl = std::move(idle_.back());
+                idle_.pop_back();
+            }
+        }
+        if (!impl) impl = make_mutex_impl(provider_, name_, options_, kind_, permits_);
+        bool ok = false;
+        try {
+            ok = impl->lock_until(until);
+        } catch (...) {
+            give_back(std::move(impl));
+            throw;
+        }
+        if (!ok) {
+            give_back(std::move(impl));
+            return false;
+        }
+        std::lock_guard lk(mutex_);
+        held_.push_back({std::this_thread::get_id(), std::move(impl)});
+        return true;
+    }
+
+    // Releases the grant the calling thread took last; with `any_thread`, else
+    // the one taken last. false when there was none.
+    bool release(bool any_thread) noexcept {
+        std::unique_ptr<mutex_impl> impl;
+        {
+            std::lock_guard lk(mutex_);
+            auto it = mine();
+            if (it == held_.rend() && any_thread && !held_.empty()) it = held_.rbegin();
+            if (it == held_.rend()) return false;
+            impl = std::move(it->impl);
+            held_.erase(std::next(it).base());
+        }
+        impl->unlock();
+        give_back(std::move(impl));
+        return true;
+    }
+
+    // The calling thread's last grant: held (not lost) and its token.
+    bool mine_held() const noexcept {
+        std::lock_guard lk(mutex_);
+        auto it = mine();
+        return it != held_.rend() && it->impl->held();
+    }
+    bool mine_taken() const noexcept {
+        std::lock_guard lk(mutex_);
+        return mine() != held_.rend();
+    }
+    std::uint64_t mine_token() const noexcept {
+        std::lock_guard lk(mutex_);
+        auto it = mine();
+        return it == held_.rend() ? 0 : it->impl->token();
+    }
+    std::size_t count_held() const noexcept {
+        std::lock_guard lk(mutex_);
+        return static_cast<std::size_t>(
+            std::count_if(held_.begin(), held_.end(), [](const held_grant& g) { return g.impl->held(); }));
+    }
+    const std::string& name() const noexcept { return name_; }
+    std::uint32_t permits() const noexcept { return permits_; }
+    const std::shared_ptr<provider_state>& provider() const noexcept { return provider_; }
+
+private:
+    struct held_grant {
+        std::thread::id thread;
+        std::unique_ptr<mutex_impl> impl;
+    };
+    std::vector<held_grant>::const_reverse_iterator mine() const noexcept {
+        const auto self = std::this_thread::get_id();
+        return std::find_if(held_.rbegin(), held_.rend(), [&](const held_grant& g) { return g.thread == self; });
+    }
+    std::vector<held_grant>::reverse_iterator mine() noexcept {
+        const auto self = std::this_thread::get_id();
+        return std::find_if(held_.rbegin(), held_.rend(), [&](const held_grant& g) { return g.thread == self; });
+    }
+    void give_back(std::unique_ptr<mutex_impl> impl) noexcept {
+        try {
+            std::lock_guard lk(mutex_);
+            idle_.push_back(std::move(impl));
+        } catch (...) {  // out of memory: the handle goes (it holds nothing)
+        }
+    }
+
+    std::shared_ptr<provider_state> provider_;
+    std::string name_;
+    lock_options options_;
+    spi::lock_kind kind_;
+    std::uint32_t permits_;
+    mutable std::mutex mutex_;
+    std::unique_ptr<mutex_impl> first_;  // made by the constructor: a bad name or option throws there
+    std::vector<std::unique_ptr<mutex_impl>> idle_;
+    std::vector<held_grant> held_;  // in the order taken
+};
+
+class shared_mutex_impl {
+public:
+    shared_mutex_impl(const std::shared_ptr<provider_state>& provider, std::string_view name, const lock_options& options)
+        : writer_(make_mutex_impl(provider, name, options, spi::lock_kind::write, 0)),
+          readers_(provider, std::string(name), options, spi::lock_kind::read, 0) {}
+
+    bool lock_until(bool shared, spi::deadline until) {
+        if (writer_->owned_by_this_thread() || readers_.mine_taken())
+            throw_error(errc::would_deadlock, std::string(readers_.provider()->backend().name()),
+                        "this thread already holds read-write lock '" + readers_.name() +
+                            "' through this object; asking for it again would wait for itself");
+        return shared ? readers_.take(until) : writer_->lock_until(until);
+    }
+    void unlock() noexcept { writer_->unlock(); }
+    void unlock_shared() noexcept { (void)readers_.release(false); }
+    bool held() const noexcept { return writer_->held(); }
+    bool held_shared() const noexcept { return readers_.mine_held(); }
+    std::uint64_t token() const noexcept { return writer_->token(); }
+    std::uint64_t shared_token() const noexcept { return readers_.mine_token(); }
+    const std::string& name() const noexcept { return readers_.name(); }
+
+private:
+    std::unique_ptr<mutex_impl> writer_;
+    grant_pool readers_;
+};
+
+class semaphore_impl {
+public:
+    semaphore_impl(const std::shared_ptr<provider_state>& provider, std::string_view name, std::uint32_t permits,
+                   const lock_options& options)
+        : permits_(provider, std::string(name), options, spi::lock_kind::permit, permits) {}
+    bool acquire_until(spi::deadline until) { return permits_.take(until); }
+    void release() noexcept { (void)permits_.release(true); }
+    std::size_t held() const noexcept { return permits_.count_held(); }
+    std::uint64_t token() const noexcept { return permits_.mine_token(); }
+    std::uint32_t permits() const noexcept { return permits_.permits(); }
+    const std::string& name() const noexcept { return permits_.name(); }
+
+private:
+    grant_pool permits_;
+};
+
+class multi_lock_impl {
+public:
+    multi_lock_impl(const std::shared_ptr<provider_state>& provider, std::vector<std::string> names,
+                    lock_options options)
+        : names_(std::move(names)), loss_(std::make_shared<loss_state>()) {
+        const std::string who(provider->backend().name());
+        if (names_.empty()) throw_error(errc::invalid_argument, who, "a multi-lock needs at least one name");
+        std::sort(names_.begin(), names_.end());
+        names_.erase(std::unique(names_.begin(), names_.end()), names_.end());
+        loss_->on_lost = std::move(options.on_lost);
+        // One loss of a part is the loss of the whole, reported once per grant.
+        options.on_lost = [loss = loss_](const lock_event& e) {
+            std::function<void(const lock_event&)> report;
+            {
+                std::lock_guard lk(loss->mutex);
+                if (!loss->active || loss->lost) return;
+                loss->lost = true;
+                report = loss->on_lost;
+            }
+            if (report) report(lock_event{e.name, e.token, "part '" + e.name + "' of a multi-lock: " + e.reason});
+        };
+        for (const auto& n : names_) parts_.push_back(make_mutex_impl(provider, n, options, spi::lock_kind::exclusive, 0));
+    }
+
+    bool lock_until(spi::deadline until) {
+        {
+            std::lock_guard lk(loss_->mutex);
+            loss_->active = true;
+            loss_->lost = false;
+        }
+        std::size_t taken = 0;
+        try {
+            for (; taken < parts_.size(); ++taken)
+                if (!parts_[taken]->lock_until(until)) break;
+        } catch (...) {
+            give_back(taken);
+            throw;
+        }
+        if (taken == parts_.size()) return true;
+        give_back(taken);
+        return false;
+    }
+    void unlock() noexcept { give_back(parts_.size()); }
+    bool held() const noexcept {
+        {
+            std::lock_guard lk(loss_->mutex);
+            if (!loss_->active || loss_->lost) return false;
+        }
+        return std::all_of(parts_.begin(), parts_.end(), [](const auto& p) { return p->held(); });
+    }
+    const std::vector<std::string>& names() const noexcept { return names_; }
+    std::vector<std::uint64_t> tokens() const {
+        std::vector<std::uint64_t> out;
+        for (const auto& p : parts_) out.push_back(p->token());
+        return out;
+    }
+
+private:
+    struct loss_state {
+        std::mutex mutex;
+        bool active = false, lost = false;
+        std::function<void(const lock_event&)> on_lost;
+    };
+    // Releases the first `n` parts, last taken first. A part's unlock() returns
+    // once the loss callbacks it queued have run, so none of this grant comes later.
+    void give_back(std::size_t n) noexcept {
+        while (n > 0) parts_[--n]->unlock();
+        std::lock_guard lk(loss_->mutex);
+        loss_->active = false;
+    }
+
+    std::vector<std::string> names_;
+    std::shared_ptr<loss_state> loss_;
+    std::vector<std::unique_ptr<mutex_impl>> parts_;
+};
+
+}  // namespace distlock::detail
+
+namespace distlock {
+namespace {
+[[noreturn]] void moved_from(const char* what) {
+    throw_error(errc::invalid_argument, "", std::string("use of a moved-from distlock::") + what);
+}
+}  // namespace
+
+distlock::shared_mutex provider::shared_mutex(std::string_view name, lock_options options) const {
+    return distlock::shared_mutex(std::make_unique<detail::shared_mutex_impl>(state_, name, options));
+}
+
+distlock::semaphore provider::semaphore(std::string_view name, std::uint32_t permits, lock_options options) const {
+    if (permits == 0)
+        throw_error(errc::invalid_argument, std::string(state_->backend().name()), "a semaphore needs at least 1 permit");
+    return distlock::semaphore(std::make_unique<detail::semaphore_impl>(state_, name, permits, options));
+}
+
+distlock::multi_lock provider::multi_lock(const std::vector<std::string>& names, lock_options options) const {
+    return distlock::multi_lock(std::make_unique<detail::multi_lock_impl>(state_, names, std::move(options)));
+}
+
+shared_mutex::shared_mutex(std::unique_ptr<detail::shared_mutex_impl> impl) noexcept : impl_(std::move(impl)) {}
+shared_mutex::shared_mutex(shared_mutex&&) noexcept = default;
+shared_mutex& shared_mutex::operator=(shared_mutex&&) noexcept = default;
+shared_mutex::~shared_mutex() = default;
+void shared_mutex::lock() { (void)lock_until_steady(false, std::chrono::steady_clock::time_point::max()); }
+bool shared_mutex::try_lock() { return lock_until_steady(false, std::chrono::steady_clock::now()); }
+void shared_mutex::lock_shared() { (void)lock_until_steady(true, std::chrono::steady_clock::time_point::max()); }
+bool shared_mutex::try_lock_shared() { return lock_until_steady(true, std::chrono::steady_clock::now()); }
+bool shared_mutex::lock_until_steady(bool shared, std::chrono::steady_clock::time_point deadline) {
+    if (!impl_) moved_from("shared_mutex");
+    return impl_->lock_until(shared, deadline);
+}
+void shared_mutex::unlock() noexcept {
+    if (impl_) impl_->unlock();
+}
+void shared_mutex::unlock_shared() noexcept {
+    if (impl_) impl_->unlock_shared();
+}
+bool shared_mutex::held() const noexcept { return impl_ && impl_->held(); }
+bool shared_mutex::held_shared() const noexcept { return impl_ && impl_->held_shared(); }
+std::uint64_t shared_mutex::token() const noexcept { return impl_ ? impl_->token() : 0; }
+std::uint64_t shared_mutex::shared_token() const noexcept { return impl_ ? impl_->shared_token() : 0; }
+const std::string& shared_mutex::name() const noexcept {
+    static const std::string empty;
+    return impl_ ? impl_->name() : empty;
+}
+
+semaphore::semaphore(std::unique_ptr<detail::semaphore_impl> impl) noexcept : impl_(std::move(impl)) {}
+semaphore::semaphore(semaphore&&) noexcept = default;
+semaphore& semaphore::operator=(semaphore&&) noexcept = default;
+semaphore::~semaphore() = default;
+void semaphore::acquire() { (void)acquire_until_steady(std::chrono::steady_clock::time_point::max()); }
+bool semaphore::try_acquire() { return acquire_until_steady(std::chrono::steady_clock::now()); }
+bool semaphore::acquire_until_steady(std::chrono::steady_clock::time_point deadline) {
+    if (!impl_) moved_from("semaphore");
+    return impl_->acquire_until(deadline);
+}
+void semaphore::release() noexcept {
+    if (impl_) impl_->release();
+}
+std::size_t semaphore::held() const noexcept { return impl_ ? impl_->held() : 0; }
+std::uint64_t semaphore::token() const noexcept { return impl_ ? impl_->token() : 0; }
+std::uint32_t semaphore::permits() const noexcept { return impl_ ? impl_->permits() : 0; }
+const std::string& semaphore::name() const noexcept {
+    static const std::string empty;
+    return impl_ ? impl_->name() : empty;
+}
+
+multi_lock::multi_lock(std::unique_ptr<detail::multi_lock_impl> impl) noexcept : impl_(std::move(impl)) {}
+multi_lock::multi_lock(multi_lock&&) noexcept = default;
+multi_lock& multi_lock::operator=(multi_lock&&) noexcept = default;
+multi_lock::~multi_lock() = default;
+void multi_lock::lock() { (void)lock_until_steady(std::chrono::steady_clock::time_point::max()); }
+bool multi_lock::try_lock() { return lock_until_steady(std::chrono::steady_clock::now()); }
+bool multi_lock::lock_until_steady(std::chrono::steady_clock::time_point deadline) {
+    if (!impl_) moved_from("multi_lock");
+    return impl_->lock_until(deadline);
+}
+void multi_lock::unlock() noexcept {
+    if (impl_) impl_->unlock();
+}
+bool multi_lock::held() const noexcept { return impl_ && impl_->held(); }
+const std::vector<std::string>& multi_lock::names() const noexcept {
+    static const std::vector<std::string> none;
+    return impl_ ? impl_->names() : none;
+}
+std::vector<std::uint64_t> multi_lock::tokens() const { return impl_ ? impl_->tokens() : std::vector<std::uint64_t>{}; }
+
+}  // namespace distlock

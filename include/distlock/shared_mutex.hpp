@@ -1,0 +1,106 @@
+// distlock: the distributed read-write lock.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <type_traits>
+
+#include "distlock/options.hpp"
+
+namespace distlock {
+
+namespace detail {
+class shared_mutex_impl;
+}
+
+// A named read-write lock shared by every process that uses the same backend
+// URL: readers hold it together, a writer alone. Made by provider::shared_mutex
+// on backends whose caps() support feature::read_write.
+//
+// Meets the standard SharedTimedLockable requirements: std::unique_lock (the
+// write side) and std::shared_lock (the read side) work as with
+// std::shared_timed_mutex. One object may be shared by the threads of a
+// process: each thread that reads holds a read grant of its own, and writers of
+// one process queue in-process before they talk to the server.
+//
+// Writers are not starved: once a writer waits, readers that come after it wait
+// behind it (writer preference or first-come-first-served, per backend; see
+// docs/backends/). Every grant, read or write, has a fencing token where the
+// backend has tokens, and readers' and writers' tokens are drawn from one
+// strictly increasing sequence per name.
+//
+// A thread that holds either side and asks for either side again through the
+// same object gets would_deadlock_error (std::shared_mutex leaves that
+// undefined). unlock_shared() must be called by the thread that locked shared,
+// as the standard requires. Errors, losses (lock_options::on_lost / on_error),
+// leases and renewal are as for distlock::mutex.
+class shared_mutex {
+public:
+    explicit shared_mutex(std::unique_ptr<detail::shared_mutex_impl> impl) noexcept;
+    shared_mutex(shared_mutex&&) noexcept;
+    shared_mutex& operator=(shared_mutex&&) noexcept;
+    shared_mutex(const shared_mutex&) = delete;
+    shared_mutex& operator=(const shared_mutex&) = delete;
+    ~shared_mutex();  // releases every grant it holds; never throws
+
+    // The write side.
+    void lock();
+    [[nodiscard]] bool try_lock();
+    template <class Rep, class Period>
+    [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
+        return lock_until_steady(false, steady_deadline(d));
+    }
+    template <class Clock, class Duration>
+    [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
+        return lock_until_steady(false, steady_deadline(t));
+    }
+    void unlock() noexcept;
+
+    // The read side (of the calling thread).
+    void lock_shared();
+    [[nodiscard]] bool try_lock_shared();
+    template <class Rep, class Period>
+    [[nodiscard]] bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& d) {
+        return lock_until_steady(true, steady_deadline(d));
+    }
+    template <class Clock, class Duration>
+    [[nodiscard]] bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& t) {
+        return lock_until_steady(true, steady_deadline(t));
+    }
+    void unlock_shared() noexcept;
+
+    // The write side is held by this object and not lost (as mutex::held()).
+    [[nodiscard]] bool held() const noexcept;
+    // The calling thread holds a read grant through this object, not lost.
+    [[nodiscard]] bool held_shared() const noexcept;
+    // Fencing token of the write grant / of the calling thread's read grant; 0
+    // when not held or when the backend has no tokens.
+    [[nodiscard]] std::uint64_t token() const noexcept;
+    [[nodiscard]] std::uint64_t shared_token() const noexcept;
+
+    [[nodiscard]] const std::string& name() const noexcept;
+
+    // A steady_clock deadline from a duration or any clock's time point (as
+    // mutex::try_lock_for / try_lock_until convert them).
+    template <class Rep, class Period>
+    static std::chrono::steady_clock::time_point steady_deadline(const std::chrono::duration<Rep, Period>& d) {
+        auto rel = std::chrono::duration_cast<std::chrono::steady_clock::duration>(d);
+        if (rel < std::chrono::steady_clock::duration::zero()) rel = {};
+        return std::chrono::steady_clock::now() + rel;
+    }
+    template <class Clock, class Duration>
+    static std::chrono::steady_clock::time_point steady_deadline(const std::chrono::time_point<Clock, Duration>& t) {
+        if constexpr (std::is_same_v<Clock, std::chrono::steady_clock>)
+            return std::chrono::time_point_cast<std::chrono::steady_clock::duration>(t);
+        else
+            return steady_deadline(t - Clock::now());
+    }
+
+private:
+    bool lock_until_steady(bool shared, std::chrono::steady_clock::time_point deadline);
+    std::unique_ptr<detail::shared_mutex_impl> impl_;
+};
+
+}  // namespace distlock
