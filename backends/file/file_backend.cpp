@@ -4,6 +4,14 @@
 // The fencing counter is kept in the lock file itself and incremented under the
 // lock. Lock files are never deleted on release: deleting one while a waiter has
 // it open would let two processes lock two different inodes of the same name.
+//
+// Read-write lock: `<name>.rw` flocked shared by readers, exclusive by a
+// writer, entered through the turnstile `<name>.rw-turn` (flocked exclusive on
+// the way in, and holding the counter), which a writer keeps while it waits for
+// the readers inside: readers that come after a waiting writer wait behind it.
+// Semaphore of N: slot files `<name>.sem-0` .. `<name>.sem-<N-1>`, one flocked
+// per permit, taken under the meta file `<name>.sem` ("<size> <counter>"), where
+// the size is checked against the holders'.
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/file.h>
@@ -16,6 +24,8 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -112,73 +122,75 @@ struct settings {
     std::chrono::milliseconds check{200};
 };
 
-class handle final : public spi::lock_handle {
-public:
-    handle(const settings& s, const spi::lock_request& r)
-        : settings_(s), name_(r.name), path_((s.dir / file_name(r.name)).string()), retry_max_(r.retry_max) {}
+// The files of one name: the mutex's lock file; the read-write lock's data
+// file (readers hold it shared, a writer exclusive) and its turnstile (held
+// exclusive for a moment by every reader and writer on its way in, and holding
+// the read-write lock's counter); the semaphore's slot files and its meta file
+// (its size and counter).
+struct paths {
+    std::string mutex, rw_data, rw_turn, sem_meta;
+    std::string slot(std::uint32_t i) const { return sem_meta + "-" + std::to_string(i); }
+};
 
-    std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink&) override {
-        spi::backoff wait(1ms, retry_max_);
+paths paths_of(const std::filesystem::path& dir, std::string_view name) {
+    const auto base = (dir / file_name(name)).string();  // ends in ".lock"
+    const auto stem = base.substr(0, base.size() - 5);
+    return {base, stem + ".rw", stem + ".rw-turn", stem + ".sem"};
+}
+
+// Waits for the holders of a file to close it (release or death), or for it to
+// be replaced: inotify on the file, slow polling as a safety net.
+class file_waiter {
+public:
+    // Opens `path` (made if missing) and flocks it with `op` (LOCK_EX or LOCK_SH)
+    // before `until`: the open file, or nullopt when the deadline passed. A file
+    // replaced while waiting (break_lock) is waited on afresh.
+    std::optional<fd_guard> lock(const std::string& path, int op, spi::deadline until, spi::backoff& wait) {
         for (;;) {
-            fd_guard fd(::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-            if (fd.get() < 0) throw_client_error("cannot open lock file " + path_, errno);
+            fd_guard fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+            if (fd.get() < 0) throw_client_error("cannot open lock file " + path, errno);
             int watch = -1;
             bool locked = false;
             for (;;) {
-                if (::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) {
+                if (::flock(fd.get(), op | LOCK_NB) == 0) {
                     locked = true;
                     break;
                 }
-                if (errno != EWOULDBLOCK && errno != EINTR) throw_client_error("flock failed on " + path_, errno);
+                if (errno != EWOULDBLOCK && errno != EINTR) throw_client_error("flock failed on " + path, errno);
                 if (spi::clock::now() >= until) {
                     unwatch(watch);
                     return std::nullopt;
                 }
-                // Wait for the holder to close the file (release or death), or for
-                // the file to be replaced; poll slowly as a safety net.
                 if (watch < 0 && inotify_fd() >= 0) {
-                    watch = ::inotify_add_watch(inotify_.get(), path_.c_str(),
+                    watch = ::inotify_add_watch(inotify_.get(), path.c_str(),
                                                 IN_CLOSE_WRITE | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF);
                     if (watch >= 0) continue;  // a release before the watch existed would be missed: retry now
                 }
-                auto delay = std::chrono::duration_cast<std::chrono::milliseconds>(wait.next(until));
-                if (watch >= 0) {
-                    pollfd p{inotify_.get(), POLLIN, 0};
-                    if (::poll(&p, 1, static_cast<int>(delay.count()) + 1) > 0) drain();
-                } else {
-                    std::this_thread::sleep_for(delay);
-                }
-                if (!same_file(fd.get(), path_)) break;  // replaced (break_lock) or unlinked: wait on the new file
+                sleep(watch, wait.next(until));
+                if (!same_file(fd.get(), path)) break;  // replaced (break_lock) or unlinked: wait on the new file
             }
             unwatch(watch);
-            if (!locked || !same_file(fd.get(), path_)) continue;  // the path now names another file: start over
-            std::uint64_t token = next_token(read_counter(fd.get()));
-            write_counter(fd.get(), token, settings_.sync);
-            fd_ = std::move(fd);
-            return spi::grant{token, spi::clock::now()};  // no lease: the kernel holds it
+            if (locked && same_file(fd.get(), path)) return fd;
         }
     }
 
-    void release() override {
-        fd_guard fd = std::move(fd_);
-        if (fd.get() < 0) throw_error(errc::not_owner, "file", "lock '" + name_ + "' is not held by this handle");
-        bool ours = same_file(fd.get(), path_);
-        ::flock(fd.get(), LOCK_UN);
-        fd.reset();  // the close wakes waiters (IN_CLOSE_WRITE)
-        if (!ours)
-            throw_error(errc::not_owner, "file", "lock file " + path_ + " was replaced while held: the lock was lost");
-    }
-
-    std::chrono::milliseconds check_interval() const override { return settings_.check; }
-
-    // Still ours: the path still names the file we hold the lock on.
-    spi::keepalive_result check() const {
-        if (!same_file(fd_.get(), path_))
-            return spi::keepalive_result::lost("lock file " + path_ + " was removed or replaced");
-        return spi::keepalive_result::ok();
+    // Until something in `dir` is closed after writing, or `delay` passed.
+    void wait_in(const std::string& dir, std::chrono::nanoseconds delay) {
+        int watch = inotify_fd() >= 0 ? ::inotify_add_watch(inotify_.get(), dir.c_str(), IN_CLOSE_WRITE) : -1;
+        sleep(watch, delay);
+        unwatch(watch);
     }
 
 private:
+    void sleep(int watch, std::chrono::nanoseconds d) {
+        auto delay = std::chrono::duration_cast<std::chrono::milliseconds>(d);
+        if (watch >= 0) {
+            pollfd p{inotify_.get(), POLLIN, 0};
+            if (::poll(&p, 1, static_cast<int>(delay.count()) + 1) > 0) drain();
+        } else {
+            std::this_thread::sleep_for(delay);
+        }
+    }
     // One inotify instance per handle, kept for its lifetime: closing an inotify
     // descriptor waits for an RCU grace period (~10-20 ms), far too slow to do
     // on every acquisition.
@@ -196,12 +208,147 @@ private:
         ::inotify_rm_watch(inotify_.get(), watch);
         drain();
     }
+    fd_guard inotify_;
+};
+
+// The semaphore's meta file: "<size> <counter>\n".
+struct sem_meta {
+    std::uint32_t size = 0;
+    std::uint64_t counter = 0;
+};
+
+sem_meta read_meta(int fd) {
+    char buf[64] = {};
+    ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+    if (n < 0) throw_client_error("cannot read the semaphore's file", errno);
+    sem_meta m;
+    const char* end = buf + n;
+    auto r = std::from_chars(buf, end, m.size);
+    if (r.ec == std::errc{} && r.ptr < end && *r.ptr == ' ') std::from_chars(r.ptr + 1, end, m.counter);
+    return m;
+}
+
+void write_meta(int fd, const sem_meta& m, bool sync) {
+    const auto text = std::to_string(m.size) + " " + std::to_string(m.counter) + "\n";
+    if (::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()) || ::ftruncate(fd, text.size()) != 0)
+        throw_client_error("cannot write the semaphore's file", errno);
+    if (sync && ::fdatasync(fd) != 0) throw_client_error("fdatasync of the semaphore's file failed", errno);
+}
+
+// Whether someone holds slot `path` (a flock that conflicts with ours).
+bool slot_held(const std::string& path) {
+    fd_guard fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.get() < 0) return false;  // never made: nobody holds it
+    if (::flock(fd.get(), LOCK_SH | LOCK_NB) == 0) return false;
+    if (errno != EWOULDBLOCK) throw_client_error("flock failed on " + path, errno);
+    return true;
+}
+
+class handle final : public spi::lock_handle {
+public:
+    handle(const settings& s, const spi::lock_request& r)
+        : settings_(s),
+          name_(r.name),
+          paths_(paths_of(s.dir, r.name)),
+          kind_(r.kind),
+          permits_(r.permits),
+          retry_max_(r.retry_max) {}
+
+    std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink&) override {
+        spi::backoff wait(1ms, retry_max_);
+        switch (kind_) {
+            case spi::lock_kind::exclusive: {
+                auto fd = waiter_.lock(paths_.mutex, LOCK_EX, until, wait);
+                if (!fd) return std::nullopt;
+                std::uint64_t token = next_token(read_counter(fd->get()));
+                write_counter(fd->get(), token, settings_.sync);
+                return hold(std::move(*fd), paths_.mutex, token);
+            }
+            case spi::lock_kind::read:
+            case spi::lock_kind::write: {
+                // Through the turnstile: a writer keeps it while it waits for the
+                // readers inside to leave, so readers that come after it wait.
+                auto turn = waiter_.lock(paths_.rw_turn, LOCK_EX, until, wait);
+                if (!turn) return std::nullopt;
+                auto fd = waiter_.lock(paths_.rw_data, kind_ == spi::lock_kind::read ? LOCK_SH : LOCK_EX, until, wait);
+                if (!fd) return std::nullopt;
+                std::uint64_t token = next_token(read_counter(turn->get()));
+                write_counter(turn->get(), token, settings_.sync);
+                return hold(std::move(*fd), paths_.rw_data, token);
+            }
+            case spi::lock_kind::permit: return take_permit(until, wait);
+        }
+        return std::nullopt;
+    }
+
+    void release() override {
+        fd_guard fd = std::move(fd_);
+        if (fd.get() < 0) throw_error(errc::not_owner, "file", "lock '" + name_ + "' is not held by this handle");
+        bool ours = same_file(fd.get(), held_path_);
+        ::flock(fd.get(), LOCK_UN);
+        fd.reset();  // the close wakes waiters (IN_CLOSE_WRITE)
+        if (!ours)
+            throw_error(errc::not_owner, "file", "lock file " + held_path_ + " was replaced while held: the lock was lost");
+    }
+
+    std::chrono::milliseconds check_interval() const override { return settings_.check; }
+
+    // Still ours: the path still names the file we hold the lock on.
+    spi::keepalive_result check() const {
+        if (!same_file(fd_.get(), held_path_))
+            return spi::keepalive_result::lost("lock file " + held_path_ + " was removed or replaced");
+        return spi::keepalive_result::ok();
+    }
+
+private:
+    spi::grant hold(fd_guard fd, const std::string& path, std::uint64_t token) {
+        fd_ = std::move(fd);
+        held_path_ = path;
+        return spi::grant{token, spi::clock::now()};  // no lease: the kernel holds it
+    }
+
+    // Under the meta file's lock: check the size, then take the first free slot
+    // of 0..permits-1 and count the grant; else wait for a close in the directory.
+    std::optional<spi::grant> take_permit(spi::deadline until, spi::backoff& wait) {
+        for (;;) {
+            auto meta_fd = waiter_.lock(paths_.sem_meta, LOCK_EX, until, wait);
+            if (!meta_fd) return std::nullopt;
+            auto meta = read_meta(meta_fd->get());
+            if (meta.size != permits_) {
+                for (std::uint32_t i = 0; i < meta.size; ++i)
+                    if (slot_held(paths_.slot(i)))
+                        throw_error(errc::invalid_argument, "file",
+                                    "semaphore '" + name_ + "' is held with " + std::to_string(meta.size) +
+                                        " permits; this one asks for " + std::to_string(permits_));
+                meta.size = permits_;  // nobody holds it: the size is the new one's
+            }
+            for (std::uint32_t i = 0; i < permits_; ++i) {
+                const auto path = paths_.slot(i);
+                fd_guard slot(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+                if (slot.get() < 0) throw_client_error("cannot open lock file " + path, errno);
+                if (::flock(slot.get(), LOCK_EX | LOCK_NB) != 0) {
+                    if (errno != EWOULDBLOCK) throw_client_error("flock failed on " + path, errno);
+                    continue;
+                }
+                meta.counter = next_token(meta.counter);
+                write_meta(meta_fd->get(), meta, settings_.sync);
+                return hold(std::move(slot), path, meta.counter);
+            }
+            meta_fd.reset();
+            if (spi::clock::now() >= until) return std::nullopt;
+            waiter_.wait_in(settings_.dir.string(), wait.next(until));
+        }
+    }
 
     const settings& settings_;
-    std::string name_, path_;
+    std::string name_;
+    paths paths_;
+    spi::lock_kind kind_;
+    std::uint32_t permits_;
     std::chrono::milliseconds retry_max_;
+    file_waiter waiter_;
     fd_guard fd_;
-    fd_guard inotify_;
+    std::string held_path_;
 };
 
 class backend final : public spi::backend {
@@ -211,10 +358,6 @@ public:
             {feature::lease_expiry, "no leases: the kernel holds the lock until unlock or process exit"},
             {feature::notified_wakeup, "waiters wake on inotify close events, with slow polling as a safety net"},
         };
-        // Read-write locks and semaphores: not built for this backend yet (issue 13).
-        caps_.unsupported.emplace(feature::read_write, "not implemented for this backend yet");
-        caps_.unsupported.emplace(feature::semaphore, "not implemented for this backend yet");
-        caps_.unsupported.emplace(feature::permit_limit, "no semaphores on this backend yet");
         caps_.crash_release_bound = 0ms;
     }
     std::string_view name() const noexcept override { return "file"; }
@@ -225,20 +368,32 @@ public:
     void keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) override {
         for (std::size_t i = 0; i < handles.size(); ++i) results[i] = static_cast<const handle*>(handles[i])->check();
     }
-    // Replaces the lock file by a fresh one that keeps the counter, so the holder
-    // (still locking the old inode) learns of the loss and tokens keep increasing.
+    // Replaces the lock files of every primitive of `name` by fresh ones that keep
+    // their counters, so that holders (still locking the old inodes) learn of
+    // the loss and tokens keep increasing.
     void break_lock(std::string_view name) override {
-        auto path = (settings_.dir / file_name(name)).string();
-        std::uint64_t counter = 0;
-        if (fd_guard old(::open(path.c_str(), O_RDONLY | O_CLOEXEC)); old.get() >= 0) counter = read_counter(old.get());
-        auto tmp = path + ".break-" + spi::random_token();
-        fd_guard fresh(::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-        if (fresh.get() < 0) throw_client_error("cannot create " + tmp, errno);
-        write_counter(fresh.get(), counter, settings_.sync);
-        if (::rename(tmp.c_str(), path.c_str()) != 0) throw_client_error("cannot replace " + path, errno);
+        const auto p = paths_of(settings_.dir, name);
+        replace(p.mutex, true);
+        replace(p.rw_data, false);
+        fd_guard meta(::open(p.sem_meta.c_str(), O_RDONLY | O_CLOEXEC));
+        const auto size = meta.get() >= 0 ? read_meta(meta.get()).size : 0;
+        for (std::uint32_t i = 0; i < size; ++i) replace(p.slot(i), false);
     }
 
 private:
+    // A fresh file at `path` (when one is there), with the old one's counter.
+    void replace(const std::string& path, bool counter_inside) {
+        std::uint64_t counter = 0;
+        fd_guard old(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+        if (old.get() < 0 && !counter_inside) return;  // never made: nothing to break
+        if (old.get() >= 0 && counter_inside) counter = read_counter(old.get());
+        auto tmp = path + ".break-" + spi::random_token();
+        fd_guard fresh(::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+        if (fresh.get() < 0) throw_client_error("cannot create " + tmp, errno);
+        if (counter_inside) write_counter(fresh.get(), counter, settings_.sync);
+        if (::rename(tmp.c_str(), path.c_str()) != 0) throw_client_error("cannot replace " + path, errno);
+    }
+
     settings settings_;
     capabilities caps_;
 };
