@@ -7,6 +7,7 @@
 #include <atomic>
 #include <iostream>
 #include <mutex>
+#include <functional>
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -22,7 +23,10 @@ namespace {
 struct settings {
     std::string backend = default_file_backend("bench");
     std::string mode = "uncontended";
-    int threads = 1, processes = 1, floor_samples = 200;  // floor_samples: contended mode, before the run
+    std::string primitive = "mutex";  // mutex, rw (the read-write lock) or semaphore
+    int threads = 1, processes = 1, floor_samples = 200;
+    int writers = 0;                  // rw: how many of each process's threads write (the others read)
+    std::uint32_t permits = 1;        // semaphore: its size  // floor_samples: contended mode, before the run
     double seconds = 5;
     bool json = false, quiet = false;
 };
@@ -60,7 +64,7 @@ std::string worker(const settings& s, const std::string& run_id, int index) {
     const bool contended = s.mode == "contended";
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(s.seconds);
     std::mutex mu;
-    std::vector<double> cycles;
+    std::vector<double> cycles, writes;  // rw: cycles are the reads, writes the writes
     samples floors;
     std::string failure;
     std::vector<std::thread> pool;
@@ -88,17 +92,32 @@ std::string worker(const settings& s, const std::string& run_id, int index) {
     }
     for (int t = 0; t < s.threads; ++t) {
         pool.emplace_back([&, t] {
-            std::vector<double> mine;
+            std::vector<double> mine, mine_writes;
             samples beside;
             try {
                 auto name = contended ? "bench:" + run_id
                                       : "bench:" + run_id + ":" + std::to_string(index) + ":" + std::to_string(t);
-                auto m = locks.mutex(name);
+                // One acquire+release cycle of the primitive measured.
+                std::function<void()> cycle;
+                std::optional<mutex> m;
+                std::optional<shared_mutex> rw;
+                std::optional<semaphore> sem;
+                const bool writer = s.primitive == "rw" && t < s.writers;
+                if (s.primitive == "rw") {
+                    rw.emplace(locks.shared_mutex(name));
+                    if (writer) cycle = [&] { rw->lock(); rw->unlock(); };
+                    else cycle = [&] { rw->lock_shared(); rw->unlock_shared(); };
+                } else if (s.primitive == "semaphore") {
+                    sem.emplace(locks.semaphore(name, s.permits));
+                    cycle = [&] { sem->acquire(); sem->release(); };
+                } else {
+                    m.emplace(locks.mutex(name));
+                    cycle = [&] { m->lock(); m->unlock(); };
+                }
                 while (std::chrono::steady_clock::now() < until) {
                     auto t0 = std::chrono::steady_clock::now();
-                    m.lock();
-                    m.unlock();
-                    mine.push_back(ms_since(t0) * 1000);
+                    cycle();
+                    (writer ? mine_writes : mine).push_back(ms_since(t0) * 1000);
                     if (!contended) sample(beside);
                 }
             } catch (const std::exception& e) {
@@ -106,6 +125,7 @@ std::string worker(const settings& s, const std::string& run_id, int index) {
             }
             std::lock_guard lk(mu);
             cycles.insert(cycles.end(), mine.begin(), mine.end());
+            writes.insert(writes.end(), mine_writes.begin(), mine_writes.end());
             floors.add(beside);
         });
     }
@@ -115,6 +135,7 @@ std::string worker(const settings& s, const std::string& run_id, int index) {
     put_doubles(out, floors.floor);
     put_doubles(out, floors.native);
     put_doubles(out, cycles);
+    put_doubles(out, writes);
     return out;
 }
 
@@ -124,6 +145,11 @@ int run_bench(const settings& s) {
     if (s.threads < 1) throw invalid_argument_error(errc::invalid_argument, "bench", "--threads must be at least 1");
     if (s.processes < 1) throw invalid_argument_error(errc::invalid_argument, "bench", "--processes must be at least 1");
     if (s.seconds <= 0) throw invalid_argument_error(errc::invalid_argument, "bench", "--seconds must be positive");
+    if (s.writers < 0 || s.writers > s.threads)
+        throw invalid_argument_error(errc::invalid_argument, "bench", "--writers must be between 0 and --threads");
+    if (s.writers > 0 && s.primitive != "rw")
+        throw invalid_argument_error(errc::invalid_argument, "bench", "--writers is for --primitive rw");
+    if (s.permits < 1) throw invalid_argument_error(errc::invalid_argument, "bench", "--permits must be at least 1");
     require_cross_process(s.backend, s.processes, "bench");
     const std::string run_id = spi::random_token().substr(0, 10);
     if (!s.quiet)
@@ -134,14 +160,17 @@ int run_bench(const settings& s) {
         if (!s.quiet) std::cerr << "  ... " << static_cast<long>(ms_since(t0) / 1000) << " s\n";
     };
     auto reports = run_in_processes(s.processes, [&](int i) { return worker(s, run_id, i); }, tick);
-    std::vector<double> floor, native, cycles;
+    std::vector<double> floor, native, reads, writes;
     for (const auto& r : reports) {
         std::size_t pos = 0;
-        for (auto* into : {&floor, &native, &cycles}) {
+        for (auto* into : {&floor, &native, &reads, &writes}) {
             auto v = get_doubles(r, pos);
             into->insert(into->end(), v.begin(), v.end());
         }
     }
+    // Every cycle, reads and writes together (a read-write lock's are reported apart too).
+    std::vector<double> cycles = reads;
+    cycles.insert(cycles.end(), writes.begin(), writes.end());
     const double p50 = percentile(cycles, 50), p99 = percentile(cycles, 99);
     const double cps = static_cast<double>(cycles.size()) / s.seconds;
     auto round1 = [](double v) { return std::round(v * 10) / 10; };
@@ -149,7 +178,15 @@ int run_bench(const settings& s) {
                      {"processes", s.processes},   {"threads", s.threads},
                      {"seconds", s.seconds},       {"cycles", cycles.size()},
                      {"cycles_per_s", round1(cps)}, {"p50_us", round1(p50)},
-                     {"p99_us", round1(p99)}};
+                     {"p99_us", round1(p99)}, {"primitive", s.primitive}};
+    if (s.primitive == "rw") {
+        j["writers"] = s.writers;
+        j["reads"] = reads.size();
+        j["writes"] = writes.size();
+        j["read_p50_us"] = reads.empty() ? nlohmann::json(nullptr) : nlohmann::json(round1(percentile(reads, 50)));
+        j["write_p50_us"] = writes.empty() ? nlohmann::json(nullptr) : nlohmann::json(round1(percentile(writes, 50)));
+    }
+    if (s.primitive == "semaphore") j["permits"] = s.permits;
     if (floor.empty()) {
         j["floor_rtt_us"] = nullptr;  // embedded backend: no round trip to compare with
         j["floor_ratio"] = nullptr;
@@ -169,8 +206,10 @@ int run_bench(const settings& s) {
     if (s.json) {
         std::cout << j.dump() << "\n";
     } else {
-        std::cout << s.mode << " " << redact(s.backend) << ": " << j["cycles_per_s"] << " cycles/s, p50 " << j["p50_us"]
-                  << " us, p99 " << j["p99_us"] << " us";
+        std::cout << s.mode << " " << s.primitive << " " << redact(s.backend) << ": " << j["cycles_per_s"]
+                  << " cycles/s, p50 " << j["p50_us"] << " us, p99 " << j["p99_us"] << " us";
+        if (s.primitive == "rw")
+            std::cout << " (reads p50 " << j["read_p50_us"] << " us, writes p50 " << j["write_p50_us"] << " us)";
         if (!floor.empty())
             std::cout << "; floor (one round trip) " << j["floor_rtt_us"] << " us, p50 cycle = " << j["floor_ratio"]
                       << " x two round trips";
@@ -193,6 +232,13 @@ void add_bench(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--mode", s->mode, "uncontended (a name per thread) or contended (one name)")
         ->check(CLI::IsMember({"uncontended", "contended"}))
         ->capture_default_str();
+    cmd->add_option("--primitive", s->primitive,
+                    "What each cycle takes and gives back: mutex, rw (a read-write lock: see --writers) or semaphore "
+                    "(one permit: see --permits)")
+        ->check(CLI::IsMember({"mutex", "rw", "semaphore"}))
+        ->capture_default_str();
+    cmd->add_option("--writers", s->writers, "rw: threads per process that write; the others read")->capture_default_str();
+    cmd->add_option("--permits", s->permits, "semaphore: its number of permits")->capture_default_str();
     cmd->add_option("--threads,-t", s->threads, "Threads per process")->capture_default_str();
     cmd->add_option("--processes,-p", s->processes, "Processes")->capture_default_str();
     cmd->add_option("--seconds", s->seconds, "Duration of the measurement (5, 10s, 1m30s)")

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <variant>
 
 #include "common.hpp"
 #include "distlock/distlock.hpp"
@@ -43,6 +44,9 @@ struct lock_settings {
     std::string backend, name, wait = "forever", lease;
     int conflict_exit_code = exit_not_acquired;
     bool quiet = false, verbose = false;
+    bool shared = false;        // --shared: the read side of the read-write lock `name`
+    bool write = false;         // --write: its write side
+    std::uint32_t permits = 0;  // --permits N: a permit of the semaphore `name` of N (0: the mutex)
 };
 
 struct run_settings : lock_settings {
@@ -92,12 +96,31 @@ private:
     std::optional<std::chrono::steady_clock::time_point> last_;
 };
 
-// A lock taken as `s` says, reporting a loss through `lost` (set once, with why).
+// A lock taken as `s` says, reporting a loss through `lost` (set once, with why):
+// the mutex, the read side of a read-write lock, or a semaphore's permit.
 struct held_lock {
     provider locks;
-    mutex m;
+    std::variant<mutex, shared_mutex, semaphore> lock;
     std::uint64_t token = 0;
+    bool read_side = false;  // of a shared_mutex
+    void unlock() noexcept {
+        if (auto* m = std::get_if<mutex>(&lock)) m->unlock();
+        if (auto* rw = std::get_if<shared_mutex>(&lock)) read_side ? rw->unlock_shared() : rw->unlock();
+        if (auto* sem = std::get_if<semaphore>(&lock)) sem->release();
+    }
+    // --verbose shows renewals of a mutex (the other primitives do not say when their lease ends).
+    void watch_renewals(renewal_watch& w, const event_log& log) const {
+        if (const auto* m = std::get_if<mutex>(&lock)) w(*m, log);
+    }
 };
+
+// What --shared / --permits make of the lock, for messages.
+std::string what_lock(const lock_settings& s) {
+    if (s.shared) return "read side of '" + s.name + "'";
+    if (s.write) return "write side of '" + s.name + "'";
+    if (s.permits > 0) return "a permit of '" + s.name + "' (" + std::to_string(s.permits) + ")";
+    return "'" + s.name + "'";
+}
 
 struct loss {
     std::atomic<bool> happened{false};
@@ -124,21 +147,45 @@ std::optional<held_lock> take(const lock_settings& s, const char* who, const eve
         if (on_lost) on_lost();
     };
     opts.on_error = [&log](const lock_event& e, const error& err) { log("error (token " + std::to_string(e.token) + "): " + err.what()); };
-    auto m = locks.mutex(s.name, opts);
+    if (int(s.shared) + int(s.write) + int(s.permits > 0) > 1)
+        throw invalid_argument_error(errc::invalid_argument, who, "give one of --shared, --write and --permits");
     const bool forever = s.wait == "forever";
     const auto wait = forever ? std::chrono::milliseconds{0} : parse_duration(s.wait);
-    log("acquiring '" + s.name + "' on " + redact(s.backend) + (forever ? "" : " within " + s.wait));
-    const bool acquired = forever ? (m.lock(), true) : m.try_lock_for(wait);
-    if (!acquired) {
+    const auto deadline = std::chrono::steady_clock::now() + wait;
+    log("acquiring " + what_lock(s) + " on " + redact(s.backend) + (forever ? "" : " within " + s.wait));
+    std::optional<held_lock> held;
+    if (s.shared || s.write) {
+        auto rw = locks.shared_mutex(s.name, opts);
+        bool got;
+        if (s.shared) got = forever ? (rw.lock_shared(), true) : rw.try_lock_shared_until(deadline);
+        else got = forever ? (rw.lock(), true) : rw.try_lock_until(deadline);
+        if (got) {
+            const auto token = s.shared ? rw.shared_token() : rw.token();
+            held.emplace(held_lock{std::move(locks), std::move(rw), token, s.shared});
+        }
+    } else if (s.permits > 0) {
+        auto sem = locks.semaphore(s.name, s.permits, opts);
+        if (forever ? (sem.acquire(), true) : sem.try_acquire_until(deadline)) {
+            const auto token = sem.token();
+            held.emplace(held_lock{std::move(locks), std::move(sem), token});
+        }
+    } else {
+        auto m = locks.mutex(s.name, opts);
+        if (forever ? (m.lock(), true) : m.try_lock_until(deadline)) {
+            const auto token = m.token();
+            const bool leased = m.valid_until().has_value();
+            held.emplace(held_lock{std::move(locks), std::move(m), token});
+            if (!leased) log("no lease: held until released or the session ends");
+        }
+    }
+    if (!held) {
         if (!s.quiet)
-            std::cerr << "distlock " << who << ": lock '" << s.name << "' not acquired within " << s.wait << " ("
+            std::cerr << "distlock " << who << ": " << what_lock(s) << " not acquired within " << s.wait << " ("
                       << wait.count() << " ms)\n";
         return std::nullopt;
     }
-    const auto token = m.token();
-    log("acquired '" + s.name + "', fencing token " + std::to_string(token) +
-        (m.valid_until() ? "" : "; no lease: held until released or the session ends"));
-    return held_lock{std::move(locks), std::move(m), token};
+    log("acquired " + what_lock(s) + ", fencing token " + std::to_string(held->token));
+    return held;
 }
 
 int run_command(const run_settings& s) {
@@ -153,7 +200,6 @@ int run_command(const run_settings& s) {
         if (pid_t c = g_child.load(); c > 0) ::kill(c, SIGTERM);
     });
     if (!held) return s.conflict_exit_code;
-    auto& m = held->m;
 
     // Everything the child needs is prepared before fork: only exec follows it.
     std::vector<std::string> env_strings;
@@ -195,7 +241,7 @@ int run_command(const run_settings& s) {
     bool killed = false;
     renewal_watch renewals;
     for (;;) {
-        if (s.verbose) renewals(m, log);
+        if (s.verbose) held->watch_renewals(renewals, log);
         const pid_t r = ::waitpid(pid, &status, WNOHANG);
         if (r == pid || (r < 0 && errno != EINTR)) break;
         if (lost.happened && !killed) {
@@ -215,12 +261,12 @@ int run_command(const run_settings& s) {
     g_child = 0;
     log(WIFEXITED(status) ? "the command exited with status " + std::to_string(WEXITSTATUS(status))
                           : "the command ended by signal " + std::to_string(WTERMSIG(status)));
-    m.unlock();
-    log("released '" + s.name + "'");
+    held->unlock();
+    log("released " + what_lock(s));
     if (lost.happened) {
         if (!s.quiet) {
             std::lock_guard lk(lost.mutex);
-            std::cerr << "distlock run: lock '" << s.name << "' was lost while the command ran (" << lost.reason
+            std::cerr << "distlock run: " << what_lock(s) << " was lost while the command ran (" << lost.reason
                       << "); the command was sent SIGTERM" << (killed ? ", then SIGKILL" : "") << "\n";
         }
         return exit_lock_lost;
@@ -243,16 +289,16 @@ int hold_lock(const lock_settings& s) {
     std::cout << s.name << " " << held->token << std::endl;
     renewal_watch renewals;
     while (g_stop_signal == 0 && !lost.happened) {
-        if (s.verbose) renewals(held->m, log);
+        if (s.verbose) held->watch_renewals(renewals, log);
         ::poll(nullptr, 0, 50);
     }
     if (g_stop_signal != 0) log("signal " + std::to_string(g_stop_signal.load()) + ": releasing");
-    held->m.unlock();
-    log("released '" + s.name + "'");
+    held->unlock();
+    log("released " + what_lock(s));
     if (lost.happened) {
         if (!s.quiet) {
             std::lock_guard lk(lost.mutex);
-            std::cerr << "distlock hold: lock '" << s.name << "' was lost (" << lost.reason << ")\n";
+            std::cerr << "distlock hold: " << what_lock(s) << " was lost (" << lost.reason << ")\n";
         }
         return exit_lock_lost;
     }
@@ -271,6 +317,17 @@ void add_lock_options(CLI::App* cmd, lock_settings& s) {
                     "Exit status when the lock is not acquired in time")
         ->capture_default_str()
         ->check(CLI::Range(0, 255));
+    auto* shared = cmd->add_flag("--shared", s.shared,
+                                 "Take the read side of the read-write lock NAME (readers hold it together)");
+    auto* write = cmd->add_flag("--write", s.write,
+                                "Take the write side of the read-write lock NAME (alone, readers kept out); without "
+                                "--shared, --write or --permits the lock is the mutex NAME");
+    cmd->add_option("--permits,-n", s.permits,
+                    "Take one permit of the semaphore NAME of N permits (at most N holders at once, like consul lock -n)")
+        ->check(CLI::Range(1u, 1000000u))
+        ->excludes(shared)
+        ->excludes(write);
+    shared->excludes(write);
     cmd->add_flag("--quiet,-q", s.quiet, "No messages on stderr");
     cmd->add_flag("--verbose,-v", s.verbose, "Acquire, renewal, loss, release (and the command's) events on stderr, with times");
 }

@@ -260,3 +260,67 @@ TEST_CASE("bench reports cycles and, for embedded backends, no floor", "[cli][be
     CHECK(j["native_floor_us"].is_null());  // no server lock of its own either
     CHECK(j["native_ratio"].is_null());
 }
+
+TEST_CASE("run --shared reads beside other readers, --write alone, --permits N holds one of N", "[cli][run][primitives]") {
+    const auto url = "file://" + lock_dir();
+    auto locks = distlock::connect(url);
+    {
+        auto rw = locks.shared_mutex("report");
+        rw.lock_shared();  // another reader
+        auto r = run("run --backend " + url + " --name report --shared --wait 5s -- sh -c 'echo $DISTLOCK_FENCING_TOKEN'");
+        CHECK(r.status == 0);
+        CHECK(std::stoull(r.out) > rw.shared_token());  // tokens of one sequence
+        CHECK(run("run --backend " + url + " --name report --write --wait 200ms -- true").status == 75);
+        rw.unlock_shared();
+        rw.lock();  // a writer keeps readers out
+        CHECK(run("run --backend " + url + " --name report --shared --wait 200ms -- true").status == 75);
+        rw.unlock();
+        CHECK(run("run --backend " + url + " --name report --write --wait 5s -- true").status == 0);
+        // The read-write lock of a name is not its mutex.
+        auto m = locks.mutex("report");
+        m.lock();
+        CHECK(run("run --backend " + url + " --name report --shared --wait 5s -- true").status == 0);
+        m.unlock();
+    }
+    {
+        auto sem = locks.semaphore("pool", 2);
+        REQUIRE(sem.try_acquire());
+        CHECK(run("run --backend " + url + " --name pool --permits 2 --wait 5s -- true").status == 0);  // the second
+        REQUIRE(sem.try_acquire());
+        CHECK(run("run --backend " + url + " -n 2 --name pool --wait 200ms -- true").status == 75);  // none left
+        CHECK(run("run --backend " + url + " -n 3 --name pool --wait 1s -- true").status == 64);  // another size
+        sem.release();
+        sem.release();
+    }
+    // hold prints the token of what it holds.
+    distlock::test::child_process hold({DISTLOCK_CLI, "hold", "--backend", url, "--name", "pool", "--permits", "1"});
+    const auto line = hold.read_line(10s);
+    REQUIRE(line.rfind("pool ", 0) == 0);
+    CHECK(run("run --backend " + url + " --name pool -n 1 --wait 200ms -- true").status == 75);
+    REQUIRE(hold.signal(SIGTERM));
+    CHECK(hold.wait_exit_for(10s) == 0);
+    // Bad combinations are usage errors.
+    CHECK(run("run --backend " + url + " --name x --shared --write -- true").status == 64);
+    CHECK(run("run --backend " + url + " --name x --shared -n 2 -- true").status == 64);
+    CHECK(run("run --backend " + url + " --name x -n 0 -- true").status == 64);
+}
+
+TEST_CASE("bench measures read-write and semaphore cycles", "[cli][bench][primitives]") {
+    auto rw = run("bench --backend memory:// --seconds 300ms --quiet --json --primitive rw --threads 2 --writers 1");
+    REQUIRE(rw.status == 0);
+    auto j = nlohmann::json::parse(rw.out);
+    CHECK(j["primitive"] == "rw");
+    CHECK(j["writers"] == 1);
+    CHECK(j["reads"].get<long>() > 0);
+    CHECK(j["writes"].get<long>() > 0);
+    CHECK(j["cycles"].get<long>() == j["reads"].get<long>() + j["writes"].get<long>());
+    auto sem = run("bench --backend memory:// --seconds 300ms --quiet --json --primitive semaphore --permits 3 --mode contended --threads 4");
+    REQUIRE(sem.status == 0);
+    auto k = nlohmann::json::parse(sem.out);
+    CHECK(k["primitive"] == "semaphore");
+    CHECK(k["permits"] == 3);
+    CHECK(k["cycles"].get<long>() > 0);
+    CHECK(run("bench --backend memory:// --seconds 300ms --quiet --writers 1").status == 64);  // not rw
+    CHECK(run("bench --backend memory:// --seconds 300ms --quiet --primitive rw --writers 3").status == 64);  // > threads
+    CHECK(run("bench --backend memory:// --seconds 300ms --quiet --primitive lock").status != 0);
+}
