@@ -127,7 +127,7 @@ TEST_CASE("threads of one object read together and write alone", "[rw][needs:rea
         pool.emplace_back([&] {
             errors.run([&] {
                 std::shared_lock lk(rw);
-                CHECK(rw.held_shared());
+                if (!rw.held_shared()) ++violations;  // (Catch2's CHECK is not for other threads)
                 int now = ++readers;
                 int seen = max_readers.load();
                 while (now > seen && !max_readers.compare_exchange_weak(seen, now)) {
@@ -493,7 +493,7 @@ TEST_CASE("multi-locks named in opposite orders neither deadlock nor overlap", "
     long counter = 0;  // protected by the multi-locks only
     std::atomic<int> inside{0}, max_inside{0};
     distlock::test::thread_errors errors;
-    std::atomic<int> timeouts{0};
+    std::atomic<int> timeouts{0}, not_held{0};
     std::vector<std::thread> pool;
     for (int t = 0; t < 4; ++t) {
         pool.emplace_back([&, t] {
@@ -505,7 +505,7 @@ TEST_CASE("multi-locks named in opposite orders neither deadlock nor overlap", "
                         ++timeouts;
                         continue;
                     }
-                    CHECK(all.held());
+                    if (!all.held()) ++not_held;  // (Catch2's CHECK is not for other threads)
                     int now = ++inside;
                     int seen = max_inside.load();
                     while (now > seen && !max_inside.compare_exchange_weak(seen, now)) {
@@ -521,6 +521,7 @@ TEST_CASE("multi-locks named in opposite orders neither deadlock nor overlap", "
     for (auto& th : pool) th.join();
     CHECK(errors.all() == "");
     CHECK(timeouts.load() == 0);
+    CHECK(not_held.load() == 0);
     CHECK(max_inside.load() == 1);
     CHECK(counter == 40);
 }
