@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
 # The server figures of docs/benchmarks.md, on this machine:
-#   scripts/bench.sh [--seconds S] [--runs N] [SERVER...]
+#   scripts/bench.sh [--seconds S] [--runs N] [--primitives] [SERVER...]
 # For each server (default: redis redlock mysql postgres zookeeper etcd
 # consul-emulator) it starts that server alone (integration/backends.sh), so
 # that the others' background work does not load the machine, and runs
 # `distlock bench` on each of its URLs: uncontended (one thread), N runs, and
 # contended (4 processes), once. It prints one Markdown row per run; the
-# floor is measured in the same run (see README, `bench`).
+# floor is measured in the same run (see README, `bench`). With --primitives it
+# measures instead, per URL and run, uncontended cycles of the mutex, of a
+# read-write lock's read and write sides and of a semaphore's permit, the
+# others as ratios to the mutex's p50 of the same run.
 # Servers this script did not start must be stopped first (backends.sh down).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-seconds=3 runs=3 servers=()
+seconds=3 runs=3 servers=() primitives=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --seconds) seconds=$2; shift 2 ;;
         --runs) runs=$2; shift 2 ;;
-        -*) echo "usage: $0 [--seconds S] [--runs N] [SERVER...]" >&2; exit 2 ;;
+        --primitives) primitives=1; shift ;;
+        -*) echo "usage: $0 [--seconds S] [--runs N] [--primitives] [SERVER...]" >&2; exit 2 ;;
         *) servers+=("$1"); shift ;;
     esac
 done
@@ -39,8 +43,37 @@ print("| %s | %s | %s | %.0f | %.1f | %.0f | %s | %s | %s | %s |" % (sys.argv[1]
       "-" if n is None else "%.1f" % n, "-" if n is None else j["native_ratio"]))' "$@"
 }
 
-echo "| server | URL | mode | cycles/s | p50 µs | p99 µs | floor µs | p50 / 2 floors | native µs | p50 / native |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+# --primitives: uncontended cycles of each primitive beside the mutex's, in one
+# run per URL: a read (rw, no writer), a write (rw, one writing thread) and one
+# permit of a semaphore of 4, each as a ratio to the mutex's p50.
+primitives_row() {  # primitives_row SERVER URL
+    local mutex rw_read rw_write permit
+    mutex=$(build/bin/distlock bench --backend "$2" --seconds "$seconds" --json --quiet)
+    rw_read=$(build/bin/distlock bench --backend "$2" --primitive rw --seconds "$seconds" --json --quiet 2>&1) || rw_read=null
+    rw_write=$(build/bin/distlock bench --backend "$2" --primitive rw --writers 1 --seconds "$seconds" --json --quiet 2>&1) ||
+        rw_write=null
+    permit=$(build/bin/distlock bench --backend "$2" --primitive semaphore --permits 4 --seconds "$seconds" --json --quiet 2>&1) ||
+        permit=null
+    python3 -c '
+import json, sys
+def load(t):
+    try: return json.loads(t)
+    except ValueError: return None
+m, r, w, p = (load(a) for a in sys.argv[3:7])
+def cell(j):
+    if j is None: return "not supported"
+    return "%.1f (%.2f)" % (j["p50_us"], j["p50_us"] / m["p50_us"])
+print("| %s | %s | %.1f | %s | %s | %s |" % (sys.argv[1], m["backend"], m["p50_us"], cell(r), cell(w), cell(p)))' \
+        "$1" "$2" "$mutex" "$rw_read" "$rw_write" "$permit"
+}
+
+if [ "$primitives" = 1 ]; then
+    echo "| server | URL | mutex p50 µs | read p50 µs (/ mutex) | write p50 µs (/ mutex) | permit of 4 p50 µs (/ mutex) |"
+    echo "|---|---|---|---|---|---|"
+else
+    echo "| server | URL | mode | cycles/s | p50 µs | p99 µs | floor µs | p50 / 2 floors | native µs | p50 / native |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
+fi
 for s in "${servers[@]}"; do
     integration/backends.sh up "$s" >/dev/null
     # Each distinct backend URL of that server (its env file also has other facts).
@@ -48,6 +81,10 @@ for s in "${servers[@]}"; do
     mapfile -t urls < <(grep -v '^DISTLOCK_TEST_[A-Z]*_COUNT_URL=' "integration/.run/$s.env" |
         sed -n "s/^DISTLOCK_TEST_[A-Z0-9_]*_URL='\{0,1\}\([a-z]*:\/\/[^']*\)'\{0,1\}$/\1/p" | sort -u)
     for url in "${urls[@]}"; do
+        if [ "$primitives" = 1 ]; then
+            for _ in $(seq "$runs"); do primitives_row "$s" "$url"; done
+            continue
+        fi
         for _ in $(seq "$runs"); do
             row "$s" uncontended "$(build/bin/distlock bench --backend "$url" --seconds "$seconds" --json --quiet)"
         done
