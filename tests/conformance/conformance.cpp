@@ -28,17 +28,10 @@ using clk = std::chrono::steady_clock;
 
 namespace {
 
-distlock::provider connect_under_test() { return distlock::connect(backend_url()); }
+using distlock::test::connect_under_test;
+using distlock::test::run_helper;
 
 std::chrono::milliseconds lease_of(const distlock::provider& p) { return p.default_lease(); }
-
-// This program again, as the helper (helper.cpp) with `args`, its stdout on a
-// pipe: a program outside the tree that registered its own scheme before
-// run_conformance() knows that scheme in the helper too.
-std::unique_ptr<child_process> run_helper(std::vector<std::string> args) {
-    args.insert(args.begin(), {"/proc/self/exe", distlock::test::conformance_helper_flag});
-    return std::make_unique<child_process>(args);
-}
 
 std::string temp_dir() {
     auto dir = std::filesystem::temp_directory_path() / ("distlock-conf-" + distlock::spi::random_token().substr(0, 8));
@@ -65,10 +58,7 @@ TEST_CASE("two connections never hold the lock at once", "[contract][exclusion]"
                 auto m = (t % 2 == 0 ? a : b).mutex(name);
                 for (int i = 0; i < rounds; ++i) {
                     std::lock_guard guard(m);
-                    int now = ++inside;
-                    int seen = max_inside.load();
-                    while (now > seen && !max_inside.compare_exchange_weak(seen, now)) {
-                    }
+                    distlock::test::raise_max(max_inside, ++inside);
                     long v = counter;
                     std::this_thread::sleep_for(100us);
                     counter = v + 1;

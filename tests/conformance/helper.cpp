@@ -28,6 +28,7 @@
 
 #include "distlock/distlock.hpp"
 #include "suite.hpp"
+#include "support.hpp"
 
 namespace {
 
@@ -43,12 +44,6 @@ void write_number(const std::string& path, long v) {
     out << v << '\n';
 }
 
-void raise_max(std::atomic<int>& max, int now) {
-    int seen = max.load();
-    while (now > seen && !max.compare_exchange_weak(seen, now)) {
-    }
-}
-
 [[noreturn]] void hold_forever(const char* what, std::uint64_t token) {
     std::printf("%s %llu\n", what, static_cast<unsigned long long>(token));
     std::fflush(stdout);
@@ -60,6 +55,19 @@ void pause_inside() { std::this_thread::sleep_for(std::chrono::milliseconds(2));
 }  // namespace
 
 namespace distlock::test {
+
+provider connect_under_test() { return distlock::connect(backend_url()); }
+
+std::unique_ptr<child_process> run_helper(std::vector<std::string> args) {
+    args.insert(args.begin(), {"/proc/self/exe", conformance_helper_flag});
+    return std::make_unique<child_process>(args);
+}
+
+void raise_max(std::atomic<int>& max, int now) {
+    int seen = max.load();
+    while (now > seen && !max.compare_exchange_weak(seen, now)) {
+    }
+}
 
 holder_counters& map_counters(const std::string& path, bool create) {
     int fd = ::open(path.c_str(), create ? O_RDWR | O_CREAT | O_TRUNC : O_RDWR, 0600);

@@ -30,12 +30,8 @@ using clk = std::chrono::steady_clock;
 
 namespace {
 
-distlock::provider connect_under_test() { return distlock::connect(backend_url()); }
-
-std::unique_ptr<child_process> run_helper(std::vector<std::string> args) {
-    args.insert(args.begin(), {"/proc/self/exe", distlock::test::conformance_helper_flag});
-    return std::make_unique<child_process>(args);
-}
+using distlock::test::connect_under_test;
+using distlock::test::run_helper;
 
 std::string temp_path(const std::string& what) {
     auto dir = std::filesystem::temp_directory_path();
@@ -128,10 +124,7 @@ TEST_CASE("threads of one object read together and write alone", "[rw][needs:rea
             errors.run([&] {
                 std::shared_lock lk(rw);
                 if (!rw.held_shared()) ++violations;  // (Catch2's CHECK is not for other threads)
-                int now = ++readers;
-                int seen = max_readers.load();
-                while (now > seen && !max_readers.compare_exchange_weak(seen, now)) {
-                }
+                distlock::test::raise_max(max_readers, ++readers);
                 ++stage;
                 eventually([&] { return stage.load() >= 3; }, 10s);  // all three inside together
                 if (writers.load() != 0) ++violations;
@@ -372,10 +365,7 @@ TEST_CASE("threads of several connections never exceed the permits", "[semaphore
                 auto s = (t % 2 == 0 ? a : b).semaphore(name, 2);
                 for (int i = 0; i < 8; ++i) {
                     distlock::permit_guard g(s);
-                    int now = ++inside;
-                    int seen = max_inside.load();
-                    while (now > seen && !max_inside.compare_exchange_weak(seen, now)) {
-                    }
+                    distlock::test::raise_max(max_inside, ++inside);
                     std::this_thread::sleep_for(1ms);
                     --inside;
                     ++rounds;
@@ -506,10 +496,7 @@ TEST_CASE("multi-locks named in opposite orders neither deadlock nor overlap", "
                         continue;
                     }
                     if (!all.held()) ++not_held;  // (Catch2's CHECK is not for other threads)
-                    int now = ++inside;
-                    int seen = max_inside.load();
-                    while (now > seen && !max_inside.compare_exchange_weak(seen, now)) {
-                    }
+                    distlock::test::raise_max(max_inside, ++inside);
                     long v = counter;
                     std::this_thread::sleep_for(200us);
                     counter = v + 1;

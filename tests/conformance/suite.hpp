@@ -1,6 +1,13 @@
 // What the files of the conformance suite share (not installed).
 #pragma once
 
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "child_process.hpp"
+#include "distlock/provider.hpp"
+
 namespace distlock::test {
 
 // argv[1] of the suite's program when its multi-process cases run it again as
@@ -9,6 +16,14 @@ inline constexpr const char* conformance_helper_flag = "--conformance-helper";
 
 // The helper (helper.cpp): argv is what follows the flag. Its exit status.
 int conformance_helper(int argc, char** argv);
+
+// A new connection to the URL under test.
+provider connect_under_test();
+
+// This program again, as the helper with `args`, its stdout on a pipe: a
+// program outside the tree that registered its own scheme before
+// run_conformance() knows that scheme in the helper too.
+std::unique_ptr<child_process> run_helper(std::vector<std::string> args);
 
 }  // namespace distlock::test
 
@@ -26,6 +41,9 @@ struct holder_counters {
     std::atomic<int> violations;  // a writer beside anyone, a reader beside a writer
     std::atomic<long> rounds;     // critical sections completed
 };
+
+// Raises `max` to `now` if it is lower (the most holders seen at once).
+void raise_max(std::atomic<int>& max, int now);
 
 // Maps `path` (made and zeroed by create = true) for the counters; aborts the
 // process when it cannot (test helpers only).
