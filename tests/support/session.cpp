@@ -100,10 +100,23 @@ int distlock::test::run_session(int argc, char** argv) {
     if (int early = distlock::test::before_run(cases, exclusions); early != 0) return early;
     if (!exclusions.empty()) {
         auto& cfg = session.configData();
-        // One filter: words separated by spaces are ANDed by Catch2.
+        // One filter: words separated by spaces are ANDed by Catch2, and a comma
+        // separates alternatives, so the exclusions go into each alternative
+        // ("[a],[b]" -> "[a] ~[x],[b] ~[x]"): a case that does not apply stays
+        // out whatever the user asked for. (A comma inside a test's name is
+        // split too; Catch2 would have split it the same way.)
+        std::string user;
+        for (const auto& t : cfg.testsOrTags) user += (user.empty() ? "" : " ") + t;
+        std::string excluded;
+        for (const auto& e : exclusions) excluded += " " + e;
         std::string spec;
-        for (const auto& t : cfg.testsOrTags) spec += (spec.empty() ? "" : " ") + t;
-        for (const auto& e : exclusions) spec += (spec.empty() ? "" : " ") + e;
+        std::size_t from = 0;
+        do {
+            const auto comma = user.find(',', from);
+            const auto alternative = user.substr(from, comma == std::string::npos ? std::string::npos : comma - from);
+            spec += (spec.empty() ? "" : ",") + alternative + excluded;
+            from = comma == std::string::npos ? std::string::npos : comma + 1;
+        } while (from != std::string::npos);
         cfg.testsOrTags = {spec};
         session.useConfigData(cfg);
     }
