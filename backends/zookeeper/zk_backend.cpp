@@ -7,7 +7,8 @@
 //   zk_session   the provider's session: watcher (losses go to the grants'
 //                loss sinks), reconnection, guaranteed deletes, the upkeep
 //                thread (disconnection deadline, cleanups)
-//   zk_lock      the lock recipe (Curator's node layout, protected mode)
+//   zk_lock      the recipes: mutex, read-write lock, semaphore (Curator's node
+//                layouts, protected mode)
 //   zk_names     lock names as paths, the order of lock nodes, counters
 //   zk_backend   this file: the spi::backend, the URL, the registration
 #include <unistd.h>
@@ -31,10 +32,9 @@ public:
              "with heartbeats; session expiry is proved by the ZooKeeper tests (SIGSTOP past the session timeout)"},
         };
         // The server expires a silent session after its timeout, rounded up to its tick.
-        // Read-write locks and semaphores: not built for this backend yet (issue 13).
-        caps_.unsupported.emplace(feature::read_write, "not implemented for this backend yet");
-        caps_.unsupported.emplace(feature::semaphore, "not implemented for this backend yet");
-        caps_.unsupported.emplace(feature::permit_limit, "no semaphores on this backend yet");
+        // Read-write locks (Curator's InterProcessReadWriteLock: FIFO by sequence)
+        // and semaphores (InterProcessSemaphoreV2; the size kept in the data of
+        // <path>/leases) are supported: see zk_lock.cpp.
         caps_.crash_release_bound = timeout + timeout / 2;
         caps_.reentrant = true;
     }

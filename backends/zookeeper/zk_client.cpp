@@ -170,11 +170,26 @@ op_ptr zk_get(zhandle_t* zh, const std::string& path, bool watch) {  // the data
     o->done = true;
     return o;
 }
-op_ptr zk_children(zhandle_t* zh, const std::string& path) {
+op_ptr zk_get_data(zhandle_t* zh, const std::string& path) {
+    auto o = std::make_shared<op>();
+    char buf[256];
+    int len = static_cast<int>(sizeof buf);
+    o->rc = zoo_get(zh, path.c_str(), 0, buf, &len, &o->stat);
+    if (o->rc == ZOK && len > 0) o->value.assign(buf, static_cast<std::size_t>(len));
+    o->done = true;
+    return o;
+}
+op_ptr zk_set(zhandle_t* zh, const std::string& path, const std::string& data) {
+    auto o = std::make_shared<op>();
+    o->rc = zoo_set2(zh, path.c_str(), data.data(), static_cast<int>(data.size()), -1, &o->stat);
+    o->done = true;
+    return o;
+}
+op_ptr zk_children(zhandle_t* zh, const std::string& path, bool watch) {
     stats().children_reads++;
     auto o = std::make_shared<op>();
     String_vector v{};
-    o->rc = zoo_get_children(zh, path.c_str(), 0, &v);
+    o->rc = zoo_get_children(zh, path.c_str(), watch ? 1 : 0, &v);
     if (o->rc == ZOK) {
         for (int i = 0; i < v.count; ++i) o->children.emplace_back(v.data[i]);
         deallocate_String_vector(&v);

@@ -85,7 +85,12 @@ op_ptr zk_create(zhandle_t* zh, const std::string& path, const std::string& data
 op_ptr zk_delete(zhandle_t* zh, const std::string& path);
 op_ptr zk_exists(zhandle_t* zh, const std::string& path, bool watch);
 op_ptr zk_get(zhandle_t* zh, const std::string& path, bool watch);  // the data is not needed
-op_ptr zk_children(zhandle_t* zh, const std::string& path);
+// getChildren; with `watch`, a child watch (a ZOO_CHILD_EVENT for `path` when a
+// child is created or deleted: the semaphore's wait).
+op_ptr zk_children(zhandle_t* zh, const std::string& path, bool watch = false);
+// getData that keeps the data (in value, up to 256 bytes), and setData (any version).
+op_ptr zk_get_data(zhandle_t* zh, const std::string& path);
+op_ptr zk_set(zhandle_t* zh, const std::string& path, const std::string& data);
 
 // Fails fast when every host refuses TCP connections (the C client would retry
 // silently forever). Any host that accepts or does not answer at once lets the

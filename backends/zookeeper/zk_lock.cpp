@@ -1,14 +1,26 @@
-// zk://h1:2181,h2:2181/base/path: Apache Curator's InterProcessMutex recipe
-// over the session layer (zk_session.hpp), so that a C++ process and a Java
-// process using Curator share one lock.
+// zk://h1:2181,h2:2181/base/path: Apache Curator's lock recipes over the
+// session layer (zk_session.hpp), so that a C++ process and a Java process
+// using Curator share one lock, read-write lock or semaphore.
 //
-// Layout: the lock "name" lives at <base>/<encoded name> (a CONTAINER node, as
-// Curator makes it; persistent when the server has no containers). Each attempt
-// creates an EPHEMERAL_SEQUENTIAL child "_c_<uuid>-lock-<10 digit sequence>".
-// The children sorted by the text after the last "lock-" form the queue; the
-// first holds the lock, every other one watches (getData) only the node just
-// before its own, so a release wakes one waiter. The fencing token is the lock
-// node's czxid (a global, strictly increasing transaction id).
+// Layout: a lock "name" lives at <base>/<encoded name> (a CONTAINER node, as
+// Curator makes it; persistent when the server has no containers).
+//  - mutex (InterProcessMutex): each attempt creates an EPHEMERAL_SEQUENTIAL
+//    child "_c_<uuid>-lock-<10 digit sequence>". The children sorted by their
+//    sequence form the queue; the first holds the lock, every other one watches
+//    (getData) only the node just before its own, so a release wakes one waiter.
+//  - read-write lock (InterProcessReadWriteLock): the same, with children
+//    "_c_<uuid>-__READ__<seq>" and "_c_<uuid>-__WRIT__<seq>" under the same path
+//    (one sequence for both). A writer holds when first and watches the node
+//    before it; a reader holds when no write node comes before it and watches
+//    the nearest write node before it. A mutex node of the same name counts as
+//    a writer for readers.
+//  - semaphore (InterProcessSemaphoreV2): an attempt takes the mutex recipe on
+//    <path>/locks, creates "<path>/leases/_c_<uuid>-lease-<seq>", lists the
+//    leases with a child watch until they are no more than the permits, then
+//    gives the internal mutex back. distlock keeps the semaphore's size in the
+//    data of <path>/leases (which Curator leaves empty and never reads).
+// The fencing token is the held node's czxid (a global, strictly increasing
+// transaction id): the lock node, or the lease node of a permit.
 #include "zk_lock.hpp"
 
 #include <algorithm>
@@ -21,6 +33,18 @@ namespace distlock::backends::zookeeper {
 namespace {
 
 std::string last_segment(const std::string& path) { return path.substr(path.rfind('/') + 1); }
+
+enum class step { held, again, timeout };
+
+// What create_node() made.
+struct created {
+    std::string node;        // full path; empty when session_lost
+    std::uint64_t czxid = 0;
+    op_ptr listing;          // the children of the directory, asked right behind the create
+    spi::deadline listed{};  // when the create (and that listing) was sent
+    std::string orphan_pid;  // "_c_<uuid>-" when a create lost its reply (else empty)
+    bool session_lost = false;
+};
 
 class handle final : public spi::lock_handle, public held_node {
 public:
@@ -38,14 +62,34 @@ public:
     std::chrono::milliseconds validity() const override;
 
 private:
-    enum class step { held, again, timeout };
-    // `listing` (sent at `listed`) is the first children listing; on step::held,
-    // `listed` is when the listing that showed our node first was sent.
-    step wait_turn(const std::shared_ptr<session>& s, const std::string& node, std::uint64_t czxid,
-                   spi::deadline until, bool once, op_ptr listing, spi::deadline& listed, const spi::loss_sink& lost);
+    std::optional<spi::grant> acquire_queue(spi::deadline until, const spi::loss_sink& lost);
+    std::optional<spi::grant> acquire_permit(spi::deadline until, const spi::loss_sink& lost);
+
+    // An EPHEMERAL_SEQUENTIAL "_c_<uuid>-<lock_name><seq>" under `dir`, with
+    // Curator's protected mode (after a connection loss, look for a child
+    // carrying our uuid before creating again).
+    created create_node(const std::shared_ptr<session>& s, const std::string& dir, std::string_view lock_name,
+                        spi::deadline until, bool once);
+    // Waits for the turn of `node` in the queue of `dir` (Curator's rules, see
+    // turn_of). On step::held, `listed` is when the listing that showed it
+    // first was sent, and the node is registered as held when `hold` is given.
+    step wait_turn(const std::shared_ptr<session>& s, const std::string& dir, const std::string& node,
+                   std::uint64_t czxid, bool reader, spi::deadline until, bool once, op_ptr listing,
+                   spi::deadline& listed, const std::string& orphan_pid, const spi::loss_sink* hold);
+    // The semaphore's lease, taken while holding its internal mutex.
+    step take_lease(const std::shared_ptr<session>& s, const std::string& leases, spi::deadline until, bool once,
+                    const spi::loss_sink& lost, std::uint64_t& czxid, spi::deadline& listed);
+    // permit_limit: the size kept in the data of <path>/leases against ours.
+    void check_permits(session& s, const std::string& leases, std::size_t others);
+    // Gives the semaphore's internal mutex back (a guaranteed delete).
+    void release_internal(session& s, const std::string& dir, const std::string& node, const std::string& orphan_pid);
 
     session_manager& zk_;
     std::string name_, dir_;
+    spi::lock_kind kind_;
+    std::uint32_t permits_;
+    // The directory of the held node: the lock path, or the semaphore's leases.
+    std::string node_dir_;
     // "_c_<uuid>-" of the current grant when one of its creates lost its reply
     // (empty otherwise): nodes with this prefix other than ours are orphans.
     std::string orphan_pid_;
@@ -55,7 +99,7 @@ private:
 std::string dir_of(const settings& s, std::string_view name) { return s.base + "/" + encode_segment(name); }
 
 handle::handle(session_manager& zk, const spi::lock_request& r)
-    : zk_(zk), name_(r.name), dir_(dir_of(zk.config(), r.name)) {}
+    : zk_(zk), name_(r.name), dir_(dir_of(zk.config(), r.name)), kind_(r.kind), permits_(r.permits) {}
 
 handle::~handle() { zk_.forget(*this); }
 
@@ -63,103 +107,113 @@ std::chrono::milliseconds handle::check_interval() const { return std::max(ms(50
 std::chrono::milliseconds handle::validity() const { return session_manager::loss_after(zk_.timeout()); }
 
 std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_sink& lost) {
+    if (kind_ == spi::lock_kind::permit) return acquire_permit(until, lost);
+    return acquire_queue(until, lost);
+}
+
+created handle::create_node(const std::shared_ptr<session>& s, const std::string& dir, std::string_view lock_name,
+                            spi::deadline until, bool once) {
+    created c;
+    const auto uuid = spi::random_uuid();
+    const auto prefix = node_prefix(uuid, lock_name);
+    const auto pid = protected_id(uuid);
+    for (int tries = 0;; ++tries) {
+        if (tries > 10) throw_error(errc::unavailable, kBackend, "cannot create a node under " + dir + " for '" + name_ + "'");
+        // The listing rides in the same round trip: the server answers a
+        // session's requests in order, so it already shows our new node.
+        c.listed = clock::now();
+        auto o = zk_create_async(s->zh, dir + "/" + prefix, zk_.config().node_data, ZOO_EPHEMERAL_SEQUENTIAL);
+        auto listing = zk_children(s->zh, dir);
+        wait_op(o);
+        if (o->rc == ZOK) {
+            c.node = o->value;
+            c.czxid = static_cast<std::uint64_t>(o->stat.czxid);
+            stats().lock_nodes_created++;
+            c.listing = std::move(listing);
+            return c;
+        }
+        if (o->rc == ZNONODE) {
+            zk_.make_parents(*s, dir);
+            continue;
+        }
+        if (is_session_gone(o->rc)) {
+            c.session_lost = true;
+            return c;
+        }
+        if (!is_connection_error(o->rc)) throw_client_error(o->rc, "cannot create a lock node under " + dir);
+        // Outcome unknown: the node may exist. Find it once reconnected.
+        c.orphan_pid = pid;
+        if (!zk_.wait_connected(*s, zk_.reconnect_limit(once ? clock::now() : until))) {
+            if (zk_.session_alive(*s)) {
+                zk_.delete_protected_later(*s, dir, pid);
+                throw_error(errc::unavailable, kBackend,
+                            "lost the connection to ZooKeeper while creating the lock node of '" + name_ + "'");
+            }
+            c.session_lost = true;
+            return c;
+        }
+        auto kids = zk_children(s->zh, dir);
+        if (kids->rc != ZOK && kids->rc != ZNONODE) continue;  // try again (bounded by `tries`)
+        for (const auto& k : kids->children) {
+            if (k.rfind(pid, 0) != 0) continue;
+            auto st = zk_exists(s->zh, dir + "/" + k, false);
+            if (st->rc == ZOK && st->stat.ephemeralOwner == zk_.session_id(*s)) {
+                c.node = dir + "/" + k;
+                c.czxid = static_cast<std::uint64_t>(st->stat.czxid);
+                stats().protected_recoveries++;
+                return c;  // no listing: wait_turn lists afresh
+            }
+            if (st->rc == ZOK) zk_.delete_node(*s, dir + "/" + k);  // made by a session that is gone
+            break;
+        }
+    }
+}
+
+std::optional<spi::grant> handle::acquire_queue(spi::deadline until, const spi::loss_sink& lost) {
     const bool once = until <= clock::now();
+    const bool reader = kind_ == spi::lock_kind::read;
+    const std::string_view lock_name =
+        reader ? kReadName : kind_ == spi::lock_kind::write ? kWriteName : kMutexName;
     for (int round = 0;; ++round) {
         if (round > 0 && !once && clock::now() >= until) return std::nullopt;
         if (round > 20) throw_error(errc::unavailable, kBackend, "lock node of '" + name_ + "' kept vanishing");
         auto s = zk_.session_for(until);
         orphan_pid_.clear();
-        const auto uuid = spi::random_uuid();
-        const auto prefix = node_prefix(uuid);
-        const auto pid = protected_id(uuid);
-
-        // 1. Create our node (Curator's protected mode: after a connection loss,
-        //    look for a child carrying our uuid before creating again).
-        std::string node;
-        std::uint64_t czxid = 0;
-        op_ptr first_listing;
-        spi::deadline listed{};  // when the listing that decides was sent
-        bool session_lost = false;
-        for (int tries = 0; node.empty() && !session_lost; ++tries) {
-            if (tries > 10) throw_error(errc::unavailable, kBackend, "cannot create the lock node for '" + name_ + "'");
-            // The listing rides in the same round trip: the server answers a
-            // session's requests in order, so it already shows our new node.
-            listed = clock::now();
-            auto o = zk_create_async(s->zh, dir_ + "/" + prefix, zk_.config().node_data, ZOO_EPHEMERAL_SEQUENTIAL);
-            auto listing = zk_children(s->zh, dir_);
-            wait_op(o);
-            if (o->rc == ZOK) {
-                node = o->value;
-                czxid = static_cast<std::uint64_t>(o->stat.czxid);
-                stats().lock_nodes_created++;
-                first_listing = std::move(listing);
-                break;
-            }
-            if (o->rc == ZNONODE) {
-                zk_.make_parents(*s, dir_);
-                continue;
-            }
-            if (is_session_gone(o->rc)) {
-                session_lost = true;
-                break;
-            }
-            if (!is_connection_error(o->rc)) throw_client_error(o->rc, "cannot create a lock node under " + dir_);
-            // Outcome unknown: the node may exist. Find it once reconnected.
-            orphan_pid_ = pid;
-            if (!zk_.wait_connected(*s, zk_.reconnect_limit(once ? clock::now() : until))) {
-                if (zk_.session_alive(*s)) {
-                    zk_.delete_protected_later(*s, dir_, pid);
-                    throw_error(errc::unavailable, kBackend,
-                                "lost the connection to ZooKeeper while creating the lock node of '" + name_ + "'");
-                }
-                session_lost = true;
-                break;
-            }
-            auto kids = zk_children(s->zh, dir_);
-            if (kids->rc != ZOK && kids->rc != ZNONODE) continue;  // try again (bounded by `tries`)
-            for (const auto& k : kids->children) {
-                if (k.rfind(pid, 0) != 0) continue;
-                auto st = zk_exists(s->zh, dir_ + "/" + k, false);
-                if (st->rc == ZOK && st->stat.ephemeralOwner == zk_.session_id(*s)) {
-                    node = dir_ + "/" + k;
-                    czxid = static_cast<std::uint64_t>(st->stat.czxid);
-                    stats().protected_recoveries++;
-                } else if (st->rc == ZOK) {
-                    zk_.delete_node(*s, dir_ + "/" + k);  // made by a session that is gone
-                }
-                break;
-            }
-        }
-        if (session_lost) continue;
+        // 1. Create our node.
+        auto c = create_node(s, dir_, lock_name, until, once);
+        orphan_pid_ = c.orphan_pid;
+        if (c.session_lost) continue;
+        node_dir_ = dir_;
 
         // 2. Wait for our turn; on any failure our node goes (Curator deletes it).
         step result;
         try {
-            result = wait_turn(s, node, czxid, until, once, std::move(first_listing), listed, lost);
+            result = wait_turn(s, dir_, c.node, c.czxid, reader, until, once, std::move(c.listing), c.listed,
+                               orphan_pid_, &lost);
         } catch (...) {
             zk_.unregister_held(*this);
-            zk_.delete_node(*s, node);
+            zk_.delete_node(*s, c.node);
             throw;
         }
         // Held for the session's life; the server confirmed the session (and our
-        // node first) in reply to the listing sent at `listed`.
-        if (result == step::held) return spi::grant{czxid, listed};
+        // node's turn) in reply to the listing sent at `listed`.
+        if (result == step::held) return spi::grant{c.czxid, c.listed};
         if (result == step::timeout) {
-            zk_.delete_node(*s, node);
+            zk_.delete_node(*s, c.node);
             return std::nullopt;
         }
         // step::again: our node vanished (session expired, or deleted): start over.
-        if (zk_.session_alive(*s)) zk_.delete_node(*s, node);
+        if (zk_.session_alive(*s)) zk_.delete_node(*s, c.node);
     }
 }
 
-handle::step handle::wait_turn(const std::shared_ptr<session>& s, const std::string& node, std::uint64_t czxid,
-                               spi::deadline until, bool once, op_ptr listing, spi::deadline& listed,
-                               const spi::loss_sink& lost) {
-    const std::string mine = last_segment(node);  // "_c_<uuid>-lock-<10 digits>"
+step handle::wait_turn(const std::shared_ptr<session>& s, const std::string& dir, const std::string& node,
+                       std::uint64_t czxid, bool reader, spi::deadline until, bool once, op_ptr listing,
+                       spi::deadline& listed, const std::string& orphan_pid, const spi::loss_sink* hold) {
+    const std::string mine = last_segment(node);  // "_c_<uuid>-<lock name><10 digits>"
     for (;;) {
         if (!listing) listed = clock::now();
-        auto kids = listing ? wait_op(std::exchange(listing, {})) : zk_children(s->zh, dir_);
+        auto kids = listing ? wait_op(std::exchange(listing, {})) : zk_children(s->zh, dir);
         if (is_connection_error(kids->rc)) {
             if (!zk_.wait_connected(*s, zk_.reconnect_limit(once ? clock::now() : until))) {
                 if (!zk_.session_alive(*s)) return step::again;
@@ -169,35 +223,36 @@ handle::step handle::wait_turn(const std::shared_ptr<session>& s, const std::str
             continue;
         }
         if (kids->rc == ZNONODE || is_session_gone(kids->rc)) return step::again;
-        if (kids->rc != ZOK) throw_client_error(kids->rc, "getChildren " + dir_ + " failed");
+        if (kids->rc != ZOK) throw_client_error(kids->rc, "getChildren " + dir + " failed");
         zk_.touch(*s);
         auto& children = kids->children;
         sort_children(children);
-        auto it = std::find(children.begin(), children.end(), mine);
-        if (it == children.end()) return step::again;  // our node is gone
+        if (std::find(children.begin(), children.end(), mine) == children.end()) return step::again;  // gone
         // After a create whose reply was lost, a second node carrying this
         // attempt's uuid may show up (the server ran the create after our
         // protected-mode lookup, or a follower's read was behind): it would queue
         // us behind ourselves. Delete it.
-        if (!orphan_pid_.empty()) {
+        if (!orphan_pid.empty()) {
             bool removed = false;
             for (const auto& k : children)
-                if (k != mine && k.rfind(orphan_pid_, 0) == 0) {
-                    zk_.delete_node(*s, dir_ + "/" + k);
+                if (k != mine && k.rfind(orphan_pid, 0) == 0) {
+                    zk_.delete_node(*s, dir + "/" + k);
                     removed = true;
                 }
             if (removed) continue;
         }
-        if (it == children.begin()) {
-            // Ours is first: held. (The keepalive's exists, every session
-            // timeout / 3, also sets a watch on our node, so that a delete by
-            // someone else is reported at once from then on; a lock held only
-            // briefly costs no request beyond create, listing and delete.)
-            zk_.register_held(*this, node, s->gen, czxid, lost);
+        auto t = turn_of(children, mine, reader);
+        if (t.what == turn::state::missing) return step::again;
+        if (t.what == turn::state::held) {
+            // Held. (The keepalive's exists, every session timeout / 3, also
+            // sets a watch on our node, so that a delete by someone else is
+            // reported at once from then on; a lock held only briefly costs no
+            // request beyond create, listing and delete.)
+            if (hold) zk_.register_held(*this, node, s->gen, czxid, *hold);
             return step::held;
         }
         if (once || clock::now() >= until) return step::timeout;
-        session_manager::waiter w{dir_ + "/" + *std::prev(it)};
+        session_manager::waiter w{dir + "/" + t.watch};
         zk_.add_waiter(w);
         stats().predecessor_watches++;
         auto o = zk_get(s->zh, w.path, true);
@@ -213,6 +268,155 @@ handle::step handle::wait_turn(const std::shared_ptr<session>& s, const std::str
     }
 }
 
+// ---- semaphore ---------------------------------------------------------------------
+
+std::optional<spi::grant> handle::acquire_permit(spi::deadline until, const spi::loss_sink& lost) {
+    const bool once = until <= clock::now();
+    const std::string locks = dir_ + "/" + std::string(kSemaphoreLocks);
+    const std::string leases = dir_ + "/" + std::string(kSemaphoreLeases);
+    for (int round = 0;; ++round) {
+        if (round > 0 && !once && clock::now() >= until) return std::nullopt;
+        if (round > 20) throw_error(errc::unavailable, kBackend, "semaphore nodes of '" + name_ + "' kept vanishing");
+        auto s = zk_.session_for(until);
+        orphan_pid_.clear();
+        // 1. Curator's internal mutex on <path>/locks: one client at a time
+        //    counts the leases (and waits while they are too many).
+        auto lk = create_node(s, locks, kMutexName, until, once);
+        if (lk.session_lost) continue;
+        step r;
+        try {
+            r = wait_turn(s, locks, lk.node, lk.czxid, false, until, once, std::move(lk.listing), lk.listed,
+                          lk.orphan_pid, nullptr);
+        } catch (...) {
+            release_internal(*s, locks, lk.node, lk.orphan_pid);
+            throw;
+        }
+        if (r != step::held) {
+            release_internal(*s, locks, lk.node, lk.orphan_pid);
+            if (r == step::timeout) return std::nullopt;
+            continue;
+        }
+        // 2.-3. Our lease node, counted; 4. the internal mutex goes back whatever happened.
+        std::uint64_t czxid = 0;
+        spi::deadline listed{};
+        try {
+            r = take_lease(s, leases, until, once, lost, czxid, listed);
+        } catch (...) {
+            release_internal(*s, locks, lk.node, lk.orphan_pid);
+            throw;
+        }
+        release_internal(*s, locks, lk.node, lk.orphan_pid);
+        if (r == step::held) return spi::grant{czxid, listed};
+        if (r == step::timeout) return std::nullopt;
+    }
+}
+
+step handle::take_lease(const std::shared_ptr<session>& s, const std::string& leases, spi::deadline until, bool once,
+                        const spi::loss_sink& lost, std::uint64_t& czxid, spi::deadline& listed) {
+    auto c = create_node(s, leases, kLeaseName, until, once);
+    if (c.session_lost) return step::again;
+    orphan_pid_ = c.orphan_pid;
+    node_dir_ = leases;
+    czxid = c.czxid;
+    const std::string mine = last_segment(c.node);
+    auto drop = [&] {
+        if (zk_.session_alive(*s)) zk_.delete_node(*s, c.node);
+    };
+    struct unwait {
+        session_manager& zk;
+        session_manager::waiter& w;
+        ~unwait() { zk.remove_waiter(w); }
+    };
+    bool checked = false;
+    try {
+        for (;;) {
+            // The waiter is registered before the watch is set: no event is missed.
+            session_manager::waiter w{leases};
+            zk_.add_waiter(w);
+            unwait guard{zk_, w};
+            listed = clock::now();
+            auto kids = zk_children(s->zh, leases, true);
+            if (is_connection_error(kids->rc)) {
+                if (!zk_.wait_connected(*s, zk_.reconnect_limit(once ? clock::now() : until))) {
+                    if (!zk_.session_alive(*s)) return step::again;
+                    throw_error(errc::unavailable, kBackend,
+                                "lost the connection to ZooKeeper while waiting for a permit of '" + name_ + "'");
+                }
+                continue;
+            }
+            if (kids->rc == ZNONODE || is_session_gone(kids->rc)) {
+                drop();
+                return step::again;
+            }
+            if (kids->rc != ZOK) throw_client_error(kids->rc, "getChildren " + leases + " failed");
+            zk_.touch(*s);
+            const auto& children = kids->children;
+            if (std::find(children.begin(), children.end(), mine) == children.end()) {
+                drop();
+                return step::again;
+            }
+            if (!orphan_pid_.empty()) {  // a late duplicate of our own lease (see wait_turn)
+                bool removed = false;
+                for (const auto& k : children)
+                    if (k != mine && k.rfind(orphan_pid_, 0) == 0) {
+                        zk_.delete_node(*s, leases + "/" + k);
+                        removed = true;
+                    }
+                if (removed) continue;
+            }
+            if (!checked) {
+                check_permits(*s, leases, children.size() - 1);
+                checked = true;
+            }
+            // Curator counts every lease, ours included, in no order.
+            if (children.size() <= permits_) {
+                zk_.register_held(*this, c.node, s->gen, czxid, lost);
+                return step::held;
+            }
+            if (once || clock::now() >= until) {
+                zk_.delete_node(*s, c.node);
+                return step::timeout;
+            }
+            zk_.wait_event(w, *s, until);
+        }
+    } catch (...) {
+        zk_.unregister_held(*this);
+        drop();
+        throw;
+    }
+}
+
+void handle::check_permits(session& s, const std::string& leases, std::size_t others) {
+    auto d = zk_get_data(s.zh, leases);
+    if (d->rc != ZOK) throw_client_error(d->rc, "getData " + leases + " failed");
+    const auto stored = permits_in(d->value);
+    // The size stands while the semaphore has holders; the first lease of an
+    // empty semaphore (or one that only Curator clients hold) sets it.
+    if (others > 0 && stored && *stored != permits_)
+        throw_error(errc::invalid_argument, kBackend,
+                    "semaphore '" + name_ + "' is held with " + std::to_string(*stored) +
+                        " permits; this one asks for " + std::to_string(permits_));
+    if (stored == permits_) return;
+    auto o = zk_set(s.zh, leases, permits_data(permits_));
+    if (o->rc != ZOK) throw_client_error(o->rc, "setData " + leases + " failed");
+}
+
+void handle::release_internal(session& s, const std::string& dir, const std::string& node,
+                              const std::string& orphan_pid) {
+    if (!zk_.session_alive(s)) return;  // the server deleted it with the session
+    zk_.delete_node(s, node);
+    if (orphan_pid.empty()) return;
+    auto kids = zk_children(s.zh, dir);
+    if (kids->rc != ZOK) {
+        if (is_connection_error(kids->rc)) zk_.delete_protected_later(s, dir, orphan_pid);
+        return;
+    }
+    for (const auto& k : kids->children)
+        if (k.rfind(orphan_pid, 0) == 0) zk_.delete_node(s, dir + "/" + k);
+}
+
+// ---- release -------------------------------------------------------------------------
+
 void handle::release() {
     auto [node, gen, was_lost] = zk_.unregister_held(*this);
     if (node.empty()) throw_error(errc::not_owner, kBackend, "lock '" + name_ + "' is not held by this handle");
@@ -222,9 +426,9 @@ void handle::release() {
     auto o = zk_delete(s->zh, node);
     if (auto pid = std::exchange(orphan_pid_, {}); !pid.empty() && o->rc == ZOK) {
         // The grant began with a lost create reply: sweep any late orphan.
-        auto kids = zk_children(s->zh, dir_);
+        auto kids = zk_children(s->zh, node_dir_);
         for (const auto& k : kids->children)
-            if (k.rfind(pid, 0) == 0) zk_.delete_node(*s, dir_ + "/" + k);
+            if (k.rfind(pid, 0) == 0) zk_.delete_node(*s, node_dir_ + "/" + k);
     }
     if (o->rc == ZOK) return;
     if (o->rc == ZNONODE) {
@@ -292,14 +496,23 @@ void keepalive_locks(session_manager& zk, std::span<spi::lock_handle* const> han
 
 void break_lock(session_manager& zk, std::string_view name) {
     with_separate_session(zk.config(), zk.timeout(), "break_lock", [&](zhandle_t* zh) {
+        // Every primitive of the name: the holders of its mutex or read-write
+        // lock, and every lease of its semaphore.
         const auto dir = dir_of(zk.config(), name);
         auto kids = zk_children(zh, dir);
         if (kids->rc == ZNONODE) return;
         if (kids->rc != ZOK) throw_client_error(kids->rc, "break_lock: getChildren " + dir + " failed");
         sort_children(kids->children);
-        if (kids->children.empty()) return;
-        auto o = zk_delete(zh, dir + "/" + kids->children.front());
-        if (o->rc != ZOK && o->rc != ZNONODE) throw_client_error(o->rc, "break_lock: delete failed");
+        std::vector<std::string> doomed;
+        for (const auto& k : holders_of(kids->children)) doomed.push_back(dir + "/" + k);
+        const auto leases = dir + "/" + std::string(kSemaphoreLeases);
+        auto lease_kids = zk_children(zh, leases);
+        if (lease_kids->rc == ZOK)
+            for (const auto& k : lease_kids->children) doomed.push_back(leases + "/" + k);
+        for (const auto& path : doomed) {
+            auto o = zk_delete(zh, path);
+            if (o->rc != ZOK && o->rc != ZNONODE) throw_client_error(o->rc, "break_lock: delete failed");
+        }
     });
 }
 

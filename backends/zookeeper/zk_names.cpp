@@ -41,11 +41,15 @@ std::string base_path_problem(std::string_view base) {
     return {};
 }
 
-std::string node_prefix(std::string_view uuid) { return "_c_" + std::string(uuid) + "-lock-"; }
+std::string node_prefix(std::string_view uuid, std::string_view lock_name) {
+    return "_c_" + std::string(uuid) + "-" + std::string(lock_name);
+}
 std::string protected_id(std::string_view uuid) { return "_c_" + std::string(uuid) + "-"; }
 
 std::string_view sort_key(std::string_view child) {
     if (auto i = child.rfind("lock-"); i != std::string_view::npos) return child.substr(i + 5);
+    if (auto i = child.rfind(kReadName); i != std::string_view::npos) return child.substr(i + kReadName.size());
+    if (auto i = child.rfind(kWriteName); i != std::string_view::npos) return child.substr(i + kWriteName.size());
     if (auto i = child.rfind("__lock__"); i != std::string_view::npos) return child.substr(i + 8);
     if (auto i = child.rfind("__rlock__"); i != std::string_view::npos) return child.substr(i + 9);
     return child;
@@ -56,6 +60,60 @@ void sort_children(std::vector<std::string>& children) {
         auto ka = sort_key(a), kb = sort_key(b);
         return ka != kb ? ka < kb : a < b;
     });
+}
+
+namespace {
+constexpr std::string_view kPermitsTag = "distlock permits=";
+}
+
+std::string permits_data(std::uint32_t permits) { return std::string(kPermitsTag) + std::to_string(permits); }
+
+std::optional<std::uint32_t> permits_in(std::string_view data) {
+    if (data.substr(0, kPermitsTag.size()) != kPermitsTag) return std::nullopt;
+    auto digits = data.substr(kPermitsTag.size());
+    if (digits.empty() || digits.size() > 10) return std::nullopt;
+    std::uint64_t v = 0;
+    for (char c : digits) {
+        if (c < '0' || c > '9') return std::nullopt;
+        v = v * 10 + static_cast<std::uint64_t>(c - '0');
+    }
+    if (v == 0 || v > 0xFFFFFFFFull) return std::nullopt;
+    return static_cast<std::uint32_t>(v);
+}
+
+bool is_read_node(std::string_view child) {
+    return child.find(kReadName) != std::string_view::npos || child.find("__rlock__") != std::string_view::npos;
+}
+
+bool is_queue_node(std::string_view child) {
+    return is_read_node(child) || child.find(kWriteName) != std::string_view::npos ||
+           child.find("lock-") != std::string_view::npos || child.find("__lock__") != std::string_view::npos;
+}
+
+turn turn_of(const std::vector<std::string>& sorted, std::string_view mine, bool reader) {
+    turn t;
+    const std::string* before = nullptr;  // writer: the child before; reader: the nearest writer before
+    for (const auto& c : sorted) {
+        if (c == mine) {
+            t.what = before ? turn::state::wait : turn::state::held;
+            if (before) t.watch = *before;
+            return t;
+        }
+        if (!reader) before = &c;
+        else if (is_queue_node(c) && !is_read_node(c)) before = &c;
+    }
+    return t;  // missing
+}
+
+std::vector<std::string> holders_of(const std::vector<std::string>& sorted) {
+    std::vector<std::string> out;
+    for (const auto& c : sorted) {
+        if (!is_queue_node(c)) continue;
+        if (!out.empty() && !is_read_node(c)) break;
+        out.push_back(c);
+        if (!is_read_node(c)) break;
+    }
+    return out;
 }
 
 }  // namespace distlock::backends::zookeeper

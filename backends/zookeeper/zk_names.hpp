@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,19 +22,64 @@ std::string encode_segment(std::string_view name);
 // segments, no trailing '/', no control bytes. Returns "" when valid, else why.
 std::string base_path_problem(std::string_view base);
 
-// Curator's lock node prefix for one attempt: "_c_<uuid>-lock-" (the server
-// appends a 10-digit sequence). The protected-mode id is "_c_<uuid>-".
-std::string node_prefix(std::string_view uuid);
+// The node names of Curator's recipes (curator-recipes 5.x):
+//   InterProcessMutex           <lock path>/_c_<uuid>-lock-<seq>
+//   InterProcessReadWriteLock   <lock path>/_c_<uuid>-__READ__<seq>, _c_<uuid>-__WRIT__<seq>
+//   InterProcessSemaphoreV2     <path>/locks/_c_<uuid>-lock-<seq> (its internal mutex)
+//                               <path>/leases/_c_<uuid>-lease-<seq>
+inline constexpr std::string_view kMutexName = "lock-";
+inline constexpr std::string_view kReadName = "__READ__";
+inline constexpr std::string_view kWriteName = "__WRIT__";  // sic: as long as "__READ__"
+inline constexpr std::string_view kLeaseName = "lease-";
+inline constexpr std::string_view kSemaphoreLocks = "locks";
+inline constexpr std::string_view kSemaphoreLeases = "leases";
+
+// Curator's node prefix for one attempt: "_c_<uuid>-" + the recipe's name
+// ("lock-" by default; the server appends a 10-digit sequence). The
+// protected-mode id is "_c_<uuid>-".
+std::string node_prefix(std::string_view uuid, std::string_view lock_name = kMutexName);
 std::string protected_id(std::string_view uuid);
 
 // Sort key of a child of a lock path, as Curator's StandardLockInternalsDriver
-// computes it: the text after the last "lock-"; kazoo's "__lock__" and
+// computes it: the text after the last "lock-" (or, for the read-write lock's
+// nodes, after the last "__READ__" / "__WRIT__", as its SortingLockInternalsDriver
+// does); kazoo's "__lock__" and
 // "__rlock__" nodes (which have no "lock-") by the text after those markers, so
 // that their sequence orders them too; anything else by its whole name.
 std::string_view sort_key(std::string_view child);
 
 // Children sorted by sort_key (stable, ties by name).
 void sort_children(std::vector<std::string>& children);
+
+// Whether a child is a read node (Curator's "__READ__", kazoo's "__rlock__"),
+// and whether it is any node of a lock queue (read, write, mutex: Curator's
+// "lock-", kazoo's "__lock__"). Children that are neither (the semaphore's
+// "locks" and "leases" of the same name) are no part of the queue.
+bool is_read_node(std::string_view child);
+bool is_queue_node(std::string_view child);
+
+// Where a node stands in the sorted children of its lock path (Curator's
+// rules): `held`, or the one child it watches, or `missing` (not listed).
+//  - writer (and mutex): held when first; else it watches the child just before it.
+//  - reader: held when no write (or mutex) node comes before it; else it watches
+//    the nearest such node before it (Curator watches the first one: see
+//    docs/backends/zookeeper.md). Read nodes never wait for each other.
+// A reader after a waiting writer waits: grants follow the sequence (FIFO).
+struct turn {
+    enum class state { held, wait, missing } what = state::missing;
+    std::string watch;  // for state::wait: the child to watch
+};
+turn turn_of(const std::vector<std::string>& sorted, std::string_view mine, bool reader);
+
+// The children of a lock path that hold it now (sorted children given): the
+// first queue node; when it is a reader, every reader up to the first writer.
+std::vector<std::string> holders_of(const std::vector<std::string>& sorted);
+
+// The semaphore's size as distlock keeps it in the data of <path>/leases
+// ("distlock permits=<n>"; Curator leaves that node's data empty and never
+// reads it), and back (nullopt for anything else, Curator's empty data too).
+std::string permits_data(std::uint32_t permits);
+std::optional<std::uint32_t> permits_in(std::string_view data);
 
 // Process-wide counters of the zk:// backend (every provider of the process), for
 // tests and benchmarks: they show that a release wakes one waiter (no herd).

@@ -78,3 +78,70 @@ TEST_CASE("kazoo's nodes are ordered by their sequence too", "[zookeeper][names]
     CHECK(kids[1].find("-lock-0000000004") != std::string::npos);
     CHECK(kids[2].find("__rlock__0000000006") != std::string::npos);
 }
+
+TEST_CASE("read-write and lease nodes are named as Curator names them, one sequence orders both sides",
+          "[zookeeper][names][rw]") {
+    const std::string uuid = "53345f98-9423-4e0c-a7b5-9f819e3ec2e1";
+    CHECK(node_prefix(uuid, kReadName) == "_c_53345f98-9423-4e0c-a7b5-9f819e3ec2e1-__READ__");
+    CHECK(node_prefix(uuid, kWriteName) == "_c_53345f98-9423-4e0c-a7b5-9f819e3ec2e1-__WRIT__");
+    CHECK(node_prefix(uuid, kLeaseName) == "_c_53345f98-9423-4e0c-a7b5-9f819e3ec2e1-lease-");
+    std::vector<std::string> kids = {
+        "_c_00000000-0000-4000-8000-000000000000-__WRIT__0000000004",
+        "_c_ffffffff-0000-4000-8000-000000000000-__READ__0000000002",
+        "leases",  // a semaphore of the same name: no part of the queue
+        "_c_11111111-0000-4000-8000-000000000000-__READ__0000000007",
+    };
+    sort_children(kids);
+    CHECK(sort_key(kids[0]) == "0000000002");
+    CHECK(sort_key(kids[1]) == "0000000004");
+    CHECK(sort_key(kids[2]) == "0000000007");
+    CHECK(kids[3] == "leases");
+    CHECK(is_read_node(kids[0]));
+    CHECK_FALSE(is_read_node(kids[1]));
+    CHECK(is_queue_node(kids[1]));
+    CHECK_FALSE(is_queue_node("leases"));
+    CHECK_FALSE(is_queue_node("locks"));
+}
+
+TEST_CASE("a reader waits only for a write node before it, and watches the nearest one; a writer its predecessor",
+          "[zookeeper][names][rw]") {
+    const std::vector<std::string> q = {"a-__READ__0000000001", "b-__WRIT__0000000002", "c-__READ__0000000003",
+                                        "d-__WRIT__0000000004", "e-__READ__0000000005", "f-__READ__0000000006"};
+    auto t = turn_of(q, "a-__READ__0000000001", true);
+    CHECK(t.what == turn::state::held);
+    t = turn_of(q, "c-__READ__0000000003", true);  // behind the writer b
+    CHECK(t.what == turn::state::wait);
+    CHECK(t.watch == "b-__WRIT__0000000002");
+    t = turn_of(q, "f-__READ__0000000006", true);  // behind d (the nearest), not the reader e
+    CHECK(t.what == turn::state::wait);
+    CHECK(t.watch == "d-__WRIT__0000000004");
+    t = turn_of(q, "d-__WRIT__0000000004", false);  // a writer watches the node just before it
+    CHECK(t.what == turn::state::wait);
+    CHECK(t.watch == "c-__READ__0000000003");
+    CHECK(turn_of(q, "b-__WRIT__0000000002", false).watch == "a-__READ__0000000001");
+    CHECK(turn_of({"x-__WRIT__0000000009"}, "x-__WRIT__0000000009", false).what == turn::state::held);
+    CHECK(turn_of(q, "zzz", true).what == turn::state::missing);
+    // Readers only before it: a reader holds at once.
+    CHECK(turn_of({"a-__READ__0000000001", "c-__READ__0000000003"}, "c-__READ__0000000003", true).what ==
+          turn::state::held);
+    // A mutex node of the same name counts as a writer for a reader.
+    t = turn_of({"m-lock-0000000001", "r-__READ__0000000002"}, "r-__READ__0000000002", true);
+    CHECK(t.what == turn::state::wait);
+    CHECK(t.watch == "m-lock-0000000001");
+    // The holders: a writer alone, or the readers before the first writer.
+    CHECK(holders_of(q) == std::vector<std::string>{"a-__READ__0000000001"});
+    CHECK(holders_of({"b-__WRIT__0000000002", "c-__READ__0000000003"}) == std::vector<std::string>{"b-__WRIT__0000000002"});
+    CHECK(holders_of({"leases", "locks"}).empty());
+}
+
+TEST_CASE("the semaphore's size is kept as text that Curator's empty data never matches", "[zookeeper][names]") {
+    CHECK(permits_data(3) == "distlock permits=3");
+    CHECK(permits_in("distlock permits=3") == 3u);
+    CHECK(permits_in(permits_data(4294967295u)) == 4294967295u);
+    CHECK_FALSE(permits_in(""));
+    CHECK_FALSE(permits_in("10.0.0.7"));  // Curator's default data: the host's address
+    CHECK_FALSE(permits_in("distlock permits="));
+    CHECK_FALSE(permits_in("distlock permits=0"));
+    CHECK_FALSE(permits_in("distlock permits=12x"));
+    CHECK_FALSE(permits_in("distlock permits=4294967296"));
+}

@@ -34,6 +34,13 @@ public:
         }
         return out;
     }
+    // The node's data ("" when it has none or is missing).
+    std::string data(const std::string& path) {
+        char buf[512];
+        int len = static_cast<int>(sizeof buf);
+        if (zoo_get(zh_, path.c_str(), 0, buf, &len, nullptr) != ZOK || len <= 0) return {};
+        return std::string(buf, static_cast<std::size_t>(len));
+    }
     int stat(const std::string& path, Stat& st) { return zoo_exists(zh_, path.c_str(), 0, &st); }
     int remove(const std::string& path) { return zoo_delete(zh_, path.c_str(), -1); }
     // Digest authentication ("user:password") for the requests that follow.

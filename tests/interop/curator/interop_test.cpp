@@ -1,8 +1,15 @@
 // distlock's zk:// and Apache Curator's InterProcessMutex (Java) contend for the
 // same lock path on the standalone server: exclusion holds both ways, each gets
 // the lock after the other releases, and they share one FIFO queue. python3-kazoo's
-// Lock is tried too, with and without extra_lock_patterns=["-lock-"].
+// Lock is tried too, with and without extra_lock_patterns=["-lock-"]. Then
+// Curator's InterProcessReadWriteLock against distlock's shared_mutex, and its
+// InterProcessSemaphoreV2 against distlock's semaphore, on the same paths.
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <functional>
+#include <mutex>
+#include <sstream>
 
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -247,4 +254,234 @@ TEST_CASE("distlock and kazoo (with the Curator pattern) increment one counter f
     const auto name = unique_name("counter-kazoo");
     auto py = kazoo(name, true);
     CHECK(count_together(name, *py, 30) == 90);
+}
+
+// ---- read-write lock and semaphore -------------------------------------------------
+
+namespace {
+
+// The record of numbers shared with CuratorLock.java's rwmix / permits (see
+// there), updated under a POSIX record lock; fcntl locks do not exclude the
+// threads of one process, so a process-wide mutex is taken too.
+std::mutex record_mutex;
+void update_record(const std::string& file, const std::function<void(long*)>& change) {
+    std::lock_guard guard(record_mutex);
+    int fd = ::open(file.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) throw std::runtime_error("cannot open " + file);
+    struct flock fl{};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    if (::fcntl(fd, F_SETLKW, &fl) != 0) {
+        ::close(fd);
+        throw std::runtime_error("cannot lock " + file);
+    }
+    char buf[512];
+    auto n = ::pread(fd, buf, sizeof buf - 1, 0);
+    buf[n > 0 ? n : 0] = 0;
+    long v[4] = {0, 0, 0, 0};
+    std::istringstream(buf) >> v[0] >> v[1] >> v[2] >> v[3];
+    change(v);
+    const auto out = std::to_string(v[0]) + " " + std::to_string(v[1]) + " " + std::to_string(v[2]) + " " +
+                     std::to_string(v[3]) + "\n";
+    bool ok = ::ftruncate(fd, 0) == 0 && ::pwrite(fd, out.data(), out.size(), 0) == static_cast<ssize_t>(out.size());
+    ::close(fd);  // releases the record lock
+    if (!ok) throw std::runtime_error("cannot write " + file);
+}
+std::vector<long> read_record(const std::string& file) {
+    std::vector<long> v(4, -1);
+    std::ifstream in(file);
+    in >> v[0] >> v[1] >> v[2] >> v[3];
+    return v;
+}
+std::string record_file(const std::string& name) {
+    auto f = (std::filesystem::temp_directory_path() / ("distlock-interop-" + name.substr(name.rfind(':') + 1))).string();
+    std::ofstream(f) << "0 0 0 0\n";
+    return f;
+}
+
+}  // namespace
+
+TEST_CASE("a Curator writer keeps distlock's readers and writers out, and a distlock writer keeps Curator's out",
+          "[interop][curator][rw]") {
+    const auto name = unique_name("cur-rw");
+    auto java = curator(name);
+    auto locked = java->ask("wlock");
+    REQUIRE(locked.rfind("locked ", 0) == 0);
+    const auto java_token = peer::token_of(locked);
+    auto p = distlock::connect(url());
+    auto rw = p.shared_mutex(name);
+    CHECK_FALSE(rw.try_lock_shared());
+    CHECK_FALSE(rw.try_lock_shared_for(300ms));
+    CHECK_FALSE(rw.try_lock());
+    CHECK(java->ask("wunlock") == "unlocked");
+    REQUIRE(rw.try_lock_for(5s));
+    CHECK(rw.token() > java_token);
+    CHECK(java->ask("rtry 300") == "timeout");
+    CHECK(java->ask("wtry 300") == "timeout");
+    rw.unlock();
+    auto again = java->ask("wtry 5000");
+    CHECK(again.rfind("locked ", 0) == 0);
+    CHECK(java->ask("wunlock") == "unlocked");
+}
+
+TEST_CASE("Curator's and distlock's readers read together and keep writers of both out", "[interop][curator][rw]") {
+    const auto name = unique_name("cur-readers");
+    auto java = curator(name);
+    auto writer_java = curator(name);
+    REQUIRE(java->ask("rlock").rfind("locked ", 0) == 0);
+    auto p = distlock::connect(url());
+    auto q = distlock::connect(url());
+    auto reader = p.shared_mutex(name);
+    auto writer = q.shared_mutex(name);
+    REQUIRE(reader.try_lock_shared_for(5s));  // beside Curator's reader
+    CHECK(reader.held_shared());
+    CHECK_FALSE(writer.try_lock());
+    CHECK(writer_java->ask("wtry 300") == "timeout");
+    CHECK(java->ask("runlock") == "unlocked");
+    CHECK_FALSE(writer.try_lock());               // distlock's reader still reads
+    CHECK(writer_java->ask("wtry 300") == "timeout");
+    CHECK(java->ask("rtry 3000").rfind("locked ", 0) == 0);  // Curator reads beside distlock's reader
+    reader.unlock_shared();
+    CHECK(java->ask("runlock") == "unlocked");
+    REQUIRE(writer.try_lock_for(5s));
+    writer.unlock();
+}
+
+TEST_CASE("a distlock writer waiting behind a Curator reader holds back Curator readers that come later (FIFO)",
+          "[interop][curator][rw]") {
+    const auto name = unique_name("cur-rw-fifo");
+    auto first = curator(name);
+    auto later = curator(name);
+    zk_test::raw_zk raw(zk_test::hosts_of(url()));
+    REQUIRE(first->ask("rlock").rfind("locked ", 0) == 0);
+    auto p = distlock::connect(url());
+    std::atomic<bool> got{false};
+    std::thread waiter([&] {
+        auto rw = p.shared_mutex(name);
+        rw.lock();
+        got = true;
+        std::this_thread::sleep_for(200ms);
+        rw.unlock();
+    });
+    REQUIRE(eventually([&] { return raw.children(lock_path(name)).size() == 2; }, 10s));  // the writer is queued
+    CHECK(later->ask("rtry 500") == "timeout");  // behind the waiting writer
+    CHECK_FALSE(got.load());
+    CHECK(first->ask("runlock") == "unlocked");
+    CHECK(eventually([&] { return got.load(); }, 10s));
+    waiter.join();
+    CHECK(later->ask("rtry 5000").rfind("locked ", 0) == 0);
+    CHECK(later->ask("runlock") == "unlocked");
+}
+
+TEST_CASE("Curator and distlock reading and writing in turn never overlap a writer with anyone",
+          "[interop][curator][rw]") {
+    const auto name = unique_name("cur-rwmix");
+    const auto file = record_file(name);
+    auto java = curator(name);
+    constexpr int rounds = 20;
+    java->say("rwmix " + file + " " + std::to_string(rounds));
+    std::atomic<int> failures{0};
+    std::vector<std::thread> pool;
+    for (int t = 0; t < 2; ++t) {
+        pool.emplace_back([&, t] {
+            try {
+                auto p = distlock::connect(url());  // a session of its own
+                auto rw = p.shared_mutex(name);
+                for (int i = 0; i < rounds; ++i) {
+                    const bool write = (i + t) % 2 == 1;
+                    if (write) rw.lock();
+                    else rw.lock_shared();
+                    update_record(file, [&](long* v) {
+                        if (write ? (v[0] != 0 || v[1] != 0) : v[1] != 0) ++v[2];
+                        ++v[write ? 1 : 0];
+                    });
+                    std::this_thread::sleep_for(2ms);
+                    update_record(file, [&](long* v) {
+                        --v[write ? 1 : 0];
+                        ++v[3];
+                    });
+                    if (write) rw.unlock();
+                    else rw.unlock_shared();
+                }
+            } catch (...) {
+                ++failures;
+            }
+        });
+    }
+    for (auto& th : pool) th.join();
+    CHECK(java->read_line(120s) == "mixed");
+    CHECK(failures.load() == 0);
+    auto v = read_record(file);
+    INFO("readers writers violations rounds: " << v[0] << " " << v[1] << " " << v[2] << " " << v[3]);
+    CHECK(v[2] == 0);
+    CHECK(v[3] == 3 * rounds);
+    CHECK(v[0] == 0);
+    CHECK(v[1] == 0);
+    std::filesystem::remove(file);
+}
+
+TEST_CASE("Curator's and distlock's leases count together against one semaphore size", "[interop][curator][semaphore]") {
+    const auto name = unique_name("cur-sem");
+    auto java = curator(name);
+    auto leased = java->ask("lease 2 5000");
+    REQUIRE(leased.rfind("leased ", 0) == 0);
+    const auto java_token = std::stoull(leased.substr(7));
+    auto a = distlock::connect(url());
+    auto b = distlock::connect(url());
+    auto s1 = a.semaphore(name, 2);
+    auto s2 = b.semaphore(name, 2);
+    REQUIRE(s1.try_acquire_for(5s));  // the second of two
+    CHECK(s1.token() > java_token);
+    CHECK_FALSE(s2.try_acquire());
+    CHECK_FALSE(s2.try_acquire_for(300ms));
+    CHECK(java->ask("lease 2 300") == "timeout");
+    CHECK(java->ask("return") == "returned");
+    REQUIRE(s2.try_acquire_for(5s));  // the permit Curator gave back
+    CHECK(java->ask("lease 2 300") == "timeout");
+    s1.release();
+    CHECK(java->ask("lease 2 5000").rfind("leased ", 0) == 0);
+    CHECK(java->ask("return") == "returned");
+    s2.release();
+}
+
+TEST_CASE("Curator and distlock holders together never exceed the semaphore's size", "[interop][curator][semaphore]") {
+    const auto name = unique_name("cur-permits");
+    const auto file = record_file(name);
+    auto java = curator(name);
+    constexpr int rounds = 20, size = 2;
+    java->say("permits " + std::to_string(size) + " " + file + " " + std::to_string(rounds));
+    std::atomic<int> failures{0};
+    std::vector<std::thread> pool;
+    for (int t = 0; t < 3; ++t) {
+        pool.emplace_back([&] {
+            try {
+                auto p = distlock::connect(url());
+                auto s = p.semaphore(name, size);
+                for (int i = 0; i < rounds; ++i) {
+                    distlock::permit_guard g(s);
+                    update_record(file, [](long* v) {
+                        ++v[0];
+                        v[1] = std::max(v[1], v[0]);
+                    });
+                    std::this_thread::sleep_for(2ms);
+                    update_record(file, [](long* v) {
+                        --v[0];
+                        ++v[2];
+                    });
+                }
+            } catch (...) {
+                ++failures;
+            }
+        });
+    }
+    for (auto& th : pool) th.join();
+    CHECK(java->read_line(120s) == "permitted");
+    CHECK(failures.load() == 0);
+    auto v = read_record(file);
+    INFO("inside max rounds: " << v[0] << " " << v[1] << " " << v[2]);
+    CHECK(v[1] <= size);
+    CHECK(v[1] >= 1);
+    CHECK(v[2] == 4 * rounds);
+    CHECK(v[0] == 0);
+    std::filesystem::remove(file);
 }
