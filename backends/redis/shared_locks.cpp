@@ -487,8 +487,11 @@ protected:
         if (!write_)
             return lua().read_acquire.run(c, {hash_, timeout_prefix_, waiters_, fence_}, {lease_ms_, owner_, owner_ + ":write"});
         static const std::string slack = std::to_string(liveness_slack.count());
+        // Once listed, every later try names us, so that the grant takes us off
+        // the list even when it comes from the last try, made at the deadline.
         if (waiting) registered_ = true;
-        return lua().write_acquire.run(c, {hash_, waiters_, fence_}, {lease_ms_, field_, waiting ? owner_ : "", slack});
+        return lua().write_acquire.run(c, {hash_, waiters_, fence_},
+                                       {lease_ms_, field_, registered_ ? owner_ : "", slack});
     }
 
     reply_ptr run_release(connection& c) override {

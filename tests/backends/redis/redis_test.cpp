@@ -359,6 +359,43 @@ TEST_CASE("a read grant whose hash was deleted is reported lost", "[redis][rw][l
     rw.unlock_shared();  // never throws
 }
 
+TEST_CASE("break_lock removes a read-write lock and a semaphore: readers, writers and permits learn the loss",
+          "[redis][rw][semaphore][loss]") {
+    for (std::string strategy : {"plain", "reentrant"}) {
+        DYNAMIC_SECTION("strategy=" << strategy) {
+            const bool plain = strategy == "plain";
+            loss_recorder rec;
+            auto p = distlock::connect(shared_url(plain ? "?lease=1500ms" : "/1?strategy=reentrant&lease=1500ms"));
+            raw_client raw(shared_port(), {}, plain ? 0 : 1);
+            // strategy=reentrant keeps every primitive of a name at the name (as
+            // Redisson does): one name each.
+            const auto rname = unique_name("break-rw"), wname = unique_name("break-w"), sname = unique_name("break-sem");
+            auto reader = p.shared_mutex(rname, rec.options());
+            auto writer = p.shared_mutex(wname, rec.options());
+            auto sem = p.semaphore(sname, 2, rec.options());
+            REQUIRE(reader.try_lock_shared());
+            REQUIRE(writer.try_lock());
+            REQUIRE(sem.try_acquire());
+            distlock::testing::break_lock(p, rname);
+            distlock::testing::break_lock(p, wname);
+            distlock::testing::break_lock(p, sname);
+            const std::string sobject = plain ? "distlock:{" + sname + "}:semaphore" : sname;
+            CHECK(raw.integer({"EXISTS", sobject}) == 0);
+            CHECK(raw.integer({"EXISTS", (plain ? sobject : "{" + sname + "}") + ":timeout"}) == 0);
+            REQUIRE(rec.wait_lost(3, 5s));  // at the next renewals (lease/3)
+            CHECK_FALSE(reader.held_shared());
+            CHECK_FALSE(writer.held());
+            CHECK(sem.held() == 0);
+            reader.unlock_shared();  // never throw
+            writer.unlock();
+            sem.release();
+            auto again = p.semaphore(sname, 3);  // the size went with the keys
+            CHECK(again.try_acquire());
+            again.release();
+        }
+    }
+}
+
 TEST_CASE("semaphore layout is Redisson's: available count, {name}:timeout of raw permit ids, redisson_sc channel",
           "[redis][redisson][layout][semaphore]") {
     for (std::string strategy : {"reentrant", "plain"}) {
