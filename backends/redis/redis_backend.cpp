@@ -4,11 +4,14 @@
 //   owner-checked release and renewal, a FIFO hand-off to one waiting client.
 // strategy=reentrant (reentrant_strategy.cpp): Redisson's RLock layout, so that a
 //   Java service using Redisson shares the lock.
+// On both: read-write locks and semaphores in Redisson's RReadWriteLock and
+//   RPermitExpirableSemaphore layouts (shared_locks.cpp, through context.hpp).
 //
 // Waiting: subscribe to the lock's channel (one dedicated pub/sub connection per
 // provider) BEFORE retrying, then wait for a release message, bounded by the
 // remaining PTTL (an expiring key publishes nothing) and the caller's deadline.
-// Renewals of every due lock of a provider go out as one script: one round trip.
+// Renewals of every due mutex of a provider go out as one script: one round trip
+// (and one more per kind of read-write lock grant and for permits, when due).
 // Over the Redis client layer (backends/redis-client).
 #include <atomic>
 #include <charconv>
