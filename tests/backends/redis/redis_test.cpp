@@ -489,6 +489,46 @@ TEST_CASE("an expired permit of a crashed holder is reclaimed by the next acquir
     s.release();
 }
 
+TEST_CASE("a permit held by Redisson counts against ours, and its release message wakes our waiter",
+          "[redis][redisson][semaphore]") {
+    auto p = distlock::connect(shared_url("/1?strategy=reentrant"));
+    raw_client raw(shared_port(), {}, 1);
+    const auto name = unique_name("sem-peer");
+    const std::string timeouts = "{" + name + "}:timeout";
+    const std::string java_id("\xa1\xb2\xc3\xd4\xe5\xf6\x07\x18\x29\x3a\x4b\x5c\x6d\x7e\x8f\x90", 16);
+    // Java: trySetPermits(2), then tryAcquire(20 s lease): DECRBY 1, ZADD its id
+    // at its clock's now + 20 s.
+    raw.cmd({"SET", name, "2"});
+    raw.cmd({"DECRBY", name, "1"});
+    raw.cmd({"ZADD", timeouts, std::to_string(server_ms(raw) + 20000), java_id});
+    auto a = p.semaphore(name, 2);
+    auto b = p.semaphore(name, 2);
+    REQUIRE(a.try_acquire());  // the second permit
+    CHECK_FALSE(b.try_acquire());  // Java's and ours: both taken
+    CHECK(raw.string({"GET", name}) == "0");
+    CHECK(raw.integer({"ZCARD", timeouts}) == 2);
+    std::atomic<long long> waited{-1};
+    std::thread waiter([&] {
+        auto t0 = clk::now();
+        if (b.try_acquire_for(15s)) {
+            waited = ms(clk::now() - t0);
+            b.release();
+        }
+    });
+    std::this_thread::sleep_for(300ms);
+    // Java release(id): ZREM, INCRBY 1, PUBLISH the new count.
+    CHECK(raw.integer({"ZREM", timeouts, java_id}) == 1);
+    const auto count = raw.integer({"INCRBY", name, "1"});
+    raw.cmd({"PUBLISH", "redisson_sc:{" + name + "}", std::to_string(count)});
+    waiter.join();
+    INFO("waited " << waited.load() << " ms for a permit whose lease had 20 s left");
+    REQUIRE(waited.load() >= 0);
+    CHECK(waited.load() < 10000);  // woken by the message, not by the permit's expiry
+    a.release();
+    CHECK(raw.string({"GET", name}) == "2");
+    CHECK(raw.integer({"ZCARD", timeouts}) == 0);
+}
+
 TEST_CASE("a semaphore Redisson set to another size is refused, naming both sizes", "[redis][semaphore][input]") {
     auto p = distlock::connect(shared_url("/1?strategy=reentrant"));
     raw_client raw(shared_port(), {}, 1);
