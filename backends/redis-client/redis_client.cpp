@@ -256,6 +256,39 @@ reply_ptr script::eval(connection& c, const std::vector<std::string_view>& keys,
     return c.command(eval_args(keys, args, numkeys));
 }
 
+std::vector<reply_ptr> run_batched(connection& c, const script& s, const std::vector<std::string_view>& keys,
+                                   const std::vector<std::string_view>& args, std::size_t keys_per_item,
+                                   std::size_t args_per_item, std::size_t per_call) {
+    const std::size_t items = keys_per_item > 0 ? keys.size() / keys_per_item : args.size() / args_per_item;
+    const std::size_t calls = (items + per_call - 1) / per_call;
+    auto slice = [&](std::size_t n, std::vector<std::string_view>& k, std::vector<std::string_view>& a) {
+        const std::size_t start = n * per_call, end = std::min(items, start + per_call);
+        k.assign(keys.begin() + static_cast<long>(start * keys_per_item), keys.begin() + static_cast<long>(end * keys_per_item));
+        a.assign(args.begin() + static_cast<long>(start * args_per_item), args.begin() + static_cast<long>(end * args_per_item));
+    };
+    std::vector<std::string> numkeys(calls);
+    for (std::size_t n = 0; n < calls; ++n) {
+        std::vector<std::string_view> k, a;
+        slice(n, k, a);
+        auto cmd = s.eval_args(k, a, numkeys[n]);
+        cmd[0] = "EVALSHA";
+        cmd[1] = s.sha1();
+        c.append(cmd);
+    }
+    c.flush();
+    std::vector<reply_ptr> out;
+    out.reserve(calls);
+    for (std::size_t n = 0; n < calls; ++n) out.push_back(c.read_reply());
+    // A server that forgot the script (restart, SCRIPT FLUSH): once more with EVAL.
+    for (std::size_t n = 0; n < calls; ++n) {
+        if (!starts_with(out[n].get(), "NOSCRIPT")) continue;
+        std::vector<std::string_view> k, a;
+        slice(n, k, a);
+        out[n] = s.eval(c, k, a);
+    }
+    return out;
+}
+
 // ---- exchange (one command to several servers at once) ------------------------------
 
 std::vector<exchange_result> exchange_all(const std::vector<pool*>& pools,

@@ -214,6 +214,15 @@ private:
     std::string text_, sha1_;
 };
 
+// Runs `s` over many items at once: item k has keys_per_item keys (from `keys`)
+// and args_per_item arguments (from `args`); at most `per_call` items go into one
+// call, and the calls are pipelined on `c` (one round trip). Returns one reply per
+// call, in order (a call the server did not know the script for is sent again
+// with EVAL). Throws connection_failure like connection::command.
+std::vector<reply_ptr> run_batched(connection& c, const script& s, const std::vector<std::string_view>& keys,
+                                   const std::vector<std::string_view>& args, std::size_t keys_per_item,
+                                   std::size_t args_per_item, std::size_t per_call);
+
 // One command to each pool at once; the replies are awaited together until the
 // endpoints' command timeout. result[i] is the reply of pools[i], or its error.
 struct exchange_result {

@@ -124,6 +124,10 @@ public:
         return l;
     }
 
+    std::string object_name(std::string_view name, std::string_view what) const override {
+        return prefix_ + "{" + std::string(name) + "}:" + std::string(what);
+    }
+
     std::string new_owner(const std::string&) const override { return spi::random_token(); }
 
     reply_ptr acquire(connection& c, const layout& l, const std::string& owner, const std::string& lease_ms,

@@ -4,14 +4,19 @@
 //   owner-checked release and renewal, a FIFO hand-off to one waiting client.
 // strategy=reentrant (reentrant_strategy.cpp): Redisson's RLock layout, so that a
 //   Java service using Redisson shares the lock.
+// On both: read-write locks and semaphores in Redisson's RReadWriteLock and
+//   RPermitExpirableSemaphore layouts (shared_locks.cpp, through context.hpp).
 //
 // Waiting: subscribe to the lock's channel (one dedicated pub/sub connection per
 // provider) BEFORE retrying, then wait for a release message, bounded by the
 // remaining PTTL (an expiring key publishes nothing) and the caller's deadline.
-// Renewals of every due lock of a provider go out as one script: one round trip.
+// Renewals of every due mutex of a provider go out as one script: one round trip
+// (and one more per kind of read-write lock grant and for permits, when due).
 // Over the Redis client layer (backends/redis-client).
+#include <atomic>
 #include <charconv>
 
+#include "context.hpp"
 #include "lock_scripts.hpp"
 #include "strategy.hpp"
 #include "subscriber.hpp"
@@ -43,7 +48,7 @@ long long as_integer(const redisReply* r) {
 
 class handle;
 
-class backend final : public spi::backend {
+class backend final : public spi::backend, public context {
 public:
     // Runs f on a pooled connection; a broken connection becomes unavailable_error.
     template <class F>
@@ -61,10 +66,6 @@ public:
           uuid_(spi::random_uuid()),
           strategy_(settings_.strat == strategy_name::plain ? make_plain_strategy(settings_.prefix)
                                                             : make_reentrant_strategy()) {
-        // Read-write locks and semaphores: not built for this backend yet (issue 13).
-        caps_.unsupported.emplace(feature::read_write, "not implemented for this backend yet");
-        caps_.unsupported.emplace(feature::semaphore, "not implemented for this backend yet");
-        caps_.unsupported.emplace(feature::permit_limit, "no semaphores on this backend yet");
         caps_.crash_release_bound = std::chrono::milliseconds{0};  // the lease itself is the bound
         caps_.reentrant = strategy_->reentrant();
         // Checks the server, the credentials and the database now: connect() fails
@@ -92,30 +93,40 @@ public:
     }
 
     void keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) override;
+    // The mutex handles' part of keepalive_batch.
+    void renew_mutexes(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results);
 
     void break_lock(std::string_view lock_name) override {
+        // Every primitive of the name: the mutex's key, the read-write lock's hash,
+        // the semaphore's count and permits.
         auto l = strategy_->layout_for(lock_name);
+        auto keys = shared_keys(strategy_->object_name(lock_name, "rwlock"), strategy_->object_name(lock_name, "semaphore"));
         call("DEL", [&](connection& c) {
-            auto r = c.command({"DEL", l.key});
+            std::vector<std::string_view> cmd{"DEL", l.key};
+            for (const auto& k : keys)
+                if (k != l.key) cmd.push_back(k);
+            auto r = c.command(cmd);
             if (is_error(r.get())) throw_client_error("redis", r.get(), "DEL");
             return 0;
         });
     }
 
     // A confirmed subscription kept from a recent wait, without creating the subscriber.
-    std::unique_ptr<subscriber::subscription> reuse_subscription(const std::string& channel) {
+    std::unique_ptr<subscriber::subscription> reuse_subscription(const std::string& channel) override {
         std::lock_guard lk(sub_mutex_);
         return subscriber_ ? subscriber_->reuse(channel) : nullptr;
     }
 
-    subscriber& sub() {
+    subscriber& sub() override {
         std::lock_guard lk(sub_mutex_);
         if (!subscriber_) subscriber_ = std::make_unique<subscriber>(settings_.ep);
         return *subscriber_;
     }
 
     const settings& config() const noexcept { return settings_; }
-    pool& connections() noexcept { return pool_; }
+    pool& connections() noexcept override { return pool_; }
+    const endpoint& where() const noexcept override { return settings_.ep; }
+    std::string next_owner() override { return uuid_ + ":" + std::to_string(++owners_); }
     const std::string& uuid() const noexcept { return uuid_; }
     const strategy& strat() const noexcept { return *strategy_; }
 
@@ -125,6 +136,7 @@ private:
     pool pool_;
     std::string uuid_;  // this client's id in Redisson hash fields
     std::unique_ptr<const strategy> strategy_;
+    std::atomic<std::uint64_t> owners_{0};  // owner ids handed out by next_owner()
     std::mutex sub_mutex_;
     std::unique_ptr<subscriber> subscriber_;
 };
@@ -294,10 +306,39 @@ private:
 };
 
 std::unique_ptr<spi::lock_handle> backend::make_lock(const spi::lock_request& r) {
-    return std::make_unique<handle>(*this, r);
+    switch (r.kind) {
+        case spi::lock_kind::exclusive: return std::make_unique<handle>(*this, r);
+        case spi::lock_kind::read:
+        case spi::lock_kind::write: return make_shared_lock(*this, r, strategy_->object_name(r.name, "rwlock"));
+        case spi::lock_kind::permit: return make_shared_lock(*this, r, strategy_->object_name(r.name, "semaphore"));
+    }
+    throw_error(errc::unsupported, "redis", "unknown lock kind");
 }
 
 void backend::keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) {
+    // Read-write locks and permits: by their own scripts (shared_locks.cpp).
+    std::vector<spi::lock_handle*> mutexes;
+    std::vector<spi::keepalive_result> mutex_results;
+    std::vector<std::size_t> mutex_slots;
+    std::vector<shared_handle*> shared;
+    std::vector<spi::keepalive_result*> shared_results;
+    for (std::size_t i = 0; i < handles.size(); ++i) {
+        if (auto* s = dynamic_cast<shared_handle*>(handles[i])) {
+            shared.push_back(s);
+            shared_results.push_back(&results[i]);
+        } else {
+            mutexes.push_back(handles[i]);
+            mutex_slots.push_back(i);
+        }
+    }
+    if (!shared.empty()) renew_shared(*this, shared, shared_results);
+    if (mutexes.empty()) return;
+    mutex_results.resize(mutexes.size());
+    renew_mutexes(mutexes, mutex_results);
+    for (std::size_t k = 0; k < mutexes.size(); ++k) results[mutex_slots[k]] = std::move(mutex_results[k]);
+}
+
+void backend::renew_mutexes(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) {
     // Every due lock goes into one renew script (chunks of 512 keys, pipelined on one
     // connection): one round trip for all of them.
     constexpr std::size_t chunk = 512;
@@ -306,31 +347,7 @@ void backend::keepalive_batch(std::span<spi::lock_handle* const> handles, std::s
     if (index.empty()) return;
     try {
         auto replies = pool_.run([&](connection& c) {
-            std::vector<std::string> numkeys((keys.size() + chunk - 1) / chunk);
-            for (std::size_t start = 0, n = 0; start < keys.size(); start += chunk, ++n) {
-                auto end = std::min(keys.size(), start + chunk);
-                std::vector<std::string_view> k(keys.begin() + static_cast<long>(start), keys.begin() + static_cast<long>(end));
-                std::vector<std::string_view> a(args.begin() + static_cast<long>(2 * start),
-                                                args.begin() + static_cast<long>(2 * end));
-                auto cmd = strategy_->renew_script().eval_args(k, a, numkeys[n]);
-                cmd[0] = "EVALSHA";
-                cmd[1] = strategy_->renew_script().sha1();
-                c.append(cmd);
-            }
-            c.flush();
-            std::vector<reply_ptr> out;
-            for (std::size_t n = 0; n < numkeys.size(); ++n) out.push_back(c.read_reply());
-            // A server that forgot the script (restart, SCRIPT FLUSH): once more with EVAL.
-            for (std::size_t start = 0, n = 0; start < keys.size(); start += chunk, ++n) {
-                if (!is_error(out[n].get()) || std::string_view(out[n]->str, out[n]->len).substr(0, 8) != "NOSCRIPT")
-                    continue;
-                auto end = std::min(keys.size(), start + chunk);
-                std::vector<std::string_view> k(keys.begin() + static_cast<long>(start), keys.begin() + static_cast<long>(end));
-                std::vector<std::string_view> a(args.begin() + static_cast<long>(2 * start),
-                                                args.begin() + static_cast<long>(2 * end));
-                out[n] = strategy_->renew_script().eval(c, k, a);
-            }
-            return out;
+            return run_batched(c, strategy_->renew_script(), keys, args, 1, 2, chunk);
         });
         for (std::size_t n = 0; n < replies.size(); ++n) {
             const redisReply* r = replies[n].get();

@@ -67,6 +67,8 @@ public:
         return l;
     }
 
+    std::string object_name(std::string_view name, std::string_view) const override { return std::string(name); }
+
     std::string new_owner(const std::string& client_uuid) const override {
         return client_uuid + ":" + std::to_string(current_thread_id());
     }

@@ -53,6 +53,12 @@ public:
     virtual bool queues() const noexcept = 0;
 
     virtual layout layout_for(std::string_view name) const = 0;
+    // The Redisson object name of the read-write lock (`what` = "rwlock") or the
+    // semaphore (`what` = "semaphore") of a lock name: the main key of Redisson's
+    // layout, from which its other keys and its channel are derived
+    // (shared_locks.cpp). strategy=reentrant: the name itself, as in Redisson;
+    // strategy=plain: `<prefix>{<name>}:<what>`, beside the mutex's keys.
+    virtual std::string object_name(std::string_view name, std::string_view what) const = 0;
     // The owner of a new grant: a random token, or Redisson's "<uuid>:<thread id>"
     // (`client_uuid`: this provider's).
     virtual std::string new_owner(const std::string& client_uuid) const = 0;

@@ -77,10 +77,18 @@ public:
              "the Redlock algorithm retries after a random delay (up to retry_delay) instead of a notification"},
         };
         // After the holder's lease runs out, a waiter retries within retry_delay.
-        // Read-write locks and semaphores: not built for this backend yet (issue 13).
-        caps_.unsupported.emplace(feature::read_write, "not implemented for this backend yet");
-        caps_.unsupported.emplace(feature::semaphore, "not implemented for this backend yet");
-        caps_.unsupported.emplace(feature::permit_limit, "no semaphores on this backend yet");
+        // Redlock is a mutex algorithm: a majority of SET NX on one key. Shared
+        // holders or a counted set of permits would need every node to agree on
+        // one set of grants, which independent masters without replication do not
+        // (Redisson itself deprecated its RedLock, and offers no multi-master
+        // read-write lock or semaphore).
+        caps_.unsupported.emplace(feature::read_write,
+                                  "Redlock is a mutex algorithm over independent masters: there is no quorum recipe "
+                                  "for shared readers (Redisson deprecated its RedLock); use redis:// for read-write locks");
+        caps_.unsupported.emplace(feature::semaphore,
+                                  "Redlock is a mutex algorithm over independent masters: there is no quorum recipe "
+                                  "for counted permits; use redis:// for semaphores");
+        caps_.unsupported.emplace(feature::permit_limit, "no semaphores on redlock:// (a mutex algorithm)");
         caps_.crash_release_bound = settings_.retry_delay;
         // Check the nodes now: bad credentials or a server that is not Redis
         // anywhere, or no majority reachable, fail connect() with a typed error.

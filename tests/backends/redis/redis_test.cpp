@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <map>
 #include <regex>
 #include <thread>
 
@@ -155,6 +156,399 @@ TEST_CASE("a Redisson-held lock blocks us, and Redisson's release message wakes 
     m.unlock();
     r = raw.cmd({"EVAL", redisson_acquire, "1", name, "30000", java_field});
     CHECK(r->type == REDIS_REPLY_NIL);  // Java acquires once we released
+    raw.cmd({"DEL", name});
+}
+
+// ---- read-write lock and semaphore (Redisson's RReadWriteLock / RPermitExpirableSemaphore) ------
+
+namespace {
+
+// The fields of a hash as a map.
+std::map<std::string, std::string> hash_of(raw_client& raw, const std::string& key) {
+    auto all = raw.cmd({"HGETALL", key});
+    std::map<std::string, std::string> out;
+    REQUIRE(all->type == REDIS_REPLY_ARRAY);
+    for (std::size_t i = 0; i + 1 < all->elements; i += 2)
+        out[std::string(all->element[i]->str, all->element[i]->len)] =
+            std::string(all->element[i + 1]->str, all->element[i + 1]->len);
+    return out;
+}
+
+// The server's clock in ms (what permit expiries are scored by).
+long long server_ms(raw_client& raw) {
+    auto t = raw.cmd({"TIME"});
+    REQUIRE(t->type == REDIS_REPLY_ARRAY);
+    return std::stoll(std::string(t->element[0]->str, t->element[0]->len)) * 1000 +
+           std::stoll(std::string(t->element[1]->str, t->element[1]->len)) / 1000;
+}
+
+const std::regex owner_field("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}:[0-9]+");
+
+}  // namespace
+
+TEST_CASE("read-write lock layout is Redisson's: mode, owner fields, rwlock_timeout keys, messages 0 and 1",
+          "[redis][redisson][layout][rw]") {
+    for (std::string strategy : {"reentrant", "plain"}) {
+        DYNAMIC_SECTION("strategy=" << strategy) {
+            const bool plain = strategy == "plain";
+            auto p = distlock::connect(shared_url(plain ? "?lease=4s" : "/1?strategy=reentrant&lease=4s"));
+            raw_client raw(shared_port(), {}, plain ? 0 : 1);
+            const auto name = unique_name("rw-layout");
+            // The Redisson object name, and Redisson's derived names for it.
+            const std::string object = plain ? "distlock:{" + name + "}:rwlock" : name;
+            const std::string root = plain ? object : "{" + name + "}";
+            const std::string channel = "redisson_rwlock:" + (plain ? object : "{" + name + "}");
+            auto a = p.shared_mutex(name);
+            auto b = p.shared_mutex(name);
+            REQUIRE(a.try_lock_shared());
+            REQUIRE(b.try_lock_shared());  // another object: a grant of its own
+            auto fields = hash_of(raw, object);
+            REQUIRE(fields.size() == 3);  // mode + one field per reading grant
+            CHECK(fields["mode"] == "read");
+            std::vector<std::string> owners;
+            for (const auto& [f, v] : fields) {
+                if (f == "mode") continue;
+                CHECK(std::regex_match(f, owner_field));
+                CHECK(v == "1");
+                owners.push_back(f);
+                const std::string timeout = root + ":" + f + ":rwlock_timeout:1";
+                CHECK(raw.string({"GET", timeout}) == "1");
+                const auto pttl = raw.integer({"PTTL", timeout});
+                CHECK(pttl > 0);
+                CHECK(pttl <= 4000);
+            }
+            REQUIRE(owners.size() == 2);
+            CHECK(owners[0] != owners[1]);  // each grant is an owner of its own
+            CHECK(raw.integer({"PTTL", object}) > 0);
+            CHECK(raw.integer({"PTTL", object}) <= 4000);
+            const auto fence = std::stoull(raw.string({"GET", (plain ? object : "{" + name + "}") + ":rwlock_fence"}));
+            CHECK(fence >= a.shared_token());
+            CHECK(raw.integer({"PTTL", (plain ? object : "{" + name + "}") + ":rwlock_fence"}) == -1);
+
+            raw_client sub(shared_port(), {}, plain ? 0 : 1);
+            sub.cmd({"SUBSCRIBE", channel});
+            a.unlock_shared();  // b still reads: no message, hash kept
+            CHECK(raw.integer({"EXISTS", object}) == 1);
+            CHECK(hash_of(raw, object).size() == 2);
+            b.unlock_shared();
+            auto [ch, payload] = next_message(sub);
+            CHECK(ch == channel);
+            CHECK(payload == "0");  // Redisson's UNLOCK_MESSAGE after a read unlock
+            CHECK(raw.integer({"EXISTS", object}) == 0);
+            for (const auto& f : owners) CHECK(raw.integer({"EXISTS", root + ":" + f + ":rwlock_timeout:1"}) == 0);
+
+            REQUIRE(a.try_lock());
+            fields = hash_of(raw, object);
+            REQUIRE(fields.size() == 2);
+            CHECK(fields["mode"] == "write");
+            std::string write_field;
+            for (const auto& [f, v] : fields)
+                if (f != "mode") write_field = f;
+            REQUIRE(write_field.size() > 6);
+            CHECK(write_field.substr(write_field.size() - 6) == ":write");
+            CHECK(std::regex_match(write_field.substr(0, write_field.size() - 6), owner_field));
+            CHECK(fields[write_field] == "1");
+            CHECK(a.token() > fence);
+            a.unlock();
+            auto [ch2, payload2] = next_message(sub);
+            CHECK(ch2 == channel);
+            CHECK(payload2 == "1");  // Redisson's READ_UNLOCK_MESSAGE after a write unlock
+            CHECK(raw.integer({"EXISTS", object}) == 0);
+        }
+    }
+}
+
+TEST_CASE("Redisson's readers share our read lock, its writer blocks ours, and its write unlock message wakes our waiter",
+          "[redis][redisson][rw]") {
+    auto p = distlock::connect(shared_url("/1?strategy=reentrant"));
+    raw_client raw(shared_port(), {}, 1);
+    const auto name = unique_name("rw-peer");
+    const std::string java = "6f1c1b9e-2f4e-4a57-9d53-0c1e9d1f7a10:57";
+    // Redisson's read acquire, as its documented semantics (RedissonReadLock).
+    const char* java_read =
+        "local mode = redis.call('hget', KEYS[1], 'mode'); "
+        "if mode == false then redis.call('hset', KEYS[1], 'mode', 'read'); redis.call('hset', KEYS[1], ARGV[2], 1); "
+        "redis.call('set', KEYS[2] .. ':1', 1); redis.call('pexpire', KEYS[2] .. ':1', ARGV[1]); "
+        "redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; "
+        "if mode == 'read' then local n = redis.call('hincrby', KEYS[1], ARGV[2], 1); "
+        "redis.call('set', KEYS[2] .. ':' .. n, 1); redis.call('pexpire', KEYS[2] .. ':' .. n, ARGV[1]); "
+        "redis.call('pexpire', KEYS[1], math.max(redis.call('pttl', KEYS[1]), ARGV[1])); return nil; end; "
+        "return redis.call('pttl', KEYS[1]);";
+    const std::string java_timeout = "{" + name + "}:" + java + ":rwlock_timeout";
+    auto rw = p.shared_mutex(name);
+    REQUIRE(rw.try_lock_shared());
+    auto r = raw.cmd({"EVAL", java_read, "2", name, java_timeout, "30000", java});
+    CHECK(r->type == REDIS_REPLY_NIL);  // Java reads beside us
+    CHECK(hash_of(raw, name).size() == 3);
+    rw.unlock_shared();  // Java still reads: the hash lives on for its lease
+    CHECK(raw.integer({"EXISTS", name}) == 1);
+    CHECK(hash_of(raw, name)["mode"] == "read");
+    auto w = p.shared_mutex(name);
+    CHECK_FALSE(w.try_lock());  // a reader of Redisson's keeps our writer out
+    raw.cmd({"DEL", name, java_timeout + ":1"});
+
+    // What Java RWriteLock.lock() leaves behind: mode=write, <field>:write = 1, 20 s lease.
+    raw.cmd({"HSET", name, "mode", "write", java + ":write", "1"});
+    raw.cmd({"PEXPIRE", name, "20000"});
+    CHECK_FALSE(rw.try_lock_shared());
+    CHECK_FALSE(w.try_lock());
+    std::atomic<long long> waited{-1};
+    std::thread waiter([&] {
+        auto t0 = clk::now();
+        if (rw.try_lock_shared_for(15s)) {
+            waited = ms(clk::now() - t0);
+            rw.unlock_shared();
+        }
+    });
+    std::this_thread::sleep_for(300ms);
+    // Java RWriteLock.unlock(): HDEL, only mode left: DEL, PUBLISH "1".
+    raw.cmd({"DEL", name});
+    raw.cmd({"PUBLISH", "redisson_rwlock:{" + name + "}", "1"});
+    waiter.join();
+    INFO("waited " << waited.load() << " ms for a write lock whose lease had 20 s left");
+    REQUIRE(waited.load() >= 0);
+    CHECK(waited.load() < 10000);  // woken by the message, not by the lease running out
+}
+
+TEST_CASE("a waiting writer is listed among the write waiters and holds back our readers until it gets in",
+          "[redis][rw][policy]") {
+    auto p = distlock::connect(shared_url("/1?strategy=reentrant&lease=3s"));
+    raw_client raw(shared_port(), {}, 1);
+    const auto name = unique_name("rw-waiters");
+    const std::string waiters = "{" + name + "}:rwlock_write_waiters";
+    auto reader = p.shared_mutex(name);
+    REQUIRE(reader.try_lock_shared());
+    auto writer = p.shared_mutex(name);
+    std::atomic<bool> got{false}, done{false};
+    std::thread w([&] {
+        got = writer.try_lock_for(20s);
+        eventually([&] { return done.load(); }, 60s);
+        if (got) writer.unlock();
+    });
+    REQUIRE(eventually([&] { return raw.integer({"ZCARD", waiters}) == 1; }, 5s));
+    auto zs = raw.cmd({"ZRANGE", waiters, "0", "-1"});
+    REQUIRE(zs->elements == 1);
+    CHECK(std::regex_match(std::string(zs->element[0]->str, zs->element[0]->len), owner_field));
+    auto late = p.shared_mutex(name);
+    CHECK_FALSE(late.try_lock_shared());  // a reader that comes after the waiting writer waits
+    reader.unlock_shared();
+    CHECK(eventually([&] { return got.load(); }, 15s));
+    CHECK(raw.integer({"ZCARD", waiters}) == 0);  // the grant took it off the list
+    done = true;
+    w.join();
+
+    // A writer that gives up leaves the list, and readers come in at once.
+    REQUIRE(reader.try_lock_shared());
+    CHECK_FALSE(writer.try_lock_for(400ms));
+    CHECK(raw.integer({"ZCARD", waiters}) == 0);
+    CHECK(late.try_lock_shared());
+    late.unlock_shared();
+    reader.unlock_shared();
+}
+
+TEST_CASE("a waiting writer that died holds our readers back only until its entry expires",
+          "[redis][rw][policy]") {
+    auto p = distlock::connect(shared_url("/1?strategy=reentrant"));
+    raw_client raw(shared_port(), {}, 1);
+    const auto name = unique_name("rw-dead-writer");
+    const std::string waiters = "{" + name + "}:rwlock_write_waiters";
+    // A writer that listed itself and died: its entry expires in 700 ms.
+    raw.cmd({"ZADD", waiters, std::to_string(server_ms(raw) + 700), "6f1c1b9e-2f4e-4a57-9d53-0c1e9d1f7a10:9"});
+    auto rw = p.shared_mutex(name);
+    CHECK_FALSE(rw.try_lock_shared());
+    auto t0 = clk::now();
+    REQUIRE(rw.try_lock_shared_for(20s));
+    auto waited = ms(clk::now() - t0);
+    INFO("waited " << waited << " ms");
+    CHECK(waited >= 500);
+    CHECK(waited < 10000);  // at the entry's expiry, not at the deadline
+    CHECK(raw.integer({"ZCARD", waiters}) == 0);  // the expired entry was dropped
+    rw.unlock_shared();
+}
+
+TEST_CASE("a read grant whose hash was deleted is reported lost", "[redis][rw][loss]") {
+    loss_recorder rec;
+    auto p = distlock::connect(shared_url("/1?strategy=reentrant&lease=1500ms"));
+    raw_client raw(shared_port(), {}, 1);
+    const auto name = unique_name("rw-deleted");
+    auto rw = p.shared_mutex(name, rec.options());
+    REQUIRE(rw.try_lock_shared());
+    CHECK(raw.integer({"DEL", name}) == 1);
+    REQUIRE(rec.wait_lost(1, 3s));  // at the next renewal (lease/3)
+    CHECK_FALSE(rw.held_shared());
+    rw.unlock_shared();  // never throws
+}
+
+TEST_CASE("break_lock removes a read-write lock and a semaphore: readers, writers and permits learn the loss",
+          "[redis][rw][semaphore][loss]") {
+    for (std::string strategy : {"plain", "reentrant"}) {
+        DYNAMIC_SECTION("strategy=" << strategy) {
+            const bool plain = strategy == "plain";
+            loss_recorder rec;
+            auto p = distlock::connect(shared_url(plain ? "?lease=1500ms" : "/1?strategy=reentrant&lease=1500ms"));
+            raw_client raw(shared_port(), {}, plain ? 0 : 1);
+            // strategy=reentrant keeps every primitive of a name at the name (as
+            // Redisson does): one name each.
+            const auto rname = unique_name("break-rw"), wname = unique_name("break-w"), sname = unique_name("break-sem");
+            auto reader = p.shared_mutex(rname, rec.options());
+            auto writer = p.shared_mutex(wname, rec.options());
+            auto sem = p.semaphore(sname, 2, rec.options());
+            REQUIRE(reader.try_lock_shared());
+            REQUIRE(writer.try_lock());
+            REQUIRE(sem.try_acquire());
+            distlock::testing::break_lock(p, rname);
+            distlock::testing::break_lock(p, wname);
+            distlock::testing::break_lock(p, sname);
+            const std::string sobject = plain ? "distlock:{" + sname + "}:semaphore" : sname;
+            CHECK(raw.integer({"EXISTS", sobject}) == 0);
+            CHECK(raw.integer({"EXISTS", (plain ? sobject : "{" + sname + "}") + ":timeout"}) == 0);
+            REQUIRE(rec.wait_lost(3, 5s));  // at the next renewals (lease/3)
+            CHECK_FALSE(reader.held_shared());
+            CHECK_FALSE(writer.held());
+            CHECK(sem.held() == 0);
+            reader.unlock_shared();  // never throw
+            writer.unlock();
+            sem.release();
+            auto again = p.semaphore(sname, 3);  // the size went with the keys
+            CHECK(again.try_acquire());
+            again.release();
+        }
+    }
+}
+
+TEST_CASE("semaphore layout is Redisson's: available count, {name}:timeout of raw permit ids, redisson_sc channel",
+          "[redis][redisson][layout][semaphore]") {
+    for (std::string strategy : {"reentrant", "plain"}) {
+        DYNAMIC_SECTION("strategy=" << strategy) {
+            const bool plain = strategy == "plain";
+            auto p = distlock::connect(shared_url(plain ? "?lease=5s" : "/1?strategy=reentrant&lease=5s"));
+            raw_client raw(shared_port(), {}, plain ? 0 : 1);
+            const auto name = unique_name("sem-layout");
+            const std::string object = plain ? "distlock:{" + name + "}:semaphore" : name;
+            const std::string timeouts = (plain ? object : "{" + name + "}") + ":timeout";
+            const std::string channel = "redisson_sc:" + (plain ? object : "{" + name + "}");
+            auto s = p.semaphore(name, 3);
+            const auto before = server_ms(raw);
+            REQUIRE(s.try_acquire());
+            const auto after = server_ms(raw);
+            CHECK(raw.string({"GET", object}) == "2");  // 3 permits, 1 taken
+            CHECK(raw.integer({"PTTL", object}) == -1);
+            auto zs = raw.cmd({"ZRANGE", timeouts, "0", "-1", "WITHSCORES"});
+            REQUIRE(zs->type == REDIS_REPLY_ARRAY);
+            REQUIRE(zs->elements == 2);
+            CHECK(zs->element[0]->len == 16);  // the permit id: 16 raw bytes
+            const auto expiry = std::stoll(std::string(zs->element[1]->str, zs->element[1]->len));
+            CHECK(expiry >= before + 5000);  // the lease, by the server's clock
+            CHECK(expiry <= after + 5000);
+            const auto fence = (plain ? object : "{" + name + "}") + ":semaphore_fence";
+            CHECK(raw.string({"GET", fence}) == std::to_string(s.token()));
+
+            raw_client sub(shared_port(), {}, plain ? 0 : 1);
+            sub.cmd({"SUBSCRIBE", channel});
+            s.release();
+            auto [ch, payload] = next_message(sub);
+            CHECK(ch == channel);
+            CHECK(payload == "3");  // the new available count, as Redisson publishes it
+            CHECK(raw.string({"GET", object}) == "3");
+            CHECK(raw.integer({"ZCARD", timeouts}) == 0);
+        }
+    }
+}
+
+TEST_CASE("an expired permit of a crashed holder is reclaimed by the next acquirer", "[redis][semaphore][expiry]") {
+    auto p = distlock::connect(shared_url("/1?strategy=reentrant"));
+    raw_client raw(shared_port(), {}, 1);
+    const auto name = unique_name("sem-reclaim");
+    const std::string timeouts = "{" + name + "}:timeout";
+    // A semaphore of 1 whose only permit belongs to a holder that died: its
+    // expiry passed a second ago (a Redisson holder leaves the same).
+    const std::string dead("\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10", 16);
+    raw.cmd({"SET", name, "0"});
+    raw.cmd({"ZADD", timeouts, std::to_string(server_ms(raw) - 1000), dead});
+    raw_client sub(shared_port(), {}, 1);
+    sub.cmd({"SUBSCRIBE", "redisson_sc:{" + name + "}"});
+    auto s = p.semaphore(name, 1);
+    REQUIRE(s.try_acquire());  // at once: no waiting for anything
+    auto [ch, payload] = next_message(sub);
+    CHECK(payload == "1");  // the reclaim published the count it gave back
+    CHECK(raw.cmd({"ZSCORE", timeouts, dead})->type == REDIS_REPLY_NIL);
+    CHECK(raw.integer({"ZCARD", timeouts}) == 1);  // ours only
+    CHECK(raw.string({"GET", name}) == "0");
+    s.release();
+    CHECK(raw.string({"GET", name}) == "1");
+
+    // A permit that has not expired yet is not reclaimed: the acquirer waits for it.
+    raw.cmd({"SET", name, "0"});
+    raw.cmd({"ZADD", timeouts, std::to_string(server_ms(raw) + 700), dead});
+    auto t0 = clk::now();
+    REQUIRE(s.try_acquire_for(20s));
+    auto waited = ms(clk::now() - t0);
+    INFO("waited " << waited << " ms");
+    CHECK(waited >= 500);
+    CHECK(waited < 10000);  // at the permit's expiry, not at the deadline
+    s.release();
+}
+
+TEST_CASE("a permit held by Redisson counts against ours, and its release message wakes our waiter",
+          "[redis][redisson][semaphore]") {
+    auto p = distlock::connect(shared_url("/1?strategy=reentrant"));
+    raw_client raw(shared_port(), {}, 1);
+    const auto name = unique_name("sem-peer");
+    const std::string timeouts = "{" + name + "}:timeout";
+    const std::string java_id("\xa1\xb2\xc3\xd4\xe5\xf6\x07\x18\x29\x3a\x4b\x5c\x6d\x7e\x8f\x90", 16);
+    // Java: trySetPermits(2), then tryAcquire(20 s lease): DECRBY 1, ZADD its id
+    // at its clock's now + 20 s.
+    raw.cmd({"SET", name, "2"});
+    raw.cmd({"DECRBY", name, "1"});
+    raw.cmd({"ZADD", timeouts, std::to_string(server_ms(raw) + 20000), java_id});
+    auto a = p.semaphore(name, 2);
+    auto b = p.semaphore(name, 2);
+    REQUIRE(a.try_acquire());  // the second permit
+    CHECK_FALSE(b.try_acquire());  // Java's and ours: both taken
+    CHECK(raw.string({"GET", name}) == "0");
+    CHECK(raw.integer({"ZCARD", timeouts}) == 2);
+    std::atomic<long long> waited{-1};
+    std::thread waiter([&] {
+        auto t0 = clk::now();
+        if (b.try_acquire_for(15s)) {
+            waited = ms(clk::now() - t0);
+            b.release();
+        }
+    });
+    std::this_thread::sleep_for(300ms);
+    // Java release(id): ZREM, INCRBY 1, PUBLISH the new count.
+    CHECK(raw.integer({"ZREM", timeouts, java_id}) == 1);
+    const auto count = raw.integer({"INCRBY", name, "1"});
+    raw.cmd({"PUBLISH", "redisson_sc:{" + name + "}", std::to_string(count)});
+    waiter.join();
+    INFO("waited " << waited.load() << " ms for a permit whose lease had 20 s left");
+    REQUIRE(waited.load() >= 0);
+    CHECK(waited.load() < 10000);  // woken by the message, not by the permit's expiry
+    a.release();
+    CHECK(raw.string({"GET", name}) == "2");
+    CHECK(raw.integer({"ZCARD", timeouts}) == 0);
+}
+
+TEST_CASE("a semaphore Redisson set to another size is refused, naming both sizes", "[redis][semaphore][input]") {
+    auto p = distlock::connect(shared_url("/1?strategy=reentrant"));
+    raw_client raw(shared_port(), {}, 1);
+    const auto name = unique_name("sem-size");
+    raw.cmd({"SET", name, "5"});  // RPermitExpirableSemaphore.trySetPermits(5)
+    auto s = p.semaphore(name, 2);
+    try {
+        (void)s.try_acquire();
+        FAIL("a semaphore of 2 was granted on one of 5");
+    } catch (const distlock::invalid_argument_error& e) {
+        CHECK_THAT(e.what(), Catch::Contains("5 permits"));
+        CHECK_THAT(e.what(), Catch::Contains("asks for 2"));
+    }
+    CHECK(raw.string({"GET", name}) == "5");  // untouched
+    CHECK(raw.integer({"EXISTS", "{" + name + "}:timeout"}) == 0);
+    auto five = p.semaphore(name, 5);
+    REQUIRE(five.try_acquire());
+    five.release();
+    raw.cmd({"SET", name, "not a number"});
+    CHECK_THROWS_AS(five.try_acquire(), distlock::invalid_argument_error);
     raw.cmd({"DEL", name});
 }
 
