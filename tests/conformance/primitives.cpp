@@ -439,19 +439,22 @@ TEST_CASE("a semaphore asked with another number of permits than its holders use
           "[semaphore][input][needs:semaphore][needs:permit_limit]") {
     auto a = connect_under_test();
     auto b = connect_under_test();
-    const auto name = unique_name("sem-mismatch");
-    auto two = a.semaphore(name, 2);
-    REQUIRE(two.try_acquire_for(10s));
-    auto three = b.semaphore(name, 3);
+    // A name without digits, so that the sizes found in the message are the sizes.
+    auto name = unique_name("sem-mismatch");
+    for (auto& c : name)
+        if (c >= '0' && c <= '9') c = static_cast<char>('g' + (c - '0'));
+    auto seven = a.semaphore(name, 7);
+    REQUIRE(seven.try_acquire_for(10s));
+    auto nine = b.semaphore(name, 9);
     try {
-        (void)three.try_acquire_for(2s);
-        FAIL("a semaphore of 3 was granted beside a holder of a semaphore of 2");
+        (void)nine.try_acquire_for(2s);
+        FAIL("a semaphore of 9 was granted beside a holder of a semaphore of 7");
     } catch (const distlock::invalid_argument_error& e) {
-        CHECK_THAT(e.what(), Catch::Contains("2"));
-        CHECK_THAT(e.what(), Catch::Contains("3"));
+        CHECK_THAT(e.what(), Catch::Contains("7"));
+        CHECK_THAT(e.what(), Catch::Contains("9"));
     }
-    CHECK(three.held() == 0);
-    two.release();
+    CHECK(nine.held() == 0);
+    seven.release();
 }
 
 TEST_CASE("permit tokens strictly increase", "[semaphore][fencing][needs:semaphore][needs:fencing]") {
