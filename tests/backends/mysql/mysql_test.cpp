@@ -64,6 +64,18 @@ const dialect_facts& sql_test::facts() {
                           " PRIMARY KEY (name)) ENGINE=InnoDB",
                           "CREATE TABLE {t}_rows (name VARBINARY(1024) NOT NULL, PRIMARY KEY (name)) ENGINE=InnoDB"},
         .in_an_hour = "UTC_TIMESTAMP(6) + INTERVAL 1 HOUR",
+        .an_hour_ago = "UTC_TIMESTAMP(6) - INTERVAL 1 HOUR",
+        // permit: [SET @n, @s; INSERT ... SELECT ... NEXTVAL() ... ON DUPLICATE KEY; SELECT token, size]; DELETE.
+        // read: [INSERT ... NEXTVAL(); SET @w; DELETE if a writer; SELECT version]; DELETE.
+        // write: [INSERT ... ON DUPLICATE KEY; SET @r; UPDATE version = NEXTVAL(); SELECT version]; DELETE.
+        // With counter rows, each adds the row's bump.
+        .per_primitive_cycle = {{"strategy=lease-table", "permit", {4, 2}},
+                                {"strategy=lease-table", "read", {5, 2}},
+                                {"strategy=lease-table", "write", {5, 2}},
+                                {"strategy=get-lock", "permit", {4, 2}},
+                                {"strategy=lease-table&fence=table&table=distlock_fence_rows", "permit", {5, 2}},
+                                {"strategy=lease-table&fence=table&table=distlock_fence_rows", "read", {6, 2}},
+                                {"strategy=lease-table&fence=table&table=distlock_fence_rows", "write", {6, 2}}},
     };
     return f;
 }
