@@ -3,7 +3,10 @@
 //   backend.cpp       the backend: URL settings, tables, strategy selection,
 //                     batch renewal, break_lock;
 //   lease_lock.cpp    lease-table and optimistic (lease_handle);
-//   session_lock.cpp  for-update and get-lock / advisory (session_handle).
+//   session_lock.cpp  for-update and get-lock / advisory (session_handle), and
+//                     the PostgreSQL read-write lock on advisory locks;
+//   permit_lock.cpp   semaphores (a lease row per permit, permit_handle) and the
+//                     MySQL read-write lock on lease rows (rw_lease_handle).
 //
 //  lease-table  one atomic upsert takes the lease row when it is absent or
 //               expired by the server's clock (one round trip, the token drawn
