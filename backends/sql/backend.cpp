@@ -209,9 +209,11 @@ std::optional<std::int64_t> sql_backend::holder_session(connection& c, const byt
 }
 
 // The renewals that fall due together: one statement per table (the lock
-// table, permits, read-write rows), lease length and chunk of up to 1024 locks, whatever their number (PostgreSQL: UPDATE ... RETURNING
-// owner; MySQL: UPDATE, and only when it renewed fewer than all, a SELECT of the
-// owners still there). Session strategies check each session on its own.
+// table, permits, read-write rows), lease length and chunk of up to 1024 locks,
+// whatever their number (PostgreSQL: UPDATE ... RETURNING owner; MySQL: UPDATE,
+// and only when it renewed fewer than all, a SELECT of the owners still there).
+// Locks held by a session (session strategies, PostgreSQL's read-write lock)
+// check each session on its own.
 void sql_backend::keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) {
     constexpr std::size_t chunk = 1024;
     // Lease rows by table and lease length; sessions (one ping each: each holds its own connection).

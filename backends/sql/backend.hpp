@@ -206,8 +206,9 @@ public:
     std::optional<std::int64_t> holder_session(connection& c, const bytes& n);
 
     // A semaphore's serialization key (PostgreSQL: its transaction-scoped
-    // advisory lock): bytes 8..15 of SHA-256(name), big-endian, signed; no
-    // mutex's advisory key (bytes 0..7 of a SHA-256) is that of another name.
+    // advisory lock): bytes 8..15 of SHA-256(name), big-endian, signed. A
+    // mutex's advisory key (bytes 0..7 of the SHA-256 of its name) equals it
+    // only by a 64-bit coincidence, whatever the names.
     static std::int64_t permit_key(std::string_view name);
 
     bool session_held() const noexcept {
