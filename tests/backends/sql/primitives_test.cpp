@@ -308,3 +308,30 @@ TEST_CASE("the semaphore and read-write tables are made at start and their expir
     if (rw_in_rows()) CHECK(*db.scalar("SELECT COUNT(*) FROM " + db.quote(table + "_rw")) == "0");
     drop_lock_tables(db, table);
 }
+
+TEST_CASE("many names taken once each as permits and read-write locks leave no row", "[sql][primitives][storage]") {
+    for (const auto& strategy : {std::string("lease-table"), facts().native}) {
+        DYNAMIC_SECTION("strategy " << strategy) {
+            const auto table = "dl_prim_bounded_" + distlock::spi::random_token().substr(0, 8);
+            auto p = distlock::connect(with_query(url_of(strategy), "strategy=" + strategy + "&lease=30s&table=" + table));
+            raw_sql db(url_of(strategy));
+            const auto base = unique_name("prim-once");
+            constexpr int names = 500;
+            int failures = 0;
+            for (int i = 0; i < names; ++i) {
+                const auto n = base + "/" + std::to_string(i);
+                auto s = p.semaphore(n, 1 + static_cast<std::uint32_t>(i % 3));
+                auto rw = p.shared_mutex(n);
+                if (!s.try_acquire_for(5s)) ++failures;
+                if (!(i % 2 == 0 ? rw.try_lock_for(5s) : rw.try_lock_shared_for(5s))) ++failures;
+                s.release();
+                if (i % 2 == 0) rw.unlock();
+                else rw.unlock_shared();
+            }
+            CHECK(failures == 0);
+            CHECK(*db.scalar("SELECT COUNT(*) FROM " + db.quote(table + "_permits")) == "0");
+            if (rw_in_rows()) CHECK(*db.scalar("SELECT COUNT(*) FROM " + db.quote(table + "_rw")) == "0");
+            drop_lock_tables(db, table);
+        }
+    }
+}
