@@ -332,6 +332,90 @@ public:
         q.native_plain = {"SELECT GET_LOCK(?, 0)", {0}};
         q.native_holder = {"SELECT IS_USED_LOCK(?)", {0}};
         q.kill = {"KILL ?", {0}};
+
+        // Semaphores and read-write locks: lease rows of tables of their own.
+        // Each statement of a batch commits on its own (autocommit), so a row
+        // written by one is seen by the look of any statement that starts after.
+        const std::string permits = "`" + table + "_permits`", rw = "`" + table + "_rw`";
+        const std::string now = "UTC_TIMESTAMP(6)";
+        q.create.push_back({"CREATE TABLE IF NOT EXISTS " + permits +
+                                " (name VARBINARY(1024) NOT NULL, slot INT UNSIGNED NOT NULL, permits INT UNSIGNED NOT NULL,"
+                                " owner VARCHAR(64) CHARACTER SET ascii NOT NULL, expires_at DATETIME(6) NOT NULL,"
+                                " version BIGINT NOT NULL, PRIMARY KEY (name, slot)) ENGINE=InnoDB",
+                            {}});
+        q.create.push_back({"CREATE TABLE IF NOT EXISTS " + rw +
+                                " (name VARBINARY(1024) NOT NULL, holder VARCHAR(64) CHARACTER SET ascii NOT NULL,"
+                                " owner VARCHAR(64) CHARACTER SET ascii NOT NULL, expires_at DATETIME(6) NOT NULL,"
+                                " version BIGINT NOT NULL, PRIMARY KEY (name, holder)) ENGINE=InnoDB",
+                            {}});
+        auto rows_of = [&](const std::string& name, const std::string& quoted) {
+            s::sql_texts::lease_rows r;
+            r.table = name;
+            r.renew = {"UPDATE " + quoted + " SET expires_at = " + expires + " WHERE name = ? AND owner = ?", {2, 0, 1}};
+            r.release = {"DELETE FROM " + quoted + " WHERE name = ? AND owner = ?", {0, 1}};
+            r.clear = {"DELETE FROM " + quoted + " WHERE name = ?", {0}};
+            return r;
+        };
+        q.permit_rows = rows_of(table + "_permits", permits);
+        q.rw_rows = rows_of(table + "_rw", rw);
+        // Semaphore [name, owner, lease_ms, slot, permits]: the size of another
+        // holder of the name, and the lowest slot under `permits` that no
+        // unexpired row holds; the row in that slot (an expired one taken over);
+        // the token, and the size check again after the insert: of two clients
+        // asking different sizes at the same moment, at least one sees the other
+        // (and gives its permit back).
+        const std::string other_size = "(SELECT MAX(permits) FROM " + permits + " WHERE name = ? AND permits <> ? AND expires_at > " + now + ")";
+        const std::string fresh = "(expires_at <= " + now + " OR owner <=> VALUES(owner))";
+        s::batch permit = {
+            {"SET @distlock_n = " + other_size + ", @distlock_s = (SELECT MIN(c.s) FROM (SELECT 0 AS s UNION ALL"
+             " SELECT slot + 1 FROM " + permits + " WHERE name = ? AND expires_at > " + now + ") c WHERE c.s < ? AND"
+             " NOT EXISTS (SELECT 1 FROM " + permits + " h WHERE h.name = ? AND h.slot = c.s AND h.expires_at > " + now + "))",
+             {0, 4, 0, 4, 0}},
+        };
+        const std::string can_take = " WHERE @distlock_s IS NOT NULL AND @distlock_n IS NULL";
+        if (!seq) permit.push_back({bump(can_take).text, {3}});
+        permit.push_back({"INSERT INTO " + permits + " (name, slot, permits, owner, expires_at, version) SELECT ?, @distlock_s, ?, ?, " +
+                              expires + ", " + draw + " FROM DUAL" + can_take +
+                              " ON DUPLICATE KEY UPDATE version = IF(" + fresh + ", VALUES(version), version),"
+                              " permits = IF(" + fresh + ", VALUES(permits), permits),"
+                              " owner = IF(" + fresh + ", VALUES(owner), owner),"
+                              " expires_at = IF(" + fresh + ", VALUES(expires_at), expires_at)",
+                          {0, 4, 1, 2}});
+        permit.push_back({"SELECT (SELECT version FROM " + permits + " WHERE name = ? AND owner = ?), COALESCE(@distlock_n, " +
+                              other_size + "), @distlock_s",
+                          {0, 1, 0, 4}});
+        q.permit_acquire = std::move(permit);
+        // Read-write lock [name, owner, lease_ms, slot]: a row per reader (holder =
+        // its owner token) and one writer row per name (holder 'w'), which a
+        // waiting writer holds too (version 0 until granted).
+        const std::string writer_row = "name = ? AND holder = 'w'";
+        s::batch read = {
+            {"INSERT INTO " + rw + " (name, holder, owner, expires_at, version) VALUES (?, ?, ?, " + expires + ", " + draw +
+                 ") ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at)",
+             {0, 1, 1, 2}},
+            {"SET @distlock_w = (SELECT COUNT(*) FROM " + rw + " WHERE " + writer_row + " AND expires_at > " + now + ")", {0}},
+            {"DELETE FROM " + rw + " WHERE name = ? AND holder = ? AND @distlock_w > 0", {0, 1}},
+            {"SELECT version FROM " + rw + " WHERE name = ? AND holder = ?", {0, 1}},
+        };
+        if (!seq) read.insert(read.begin(), bump(""));
+        q.rw_read_acquire = std::move(read);
+        s::batch write = {
+            {"INSERT INTO " + rw + " (name, holder, owner, expires_at, version) VALUES (?, 'w', ?, " + expires +
+                 ", 0) ON DUPLICATE KEY UPDATE version = IF(" + fresh + ", IF(owner <=> VALUES(owner), version, 0), version),"
+                 " owner = IF(" + fresh + ", VALUES(owner), owner), expires_at = IF(" + fresh + ", VALUES(expires_at), expires_at)",
+             {0, 1, 2}},
+            {"SET @distlock_r = (SELECT COUNT(*) FROM " + rw + " WHERE name = ? AND holder <> 'w' AND expires_at > " + now + ")",
+             {0}},
+        };
+        const std::string mine_waiting = writer_row + " AND owner = ? AND version = 0";
+        if (!seq)
+            write.push_back({"INSERT INTO " + fence + " (slot, version) SELECT ?, LAST_INSERT_ID(1) FROM DUAL WHERE"
+                             " @distlock_r = 0 AND EXISTS (SELECT 1 FROM " + rw + " WHERE " + mine_waiting + ")"
+                             " ON DUPLICATE KEY UPDATE version = LAST_INSERT_ID(version + 1)",
+                             {3, 0, 1}});
+        write.push_back({"UPDATE " + rw + " SET version = " + draw + " WHERE " + mine_waiting + " AND @distlock_r = 0", {0, 1}});
+        write.push_back({"SELECT version FROM " + rw + " WHERE " + writer_row + " AND owner = ? AND version <> 0", {0, 1}});
+        q.rw_write_acquire = std::move(write);
         return q;
     }
 
@@ -353,6 +437,8 @@ public:
                     {}});
         }
         c.exec({"DELETE FROM " + t + " WHERE owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)", {}});
+        for (const char* rows : {"_permits", "_rw"})
+            c.exec({"DELETE FROM `" + table + rows + "` WHERE expires_at <= UTC_TIMESTAMP(6)", {}});
     }
 
     // `name IN (...) AND owner IN (...)` (the primary key's range, then the

@@ -369,6 +369,60 @@ public:
                            " AND objid = ($1::bigint & 4294967295)::oid",
                            {0}};
         q.kill = {"SELECT pg_terminate_backend($1::int)", {0}};
+
+        // Semaphores: a row per permit held. The acquisitions of a name are
+        // serialized by a transaction-scoped advisory lock on the name's permit
+        // key (the pipeline is one implicit transaction, so it is held until the
+        // upsert has committed), so that the look for a free slot and the size
+        // check see every permit taken before.
+        const std::string permits = quote(table + "_permits");
+        q.create.push_back({"CREATE TABLE IF NOT EXISTS " + permits +
+                                " (name bytea NOT NULL, slot bigint NOT NULL, permits bigint NOT NULL, owner text NOT NULL,"
+                                " expires_at timestamptz NOT NULL, version bigint NOT NULL, PRIMARY KEY (name, slot))",
+                            {}});
+        q.permit_rows.table = table + "_permits";
+        q.permit_rows.renew = {"UPDATE " + permits + " SET expires_at = " + expires + " WHERE name = $1 AND owner = $2",
+                               {0, 1, 2}};
+        q.permit_rows.release = {
+            "WITH done AS (DELETE FROM " + permits + " WHERE name = $1 AND owner = $2 RETURNING name" + notify, {0, 1}};
+        q.permit_rows.clear = {"WITH done AS (DELETE FROM " + permits + " WHERE name = $1 RETURNING name" + notify, {0}};
+        // [name, owner, lease_ms, slot, permits, key]; the upsert's $3 = permits, $4 = lease_ms.
+        q.permit_acquire = {
+            {"SELECT pg_advisory_xact_lock($1::bigint)", {5}},
+            {"WITH held AS (SELECT slot, permits FROM " + permits + " WHERE name = $1 AND expires_at > now()),"
+             " other AS (SELECT max(permits) AS n FROM held WHERE permits <> $3),"
+             " pick AS (SELECT min(c.s) AS s FROM (SELECT 0::bigint AS s UNION ALL SELECT slot + 1 FROM held) c"
+             " WHERE c.s < $3 AND NOT EXISTS (SELECT 1 FROM held h WHERE h.slot = c.s)),"
+             " ins AS (INSERT INTO " + permits + " AS t (name, slot, permits, owner, expires_at, version)"
+             " SELECT $1, pick.s, $3, $2, now() + $4::bigint * interval '1 millisecond', " + next +
+                 " FROM pick, other WHERE pick.s IS NOT NULL AND other.n IS NULL"
+                 " ON CONFLICT (name, slot) DO UPDATE SET permits = EXCLUDED.permits, owner = EXCLUDED.owner,"
+                 " expires_at = EXCLUDED.expires_at, version = EXCLUDED.version"
+                 " WHERE t.expires_at <= now() OR t.owner = EXCLUDED.owner RETURNING version)"
+                 " SELECT (SELECT version FROM ins), (SELECT n FROM other), NULL",
+             {0, 1, 4, 2}},
+        };
+
+        // Read-write locks: the advisory lock of two int4 keys, the high and the
+        // low half of the name's advisory key (so pg_locks shows the same
+        // classid and objid as the mutex's, with objsubid 2: a lock apart from
+        // the mutex of the same name), shared for readers, exclusive for
+        // writers. The token is drawn once the lock is held, as for the mutex.
+        const std::string halves = "($1::bigint >> 32)::int, (($1::bigint << 32) >> 32)::int";
+        q.rw_read_lock = {{"SELECT " + next + " FROM pg_advisory_lock_shared(" + halves + ")", {0}}};
+        q.rw_read_try = {{"WITH l AS MATERIALIZED (SELECT pg_try_advisory_lock_shared(" + halves + ") AS ok) SELECT " +
+                              next + " FROM l WHERE l.ok",
+                          {0}}};
+        q.rw_write_lock = {{"SELECT " + next + " FROM pg_advisory_lock(" + halves + ")", {0}}};
+        q.rw_write_try = {{"WITH l AS MATERIALIZED (SELECT pg_try_advisory_lock(" + halves + ") AS ok) SELECT " + next +
+                               " FROM l WHERE l.ok",
+                           {0}}};
+        q.rw_read_release = {"SELECT CASE WHEN pg_advisory_unlock_shared(" + halves + ") THEN 1 ELSE 0 END", {0}};
+        q.rw_write_release = {"SELECT CASE WHEN pg_advisory_unlock(" + halves + ") THEN 1 ELSE 0 END", {0}};
+        q.rw_holders = {"SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2"
+                        " AND classid = (($1::bigint >> 32) & 4294967295)::oid"
+                        " AND objid = ($1::bigint & 4294967295)::oid",
+                        {0}};
         return q;
     }
 
@@ -385,6 +439,7 @@ public:
                         ") x, " + seq + " s WHERE x.m > 0 AND x.m >= s.last_value",
                     {}});
             c.exec({"DELETE FROM " + t + " WHERE owner IS NULL OR expires_at <= now()", {}});
+            c.exec({"DELETE FROM " + quote(table + "_permits") + " WHERE expires_at <= now()", {}});
             c.exec({"COMMIT", {}});
         } catch (const s::sql_error& e) {
             if (!e.fatal()) c.exec({"ROLLBACK", {}});

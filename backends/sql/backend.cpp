@@ -56,6 +56,7 @@ settings take_settings(spi::url& u, std::string_view backend, std::string_view n
 
 sql_backend::sql_backend(std::shared_ptr<dialect> d, settings s)
     : dialect_(d), settings_(std::move(s)), q_(d->texts(settings_.table)),
+      lock_rows_{settings_.table, q_.lease_renew, q_.lease_release, q_.lease_clear},
       pool_(d, settings_.max_idle, q_.set_wait, ms(settings_.conn.timeout / 2)) {
     name_ = std::string(d->name());
     if (session_held()) {
@@ -69,10 +70,8 @@ sql_backend::sql_backend(std::shared_ptr<dialect> d, settings s)
                                        "backoff (retry_min..retry_max)"},
         };
     }
-    // Read-write locks and semaphores: not built for this backend yet (issue 13).
-    caps_.unsupported.emplace(feature::read_write, "not implemented for this backend yet");
-    caps_.unsupported.emplace(feature::semaphore, "not implemented for this backend yet");
-    caps_.unsupported.emplace(feature::permit_limit, "no semaphores on this backend yet");
+    // Read-write locks (PostgreSQL: advisory shared/exclusive locks; MySQL: lease
+    // rows) and semaphores (lease rows, their size kept in them) on every strategy.
     caps_.crash_release_bound = 0ms;  // connection drop: at once; leases: when the lease (added by callers) ends
 }
 
@@ -96,14 +95,33 @@ void sql_backend::create_tables() {
     }
 }
 
+std::int64_t sql_backend::permit_key(std::string_view name) {
+    const std::string d = spi::sha256(name);
+    std::uint64_t k = 0;
+    for (std::size_t i = 8; i < 16; ++i) k = (k << 8) | static_cast<unsigned char>(d[i]);
+    return static_cast<std::int64_t>(k);
+}
+
+// The mutex by the URL's strategy; the read-write lock on the server's shared
+// locks where it has them (PostgreSQL), else on lease rows; the semaphore on
+// lease rows. Each primitive of a name is a lock of its own (its own key or table).
 std::unique_ptr<spi::lock_handle> sql_backend::make_lock(const spi::lock_request& r) {
+    switch (r.kind) {
+        case spi::lock_kind::exclusive: break;
+        case spi::lock_kind::permit: return std::make_unique<permit_handle>(*this, r);
+        case spi::lock_kind::read:
+        case spi::lock_kind::write:
+            if (!q_.rw_rows.table.empty()) return std::make_unique<rw_lease_handle>(*this, r);
+            return std::make_unique<session_handle>(
+                *this, r, r.kind == spi::lock_kind::read ? session_kind::read : session_kind::write);
+    }
     switch (settings_.strategy) {
         case strategy::lease_table: return std::make_unique<lease_handle>(*this, r, false);
         case strategy::optimistic: return std::make_unique<lease_handle>(*this, r, true);
-        case strategy::for_update: return std::make_unique<session_handle>(*this, r, true);
+        case strategy::for_update: return std::make_unique<session_handle>(*this, r, session_kind::row);
         case strategy::native: break;
     }
-    return std::make_unique<session_handle>(*this, r, false);
+    return std::make_unique<session_handle>(*this, r, session_kind::native);
 }
 
 std::optional<std::chrono::nanoseconds> sql_backend::round_trip() {
@@ -135,21 +153,31 @@ std::optional<std::chrono::nanoseconds> sql_backend::native_cycle() {
 }
 
 // Lease strategies: delete the lease row (tokens live in the fence counter).
-// Session strategies: end the holder's session on the server.
+// Session strategies: end the holder's session on the server. And the name's
+// read-write lock and semaphore: their rows deleted, or the sessions holding
+// the read-write lock (PostgreSQL) ended.
 void sql_backend::break_lock(std::string_view lock_name) {
-    try {
-        bytes n{std::string(lock_name)};
-        if (!session_held()) {
-            pool_.run([&](connection& c) { return c.exec(q_.lease_clear, {n}); });
-            return;
-        }
-        auto holder = pool_.run([&](connection& c) { return holder_session(c, n); });
-        if (!holder) return;  // not held: nothing to break
-        const std::int64_t id = *holder;
+    auto end_session = [&](std::int64_t id) {
         try {
             pool_.run([&](connection& c) { return c.exec(q_.kill, {id}); });
         } catch (const sql_error& e) {
             if (e.fatal()) throw;  // else: that session is already gone
+        }
+    };
+    try {
+        bytes n{std::string(lock_name)};
+        if (!session_held()) {
+            pool_.run([&](connection& c) { return c.exec(q_.lease_clear, {n}); });
+        } else if (auto holder = pool_.run([&](connection& c) { return holder_session(c, n); })) {
+            end_session(*holder);
+        }
+        pool_.run([&](connection& c) { return c.exec(q_.permit_rows.clear, {n}); });
+        if (!q_.rw_rows.table.empty()) {
+            pool_.run([&](connection& c) { return c.exec(q_.rw_rows.clear, {n}); });
+        } else if (!q_.rw_holders.text.empty()) {
+            auto r = pool_.run([&](connection& c) { return c.exec(q_.rw_holders, {dialect_->native_key(n.data)}); });
+            for (const auto& row : r.rows)
+                if (!row.empty() && row[0]) end_session(std::stoll(*row[0]));
         }
     } catch (const sql_error& e) {
         throw_client_error(e, name_, "break_lock failed");
@@ -180,33 +208,39 @@ std::optional<std::int64_t> sql_backend::holder_session(connection& c, const byt
     return std::stoll(*id);
 }
 
-// The renewals that fall due together: one statement per lease length and chunk
-// of up to 1024 locks, whatever their number (PostgreSQL: UPDATE ... RETURNING
-// owner; MySQL: UPDATE, and only when it renewed fewer than all, a SELECT of the
-// owners still there). Session strategies check each session on its own.
+// The renewals that fall due together: one statement per table (the lock
+// table, permits, read-write rows), lease length and chunk of up to 1024 locks,
+// whatever their number (PostgreSQL: UPDATE ... RETURNING owner; MySQL: UPDATE,
+// and only when it renewed fewer than all, a SELECT of the owners still there).
+// Locks held by a session (session strategies, PostgreSQL's read-write lock)
+// check each session on its own.
 void sql_backend::keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) {
-    if (session_held()) {  // one ping per session: each holds its own connection
-        for (std::size_t i = 0; i < handles.size(); ++i) results[i] = static_cast<session_handle*>(handles[i])->check();
-        return;
-    }
-    if (handles.size() == 1) {  // one plain UPDATE
-        results[0] = static_cast<lease_handle*>(handles[0])->renew();
-        return;
-    }
     constexpr std::size_t chunk = 1024;
-    std::map<milliseconds, std::vector<std::size_t>> by_lease;
-    for (std::size_t i = 0; i < handles.size(); ++i)
-        by_lease[static_cast<lease_handle*>(handles[i])->lease()].push_back(i);
-    for (const auto& [lease, all] : by_lease) {
+    // Lease rows by table and lease length; sessions (one ping each: each holds its own connection).
+    std::map<std::pair<const sql_texts::lease_rows*, milliseconds>, std::vector<std::size_t>> by_lease;
+    for (std::size_t i = 0; i < handles.size(); ++i) {
+        if (auto* session = dynamic_cast<session_handle*>(handles[i])) {
+            results[i] = session->check();
+            continue;
+        }
+        const auto* h = static_cast<lease_row_handle*>(handles[i]);
+        by_lease[{&h->rows(), h->lease()}].push_back(i);
+    }
+    for (const auto& [group, all] : by_lease) {
+        const auto& [rows, lease] = group;
+        if (all.size() == 1) {  // one plain UPDATE
+            results[all[0]] = static_cast<lease_row_handle*>(handles[all[0]])->renew();
+            continue;
+        }
         for (std::size_t from = 0; from < all.size(); from += chunk) {
             const std::span<const std::size_t> part(all.data() + from, std::min(chunk, all.size() - from));
             std::vector<value> args{ms(lease)};
             for (auto i : part) {
-                const auto* h = static_cast<lease_handle*>(handles[i]);
+                const auto* h = static_cast<lease_row_handle*>(handles[i]);
                 args.emplace_back(h->name());
                 args.emplace_back(h->owner());
             }
-            const auto q = dialect_->lease_renew_batch(settings_.table, part.size());
+            const auto q = dialect_->lease_renew_batch(rows->table, part.size());
             try {
                 // nullopt: every one was renewed; else the owners that were.
                 auto renewed = pool_.run([&](connection& c) -> std::optional<std::vector<std::string>> {
@@ -219,7 +253,7 @@ void sql_backend::keepalive_batch(std::span<spi::lock_handle* const> handles, st
                     return owners;
                 });
                 for (auto i : part) {
-                    const auto* h = static_cast<lease_handle*>(handles[i]);
+                    const auto* h = static_cast<lease_row_handle*>(handles[i]);
                     const bool ok =
                         !renewed || std::find(renewed->begin(), renewed->end(), h->owner()) != renewed->end();
                     results[i] = ok ? spi::keepalive_result::ok()

@@ -3,7 +3,10 @@
 //   backend.cpp       the backend: URL settings, tables, strategy selection,
 //                     batch renewal, break_lock;
 //   lease_lock.cpp    lease-table and optimistic (lease_handle);
-//   session_lock.cpp  for-update and get-lock / advisory (session_handle).
+//   session_lock.cpp  for-update and get-lock / advisory (session_handle), and
+//                     the PostgreSQL read-write lock on advisory locks;
+//   permit_lock.cpp   semaphores (a lease row per permit, permit_handle) and the
+//                     MySQL read-write lock on lease rows (rw_lease_handle).
 //
 //  lease-table  one atomic upsert takes the lease row when it is absent or
 //               expired by the server's clock (one round trip, the token drawn
@@ -25,6 +28,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -48,38 +52,90 @@ inline std::int64_t ms(std::chrono::milliseconds d) { return static_cast<std::in
 
 class sql_backend;
 
-// ---- lease-table and optimistic ------------------------------------------------
+// ---- grants that are lease rows ------------------------------------------------
 
-class lease_handle final : public spi::lock_handle {
+// A grant that is a row of a lease table: the lock table's (a mutex by
+// lease-table or optimistic), a permit's (<table>_permits) or a read-write
+// lock's (<table>_rw, MySQL). Renewed by its owner token (batched by the
+// backend), deleted at release. On a URL of a session strategy (no
+// feature::lease_expiry) it is still a lease: checked (renewed) every
+// renew_interval and valid for its lease from each confirmation.
+class lease_row_handle : public spi::lock_handle {
 public:
-    lease_handle(sql_backend& b, const spi::lock_request& r, bool optimistic);
-    std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink&) override;
+    lease_row_handle(sql_backend& b, const spi::lock_request& r, const sql_texts::lease_rows& rows);
     void release() override;
-    // One renewal of the lease row (sql_backend::keepalive_batch batches several).
+    std::chrono::milliseconds check_interval() const override;
+    std::chrono::milliseconds validity() const override { return req_.lease; }
+    // One renewal of the row (sql_backend::keepalive_batch batches several).
     spi::keepalive_result renew();
 
     const bytes& name() const noexcept { return name_; }
     const std::string& owner() const noexcept { return owner_; }
     std::chrono::milliseconds lease() const noexcept { return req_.lease; }
+    const sql_texts::lease_rows& rows() const noexcept { return rows_; }
 
-private:
-    std::optional<spi::grant> acquire_once(spi::deadline until);
-    std::optional<spi::grant> try_upsert();
-    std::optional<spi::grant> try_compare_and_set();
+protected:
+    // Calls `attempt` (one try: a grant, or nullopt when the lock is taken) with a
+    // new owner token until it grants or `until` passes. Between tries a waiter
+    // listens for the release notification of the name where the server has
+    // them (PostgreSQL), else sleeps a jittered backoff of at most `max_pause`.
+    // When it does not grant, or throws, nothing of this acquisition is left:
+    // its rows are deleted (`give_back`: always; else only after an error).
+    std::optional<spi::grant> acquire_loop(spi::deadline until, const std::function<std::optional<spi::grant>()>& attempt,
+                                           bool give_back, std::chrono::milliseconds max_pause);
 
     sql_backend& b_;
     spi::lock_request req_;
-    bool optimistic_;
+    const sql_texts::lease_rows& rows_;
     bytes name_;
     std::int64_t slot_;
     std::string owner_;  // this grant's token in the owner column; empty = not held
 };
 
+// lease-table and optimistic: the lease row of the lock table.
+class lease_handle final : public lease_row_handle {
+public:
+    lease_handle(sql_backend& b, const spi::lock_request& r, bool optimistic);
+    std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink&) override;
+
+private:
+    std::optional<spi::grant> try_upsert();
+    std::optional<spi::grant> try_compare_and_set();
+
+    bool optimistic_;
+};
+
+// A permit of a semaphore: a row of <table>_permits in one of the slots
+// 0..permits-1 of the name (permit_lock.cpp).
+class permit_handle final : public lease_row_handle {
+public:
+    permit_handle(sql_backend& b, const spi::lock_request& r);
+    std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink&) override;
+
+private:
+    std::optional<spi::grant> try_take();
+};
+
+// A side of a read-write lock on lease rows (MySQL, <table>_rw; permit_lock.cpp).
+class rw_lease_handle final : public lease_row_handle {
+public:
+    rw_lease_handle(sql_backend& b, const spi::lock_request& r);
+    std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink&) override;
+
+private:
+    bool writer_;
+};
+
 // ---- for-update, get-lock, advisory: a lock held by a session ------------------------
+
+// What a session holds: a row lock (for-update), the server's named lock
+// (get-lock / advisory), or a side of a read-write lock on the server's shared
+// and exclusive session locks (PostgreSQL advisory locks, whatever the URL's strategy).
+enum class session_kind { row, native, read, write };
 
 class session_handle final : public spi::lock_handle {
 public:
-    session_handle(sql_backend& b, const spi::lock_request& r, bool row_lock);
+    session_handle(sql_backend& b, const spi::lock_request& r, session_kind kind);
     ~session_handle() override;
     std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink&) override;
     void release() override;
@@ -101,7 +157,10 @@ private:
 
     sql_backend& b_;
     spi::lock_request req_;
-    bool row_lock_;  // for-update (else native)
+    bool row_lock_;  // for-update (else a session lock of the server)
+    const batch* lock_;        // session locks: take, waiting (native_lock, rw_*_lock) ...
+    const batch* try_;         // ... not waiting
+    const statement* release_;
     bytes name_;
     value key_;
     std::int64_t slot_;
@@ -146,6 +205,12 @@ public:
     // The session holding `n` right now, if any (session strategies).
     std::optional<std::int64_t> holder_session(connection& c, const bytes& n);
 
+    // A semaphore's serialization key (PostgreSQL: its transaction-scoped
+    // advisory lock): bytes 8..15 of SHA-256(name), big-endian, signed. A
+    // mutex's advisory key (bytes 0..7 of the SHA-256 of its name) equals it
+    // only by a 64-bit coincidence, whatever the names.
+    static std::int64_t permit_key(std::string_view name);
+
     bool session_held() const noexcept {
         return settings_.strategy == strategy::for_update || settings_.strategy == strategy::native;
     }
@@ -153,6 +218,7 @@ public:
     std::shared_ptr<dialect> dialect_;
     settings settings_;
     sql_texts q_;
+    sql_texts::lease_rows lock_rows_;  // the lock table's lease rows (from q_)
     pool pool_;
     std::string name_;
     capabilities caps_;

@@ -11,17 +11,19 @@ namespace distlock::backends::sql {
 
 using std::chrono::milliseconds;
 
-lease_handle::lease_handle(sql_backend& b, const spi::lock_request& r, bool optimistic)
-    : b_(b), req_(r), optimistic_(optimistic), name_{r.name}, slot_(fence_slot(r.name)) {}
+lease_row_handle::lease_row_handle(sql_backend& b, const spi::lock_request& r, const sql_texts::lease_rows& rows)
+    : b_(b), req_(r), rows_(rows), name_{r.name}, slot_(fence_slot(r.name)) {}
 
-std::optional<spi::grant> lease_handle::acquire(spi::deadline until, const spi::loss_sink&) {
-    return b_.with_tables("acquire of '" + req_.name + "' failed", [&] { return acquire_once(until); });
+milliseconds lease_row_handle::check_interval() const {
+    return req_.auto_renew ? std::max(milliseconds{1}, req_.renew_interval) : milliseconds{0};
 }
 
-std::optional<spi::grant> lease_handle::acquire_once(spi::deadline until) {
+std::optional<spi::grant> lease_row_handle::acquire_loop(spi::deadline until,
+                                                         const std::function<std::optional<spi::grant>()>& attempt,
+                                                         bool give_back, milliseconds max_pause) {
     std::string owner = spi::random_token();
     owner_ = owner;
-    spi::backoff wait(req_.retry_min, req_.retry_max);
+    spi::backoff wait(req_.retry_min, std::max(req_.retry_min, std::min(req_.retry_max, max_pause)));
     // Where the server notifies releases, a waiter listens on a session of its own
     // and tries again when the name is released (or after the backoff, which
     // still catches leases that simply expire).
@@ -37,9 +39,18 @@ std::optional<spi::grant> lease_handle::acquire_once(spi::deadline until) {
         }
         listener.reset();
     };
+    // The last statement may have taken a row before its reply was lost, or a
+    // waiting writer holds its row: give it back (best effort; a lease expires anyway).
+    auto give_rows_back = [&]() noexcept {
+        try {
+            b_.pool_.run([&](connection& c) { return c.exec(rows_.release, {name_, owner}); });
+        } catch (...) {
+        }
+        owner_.clear();
+    };
     try {
         for (;;) {
-            auto granted = optimistic_ ? try_compare_and_set() : try_upsert();
+            auto granted = attempt();
             if (granted) {
                 stop_listening();
                 return granted;
@@ -60,19 +71,53 @@ std::optional<spi::grant> lease_handle::acquire_once(spi::deadline until) {
         }
     } catch (const sql_error& e) {
         stop_listening();
-        // The last statement may have taken the row before its reply was lost:
-        // give it back (best effort; the lease expires anyway).
-        try {
-            b_.pool_.run([&](connection& c) { return c.exec(b_.q_.lease_release, {name_, owner}); });
-        } catch (...) {
-        }
-        owner_.clear();
+        give_rows_back();
         if (e.kind() == failure::no_table) throw;  // acquire() creates the tables again
         throw_client_error(e, b_.name_, "acquire of '" + req_.name + "' failed");
+    } catch (...) {
+        stop_listening();
+        give_rows_back();
+        throw;
     }
     stop_listening();
+    if (give_back) give_rows_back();
     owner_.clear();
     return std::nullopt;
+}
+
+void lease_row_handle::release() {
+    const std::string owner = std::exchange(owner_, {});
+    if (owner.empty()) throw_error(errc::not_owner, b_.name_, "lock '" + req_.name + "' is not held by this handle");
+    std::uint64_t affected = 0;
+    try {
+        affected = b_.pool_.run([&](connection& c) { return c.exec(rows_.release, {name_, owner}).affected; });
+    } catch (const sql_error& e) {
+        throw_client_error(e, b_.name_, "release of '" + req_.name + "' failed (the lease expires on its own)", true);
+    }
+    if (affected == 0)
+        throw_error(errc::not_owner, b_.name_,
+                    "lock '" + req_.name + "' was no longer ours at release (lease expired and taken, or broken)");
+}
+
+spi::keepalive_result lease_row_handle::renew() {
+    try {
+        auto affected =
+            b_.pool_.run([&](connection& c) { return c.exec(rows_.renew, {name_, owner_, ms(req_.lease)}).affected; });
+        if (affected == 0) return spi::keepalive_result::lost("the lease row of '" + req_.name + "' is no longer ours");
+        return spi::keepalive_result::ok();
+    } catch (const std::exception& e) {
+        return spi::keepalive_result::failed(e.what());
+    }
+}
+
+lease_handle::lease_handle(sql_backend& b, const spi::lock_request& r, bool optimistic)
+    : lease_row_handle(b, r, b.lock_rows_), optimistic_(optimistic) {}
+
+std::optional<spi::grant> lease_handle::acquire(spi::deadline until, const spi::loss_sink&) {
+    return b_.with_tables("acquire of '" + req_.name + "' failed", [&] {
+        return acquire_loop(
+            until, [&] { return optimistic_ ? try_compare_and_set() : try_upsert(); }, false, req_.retry_max);
+    });
 }
 
 std::optional<spi::grant> lease_handle::try_upsert() {
@@ -119,31 +164,6 @@ std::optional<spi::grant> lease_handle::try_compare_and_set() {
         });
         return done.value_or(std::nullopt);
     });
-}
-
-void lease_handle::release() {
-    const std::string owner = std::exchange(owner_, {});
-    if (owner.empty()) throw_error(errc::not_owner, b_.name_, "lock '" + req_.name + "' is not held by this handle");
-    std::uint64_t affected = 0;
-    try {
-        affected = b_.pool_.run([&](connection& c) { return c.exec(b_.q_.lease_release, {name_, owner}).affected; });
-    } catch (const sql_error& e) {
-        throw_client_error(e, b_.name_, "release of '" + req_.name + "' failed (the lease expires on its own)", true);
-    }
-    if (affected == 0)
-        throw_error(errc::not_owner, b_.name_,
-                    "lock '" + req_.name + "' was no longer ours at release (lease expired and taken, or broken)");
-}
-
-spi::keepalive_result lease_handle::renew() {
-    try {
-        auto affected = b_.pool_.run(
-            [&](connection& c) { return c.exec(b_.q_.lease_renew, {name_, owner_, ms(req_.lease)}).affected; });
-        if (affected == 0) return spi::keepalive_result::lost("the lease row of '" + req_.name + "' is no longer ours");
-        return spi::keepalive_result::ok();
-    } catch (const std::exception& e) {
-        return spi::keepalive_result::failed(e.what());
-    }
 }
 
 }  // namespace distlock::backends::sql

@@ -13,9 +13,19 @@ using namespace std::chrono_literals;
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
-session_handle::session_handle(sql_backend& b, const spi::lock_request& r, bool row_lock)
-    : b_(b), req_(r), row_lock_(row_lock), name_{r.name}, key_(b.dialect_->native_key(r.name)),
-      slot_(fence_slot(r.name)) {}
+session_handle::session_handle(sql_backend& b, const spi::lock_request& r, session_kind kind)
+    : b_(b), req_(r), row_lock_(kind == session_kind::row), name_{r.name}, key_(b.dialect_->native_key(r.name)),
+      slot_(fence_slot(r.name)) {
+    const auto& q = b.q_;
+    switch (kind) {
+        case session_kind::row:
+        case session_kind::native: lock_ = &q.native_lock, try_ = &q.native_try, release_ = &q.native_release; break;
+        case session_kind::read: lock_ = &q.rw_read_lock, try_ = &q.rw_read_try, release_ = &q.rw_read_release; break;
+        case session_kind::write:
+            lock_ = &q.rw_write_lock, try_ = &q.rw_write_try, release_ = &q.rw_write_release;
+            break;
+    }
+}
 
 session_handle::~session_handle() { drop_connection(); }
 
@@ -58,7 +68,7 @@ session_handle::attempt_result session_handle::attempt(connection& c, millisecon
     }
     if (wait.count() > 0 && !b_.dialect_->native_wait_in_call()) set_wait();
     try {
-        auto token = run_for_token(c, wait.count() > 0 ? q.native_lock : q.native_try, {key_, ms(wait), slot_});
+        auto token = run_for_token(c, wait.count() > 0 ? *lock_ : *try_, {key_, ms(wait), slot_});
         if (!token) return {outcome::busy};
         return {outcome::granted, *token};
     } catch (const sql_error& e) {
@@ -128,7 +138,7 @@ void session_handle::release() {
         if (row_lock_) {
             c->exec_batch(b_.q_.row_unlock, {name_});
         } else {
-            auto r = c->exec(b_.q_.native_release, {key_});
+            auto r = c->exec(*release_, {key_});
             if (r.rows.empty() || r.rows[0].empty() || !r.rows[0][0] || *r.rows[0][0] != "1")
                 throw_error(errc::not_owner, b_.name_, "the server says '" + req_.name + "' was not held by this session");
         }

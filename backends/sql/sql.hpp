@@ -191,6 +191,36 @@ struct sql_texts {
     statement native_plain;    // [key]: the lock alone, as a client without distlock takes it (bench's floor)
     statement native_holder;   // [key] -> session id of the holder, no row/NULL when free
     statement kill;            // [session id]: end that session on the server
+
+    // ---- read-write locks and semaphores (docs/backends/sql.md, "Read-write lock and semaphore")
+    // A lease table other than the lock table, whose rows (name, owner, expires_at)
+    // are renewed, released and broken as the lease rows of the lock table are.
+    struct lease_rows {
+        std::string table;    // the table's name (unquoted); empty: this dialect has no such rows
+        statement renew;      // [name, owner, lease_ms] -> affected 1 = still ours
+        statement release;    // [name, owner] -> affected >= 1 = was ours; deletes the owner's rows of the name
+        statement clear;      // [name]: break_lock, deletes every row of the name
+    };
+    // Semaphores: a row per permit held, in <table>_permits, its slot 0..permits-1
+    // the primary key with the name. permit_acquire [name, owner, lease_ms, slot,
+    // permits, serialization key] -> the last result's row: (the token when a
+    // permit was taken; the size another holder of the name uses, when it is not
+    // `permits` (refused; a taken permit is then given back); a slot that looked
+    // free: set when nothing was taken because another client took it first).
+    lease_rows permit_rows;
+    batch permit_acquire;
+    // Read-write locks on lease rows (MySQL: <table>_rw; empty elsewhere): a row
+    // per reader, and one writer row per name that a waiting writer holds too,
+    // which later readers respect. [name, owner, lease_ms, slot] -> the token
+    // when granted.
+    lease_rows rw_rows;
+    batch rw_read_acquire, rw_write_acquire;
+    // Read-write locks on the server's shared/exclusive session locks
+    // (PostgreSQL advisory locks; empty elsewhere), as native_lock/native_try/
+    // native_release, on the name's native key.
+    batch rw_read_lock, rw_read_try, rw_write_lock, rw_write_try;
+    statement rw_read_release, rw_write_release;  // [key] -> "1" released
+    statement rw_holders;                         // [key] -> the sessions holding it (rows)
 };
 
 struct conn_settings {

@@ -1,6 +1,7 @@
 // mysql://: the SQL layer's shared tests (tests/backends/sql/sql_test.cpp) run
 // with MySQL's facts below, and the cases that only MySQL/MariaDB has.
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <string>
 
 #include "distlock/distlock.hpp"
@@ -10,7 +11,9 @@
 #include "support.hpp"
 #include "tcp_proxy.hpp"
 
+using namespace std::chrono_literals;
 using namespace sql_test;
+using distlock::test::unique_name;
 
 namespace {
 
@@ -64,6 +67,18 @@ const dialect_facts& sql_test::facts() {
                           " PRIMARY KEY (name)) ENGINE=InnoDB",
                           "CREATE TABLE {t}_rows (name VARBINARY(1024) NOT NULL, PRIMARY KEY (name)) ENGINE=InnoDB"},
         .in_an_hour = "UTC_TIMESTAMP(6) + INTERVAL 1 HOUR",
+        .an_hour_ago = "UTC_TIMESTAMP(6) - INTERVAL 1 HOUR",
+        // permit: [SET @n, @s; INSERT ... SELECT ... NEXTVAL() ... ON DUPLICATE KEY; SELECT token, size]; DELETE.
+        // read: [INSERT ... NEXTVAL(); SET @w; DELETE if a writer; SELECT version]; DELETE.
+        // write: [INSERT ... ON DUPLICATE KEY; SET @r; UPDATE version = NEXTVAL(); SELECT version]; DELETE.
+        // With counter rows, each adds the row's bump.
+        .per_primitive_cycle = {{"strategy=lease-table", "permit", {4, 2}},
+                                {"strategy=lease-table", "read", {5, 2}},
+                                {"strategy=lease-table", "write", {5, 2}},
+                                {"strategy=get-lock", "permit", {4, 2}},
+                                {"strategy=lease-table&fence=table&table=distlock_fence_rows", "permit", {5, 2}},
+                                {"strategy=lease-table&fence=table&table=distlock_fence_rows", "read", {6, 2}},
+                                {"strategy=lease-table&fence=table&table=distlock_fence_rows", "write", {6, 2}}},
     };
     return f;
 }
@@ -107,4 +122,28 @@ TEST_CASE("GET_LOCK keys of hashed names are the ones the server's own SQL compu
         CHECK(db.scalar("SELECT IS_USED_LOCK(?)", {*key}).has_value());
         m.unlock();
     }
+}
+
+// MySQL's read-write lock keeps a waiting writer in a row (PostgreSQL's waits in
+// the server's lock queue, left when its connection ends).
+TEST_CASE("a waiting writer that is gone stops holding readers back once its row's lease ends",
+          "[sql][primitives][crash]") {
+    const auto url = url_of("lease-table");
+    auto p = distlock::connect(url);
+    raw_sql db(url);
+    const auto name = unique_name("gone-writer");
+    // The row a writer process killed while waiting leaves: version 0, a lease of 4 s.
+    db.run("INSERT INTO distlock_locks_rw (name, holder, owner, expires_at, version) VALUES (?, 'w', ?,"
+           " UTC_TIMESTAMP(6) + INTERVAL 4 SECOND, 0)",
+           {s::bytes{name}, std::string("a-killed-writer")});
+    auto reader = p.shared_mutex(name);
+    CHECK_FALSE(reader.try_lock_shared());
+    CHECK_FALSE(reader.try_lock_shared_for(500ms));
+    REQUIRE(reader.try_lock_shared_for(10s));
+    reader.unlock_shared();
+    auto writer = p.shared_mutex(name);  // the expired row is taken over
+    REQUIRE(writer.try_lock_for(5s));
+    CHECK(writer.token() > 0);
+    writer.unlock();
+    CHECK(*db.scalar("SELECT COUNT(*) FROM distlock_locks_rw WHERE name = ?", {s::bytes{name}}) == "0");
 }

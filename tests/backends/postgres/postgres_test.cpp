@@ -72,6 +72,14 @@ const dialect_facts& sql_test::facts() {
                           " version bigint NOT NULL DEFAULT 0, holder bigint)",
                           "CREATE TABLE {t}_rows (name bytea PRIMARY KEY)"},
         .in_an_hour = "now() + interval '1 hour'",
+        .an_hour_ago = "now() - interval '1 hour'",
+        // read/write: SELECT nextval() FROM pg_advisory_lock[_shared](); SELECT pg_advisory_unlock[_shared]().
+        // permit: [SELECT pg_advisory_xact_lock(); WITH ... INSERT ... RETURNING] (one transaction); DELETE (notifying).
+        .per_primitive_cycle = {{"strategy=lease-table", "permit", {2, 2}},
+                                {"strategy=lease-table", "read", {2, 2}},
+                                {"strategy=lease-table", "write", {2, 2}},
+                                {"strategy=advisory", "permit", {2, 2}},
+                                {"strategy=advisory", "read", {2, 2}}},
     };
     return f;
 }

@@ -35,21 +35,40 @@ struct measured {
 // after one to warm up (connections made, tables there). What the provider does
 // besides the cycles (its start, its connections) is the same whatever `cycles`
 // is, so the difference of two runs is the cycles' own cost.
-measured run_cycles(const std::string& query, int cycles) {
+// `primitive`: "mutex", or a side of the read-write lock ("read", "write"), or
+// a permit of a semaphore of 2 ("permit").
+measured run_cycles(const std::string& query, int cycles, const std::string& primitive = "mutex") {
     raw_sql monitor(url_of("lease-table"));
     const auto before = facts().server_count(monitor);
     measured m;
     {
         auto p = distlock::connect(count_url() + "?" + query + "&lease=30s");
-        auto lock = p.mutex(unique_name("count"));
-        lock.lock();
-        lock.unlock();
+        const auto name = unique_name("count");
+        auto lock = p.mutex(name);
+        auto rw = p.shared_mutex(name);
+        auto sem = p.semaphore(name, 2);
+        auto cycle = [&] {
+            if (primitive == "mutex") {
+                lock.lock();
+                REQUIRE(lock.token() > 0);
+                lock.unlock();
+            } else if (primitive == "read") {
+                rw.lock_shared();
+                REQUIRE(rw.shared_token() > 0);
+                rw.unlock_shared();
+            } else if (primitive == "write") {
+                rw.lock();
+                REQUIRE(rw.token() > 0);
+                rw.unlock();
+            } else {
+                sem.acquire();
+                REQUIRE(sem.token() > 0);
+                sem.release();
+            }
+        };
+        cycle();
         const auto rt0 = s::connection::round_trip_counter().load();
-        for (int i = 0; i < cycles; ++i) {
-            lock.lock();
-            REQUIRE(lock.token() > 0);
-            lock.unlock();
-        }
+        for (int i = 0; i < cycles; ++i) cycle();
         m.round_trips = s::connection::round_trip_counter().load() - rt0;
     }
     m.server = facts().server_count(monitor) - before;
@@ -68,6 +87,25 @@ TEST_CASE("an uncontended cycle costs exactly its strategy's statements and roun
             std::int64_t fewest = -1;
             for (int attempt = 0; attempt < 3 && fewest != std::int64_t{cost.server} * (many - few); ++attempt) {
                 const auto a = run_cycles(query, few), b = run_cycles(query, many);
+                CHECK(a.round_trips == std::uint64_t(cost.round_trips) * few);
+                CHECK(b.round_trips == std::uint64_t(cost.round_trips) * many);
+                const auto diff = b.server - a.server;
+                if (fewest < 0 || diff < fewest) fewest = diff;
+            }
+            INFO(facts().count_unit << " per cycle: " << double(fewest) / (many - few));
+            CHECK(fewest == std::int64_t{cost.server} * (many - few));
+        }
+    }
+}
+
+TEST_CASE("an uncontended read, write or permit cycle costs exactly its statements and round trips",
+          "[sql][count][primitives]") {
+    constexpr int few = 5, many = 45;
+    for (const auto& [query, primitive, cost] : facts().per_primitive_cycle) {
+        DYNAMIC_SECTION(primitive << " on " << query) {
+            std::int64_t fewest = -1;
+            for (int attempt = 0; attempt < 3 && fewest != std::int64_t{cost.server} * (many - few); ++attempt) {
+                const auto a = run_cycles(query, few, primitive), b = run_cycles(query, many, primitive);
                 CHECK(a.round_trips == std::uint64_t(cost.round_trips) * few);
                 CHECK(b.round_trips == std::uint64_t(cost.round_trips) * many);
                 const auto diff = b.server - a.server;

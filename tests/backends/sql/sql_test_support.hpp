@@ -55,6 +55,15 @@ struct dialect_facts {
     // hour from now in its expires_at column.
     std::vector<std::string> legacy_tables;
     std::string in_an_hour;
+    std::string an_hour_ago;
+
+    // The same for the read-write lock and the semaphore: per uncontended cycle of
+    // a primitive ("read", "write" or "permit") on a strategy (URL query).
+    struct primitive_cost {
+        std::string query, primitive;
+        cycle_cost cost;
+    };
+    std::vector<primitive_cost> per_primitive_cycle;
 };
 const dialect_facts& facts();
 
@@ -112,11 +121,14 @@ inline std::int64_t holder_session(raw_sql& db, const std::string& strategy, con
     return std::stoll(*id);
 }
 
-// Drops a lock table, its rows table and its fence counter.
+// Drops a lock table, its rows table, its fence counter, and the tables of the
+// semaphores and (MySQL) read-write locks.
 inline void drop_lock_tables(raw_sql& db, const std::string& table) {
     db.run("DROP TABLE " + db.quote(table));
     db.run("DROP TABLE " + db.quote(table + "_rows"));
     db.run("DROP " + facts().fence_object + " " + db.quote(table + "_fence"));
+    db.run("DROP TABLE IF EXISTS " + db.quote(table + "_permits"));
+    db.run("DROP TABLE IF EXISTS " + db.quote(table + "_rw"));
 }
 
 // The URL with its query replaced (host, credentials and database kept).

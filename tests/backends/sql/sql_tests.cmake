@@ -16,6 +16,7 @@ function(distlock_add_sql_tests dialect)
   distlock_add_test_program(${target} SOURCES ${dialect}_test.cpp ${PROJECT_SOURCE_DIR}/tests/backends/sql/sql_test.cpp
                             ${PROJECT_SOURCE_DIR}/tests/backends/sql/round_trip_test.cpp
                             ${PROJECT_SOURCE_DIR}/tests/backends/sql/storage_test.cpp
+                            ${PROJECT_SOURCE_DIR}/tests/backends/sql/primitives_test.cpp
                             URL_ENV DISTLOCK_TEST_${up}_URL TIMEOUT 300)
   target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests/backends/sql
                              ${PROJECT_SOURCE_DIR}/backends/sql ${PROJECT_SOURCE_DIR}/backends/${dialect})
