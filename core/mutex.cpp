@@ -205,11 +205,12 @@ bool mutex_impl::lock_until(spi::deadline until) {
         return false;
     }
     // Renewed (a lease with auto_renew) or checked (a lock without a lease that
-    // asks for it) every `interval`; a lease without renewal is only watched, to
-    // report its loss once it has passed.
+    // asks for it) every `interval`; a grant that ends with time and is not
+    // renewed (a lease without auto_renew, or a handle with a validity of its
+    // own and no checks) is only watched, to report its loss once it has passed.
     const auto interval = leased ? (request_.auto_renew ? request_.renew_interval : std::chrono::milliseconds{0})
                                  : handle_->check_interval();
-    const bool watched = interval.count() > 0 || leased;
+    const bool watched = interval.count() > 0 || expires;
     // Only a lease (or an expiring session) ends with time: a lock held by a
     // database session or the kernel stays held() however long this process was
     // paused, until a check says otherwise.
@@ -239,8 +240,8 @@ bool mutex_impl::lock_until(spi::deadline until) {
         try {
             const bool renew = interval.count() > 0;
             auto id = provider_->scheduler().add({.handle = handle_.get(),
-                                                  .interval = renew ? interval : request_.lease,
-                                                  .lease = renew ? horizon : request_.lease,
+                                                  .interval = renew ? interval : horizon,
+                                                  .lease = horizon,
                                                   .renew = renew,
                                                   .since = since,
                                                   .lost = lost,

@@ -440,6 +440,27 @@ TEST_CASE("a lock held by an expiring session is held() only while its session i
     m.unlock();
 }
 
+TEST_CASE("a grant with a validity of its own that nothing checks is reported lost when it passes", "[held]") {
+    // A lease held where the backend has no leases for its mutex (a semaphore's
+    // permit row on a SQL URL whose mutex is held by a session), not renewed.
+    fake_state s;
+    s.validity = 200ms;
+    auto p = fake_provider(s, 300ms, false);
+    std::atomic<int> lost{0};
+    distlock::lock_options o;
+    o.auto_renew = false;  // the fake asks for no checks then
+    o.on_lost = [&](const distlock::lock_event&) { ++lost; };
+    auto m = p.mutex("unchecked", o);
+    m.lock();
+    CHECK(m.held());
+    CHECK(distlock::test::eventually([&] { return lost.load() == 1; }, 3s));
+    CHECK_FALSE(m.held());
+    std::this_thread::sleep_for(300ms);
+    CHECK(lost.load() == 1);  // once
+    CHECK(s.keepalives.load() == 0);  // watched, never renewed
+    m.unlock();
+}
+
 TEST_CASE("a backend's asynchronous loss report reaches the holder, and a stale one is ignored", "[scheduler]") {
     fake_state s;
     std::shared_ptr<fake_backend> b;
