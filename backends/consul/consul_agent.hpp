@@ -238,7 +238,8 @@ public:
                   {"TTL", go_duration(ttl)},
                   {"Behavior", behavior.empty() ? settings_.behavior : behavior}};
         if (settings_.lock_delay) spec["LockDelay"] = go_duration(*settings_.lock_delay);
-        auto r = client_.send(put("/v1/session/create", spec.dump()));
+        // Names are arbitrary bytes: bytes that are not UTF-8 go out as U+FFFD.
+        auto r = client_.send(put("/v1/session/create", spec.dump(-1, ' ', false, json::error_handler_t::replace)));
         check(r, "session create", {200});
         json j = json::parse(r.body, nullptr, false);
         if (j.is_discarded() || !j.is_object() || !j.contains("ID") || !j["ID"].is_string())

@@ -16,10 +16,13 @@
 //   ACL       token= is sent as X-Consul-Token on every request
 //
 // provider::semaphore has the layout of Go's api/semaphore.go (consul_semaphore.cpp);
-// provider::shared_mutex is unsupported (Consul has no read-write recipe).
+// provider::shared_mutex is distlock's own on the same pattern (consul_rwlock.cpp:
+// Consul has no read-write recipe).
 //
 // Files: consul_agent.hpp (the agent's HTTP API), consul_lock.cpp (the mutex),
-// consul_semaphore.cpp (the semaphore), this file (the spi::backend, the URL,
+// consul_contender.hpp/.cpp (the pattern of api/semaphore.go: contender keys,
+// a document written by check-and-set), consul_semaphore.cpp (the semaphore),
+// consul_rwlock.cpp (the read-write lock), this file (the spi::backend, the URL,
 // the registration).
 #include "consul_agent.hpp"
 #include "consul_lock.hpp"
@@ -33,9 +36,6 @@ public:
         // The server may wait up to 2 x TTL before invalidating a dead holder's
         // session (the suite adds one lease), then the lock-delay runs.
         const auto& c = agent_.config();
-        caps_.unsupported.emplace(feature::read_write,
-                                  "Consul has no read-write lock recipe (its Go API has only api/lock.go and "
-                                  "api/semaphore.go), so there is no layout to be compatible with");
         caps_.crash_release_bound = c.default_ttl + c.lock_delay.value_or(15s) + 1s;
     }
 
@@ -47,9 +47,9 @@ public:
             case spi::lock_kind::exclusive: return consul::make_lock(agent_, r);
             case spi::lock_kind::permit: return consul::make_permit(agent_, r);
             case spi::lock_kind::read:
-            case spi::lock_kind::write: break;
+            case spi::lock_kind::write: return consul::make_rwlock(agent_, r);
         }
-        throw_error(errc::unsupported, kName, std::string(caps_.why_not(feature::read_write)));
+        throw_error(errc::unsupported, kName, "unknown lock kind");
     }
 
     std::optional<std::chrono::nanoseconds> round_trip() override {
@@ -62,12 +62,14 @@ public:
         consul::keepalive_batch(agent_, handles, results);
     }
 
-    // The mutex's key and everything under the semaphore's prefix (.lock and
-    // the contender keys), as an operator's `consul kv delete` would.
+    // The mutex's key and everything under the semaphore's and the read-write
+    // lock's prefixes (documents and contender keys), as an operator's
+    // `consul kv delete` would.
     void break_lock(std::string_view name) override {
         const auto key = agent_.key_of(name);
         agent::check(agent_.client().send(agent::del(agent::key_target(key))), "break_lock", {200});
-        agent::check(agent_.client().send(agent::del(agent::key_target(key + "/") + "?recurse")), "break_lock", {200});
+        for (const char* under : {"/", "~rw/"})
+            agent::check(agent_.client().send(agent::del(agent::key_target(key + under) + "?recurse")), "break_lock", {200});
     }
 
 private:

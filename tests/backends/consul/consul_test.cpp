@@ -654,3 +654,89 @@ TEST_CASE("a waiting contender sleeps in blocking queries on the prefix instead 
     CHECK(got.load());
     waiter.release();
 }
+
+TEST_CASE("names that are not UTF-8, or whose first 64 bytes end inside a character, lock and take permits",
+          "[consul][input]") {
+    // The session's Name is JSON: the bytes that are not UTF-8 go as U+FFFD.
+    auto p = distlock::connect(url());
+    const auto base = unique_name("utf8");
+    const std::vector<std::string> names = {base + "\xff\xfe raw bytes",
+                                            base + std::string(63 - base.size(), 'x') + "\xe9\x94\x81 cut at 64"};
+    REQUIRE(names[1].substr(0, 64).back() == '\xe9');
+    for (const auto& n : names) {
+        auto m = p.mutex(n);
+        CHECK(m.try_lock_for(10s));
+        m.unlock();
+        auto s = p.semaphore(n, 2);
+        CHECK(s.try_acquire_for(10s));
+        s.release();
+    }
+}
+
+// ---- the read-write lock (distlock's own, on the semaphore's pattern) ----------
+
+TEST_CASE("a read-write lock's document names its readers, its writer and the writer waiting, by session",
+          "[consul][rw]") {
+    auto a = distlock::connect(url());
+    auto b = distlock::connect(url());
+    auto c = distlock::connect(url());
+    agent consul(url());
+    const auto name = unique_name("rw-layout");
+    const auto prefix = consul.semaphore_prefix(name).substr(0, consul.semaphore_prefix(name).size() - 1) + "~rw/";
+    auto list = [&] {
+        auto r = consul.call("GET", "/v1/kv/" + http::escape_path(prefix) + "?recurse");
+        std::map<std::string, json> out;
+        if (r.status == 404) return out;
+        REQUIRE(r.status == 200);
+        for (auto& e : json::parse(r.body)) out[e["Key"].get<std::string>()] = e;
+        return out;
+    };
+    auto document = [&] {
+        auto keys = list();
+        REQUIRE(keys.count(prefix + ".rwlock") == 1);
+        CHECK(keys[prefix + ".rwlock"]["Flags"].get<std::uint64_t>() == 0x6469737472776c6bULL);
+        return json::parse(agent::value_of(keys[prefix + ".rwlock"]));
+    };
+    auto reader = a.shared_mutex(name);
+    REQUIRE(reader.try_lock_shared_for(10s));
+    auto doc = document();
+    REQUIRE(doc["Readers"].size() == 1);
+    const auto reader_session = doc["Readers"].begin().key();
+    CHECK(list().count(prefix + reader_session) == 1);  // its contender key
+    CHECK(doc["Writer"] == "");
+    CHECK(doc["Waiting"] == "");
+    // A writer waits, recorded as Waiting; a reader that comes later is held back.
+    auto writer = b.shared_mutex(name);
+    std::atomic<bool> wrote{false};
+    std::thread t([&] {
+        if (writer.try_lock_for(20s)) {
+            wrote = true;
+            std::this_thread::sleep_for(300ms);
+            writer.unlock();
+        }
+    });
+    CHECK(eventually([&] { return document()["Waiting"] != ""; }, 5s));
+    auto late = c.shared_mutex(name);
+    CHECK_FALSE(late.try_lock_shared_for(300ms));
+    CHECK_FALSE(wrote.load());
+    reader.unlock_shared();
+    CHECK(eventually([&] { return wrote.load(); }, 10s));
+    REQUIRE(late.try_lock_shared_for(10s));  // after the writer
+    t.join();
+    late.unlock_shared();
+    CHECK(list().empty());  // the last one out removes the document
+}
+
+TEST_CASE("a writer that gives up waiting does not hold readers back", "[consul][rw]") {
+    auto a = distlock::connect(url());
+    auto b = distlock::connect(url());
+    const auto name = unique_name("rw-gave-up");
+    auto reader = a.shared_mutex(name);
+    REQUIRE(reader.try_lock_shared_for(10s));
+    auto writer = b.shared_mutex(name);
+    CHECK_FALSE(writer.try_lock_for(500ms));  // recorded itself as Waiting, then gave up
+    auto second = b.shared_mutex(name);
+    CHECK(second.try_lock_shared_for(5s));  // its session is gone: pruned, not waited for
+    second.unlock_shared();
+    reader.unlock_shared();
+}
