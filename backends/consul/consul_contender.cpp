@@ -121,6 +121,8 @@ std::optional<spi::grant> contender::wait_and_acquire(spi::deadline until, spi::
             index = l.index < index ? 0 : l.index;  // an index going backwards restarts the query
             continue;
         }
+        if (next.what == step::kind::record && spi::clock::now() >= until)
+            return std::nullopt;  // no time to wait: no mark to leave behind
         if (next.what != step::kind::held) {
             if (!agent_.cas_put(doc_key_, d.modify_index, where_.flag, std::move(next.value))) {
                 // Another contender wrote the document first: list again at once.
