@@ -1,6 +1,7 @@
-// consul:// internals: the Consul agent's HTTP API as the lock recipe
-// (consul_lock.cpp) uses it: sessions (create, renew, destroy), KV reads and
-// blocking queries, acquire/release, and the typed error of an unexpected
+// consul:// internals: the Consul agent's HTTP API as the recipes (the mutex in
+// consul_lock.cpp, the semaphore in consul_semaphore.cpp) use it: sessions
+// (create, renew, destroy), KV reads, prefix listings and blocking queries,
+// acquire/release, check-and-set writes, and the typed error of an unexpected
 // reply. Never included outside backends/consul/.
 #pragma once
 
@@ -11,6 +12,7 @@
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "distlock/spi/backend.hpp"
 #include "http_codec.hpp"
@@ -27,6 +29,7 @@ using ms = std::chrono::milliseconds;
 
 inline constexpr const char* kName = "consul";
 inline constexpr std::uint64_t kLockFlag = 0x2ddccbc058a50c18ULL;  // api/lock.go LockFlagValue
+inline constexpr std::uint64_t kSemaphoreFlag = 0xe0f69a2baa414de0ULL;  // api/semaphore.go SemaphoreFlagValue
 inline constexpr ms kMaxBlockingWait = 15s;                        // api/lock.go DefaultLockWaitTime
 
 struct settings {
@@ -44,9 +47,24 @@ inline std::string go_duration(ms d) {
 // One KV entry as returned by GET /v1/kv/<key>.
 struct entry {
     bool exists = false;
+    std::string key, value;  // value decoded from base64 ("" when null)
     std::string session;
     std::uint64_t flags = 0, modify_index = 0, lock_index = 0;
     std::uint64_t index = 0;  // X-Consul-Index of the reply
+};
+
+// The entries under a prefix (GET /v1/kv/<prefix>?recurse), in key order.
+struct listing {
+    std::vector<entry> entries;
+    std::uint64_t index = 0;  // X-Consul-Index of the reply
+};
+
+// A lock handle that lives on a Consul session of its own (the mutex's and
+// the semaphore's permits): what the batched renewal needs of it.
+class session_handle : public spi::lock_handle {
+public:
+    // The session of the current grant (read only between acquire() and release()).
+    virtual const std::string& session() const = 0;
 };
 
 // One Consul agent (and the provider's HTTP loop, for blocking queries and
@@ -126,40 +144,102 @@ public:
         return parse_entry(client_.send(get(target, timeout)), "read of " + key);
     }
 
-    static entry parse_entry(const http::response& r, const std::string& what) {
-        check(r, what, {200, 404});
-        entry e;
+    static std::uint64_t index_of(const http::response& r) {
         try {
-            e.index = std::stoull(r.header("x-consul-index"));
+            return std::stoull(r.header("x-consul-index"));
         } catch (...) {
-            e.index = 0;
+            return 0;
         }
-        if (r.status == 404) return e;
-        json j = json::parse(r.body, nullptr, false);
-        if (j.is_discarded() || !j.is_array() || j.empty() || !j[0].is_object())
-            throw_error(errc::unavailable, kName, what + ": unexpected reply", r.status, trim(r.body));
-        const auto& o = j[0];
-        e.exists = true;
-        if (o.contains("Session") && o["Session"].is_string()) e.session = o["Session"].get<std::string>();
-        e.flags = o.value("Flags", std::uint64_t{0});
-        e.modify_index = o.value("ModifyIndex", std::uint64_t{0});
-        e.lock_index = o.value("LockIndex", std::uint64_t{0});
-        return e;
     }
+
+    static entry parse_entry(const http::response& r, const std::string& what) {
+        auto l = parse_list(r, what);
+        if (l.entries.empty()) {
+            entry none;
+            none.index = l.index;
+            return none;
+        }
+        return l.entries.front();
+    }
+
+    // A KV reply: 404 = no entry; 200 = a JSON array of entries.
+    static listing parse_list(const http::response& r, const std::string& what) {
+        check(r, what, {200, 404});
+        listing l;
+        l.index = index_of(r);
+        if (r.status == 404) return l;
+        json j = json::parse(r.body, nullptr, false);
+        if (j.is_discarded() || !j.is_array() || j.empty())
+            throw_error(errc::unavailable, kName, what + ": unexpected reply", r.status, trim(r.body));
+        for (const auto& o : j) {
+            if (!o.is_object()) throw_error(errc::unavailable, kName, what + ": unexpected reply", r.status, trim(r.body));
+            entry e;
+            e.exists = true;
+            e.index = l.index;
+            if (o.contains("Key") && o["Key"].is_string()) e.key = o["Key"].get<std::string>();
+            if (o.contains("Session") && o["Session"].is_string()) e.session = o["Session"].get<std::string>();
+            if (o.contains("Value") && o["Value"].is_string()) {
+                auto v = http::base64_decode(o["Value"].get<std::string>());
+                if (!v) throw_error(errc::unavailable, kName, what + ": a value that is not base64", r.status, trim(r.body));
+                e.value = std::move(*v);
+            }
+            e.flags = o.value("Flags", std::uint64_t{0});
+            e.modify_index = o.value("ModifyIndex", std::uint64_t{0});
+            e.lock_index = o.value("LockIndex", std::uint64_t{0});
+            l.entries.push_back(std::move(e));
+        }
+        return l;
+    }
+
+    // GET of every key under `prefix` (which ends with '/'); a blocking query when index > 0.
+    http::request list_request(const std::string& prefix, std::uint64_t index, ms wait) const {
+        std::string target = key_target(prefix) + "?recurse";
+        ms timeout = 0ms;
+        if (index > 0) {
+            target += "&index=" + std::to_string(index) + "&wait=" + std::to_string(std::max<long long>(1, wait.count())) + "ms";
+            timeout = wait + wait / 16 + client_.opts().request_timeout;  // the server adds up to wait/16
+        }
+        return get(target, timeout);
+    }
+    listing list(const std::string& prefix, std::uint64_t index = 0, ms wait = 0ms) {
+        return parse_list(client_.send(list_request(prefix, index, wait)), "listing of " + prefix);
+    }
+
+    // Check-and-set: PUT ...?cas=<modify_index>&flags=<flags> (modify_index 0 =
+    // create only if absent); the server's true/false.
+    bool cas_put(const std::string& key, std::uint64_t modify_index, std::uint64_t flags, std::string body) {
+        auto r = client_.send(put(key_target(key) + "?cas=" + std::to_string(modify_index) + "&flags=" + std::to_string(flags),
+                                  std::move(body)));
+        check(r, "check-and-set of " + key, {200});
+        return trim(r.body) == "true";
+    }
+    // DELETE ...?cas=<modify_index>: the server's true/false.
+    bool cas_delete(const std::string& key, std::uint64_t modify_index) {
+        auto r = client_.send(del(key_target(key) + "?cas=" + std::to_string(modify_index)));
+        check(r, "check-and-set delete of " + key, {200});
+        return trim(r.body) == "true";
+    }
+    void remove(const std::string& key) { check(client_.send(del(key_target(key))), "delete of " + key, {200}); }
 
     // PUT with acquire= or release=: the server's true/false; nullopt when the
     // server no longer knows the session ("invalid session").
-    std::optional<bool> lock_op(const std::string& key, const char* op, const std::string& session) {
-        auto r = client_.send(put(key_target(key) + "?flags=" + std::to_string(kLockFlag) + "&" + op + "=" + session));
+    std::optional<bool> lock_op(const std::string& key, const char* op, const std::string& session,
+                                std::uint64_t flags = kLockFlag) {
+        auto r = client_.send(put(key_target(key) + "?flags=" + std::to_string(flags) + "&" + op + "=" + session));
         if (r.status == 500 && r.body.find("invalid session") != std::string::npos) return std::nullopt;
         check(r, std::string(op) + " of " + key, {200});
         return trim(r.body) == "true";
     }
 
-    std::string create_session(ms ttl, const std::string& name) {
-        json spec{{"Name", "distlock: " + name.substr(0, 64)}, {"TTL", go_duration(ttl)}, {"Behavior", settings_.behavior}};
+    // `behavior`: "release" or "delete"; empty = the URL's (settings::behavior).
+    std::string create_session(ms ttl, const std::string& name, const std::string& behavior = {},
+                               const char* what = "distlock: ") {
+        json spec{{"Name", what + name.substr(0, 64)},
+                  {"TTL", go_duration(ttl)},
+                  {"Behavior", behavior.empty() ? settings_.behavior : behavior}};
         if (settings_.lock_delay) spec["LockDelay"] = go_duration(*settings_.lock_delay);
-        auto r = client_.send(put("/v1/session/create", spec.dump()));
+        // Names are arbitrary bytes: bytes that are not UTF-8 go out as U+FFFD.
+        auto r = client_.send(put("/v1/session/create", spec.dump(-1, ' ', false, json::error_handler_t::replace)));
         check(r, "session create", {200});
         json j = json::parse(r.body, nullptr, false);
         if (j.is_discarded() || !j.is_object() || !j.contains("ID") || !j["ID"].is_string())

@@ -15,8 +15,15 @@
 //   token     the key's ModifyIndex after the acquire (global, strictly increasing)
 //   ACL       token= is sent as X-Consul-Token on every request
 //
-// Files: consul_agent.hpp (the agent's HTTP API), consul_lock.cpp (the recipe),
-// this file (the spi::backend, the URL, the registration).
+// provider::semaphore has the layout of Go's api/semaphore.go (consul_semaphore.cpp);
+// provider::shared_mutex is distlock's own on the same pattern (consul_rwlock.cpp:
+// Consul has no read-write recipe).
+//
+// Files: consul_agent.hpp (the agent's HTTP API), consul_lock.cpp (the mutex),
+// consul_contender.hpp/.cpp (the pattern of api/semaphore.go: contender keys,
+// a document written by check-and-set), consul_semaphore.cpp (the semaphore),
+// consul_rwlock.cpp (the read-write lock), this file (the spi::backend, the URL,
+// the registration).
 #include "consul_agent.hpp"
 #include "consul_lock.hpp"
 
@@ -29,10 +36,6 @@ public:
         // The server may wait up to 2 x TTL before invalidating a dead holder's
         // session (the suite adds one lease), then the lock-delay runs.
         const auto& c = agent_.config();
-        // Read-write locks and semaphores: not built for this backend yet (issue 13).
-        caps_.unsupported.emplace(feature::read_write, "not implemented for this backend yet");
-        caps_.unsupported.emplace(feature::semaphore, "not implemented for this backend yet");
-        caps_.unsupported.emplace(feature::permit_limit, "no semaphores on this backend yet");
         caps_.crash_release_bound = c.default_ttl + c.lock_delay.value_or(15s) + 1s;
     }
 
@@ -40,7 +43,13 @@ public:
     const capabilities& caps() const noexcept override { return caps_; }
     ms default_lease() const override { return agent_.config().default_ttl; }
     std::unique_ptr<spi::lock_handle> make_lock(const spi::lock_request& r) override {
-        return consul::make_lock(agent_, r);
+        switch (r.kind) {
+            case spi::lock_kind::exclusive: return consul::make_lock(agent_, r);
+            case spi::lock_kind::permit: return consul::make_permit(agent_, r);
+            case spi::lock_kind::read:
+            case spi::lock_kind::write: return consul::make_rwlock(agent_, r);
+        }
+        throw_error(errc::unsupported, kName, "unknown lock kind");
     }
 
     std::optional<std::chrono::nanoseconds> round_trip() override {
@@ -53,9 +62,14 @@ public:
         consul::keepalive_batch(agent_, handles, results);
     }
 
+    // The mutex's key and everything under the semaphore's and the read-write
+    // lock's prefixes (documents and contender keys), as an operator's
+    // `consul kv delete` would.
     void break_lock(std::string_view name) override {
-        auto r = agent_.client().send(agent::del(agent::key_target(agent_.key_of(name))));
-        agent::check(r, "break_lock", {200});
+        const auto key = agent_.key_of(name);
+        agent::check(agent_.client().send(agent::del(agent::key_target(key))), "break_lock", {200});
+        for (const char* under : {"/", "~rw/"})
+            agent::check(agent_.client().send(agent::del(agent::key_target(key + under) + "?recurse")), "break_lock", {200});
     }
 
 private:

@@ -10,12 +10,12 @@
 namespace distlock::backends::consul {
 namespace {
 
-class handle final : public spi::lock_handle {
+class handle final : public session_handle {
 public:
     handle(agent& a, const spi::lock_request& r);
     std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink& lost) override;
     void release() override;
-    const std::string& session() const { return session_; }
+    const std::string& session() const override { return session_; }
 
 private:
     std::optional<spi::grant> wait_and_acquire(spi::deadline until, spi::deadline created, const spi::loss_sink& lost);
@@ -203,14 +203,15 @@ std::unique_ptr<spi::lock_handle> make_lock(agent& a, const spi::lock_request& r
     return std::make_unique<handle>(a, r);
 }
 
-// Renewals due together go out concurrently on the loop.
+// Renewals due together (mutexes' and permits' sessions alike) go out
+// concurrently on the loop.
 void keepalive_batch(agent& a, std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) {
     if (handles.size() == 1) {
-        results[0] = a.renew(static_cast<handle*>(handles[0])->session());
+        results[0] = a.renew(static_cast<session_handle*>(handles[0])->session());
         return;
     }
     std::vector<http::request> batch;
-    for (auto* h : handles) batch.push_back(a.renew_request(static_cast<handle*>(h)->session()));
+    for (auto* h : handles) batch.push_back(a.renew_request(static_cast<session_handle*>(h)->session()));
     auto replies = a.events().run_all(batch);
     for (std::size_t i = 0; i < handles.size(); ++i) results[i] = agent::renew_result(replies[i]);
 }

@@ -1,4 +1,4 @@
-// consul:// internals: the lock recipe (consul_lock.cpp) as the backend uses it.
+// consul:// internals: the recipes (consul_lock.cpp, consul_semaphore.cpp) as the backend uses them.
 #pragma once
 
 #include <memory>
@@ -10,8 +10,12 @@ namespace distlock::backends::consul {
 
 // A lock handle of `a` (which outlives it).
 std::unique_ptr<spi::lock_handle> make_lock(agent& a, const spi::lock_request& r);
-// spi::backend::keepalive_batch for handles made by make_lock: the session
-// renewals, concurrently on the agent's loop.
+// A permit handle of a semaphore of `a` (consul_semaphore.cpp).
+std::unique_ptr<spi::lock_handle> make_permit(agent& a, const spi::lock_request& r);
+// A read or write handle of a read-write lock of `a` (consul_rwlock.cpp).
+std::unique_ptr<spi::lock_handle> make_rwlock(agent& a, const spi::lock_request& r);
+// spi::backend::keepalive_batch for handles made by make_lock, make_permit and make_rwlock
+// (session_handles): the session renewals, concurrently on the agent's loop.
 void keepalive_batch(agent& a, std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results);
 
 }  // namespace distlock::backends::consul

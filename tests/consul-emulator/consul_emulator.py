@@ -21,7 +21,13 @@ Implemented:
 
 Server rules: acquire needs a live session, fails while another session holds
 the key or while the key's lock-delay runs; a new holder increments LockIndex;
-the holder re-acquiring keeps LockIndex (value, flags and ModifyIndex update);
+the holder re-acquiring keeps LockIndex and CreateIndex (value, flags and
+ModifyIndex update: Consul's kvsLockTxn); ?cas=I writes or deletes only while
+the key's ModifyIndex is I (0: create only if absent); a listing (?recurse)
+reports the highest ModifyIndex or deletion under its prefix (the KV table's
+index when there is none) and a blocking listing of a prefix with entries
+wakes only for a write or a deletion under it (what Consul's api/semaphore.go
+waits on);
 release clears Session with no lock-delay; invalidating a session (TTL expiry,
 destroy) releases its keys (Behavior release) or deletes them (Behavior delete)
 and starts each key's lock-delay (the session's LockDelay, default 15 s, capped
@@ -134,8 +140,14 @@ class State:
         for sid in [sid for sid, s in self.sessions.items() if s["TTL"] > 0 and now >= s["expires"]]:
             self.invalidate(sid)
 
+    def kv_table_index(self):
+        """The index of the last KV write or deletion anywhere."""
+        return max([e["ModifyIndex"] for e in self.kv.values()] + list(self.tombstones.values()) + [0])
+
     def kv_index(self, key, recurse):
-        """X-Consul-Index of a KV read: the last write (or deletion) that touched it."""
+        """X-Consul-Index of a KV read: the last write (or deletion) that touched it.
+        A listing of a prefix that nothing ever touched gets the KV table's index,
+        as Consul's kvsListTxn does when the entries and the graveyard give 0."""
         best = 0
         for k, e in self.kv.items():
             if k == key or (recurse and k.startswith(key)):
@@ -143,6 +155,8 @@ class State:
         for k, idx in self.tombstones.items():
             if k == key or (recurse and k.startswith(key)):
                 best = max(best, idx)
+        if best == 0 and recurse:
+            best = self.kv_table_index()
         return max(best, 1)
 
 

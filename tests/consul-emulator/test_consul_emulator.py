@@ -18,6 +18,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 EMULATOR = os.path.join(HERE, "consul_emulator.py")
 LOCK_FLAG = 3304740253564472344
+SEMAPHORE_FLAG = 0xe0f69a2baa414de0  # api/semaphore.go SemaphoreFlagValue
 
 
 def start_emulator(*extra):
@@ -116,9 +117,11 @@ class Sessions(EmulatorCase):
         self.assertEqual(self.c.json("GET", "/v1/session/info/" + sid)[1], [])
 
     def test_ttl_expiry_unless_renewed(self):
-        sid = self.c.session(ttl="300ms")
-        kept = self.c.session(ttl="300ms")
-        deadline = time.monotonic() + 0.9
+        # A TTL of 1 s renewed every 0.1 s: a renewal may come late by 0.9 s on a
+        # loaded machine (a 300 ms TTL was not enough margin) before it counts.
+        sid = self.c.session(ttl="1s")
+        kept = self.c.session(ttl="1s")
+        deadline = time.monotonic() + 2.5
         while time.monotonic() < deadline:
             self.assertEqual(self.c.call("PUT", "/v1/session/renew/" + kept)[0], 200)
             time.sleep(0.1)
@@ -306,6 +309,129 @@ class BlockingQueries(EmulatorCase):
         status, _, idx3 = self.c.get(k, index=idx2, wait="10s")
         self.assertEqual(status, 404)
         self.assertGreater(idx3, idx2)
+
+
+class SemaphoreRules(EmulatorCase):
+    """What Consul's api/semaphore.go relies on: contender keys held by sessions,
+    a .lock key written by check-and-set, listings of the prefix and blocking
+    queries on them, and Behavior delete at invalidation (Consul's KV and
+    session HTTP API documentation; state store kvsLockTxn / kvsListTxn)."""
+
+    def listing(self, prefix, index=None, wait=None):
+        q = "?recurse"
+        if index is not None:
+            q += "&index=%d&wait=%s" % (index, wait or "10s")
+        return self.c.json("GET", "/v1/kv/" + prefix + q)
+
+    def test_a_listing_shows_each_contender_s_session_and_flags_and_the_lock_s_value(self):
+        p = self.key()
+        sid = self.c.session("5s", behavior="delete")
+        self.assertTrue(self.c.acquire("%s/%s" % (p, sid), sid, flags=SEMAPHORE_FLAG))
+        doc = json.dumps({"Limit": 2, "Holders": {sid: True}}).encode()
+        self.assertEqual(self.c.json("PUT", "/v1/kv/%s/.lock?cas=0&flags=%d" % (p, SEMAPHORE_FLAG), doc)[1], True)
+        status, body, idx = self.listing(p + "/")
+        self.assertEqual(status, 200)
+        by_key = {e["Key"]: e for e in body}
+        self.assertEqual(sorted(by_key), [p + "/.lock", "%s/%s" % (p, sid)])  # in key order
+        self.assertEqual([e["Key"] for e in body], sorted(by_key))
+        contender, lock = by_key["%s/%s" % (p, sid)], by_key[p + "/.lock"]
+        self.assertEqual((contender["Session"], contender["Flags"], contender["LockIndex"]), (sid, SEMAPHORE_FLAG, 1))
+        self.assertNotIn("Session", lock)  # written by check-and-set, not held
+        self.assertEqual(lock["Flags"], SEMAPHORE_FLAG)
+        self.assertEqual(json.loads(base64.b64decode(lock["Value"])), {"Limit": 2, "Holders": {sid: True}})
+        self.assertEqual(idx, max(e["ModifyIndex"] for e in body))
+
+    def test_check_and_set_lets_one_of_two_writers_of_the_same_index_win(self):
+        k = self.key() + "/.lock"
+        self.assertEqual(self.c.json("PUT", "/v1/kv/%s?cas=0&flags=%d" % (k, SEMAPHORE_FLAG), b"{}")[1], True)
+        self.assertEqual(self.c.json("PUT", "/v1/kv/%s?cas=0&flags=%d" % (k, SEMAPHORE_FLAG), b"{}")[1], False)
+        _, e, _ = self.c.get(k)
+        seen = e["ModifyIndex"]
+        first = self.c.json("PUT", "/v1/kv/%s?cas=%d&flags=%d" % (k, seen, SEMAPHORE_FLAG), b"first")[1]
+        second = self.c.json("PUT", "/v1/kv/%s?cas=%d&flags=%d" % (k, seen, SEMAPHORE_FLAG), b"second")[1]
+        self.assertEqual((first, second), (True, False))
+        _, e2, _ = self.c.get(k)
+        self.assertEqual(base64.b64decode(e2["Value"]), b"first")
+        self.assertEqual(e2["Flags"], SEMAPHORE_FLAG)  # ?flags= is stored with the write
+        self.assertGreater(e2["ModifyIndex"], seen)
+        # A delete by check-and-set: refused on a stale index, done on the current one.
+        self.assertEqual(self.c.json("DELETE", "/v1/kv/%s?cas=%d" % (k, seen))[1], False)
+        self.assertEqual(self.c.get(k)[0], 200)
+        self.assertEqual(self.c.json("DELETE", "/v1/kv/%s?cas=%d" % (k, e2["ModifyIndex"]))[1], True)
+        self.assertEqual(self.c.get(k)[0], 404)
+        # Absent again: only cas=0 creates it.
+        self.assertEqual(self.c.json("PUT", "/v1/kv/%s?cas=%d" % (k, e2["ModifyIndex"]), b"x")[1], False)
+        self.assertEqual(self.c.json("PUT", "/v1/kv/%s?cas=0" % k, b"x")[1], True)
+
+    def test_the_holder_re_acquiring_its_key_moves_modify_index_only(self):
+        k = self.key()
+        sid = self.c.session("5s")
+        self.assertTrue(self.c.acquire(k, sid, flags=SEMAPHORE_FLAG))
+        _, e, _ = self.c.get(k)
+        self.c.json("PUT", "/v1/kv/%s-elsewhere" % k, b"x")  # the global index moves on
+        self.assertTrue(self.c.acquire(k, sid, flags=SEMAPHORE_FLAG))
+        _, e2, _ = self.c.get(k)
+        self.assertGreater(e2["ModifyIndex"], e["ModifyIndex"] + 1)  # a new write, after the one elsewhere
+        self.assertEqual((e2["LockIndex"], e2["CreateIndex"], e2["Session"]), (e["LockIndex"], e["CreateIndex"], sid))
+
+    def test_a_blocking_listing_wakes_for_a_write_under_its_prefix_not_beside_it(self):
+        p = self.key()
+        self.c.json("PUT", "/v1/kv/%s/a" % p, b"1")
+        _, _, idx = self.listing(p + "/")
+        # A write to a key that only starts like the prefix does not answer it.
+        threading.Timer(0.1, lambda: self.c.json("PUT", "/v1/kv/%s-beside/a" % p, b"x")).start()
+        t0 = time.monotonic()
+        status, _, idx2 = self.listing(p + "/", idx, "600ms")
+        self.assertGreaterEqual(time.monotonic() - t0, 0.59)
+        self.assertEqual((status, idx2), (200, idx))
+        # A new key under it does, with an index past the one waited on.
+        threading.Timer(0.2, lambda: self.c.json("PUT", "/v1/kv/%s/b" % p, b"2")).start()
+        t0 = time.monotonic()
+        status, body, idx3 = self.listing(p + "/", idx, "10s")
+        self.assertLess(time.monotonic() - t0, 5)
+        self.assertGreater(idx3, idx)
+        self.assertEqual([e["Key"] for e in body], [p + "/a", p + "/b"])
+        # So does a deletion under it (the graveyard's index).
+        threading.Timer(0.2, lambda: self.c.json("DELETE", "/v1/kv/%s/a" % p)).start()
+        status, body, idx4 = self.listing(p + "/", idx3, "10s")
+        self.assertGreater(idx4, idx3)
+        self.assertEqual([e["Key"] for e in body], [p + "/b"])
+
+    def test_invalidating_a_delete_session_removes_its_contender_key_and_wakes_the_listing(self):
+        p = self.key()
+        dead = self.c.session("5s", behavior="delete")
+        live = self.c.session("5s", behavior="delete")
+        for sid in (dead, live):
+            self.assertTrue(self.c.acquire("%s/%s" % (p, sid), sid, flags=SEMAPHORE_FLAG))
+        doc = json.dumps({"Limit": 2, "Holders": {dead: True, live: True}}).encode()
+        self.assertEqual(self.c.json("PUT", "/v1/kv/%s/.lock?cas=0&flags=%d" % (p, SEMAPHORE_FLAG), doc)[1], True)
+        _, before, idx = self.listing(p + "/")
+        lock_before = [e for e in before if e["Key"] == p + "/.lock"][0]
+        threading.Timer(0.2, lambda: self.c.call("PUT", "/v1/session/destroy/" + dead)).start()
+        status, after, idx2 = self.listing(p + "/", idx, "10s")
+        self.assertGreater(idx2, idx)
+        self.assertEqual(sorted(e["Key"] for e in after), [p + "/.lock", "%s/%s" % (p, live)])
+        # The server leaves .lock alone: pruning the dead holder is the clients' job.
+        lock_after = [e for e in after if e["Key"] == p + "/.lock"][0]
+        self.assertEqual(lock_after["ModifyIndex"], lock_before["ModifyIndex"])
+        self.assertIn(dead, json.loads(base64.b64decode(lock_after["Value"]))["Holders"])
+
+    def test_ttl_expiry_of_a_delete_session_removes_its_contender_key(self):
+        p = self.key()
+        sid = self.c.session("200ms", behavior="delete")
+        self.assertTrue(self.c.acquire("%s/%s" % (p, sid), sid, flags=SEMAPHORE_FLAG))
+        _, _, idx = self.listing(p + "/")
+        status, _, idx2 = self.listing(p + "/", idx, "10s")  # woken by the expiry, not by a request
+        self.assertEqual(status, 404)
+        self.assertGreater(idx2, idx)
+
+    def test_an_empty_prefix_is_404_with_the_kv_table_s_index(self):
+        p = self.key()
+        self.c.json("PUT", "/v1/kv/%s-other" % p, b"x")
+        _, e, _ = self.c.get(p + "-other")
+        status, _, idx = self.c.call("GET", "/v1/kv/%s/?recurse" % p)
+        self.assertEqual(status, 404)
+        self.assertGreaterEqual(idx, e["ModifyIndex"])
 
 
 class Stats(EmulatorCase):

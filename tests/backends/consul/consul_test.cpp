@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -34,6 +35,7 @@ using clk = std::chrono::steady_clock;
 namespace {
 
 constexpr std::uint64_t kLockFlag = 3304740253564472344ULL;
+constexpr std::uint64_t kSemaphoreFlag = 0xe0f69a2baa414de0ULL;  // api/semaphore.go SemaphoreFlagValue
 
 // DISTLOCK_CONSUL_TESTS_REAL=1 (ctest's distlock-consul-tests.real): the real
 // Consul of DISTLOCK_TEST_CONSUL_URL; otherwise the emulator.
@@ -61,6 +63,27 @@ public:
     }
     std::string key_path(const std::string& name) const {
         return "/v1/kv/" + http::escape_path(prefix_ + "/" + http::encode_name(name));
+    }
+    // Every entry under the semaphore prefix of `name` (<prefix>/<encoded name>/),
+    // by key; empty when there is none.
+    std::map<std::string, json> semaphore_keys(const std::string& name) {
+        auto r = call("GET", key_path(name) + "/?recurse");
+        std::map<std::string, json> out;
+        if (r.status == 404) return out;
+        REQUIRE(r.status == 200);
+        for (auto& e : json::parse(r.body)) out[e["Key"].get<std::string>()] = e;
+        return out;
+    }
+    std::string semaphore_prefix(const std::string& name) const { return prefix_ + "/" + http::encode_name(name) + "/"; }
+    // The decoded value of an entry.
+    static std::string value_of(const json& e) {
+        if (!e.contains("Value") || e["Value"].is_null()) return {};
+        return http::base64_decode(e["Value"].get<std::string>()).value_or("(not base64)");
+    }
+    std::string new_session(const std::string& behavior) {
+        auto r = call("PUT", "/v1/session/create", json{{"Name", "test"}, {"TTL", "10s"}, {"Behavior", behavior}}.dump());
+        REQUIRE(r.status == 200);
+        return json::parse(r.body)["ID"].get<std::string>();
     }
     // The key's entry, or null when absent.
     json entry(const std::string& name) {
@@ -436,4 +459,284 @@ TEST_CASE("a release the agent refuses keeps its kind (access denied), not 'in d
     CHECK(rec.lost() == 0);
     CHECK(m.try_lock_for(5s));  // the key was freed with the session
     m.unlock();
+}
+
+// ---- the semaphore (api/semaphore.go's layout) -----------------------------------
+
+TEST_CASE("a permit is a contender key held by its session and an entry in .lock's Holders, as api/semaphore.go writes them",
+          "[consul][semaphore]") {
+    auto p = distlock::connect(url());
+    agent consul(url());
+    const auto name = unique_name("sem-layout/odd name");
+    const auto prefix = consul.semaphore_prefix(name);
+    auto s = p.semaphore(name, 3);
+    REQUIRE(s.try_acquire_for(10s));
+    auto keys = consul.semaphore_keys(name);
+    REQUIRE(keys.size() == 2);  // .lock and our contender key
+    REQUIRE(keys.count(prefix + ".lock") == 1);
+    const auto lock = keys[prefix + ".lock"];
+    CHECK(lock["Flags"].get<std::uint64_t>() == kSemaphoreFlag);
+    CHECK((!lock.contains("Session") || lock["Session"].is_null()));  // written by check-and-set, never held
+    keys.erase(prefix + ".lock");
+    const auto contender = keys.begin()->second;
+    const auto session = contender["Session"].get<std::string>();
+    CHECK(keys.begin()->first == prefix + session);  // <prefix>/<session>
+    CHECK(contender["Flags"].get<std::uint64_t>() == kSemaphoreFlag);
+    // Go's json.Marshal of {Limit, Holders}: Limit first, no spaces, the set's values true.
+    CHECK(agent::value_of(lock) == "{\"Limit\":3,\"Holders\":{\"" + session + "\":true}}");
+    auto info = consul.session_info(session);
+    REQUIRE(info.is_object());
+    CHECK(info["Behavior"] == "delete");  // semaphore.go's sessions: invalidation deletes the contender key
+    // The token: the holder's own write to its contender key after the admission.
+    CHECK(s.token() == contender["ModifyIndex"].get<std::uint64_t>());
+    CHECK(s.token() > lock["ModifyIndex"].get<std::uint64_t>());
+    s.release();
+    // The last holder removes .lock (consul lock's cleanup), its contender key and its session.
+    CHECK(consul.semaphore_keys(name).empty());
+    CHECK(consul.session_info(session).is_null());
+}
+
+TEST_CASE("a holder whose session is destroyed is told of its loss and pruned from .lock by the next contender",
+          "[consul][semaphore]") {
+    distlock::test::loss_recorder rec;  // before the providers: their callback threads call it until they end
+    auto a = distlock::connect(url());
+    auto b = distlock::connect(url());
+    agent consul(url());
+    const auto name = unique_name("sem-prune");
+    const auto prefix = consul.semaphore_prefix(name);
+    auto holder = a.semaphore(name, 1, rec.options());
+    REQUIRE(holder.try_acquire_for(10s));
+    const auto dead_token = holder.token();
+    auto keys = consul.semaphore_keys(name);
+    keys.erase(prefix + ".lock");
+    REQUIRE(keys.size() == 1);
+    const auto dead = keys.begin()->second["Session"].get<std::string>();
+    auto waiter = b.semaphore(name, 1);
+    CHECK_FALSE(waiter.try_acquire());
+    REQUIRE(consul.call("PUT", "/v1/session/destroy/" + dead).status == 200);
+    // Behavior delete took the contender key; .lock still names the dead session until a client prunes it.
+    CHECK(consul.semaphore_keys(name).count(prefix + dead) == 0);
+    CHECK(agent::value_of(consul.semaphore_keys(name)[prefix + ".lock"]).find(dead) != std::string::npos);
+    CHECK(rec.wait_lost(1, 5s));  // the monitor prunes too: our session is not a holder any more
+    CHECK(holder.held() == 0);
+    REQUIRE(waiter.try_acquire_for(10s));
+    CHECK(waiter.token() > dead_token);
+    const auto lock = agent::value_of(consul.semaphore_keys(name)[prefix + ".lock"]);
+    CHECK(lock.find(dead) == std::string::npos);
+    const auto holders = json::parse(lock)["Holders"];
+    CHECK(holders.size() == 1);
+    waiter.release();
+    holder.release();  // lost already: nothing to give back, never throws
+    CHECK(consul.semaphore_keys(name).empty());
+}
+
+TEST_CASE("a Go client's holder written by hand counts, and is pruned once its session is gone", "[consul][semaphore]") {
+    auto p = distlock::connect(url());
+    agent consul(url());
+    const auto name = unique_name("sem-interop");
+    const auto prefix = consul.semaphore_prefix(name);
+    // What api/semaphore.go's Acquire writes for a contender admitted to a semaphore of 1.
+    const auto go = consul.new_session("delete");
+    auto contender = consul.call("PUT", "/v1/kv/" + http::escape_path(prefix + go) + "?acquire=" + go +
+                                            "&flags=" + std::to_string(kSemaphoreFlag));
+    REQUIRE(contender.body.find("true") != std::string::npos);
+    auto admitted = consul.call("PUT", "/v1/kv/" + http::escape_path(prefix + ".lock") + "?cas=0&flags=" +
+                                           std::to_string(kSemaphoreFlag),
+                                "{\"Limit\":1,\"Holders\":{\"" + go + "\":true}}");
+    REQUIRE(admitted.body.find("true") != std::string::npos);
+    auto s = p.semaphore(name, 1);
+    CHECK_FALSE(s.try_acquire());
+    CHECK_FALSE(s.try_acquire_for(500ms));
+    REQUIRE(consul.call("PUT", "/v1/session/destroy/" + go).status == 200);
+    REQUIRE(s.try_acquire_for(10s));
+    auto keys = consul.semaphore_keys(name);
+    CHECK(agent::value_of(keys[prefix + ".lock"]).find(go) == std::string::npos);  // pruned in the admitting write
+    s.release();
+}
+
+TEST_CASE("a semaphore asked with another size than .lock's Limit is refused with both sizes and leaves nothing behind",
+          "[consul][semaphore][input]") {
+    auto a = distlock::connect(url());
+    auto b = distlock::connect(url());
+    agent consul(url());
+    const auto name = unique_name("sem-limit");
+    const auto prefix = consul.semaphore_prefix(name);
+    auto two = a.semaphore(name, 2);
+    REQUIRE(two.try_acquire_for(10s));
+    const auto before = consul.semaphore_keys(name);
+    auto five = b.semaphore(name, 5);
+    try {
+        (void)five.try_acquire_for(2s);
+        FAIL("a semaphore of 5 was granted beside a holder of a semaphore of 2");
+    } catch (const distlock::invalid_argument_error& e) {
+        CHECK_THAT(e.what(), Catch::Contains("semaphore limit conflict (lock: 2, local: 5)"));
+        CHECK_THAT(e.what(), Catch::Contains(name));
+    }
+    CHECK(five.held() == 0);
+    // No contender key or holder of the refused one: .lock and the contender key as before.
+    auto after = consul.semaphore_keys(name);
+    REQUIRE(after.size() == before.size());
+    for (const auto& [key, e] : before) {
+        REQUIRE(after.count(key) == 1);
+        CHECK(after[key]["ModifyIndex"] == e["ModifyIndex"]);
+    }
+    two.release();
+    // Once nobody holds it, another size may take the name.
+    REQUIRE(five.try_acquire_for(10s));
+    CHECK(json::parse(agent::value_of(consul.semaphore_keys(name)[prefix + ".lock"]))["Limit"] == 5);
+    five.release();
+}
+
+TEST_CASE("a .lock that is not a semaphore's is refused, not overwritten", "[consul][semaphore][input]") {
+    auto p = distlock::connect(url());
+    agent consul(url());
+    const auto name = unique_name("sem-foreign");
+    const auto lock_target = "/v1/kv/" + http::escape_path(consul.semaphore_prefix(name) + ".lock");
+    // `consul lock <prefix>` (n = 1) holds <prefix>/.lock with the mutex's flag.
+    REQUIRE(consul.call("PUT", lock_target + "?flags=" + std::to_string(kLockFlag), "").status == 200);
+    auto s = p.semaphore(name, 2);
+    CHECK_THROWS_AS(s.try_acquire_for(1s), distlock::invalid_argument_error);
+    // A semaphore's flag over a value that is not {Limit, Holders}.
+    REQUIRE(consul.call("PUT", lock_target + "?flags=" + std::to_string(kSemaphoreFlag), "precious").status == 200);
+    CHECK_THROWS_AS(s.try_acquire_for(1s), distlock::invalid_argument_error);
+    auto keys = consul.semaphore_keys(name);
+    REQUIRE(keys.size() == 1);  // .lock alone, untouched: no contender key left behind
+    CHECK(agent::value_of(keys.begin()->second) == "precious");
+    consul.call("DELETE", lock_target);
+}
+
+TEST_CASE("break_lock removes a semaphore's keys: its holders learn it", "[consul][semaphore]") {
+    distlock::test::loss_recorder rec;
+    auto a = distlock::connect(url());
+    agent consul(url());
+    const auto name = unique_name("sem-break");
+    auto s = a.semaphore(name, 2, rec.options());
+    REQUIRE(s.try_acquire_for(10s));
+    distlock::testing::break_lock(a, name);
+    CHECK(consul.semaphore_keys(name).empty());
+    CHECK(rec.wait_lost(1, 5s));
+    CHECK(s.held() == 0);
+    s.release();
+}
+
+TEST_CASE("a waiting contender sleeps in blocking queries on the prefix instead of polling",
+          "[consul][semaphore][emulator]") {
+    if (real_consul()) {
+        WARN("needs the emulator's request counters: checked against the emulator only");
+        return;
+    }
+    auto a = distlock::connect(url());
+    auto b = distlock::connect(url());
+    agent consul(url());
+    const auto name = unique_name("sem-blocking");
+    auto holder = a.semaphore(name, 1);
+    REQUIRE(holder.try_acquire_for(10s));
+    auto waiter = b.semaphore(name, 1);
+    const auto list_path = "/v1/kv/" + http::escape_path(consul.semaphore_prefix(name));  // as sent
+    auto lists = [&] {
+        auto r = consul.call("GET", "/emulator/stats?path=" + list_path);
+        REQUIRE(r.status == 200);
+        return json::parse(r.body).value("GET", 0);
+    };
+    const auto before = lists();
+    std::atomic<bool> got{false};
+    std::thread t([&] { got = waiter.try_acquire_for(20s); });
+    std::this_thread::sleep_for(2500ms);
+    // Over 2.5 s: the waiter's first listing and its blocking ones, each until the
+    // session's next renewal (lease=2s: about every 0.7 s), and the holder's
+    // monitor's; polling at the backoff's 5..250 ms would make dozens.
+    const int gets = lists() - before;
+    INFO(gets << " listings of the prefix in 2.5 s of waiting");
+    CHECK(gets < 12);
+    CHECK(gets >= 2);
+    holder.release();
+    t.join();
+    CHECK(got.load());
+    waiter.release();
+}
+
+TEST_CASE("names that are not UTF-8, or whose first 64 bytes end inside a character, lock and take permits",
+          "[consul][input]") {
+    // The session's Name is JSON: the bytes that are not UTF-8 go as U+FFFD.
+    auto p = distlock::connect(url());
+    const auto base = unique_name("utf8");
+    const std::vector<std::string> names = {base + "\xff\xfe raw bytes",
+                                            base + std::string(63 - base.size(), 'x') + "\xe9\x94\x81 cut at 64"};
+    REQUIRE(names[1].substr(0, 64).back() == '\xe9');
+    for (const auto& n : names) {
+        auto m = p.mutex(n);
+        CHECK(m.try_lock_for(10s));
+        m.unlock();
+        auto s = p.semaphore(n, 2);
+        CHECK(s.try_acquire_for(10s));
+        s.release();
+    }
+}
+
+// ---- the read-write lock (distlock's own, on the semaphore's pattern) ----------
+
+TEST_CASE("a read-write lock's document names its readers, its writer and the writer waiting, by session",
+          "[consul][rw]") {
+    auto a = distlock::connect(url());
+    auto b = distlock::connect(url());
+    auto c = distlock::connect(url());
+    agent consul(url());
+    const auto name = unique_name("rw-layout");
+    const auto prefix = consul.semaphore_prefix(name).substr(0, consul.semaphore_prefix(name).size() - 1) + "~rw/";
+    auto list = [&] {
+        auto r = consul.call("GET", "/v1/kv/" + http::escape_path(prefix) + "?recurse");
+        std::map<std::string, json> out;
+        if (r.status == 404) return out;
+        REQUIRE(r.status == 200);
+        for (auto& e : json::parse(r.body)) out[e["Key"].get<std::string>()] = e;
+        return out;
+    };
+    auto document = [&] {
+        auto keys = list();
+        REQUIRE(keys.count(prefix + ".rwlock") == 1);
+        CHECK(keys[prefix + ".rwlock"]["Flags"].get<std::uint64_t>() == 0x6469737472776c6bULL);
+        return json::parse(agent::value_of(keys[prefix + ".rwlock"]));
+    };
+    auto reader = a.shared_mutex(name);
+    REQUIRE(reader.try_lock_shared_for(10s));
+    auto doc = document();
+    REQUIRE(doc["Readers"].size() == 1);
+    const auto reader_session = doc["Readers"].begin().key();
+    CHECK(list().count(prefix + reader_session) == 1);  // its contender key
+    CHECK(doc["Writer"] == "");
+    CHECK(doc["Waiting"] == "");
+    // A writer waits, recorded as Waiting; a reader that comes later is held back.
+    auto writer = b.shared_mutex(name);
+    std::atomic<bool> wrote{false};
+    std::thread t([&] {
+        if (writer.try_lock_for(20s)) {
+            wrote = true;
+            std::this_thread::sleep_for(300ms);
+            writer.unlock();
+        }
+    });
+    CHECK(eventually([&] { return document()["Waiting"] != ""; }, 5s));
+    auto late = c.shared_mutex(name);
+    CHECK_FALSE(late.try_lock_shared_for(300ms));
+    CHECK_FALSE(wrote.load());
+    reader.unlock_shared();
+    CHECK(eventually([&] { return wrote.load(); }, 10s));
+    REQUIRE(late.try_lock_shared_for(10s));  // after the writer
+    t.join();
+    late.unlock_shared();
+    CHECK(list().empty());  // the last one out removes the document
+}
+
+TEST_CASE("a writer that gives up waiting does not hold readers back", "[consul][rw]") {
+    auto a = distlock::connect(url());
+    auto b = distlock::connect(url());
+    const auto name = unique_name("rw-gave-up");
+    auto reader = a.shared_mutex(name);
+    REQUIRE(reader.try_lock_shared_for(10s));
+    auto writer = b.shared_mutex(name);
+    CHECK_FALSE(writer.try_lock_for(500ms));  // recorded itself as Waiting, then gave up
+    auto second = b.shared_mutex(name);
+    CHECK(second.try_lock_shared_for(5s));  // its session is gone: pruned, not waited for
+    second.unlock_shared();
+    reader.unlock_shared();
 }

@@ -1,0 +1,107 @@
+// consul:// internals: a grant coordinated the way Consul's Go api/semaphore.go
+// coordinates its permits, for the recipes built on that pattern (the semaphore,
+// consul_semaphore.cpp; the read-write lock, consul_rwlock.cpp):
+//
+//   - one session per acquisition (Behavior "delete"), and a contender key
+//     <prefix><session> held by it (acquire=), so that the key disappears with
+//     the session;
+//   - one document key <prefix><doc> that says who holds what, written only by
+//     check-and-set on its ModifyIndex;
+//   - waiting = blocking listings of the prefix; a holder is alive while its
+//     session holds a key under the prefix (the others prune it otherwise);
+//   - the token = the ModifyIndex of the holder's own re-acquire of its
+//     contender key after the admission; the monitor = blocking listings.
+//
+// A recipe supplies a policy (its decisions on the document: decide, holds,
+// without); the contender does the sessions, the waiting, the token, the
+// monitor and the release.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "consul_agent.hpp"
+#include "http_monitor.hpp"
+
+namespace distlock::backends::consul {
+
+// The document as a listing of the prefix shows it, with the sessions that are
+// alive (that hold a key under the prefix).
+struct document {
+    bool exists = false;
+    std::uint64_t modify_index = 0;  // 0 when absent: check-and-set then creates it
+    std::uint64_t flags = 0;
+    std::string value;
+    std::set<std::string> live;
+};
+
+// What a recipe makes of the document for a contender.
+struct step {
+    enum class kind {
+        held,   // the contender already holds (its admission was written)
+        write,  // admit it: check-and-set `value` (on the document's ModifyIndex), then held
+        record, // check-and-set `value` (a mark such as a waiting writer), then wait
+        wait,   // wait for the prefix to change
+    };
+    kind what = kind::wait;
+    std::string value;
+};
+
+// A recipe's decisions on its document (the semaphore's, the read-write lock's).
+class policy {
+public:
+    virtual ~policy() = default;
+    // The next step of `me` (the document's flags are checked already). Throws
+    // invalid_argument_error when the document cannot be used (another
+    // primitive's value, a size conflict).
+    virtual step decide(const document& d, const std::string& me) const = 0;
+    // Whether `me` holds, as the document says once pruned of dead sessions.
+    virtual bool holds(const document& d, const std::string& me) const = 0;
+    // The document's value without `me` (and without dead sessions): nullopt when
+    // `me` is not in it; "" when nobody is left (the document is then deleted).
+    virtual std::optional<std::string> without(const document& d, const std::string& me) const = 0;
+};
+
+// Where a recipe keeps its keys: `prefix` ends with '/'; `doc` is the
+// document's name under it; `flag` the flags of every key the recipe writes;
+// `noun` what it is in messages ("semaphore"); `session_name` the start of its
+// sessions' names.
+struct layout {
+    std::string prefix;
+    std::string doc;
+    std::uint64_t flag = 0;
+    std::string noun;
+    std::string session_name;
+};
+
+class contender final : public session_handle {
+public:
+    contender(agent& a, const spi::lock_request& r, layout where, std::unique_ptr<const policy> p);
+    std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink& lost) override;
+    void release() override;
+    const std::string& session() const override { return session_; }
+
+private:
+    std::optional<spi::grant> wait_and_acquire(spi::deadline until, spi::deadline created, const spi::loss_sink& lost);
+    document read_document(const listing& l) const;
+    void refuse_foreign(const document& d) const;   // invalid_argument_error for another's flags
+    bool contending(const listing& l) const;          // our session holds our contender key
+    std::string contender_key() const { return where_.prefix + session_; }
+    std::string new_session();
+    void on_monitor(http::transfer_result r);
+    void destroy_session() noexcept;
+
+    agent& agent_;
+    spi::lock_request request_;
+    layout where_;
+    std::string doc_key_;
+    std::unique_ptr<const policy> policy_;
+    std::string session_;
+
+    std::string monitored_session_;  // under monitor_'s lock: the session whose grant is watched
+    http::monitor monitor_;          // last: stopped before the fields its callbacks use go
+};
+
+}  // namespace distlock::backends::consul
