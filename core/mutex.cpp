@@ -68,10 +68,10 @@ std::unique_ptr<mutex_impl> make_mutex_impl(const std::shared_ptr<provider_state
     if (options.retry_min.count() < 0 || options.retry_max < options.retry_min)
         throw_error(errc::invalid_argument, who, "retry_min/retry_max out of order");
     const auto needs = kind == spi::lock_kind::permit ? feature::semaphore : feature::read_write;
-    if (kind != spi::lock_kind::exclusive && !backend.caps().supports(needs))
+    if (kind != spi::lock_kind::exclusive && !provider->caps().supports(needs))
         throw_error(errc::unsupported, who,
                     std::string(kind == spi::lock_kind::permit ? "semaphores" : "read-write locks") +
-                        " are not supported: " + std::string(backend.caps().why_not(needs)));
+                        " are not supported: " + std::string(provider->caps().why_not(needs)));
     spi::lock_request request;
     request.name = std::string(name);
     request.kind = kind;

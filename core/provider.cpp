@@ -101,10 +101,19 @@ distlock::mutex provider::mutex(std::string_view name, lock_options options) con
 
 const std::string& provider::scheme() const noexcept { return state_->scheme(); }
 const std::string& provider::url() const noexcept { return state_->url(); }
-const capabilities& provider::caps() const noexcept { return state_->backend().caps(); }
+const capabilities& provider::caps() const noexcept { return state_->caps(); }
 std::chrono::milliseconds provider::default_lease() const noexcept { return state_->default_lease(); }
 std::optional<std::chrono::nanoseconds> provider::round_trip() const { return state_->backend().round_trip(); }
 std::optional<std::chrono::nanoseconds> provider::native_cycle() const { return state_->backend().native_cycle(); }
+
+namespace detail {
+capabilities effective_caps(const capabilities& declared) {
+    capabilities caps = declared;
+    for (auto f : {feature::read_write, feature::semaphore, feature::permit_limit})
+        if (!caps.implements.contains(f)) caps.unsupported.emplace(f, "not implemented by this backend");
+    return caps;
+}
+}  // namespace detail
 
 namespace testing {
 void break_lock(const provider& p, std::string_view name) { p.state()->backend().break_lock(name); }

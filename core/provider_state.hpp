@@ -38,6 +38,10 @@ private:
     const void* holder_ = nullptr;
 };
 
+// `declared` with every feature that must be claimed (read_write, semaphore,
+// permit_limit) and is not in `declared.implements` listed unsupported.
+capabilities effective_caps(const capabilities& declared);
+
 class provider_state {
 public:
     provider_state(std::shared_ptr<spi::backend> backend, std::string scheme, std::string redacted_url,
@@ -46,6 +50,7 @@ public:
           scheme_(std::move(scheme)),
           url_(std::move(redacted_url)),
           default_lease_(default_lease),
+          caps_(effective_caps(backend_->caps())),
           scheduler_(*backend_) {}
 
     spi::backend& backend() noexcept { return *backend_; }
@@ -54,12 +59,16 @@ public:
     const std::string& scheme() const noexcept { return scheme_; }
     const std::string& url() const noexcept { return url_; }
     std::chrono::milliseconds default_lease() const noexcept { return default_lease_; }
+    // The backend's capabilities, with the features it does not claim to
+    // implement (capabilities::implements) listed unsupported.
+    const capabilities& caps() const noexcept { return caps_; }
     std::shared_ptr<gate> gate_for(const std::string& name);
 
 private:
     std::shared_ptr<spi::backend> backend_;
     std::string scheme_, url_;
     std::chrono::milliseconds default_lease_;
+    capabilities caps_;
     callback_thread callbacks_;    // after backend_, before scheduler_: runs what the scheduler queued
     detail::scheduler scheduler_;  // after both: stopped before they go
     std::mutex gates_mutex_;

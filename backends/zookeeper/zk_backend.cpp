@@ -35,6 +35,7 @@ public:
         // Read-write locks (Curator's InterProcessReadWriteLock: FIFO by sequence)
         // and semaphores (InterProcessSemaphoreV2; the size kept in the data of
         // <path>/leases) are supported: see zk_lock.cpp.
+        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit};
         caps_.crash_release_bound = timeout + timeout / 2;
         caps_.reentrant = true;
     }

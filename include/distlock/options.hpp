@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -84,8 +85,17 @@ enum class feature {
 std::string_view to_string(feature f) noexcept;
 
 struct capabilities {
-    // feature -> why it does not apply. Absent = supported.
+    // feature -> why it does not apply. Absent = supported (but see `implements`).
     std::map<feature, std::string> unsupported;
+
+    // What a backend implements of the features that came after the mutex:
+    // feature::read_write, feature::semaphore and feature::permit_limit. Such a
+    // feature that a backend does not list here is not supported, whatever
+    // `unsupported` says: a backend written before they existed lists none, and
+    // provider::caps() then shows each of them unsupported with the reason
+    // "not implemented by this backend". (A backend author sets this; a user
+    // reads supports() / why_not().)
+    std::set<feature> implements;
 
     // Upper bound on how long after a holder's crash the lock is released, with
     // the lease in force (0 = at once, e.g. the kernel or a dropped connection).

@@ -440,6 +440,25 @@ TEST_CASE("a lock held by an expiring session is held() only while its session i
     m.unlock();
 }
 
+TEST_CASE("a backend that does not claim the newer primitives is not asked for them", "[primitives]") {
+    // The fake lists nothing in capabilities::implements, as a backend written
+    // before read-write locks and semaphores existed.
+    fake_state s;
+    auto p = fake_provider(s, 300ms);
+    for (auto f : {distlock::feature::read_write, distlock::feature::semaphore, distlock::feature::permit_limit}) {
+        CHECK_FALSE(p.caps().supports(f));
+        CHECK(p.caps().why_not(f) == "not implemented by this backend");
+    }
+    CHECK(p.caps().supports(distlock::feature::lease_expiry));  // the rest as declared
+    CHECK_THROWS_AS(p.shared_mutex("rw"), distlock::unsupported_error);
+    CHECK_THROWS_AS(p.semaphore("sem", 2), distlock::unsupported_error);
+    CHECK(s.acquires.load() == 0);
+    auto both = p.multi_lock({"b", "a"});  // made of mutexes: every backend has them
+    REQUIRE(both.try_lock());
+    CHECK(s.acquires.load() == 2);
+    both.unlock();
+}
+
 TEST_CASE("a grant with a validity of its own that nothing checks is reported lost when it passes", "[held]") {
     // A lease held where the backend has no leases for its mutex (a semaphore's
     // permit row on a SQL URL whose mutex is held by a session), not renewed.
