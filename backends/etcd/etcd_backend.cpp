@@ -22,10 +22,6 @@ using http::base64_encode;
 class backend final : public spi::backend {
 public:
     backend(http::options o, settings s) : gateway_(std::move(o), std::move(s)) {
-        // Read-write locks and semaphores: not built for this backend yet (issue 13).
-        caps_.unsupported.emplace(feature::read_write, "not implemented for this backend yet");
-        caps_.unsupported.emplace(feature::semaphore, "not implemented for this backend yet");
-        caps_.unsupported.emplace(feature::permit_limit, "no semaphores on this backend yet");
         caps_.crash_release_bound = 1500ms;  // lease expiry is checked every 500 ms, TTLs are whole seconds
         // Fail at once when no member answers (and check the credentials).
         (void)round_trip();

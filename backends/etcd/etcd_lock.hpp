@@ -18,6 +18,7 @@
 
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "distlock/spi/backend.hpp"
@@ -25,6 +26,21 @@
 namespace distlock::backends::etcd {
 
 class gateway;
+
+// Where the keys of one primitive of a name go. `enc` is the name encoded
+// ([A-Za-z0-9._-] kept, other bytes as %XX, so never ':' nor '/'):
+//   mutex      <prefix>/<enc>/<lease hex>
+//   rw lock    <prefix>/<enc>:rw/read/<ns>, <prefix>/<enc>:rw/write/<ns>
+//   semaphore  <prefix>/<enc>:sem/permit/<ns>, size in <prefix>/<enc>:sem/size
+// An encoded name has no ':', so no name's mutex directory is a prefix of
+// another primitive's keys, and no two primitives share a key.
+struct names {
+    std::string own;       // the directory our key is created in
+    std::string blockers;  // the range whose keys older than ours keep us waiting
+    std::string size_key;  // the semaphore's size key (permits only)
+    bool unique_keys;      // <own><unique ns> (false: <own><lease hex>, the mutex)
+};
+names names_of(const std::string& prefix, std::string_view name, spi::lock_kind kind);
 
 // A lock of the recipe, on the gateway's sessions.
 std::unique_ptr<spi::lock_handle> make_lock(gateway& g, const spi::lock_request& r);
