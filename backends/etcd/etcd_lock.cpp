@@ -163,7 +163,7 @@ std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_s
         turn t;
         try {
             t = spi::clock::now() >= until ? turn::timed_out : wait_for_turn(until);
-            if (t == turn::mine && permit && !mark_granted()) t = turn::key_lost;
+            if (t == turn::mine && where_.marked && !mark_granted()) t = turn::key_lost;
         } catch (...) {
             cleanup();
             throw;
@@ -243,18 +243,23 @@ void handle::settle_size(const json& size_kvs) {
     }
 }
 
-// A permit that waited: put our key again (same value and lease, same create
-// revision). The next waiter watches our key and learns from this put that it
-// may be the first waiter now. The put's revision is the grant's token.
+// A read grant or a permit that waited: one write, only while our key stands,
+// whose revision is the grant's token (several readers or permits granted by
+// one deletion would otherwise read the same store revision). A permit puts
+// its own key again (same value and lease, same create revision): the next
+// waiter watches our key and learns from this put that it may be first in line
+// now. A reader puts the name's grant key (names::mark_key, on our lease): its
+// own key must keep its mod revision, by which etcd's Go recipe orders keys.
 bool handle::mark_granted() {
+    const bool own = where_.mark_key.empty();
     auto reply = gateway_.call(
         "/v3/kv/txn",
         json{{"compare", json::array({{{"key", base64_encode(key_)},
                                        {"target", "CREATE"},
                                        {"result", "EQUAL"},
                                        {"create_revision", std::to_string(revision_)}}})},
-             {"success", json::array({{{"request_put", {{"key", base64_encode(key_)},
-                                                        {"value", base64_encode(value_)},
+             {"success", json::array({{{"request_put", {{"key", base64_encode(own ? key_ : where_.mark_key)},
+                                                        {"value", base64_encode(own ? value_ : std::string{})},
                                                         {"lease", std::to_string(session_->id)}}}}})}});
     if (!reply.value("succeeded", false)) return false;
     token_ = as_i64(reply["header"], "revision");
@@ -297,7 +302,7 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
             auto reply = gateway_.call("/v3/kv/range", ahead);
             const auto kvs = reply.value("kvs", json::array());
             if (kvs.size() < (permit ? std::size_t{request_.permits} : std::size_t{1})) {
-                if (permit) return turn::mine;  // mark_granted() checks our key and sets the token
+                if (where_.marked) return turn::mine;  // mark_granted() checks our key and sets the token
                 // Our turn: make sure our own key survived the wait.
                 auto mine = gateway_.call("/v3/kv/range", json{{"key", base64_encode(key_)}, {"keys_only", true}});
                 const auto own = mine.value("kvs", json::array());
@@ -543,14 +548,16 @@ void keepalive_batch(gateway& g, std::span<spi::lock_handle* const> handles, std
 names names_of(const std::string& prefix, std::string_view name, spi::lock_kind kind) {
     const auto enc = http::encode_name(name);
     switch (kind) {
-        case spi::lock_kind::read: return {prefix + "/" + enc + ":rw/read/", prefix + "/" + enc + ":rw/write/", {}, true};
-        case spi::lock_kind::write: return {prefix + "/" + enc + ":rw/write/", prefix + "/" + enc + ":rw/", {}, true};
+        case spi::lock_kind::read:
+            return {prefix + "/" + enc + ":rw/read/", prefix + "/" + enc + ":rw/write/", {}, true, true,
+                    prefix + "/" + enc + ":rw-grant"};
+        case spi::lock_kind::write: return {prefix + "/" + enc + ":rw/write/", prefix + "/" + enc + ":rw/", {}, true, false, {}};
         case spi::lock_kind::permit:
             return {prefix + "/" + enc + ":sem/permit/", prefix + "/" + enc + ":sem/permit/", prefix + "/" + enc + ":sem/size",
-                    true};
+                    true, true, {}};
         case spi::lock_kind::exclusive: break;
     }
-    return {prefix + "/" + enc + "/", prefix + "/" + enc + "/", {}, false};
+    return {prefix + "/" + enc + "/", prefix + "/" + enc + "/", {}, false, false, {}};
 }
 
 void break_lock(gateway& g, std::string_view name) {
