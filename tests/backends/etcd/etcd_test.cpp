@@ -2,12 +2,12 @@
 // DISTLOCK_TEST_ETCD_URL from integration/servers/etcd.sh).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -510,79 +510,86 @@ double events_during(etcd_direct& etcd, Step step, Settled settled) {
     return etcd.metric("etcd_debugging_mvcc_events_total") - before;
 }
 
+constexpr int herd_waiters = 10;
+
+// One trial: `herd_waiters` writers queued behind a reader (permit = false) or
+// permit waiters behind the two holders of a semaphore of 2 (permit = true),
+// each on a connection of its own; returns the watch events the member sent
+// for one release, until one waiter holds.
+double herd_trial(bool permit) {
+    etcd_direct etcd(url());
+    std::vector<distlock::provider> conns;
+    for (int i = 0; i < herd_waiters + 2; ++i) conns.push_back(distlock::connect(url()));
+    std::atomic<bool> stop{false};
+    std::atomic<int> holding{0}, done{0};
+    const auto name = unique_name(permit ? "herd-sem" : "herd-rw");
+    const auto dir = permit ? etcd.sem_dir(name) + "permit/" : etcd.rw_dir(name);
+    auto reader = conns[0].shared_mutex(name);
+    auto h1 = conns[0].semaphore(name, 2);
+    auto h2 = conns[1].semaphore(name, 2);
+    if (permit) {
+        h1.acquire();
+        h2.acquire();
+    } else {
+        reader.lock_shared();
+    }
+    const std::size_t ahead = permit ? 2 : 1;
+    std::vector<std::thread> pool;
+    struct joiner {  // a failed REQUIRE still ends the waiters (they time out or are let go)
+        std::atomic<bool>& stop;
+        std::vector<std::thread>& pool;
+        ~joiner() {
+            stop = true;
+            for (auto& t : pool)
+                if (t.joinable()) t.join();
+        }
+    } join_all{stop, pool};
+    for (int i = 0; i < herd_waiters; ++i) {
+        pool.emplace_back([&, i] {
+            auto& c = conns[static_cast<std::size_t>(i) + 2];
+            auto w = c.shared_mutex(name);
+            auto s = c.semaphore(name, 2);
+            if (permit ? !s.try_acquire_for(60s) : !w.try_lock_for(60s)) return;
+            ++holding;
+            while (!stop.load()) std::this_thread::sleep_for(5ms);
+            --holding;
+            permit ? s.release() : w.unlock();
+            ++done;
+        });
+        // Queued one after the other.
+        REQUIRE(eventually([&] { return etcd.under(dir).size() == ahead + static_cast<std::size_t>(i) + 1; }, 10s));
+    }
+    std::this_thread::sleep_for(300ms);  // every waiter is watching
+    const auto sent = events_during(
+        etcd, [&] { permit ? h1.release() : reader.unlock_shared(); }, [&] { return holding.load() == 1; });
+    CHECK(holding.load() == 1);
+    stop = true;
+    if (permit) h2.release();
+    for (auto& t : pool) t.join();
+    CHECK(done.load() == herd_waiters);
+    CHECK(etcd.under(dir).empty());
+    return sent;
+}
+
 }  // namespace
 
 TEST_CASE("a release wakes the one waiter it concerns, not every waiter (no herd)", "[etcd][rw][semaphore][herd]") {
-    // Ten waiters queued; a herd would send the release's deletion to all ten.
-    constexpr int waiters = 10;
+    // With ten waiters queued, a herd would send the release's deletion to all
+    // ten. Other clients of the member can only add events: up to three trials,
+    // the fewest events count.
     etcd_direct etcd(url());
     REQUIRE(etcd.metric("etcd_debugging_mvcc_events_total") > 0);
-    std::vector<distlock::provider> conns;
-    for (int i = 0; i < waiters + 2; ++i) conns.push_back(distlock::connect(url()));
-    std::atomic<bool> stop{false};
-    std::atomic<int> holding{0}, done{0};
-
     SECTION("writers behind a reader: each watches the latest older key") {
-        const auto name = unique_name("herd-rw");
-        auto reader = conns[0].shared_mutex(name);
-        reader.lock_shared();
-        std::vector<std::thread> pool;
-        for (int i = 0; i < waiters; ++i) {
-            pool.emplace_back([&, i] {
-                auto w = conns[static_cast<std::size_t>(i) + 2].shared_mutex(name);
-                if (!w.try_lock_for(60s)) return;
-                ++holding;
-                while (!stop.load()) std::this_thread::sleep_for(5ms);
-                --holding;
-                w.unlock();
-                ++done;
-            });
-            // Queued one after the other, so that each has one older writer.
-            REQUIRE(eventually([&] { return etcd.under(etcd.rw_dir(name)).size() == static_cast<std::size_t>(i) + 2; },
-                               10s));
-        }
-        std::this_thread::sleep_for(300ms);  // every waiter is watching
-        const auto sent = events_during(etcd, [&] { reader.unlock_shared(); }, [&] { return holding.load() == 1; });
-        INFO(sent << " watch events for one release with " << waiters << " writers waiting");
-        CHECK(sent <= 2);
-        CHECK(holding.load() == 1);
-        stop = true;
-        for (auto& t : pool) t.join();
-        CHECK(done.load() == waiters);
+        double sent = 1e9;
+        for (int trial = 0; trial < 3 && sent > 2; ++trial) sent = std::min(sent, herd_trial(false));
+        INFO(sent << " watch events for one release with " << herd_waiters << " writers waiting");
+        CHECK(sent <= 2);  // the deletion, to the writer right behind the reader
     }
     SECTION("permits: the first waiter watches the range, the others the waiter ahead of them") {
-        const auto name = unique_name("herd-sem");
-        auto h1 = conns[0].semaphore(name, 2);
-        auto h2 = conns[1].semaphore(name, 2);
-        h1.acquire();
-        h2.acquire();
-        std::vector<std::thread> pool;
-        for (int i = 0; i < waiters; ++i) {
-            pool.emplace_back([&, i] {
-                auto s = conns[static_cast<std::size_t>(i) + 2].semaphore(name, 2);
-                if (!s.try_acquire_for(60s)) return;
-                ++holding;
-                while (!stop.load()) std::this_thread::sleep_for(5ms);
-                --holding;
-                s.release();
-                ++done;
-            });
-            REQUIRE(eventually(
-                [&] { return etcd.under(etcd.sem_dir(name) + "permit/").size() == static_cast<std::size_t>(i) + 3; },
-                10s));
-        }
-        std::this_thread::sleep_for(300ms);
-        // The deletion goes to the first waiter; its grant's put to the second
-        // (and to its own key's watch).
-        const auto sent = events_during(etcd, [&] { h1.release(); }, [&] { return holding.load() == 1; });
-        INFO(sent << " watch events for one release with " << waiters << " permit waiters");
-        CHECK(sent <= 4);
-        CHECK(holding.load() == 1);
-        stop = true;
-        h2.release();
-        for (auto& t : pool) t.join();
-        CHECK(done.load() == waiters);
-        CHECK(etcd.under(etcd.sem_dir(name)).empty());
+        double sent = 1e9;
+        for (int trial = 0; trial < 3 && sent > 4; ++trial) sent = std::min(sent, herd_trial(true));
+        INFO(sent << " watch events for one release with " << herd_waiters << " permit waiters");
+        CHECK(sent <= 4);  // the deletion to the first waiter; its grant's put to the second and its own watch
     }
 }
 
