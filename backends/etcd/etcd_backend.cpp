@@ -1,7 +1,9 @@
-// etcd://h1:2379,h2:2379[/prefix][?ttl=...] — the etcd v3 lock recipe
-// (etcd_lock.hpp: the algorithm of Go's clientv3/concurrency.Mutex, compatible
-// with etcdctl lock) over etcd's JSON gateway (etcd_gateway.hpp). This file is
-// the backend the core sees and the scheme's registration.
+// etcd://h1:2379,h2:2379[/prefix][?ttl=...] — the etcd v3 lock recipes
+// (etcd_lock.hpp: the mutex, the algorithm of Go's clientv3/concurrency.Mutex,
+// compatible with etcdctl lock; the read-write lock, the layout of Go's
+// recipe.RWMutex; a semaphore on the same principles) over etcd's JSON gateway
+// (etcd_gateway.hpp). This file is the backend the core sees and the scheme's
+// registration.
 #include <chrono>
 #include <memory>
 #include <optional>
