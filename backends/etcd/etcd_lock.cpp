@@ -138,6 +138,8 @@ std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_s
             if (kvs.empty()) {
                 if (permit && responses.size() >= 3) {
                     // No key of ours: the size key is missing or says another size.
+                    // A lease of its own (no auto-renewal) has no key: give it back.
+                    if (!request_.auto_renew) gateway_.revoke(*session_);
                     settle_size(responses[2]["response_range"].value("kvs", json::array()));
                     if (round < 8) continue;
                     throw_error(errc::unavailable, kName,
@@ -148,6 +150,7 @@ std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_s
             }
             if (b64d(kvs[0], "value") != value_) {
                 if (where_.unique_keys) {  // another client's key of the same name: take another name
+                    if (!request_.auto_renew) gateway_.revoke(*session_);
                     if (round < 3) continue;
                     throw_error(errc::unavailable, kName, "cannot make a key of its own under " + where_.own);
                 }
