@@ -1,7 +1,9 @@
-// etcd://h1:2379,h2:2379[/prefix][?ttl=...] — the etcd v3 lock recipe
-// (etcd_lock.hpp: the algorithm of Go's clientv3/concurrency.Mutex, compatible
-// with etcdctl lock) over etcd's JSON gateway (etcd_gateway.hpp). This file is
-// the backend the core sees and the scheme's registration.
+// etcd://h1:2379,h2:2379[/prefix][?ttl=...] — the etcd v3 lock recipes
+// (etcd_lock.hpp: the mutex, the algorithm of Go's clientv3/concurrency.Mutex,
+// compatible with etcdctl lock; the read-write lock, the layout of Go's
+// recipe.RWMutex; a semaphore on the same principles) over etcd's JSON gateway
+// (etcd_gateway.hpp). This file is the backend the core sees and the scheme's
+// registration.
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -22,10 +24,6 @@ using http::base64_encode;
 class backend final : public spi::backend {
 public:
     backend(http::options o, settings s) : gateway_(std::move(o), std::move(s)) {
-        // Read-write locks and semaphores: not built for this backend yet (issue 13).
-        caps_.unsupported.emplace(feature::read_write, "not implemented for this backend yet");
-        caps_.unsupported.emplace(feature::semaphore, "not implemented for this backend yet");
-        caps_.unsupported.emplace(feature::permit_limit, "no semaphores on this backend yet");
         caps_.crash_release_bound = 1500ms;  // lease expiry is checked every 500 ms, TTLs are whole seconds
         // Fail at once when no member answers (and check the credentials).
         (void)round_trip();

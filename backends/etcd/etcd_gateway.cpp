@@ -127,8 +127,11 @@ void gateway::throw_grpc(const std::string& path, int code, const std::string& m
     }
 }
 
-http::request gateway::watch(const std::string& key, std::int64_t from, std::chrono::milliseconds timeout) {
+http::request gateway::watch(const std::string& key, std::int64_t from, std::chrono::milliseconds timeout,
+                             const std::string& range_end, bool no_put) {
     json create{{"key", base64_encode(key)}};
+    if (!range_end.empty()) create["range_end"] = base64_encode(range_end);
+    if (no_put) create["filters"] = json::array({"NOPUT"});
     if (from > 0) create["start_revision"] = std::to_string(from);
     http::request rq;
     rq.method = "POST";

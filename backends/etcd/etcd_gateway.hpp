@@ -80,8 +80,11 @@ public:
     // error reply the caller may want to handle, distlock errors otherwise.
     json call(const std::string& path, const json& body, std::chrono::milliseconds timeout = std::chrono::milliseconds{0});
 
-    // A watch of `key` from revision `from` (0 = now), streamed for `timeout`.
-    static http::request watch(const std::string& key, std::int64_t from, std::chrono::milliseconds timeout);
+    // A watch of `key` (of every key in [key, range_end) when range_end is
+    // given) from revision `from` (0 = now), streamed for `timeout`; `no_put`
+    // leaves out the PUT events (deletions only).
+    static http::request watch(const std::string& key, std::int64_t from, std::chrono::milliseconds timeout,
+                               const std::string& range_end = {}, bool no_put = false);
 
     // The lease for `lease` (rounded up to whole seconds), fresh enough that a
     // key put now outlives the first renewal: renewed when TTL/3 has passed.

@@ -1,6 +1,8 @@
 #include "etcd_lock.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <thread>
 
@@ -15,6 +17,23 @@ namespace {
 using namespace std::chrono_literals;
 using http::base64_encode;
 
+// A key name of our own for the kinds whose keys are not one per lease (as
+// etcd's recipes name them): the wall clock in nanoseconds, in decimal, never
+// the same twice in this process. A clash with another process is caught by
+// the create-if-absent txn, which then takes another name.
+std::string unique_suffix() {
+    static std::atomic<std::int64_t> last{0};
+    const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+    auto prev = last.load();
+    std::int64_t mine;
+    do {
+        mine = std::max(now, prev + 1);
+    } while (!last.compare_exchange_weak(prev, mine));
+    return std::to_string(mine);
+}
+
 class handle final : public spi::lock_handle {
 public:
     handle(gateway& g, const spi::lock_request& r);
@@ -28,7 +47,11 @@ public:
 private:
     enum class turn { mine, timed_out, key_lost };
     turn wait_for_turn(spi::deadline until);
+    bool granted_at_once(const json& first) const;
+    void settle_size(const json& size_kvs);
+    bool mark_granted();
     void cleanup() noexcept;
+    void forget_size() noexcept;
     spi::grant granted(const spi::loss_sink& lost);
     http::request watch_request(std::int64_t from) const;
     bool on_monitor_line(std::string_view line);
@@ -36,10 +59,11 @@ private:
 
     gateway& gateway_;
     spi::lock_request request_;
-    std::string dir_;  // <prefix>/<encoded name>/
+    names where_;             // where the keys of this kind go
     std::shared_ptr<session> session_;
     std::string key_, value_;
-    std::int64_t revision_ = 0;
+    std::int64_t revision_ = 0;  // our key's create revision (0 = not held)
+    std::int64_t token_ = 0;     // the store revision when the grant was found ours
 
     // The watch of our own key while held (on the provider's loop thread): its
     // deletion is reported as a loss at once, not at the next keepalive.
@@ -51,33 +75,41 @@ private:
 handle::handle(gateway& g, const spi::lock_request& r)
     : gateway_(g),
       request_(r),
-      dir_(g.config().prefix + "/" + http::encode_name(r.name) + "/"),
+      where_(names_of(g.config().prefix, r.name, r.kind)),
       monitor_(g.events(), [this](std::string_view line) { return on_monitor_line(line); },
                [this](http::transfer_result t) { on_monitor_done(t); }) {}
 
 std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_sink& lost) {
-    const auto range_first = [&] {
-        return json{{"key", base64_encode(dir_)},
-                    {"range_end", base64_encode(prefix_end(dir_))},
-                    {"sort_order", "ASCEND"},
-                    {"sort_target", "CREATE"},
-                    {"limit", "1"},
-                    {"keys_only", true}};
-    };
+    const bool permit = request_.kind == spi::lock_kind::permit;
+    // The keys ahead of a new one: the first (the first `permits` for a permit)
+    // by create revision of the range that decides.
+    const json first_range{{"key", base64_encode(where_.blockers)},
+                           {"range_end", base64_encode(prefix_end(where_.blockers))},
+                           {"sort_order", "ASCEND"},
+                           {"sort_target", "CREATE"},
+                           {"limit", std::to_string(permit ? request_.permits : 1)},
+                           {"keys_only", true}};
     for (int round = 0;; ++round) {
         session_ = gateway_.session_for(request_.lease, request_.auto_renew);
-        key_ = dir_ + lease_hex(session_->id);
+        key_ = where_.own + (where_.unique_keys ? unique_suffix() : lease_hex(session_->id));
         value_ = spi::random_token();
-        json txn{{"compare", json::array({{{"key", base64_encode(key_)},
-                                            {"target", "CREATE"},
-                                            {"result", "EQUAL"},
-                                            {"create_revision", "0"}}})},
-                 {"success", json::array({{{"request_put", {{"key", base64_encode(key_)},
-                                                            {"value", base64_encode(value_)},
-                                                            {"lease", std::to_string(session_->id)}}}},
-                                          {{"request_range", range_first()}}})},
-                 {"failure", json::array({{{"request_range", {{"key", base64_encode(key_)}}}},
-                                          {{"request_range", range_first()}}})}};
+        json compare = json::array({{{"key", base64_encode(key_)},
+                                     {"target", "CREATE"},
+                                     {"result", "EQUAL"},
+                                     {"create_revision", "0"}}});
+        json success = json::array({{{"request_put", {{"key", base64_encode(key_)},
+                                                      {"value", base64_encode(value_)},
+                                                      {"lease", std::to_string(session_->id)}}}},
+                                    {{"request_range", first_range}}});
+        json failure = json::array({{{"request_range", {{"key", base64_encode(key_)}}}}, {{"request_range", first_range}}});
+        if (permit) {  // our size must be the one the semaphore is held with
+            compare.push_back({{"key", base64_encode(where_.size_key)},
+                               {"target", "VALUE"},
+                               {"result", "EQUAL"},
+                               {"value", base64_encode(std::to_string(request_.permits))}});
+            failure.push_back({{"request_range", {{"key", base64_encode(where_.size_key)}}}});
+        }
+        json txn{{"compare", compare}, {"success", success}, {"failure", failure}};
         json reply;
         try {
             reply = gateway_.call("/v3/kv/txn", txn);
@@ -98,27 +130,43 @@ std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_s
         const auto& responses = reply.value("responses", json::array());
         if (responses.size() < 2) throw_error(errc::unavailable, kName, "acquire txn: short reply");
         if (reply.value("succeeded", false)) {
-            revision_ = as_i64(reply["header"], "revision");
+            // Our key was created by this txn: its create revision is the
+            // txn's revision, and the store was at it when we found our turn.
+            revision_ = token_ = as_i64(reply["header"], "revision");
         } else {
             const auto kvs = responses[0]["response_range"].value("kvs", json::array());
-            if (kvs.empty()) {  // deleted meanwhile: try again
-                if (round < 3) continue;
+            if (kvs.empty()) {
+                if (permit && responses.size() >= 3) {
+                    // No key of ours: the size key is missing or says another size.
+                    // A lease of its own (no auto-renewal) has no key: give it back.
+                    if (!request_.auto_renew) gateway_.revoke(*session_);
+                    settle_size(responses[2]["response_range"].value("kvs", json::array()));
+                    if (round < 8) continue;
+                    throw_error(errc::unavailable, kName,
+                                "semaphore '" + request_.name + "': its size key keeps changing");
+                }
+                if (round < 3) continue;  // deleted meanwhile: try again
                 throw_error(errc::unavailable, kName, "acquire txn: our key vanished repeatedly");
             }
             if (b64d(kvs[0], "value") != value_) {
+                if (where_.unique_keys) {  // another client's key of the same name: take another name
+                    if (!request_.auto_renew) gateway_.revoke(*session_);
+                    if (round < 3) continue;
+                    throw_error(errc::unavailable, kName, "cannot make a key of its own under " + where_.own);
+                }
                 // A key of ours left by an earlier acquisition: remove it, try again.
                 gateway_.call("/v3/kv/deleterange", json{{"key", base64_encode(key_)}});
                 if (round < 3) continue;
                 throw_error(errc::unavailable, kName, "cannot replace a stale key " + key_);
             }
             revision_ = as_i64(kvs[0], "create_revision");
+            token_ = as_i64(reply["header"], "revision");
         }
-        const auto owners = responses[1]["response_range"].value("kvs", json::array());
-        std::int64_t first = owners.empty() ? 0 : as_i64(owners[0], "create_revision");
-        if (first == revision_) return granted(lost);
+        if (granted_at_once(responses[1]["response_range"].value("kvs", json::array()))) return granted(lost);
         turn t;
         try {
             t = spi::clock::now() >= until ? turn::timed_out : wait_for_turn(until);
+            if (t == turn::mine && where_.marked && !mark_granted()) t = turn::key_lost;
         } catch (...) {
             cleanup();
             throw;
@@ -138,6 +186,87 @@ std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_s
         // Our key vanished while we waited (lease expired): start again.
         if (spi::clock::now() >= until) return std::nullopt;
     }
+}
+
+// Whether the first keys of the deciding range, as the acquire txn saw them
+// (ours included), give us the lock without waiting.
+bool handle::granted_at_once(const json& first) const {
+    switch (request_.kind) {
+        case spi::lock_kind::read:  // no writer older than us
+            return first.empty() || as_i64(first[0], "create_revision") >= revision_;
+        case spi::lock_kind::permit:  // ours among the first `permits`
+            for (const auto& kv : first)
+                if (as_i64(kv, "create_revision") == revision_) return true;
+            return false;
+        case spi::lock_kind::exclusive:
+        case spi::lock_kind::write:  // ours first of all
+            break;
+    }
+    return first.empty() || as_i64(first[0], "create_revision") == revision_;
+}
+
+// The semaphore's size key is missing or holds another size than ours: create
+// it, or take it over when no permit key (holder or waiter) is left; refuses
+// our size while keys of another size stand.
+void handle::settle_size(const json& size_kvs) {
+    const auto mine = std::to_string(request_.permits);
+    const auto size = base64_encode(where_.size_key);
+    if (size_kvs.empty()) {
+        gateway_.call("/v3/kv/txn",
+                      json{{"compare", json::array({{{"key", size}, {"target", "CREATE"}, {"result", "EQUAL"},
+                                                     {"create_revision", "0"}}})},
+                           {"success", json::array({{{"request_put", {{"key", size}, {"value", base64_encode(mine)}}}}})}});
+        return;
+    }
+    const auto theirs = b64d(size_kvs[0], "value");
+    if (theirs == mine) return;  // changed meanwhile
+    auto reply = gateway_.call(
+        "/v3/kv/txn",
+        json{{"compare", json::array({{{"key", size}, {"target", "VALUE"}, {"result", "EQUAL"},
+                                       {"value", base64_encode(theirs)}},
+                                      {{"key", base64_encode(where_.blockers)},
+                                       {"range_end", base64_encode(prefix_end(where_.blockers))},
+                                       {"target", "CREATE"},
+                                       {"result", "EQUAL"},
+                                       {"create_revision", "0"}}})},
+             {"success", json::array({{{"request_put", {{"key", size}, {"value", base64_encode(mine)}}}}})},
+             {"failure", json::array({{{"request_range", {{"key", size}}}},
+                                      {{"request_range", {{"key", base64_encode(where_.blockers)},
+                                                          {"range_end", base64_encode(prefix_end(where_.blockers))},
+                                                          {"count_only", true}}}}})}});
+    if (reply.value("succeeded", false)) return;
+    const auto& responses = reply.value("responses", json::array());
+    if (responses.size() < 2) return;
+    const auto now = responses[0]["response_range"].value("kvs", json::array());
+    const auto holders = as_i64(responses[1]["response_range"], "count");
+    if (!now.empty() && b64d(now[0], "value") == theirs && holders > 0) {
+        std::string shown = theirs.size() > 20 ? theirs.substr(0, 20) + "..." : theirs;
+        throw_error(errc::invalid_argument, kName,
+                    "semaphore '" + request_.name + "' is held with " + shown + " permits; this one asks for " + mine);
+    }
+}
+
+// A read grant or a permit that waited: one write, only while our key stands,
+// whose revision is the grant's token (several readers or permits granted by
+// one deletion would otherwise read the same store revision). A permit puts
+// its own key again (same value and lease, same create revision): the next
+// waiter watches our key and learns from this put that it may be first in line
+// now. A reader puts the name's grant key (names::mark_key, on our lease): its
+// own key must keep its mod revision, by which etcd's Go recipe orders keys.
+bool handle::mark_granted() {
+    const bool own = where_.mark_key.empty();
+    auto reply = gateway_.call(
+        "/v3/kv/txn",
+        json{{"compare", json::array({{{"key", base64_encode(key_)},
+                                       {"target", "CREATE"},
+                                       {"result", "EQUAL"},
+                                       {"create_revision", std::to_string(revision_)}}})},
+             {"success", json::array({{{"request_put", {{"key", base64_encode(own ? key_ : where_.mark_key)},
+                                                        {"value", base64_encode(own ? value_ : std::string{})},
+                                                        {"lease", std::to_string(session_->id)}}}}})}});
+    if (!reply.value("succeeded", false)) return false;
+    token_ = as_i64(reply["header"], "revision");
+    return true;
 }
 
 // Waits until every key created before ours is gone. Renews the session while
@@ -163,22 +292,36 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
                 if (r.state == spi::keepalive_result::status::failed) throw_error(errc::unavailable, kName, r.message);
                 last_renew = spi::clock::now();
             }
-            auto reply = gateway_.call("/v3/kv/range", json{{"key", base64_encode(dir_)},
-                                                           {"range_end", base64_encode(prefix_end(dir_))},
-                                                           {"sort_order", "DESCEND"},
-                                                           {"sort_target", "CREATE"},
-                                                           {"max_create_revision", std::to_string(revision_ - 1)},
-                                                           {"limit", "1"},
-                                                           {"keys_only", true}});
+            // The keys ahead of ours in the deciding range: the latest one
+            // (all of them for a permit, which must count them).
+            const bool permit = request_.kind == spi::lock_kind::permit;
+            json ahead{{"key", base64_encode(where_.blockers)},
+                       {"range_end", base64_encode(prefix_end(where_.blockers))},
+                       {"sort_order", permit ? "ASCEND" : "DESCEND"},
+                       {"sort_target", "CREATE"},
+                       {"max_create_revision", std::to_string(revision_ - 1)},
+                       {"keys_only", true}};
+            if (!permit) ahead["limit"] = "1";
+            auto reply = gateway_.call("/v3/kv/range", ahead);
             const auto kvs = reply.value("kvs", json::array());
-            if (kvs.empty()) {
-                // Nobody before us: make sure our own key survived the wait.
+            if (kvs.size() < (permit ? std::size_t{request_.permits} : std::size_t{1})) {
+                if (where_.marked) return turn::mine;  // mark_granted() checks our key and sets the token
+                // Our turn: make sure our own key survived the wait.
                 auto mine = gateway_.call("/v3/kv/range", json{{"key", base64_encode(key_)}, {"keys_only", true}});
                 const auto own = mine.value("kvs", json::array());
                 if (own.empty() || as_i64(own[0], "create_revision") != revision_) return turn::key_lost;
+                token_ = as_i64(mine["header"], "revision");
                 return turn::mine;
             }
-            const std::string pred = b64d(kvs[0], "key");
+            // What to watch until it changes: the latest key ahead of ours,
+            // until it is deleted. A permit waiter right behind the holders
+            // (as many keys ahead as permits) watches the range for any
+            // deletion; one further back watches the waiter just ahead of it
+            // for its deletion or for the put that waiter makes when granted
+            // (mark_granted), after which it may be first in line.
+            const std::string pred = b64d(kvs[kvs.size() - 1], "key");
+            const bool whole_range = permit && kvs.size() == request_.permits;
+            const bool wake_on_put = permit && !whole_range;
             const auto at = as_i64(reply["header"], "revision");
             // Watch the predecessor from just after the range's revision: a
             // deletion after the range is in the watch history, so none can be
@@ -193,7 +336,8 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
             auto budget = std::min(std::chrono::duration_cast<std::chrono::milliseconds>(until - now),
                                    renew_every - std::chrono::duration_cast<std::chrono::milliseconds>(now - last_renew));
             budget = std::max<std::chrono::milliseconds>(budget, 1ms);
-            const auto rq = gateway::watch(pred, at + 1, budget);
+            const auto rq = whole_range ? gateway::watch(where_.blockers, at + 1, budget, prefix_end(where_.blockers), true)
+                                        : gateway::watch(pred, at + 1, budget);
             std::string error;
             bool unsynced = false;
             auto res = gateway_.client().stream_lines(rq, [&](std::string_view line) {
@@ -206,7 +350,7 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
                 const json& result = msg.contains("result") ? msg["result"] : msg;
                 if (result.value("canceled", false)) return false;  // compacted etc.: range again
                 for (const auto& ev : result.value("events", json::array()))
-                    if (ev.value("type", std::string{}) == "DELETE") return false;
+                    if (wake_on_put || ev.value("type", std::string{}) == "DELETE") return false;
                 if (result.value("created", false) && unsynced_retries < max_unsynced_retries &&
                     result.contains("header") && as_i64(result["header"], "revision") > at) {
                     unsynced = true;
@@ -240,7 +384,7 @@ spi::grant handle::granted(const spi::loss_sink& lost) {
     monitor_lost_.clear();
     monitor_.start(lk, std::move(rq), lost);
     std::lock_guard renewal(session_->mutex);
-    return spi::grant{static_cast<std::uint64_t>(revision_), session_->renewed};
+    return spi::grant{static_cast<std::uint64_t>(token_), session_->renewed};
 }
 
 // The watch of our key from revision `from` (0 = now).
@@ -303,6 +447,27 @@ void handle::cleanup() noexcept {
     revision_ = 0;
 }
 
+// The last permit key of a semaphore is gone: delete its size key, unless a
+// key came meanwhile (best effort: a size key left behind is taken over by the
+// next client of another size, settle_size()).
+void handle::forget_size() noexcept {
+    try {
+        gateway_.call("/v3/kv/txn",
+                      json{{"compare", json::array({{{"key", base64_encode(where_.blockers)},
+                                                     {"range_end", base64_encode(prefix_end(where_.blockers))},
+                                                     {"target", "CREATE"},
+                                                     {"result", "EQUAL"},
+                                                     {"create_revision", "0"}},
+                                                    {{"key", base64_encode(where_.size_key)},
+                                                     {"target", "VALUE"},
+                                                     {"result", "EQUAL"},
+                                                     {"value", base64_encode(std::to_string(request_.permits))}}})},
+                           {"success", json::array({{{"request_delete_range", {{"key", base64_encode(where_.size_key)}}}}})}},
+                      2000ms);
+    } catch (...) {
+    }
+}
+
 void handle::release() {
     monitor_.stop();
     if (revision_ == 0 || !session_) throw_error(errc::not_owner, kName, "lock '" + request_.name + "' is not held");
@@ -316,7 +481,10 @@ void handle::release() {
                                            {"target", "CREATE"},
                                            {"result", "EQUAL"},
                                            {"create_revision", std::to_string(rev)}}})},
-                 {"success", json::array({{{"request_delete_range", {{"key", base64_encode(key_)}}}}})}});
+                 {"success", json::array({{{"request_delete_range", {{"key", base64_encode(key_)}}}},
+                                          {{"request_range", {{"key", base64_encode(where_.blockers)},
+                                                              {"range_end", base64_encode(prefix_end(where_.blockers))},
+                                                              {"count_only", true}}}}})}});
     } catch (const grpc_error& e) {
         gateway_.add_orphan(*session_, key_, value_);
         throw_error(errc::in_doubt, kName, std::string("release: ") + e.what(), e.code);
@@ -326,6 +494,10 @@ void handle::release() {
                     e.native_code(), e.native_message());
     }
     if (!request_.auto_renew) gateway_.revoke(*session_);
+    if (request_.kind == spi::lock_kind::permit) {
+        const auto& responses = reply.value("responses", json::array());
+        if (responses.size() >= 2 && as_i64(responses[1]["response_range"], "count") == 0) forget_size();
+    }
     if (!reply.value("succeeded", false))
         throw_error(errc::not_owner, kName, "lock '" + request_.name + "' was lost before its release (key " + key_ + " gone)");
 }
@@ -376,8 +548,31 @@ void keepalive_batch(gateway& g, std::span<spi::lock_handle* const> handles, std
     }
 }
 
+names names_of(const std::string& prefix, std::string_view name, spi::lock_kind kind) {
+    const auto enc = http::encode_name(name);
+    switch (kind) {
+        case spi::lock_kind::read:
+            return {prefix + "/" + enc + ":rw/read/", prefix + "/" + enc + ":rw/write/", {}, true, true,
+                    prefix + "/" + enc + ":rw-grant"};
+        case spi::lock_kind::write: return {prefix + "/" + enc + ":rw/write/", prefix + "/" + enc + ":rw/", {}, true, false, {}};
+        case spi::lock_kind::permit:
+            return {prefix + "/" + enc + ":sem/permit/", prefix + "/" + enc + ":sem/permit/", prefix + "/" + enc + ":sem/size",
+                    true, true, {}};
+        case spi::lock_kind::exclusive: break;
+    }
+    return {prefix + "/" + enc + "/", prefix + "/" + enc + "/", {}, false, false, {}};
+}
+
 void break_lock(gateway& g, std::string_view name) {
-    const std::string dir = g.config().prefix + "/" + http::encode_name(name) + "/";
+    // The mutex: its holder's key (the first by create revision). The
+    // read-write lock and the semaphore: every key (holders and waiters; a
+    // waiter whose key is gone starts again).
+    for (auto kind : {spi::lock_kind::write, spi::lock_kind::permit}) {
+        const auto where = names_of(g.config().prefix, name, kind);
+        g.call("/v3/kv/deleterange",
+               json{{"key", base64_encode(where.blockers)}, {"range_end", base64_encode(prefix_end(where.blockers))}});
+    }
+    const std::string dir = names_of(g.config().prefix, name, spi::lock_kind::exclusive).own;
     auto reply = g.call("/v3/kv/range", json{{"key", base64_encode(dir)},
                                             {"range_end", base64_encode(prefix_end(dir))},
                                             {"sort_order", "ASCEND"},

@@ -1,5 +1,7 @@
-// The etcd v3 lock recipe (the algorithm of Go's clientv3/concurrency.Mutex)
-// over etcd's JSON gateway (etcd_gateway.hpp):
+// The etcd v3 lock recipes over etcd's JSON gateway (etcd_gateway.hpp): the
+// mutex (the algorithm of Go's clientv3/concurrency.Mutex), the read-write lock
+// (the layout and order of Go's experimental recipe.RWMutex) and a semaphore
+// on the same principles (etcd has no recipe for one). For the mutex:
 //
 //   session   one lease per provider and TTL, granted on first use, renewed by
 //             the core scheduler every TTL/3 while a lock is held (and by the
@@ -9,15 +11,27 @@
 //   acquire   one txn: if the key's create revision is 0, put it and range the
 //             name's directory sorted by create revision (first = holder)
 //   wait      watch the deletion of the key created just before ours (no herd)
-//   token     our key's create revision (cluster-wide, strictly increasing)
+//   token     the store revision when the lock was found ours: the header
+//             revision of the reply that showed no key ahead of ours (the
+//             create txn's when uncontended), as concurrency.Mutex's Header()
+//             and etcdctl lock's ETCD_LOCK_REV; above the previous holder's,
+//             whichever tool held, since it follows that holder's deletion
 //   loss      the lease is gone (keepalive without TTL) or our key was deleted
 //
 // The name's directory is compatible with Go's concurrency.NewMutex(session,
 // "<prefix>/<encoded name>"), so Go programs and etcdctl can share a lock.
+//
+// Read-write lock: a reader waits for the latest older write key, a writer for
+// the latest older key of either kind, one key watched at a time (FIFO by
+// create revision: a reader that comes after a waiting writer waits behind it).
+// Semaphore: a permit is granted when its key is among the first `permits` by
+// create revision; the size is kept in a key and another size is refused while
+// any permit key stands. See docs/backends/etcd.md.
 #pragma once
 
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "distlock/spi/backend.hpp"
@@ -25,6 +39,25 @@
 namespace distlock::backends::etcd {
 
 class gateway;
+
+// Where the keys of one primitive of a name go. `enc` is the name encoded
+// ([A-Za-z0-9._-] kept, other bytes as %XX, so never ':' nor '/'):
+//   mutex      <prefix>/<enc>/<lease hex>
+//   rw lock    <prefix>/<enc>:rw/read/<ns>, <prefix>/<enc>:rw/write/<ns>
+//   semaphore  <prefix>/<enc>:sem/permit/<ns>, size in <prefix>/<enc>:sem/size
+// and <prefix>/<enc>:rw-grant, put (on the reader's lease) when a reader that
+// waited is granted: its revision is that grant's token.
+// An encoded name has no ':', so no name's mutex directory is a prefix of
+// another primitive's keys, and no two primitives share a key.
+struct names {
+    std::string own;       // the directory our key is created in
+    std::string blockers;  // the range whose keys older than ours keep us waiting
+    std::string size_key;  // the semaphore's size key (permits only)
+    bool unique_keys;      // <own><unique ns> (false: <own><lease hex>, the mutex)
+    bool marked;           // a grant that waited is marked by a write (its token): reads, permits
+    std::string mark_key;  // the key that write puts (empty: our own key)
+};
+names names_of(const std::string& prefix, std::string_view name, spi::lock_kind kind);
 
 // A lock of the recipe, on the gateway's sessions.
 std::unique_ptr<spi::lock_handle> make_lock(gateway& g, const spi::lock_request& r);

@@ -45,6 +45,40 @@ public:
         return reply.value("kvs", nlohmann::json::array());
     }
 
+    // The read-write lock's directory (read/ and write/ keys) and the
+    // semaphore's (permit/ keys and the size key) of a lock name.
+    std::string rw_dir(const std::string& name) const {
+        return prefix_ + "/" + backends::http::encode_name(name) + ":rw/";
+    }
+    std::string sem_dir(const std::string& name) const {
+        return prefix_ + "/" + backends::http::encode_name(name) + ":sem/";
+    }
+
+    // Every key starting with `prefix`, oldest first.
+    nlohmann::json under(const std::string& prefix) {
+        auto end = prefix;
+        end.back() = static_cast<char>(end.back() + 1);
+        auto reply = call("/v3/kv/range", {{"key", b64(prefix)},
+                                           {"range_end", b64(end)},
+                                           {"sort_order", "ASCEND"},
+                                           {"sort_target", "CREATE"}});
+        return reply.value("kvs", nlohmann::json::array());
+    }
+
+    // A counter of the member's Prometheus metrics (0 when absent).
+    double metric(const std::string& name) {
+        backends::http::request r;
+        r.method = "GET";
+        r.target = "/metrics";
+        auto body = client_.send(r).body;
+        std::size_t at = 0;
+        while ((at = body.find(name + " ", at)) != std::string::npos) {
+            if (at == 0 || body[at - 1] == '\n') return std::stod(body.substr(at + name.size() + 1));
+            at += name.size();
+        }
+        return 0;
+    }
+
     static std::string b64(const std::string& s) { return backends::http::base64_encode(s); }
     static std::string unb64(const nlohmann::json& j) {
         return backends::http::base64_decode(j.get<std::string>()).value_or("");

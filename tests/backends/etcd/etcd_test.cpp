@@ -2,9 +2,12 @@
 // DISTLOCK_TEST_ETCD_URL from integration/servers/etcd.sh).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -39,7 +42,7 @@ std::string endpoint() { return "http://" + base().substr(7); }
 
 }  // namespace
 
-TEST_CASE("the holder's key is <prefix>/<encoded name>/<lease hex> and the token is its create revision", "[etcd]") {
+TEST_CASE("the holder's key is <prefix>/<encoded name>/<lease hex>; uncontended, the token is its create revision", "[etcd]") {
     auto p = distlock::connect(url());
     etcd_direct etcd(url());
     const auto name = unique_name("layout/odd name");
@@ -356,4 +359,299 @@ TEST_CASE("a URL that points at a server that does not speak HTTP is a bad argum
     } catch (const distlock::invalid_argument_error& e) {
         CHECK(std::string(e.what()).find("the etcd HTTP API?") != std::string::npos);
     }
+}
+
+// ---- read-write lock and semaphore ----------------------------------------------------
+
+namespace {
+
+// The key's name after `dir`, checked to be a decimal number (etcd's recipes
+// name their keys by the clock in nanoseconds).
+bool decimal_after(const std::string& key, const std::string& dir) {
+    if (key.rfind(dir, 0) != 0 || key.size() == dir.size()) return false;
+    return key.find_first_not_of("0123456789", dir.size()) == std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("a read grant, a write grant and a permit are the keys of etcd's rwmutex layout and of the semaphore's",
+          "[etcd][rw][semaphore]") {
+    auto p = distlock::connect(url());
+    etcd_direct etcd(url());
+    const auto name = unique_name("layout/rw sem");
+    const auto rw = etcd.rw_dir(name), sem = etcd.sem_dir(name);
+    CHECK(rw.find("layout%2Frw%20sem%3A") != std::string::npos);
+    auto lock = p.shared_mutex(name);
+
+    lock.lock_shared();
+    auto kvs = etcd.under(rw);
+    REQUIRE(kvs.size() == 1);
+    auto key = etcd_direct::unb64(kvs[0]["key"]);
+    CHECK(decimal_after(key, rw + "read/"));
+    CHECK(etcd_direct::num(kvs[0], "lease") != 0);
+    CHECK(lock.shared_token() == static_cast<std::uint64_t>(etcd_direct::num(kvs[0], "create_revision")));
+    CHECK(etcd.keys(name).empty());  // nothing in the mutex's directory of the name
+    {
+        auto m = p.mutex(name);  // the name's mutex is another lock
+        CHECK(m.try_lock());
+    }
+    lock.unlock_shared();
+    CHECK(etcd.under(rw).empty());
+
+    lock.lock();
+    kvs = etcd.under(rw);
+    REQUIRE(kvs.size() == 1);
+    key = etcd_direct::unb64(kvs[0]["key"]);
+    CHECK(decimal_after(key, rw + "write/"));
+    CHECK(lock.token() == static_cast<std::uint64_t>(etcd_direct::num(kvs[0], "create_revision")));
+    lock.unlock();
+    CHECK(etcd.under(rw).empty());
+
+    auto s = p.semaphore(name, 3);
+    s.acquire();
+    s.acquire();
+    kvs = etcd.under(sem + "permit/");
+    REQUIRE(kvs.size() == 2);
+    for (const auto& kv : kvs) {
+        CHECK(decimal_after(etcd_direct::unb64(kv["key"]), sem + "permit/"));
+        CHECK(etcd_direct::num(kv, "lease") != 0);
+    }
+    CHECK(s.token() == static_cast<std::uint64_t>(etcd_direct::num(kvs[1], "create_revision")));
+    auto size = etcd.under(sem + "size");
+    REQUIRE(size.size() == 1);
+    CHECK(etcd_direct::unb64(size[0]["value"]) == "3");
+    CHECK(etcd_direct::num(size[0], "lease") == 0);  // it outlives the holders' sessions
+    CHECK(etcd.under(sem).size() == 3);               // two permits and the size, nothing else
+    s.release();
+    CHECK(etcd.under(sem).size() == 2);
+    s.release();
+    CHECK(etcd.under(sem).empty());  // the last release deletes the size key
+    CHECK(etcd.keys(name).empty());
+}
+
+TEST_CASE("a semaphore's size key refuses another size while a permit key stands and is taken over when none does",
+          "[etcd][semaphore][input]") {
+    auto a = distlock::connect(url());
+    auto b = distlock::connect(url());
+    etcd_direct etcd(url());
+    const auto name = unique_name("size");
+    const auto size_key = etcd.sem_dir(name) + "size";
+    auto two = a.semaphore(name, 2);
+    REQUIRE(two.try_acquire());
+    auto five = b.semaphore(name, 5);
+    try {
+        (void)five.try_acquire();
+        FAIL("a semaphore of 5 was granted beside a holder of a semaphore of 2");
+    } catch (const distlock::invalid_argument_error& e) {
+        CHECK_THAT(e.what(), Catch::Contains("held with 2 permits"));
+        CHECK_THAT(e.what(), Catch::Contains("asks for 5"));
+    }
+    CHECK(etcd.under(etcd.sem_dir(name) + "permit/").size() == 1);  // the refused one left no key
+    two.release();
+    // A size key left by a crashed last holder (no permit key any more) does not
+    // bind the next client.
+    etcd.call("/v3/kv/put", {{"key", etcd_direct::b64(size_key)}, {"value", etcd_direct::b64("7")}});
+    REQUIRE(five.try_acquire());
+    auto size = etcd.under(size_key);
+    REQUIRE(size.size() == 1);
+    CHECK(etcd_direct::unb64(size[0]["value"]) == "5");
+    five.release();
+    CHECK(etcd.under(etcd.sem_dir(name)).empty());
+}
+
+TEST_CASE("a reader that comes after a waiting writer waits behind it (FIFO by revision: writers are not starved)",
+          "[etcd][rw]") {
+    auto a = distlock::connect(url());
+    auto b = distlock::connect(url());
+    auto c = distlock::connect(url());
+    etcd_direct etcd(url());
+    const auto name = unique_name("rw-fifo");
+    auto first = a.shared_mutex(name);
+    first.lock_shared();
+    std::atomic<bool> writer_in{false}, writer_done{false};
+    std::uint64_t writer_token = 0;
+    std::thread writer([&] {
+        auto w = b.shared_mutex(name);
+        if (!w.try_lock_for(20s)) return;
+        writer_token = w.token();
+        writer_in = true;
+        std::this_thread::sleep_for(300ms);
+        writer_done = true;
+        w.unlock();
+    });
+    REQUIRE(eventually([&] { return etcd.under(etcd.rw_dir(name)).size() == 2; }, 10s));
+    auto late = c.shared_mutex(name);
+    CHECK_FALSE(late.try_lock_shared());  // the writer queued before it
+    CHECK_FALSE(writer_in.load());
+    first.unlock_shared();
+    REQUIRE(late.try_lock_shared_for(20s));
+    CHECK(writer_done.load());  // only after the writer had it
+    CHECK(late.shared_token() > writer_token);
+    // A reader that waited is granted by a write of the name's grant key, whose
+    // revision is its token (readers let in together get tokens of their own).
+    const auto grant_key = etcd.rw_dir(name).substr(0, etcd.rw_dir(name).size() - 1) + "-grant";
+    auto mark = etcd.under(grant_key);
+    REQUIRE(mark.size() == 1);
+    CHECK(late.shared_token() == static_cast<std::uint64_t>(etcd_direct::num(mark[0], "mod_revision")));
+    late.unlock_shared();
+    writer.join();
+}
+
+namespace {
+
+// How many watch events the member sent while `step` ran and `settled` became
+// true (plus 300 ms for stragglers).
+template <class Step, class Settled>
+double events_during(etcd_direct& etcd, Step step, Settled settled) {
+    const double before = etcd.metric("etcd_debugging_mvcc_events_total");
+    step();
+    REQUIRE(eventually(settled, 20s));
+    std::this_thread::sleep_for(300ms);
+    return etcd.metric("etcd_debugging_mvcc_events_total") - before;
+}
+
+constexpr int herd_waiters = 10;
+
+// One trial: `herd_waiters` writers queued behind a reader (permit = false) or
+// permit waiters behind the two holders of a semaphore of 2 (permit = true),
+// each on a connection of its own; returns the watch events the member sent
+// for one release, until one waiter holds.
+double herd_trial(bool permit) {
+    etcd_direct etcd(url());
+    std::vector<distlock::provider> conns;
+    for (int i = 0; i < herd_waiters + 2; ++i) conns.push_back(distlock::connect(url()));
+    std::atomic<bool> stop{false};
+    std::atomic<int> holding{0}, done{0};
+    const auto name = unique_name(permit ? "herd-sem" : "herd-rw");
+    const auto dir = permit ? etcd.sem_dir(name) + "permit/" : etcd.rw_dir(name);
+    auto reader = conns[0].shared_mutex(name);
+    auto h1 = conns[0].semaphore(name, 2);
+    auto h2 = conns[1].semaphore(name, 2);
+    if (permit) {
+        h1.acquire();
+        h2.acquire();
+    } else {
+        reader.lock_shared();
+    }
+    const std::size_t ahead = permit ? 2 : 1;
+    std::vector<std::thread> pool;
+    struct joiner {  // a failed REQUIRE still ends the waiters (they time out or are let go)
+        std::atomic<bool>& stop;
+        std::vector<std::thread>& pool;
+        ~joiner() {
+            stop = true;
+            for (auto& t : pool)
+                if (t.joinable()) t.join();
+        }
+    } join_all{stop, pool};
+    for (int i = 0; i < herd_waiters; ++i) {
+        pool.emplace_back([&, i] {
+            auto& c = conns[static_cast<std::size_t>(i) + 2];
+            auto w = c.shared_mutex(name);
+            auto s = c.semaphore(name, 2);
+            if (permit ? !s.try_acquire_for(60s) : !w.try_lock_for(60s)) return;
+            ++holding;
+            while (!stop.load()) std::this_thread::sleep_for(5ms);
+            --holding;
+            permit ? s.release() : w.unlock();
+            ++done;
+        });
+        // Queued one after the other.
+        REQUIRE(eventually([&] { return etcd.under(dir).size() == ahead + static_cast<std::size_t>(i) + 1; }, 10s));
+    }
+    std::this_thread::sleep_for(300ms);  // every waiter is watching
+    const auto sent = events_during(
+        etcd, [&] { permit ? h1.release() : reader.unlock_shared(); }, [&] { return holding.load() == 1; });
+    CHECK(holding.load() == 1);
+    stop = true;
+    if (permit) h2.release();
+    for (auto& t : pool) t.join();
+    CHECK(done.load() == herd_waiters);
+    CHECK(etcd.under(dir).empty());
+    return sent;
+}
+
+}  // namespace
+
+TEST_CASE("a release wakes the one waiter it concerns, not every waiter (no herd)", "[etcd][rw][semaphore][herd]") {
+    // With ten waiters queued, a herd would send the release's deletion to all
+    // ten. Other clients of the member can only add events: up to three trials,
+    // the fewest events count.
+    etcd_direct etcd(url());
+    REQUIRE(etcd.metric("etcd_debugging_mvcc_events_total") > 0);
+    SECTION("writers behind a reader: each watches the latest older key") {
+        double sent = 1e9;
+        for (int trial = 0; trial < 3 && sent > 2; ++trial) sent = std::min(sent, herd_trial(false));
+        INFO(sent << " watch events for one release with " << herd_waiters << " writers waiting");
+        CHECK(sent <= 2);  // the deletion, to the writer right behind the reader
+    }
+    SECTION("permits: the first waiter watches the range, the others the waiter ahead of them") {
+        double sent = 1e9;
+        for (int trial = 0; trial < 3 && sent > 4; ++trial) sent = std::min(sent, herd_trial(true));
+        INFO(sent << " watch events for one release with " << herd_waiters << " permit waiters");
+        CHECK(sent <= 4);  // the deletion to the first waiter; its grant's put to the second and its own watch
+    }
+}
+
+TEST_CASE("tokens strictly increase across hand-offs between distlock and etcdctl lock holders",
+          "[etcd][interop][fencing]") {
+    // etcdctl comes with the test server (integration/servers/etcd.sh installs
+    // etcd-client beside etcd-server): its absence is a failure, not a skip.
+    REQUIRE(std::system("command -v etcdctl >/dev/null") == 0);
+    constexpr int etcdctl_rounds = 40;
+    auto p = distlock::connect(url());
+    etcd_direct etcd(url());
+    const auto name = unique_name("interop-tokens");
+    const auto dir = etcd.dir(name);
+    const std::string go_name = dir.substr(0, dir.size() - 1);
+    const auto work = std::filesystem::temp_directory_path() /
+                      ("distlock-etcdctl-" + distlock::spi::random_token().substr(0, 8));
+    std::filesystem::create_directories(work);
+    const auto log = (work / "holders").string(), script = (work / "hold.sh").string(),
+               finished = (work / "done").string();
+    // While etcdctl holds the lock: append its ETCD_LOCK_REV to the log.
+    std::ofstream(script) << "echo \"etcdctl $ETCD_LOCK_REV\" >> " << log << "\nsleep 0.03\n";
+    const std::string loop = "(for i in $(seq " + std::to_string(etcdctl_rounds) + "); do ETCDCTL_API=3 etcdctl --endpoints=" +
+                             endpoint() + " lock '" + go_name + "' sh " + script + " || echo failed >> " + log +
+                             "; done; touch " + finished + ") >/dev/null 2>&1 &";
+    REQUIRE(std::system(loop.c_str()) == 0);
+    auto m = p.mutex(name);
+    int ours = 0;
+    const auto give_up = clk::now() + 180s;
+    while (!std::filesystem::exists(finished) && clk::now() < give_up) {
+        if (!m.try_lock_for(20s)) continue;
+        std::ofstream(log, std::ios::app) << "distlock " << m.token() << "\n";
+        ++ours;
+        std::this_thread::sleep_for(20ms);
+        m.unlock();
+    }
+    REQUIRE(std::filesystem::exists(finished));
+    std::ifstream in(log);
+    std::string tool, all;
+    std::uint64_t token = 0, last = 0;
+    std::string last_tool;
+    int etcdctl_holds = 0, handoffs = 0, increasing = 0, pairs = 0;
+    while (in >> tool) {
+        if (tool == "failed") {
+            all += "failed\n";
+            continue;
+        }
+        REQUIRE(in >> token);
+        all += tool + " " + std::to_string(token) + "\n";
+        if (tool == "etcdctl") ++etcdctl_holds;
+        if (!last_tool.empty()) {
+            ++pairs;
+            if (token > last) ++increasing;
+            if (tool != last_tool) ++handoffs;
+        }
+        last = token;
+        last_tool = tool;
+    }
+    INFO("holders in order:\n" << all);
+    CHECK(all.find("failed") == std::string::npos);
+    CHECK(etcdctl_holds == etcdctl_rounds);
+    CHECK(ours > 0);
+    CHECK(handoffs >= 20);        // the two tools really took turns
+    CHECK(increasing == pairs);   // every holder's number above the previous holder's
+    std::filesystem::remove_all(work);
 }
