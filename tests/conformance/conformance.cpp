@@ -48,8 +48,7 @@ TEST_CASE("two connections never hold the lock at once", "[contract][exclusion]"
     auto b = connect_under_test();
     const auto name = unique_name("exclusion");
     constexpr int threads = 6, rounds = 15;
-    long counter = 0;  // deliberately not atomic: the lock must protect it
-    std::atomic<int> inside{0}, max_inside{0};
+    distlock::test::critical_section section;  // its counter is not atomic: the lock must protect it
     std::vector<std::thread> pool;
     distlock::test::thread_errors errors;
     for (int t = 0; t < threads; ++t) {
@@ -58,19 +57,15 @@ TEST_CASE("two connections never hold the lock at once", "[contract][exclusion]"
                 auto m = (t % 2 == 0 ? a : b).mutex(name);
                 for (int i = 0; i < rounds; ++i) {
                     std::lock_guard guard(m);
-                    distlock::test::raise_max(max_inside, ++inside);
-                    long v = counter;
-                    std::this_thread::sleep_for(100us);
-                    counter = v + 1;
-                    --inside;
+                    section.pass(100us);
                 }
             });
         });
     }
     for (auto& th : pool) th.join();
     CHECK(errors.all() == "");
-    CHECK(max_inside.load() == 1);
-    CHECK(counter == threads * rounds);
+    CHECK(section.max_inside.load() == 1);
+    CHECK(section.counter == threads * rounds);
 }
 
 TEST_CASE("threads sharing one mutex object take turns in-process", "[contract][exclusion]") {

@@ -41,6 +41,26 @@ std::string temp_path(const std::string& what) {
 // The token a helper printed after its word ("read 17" -> 17).
 std::uint64_t token_in(const std::string& line) { return std::stoull(line.substr(line.find(' ') + 1)); }
 
+// `procs` helpers run with `args`, whose fourth word (left empty) becomes the
+// file of the counters they share (suite.hpp); the constructor waits for them
+// all and checks that each exited 0.
+class counted_processes {
+public:
+    counted_processes(const std::string& what, int procs, std::vector<std::string> args)
+        : path_(temp_path(what)), counters_(distlock::test::map_counters(path_, true)) {
+        args.at(3) = path_;
+        std::vector<std::unique_ptr<child_process>> kids;
+        for (int i = 0; i < procs; ++i) kids.push_back(run_helper(args));
+        for (auto& k : kids) CHECK(k->wait_exit() == 0);
+    }
+    ~counted_processes() { std::filesystem::remove(path_); }
+    const distlock::test::holder_counters& counters() const { return counters_; }
+
+private:
+    std::string path_;
+    distlock::test::holder_counters& counters_;
+};
+
 // How long after a holder's crash its grant may still stand.
 std::chrono::milliseconds crash_bound(const distlock::provider& p) {
     return p.caps().crash_release_bound + p.default_lease() + 10s;
@@ -178,17 +198,12 @@ TEST_CASE("a reader in another process reads beside this one and keeps writers o
 
 TEST_CASE("processes reading and writing never overlap a writer with anyone",
           "[rw][needs:read_write][needs:cross_process]") {
-    const auto name = unique_name("rw-mix");
-    const auto shm = temp_path("rw");
-    auto& c = distlock::test::map_counters(shm, true);
     constexpr int procs = 3, rounds = 16;
-    std::vector<std::unique_ptr<child_process>> kids;
-    for (int i = 0; i < procs; ++i) kids.push_back(run_helper({"rw-mix", backend_url(), name, shm, std::to_string(rounds)}));
-    for (auto& k : kids) CHECK(k->wait_exit() == 0);
+    counted_processes run("rw", procs, {"rw-mix", backend_url(), unique_name("rw-mix"), "", std::to_string(rounds)});
+    const auto& c = run.counters();
     CHECK(c.violations.load() == 0);
     CHECK(c.max_writers.load() <= 1);
     CHECK(c.rounds.load() == procs * rounds);
-    std::filesystem::remove(shm);
 }
 
 TEST_CASE("a writer waiting behind a stream of readers gets in", "[rw][policy][needs:read_write]") {
@@ -241,18 +256,30 @@ TEST_CASE("a writer waiting behind a stream of readers gets in", "[rw][policy][n
 
 TEST_CASE("a crashed reader or writer is released", "[rw][crash][needs:read_write][needs:cross_process][needs:crash_release]") {
     auto p = connect_under_test();
+    // Both at once (each on a name of its own), so that their bounds run together.
+    struct crashed {
+        std::string side, name;
+        std::unique_ptr<child_process> holder;
+        std::uint64_t token = 0;
+    };
+    std::vector<crashed> crashes;
     for (const std::string side : {"read", "write"}) {
-        INFO(side);
-        const auto name = unique_name("rw-crash");
-        auto holder = run_helper({"hold-" + side, backend_url(), name});
-        auto line = holder->read_line(120s);
-        REQUIRE(line.rfind(side + " ", 0) == 0);
-        const auto dead = token_in(line);
-        auto rw = p.shared_mutex(name);
-        CHECK_FALSE(rw.try_lock());
-        holder->kill_hard();
+        auto name = unique_name("rw-crash-" + side);
+        crashes.push_back({side, name, run_helper({"hold-" + side, backend_url(), name})});
+    }
+    for (auto& c : crashes) {
+        INFO(c.side);
+        auto line = c.holder->read_line(120s);
+        REQUIRE(line.rfind(c.side + " ", 0) == 0);
+        c.token = token_in(line);
+        CHECK_FALSE(p.shared_mutex(c.name).try_lock());
+    }
+    for (auto& c : crashes) c.holder->kill_hard();
+    for (auto& c : crashes) {
+        INFO(c.side);
+        auto rw = p.shared_mutex(c.name);
         REQUIRE(rw.try_lock_for(crash_bound(p)));
-        if (p.caps().supports(distlock::feature::fencing)) CHECK(rw.token() > dead);
+        if (p.caps().supports(distlock::feature::fencing)) CHECK(rw.token() > c.token);
         rw.unlock();
     }
 }
@@ -382,18 +409,12 @@ TEST_CASE("threads of several connections never exceed the permits", "[semaphore
 
 TEST_CASE("processes never hold more permits than the semaphore has",
           "[semaphore][needs:semaphore][needs:cross_process]") {
-    const auto name = unique_name("sem-procs");
-    const auto shm = temp_path("sem");
-    auto& c = distlock::test::map_counters(shm, true);
     constexpr int procs = 4, rounds = 10;
-    std::vector<std::unique_ptr<child_process>> kids;
-    for (int i = 0; i < procs; ++i)
-        kids.push_back(run_helper({"permits", backend_url(), name, shm, std::to_string(rounds), "2"}));
-    for (auto& k : kids) CHECK(k->wait_exit() == 0);
+    counted_processes run("sem", procs, {"permits", backend_url(), unique_name("sem-procs"), "", std::to_string(rounds), "2"});
+    const auto& c = run.counters();
     CHECK(c.max_holders.load() <= 2);
     CHECK(c.rounds.load() == procs * rounds);
-    std::filesystem::remove(shm);
-}
+    }
 
 TEST_CASE("a SIGKILLed holder's permit comes back", "[semaphore][crash][needs:semaphore][needs:cross_process][needs:crash_release]") {
     auto p = connect_under_test();
@@ -483,8 +504,7 @@ TEST_CASE("multi-locks named in opposite orders neither deadlock nor overlap", "
     auto a = connect_under_test();
     auto b = connect_under_test();
     const auto x = unique_name("multi-x"), y = unique_name("multi-y"), z = unique_name("multi-z");
-    long counter = 0;  // protected by the multi-locks only
-    std::atomic<int> inside{0}, max_inside{0};
+    distlock::test::critical_section section;  // protected by the multi-locks only
     distlock::test::thread_errors errors;
     std::atomic<int> timeouts{0}, not_held{0};
     std::vector<std::thread> pool;
@@ -499,11 +519,7 @@ TEST_CASE("multi-locks named in opposite orders neither deadlock nor overlap", "
                         continue;
                     }
                     if (!all.held()) ++not_held;  // (Catch2's CHECK is not for other threads)
-                    distlock::test::raise_max(max_inside, ++inside);
-                    long v = counter;
-                    std::this_thread::sleep_for(200us);
-                    counter = v + 1;
-                    --inside;
+                    section.pass(200us);
                 }
             });
         });
@@ -512,8 +528,8 @@ TEST_CASE("multi-locks named in opposite orders neither deadlock nor overlap", "
     CHECK(errors.all() == "");
     CHECK(timeouts.load() == 0);
     CHECK(not_held.load() == 0);
-    CHECK(max_inside.load() == 1);
-    CHECK(counter == 40);
+    CHECK(section.max_inside.load() == 1);
+    CHECK(section.counter == 40);
 }
 
 TEST_CASE("processes taking overlapping multi-locks in opposite orders finish and exclude each other",

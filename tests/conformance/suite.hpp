@@ -28,6 +28,7 @@ std::unique_ptr<child_process> run_helper(std::vector<std::string> args);
 }  // namespace distlock::test
 
 #include <atomic>
+#include <chrono>
 #include <string>
 
 namespace distlock::test {
@@ -44,6 +45,15 @@ struct holder_counters {
 
 // Raises `max` to `now` if it is lower (the most holders seen at once).
 void raise_max(std::atomic<int>& max, int now);
+
+// The critical section of the exclusion cases: counts who is inside, and adds
+// one to a counter that is not atomic (read, pause, write), which only mutual
+// exclusion keeps exact. For the threads of one test.
+struct critical_section {
+    std::atomic<int> inside{0}, max_inside{0};
+    long counter = 0;
+    void pass(std::chrono::microseconds pause);
+};
 
 // Maps `path` (made and zeroed by create = true) for the counters; aborts the
 // process when it cannot (test helpers only).
