@@ -59,14 +59,6 @@ struct listing {
     std::uint64_t index = 0;  // X-Consul-Index of the reply
 };
 
-// A lock handle that lives on a Consul session of its own (the mutex's and
-// the semaphore's permits): what the batched renewal needs of it.
-class session_handle : public spi::lock_handle {
-public:
-    // The session of the current grant (read only between acquire() and release()).
-    virtual const std::string& session() const = 0;
-};
-
 // One Consul agent (and the provider's HTTP loop, for blocking queries and
 // concurrent renewals).
 class agent {

@@ -13,8 +13,9 @@
 //     contender key after the admission; the monitor = blocking listings.
 //
 // A recipe supplies a policy (its decisions on the document: decide, holds,
-// without); the contender does the sessions, the waiting, the token, the
-// monitor and the release.
+// without); the contender (a session_handle, consul_session.hpp, as the mutex's
+// grants are) does the sessions, the waiting, the token, the monitor and the
+// release.
 #pragma once
 
 #include <memory>
@@ -23,7 +24,7 @@
 #include <string>
 
 #include "consul_agent.hpp"
-#include "http_monitor.hpp"
+#include "consul_session.hpp"
 
 namespace distlock::backends::consul {
 
@@ -74,34 +75,37 @@ struct layout {
     std::uint64_t flag = 0;
     std::string noun;
     std::string session_name;
+
+    std::string doc_key() const { return prefix + doc; }
 };
 
 class contender final : public session_handle {
 public:
     contender(agent& a, const spi::lock_request& r, layout where, std::unique_ptr<const policy> p);
-    std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink& lost) override;
-    void release() override;
-    const std::string& session() const override { return session_; }
+    ~contender() override { monitor_.stop(); }  // before the fields examine() reads go
 
 private:
-    std::optional<spi::grant> wait_and_acquire(spi::deadline until, spi::deadline created, const spi::loss_sink& lost);
+    std::optional<spi::grant> wait_and_acquire(spi::deadline until, spi::deadline created,
+                                               const spi::loss_sink& lost) override;
+    http::request monitor_request(std::uint64_t index) const override;
+    std::optional<std::string> examine(const http::response& resp, std::uint64_t& next_index) override;
+    bool give_back() override;
     document read_document(const listing& l) const;
     void refuse_foreign(const document& d) const;   // invalid_argument_error for another's flags
     bool contending(const listing& l) const;          // our session holds our contender key
     std::string contender_key() const { return where_.prefix + session_; }
-    std::string new_session();
-    void on_monitor(http::transfer_result r);
-    void destroy_session() noexcept;
 
-    agent& agent_;
-    spi::lock_request request_;
     layout where_;
     std::string doc_key_;
     std::unique_ptr<const policy> policy_;
-    std::string session_;
-
-    std::string monitored_session_;  // under monitor_'s lock: the session whose grant is watched
-    http::monitor monitor_;          // last: stopped before the fields its callbacks use go
 };
+
+// A handle of the recipe whose document is where.doc_key(): `make_policy(key)` makes its policy.
+template <class MakePolicy>
+std::unique_ptr<spi::lock_handle> make_contender(agent& a, const spi::lock_request& r, layout where,
+                                                 MakePolicy make_policy) {
+    std::unique_ptr<const policy> p = make_policy(where.doc_key());
+    return std::make_unique<contender>(a, r, std::move(where), std::move(p));
+}
 
 }  // namespace distlock::backends::consul

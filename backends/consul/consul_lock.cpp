@@ -5,7 +5,7 @@
 
 #include <thread>
 
-#include "http_monitor.hpp"
+#include "consul_session.hpp"
 
 namespace distlock::backends::consul {
 namespace {
@@ -13,46 +13,21 @@ namespace {
 class handle final : public session_handle {
 public:
     handle(agent& a, const spi::lock_request& r);
-    std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink& lost) override;
-    void release() override;
-    const std::string& session() const override { return session_; }
+    ~handle() override { monitor_.stop(); }  // before the fields examine() reads go
 
 private:
-    std::optional<spi::grant> wait_and_acquire(spi::deadline until, spi::deadline created, const spi::loss_sink& lost);
-    http::request monitor_request(std::uint64_t index) const;
-    void on_monitor(http::transfer_result r);
-    void destroy_session() noexcept;
+    std::optional<spi::grant> wait_and_acquire(spi::deadline until, spi::deadline created,
+                                               const spi::loss_sink& lost) override;
+    http::request monitor_request(std::uint64_t index) const override;
+    std::optional<std::string> examine(const http::response& resp, std::uint64_t& next_index) override;
+    bool give_back() override;
+    std::string release_subject() const override { return "'" + request_.name + "'"; }
 
-    agent& agent_;
-    spi::lock_request request_;
     std::string key_, target_;  // the key, and its /v1/kv/ URL path
-    std::string session_;
-    std::uint64_t token_ = 0;
-
-    std::string monitored_session_;  // under monitor_'s lock: the session that holds the key
-    http::monitor monitor_;          // last: stopped before the fields its callbacks use go
 };
 
 handle::handle(agent& a, const spi::lock_request& r)
-    : agent_(a),
-      request_(r),
-      key_(a.key_of(r.name)),
-      target_(agent::key_target(key_)),
-      monitor_(a.events(), nullptr, [this](http::transfer_result t) { on_monitor(std::move(t)); }) {}
-
-std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_sink& lost) {
-    const auto created = spi::clock::now();
-    session_ = agent_.create_session(request_.lease, request_.name);
-    std::optional<spi::grant> granted;
-    try {
-        granted = wait_and_acquire(until, created, lost);
-    } catch (...) {
-        destroy_session();
-        throw;
-    }
-    if (!granted) destroy_session();
-    return granted;
-}
+    : session_handle(a, r, {"lock", "", "distlock: "}), key_(a.key_of(r.name)), target_(agent::key_target(key_)) {}
 
 // `created`: when the session was asked for. The grant lives as long as the
 // session, whose TTL runs from its last create or renew request at the latest.
@@ -63,27 +38,13 @@ std::optional<spi::grant> handle::wait_and_acquire(spi::deadline until, spi::dea
     std::uint64_t index = 0;
     for (;;) {
         auto now = spi::clock::now();
-        if (now - renewed >= renew_every) {  // waiting longer than TTL/3: keep the session alive
-            auto r = agent_.renew(session_);
-            if (r.state == spi::keepalive_result::status::lost) {
-                now = spi::clock::now();
-                session_ = agent_.create_session(request_.lease, request_.name);
-            } else if (r.state == spi::keepalive_result::status::failed) {
-                throw_error(errc::unavailable, kName, r.message);
-            }
-            renewed = now;
-            now = spi::clock::now();
+        renew_if_due(now, renewed, renew_every);
+        const auto wait = query_wait(index, until, now, renewed, renew_every);
+        if (!wait) {
+            if (now >= until) return std::nullopt;
+            continue;  // time to renew
         }
-        ms wait = 0ms;
-        if (index > 0) {
-            wait = std::min({std::chrono::duration_cast<ms>(until - now), kMaxBlockingWait,
-                             renew_every - std::chrono::duration_cast<ms>(now - renewed)});
-            if (wait <= 0ms) {
-                if (now >= until) return std::nullopt;
-                continue;  // time to renew
-            }
-        }
-        entry e = agent_.read(key_, index, wait);
+        entry e = agent_.read(key_, index, *wait);
         if (e.exists && e.flags != kLockFlag)
             throw_error(errc::invalid_argument, kName,
                         "key " + key_ + " exists and is not a lock (flags " + std::to_string(e.flags) + ")");
@@ -96,7 +57,7 @@ std::optional<spi::grant> handle::wait_and_acquire(spi::deadline until, spi::dea
             auto acquired = agent_.lock_op(key_, "acquire", session_);
             if (!acquired) {  // our session is gone (expired while we waited, agent restarted)
                 renewed = spi::clock::now();
-                session_ = agent_.create_session(request_.lease, request_.name);
+                session_ = new_session();
                 index = 0;
                 continue;
             }
@@ -119,12 +80,8 @@ std::optional<spi::grant> handle::wait_and_acquire(spi::deadline until, spi::dea
             index = 0;  // lost at once (session invalidated meanwhile): start over
             continue;
         }
-        token_ = mine.modify_index;
-        auto rq = monitor_request(mine.index);
-        auto lk = monitor_.lock();
-        monitored_session_ = session_;
-        monitor_.start(lk, std::move(rq), lost);
-        return spi::grant{token_, renewed};
+        start_monitor(monitor_request(mine.index), lost);
+        return spi::grant{mine.modify_index, renewed};
     }
 }
 
@@ -136,66 +93,23 @@ http::request handle::monitor_request(std::uint64_t index) const {
                         wait + wait / 16 + agent_.client().opts().request_timeout);
 }
 
-// On the loop thread: the key changed, or the blocking query timed out/failed.
-void handle::on_monitor(http::transfer_result r) {
+// The key as the monitor's query shows it: deleted, or held by another session.
+std::optional<std::string> handle::examine(const http::response& resp, std::uint64_t& next_index) {
+    entry e = agent::parse_entry(resp, "monitor");
+    auto lk = monitor_.lock();
+    if (!monitor_.running(lk)) return std::nullopt;
     std::string lost;
-    std::uint64_t next_index = 0;
-    ms delay = 0ms;
-    if (r.how == http::outcome::completed && (r.resp.status == 200 || r.resp.status == 404)) {
-        try {
-            entry e = agent::parse_entry(r.resp, "monitor");
-            auto lk = monitor_.lock();
-            if (!monitor_.running(lk)) return;
-            if (!e.exists) lost = "lock key " + key_ + " was deleted";
-            else if (e.session != monitored_session_)
-                lost = e.session.empty() ? "lock key " + key_ + " was released by the server (session invalidated)"
-                                         : "lock key " + key_ + " is held by another session";
-            next_index = e.index;
-        } catch (const std::exception&) {
-            delay = 1s;
-        }
-    } else {
-        delay = 1s;  // agent unreachable or refusing: the renewals decide about loss; look again soon
-        agent_.client().rotate_endpoint(r.resp.endpoint);
-    }
-    if (!lost.empty()) {
-        monitor_.lost(monitor_.lock(), lost);
-        return;
-    }
-    monitor_.restart(monitor_request(next_index), delay);
+    if (!e.exists) lost = "lock key " + key_ + " was deleted";
+    else if (e.session != monitored_session_)
+        lost = e.session.empty() ? "lock key " + key_ + " was released by the server (session invalidated)"
+                                 : "lock key " + key_ + " is held by another session";
+    next_index = e.index;
+    return lost;
 }
 
-void handle::destroy_session() noexcept {
-    if (session_.empty()) return;
-    try {
-        agent_.destroy(session_);
-    } catch (...) {
-        // The TTL removes it.
-    }
-    session_.clear();
-}
-
-void handle::release() {
-    monitor_.stop();
-    if (session_.empty()) throw_error(errc::not_owner, kName, "lock '" + request_.name + "' is not held");
-    bool released = false;
-    std::optional<error> failure;
-    try {
-        released = agent_.lock_op(key_, "release", session_).value_or(false);
-    } catch (const error& e) {
-        failure = e;
-    }
-    destroy_session();  // also releases the key (Behavior release) when the release above failed
-    token_ = 0;
-    // A transport failure leaves the outcome unknown; any other keeps its kind (a
-    // token without the right to release, a server that is not Consul's API).
-    if (failure)
-        throw_error(failure->code_value() == errc::unavailable ? errc::in_doubt : failure->code_value(), kName,
-                    "release of '" + request_.name + "': " + failure->reason(), failure->native_code(),
-                    failure->native_message());
-    if (!released)
-        throw_error(errc::not_owner, kName, "lock '" + request_.name + "' was lost before its release");
-}
+// release= on the key (destroying the session afterwards also releases it,
+// Behavior release, when this failed).
+bool handle::give_back() { return agent_.lock_op(key_, "release", session_).value_or(false); }
 
 }  // namespace
 

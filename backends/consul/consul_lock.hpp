@@ -1,4 +1,4 @@
-// consul:// internals: the recipes (consul_lock.cpp, consul_semaphore.cpp) as the backend uses them.
+// consul:// internals: the recipes (consul_lock.cpp, consul_semaphore.cpp, consul_rwlock.cpp) as the backend uses them.
 #pragma once
 
 #include <memory>

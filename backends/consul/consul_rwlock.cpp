@@ -126,15 +126,11 @@ private:
 }  // namespace
 
 std::unique_ptr<spi::lock_handle> make_rwlock(agent& a, const spi::lock_request& r) {
-    layout where;
-    where.prefix = a.key_of(r.name) + "~rw/";
-    where.doc = kDocumentKey;
-    where.flag = kReadWriteFlag;
-    where.noun = "read-write lock";
-    where.session_name = r.kind == spi::lock_kind::write ? "distlock writer: " : "distlock reader: ";
-    auto key = where.prefix + where.doc;
-    return std::make_unique<contender>(a, r, std::move(where),
-                                       std::make_unique<rwlock_policy>(std::move(key), r.kind == spi::lock_kind::write));
+    const bool writer = r.kind == spi::lock_kind::write;
+    return make_contender(a, r,
+                          {a.key_of(r.name) + "~rw/", kDocumentKey, kReadWriteFlag, "read-write lock",
+                           writer ? "distlock writer: " : "distlock reader: "},
+                          [&](std::string key) { return std::make_unique<rwlock_policy>(std::move(key), writer); });
 }
 
 }  // namespace distlock::backends::consul

@@ -127,15 +127,9 @@ private:
 }  // namespace
 
 std::unique_ptr<spi::lock_handle> make_permit(agent& a, const spi::lock_request& r) {
-    layout where;
-    where.prefix = a.key_of(r.name) + "/";
-    where.doc = kCoordinationKey;
-    where.flag = kSemaphoreFlag;
-    where.noun = "semaphore";
-    where.session_name = "distlock semaphore: ";
-    auto key = where.prefix + where.doc;
-    return std::make_unique<contender>(a, r, std::move(where),
-                                       std::make_unique<semaphore_policy>(r.name, std::move(key), r.permits));
+    return make_contender(
+        a, r, {a.key_of(r.name) + "/", kCoordinationKey, kSemaphoreFlag, "semaphore", "distlock semaphore: "},
+        [&](std::string key) { return std::make_unique<semaphore_policy>(r.name, std::move(key), r.permits); });
 }
 
 }  // namespace distlock::backends::consul

@@ -45,6 +45,14 @@ std::string url() {
     return distlock::test::env(real_consul() ? "DISTLOCK_TEST_CONSUL_URL" : "DISTLOCK_TEST_CONSUL_EMULATOR_URL");
 }
 
+// Whether the server counts requests (the emulator's /emulator/stats); against a
+// real Consul the test says so and checks nothing.
+bool counts_requests() {
+    if (!real_consul()) return true;
+    WARN("needs the emulator's request counters: checked against the emulator only");
+    return false;
+}
+
 // Direct HTTP access to the agent under test.
 class agent {
 public:
@@ -91,6 +99,12 @@ public:
         if (r.status == 404) return nullptr;
         REQUIRE(r.status == 200);
         return json::parse(r.body)[0];
+    }
+    // The GETs of `path` the emulator has counted so far (counts_requests()).
+    int gets_of(const std::string& path) {
+        auto r = call("GET", "/emulator/stats?path=" + path);
+        REQUIRE(r.status == 200);
+        return json::parse(r.body).value("GET", 0);
     }
     json session_info(const std::string& id) {
         auto r = call("GET", "/v1/session/info/" + id);
@@ -262,21 +276,14 @@ TEST_CASE("a renewed session outlives many TTLs while a waiter's blocking querie
 }
 
 TEST_CASE("a waiter sleeps in blocking queries instead of polling", "[consul][emulator]") {
-    if (real_consul()) {
-        WARN("needs the emulator's request counters: checked against the emulator only");
-        return;
-    }
+    if (!counts_requests()) return;
     auto a = distlock::connect(url());
     auto b = distlock::connect(url());
     agent consul(url());
     const auto name = unique_name("no-polling");
     auto holder = a.mutex(name);
     holder.lock();
-    auto count = [&] {
-        auto r = consul.call("GET", "/emulator/stats?path=" + consul.key_path(name).substr(0, std::string::npos));
-        REQUIRE(r.status == 200);
-        return json::parse(r.body).value("GET", 0);
-    };
+    auto count = [&] { return consul.gets_of(consul.key_path(name)); };
     const int before = count();
     auto waiter = b.mutex(name);
     CHECK_FALSE(waiter.try_lock_for(3s));
@@ -621,10 +628,7 @@ TEST_CASE("break_lock removes a semaphore's keys: its holders learn it", "[consu
 
 TEST_CASE("a waiting contender sleeps in blocking queries on the prefix instead of polling",
           "[consul][semaphore][emulator]") {
-    if (real_consul()) {
-        WARN("needs the emulator's request counters: checked against the emulator only");
-        return;
-    }
+    if (!counts_requests()) return;
     auto a = distlock::connect(url());
     auto b = distlock::connect(url());
     agent consul(url());
@@ -633,11 +637,7 @@ TEST_CASE("a waiting contender sleeps in blocking queries on the prefix instead 
     REQUIRE(holder.try_acquire_for(10s));
     auto waiter = b.semaphore(name, 1);
     const auto list_path = "/v1/kv/" + http::escape_path(consul.semaphore_prefix(name));  // as sent
-    auto lists = [&] {
-        auto r = consul.call("GET", "/emulator/stats?path=" + list_path);
-        REQUIRE(r.status == 200);
-        return json::parse(r.body).value("GET", 0);
-    };
+    auto lists = [&] { return consul.gets_of(list_path); };
     const auto before = lists();
     std::atomic<bool> got{false};
     std::thread t([&] { got = waiter.try_acquire_for(20s); });
