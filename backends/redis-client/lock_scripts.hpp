@@ -1,6 +1,8 @@
 // The Redis client layer (redis_client.hpp): what the renewals of redis:// (both
-// strategies) and of every redlock:// node share: one owner-checked script for
-// a whole batch of keys, and the gathering of that batch from the handles.
+// strategies, read-write locks and semaphores) and of every redlock:// node
+// share: the form of a renewal script for a whole batch of grants, the
+// owner-checked one for plain keys and hash fields, and the gathering of a batch
+// of keys from the handles.
 #pragma once
 
 #include <cstddef>
@@ -18,20 +20,31 @@ namespace distlock::backends::redis_client {
 inline constexpr std::string_view plain_key_owned = "redis.call('get', KEYS[i]) == ARGV[2 * i - 1]";
 inline constexpr std::string_view hash_field_owned = "redis.call('hexists', KEYS[i], ARGV[2 * i - 1]) == 1";
 
-// Owner-checked renewal of several keys in one script, with `owned` (one of the
-// above) as the test. KEYS[i] lock keys; ARGV[2i-1] token, ARGV[2i] lease ms.
-// Reply: 1 (extended) or 0 (not ours any more) per key.
-inline std::string owner_renew_lua(std::string_view owned) {
+// A renewal script over a batch of grants, in the reply form every renewal of
+// both schemes reads (run_batched): for i = 1 .. `count` (a Lua expression),
+// `locals` (Lua lines, may be empty) run, then, when `held` (a Lua test) is
+// true, `renew` (Lua lines) and out[i] = 1, else out[i] = 0. Reply: out, one 1
+// (renewed) or 0 (not ours any more) per grant.
+inline std::string batch_renew_lua(std::string_view count, std::string_view locals, std::string_view held,
+                                   std::string_view renew) {
     return "local out = {}\n"
-           "for i = 1, #KEYS do\n"
-           "  if " + std::string(owned) + " then\n"
-           "    redis.call('pexpire', KEYS[i], ARGV[2 * i])\n"
+           "for i = 1, " + std::string(count) + " do\n" +
+           std::string(locals) +
+           "  if " + std::string(held) + " then\n" +
+           std::string(renew) +
            "    out[i] = 1\n"
            "  else\n"
            "    out[i] = 0\n"
            "  end\n"
            "end\n"
            "return out\n";
+}
+
+// Owner-checked renewal of several keys in one script, with `owned` (one of the
+// above) as the test. KEYS[i] lock keys; ARGV[2i-1] token, ARGV[2i] lease ms.
+// Reply: 1 (extended) or 0 (not ours any more) per key.
+inline std::string owner_renew_lua(std::string_view owned) {
+    return batch_renew_lua("#KEYS", "", owned, "    redis.call('pexpire', KEYS[i], ARGV[2 * i])\n");
 }
 
 // The keys and arguments of one renewal script: for each held handle its key,

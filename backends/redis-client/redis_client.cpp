@@ -28,6 +28,17 @@ bool starts_with(const redisReply* r, std::string_view prefix) {
 
 bool is_error(const redisReply* r) noexcept { return r != nullptr && r->type == REDIS_REPLY_ERROR; }
 
+long long as_integer(const redisReply* r) noexcept {
+    if (r == nullptr) return 0;
+    if (r->type == REDIS_REPLY_INTEGER) return r->integer;
+    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) {
+        long long v = 0;
+        std::from_chars(r->str, r->str + r->len, v);
+        return v;
+    }
+    return 0;
+}
+
 std::string reply_text(const redisReply* r) {
     if (r == nullptr) return "(no reply)";
     switch (r->type) {

@@ -88,6 +88,9 @@ private:
 [[noreturn]] void throw_client_error(const std::string& backend, const redisReply* r, const std::string& context);
 bool is_error(const redisReply* r) noexcept;
 std::string reply_text(const redisReply* r);
+// An integer reply, or a string / status reply read as a number; 0 for anything
+// else (no reply, nil, an error, an array).
+long long as_integer(const redisReply* r) noexcept;
 
 // A command's arguments as hiredis's argv/argvlen arrays (for the connection's
 // commands and the subscriber's preformatted ones).

@@ -1,12 +1,14 @@
 // redis:// internals: what the backend (redis_backend.cpp) gives the recipes of
 // the read-write lock and the semaphore (shared_locks.cpp): its connections, its
-// pub/sub subscriber and the owner ids of new grants. Never included outside
-// backends/redis/.
+// pub/sub subscriber and the owner ids of new grants; and how every lock handle
+// of both (mutex, read-write lock, semaphore) runs its acquire and release
+// scripts. Never included outside backends/redis/.
 #pragma once
 
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "distlock/spi/backend.hpp"
 #include "redis_client.hpp"
@@ -39,6 +41,63 @@ public:
 // A lock handle of lock_kind read, write or permit for the Redisson object
 // `object` (strategy::object_name).
 std::unique_ptr<spi::lock_handle> make_shared_lock(context& ctx, const spi::lock_request& r, std::string object);
+
+// How every lock handle runs its scripts (`name`: the lock's name, for errors).
+
+// Runs one acquire script, `acquire(connection&)` -> reply_ptr, whose reply is
+// {status, value}; returns them. When the connection failed after the script
+// may have run, `undo(connection&)` (the release script) is run, best effort,
+// so that nothing is left behind; the failure is then unavailable.
+template <class Acquire, class Undo>
+std::pair<long long, long long> run_acquire_script(redis_client::pool& connections, const std::string& name,
+                                                   Acquire&& acquire, Undo&& undo) {
+    using namespace redis_client;
+    try {
+        return connections.run([&](connection& c) {
+            auto r = acquire(c);
+            if (is_error(r.get())) throw_client_error("redis", r.get(), "acquire of '" + name + "'");
+            if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+                throw_error(errc::unavailable, "redis", "unexpected reply to the acquire script: " + reply_text(r.get()));
+            return std::pair<long long, long long>(as_integer(r->element[0]), as_integer(r->element[1]));
+        });
+    } catch (const connection_failure& e) {
+        if (e.maybe_sent()) {
+            // The script may have run: undo it (best effort) so that nothing is left behind.
+            try {
+                connections.run([&](connection& c) {
+                    undo(c);
+                    return 0;
+                });
+            } catch (...) {
+            }
+        }
+        throw_error(errc::unavailable, "redis", "acquire of '" + name + "' failed: " + e.what());
+    }
+}
+
+// Runs one release script, `release(connection&)` -> reply_ptr, and judges its
+// integer reply by `released(long long)`: false -> not_owner (the grant was no
+// longer ours). A connection that failed: in_doubt when the script may have run,
+// else unavailable (the lease expires on the server either way).
+template <class Release, class Released>
+void run_release_script(redis_client::pool& connections, const std::string& name, Release&& release,
+                        Released&& released) {
+    using namespace redis_client;
+    long long result = 0;
+    try {
+        result = connections.run([&](connection& c) {
+            auto r = release(c);
+            if (is_error(r.get())) throw_client_error("redis", r.get(), "release of '" + name + "'");
+            return as_integer(r.get());
+        });
+    } catch (const connection_failure& e) {
+        throw_error(e.maybe_sent() ? errc::in_doubt : errc::unavailable, "redis",
+                    "release of '" + name + "' failed: " + e.what() + " (the lease will expire on the server)");
+    }
+    if (!released(result))
+        throw_error(errc::not_owner, "redis",
+                    "lock '" + name + "' was no longer ours when released (expired or deleted on the server)");
+}
 
 // keepalive_batch for shared handles (all of one provider): one pipelined round
 // trip per kind.

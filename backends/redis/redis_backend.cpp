@@ -35,17 +35,6 @@ struct settings {
     std::size_t pool_size = 8;
 };
 
-long long as_integer(const redisReply* r) {
-    if (r == nullptr) return 0;
-    if (r->type == REDIS_REPLY_INTEGER) return r->integer;
-    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) {
-        long long v = 0;
-        std::from_chars(r->str, r->str + r->len, v);
-        return v;
-    }
-    return 0;
-}
-
 class handle;
 
 class backend final : public spi::backend, public context {
@@ -240,21 +229,10 @@ public:
     void release() override {
         std::string owner = std::exchange(owner_, std::string{});
         if (owner.empty()) throw_error(errc::not_owner, "redis", "lock '" + request_.name + "' is not held");
-        long long result = 0;
-        try {
-            result = backend_.connections().run([&](connection& c) {
-                auto r = backend_.strat().release(c, layout_, owner, lease_ms_);
-                if (is_error(r.get())) throw_client_error("redis", r.get(), "release of '" + request_.name + "'");
-                return as_integer(r.get());
-            });
-        } catch (const connection_failure& e) {
-            throw_error(e.maybe_sent() ? errc::in_doubt : errc::unavailable, "redis",
-                        "release of '" + request_.name + "' failed: " + e.what() +
-                            " (the lease will expire on the server)");
-        }
-        if (!backend_.strat().released(result))
-            throw_error(errc::not_owner, "redis",
-                        "lock '" + request_.name + "' was no longer ours when released (expired or deleted on the server)");
+        run_release_script(
+            backend_.connections(), request_.name,
+            [&](connection& c) { return backend_.strat().release(c, layout_, owner, lease_ms_); },
+            [&](long long reply) { return backend_.strat().released(reply); });
     }
 
     const std::string& key() const noexcept { return layout_.key; }
@@ -276,27 +254,11 @@ private:
 
     // One acquire script: {acquired, fencing token or PTTL}.
     std::pair<bool, long long> attempt(const std::string& owner, const std::string& waiter) {
-        try {
-            return backend_.connections().run([&](connection& c) {
-                auto r = backend_.strat().acquire(c, layout_, owner, lease_ms_, waiter);
-                if (is_error(r.get())) throw_client_error("redis", r.get(), "acquire of '" + request_.name + "'");
-                if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
-                    throw_error(errc::unavailable, "redis", "unexpected reply to the acquire script: " + reply_text(r.get()));
-                return std::pair<bool, long long>(as_integer(r->element[0]) == 1, as_integer(r->element[1]));
-            });
-        } catch (const connection_failure& e) {
-            if (e.maybe_sent()) {
-                // The script may have run: undo it (best effort) so that nothing is left behind.
-                try {
-                    backend_.connections().run([&](connection& c) {
-                        backend_.strat().release(c, layout_, owner, lease_ms_);
-                        return 0;
-                    });
-                } catch (...) {
-                }
-            }
-            throw_error(errc::unavailable, "redis", "acquire of '" + request_.name + "' failed: " + e.what());
-        }
+        auto [status, value] = run_acquire_script(
+            backend_.connections(), request_.name,
+            [&](connection& c) { return backend_.strat().acquire(c, layout_, owner, lease_ms_, waiter); },
+            [&](connection& c) { backend_.strat().release(c, layout_, owner, lease_ms_); });
+        return {status == 1, value};
     }
 
     backend& backend_;

@@ -110,20 +110,28 @@ end
 return 1
 )lua";
 
+// The start of Redisson's read and write unlock. KEYS[1] hash; ARGV[1] our
+// field, ARGV[2] channel. With no lock at all, `message` is published (as
+// Redisson does, for waiters that missed an expiry) and the grant is not ours
+// (-1); when `not_ours` (a Lua test) holds, -1 too; else our field's count goes
+// down by one, to `n` (`mode`: the lock's mode).
+std::string unlock_start_lua(std::string_view message, std::string_view not_ours) {
+    return "local mode = redis.call('hget', KEYS[1], 'mode')\n"
+           "if mode == false then\n"
+           "  redis.call('publish', ARGV[2], '" + std::string(message) + "')\n"
+           "  return -1\n"
+           "end\n"
+           "if " + std::string(not_ours) + " then\n"
+           "  return -1\n"
+           "end\n"
+           "local n = redis.call('hincrby', KEYS[1], ARGV[1], -1)\n";
+}
+
 // Read release, as Redisson's read unlock (without its retry latch). KEYS[1]
 // hash, KEYS[2] our timeout-key prefix, KEYS[3] the prefix of every holder's
 // timeout keys ({object}); ARGV[1] owner field, ARGV[2] channel.
 // -1 not ours, 1 released.
-const char* const read_release_lua = R"lua(
-local mode = redis.call('hget', KEYS[1], 'mode')
-if mode == false then
-  redis.call('publish', ARGV[2], '0')
-  return -1
-end
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
-  return -1
-end
-local n = redis.call('hincrby', KEYS[1], ARGV[1], -1)
+const std::string read_release_lua = unlock_start_lua("0", "redis.call('hexists', KEYS[1], ARGV[1]) == 0") + R"lua(
 if n == 0 then
   redis.call('hdel', KEYS[1], ARGV[1])
 end
@@ -154,16 +162,8 @@ return 1
 // Write release, as Redisson's write unlock (without its retry latch). KEYS[1]
 // hash; ARGV[1] write field, ARGV[2] channel, ARGV[3] lease ms.
 // -1 not ours, 0 still held (re-entered), 1 released.
-const char* const write_release_lua = R"lua(
-local mode = redis.call('hget', KEYS[1], 'mode')
-if mode == false then
-  redis.call('publish', ARGV[2], '1')
-  return -1
-end
-if mode ~= 'write' or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
-  return -1
-end
-local n = redis.call('hincrby', KEYS[1], ARGV[1], -1)
+const std::string write_release_lua =
+    unlock_start_lua("1", "mode ~= 'write' or redis.call('hexists', KEYS[1], ARGV[1]) == 0") + R"lua(
 if n > 0 then
   redis.call('pexpire', KEYS[1], ARGV[3])
   return 0
@@ -182,25 +182,17 @@ return 1
 // prefix; ARGV[2i-1] owner field, ARGV[2i] lease ms. While the field is in the
 // hash, its timeout keys get a new lease and the hash lives at least that long
 // (as Redisson's ReadLockTask). 1 renewed, 0 gone.
-const char* const read_renew_lua = R"lua(
-local out = {}
-for i = 1, #KEYS / 2 do
-  local hash, prefix, lease = KEYS[2 * i - 1], KEYS[2 * i], tonumber(ARGV[2 * i])
-  local count = tonumber(redis.call('hget', hash, ARGV[2 * i - 1]))
-  if count then
-    for k = 1, count do
-      redis.call('set', prefix .. ':' .. k, 1, 'PX', lease)
-    end
-    if redis.call('pttl', hash) < lease then
-      redis.call('pexpire', hash, lease)
-    end
-    out[i] = 1
-  else
-    out[i] = 0
-  end
-end
-return out
-)lua";
+const std::string read_renew_lua =
+    batch_renew_lua("#KEYS / 2",
+                    "  local hash, prefix, lease = KEYS[2 * i - 1], KEYS[2 * i], tonumber(ARGV[2 * i])\n"
+                    "  local count = tonumber(redis.call('hget', hash, ARGV[2 * i - 1]))\n",
+                    "count",
+                    "    for k = 1, count do\n"
+                    "      redis.call('set', prefix .. ':' .. k, 1, 'PX', lease)\n"
+                    "    end\n"
+                    "    if redis.call('pttl', hash) < lease then\n"
+                    "      redis.call('pexpire', hash, lease)\n"
+                    "    end\n");
 
 // Permit acquire. KEYS[1] available count, KEYS[2] timeout zset, KEYS[3] fence;
 // ARGV[1] permit id, ARGV[2] lease ms, ARGV[3] size, ARGV[4] channel.
@@ -263,20 +255,11 @@ return 1
 // Renewal of permits: KEYS[i] timeout zset; ARGV[2i-1] permit id, ARGV[2i]
 // lease ms. A permit not yet expired gets a new expiry (Redisson's
 // updateLeaseTime); an expired one may be reclaimed by anyone: gone. 1 | 0.
-const std::string permit_renew_lua = std::string(now_lua) + R"lua(
-local now = now_ms()
-local out = {}
-for i = 1, #KEYS do
-  local expiry = redis.call('zscore', KEYS[i], ARGV[2 * i - 1])
-  if expiry and tonumber(expiry) > now then
-    redis.call('zadd', KEYS[i], 'XX', now + tonumber(ARGV[2 * i]), ARGV[2 * i - 1])
-    out[i] = 1
-  else
-    out[i] = 0
-  end
-end
-return out
-)lua";
+const std::string permit_renew_lua =
+    std::string(now_lua) + "local now = now_ms()\n" +
+    batch_renew_lua("#KEYS", "  local expiry = redis.call('zscore', KEYS[i], ARGV[2 * i - 1])\n",
+                    "expiry and tonumber(expiry) > now",
+                    "    redis.call('zadd', KEYS[i], 'XX', now + tonumber(ARGV[2 * i]), ARGV[2 * i - 1])\n");
 
 struct scripts {
     script read_acquire{read_acquire_lua}, write_acquire{write_acquire_lua}, write_leave{write_leave_lua},
@@ -297,17 +280,6 @@ std::string suffix_name(const std::string& object, const std::string& s) {
 }
 std::string prefix_name(const std::string& p, const std::string& object) {
     return braced(object) ? p + ":" + object : p + ":{" + object + "}";
-}
-
-long long as_integer(const redisReply* r) {
-    if (r == nullptr) return 0;
-    if (r->type == REDIS_REPLY_INTEGER) return r->integer;
-    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) {
-        long long v = 0;
-        std::from_chars(r->str, r->str + r->len, v);
-        return v;
-    }
-    return 0;
 }
 
 // A new permit id: 16 random bytes, raw (as Redisson stores them since 3.17.0).
@@ -382,22 +354,9 @@ public:
     void release() override {
         if (!holding_) throw_error(errc::not_owner, "redis", "lock '" + request_.name + "' is not held");
         holding_ = false;
-        long long result = 0;
-        try {
-            result = ctx_.connections().run([&](connection& c) {
-                auto r = run_release(c);
-                if (is_error(r.get())) throw_client_error("redis", r.get(), "release of '" + request_.name + "'");
-                return as_integer(r.get());
-            });
-        } catch (const connection_failure& e) {
-            throw_error(e.maybe_sent() ? errc::in_doubt : errc::unavailable, "redis",
-                        "release of '" + request_.name + "' failed: " + e.what() +
-                            " (the lease will expire on the server)");
-        }
-        if (!released(result))
-            throw_error(errc::not_owner, "redis",
-                        "lock '" + request_.name +
-                            "' was no longer ours when released (expired or deleted on the server)");
+        run_release_script(
+            ctx_.connections(), request_.name, [&](connection& c) { return run_release(c); },
+            [&](long long reply) { return released(reply); });
     }
 
     bool holding() const noexcept { return holding_; }
@@ -423,28 +382,12 @@ protected:
 
 private:
     std::pair<outcome, long long> run_attempt(bool waiting) {
-        try {
-            auto [status, value] = ctx_.connections().run([&](connection& c) {
-                auto r = attempt(c, waiting);
-                if (is_error(r.get())) throw_client_error("redis", r.get(), "acquire of '" + request_.name + "'");
-                if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
-                    throw_error(errc::unavailable, "redis",
-                                "unexpected reply to the acquire script: " + reply_text(r.get()));
-                return std::pair<long long, long long>(as_integer(r->element[0]), as_integer(r->element[1]));
-            });
-            auto what = read_outcome(status);
-            if (what == outcome::granted) holding_ = true;
-            return {what, value};
-        } catch (const connection_failure& e) {
-            if (e.maybe_sent()) {
-                // The script may have run: undo it (best effort) so that nothing is left behind.
-                try {
-                    ctx_.connections().run([&](connection& c) { return run_release(c); });
-                } catch (...) {
-                }
-            }
-            throw_error(errc::unavailable, "redis", "acquire of '" + request_.name + "' failed: " + e.what());
-        }
+        auto [status, value] = run_acquire_script(
+            ctx_.connections(), request_.name, [&](connection& c) { return attempt(c, waiting); },
+            [&](connection& c) { run_release(c); });
+        auto what = read_outcome(status);
+        if (what == outcome::granted) holding_ = true;
+        return {what, value};
     }
 
     void give_up() noexcept {
