@@ -110,7 +110,8 @@ namespace detail {
 capabilities effective_caps(const capabilities& declared) {
     capabilities caps = declared;
     for (auto f : {feature::read_write, feature::semaphore, feature::permit_limit})
-        if (!caps.implements.contains(f)) caps.unsupported.emplace(f, "not implemented by this backend");
+        if (!caps.implements.contains(f))
+            caps.unsupported.emplace(f, "the backend does not claim it (capabilities::implements)");
     return caps;
 }
 }  // namespace detail

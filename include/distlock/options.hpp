@@ -93,8 +93,8 @@ struct capabilities {
     // feature that a backend does not list here is not supported, whatever
     // `unsupported` says: a backend written before they existed lists none, and
     // provider::caps() then shows each of them unsupported with the reason
-    // "not implemented by this backend". (A backend author sets this; a user
-    // reads supports() / why_not().)
+    // "the backend does not claim it (capabilities::implements)". (A backend
+    // author sets this; a user reads supports() / why_not().)
     std::set<feature> implements;
 
     // Upper bound on how long after a holder's crash the lock is released, with

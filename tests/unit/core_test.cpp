@@ -447,7 +447,7 @@ TEST_CASE("a backend that does not claim the newer primitives is not asked for t
     auto p = fake_provider(s, 300ms);
     for (auto f : {distlock::feature::read_write, distlock::feature::semaphore, distlock::feature::permit_limit}) {
         CHECK_FALSE(p.caps().supports(f));
-        CHECK(p.caps().why_not(f) == "not implemented by this backend");
+        CHECK(p.caps().why_not(f) == "the backend does not claim it (capabilities::implements)");
     }
     CHECK(p.caps().supports(distlock::feature::lease_expiry));  // the rest as declared
     CHECK_THROWS_AS(p.shared_mutex("rw"), distlock::unsupported_error);
