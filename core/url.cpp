@@ -60,7 +60,13 @@ curlu_ptr parse_with_curl(const std::string& carrier, const std::string& shown) 
     return u;
 }
 
-bool secret_parameter(std::string_view key) { return key == "token" || key == "password" || key == "secret"; }
+// A parameter whose value is hidden in every message: "token", "password",
+// "secret" and any name ending in one of them ("sentinel_password").
+bool secret_parameter(std::string_view key) {
+    for (std::string_view secret : {"token", "password", "secret"})
+        if (key.size() >= secret.size() && key.substr(key.size() - secret.size()) == secret) return true;
+    return false;
+}
 
 // Where the user info of `rest` (the text after "://") may end: its last '@'
 // (npos: none). A password may hold any character, '@', '/', '?' and '#'

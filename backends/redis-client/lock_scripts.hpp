@@ -21,7 +21,7 @@ inline constexpr std::string_view plain_key_owned = "redis.call('get', KEYS[i]) 
 inline constexpr std::string_view hash_field_owned = "redis.call('hexists', KEYS[i], ARGV[2 * i - 1]) == 1";
 
 // A renewal script over a batch of grants, in the reply form every renewal of
-// both schemes reads (run_batched): for i = 1 .. `count` (a Lua expression),
+// both schemes reads (topology::run_items): for i = 1 .. `count` (a Lua expression),
 // `locals` (Lua lines, may be empty) run, then, when `held` (a Lua test) is
 // true, `renew` (Lua lines) and out[i] = 1, else out[i] = 0. Reply: out, one 1
 // (renewed) or 0 (not ours any more) per grant.

@@ -77,19 +77,19 @@ void throw_client_error(const std::string& backend, const std::string& context, 
 // ---- endpoint ------------------------------------------------------------------
 
 endpoint endpoint_from_url(spi::url& u, const std::string& backend_name, std::chrono::milliseconds connect_default,
-                           std::chrono::milliseconds command_default) {
+                           std::chrono::milliseconds command_default, std::optional<std::string_view> db_path) {
     endpoint ep;
     ep.backend_name = backend_name;
     ep.user = u.user();
     ep.password = u.password();
-    if (!u.path().empty() && u.path() != "/") {
-        std::string_view db(u.path());
-        db.remove_prefix(1);
+    std::string_view db = db_path ? *db_path : std::string_view(u.path());
+    if (!db_path && !db.empty()) db.remove_prefix(1);
+    if (!db.empty()) {
         int value = -1;
         auto [p, ec] = std::from_chars(db.data(), db.data() + db.size(), value);
         if (ec != std::errc{} || p != db.data() + db.size() || value < 0)
             throw_error(errc::invalid_argument, backend_name,
-                        "the URL path must be a database number (/0, /1, ...), not '" + u.path() + "'");
+                        "the database must be a number (/0, /1, ...), not '" + std::string(db) + "'");
         ep.db = value;
     }
     ep.connect_timeout = u.take_duration("connect_timeout").value_or(connect_default);
@@ -194,10 +194,45 @@ void connection::flush() {
     }
 }
 
+namespace {
+// The redirection an error reply asks for, if any (see `redirect`).
+std::optional<redirect> redirect_of(const redisReply* r) {
+    if (r == nullptr || r->type != REDIS_REPLY_ERROR || r->str == nullptr) return std::nullopt;
+    const std::string_view text(r->str, r->len);
+    const bool moved = text.substr(0, 6) == "MOVED ", ask = text.substr(0, 4) == "ASK ";
+    if (moved || ask) {
+        // "MOVED 3999 127.0.0.1:6381": the slot, then host:port (the host may be
+        // empty: the node we asked, in Redis 7's unknown-endpoint form).
+        auto rest = text.substr(moved ? 6 : 4);
+        const auto space = rest.find(' ');
+        int slot = -1;
+        std::from_chars(rest.data(), rest.data() + std::min(space, rest.size()), slot);
+        auto addr = space == std::string_view::npos ? std::string_view{} : rest.substr(space + 1);
+        const auto colon = addr.rfind(':');
+        std::uint16_t port = 0;
+        if (colon != std::string_view::npos)
+            std::from_chars(addr.data() + colon + 1, addr.data() + addr.size(), port);
+        std::string host(addr.substr(0, colon == std::string_view::npos ? 0 : colon));
+        return redirect(moved ? redirect::kind::moved : redirect::kind::ask, slot, std::move(host), port,
+                        std::string(text));
+    }
+    for (std::string_view retry : {"READONLY", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN"})
+        if (text.substr(0, retry.size()) == retry) return redirect(redirect::kind::retry, -1, "", 0, std::string(text));
+    return std::nullopt;
+}
+}  // namespace
+
 reply_ptr connection::read_reply() {
     void* out = nullptr;
     if (redisGetReply(ctx_, &out) != REDIS_OK || out == nullptr) fail("no reply", true);
-    return reply_ptr(static_cast<redisReply*>(out));
+    reply_ptr r(static_cast<redisReply*>(out));
+    if (ep_.follow_redirects) {
+        if (auto to = redirect_of(r.get())) {
+            broken_ = true;  // replies of a pipeline may still be pending: never reuse it
+            throw *to;
+        }
+    }
+    return r;
 }
 
 // ---- pool ------------------------------------------------------------------------
@@ -231,18 +266,28 @@ void pool::clear_idle() {
 
 // ---- script ------------------------------------------------------------------------
 
-script::script(std::string text) : text_(std::move(text)) {
+namespace {
+std::string sha1_hex(const std::string& text) {
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
-    EVP_Digest(text_.data(), text_.size(), md, &len, EVP_sha1(), nullptr);
-    sha1_ = spi::to_hex(std::string_view(reinterpret_cast<const char*>(md), len));
+    EVP_Digest(text.data(), text.size(), md, &len, EVP_sha1(), nullptr);
+    return spi::to_hex(std::string_view(reinterpret_cast<const char*>(md), len));
+}
+}  // namespace
+
+script::script(std::string text) : text_(std::move(text)), sharded_text_(text_) {
+    constexpr std::string_view plain = "redis.call('publish',", sharded = "redis.call('spublish',";
+    for (auto at = sharded_text_.find(plain); at != std::string::npos; at = sharded_text_.find(plain, at + sharded.size()))
+        sharded_text_.replace(at, plain.size(), sharded);
+    sha1_ = sha1_hex(text_);
+    sharded_sha1_ = sha1_hex(sharded_text_);
 }
 
 std::vector<std::string_view> script::eval_args(const std::vector<std::string_view>& keys,
-                                                const std::vector<std::string_view>& args,
-                                                std::string& numkeys) const {
+                                                const std::vector<std::string_view>& args, std::string& numkeys,
+                                                bool sharded) const {
     numkeys = std::to_string(keys.size());
-    std::vector<std::string_view> cmd{"EVAL", text_, numkeys};
+    std::vector<std::string_view> cmd{"EVAL", text(sharded), numkeys};
     cmd.insert(cmd.end(), keys.begin(), keys.end());
     cmd.insert(cmd.end(), args.begin(), args.end());
     return cmd;
@@ -251,53 +296,21 @@ std::vector<std::string_view> script::eval_args(const std::vector<std::string_vi
 reply_ptr script::run(connection& c, const std::vector<std::string_view>& keys,
                       const std::vector<std::string_view>& args) const {
     std::string numkeys;
-    auto cmd = eval_args(keys, args, numkeys);
+    const bool sharded = c.where().sharded;
+    auto cmd = eval_args(keys, args, numkeys, sharded);
     cmd[0] = "EVALSHA";
-    cmd[1] = sha1_;
+    cmd[1] = sha1(sharded);
     auto r = c.command(cmd);
     if (!starts_with(r.get(), "NOSCRIPT")) return r;
     cmd[0] = "EVAL";
-    cmd[1] = text_;
+    cmd[1] = text(sharded);
     return c.command(cmd);
 }
 
 reply_ptr script::eval(connection& c, const std::vector<std::string_view>& keys,
                        const std::vector<std::string_view>& args) const {
     std::string numkeys;
-    return c.command(eval_args(keys, args, numkeys));
-}
-
-std::vector<reply_ptr> run_batched(connection& c, const script& s, const std::vector<std::string_view>& keys,
-                                   const std::vector<std::string_view>& args, std::size_t keys_per_item,
-                                   std::size_t args_per_item, std::size_t per_call) {
-    const std::size_t items = keys_per_item > 0 ? keys.size() / keys_per_item : args.size() / args_per_item;
-    const std::size_t calls = (items + per_call - 1) / per_call;
-    auto slice = [&](std::size_t n, std::vector<std::string_view>& k, std::vector<std::string_view>& a) {
-        const std::size_t start = n * per_call, end = std::min(items, start + per_call);
-        k.assign(keys.begin() + static_cast<long>(start * keys_per_item), keys.begin() + static_cast<long>(end * keys_per_item));
-        a.assign(args.begin() + static_cast<long>(start * args_per_item), args.begin() + static_cast<long>(end * args_per_item));
-    };
-    std::vector<std::string> numkeys(calls);
-    for (std::size_t n = 0; n < calls; ++n) {
-        std::vector<std::string_view> k, a;
-        slice(n, k, a);
-        auto cmd = s.eval_args(k, a, numkeys[n]);
-        cmd[0] = "EVALSHA";
-        cmd[1] = s.sha1();
-        c.append(cmd);
-    }
-    c.flush();
-    std::vector<reply_ptr> out;
-    out.reserve(calls);
-    for (std::size_t n = 0; n < calls; ++n) out.push_back(c.read_reply());
-    // A server that forgot the script (restart, SCRIPT FLUSH): once more with EVAL.
-    for (std::size_t n = 0; n < calls; ++n) {
-        if (!starts_with(out[n].get(), "NOSCRIPT")) continue;
-        std::vector<std::string_view> k, a;
-        slice(n, k, a);
-        out[n] = s.eval(c, k, a);
-    }
-    return out;
+    return c.command(eval_args(keys, args, numkeys, c.where().sharded));
 }
 
 // ---- exchange (one command to several servers at once) ------------------------------

@@ -43,14 +43,24 @@ struct endpoint {
     int db = 0;            // SELECT db when not 0
     std::chrono::milliseconds connect_timeout{1000};
     std::chrono::milliseconds command_timeout{2000};
+    // Set by a topology that follows servers (topology.hpp): replies that send
+    // the client elsewhere (MOVED, ASK, READONLY, TRYAGAIN, ...) are thrown as
+    // `redirect` instead of returned.
+    bool follow_redirects = false;
+    // Redis Cluster: scripts publish with SPUBLISH and waiters SSUBSCRIBE
+    // (sharded pub/sub, as Redisson does on Redis 7 clusters).
+    bool sharded = false;
 
     std::string label() const { return host + ":" + std::to_string(port); }
 };
 
 // Fills an endpoint from the URL's user info, database path and the connect_timeout=
 // and timeout= parameters (taken from `u`). Throws invalid_argument_error.
+// `db_path`: the text of the database number ("" = 0); by default the URL's path
+// without its '/'.
 endpoint endpoint_from_url(spi::url& u, const std::string& backend_name, std::chrono::milliseconds connect_default,
-                           std::chrono::milliseconds command_default);
+                           std::chrono::milliseconds command_default,
+                           std::optional<std::string_view> db_path = std::nullopt);
 
 struct reply_deleter {
     void operator()(redisReply* r) const noexcept {
@@ -76,6 +86,29 @@ public:
 
 private:
     bool stale_, maybe_sent_, not_redis_;
+};
+
+// A reply that sends the command elsewhere (only on an endpoint with
+// follow_redirects): the command did not run where it was sent.
+//   moved  MOVED <slot> <host:port>: the slot is served by that node now
+//   ask    ASK <slot> <host:port>: this once, ASKING then the command there
+//   retry  READONLY (a demoted master), TRYAGAIN, CLUSTERDOWN, LOADING,
+//          MASTERDOWN: the topology is changing; find the server again
+class redirect : public std::runtime_error {
+public:
+    enum class kind { moved, ask, retry };
+    redirect(kind k, int slot, std::string host, std::uint16_t port, const std::string& text)
+        : std::runtime_error(text), kind_(k), slot_(slot), host_(std::move(host)), port_(port) {}
+    kind how() const noexcept { return kind_; }
+    int slot() const noexcept { return slot_; }
+    const std::string& host() const noexcept { return host_; }
+    std::uint16_t port() const noexcept { return port_; }
+
+private:
+    kind kind_;
+    int slot_;
+    std::string host_;
+    std::uint16_t port_;
 };
 
 // A connection_failure as a distlock error: invalid_argument when the server is
@@ -201,9 +234,11 @@ private:
 // (after a restart or SCRIPT FLUSH).
 class script {
 public:
+    // `text` publishes with redis.call('publish', ...); a sharded endpoint
+    // (Redis Cluster) runs the same text with 'spublish' instead.
     explicit script(std::string text);
-    const std::string& text() const noexcept { return text_; }
-    const std::string& sha1() const noexcept { return sha1_; }
+    const std::string& text(bool sharded = false) const noexcept { return sharded ? sharded_text_ : text_; }
+    const std::string& sha1(bool sharded = false) const noexcept { return sharded ? sharded_sha1_ : sha1_; }
     reply_ptr run(connection& c, const std::vector<std::string_view>& keys,
                   const std::vector<std::string_view>& args) const;
     // EVAL only (after a NOSCRIPT reply), which also caches the script again.
@@ -211,20 +246,12 @@ public:
                    const std::vector<std::string_view>& args) const;
     // The EVAL command line (for pipelines and exchange_all()).
     std::vector<std::string_view> eval_args(const std::vector<std::string_view>& keys,
-                                            const std::vector<std::string_view>& args, std::string& numkeys) const;
+                                            const std::vector<std::string_view>& args, std::string& numkeys,
+                                            bool sharded = false) const;
 
 private:
-    std::string text_, sha1_;
+    std::string text_, sha1_, sharded_text_, sharded_sha1_;
 };
-
-// Runs `s` over many items at once: item k has keys_per_item keys (from `keys`)
-// and args_per_item arguments (from `args`); at most `per_call` items go into one
-// call, and the calls are pipelined on `c` (one round trip). Returns one reply per
-// call, in order (a call the server did not know the script for is sent again
-// with EVAL). Throws connection_failure like connection::command.
-std::vector<reply_ptr> run_batched(connection& c, const script& s, const std::vector<std::string_view>& keys,
-                                   const std::vector<std::string_view>& args, std::size_t keys_per_item,
-                                   std::size_t args_per_item, std::size_t per_call);
 
 // One command to each pool at once; the replies are awaited together until the
 // endpoints' command timeout. result[i] is the reply of pools[i], or its error.

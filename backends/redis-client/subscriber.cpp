@@ -11,9 +11,16 @@
 
 namespace distlock::backends::redis_client {
 
-subscriber::subscriber(endpoint ep) : ep_(std::move(ep)) {
+subscriber::subscriber(endpoint ep)
+    : subscriber([ep](bool) { return ep; }, ep.sharded, ep.backend_name) {}
+
+subscriber::subscriber(std::function<endpoint(bool after_failure)> locate, bool sharded, std::string backend_name)
+    : locate_(std::move(locate)),
+      subscribe_(sharded ? "SSUBSCRIBE" : "SUBSCRIBE"),
+      unsubscribe_(sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE"),
+      backend_name_(std::move(backend_name)) {
     if (::pipe2(wake_pipe_, O_CLOEXEC | O_NONBLOCK) != 0)
-        throw_error(errc::unavailable, ep_.backend_name, "pipe2 failed", errno, std::strerror(errno));
+        throw_error(errc::unavailable, backend_name_, "pipe2 failed", errno, std::strerror(errno));
     thread_ = std::thread([this] { run(); });
 }
 
@@ -57,7 +64,7 @@ std::unique_ptr<subscriber::subscription> subscriber::subscribe(const std::strin
     ++st.refs;
     auto sub = std::make_unique<subscription>(*this, channel);
     if (up_ && !st.wanted) {
-        send_locked({"SUBSCRIBE", channel});
+        send_locked({subscribe_, channel});
         ++st.pending;
         st.wanted = true;
         st.confirmed = false;
@@ -94,7 +101,7 @@ void subscriber::release(const std::string& channel) {
         (void)!::write(wake_pipe_[1], &b, 1);  // the reader thread schedules the sweep
         return;
     }
-    if (up_ && st.wanted) send_locked({"UNSUBSCRIBE", channel});
+    if (up_ && st.wanted) send_locked({unsubscribe_, channel});
     st.wanted = false;
     st.confirmed = false;
     if (st.pending == 0) channels_.erase(it);
@@ -105,7 +112,7 @@ void subscriber::sweep_locked(bool expired_only) {
     for (auto it = channels_.begin(); it != channels_.end();) {
         auto& st = it->second;
         if (st.refs == 0 && st.wanted && (!expired_only || now - st.idle_since >= linger)) {
-            if (up_) send_locked({"UNSUBSCRIBE", it->first});
+            if (up_) send_locked({unsubscribe_, it->first});
             st.wanted = false;
             st.confirmed = false;
         }
@@ -162,12 +169,18 @@ void subscriber::on_reply(redisReply* r) {
     auto it = channels_.find(std::string_view(chan->str, chan->len));
     if (it == channels_.end()) return;
     auto& st = it->second;
-    if (k == "message") {
+    if (k == "message" || k == "smessage") {
         ++st.messages;
         const redisReply* payload = r->element[2];
         st.recent.emplace_back(payload->type == REDIS_REPLY_STRING ? std::string(payload->str, payload->len) : std::string{});
         if (st.recent.size() > 32) st.recent.pop_front();
-    } else if (k == "subscribe") {
+    } else if (k == "sunsubscribe" && st.wanted && st.pending == 0) {
+        // Not ours: the server dropped the sharded channel (its slot moved to
+        // another node). Waiters fall back to polling until they subscribe again.
+        st.wanted = false;
+        st.confirmed = false;
+        if (st.refs == 0) channels_.erase(it);
+    } else if (k == "subscribe" || k == "ssubscribe") {
         if (st.pending > 0) --st.pending;
         if (st.pending == 0 && st.wanted) st.confirmed = true;
         if (st.pending == 0 && st.refs == 0) channels_.erase(it);
@@ -202,10 +215,11 @@ void subscriber::run() {
         if (!up_) {
             cv_.wait(lk, [&] { return stop_ || wanted(); });
             if (stop_) break;
+            const bool after_failure = breaks_ > 0;
             lk.unlock();
             std::unique_ptr<connection> c;
             try {
-                c = connection::open(ep_);
+                c = connection::open(locate_(after_failure));
             } catch (const std::exception&) {
             }
             lk.lock();
@@ -224,7 +238,7 @@ void subscriber::run() {
             up_ = true;
             for (auto& [name, st] : channels_) {
                 if (st.refs == 0) continue;
-                send_locked({"SUBSCRIBE", name});
+                send_locked({subscribe_, name});
                 ++st.pending;
                 st.wanted = true;
                 st.confirmed = false;

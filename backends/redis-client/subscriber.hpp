@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,6 +22,11 @@ namespace distlock::backends::redis_client {
 class subscriber {
 public:
     explicit subscriber(endpoint ep);
+    // Connects where `locate(after_failure)` says each time (a Sentinel's
+    // current master, the cluster node of a slot); `after_failure`: the last
+    // connection failed or dropped. An endpoint with `sharded` makes it use
+    // SSUBSCRIBE (Redis Cluster's sharded pub/sub).
+    subscriber(std::function<endpoint(bool after_failure)> locate, bool sharded, std::string backend_name);
     ~subscriber();
     subscriber(const subscriber&) = delete;
     subscriber& operator=(const subscriber&) = delete;
@@ -83,7 +89,9 @@ private:
     void on_reply(redisReply* r);                                   // mutex_ held
     void drop_connection_locked(const std::string& why);           // mutex_ held
 
-    endpoint ep_;
+    std::function<endpoint(bool)> locate_;
+    std::string subscribe_, unsubscribe_;  // SUBSCRIBE / SSUBSCRIBE and their opposites
+    std::string backend_name_;
     std::mutex mutex_;
     std::condition_variable cv_;
     std::map<std::string, channel_state, std::less<>> channels_;

@@ -13,18 +13,30 @@
 #include "distlock/spi/backend.hpp"
 #include "redis_client.hpp"
 #include "subscriber.hpp"
+#include "topology.hpp"
 
 namespace distlock::backends::redis {
+
+// Grants confirmed by replicas (?min_replicas=N&replica_timeout=D): after a
+// grant and after each renewal, WAIT N D on the same connection.
+struct replica_confirmation {
+    int min_replicas = 0;  // 0 = no WAIT
+    std::chrono::milliseconds timeout{0};
+};
 
 class context {
 public:
     virtual ~context() = default;
-    virtual redis_client::pool& connections() noexcept = 0;
+    // Where the commands of a key go (one server, Sentinel's master, the cluster).
+    virtual redis_client::topology& connections() noexcept = 0;
+    // Credentials and timeouts of the data nodes.
     virtual const redis_client::endpoint& where() const noexcept = 0;
+    virtual const replica_confirmation& confirmation() const noexcept = 0;
     // A confirmed subscription kept from a recent wait, or null (no server traffic).
     virtual std::unique_ptr<redis_client::subscriber::subscription> reuse_subscription(const std::string& channel) = 0;
-    // The provider's pub/sub connection, made on first use.
-    virtual redis_client::subscriber& sub() = 0;
+    // The pub/sub connection that carries `channel` (made on first use): the
+    // provider's one, or in a cluster the one to the node of the channel's slot.
+    virtual redis_client::subscriber& sub(const std::string& channel) = 0;
     // A new owner id in Redisson's form "<client uuid>:<n>": this provider's UUID
     // and a number never used before by it (one per grant, so that two grants of
     // one process never share a hash field).
@@ -44,27 +56,48 @@ std::unique_ptr<spi::lock_handle> make_shared_lock(context& ctx, const spi::lock
 
 // How every lock handle runs its scripts (`name`: the lock's name, for errors).
 
-// Runs one acquire script, `acquire(connection&)` -> reply_ptr, whose reply is
-// {status, value}; returns them. When the connection failed after the script
-// may have run, `undo(connection&)` (the release script) is run, best effort,
-// so that nothing is left behind; the failure is then unavailable.
+// Runs one acquire script, `acquire(connection&)` -> reply_ptr, on the server of
+// `key`; its reply is {status, value}; returns them. With min_replicas, a grant
+// (status 1) is confirmed by WAIT on the same connection; one that too few
+// replicas acknowledged is released there (`undo`) and reported unavailable.
+// When the connection failed after the script may have run, `undo(connection&)`
+// (the release script) is run, best effort, so that nothing is left behind; the
+// failure is then unavailable. `until`: the caller's deadline (a failover is
+// waited out at most until then).
 template <class Acquire, class Undo>
-std::pair<long long, long long> run_acquire_script(redis_client::pool& connections, const std::string& name,
-                                                   Acquire&& acquire, Undo&& undo) {
+std::pair<long long, long long> run_acquire_script(context& ctx, const std::string& key, const std::string& name,
+                                                   spi::deadline until, Acquire&& acquire, Undo&& undo) {
     using namespace redis_client;
+    auto& connections = ctx.connections();
+    const auto& confirm = ctx.confirmation();
     try {
-        return connections.run([&](connection& c) {
-            auto r = acquire(c);
-            if (is_error(r.get())) throw_client_error("redis", r.get(), "acquire of '" + name + "'");
-            if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
-                throw_error(errc::unavailable, "redis", "unexpected reply to the acquire script: " + reply_text(r.get()));
-            return std::pair<long long, long long>(as_integer(r->element[0]), as_integer(r->element[1]));
-        });
+        return connections.run(
+            key,
+            [&](connection& c) {
+                auto r = acquire(c);
+                if (is_error(r.get())) throw_client_error("redis", r.get(), "acquire of '" + name + "'");
+                if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+                    throw_error(errc::unavailable, "redis",
+                                "unexpected reply to the acquire script: " + reply_text(r.get()));
+                std::pair<long long, long long> result(as_integer(r->element[0]), as_integer(r->element[1]));
+                if (result.first == 1 && confirm.min_replicas > 0) {
+                    const auto acked = wait_replicas(c, confirm.min_replicas, confirm.timeout);
+                    if (acked < confirm.min_replicas) {
+                        undo(c);
+                        throw_error(errc::unavailable, "redis",
+                                    "the grant of '" + name + "' was acknowledged by " + std::to_string(acked) + " of " +
+                                        std::to_string(confirm.min_replicas) + " replicas within " +
+                                        std::to_string(confirm.timeout.count()) + " ms (min_replicas); released");
+                    }
+                }
+                return result;
+            },
+            until);
     } catch (const connection_failure& e) {
         if (e.maybe_sent()) {
             // The script may have run: undo it (best effort) so that nothing is left behind.
             try {
-                connections.run([&](connection& c) {
+                connections.run(key, [&](connection& c) {
                     undo(c);
                     return 0;
                 });
@@ -75,17 +108,18 @@ std::pair<long long, long long> run_acquire_script(redis_client::pool& connectio
     }
 }
 
-// Runs one release script, `release(connection&)` -> reply_ptr, and judges its
-// integer reply by `released(long long)`: false -> not_owner (the grant was no
-// longer ours). A connection that failed: in_doubt when the script may have run,
-// else unavailable (the lease expires on the server either way).
+// Runs one release script, `release(connection&)` -> reply_ptr, on the server
+// of `key`, and judges its integer reply by `released(long long)`: false ->
+// not_owner (the grant was no longer ours). A connection that failed: in_doubt
+// when the script may have run, else unavailable (the lease expires on the
+// server either way).
 template <class Release, class Released>
-void run_release_script(redis_client::pool& connections, const std::string& name, Release&& release,
+void run_release_script(context& ctx, const std::string& key, const std::string& name, Release&& release,
                         Released&& released) {
     using namespace redis_client;
     long long result = 0;
     try {
-        result = connections.run([&](connection& c) {
+        result = ctx.connections().run(key, [&](connection& c) {
             auto r = release(c);
             if (is_error(r.get())) throw_client_error("redis", r.get(), "release of '" + name + "'");
             return as_integer(r.get());

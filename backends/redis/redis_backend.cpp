@@ -15,6 +15,7 @@
 // Over the Redis client layer (backends/redis-client).
 #include <atomic>
 #include <charconv>
+#include <map>
 
 #include "context.hpp"
 #include "lock_scripts.hpp"
@@ -27,23 +28,39 @@ namespace {
 using namespace redis_client;
 
 enum class strategy_name { plain, reentrant };
+enum class deployment { single, sentinel, cluster };
 
 struct settings {
-    endpoint ep;
+    endpoint ep;  // the data nodes' credentials, database and timeouts (and host: redis://)
+    deployment where = deployment::single;
+    redis_client::sentinel_settings sentinel;  // redis-sentinel://
+    std::vector<endpoint> seeds;               // redis-cluster://
+    std::chrono::milliseconds failover_wait{10000};
+    replica_confirmation confirm;
     strategy_name strat = strategy_name::plain;
     std::string prefix = "distlock:";
     std::size_t pool_size = 8;
 };
 
+std::unique_ptr<topology> make_topology(const settings& s) {
+    switch (s.where) {
+        case deployment::sentinel: return make_sentinel_topology(s.ep, s.pool_size, s.sentinel, s.failover_wait);
+        case deployment::cluster: return make_cluster_topology(s.ep, s.pool_size, s.seeds, s.failover_wait);
+        case deployment::single: break;
+    }
+    return make_single_topology(s.ep, s.pool_size);
+}
+
 class handle;
 
 class backend final : public spi::backend, public context {
 public:
-    // Runs f on a pooled connection; a broken connection becomes unavailable_error.
+    // Runs f on a connection to the server of `key` ("" = any); a broken
+    // connection becomes unavailable_error.
     template <class F>
-    auto call(const std::string& what, F&& f) {
+    auto call(const std::string& what, std::string_view key, F&& f) {
         try {
-            return pool_.run(std::forward<F>(f));
+            return topology_->run(key, std::forward<F>(f));
         } catch (const connection_failure& e) {
             throw_client_error("redis", what + " failed", e);
         }
@@ -51,20 +68,26 @@ public:
 
     explicit backend(settings s)
         : settings_(std::move(s)),
-          pool_(settings_.ep, settings_.pool_size),
+          topology_(make_topology(settings_)),
           uuid_(spi::random_uuid()),
           strategy_(settings_.strat == strategy_name::plain ? make_plain_strategy(settings_.prefix)
                                                             : make_reentrant_strategy()) {
         caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit};
         caps_.crash_release_bound = std::chrono::milliseconds{0};  // the lease itself is the bound
         caps_.reentrant = strategy_->reentrant();
-        // Checks the server, the credentials and the database now: connect() fails
-        // with a typed error instead of the first lock().
-        call("connecting", [](connection& c) {
-            auto r = c.command({"PING"});
-            if (is_error(r.get())) throw_client_error("redis", r.get(), "PING at " + c.where().label());
-            return 0;
-        });
+        // Checks the server (the sentinels, the cluster), the credentials and the
+        // database now: connect() fails with a typed error instead of the first lock().
+        for (auto* node : topology_->masters()) {
+            try {
+                node->run([](connection& c) {
+                    auto r = c.command({"PING"});
+                    if (is_error(r.get())) throw_client_error("redis", r.get(), "PING at " + c.where().label());
+                    return 0;
+                });
+            } catch (const connection_failure& e) {
+                throw_client_error("redis", "connecting", e);
+            }
+        }
     }
 
     std::string_view name() const noexcept override { return "redis"; }
@@ -73,7 +96,7 @@ public:
     std::chrono::milliseconds default_lease() const override { return std::chrono::seconds{30}; }
 
     std::optional<std::chrono::nanoseconds> round_trip() override {
-        return call("PING", [](connection& c) {
+        return call("PING", "", [](connection& c) {
             auto t0 = clock::now();
             auto r = c.command({"PING"});
             auto dt = clock::now() - t0;
@@ -91,44 +114,71 @@ public:
         // the semaphore's count and permits.
         auto l = strategy_->layout_for(lock_name);
         auto keys = shared_keys(strategy_->object_name(lock_name, "rwlock"), strategy_->object_name(lock_name, "semaphore"));
-        call("DEL", [&](connection& c) {
-            std::vector<std::string_view> cmd{"DEL", l.key};
-            for (const auto& k : keys)
-                if (k != l.key) cmd.push_back(k);
-            auto r = c.command(cmd);
-            if (is_error(r.get())) throw_client_error("redis", r.get(), "DEL");
-            return 0;
-        });
+        keys.insert(keys.begin(), l.key);
+        // One DEL per key: in a cluster the objects of one name may lie in
+        // different slots (Redisson's layout keys the name itself).
+        for (const auto& key : keys) {
+            call("DEL", key, [&](connection& c) {
+                auto r = c.command({"DEL", key});
+                if (is_error(r.get())) throw_client_error("redis", r.get(), "DEL");
+                return 0;
+            });
+        }
     }
 
     // A confirmed subscription kept from a recent wait, without creating the subscriber.
     std::unique_ptr<subscriber::subscription> reuse_subscription(const std::string& channel) override {
         std::lock_guard lk(sub_mutex_);
-        return subscriber_ ? subscriber_->reuse(channel) : nullptr;
+        auto it = subscribers_.find(subscriber_key(channel));
+        return it != subscribers_.end() ? it->second->reuse(channel) : nullptr;
     }
 
-    subscriber& sub() override {
+    subscriber& sub(const std::string& channel) override {
+        const auto where = subscriber_key(channel);
         std::lock_guard lk(sub_mutex_);
-        if (!subscriber_) subscriber_ = std::make_unique<subscriber>(settings_.ep);
-        return *subscriber_;
+        auto& s = subscribers_[where];
+        if (!s) {
+            if (settings_.where == deployment::cluster) {
+                // A sharded channel is served by the node of its slot.
+                s = std::make_unique<subscriber>(
+                    [this, channel](bool after_failure) { return topology_->endpoint_for(channel, after_failure); },
+                    true, "redis");
+            } else {
+                s = std::make_unique<subscriber>(
+                    [this](bool after_failure) { return topology_->endpoint_for("", after_failure); }, false, "redis");
+            }
+        }
+        return *s;
     }
 
     const settings& config() const noexcept { return settings_; }
-    pool& connections() noexcept override { return pool_; }
-    const endpoint& where() const noexcept override { return settings_.ep; }
+    topology& connections() noexcept override { return *topology_; }
+    const endpoint& where() const noexcept override { return topology_->base(); }
+    const replica_confirmation& confirmation() const noexcept override { return settings_.confirm; }
     std::string next_owner() override { return uuid_ + ":" + std::to_string(++owners_); }
     const std::string& uuid() const noexcept { return uuid_; }
     const strategy& strat() const noexcept { return *strategy_; }
 
 private:
+    // Which subscriber carries `channel`: in a cluster, one per node (by the
+    // node that serves the channel's slot now); else the provider's one.
+    std::string subscriber_key(const std::string& channel) {
+        if (settings_.where != deployment::cluster) return {};
+        try {
+            return topology_->pool_for(channel).where().label();
+        } catch (const std::exception&) {
+            return {};
+        }
+    }
+
     settings settings_;
     capabilities caps_;
-    pool pool_;
+    std::unique_ptr<topology> topology_;
     std::string uuid_;  // this client's id in Redisson hash fields
     std::unique_ptr<const strategy> strategy_;
     std::atomic<std::uint64_t> owners_{0};  // owner ids handed out by next_owner()
     std::mutex sub_mutex_;
-    std::unique_ptr<subscriber> subscriber_;
+    std::map<std::string, std::unique_ptr<subscriber>> subscribers_;
 };
 
 class handle final : public spi::lock_handle {
@@ -162,7 +212,7 @@ public:
         for (;;) {
             if (sub) seen = sub->messages();
             const auto sent = clock::now();  // the lease runs from when the server ran the script
-            auto [got, value] = attempt(owner, waiter);
+            auto [got, value] = attempt(owner, waiter, until);
             if (got) {
                 waiter.clear();  // the grant took us out of the queue
                 owner_ = std::move(owner);
@@ -174,7 +224,7 @@ public:
                 // Subscribe first, then retry (and queue): a release published
                 // after the subscription is confirmed cannot be missed.
                 auto confirm = std::min(until, now + backend_.config().ep.command_timeout);
-                sub = backend_.sub().subscribe(layout_.channel, confirm);
+                sub = backend_.sub(layout_.channel).subscribe(layout_.channel, confirm);
                 if (queue && sub->confirmed()) waiter = spi::random_token();
                 continue;
             }
@@ -230,7 +280,7 @@ public:
         std::string owner = std::exchange(owner_, std::string{});
         if (owner.empty()) throw_error(errc::not_owner, "redis", "lock '" + request_.name + "' is not held");
         run_release_script(
-            backend_.connections(), request_.name,
+            backend_, layout_.key, request_.name,
             [&](connection& c) { return backend_.strat().release(c, layout_, owner, lease_ms_); },
             [&](long long reply) { return backend_.strat().released(reply); });
     }
@@ -244,7 +294,7 @@ private:
     // Best effort: leave the hand-off queue (and pass on a reservation made for us).
     void leave(const std::string& waiter) noexcept {
         try {
-            backend_.connections().run([&](connection& c) {
+            backend_.connections().run(layout_.key, [&](connection& c) {
                 backend_.strat().leave(c, layout_, waiter);
                 return 0;
             });
@@ -253,9 +303,9 @@ private:
     }
 
     // One acquire script: {acquired, fencing token or PTTL}.
-    std::pair<bool, long long> attempt(const std::string& owner, const std::string& waiter) {
+    std::pair<bool, long long> attempt(const std::string& owner, const std::string& waiter, deadline until) {
         auto [status, value] = run_acquire_script(
-            backend_.connections(), request_.name,
+            backend_, layout_.key, request_.name, until,
             [&](connection& c) { return backend_.strat().acquire(c, layout_, owner, lease_ms_, waiter); },
             [&](connection& c) { backend_.strat().release(c, layout_, owner, lease_ms_); });
         return {status == 1, value};
@@ -302,36 +352,59 @@ void backend::keepalive_batch(std::span<spi::lock_handle* const> handles, std::s
 }
 
 void backend::renew_mutexes(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) {
-    // Every due lock goes into one renew script (chunks of 512 keys, pipelined on one
-    // connection): one round trip for all of them.
+    // Every due lock goes into one renew script (chunks of 512 keys; in a cluster
+    // one script per hash slot), pipelined per node: one round trip a node.
     constexpr std::size_t chunk = 512;
     auto [index, keys, args] = redis_client::gather_renewals<handle>(
         handles, results, [](const handle& h) -> const std::string& { return h.owner(); });
     if (index.empty()) return;
-    try {
-        auto replies = pool_.run([&](connection& c) {
-            return run_batched(c, strategy_->renew_script(), keys, args, 1, 2, chunk);
-        });
-        for (std::size_t n = 0; n < replies.size(); ++n) {
-            const redisReply* r = replies[n].get();
-            const std::size_t start = n * chunk, end = std::min(keys.size(), start + chunk);
-            for (std::size_t j = start; j < end; ++j) {
-                auto slot = index[j];
-                auto* h = static_cast<handle*>(handles[slot]);
-                if (is_error(r) || r->type != REDIS_REPLY_ARRAY || r->elements != end - start) {
-                    results[slot] = spi::keepalive_result::failed("renewal script failed: " + reply_text(r));
-                } else if (as_integer(r->element[j - start]) == 1) {
-                    results[slot] = spi::keepalive_result::ok();
-                } else {
-                    results[slot] = spi::keepalive_result::lost("lock key '" + h->key() +
-                                                                "' no longer holds our grant (expired or deleted on the server)");
-                }
-            }
-        }
-    } catch (const connection_failure& e) {
-        for (auto i : index) results[i] = spi::keepalive_result::failed(e.what());
-    } catch (const std::exception& e) {
-        for (auto i : index) results[i] = spi::keepalive_result::failed(e.what());
+    auto replies = topology_->run_items(strategy_->renew_script(), keys, args, 1, 2, chunk, settings_.confirm.min_replicas,
+                                        settings_.confirm.timeout);
+    for (std::size_t j = 0; j < index.size(); ++j) {
+        const auto slot = index[j];
+        auto* h = static_cast<handle*>(handles[slot]);
+        if (!replies[j].ok)
+            results[slot] = spi::keepalive_result::failed(replies[j].error);
+        else if (replies[j].value == 1)
+            results[slot] = spi::keepalive_result::ok();
+        else
+            results[slot] = spi::keepalive_result::lost("lock key '" + h->key() +
+                                                        "' no longer holds our grant (expired or deleted on the server)");
+    }
+}
+
+}  // namespace
+
+namespace {
+
+// The parameters every deployment takes: strategy=, prefix=, pool=,
+// min_replicas= and replica_timeout=.
+void take_common(spi::url& u, settings& s, const std::string& scheme) {
+    auto strat = u.take("strategy").value_or("plain");
+    if (strat == "plain") s.strat = strategy_name::plain;
+    else if (strat == "reentrant") s.strat = strategy_name::reentrant;
+    else
+        throw_error(errc::invalid_argument, "redis",
+                    "unknown strategy '" + strat + "' (" + scheme + ":// knows plain and reentrant)");
+    if (auto prefix = u.take("prefix")) {
+        if (s.strat == strategy_name::reentrant)
+            throw_error(errc::invalid_argument, "redis",
+                        "prefix= does not apply to strategy=reentrant (Redisson's layout uses the lock name as key)");
+        s.prefix = *prefix;
+    }
+    s.pool_size = static_cast<std::size_t>(u.take_int("pool", 1, 1024).value_or(8));
+    s.confirm.min_replicas = static_cast<int>(u.take_int("min_replicas", 0, 100).value_or(0));
+    // WAIT blocks the connection: it must end before the command timeout does.
+    const auto given = u.take_duration("replica_timeout");
+    s.confirm.timeout = given.value_or(std::min(std::chrono::milliseconds{1000}, s.ep.command_timeout / 2));
+    if (given && (s.confirm.timeout.count() <= 0 || s.confirm.timeout >= s.ep.command_timeout))
+        throw_error(errc::invalid_argument, "redis",
+                    "replica_timeout must be positive and shorter than timeout (" +
+                        std::to_string(s.ep.command_timeout.count()) + " ms): WAIT blocks the connection that long");
+    if (scheme != "redis") {
+        s.failover_wait = u.take_duration("failover_timeout").value_or(std::chrono::milliseconds{10000});
+        if (s.failover_wait.count() < 0)
+            throw_error(errc::invalid_argument, "redis", "failover_timeout must not be negative");
     }
 }
 
@@ -341,25 +414,61 @@ void register_backend(spi::registry& r) {
     r.add("redis", [](spi::url& u) -> std::shared_ptr<spi::backend> {
         if (u.hosts().size() != 1)
             throw_error(errc::invalid_argument, "redis",
-                        "redis:// takes one host (redis://[user:password@]host[:port][/db]); use redlock:// for several");
+                        "redis:// takes one host (redis://[user:password@]host[:port][/db]); use redlock:// for "
+                        "independent masters, redis-sentinel:// or redis-cluster:// for several nodes");
         settings s;
         s.ep = endpoint_from_url(u, "redis", std::chrono::milliseconds{1000}, std::chrono::milliseconds{2000});
         auto hosts = u.hosts_or_throw(6379);
         s.ep.host = hosts[0].host;
         s.ep.port = hosts[0].port;
-        auto strat = u.take("strategy").value_or("plain");
-        if (strat == "plain") s.strat = strategy_name::plain;
-        else if (strat == "reentrant") s.strat = strategy_name::reentrant;
-        else
+        take_common(u, s, "redis");
+        return std::make_shared<backend>(std::move(s));
+    });
+    // redis-sentinel://[user:password@]s1[:26379],s2,.../<master name>[/db]
+    r.add("redis-sentinel", [](spi::url& u) -> std::shared_ptr<spi::backend> {
+        settings s;
+        s.where = deployment::sentinel;
+        std::string_view path(u.path());
+        if (!path.empty()) path.remove_prefix(1);
+        const auto slash = path.find('/');
+        s.sentinel.master_name = std::string(path.substr(0, slash));
+        if (s.sentinel.master_name.empty())
             throw_error(errc::invalid_argument, "redis",
-                        "unknown strategy '" + strat + "' (redis:// knows plain and reentrant)");
-        if (auto prefix = u.take("prefix")) {
-            if (s.strat == strategy_name::reentrant)
-                throw_error(errc::invalid_argument, "redis",
-                            "prefix= does not apply to strategy=reentrant (Redisson's layout uses the lock name as key)");
-            s.prefix = *prefix;
+                        "redis-sentinel:// needs the master's name as its path: "
+                        "redis-sentinel://[user:password@]host:26379,.../<master name>[/db]");
+        const auto db = slash == std::string_view::npos ? std::string_view{} : path.substr(slash + 1);
+        s.ep = endpoint_from_url(u, "redis", std::chrono::milliseconds{1000}, std::chrono::milliseconds{2000}, db);
+        // The sentinels: the URL's credentials unless sentinel_user= /
+        // sentinel_password= say otherwise (an empty sentinel_password=: no AUTH).
+        endpoint sentinel = s.ep;
+        sentinel.db = 0;
+        if (auto user = u.take("sentinel_user")) sentinel.user = *user;
+        if (auto password = u.take("sentinel_password")) {
+            sentinel.password = *password;
+            if (password->empty()) sentinel.user.clear();
         }
-        s.pool_size = static_cast<std::size_t>(u.take_int("pool", 1, 1024).value_or(8));
+        for (const auto& h : u.hosts_or_throw(26379)) {
+            sentinel.host = h.host;
+            sentinel.port = h.port;
+            s.sentinel.sentinels.push_back(sentinel);
+        }
+        take_common(u, s, "redis-sentinel");
+        return std::make_shared<backend>(std::move(s));
+    });
+    // redis-cluster://[user:password@]h1[:6379],h2,...: any nodes of the cluster.
+    r.add("redis-cluster", [](spi::url& u) -> std::shared_ptr<spi::backend> {
+        settings s;
+        s.where = deployment::cluster;
+        s.ep = endpoint_from_url(u, "redis", std::chrono::milliseconds{1000}, std::chrono::milliseconds{2000});
+        if (s.ep.db != 0)
+            throw_error(errc::invalid_argument, "redis", "a Redis Cluster has database 0 only: drop the URL's path");
+        for (const auto& h : u.hosts_or_throw(6379)) {
+            endpoint seed = s.ep;
+            seed.host = h.host;
+            seed.port = h.port;
+            s.seeds.push_back(seed);
+        }
+        take_common(u, s, "redis-cluster");
         return std::make_shared<backend>(std::move(s));
     });
 }

@@ -302,8 +302,13 @@ enum class outcome { granted, busy, wrong_size, not_a_semaphore };
 
 class handle_base : public shared_handle {
 public:
-    handle_base(context& ctx, const spi::lock_request& r, std::string channel)
-        : ctx_(ctx), request_(r), channel_(std::move(channel)), lease_ms_(std::to_string(r.lease.count())) {}
+    // `key`: the object's main key (every key of the object shares its hash slot).
+    handle_base(context& ctx, const spi::lock_request& r, std::string key, std::string channel)
+        : ctx_(ctx),
+          request_(r),
+          key_(std::move(key)),
+          channel_(std::move(channel)),
+          lease_ms_(std::to_string(r.lease.count())) {}
 
     std::optional<spi::grant> acquire(deadline until, const spi::loss_sink&) override {
         begin();
@@ -321,7 +326,7 @@ public:
         for (;;) {
             const std::uint64_t seen = sub ? sub->messages() : 0;
             const auto sent = clock::now();  // the lease runs from when the server ran the script
-            auto [what, value] = run_attempt(until > sent);
+            auto [what, value] = run_attempt(until);
             if (what == outcome::granted) {
                 granted = true;
                 return spi::grant{static_cast<std::uint64_t>(value), sent};
@@ -338,7 +343,7 @@ public:
             if (!sub) {
                 // Subscribe first, then retry: a release published after the
                 // subscription is confirmed cannot be missed.
-                sub = ctx_.sub().subscribe(channel_, std::min(until, now + ctx_.where().command_timeout));
+                sub = ctx_.sub(channel_).subscribe(channel_, std::min(until, now + ctx_.where().command_timeout));
                 continue;
             }
             if (value == -2) continue;  // the key just went
@@ -355,7 +360,7 @@ public:
         if (!holding_) throw_error(errc::not_owner, "redis", "lock '" + request_.name + "' is not held");
         holding_ = false;
         run_release_script(
-            ctx_.connections(), request_.name, [&](connection& c) { return run_release(c); },
+            ctx_, key_, request_.name, [&](connection& c) { return run_release(c); },
             [&](long long reply) { return released(reply); });
     }
 
@@ -378,12 +383,13 @@ protected:
 
     context& ctx_;
     spi::lock_request request_;
-    std::string channel_, lease_ms_;
+    std::string key_, channel_, lease_ms_;
 
 private:
-    std::pair<outcome, long long> run_attempt(bool waiting) {
+    std::pair<outcome, long long> run_attempt(deadline until) {
+        const bool waiting = until > clock::now();
         auto [status, value] = run_acquire_script(
-            ctx_.connections(), request_.name, [&](connection& c) { return attempt(c, waiting); },
+            ctx_, key_, request_.name, until, [&](connection& c) { return attempt(c, waiting); },
             [&](connection& c) { run_release(c); });
         auto what = read_outcome(status);
         if (what == outcome::granted) holding_ = true;
@@ -392,7 +398,7 @@ private:
 
     void give_up() noexcept {
         try {
-            ctx_.connections().run([&](connection& c) {
+            ctx_.connections().run(key_, [&](connection& c) {
                 leave(c);
                 return 0;
             });
@@ -406,7 +412,7 @@ private:
 class rw_handle final : public handle_base {
 public:
     rw_handle(context& ctx, const spi::lock_request& r, std::string object)
-        : handle_base(ctx, r, prefix_name("redisson_rwlock", object)),
+        : handle_base(ctx, r, object, prefix_name("redisson_rwlock", object)),
           hash_(std::move(object)),
           waiters_(suffix_name(hash_, "rwlock_write_waiters")),
           fence_(suffix_name(hash_, "rwlock_fence")),
@@ -456,7 +462,7 @@ private:
 class permit_handle final : public handle_base {
 public:
     permit_handle(context& ctx, const spi::lock_request& r, std::string object)
-        : handle_base(ctx, r, prefix_name("redisson_sc", object)),
+        : handle_base(ctx, r, object, prefix_name("redisson_sc", object)),
           count_(std::move(object)),
           timeouts_(suffix_name(count_, "timeout")),
           fence_(suffix_name(count_, "semaphore_fence")),
@@ -537,29 +543,22 @@ void renew_shared(context& ctx, std::span<shared_handle* const> handles, std::sp
                           : kind == renewal::write ? lua().write_renew
                                                    : lua().permit_renew;
         const std::size_t keys_per = kind == renewal::read ? 2 : 1;
-        try {
-            auto replies = ctx.connections().run(
-                [&](connection& c) { return run_batched(c, s, keys, args, keys_per, 2, per_call); });
-            for (std::size_t n = 0; n < replies.size(); ++n) {
-                const redisReply* r = replies[n].get();
-                const std::size_t start = n * per_call, end = std::min(index.size(), start + per_call);
-                for (std::size_t j = start; j < end; ++j) {
-                    auto slot = index[j];
-                    if (is_error(r) || r->type != REDIS_REPLY_ARRAY || r->elements != end - start)
-                        *results[slot] = spi::keepalive_result::failed("renewal script failed: " + reply_text(r));
-                    else if (as_integer(r->element[j - start]) == 1)
-                        *results[slot] = spi::keepalive_result::ok();
-                    else
-                        *results[slot] = spi::keepalive_result::lost(
-                            kind == renewal::permit
-                                ? "permit of semaphore '" + static_cast<permit_handle*>(handles[slot])->name() +
-                                      "' is gone (expired or deleted on the server)"
-                                : "read-write lock '" + static_cast<rw_handle*>(handles[slot])->name() +
-                                      "' no longer holds our grant (expired or deleted on the server)");
-                }
-            }
-        } catch (const std::exception& e) {
-            for (auto i : index) *results[i] = spi::keepalive_result::failed(e.what());
+        const auto& confirm = ctx.confirmation();
+        auto replies = ctx.connections().run_items(s, keys, args, keys_per, 2, per_call, confirm.min_replicas,
+                                                   confirm.timeout);
+        for (std::size_t j = 0; j < index.size(); ++j) {
+            const auto slot = index[j];
+            if (!replies[j].ok)
+                *results[slot] = spi::keepalive_result::failed(replies[j].error);
+            else if (replies[j].value == 1)
+                *results[slot] = spi::keepalive_result::ok();
+            else
+                *results[slot] = spi::keepalive_result::lost(
+                    kind == renewal::permit
+                        ? "permit of semaphore '" + static_cast<permit_handle*>(handles[slot])->name() +
+                              "' is gone (expired or deleted on the server)"
+                        : "read-write lock '" + static_cast<rw_handle*>(handles[slot])->name() +
+                              "' no longer holds our grant (expired or deleted on the server)");
         }
     }
 }

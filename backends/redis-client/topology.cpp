@@ -1,0 +1,433 @@
+#include "topology.hpp"
+
+#include <algorithm>
+#include <charconv>
+
+namespace distlock::backends::redis_client {
+
+int key_slot(std::string_view key) noexcept {
+    if (auto open = key.find('{'); open != std::string_view::npos) {
+        if (auto close = key.find('}', open + 1); close != std::string_view::npos && close > open + 1)
+            key = key.substr(open + 1, close - open - 1);
+    }
+    std::uint16_t crc = 0;  // CRC16-CCITT (XMODEM): polynomial 0x1021, initial value 0
+    for (unsigned char byte : key) {
+        crc ^= static_cast<std::uint16_t>(byte << 8);
+        for (int bit = 0; bit < 8; ++bit)
+            crc = (crc & 0x8000) != 0 ? static_cast<std::uint16_t>((crc << 1) ^ 0x1021) : static_cast<std::uint16_t>(crc << 1);
+    }
+    return crc & 16383;
+}
+
+void topology::pause(int hop, deadline until) {
+    auto d = std::chrono::milliseconds(std::min(200, 10 << std::min(hop, 5)));
+    auto left = until - clock::now();
+    if (left <= clock::duration::zero()) return;
+    std::this_thread::sleep_for(std::min<clock::duration>(d, left));
+}
+
+pool& topology::pool_at(const std::string& host, std::uint16_t port) {
+    std::string label = host + ":" + std::to_string(port);
+    std::lock_guard lk(nodes_mutex_);
+    auto it = nodes_.find(label);
+    if (it == nodes_.end()) {
+        endpoint ep = base_;
+        ep.host = host;
+        ep.port = port;
+        it = nodes_.emplace(std::move(label), std::make_unique<pool>(std::move(ep), pool_size_)).first;
+    }
+    return *it->second;
+}
+
+std::vector<topology::node_items> topology::by_node(const std::vector<std::string_view>& keys) {
+    if (keys.empty()) return {};
+    std::vector<std::size_t> all(keys.size());
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+    return {node_items{&pool_for(keys[0]), {std::move(all)}}};
+}
+
+long long wait_replicas(connection& c, int n, std::chrono::milliseconds timeout) {
+    const std::string count = std::to_string(n), ms = std::to_string(timeout.count());
+    auto r = c.command({"WAIT", count, ms});
+    if (is_error(r.get())) throw_client_error(c.where().backend_name, r.get(), "WAIT");
+    return as_integer(r.get());
+}
+
+std::vector<topology::item_result> topology::run_items(const script& s, const std::vector<std::string_view>& keys,
+                                                       const std::vector<std::string_view>& args,
+                                                       std::size_t keys_per_item, std::size_t args_per_item,
+                                                       std::size_t per_call, int min_replicas,
+                                                       std::chrono::milliseconds replica_timeout) {
+    const std::size_t items = keys.size() / keys_per_item;
+    std::vector<item_result> out(items);
+    auto fail = [&](const std::vector<std::size_t>& which, const std::string& why) {
+        for (auto i : which) out[i].error = why;
+    };
+    std::vector<std::string_view> firsts(items);
+    for (std::size_t i = 0; i < items; ++i) firsts[i] = keys[i * keys_per_item];
+    std::vector<node_items> nodes;
+    try {
+        nodes = by_node(firsts);
+    } catch (const std::exception& e) {
+        for (auto& r : out) r.error = e.what();
+        return out;
+    }
+    struct call {
+        std::vector<std::size_t> items;
+        std::vector<std::string_view> keys, args;
+        std::string numkeys;
+    };
+    for (auto& node : nodes) {
+        std::vector<call> calls;
+        std::vector<std::size_t> all;
+        for (const auto& slot : node.slots) {
+            for (std::size_t start = 0; start < slot.size(); start += per_call) {
+                call c;
+                for (std::size_t j = start; j < std::min(slot.size(), start + per_call); ++j) {
+                    const std::size_t i = slot[j];
+                    c.items.push_back(i);
+                    all.push_back(i);
+                    for (std::size_t k = 0; k < keys_per_item; ++k) c.keys.push_back(keys[i * keys_per_item + k]);
+                    for (std::size_t a = 0; a < args_per_item; ++a) c.args.push_back(args[i * args_per_item + a]);
+                }
+                calls.push_back(std::move(c));
+            }
+        }
+        try {
+            auto [replies, acks] = node.node->run([&](connection& conn) {
+                const bool sharded = conn.where().sharded;
+                for (auto& c : calls) {
+                    auto cmd = s.eval_args(c.keys, c.args, c.numkeys, sharded);
+                    cmd[0] = "EVALSHA";
+                    cmd[1] = s.sha1(sharded);
+                    conn.append(cmd);
+                }
+                const std::string count = std::to_string(min_replicas), ms = std::to_string(replica_timeout.count());
+                if (min_replicas > 0) conn.append({"WAIT", count, ms});
+                conn.flush();
+                std::vector<reply_ptr> rs;
+                for (std::size_t n = 0; n < calls.size(); ++n) rs.push_back(conn.read_reply());
+                long long acked = min_replicas > 0 ? as_integer(conn.read_reply().get()) : 0;
+                // A server that forgot the script (restart, failover, SCRIPT FLUSH):
+                // once more with EVAL, and WAIT again for those writes.
+                bool again = false;
+                for (std::size_t n = 0; n < calls.size(); ++n) {
+                    if (!is_error(rs[n].get()) || reply_text(rs[n].get()).rfind("NOSCRIPT", 0) != 0) continue;
+                    rs[n] = s.eval(conn, calls[n].keys, calls[n].args);
+                    again = true;
+                }
+                if (again && min_replicas > 0) acked = wait_replicas(conn, min_replicas, replica_timeout);
+                return std::pair(std::move(rs), acked);
+            });
+            if (min_replicas > 0 && acks < min_replicas) {
+                fail(all, "the renewal was acknowledged by " + std::to_string(acks) + " of " +
+                              std::to_string(min_replicas) + " replicas within " +
+                              std::to_string(replica_timeout.count()) + " ms (min_replicas)");
+                continue;
+            }
+            for (std::size_t n = 0; n < calls.size(); ++n) {
+                const redisReply* r = replies[n].get();
+                if (is_error(r) || r->type != REDIS_REPLY_ARRAY || r->elements != calls[n].items.size()) {
+                    fail(calls[n].items, "renewal script failed: " + reply_text(r));
+                    continue;
+                }
+                for (std::size_t j = 0; j < calls[n].items.size(); ++j) {
+                    auto& res = out[calls[n].items[j]];
+                    res.ok = true;
+                    res.value = as_integer(r->element[j]);
+                }
+            }
+        } catch (const redirect& r) {
+            try {
+                learn(r, *node.node);
+            } catch (...) {
+            }
+            fail(all, std::string("the server sent the renewal elsewhere: ") + r.what());
+        } catch (const connection_failure& e) {
+            try {
+                failed(*node.node);
+            } catch (...) {
+            }
+            fail(all, e.what());
+        } catch (const std::exception& e) {
+            fail(all, e.what());
+        }
+    }
+    return out;
+}
+
+namespace {
+
+// ---- one server ---------------------------------------------------------------------
+
+class single_topology final : public topology {
+public:
+    single_topology(endpoint ep, std::size_t pool_size)
+        : topology(std::move(ep), pool_size, std::chrono::milliseconds{0}), pool_(&pool_at(base_.host, base_.port)) {}
+    pool& pool_for(std::string_view) override { return *pool_; }
+    std::vector<pool*> masters() override { return {pool_}; }
+    endpoint endpoint_for(std::string_view, bool) override { return base_; }
+
+protected:
+    bool follows() const noexcept override { return false; }
+    void learn(const redirect&, pool&) override {}
+    void failed(pool&) override {}
+
+private:
+    pool* pool_;
+};
+
+// ---- Sentinel -------------------------------------------------------------------------
+
+class sentinel_topology final : public topology {
+public:
+    sentinel_topology(endpoint base, std::size_t pool_size, sentinel_settings s, std::chrono::milliseconds wait)
+        : topology(std::move(base), pool_size, wait), s_(std::move(s)) {}
+
+    pool& pool_for(std::string_view) override {
+        if (auto* p = master_.load()) return *p;
+        return find(nullptr);
+    }
+    std::vector<pool*> masters() override { return {&pool_for("")}; }
+    endpoint endpoint_for(std::string_view, bool after_failure) override {
+        pool* p = master_.load();
+        if (p == nullptr || after_failure) {
+            try {
+                p = &find(p);
+            } catch (const std::exception&) {
+                if (p == nullptr) return base_;  // the subscriber tries again later
+            }
+        }
+        return p->where();
+    }
+
+protected:
+    bool follows() const noexcept override { return true; }
+    void learn(const redirect&, pool& from) override { find(&from); }  // READONLY: a demoted master
+    void failed(pool& p) override { find(&p); }
+
+private:
+    // Asks the sentinels for the master, unless another thread already moved on
+    // from `failed_one` or asked a moment ago; checks ROLE on the node named.
+    pool& find(pool* failed_one) {
+        std::lock_guard lk(mutex_);
+        pool* current = master_.load();
+        if (current != nullptr && (current != failed_one || clock::now() - asked_at_ < std::chrono::milliseconds{100}))
+            return *current;
+        asked_at_ = clock::now();
+        std::string errors;
+        int answered = 0;
+        for (std::size_t k = 0; k < s_.sentinels.size(); ++k) {
+            const auto& sentinel = s_.sentinels[(next_ + k) % s_.sentinels.size()];
+            try {
+                auto c = connection::open(sentinel);
+                auto r = c->command({"SENTINEL", "get-master-addr-by-name", s_.master_name});
+                if (is_error(r.get())) throw_client_error(base_.backend_name, r.get(), "SENTINEL at " + sentinel.label());
+                ++answered;
+                if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+                    errors += "; " + sentinel.label() + " knows no master of that name";
+                    continue;
+                }
+                std::string host(r->element[0]->str, r->element[0]->len);
+                std::uint16_t port = 0;
+                std::from_chars(r->element[1]->str, r->element[1]->str + r->element[1]->len, port);
+                pool& candidate = pool_at(host, port);
+                // The node named must say it is the master (it may still be a
+                // replica being promoted, or a demoted master not yet told).
+                auto role = candidate.run([](connection& node) { return node.command({"ROLE"}); });
+                if (is_error(role.get())) throw_client_error(base_.backend_name, role.get(), "ROLE at " + host);
+                if (role->type != REDIS_REPLY_ARRAY || role->elements == 0 ||
+                    reply_text(role->element[0]) != "master") {
+                    errors += "; " + sentinel.label() + " names " + candidate.where().label() + ", which is not a master yet";
+                    continue;
+                }
+                next_ = (next_ + k) % s_.sentinels.size();  // ask this one first next time
+                if (current != &candidate) candidate.clear_idle();
+                master_.store(&candidate);
+                return candidate;
+            } catch (const access_denied_error&) {
+                throw;
+            } catch (const connection_failure& e) {
+                errors += "; " + std::string(e.what());
+            } catch (const error& e) {
+                errors += "; " + e.reason();
+            }
+        }
+        if (answered > 0 && errors.find("not a master") == std::string::npos &&
+            errors.find("knows no master") != std::string::npos && current == nullptr)
+            throw_error(errc::invalid_argument, base_.backend_name,
+                        "no sentinel knows a master named '" + s_.master_name + "'" + errors);
+        throw_error(errc::unavailable, base_.backend_name,
+                    "the sentinels named no master for '" + s_.master_name + "'" + errors);
+    }
+
+    sentinel_settings s_;
+    std::mutex mutex_;
+    std::atomic<pool*> master_{nullptr};
+    clock::time_point asked_at_{};
+    std::size_t next_ = 0;
+};
+
+// ---- Cluster ---------------------------------------------------------------------------
+
+class cluster_topology final : public topology {
+public:
+    cluster_topology(endpoint base, std::size_t pool_size, std::vector<endpoint> seeds, std::chrono::milliseconds wait)
+        : topology(std::move(base), pool_size, wait), seeds_(std::move(seeds)) {
+        slots_.fill(nullptr);
+    }
+
+    pool& pool_for(std::string_view key) override {
+        const int slot = key.empty() ? -1 : key_slot(key);
+        for (int pass = 0; pass < 2; ++pass) {
+            {
+                std::shared_lock lk(map_mutex_);
+                if (slot >= 0 && slots_[static_cast<std::size_t>(slot)] != nullptr) return *slots_[static_cast<std::size_t>(slot)];
+                if (slot < 0 && loaded_) {
+                    for (auto* p : slots_)
+                        if (p != nullptr) return *p;
+                }
+            }
+            if (pass == 0) refresh(true);
+        }
+        throw_error(errc::unavailable, base_.backend_name,
+                    slot >= 0 ? "no cluster node serves hash slot " + std::to_string(slot) + " (is the cluster down?)"
+                              : std::string("the cluster serves no slot"));
+    }
+
+    std::vector<pool*> masters() override {
+        pool_for("");
+        std::shared_lock lk(map_mutex_);
+        std::vector<pool*> out;
+        for (auto* p : slots_)
+            if (p != nullptr && std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+        return out;
+    }
+
+    endpoint endpoint_for(std::string_view channel, bool after_failure) override {
+        if (after_failure) quiet_refresh();
+        return pool_for(channel).where();
+    }
+
+    std::vector<node_items> by_node(const std::vector<std::string_view>& keys) override {
+        std::vector<node_items> out;
+        std::map<int, std::vector<std::size_t>> slots;
+        for (std::size_t i = 0; i < keys.size(); ++i) slots[key_slot(keys[i])].push_back(i);
+        for (auto& [slot, items] : slots) {
+            pool* node = &pool_for(keys[items[0]]);
+            auto it = std::find_if(out.begin(), out.end(), [&](const node_items& n) { return n.node == node; });
+            if (it == out.end()) it = out.insert(out.end(), node_items{node, {}});
+            it->slots.push_back(std::move(items));
+        }
+        return out;
+    }
+
+protected:
+    bool follows() const noexcept override { return true; }
+    void learn(const redirect& r, pool& from) override {
+        if (r.how() == redirect::kind::moved && r.slot() >= 0 && r.slot() < 16384) {
+            pool& to = pool_at(r.host().empty() ? from.where().host : r.host(), r.port());
+            std::unique_lock lk(map_mutex_);
+            slots_[static_cast<std::size_t>(r.slot())] = &to;
+        }
+        quiet_refresh();
+    }
+    void failed(pool&) override { quiet_refresh(); }
+
+private:
+    void quiet_refresh() noexcept {
+        try {
+            refresh(false);
+        } catch (...) {
+        }
+    }
+
+    // Reads the slot map (CLUSTER SLOTS) from a known master or a seed.
+    void refresh(bool force) {
+        std::lock_guard r(refresh_mutex_);
+        if (!force && clock::now() - refreshed_at_ < std::chrono::milliseconds{100}) return;
+        refreshed_at_ = clock::now();
+        std::vector<std::pair<std::string, std::uint16_t>> ask;
+        {
+            std::shared_lock lk(map_mutex_);
+            for (auto* p : slots_)
+                if (p != nullptr) {
+                    std::pair<std::string, std::uint16_t> a{p->where().host, p->where().port};
+                    if (std::find(ask.begin(), ask.end(), a) == ask.end()) ask.push_back(std::move(a));
+                }
+        }
+        for (const auto& s : seeds_) {
+            std::pair<std::string, std::uint16_t> a{s.host, s.port};
+            if (std::find(ask.begin(), ask.end(), a) == ask.end()) ask.push_back(std::move(a));
+        }
+        std::string errors;
+        for (const auto& [host, port] : ask) {
+            try {
+                pool& node = pool_at(host, port);
+                auto reply = node.run([](connection& c) { return c.command({"CLUSTER", "SLOTS"}); });
+                if (is_error(reply.get())) throw_client_error(base_.backend_name, reply.get(), "CLUSTER SLOTS at " + host);
+                std::array<pool*, 16384> fresh{};
+                fresh.fill(nullptr);
+                bool any = false;
+                for (std::size_t i = 0; reply->type == REDIS_REPLY_ARRAY && i < reply->elements; ++i) {
+                    const redisReply* range = reply->element[i];
+                    if (range->type != REDIS_REPLY_ARRAY || range->elements < 3) continue;
+                    const redisReply* master = range->element[2];
+                    if (master->type != REDIS_REPLY_ARRAY || master->elements < 2) continue;
+                    std::string mhost(master->element[0]->str != nullptr ? master->element[0]->str : "",
+                                      master->element[0]->str != nullptr ? master->element[0]->len : 0);
+                    if (mhost.empty() || mhost == "?") mhost = host;  // "the node you asked"
+                    pool* owner = &pool_at(mhost, static_cast<std::uint16_t>(as_integer(master->element[1])));
+                    const auto from = as_integer(range->element[0]), to = as_integer(range->element[1]);
+                    for (auto slot = std::max(0LL, from); slot <= std::min(16383LL, to); ++slot) {
+                        fresh[static_cast<std::size_t>(slot)] = owner;
+                        any = true;
+                    }
+                }
+                if (!any) {
+                    errors += "; " + host + ":" + std::to_string(port) + " serves no slot";
+                    continue;
+                }
+                std::unique_lock lk(map_mutex_);
+                slots_ = fresh;
+                loaded_ = true;
+                return;
+            } catch (const access_denied_error&) {
+                throw;
+            } catch (const connection_failure& e) {
+                errors += "; " + std::string(e.what());
+            } catch (const error& e) {
+                errors += "; " + e.reason();
+            }
+        }
+        throw_error(errc::unavailable, base_.backend_name, "no cluster node gave the slot map" + errors);
+    }
+
+    std::vector<endpoint> seeds_;
+    std::shared_mutex map_mutex_;
+    std::array<pool*, 16384> slots_;
+    bool loaded_ = false;
+    std::mutex refresh_mutex_;
+    clock::time_point refreshed_at_{};
+};
+
+}  // namespace
+
+std::unique_ptr<topology> make_single_topology(endpoint ep, std::size_t pool_size) {
+    return std::make_unique<single_topology>(std::move(ep), pool_size);
+}
+
+std::unique_ptr<topology> make_sentinel_topology(endpoint base, std::size_t pool_size, sentinel_settings s,
+                                                 std::chrono::milliseconds failover_wait) {
+    base.follow_redirects = true;
+    return std::make_unique<sentinel_topology>(std::move(base), pool_size, std::move(s), failover_wait);
+}
+
+std::unique_ptr<topology> make_cluster_topology(endpoint base, std::size_t pool_size, std::vector<endpoint> seeds,
+                                                std::chrono::milliseconds failover_wait) {
+    base.follow_redirects = true;
+    base.sharded = true;
+    return std::make_unique<cluster_topology>(std::move(base), pool_size, std::move(seeds), failover_wait);
+}
+
+}  // namespace distlock::backends::redis_client
