@@ -138,16 +138,13 @@ std::vector<topology::item_result> topology::run_items(const script& s, const st
                 }
             }
         } catch (const redirect& r) {
-            try {
-                learn(r, *node.node);
-            } catch (...) {
-            }
+            learn(r, *node.node);
             fail(all, std::string("the server sent the renewal elsewhere: ") + r.what());
         } catch (const connection_failure& e) {
-            try {
-                failed(*node.node);
-            } catch (...) {
-            }
+            failed(*node.node);
+            fail(all, e.what());
+        } catch (const error& e) {
+            if (e.code_value() == errc::unavailable) failed(*node.node);  // no connection to the node
             fail(all, e.what());
         } catch (const std::exception& e) {
             fail(all, e.what());
@@ -170,8 +167,8 @@ public:
 
 protected:
     bool follows() const noexcept override { return false; }
-    void learn(const redirect&, pool&) override {}
-    void failed(pool&) override {}
+    void learn(const redirect&, pool&) noexcept override {}
+    void failed(pool&) noexcept override {}
 
 private:
     pool* pool_;
@@ -203,10 +200,19 @@ public:
 
 protected:
     bool follows() const noexcept override { return true; }
-    void learn(const redirect&, pool& from) override { find(&from); }  // READONLY: a demoted master
-    void failed(pool& p) override { find(&p); }
+    // A demoted master (READONLY), or a failed one: look again. Quietly: while
+    // the sentinels still name the dead master, the caller tries again later.
+    void learn(const redirect&, pool& from) noexcept override { quiet_find(&from); }
+    void failed(pool& p) noexcept override { quiet_find(&p); }
 
 private:
+    void quiet_find(pool* failed_one) noexcept {
+        try {
+            find(failed_one);
+        } catch (...) {
+        }
+    }
+
     // Asks the sentinels for the master, unless another thread already moved on
     // from `failed_one` or asked a moment ago; checks ROLE on the node named.
     pool& find(pool* failed_one) {
@@ -324,15 +330,18 @@ public:
 
 protected:
     bool follows() const noexcept override { return true; }
-    void learn(const redirect& r, pool& from) override {
+    void learn(const redirect& r, pool& from) noexcept override {
         if (r.how() == redirect::kind::moved && r.slot() >= 0 && r.slot() < 16384) {
-            pool& to = pool_at(r.host().empty() ? from.where().host : r.host(), r.port());
-            std::unique_lock lk(map_mutex_);
-            slots_[static_cast<std::size_t>(r.slot())] = &to;
+            try {
+                pool& to = pool_at(r.host().empty() ? from.where().host : r.host(), r.port());
+                std::unique_lock lk(map_mutex_);
+                slots_[static_cast<std::size_t>(r.slot())] = &to;
+            } catch (...) {  // no memory: the refresh below may still do
+            }
         }
         quiet_refresh();
     }
-    void failed(pool&) override { quiet_refresh(); }
+    void failed(pool&) noexcept override { quiet_refresh(); }
 
 private:
     void quiet_refresh() noexcept {

@@ -140,10 +140,10 @@ public:
 protected:
     // The servers can change (sentinel, cluster): failures are worth a new look.
     virtual bool follows() const noexcept = 0;
-    // A MOVED or retry reply seen on `from`.
-    virtual void learn(const redirect& r, pool& from) = 0;
-    // A connection to `p` failed.
-    virtual void failed(pool& p) = 0;
+    // A MOVED or retry reply seen on `from` (never throws).
+    virtual void learn(const redirect& r, pool& from) noexcept = 0;
+    // A connection to `p` failed (never throws: the next pool_for() looks again).
+    virtual void failed(pool& p) noexcept = 0;
     static void pause(int hop, deadline until);
 
     endpoint base_;
