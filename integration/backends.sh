@@ -7,11 +7,12 @@
 #   integration/backends.sh list            the server names this script knows
 # Server control for fault tests (tests/faults), on servers started by "up":
 #   integration/backends.sh kill NAME [N]   SIGKILL the server (member N only: 1-based, in the
-#                                           order of NAME.pids, e.g. redlock's three masters or a
-#                                           cluster's members) with its child processes, by
-#                                           recorded PID; returns once they are dead (zombies
-#                                           count: PID 1, their parent, reaps them late). The
-#                                           data dir stays.
+#                                           order of NAME.pids, e.g. redlock's three masters, a
+#                                           cluster's members, redis-sentinel's data nodes 1-3 and
+#                                           sentinels 4-6, redis-cluster's nodes 1-6) with its
+#                                           child processes, by recorded PID; returns once
+#                                           they are dead (zombies count: PID 1, their parent,
+#                                           reaps them late). The data dir stays.
 #   integration/backends.sh spawn NAME [N]  start the dead server (member N only) again on its
 #                                           data dir, with the ports and flags of "up" (the
 #                                           DISTLOCK_* settings of "up" are restored), record the
@@ -20,8 +21,11 @@
 #                                           running are left alone.
 #   integration/backends.sh wipe NAME       with the server dead: remove its data and initialise
 #                                           it again as "up" does (the next spawn starts empty).
-#                                           Single servers only. redis, redlock and
+#                                           Not the three-member clusters. redis, redlock and
 #                                           consul-emulator keep nothing on disk: it says so.
+#                                           redis-sentinel gets fresh sentinel configs, and
+#                                           redis-cluster loses its nodes.conf files (the
+#                                           spawn that starts the last node creates it anew).
 # Run one of these commands per server at a time (they rewrite NAME.pids).
 # integration/test_control.sh checks up/kill/spawn/wipe/down of every server in a
 # network namespace of its own.
@@ -49,6 +53,14 @@
 # zk_ensemble_start). A three-member cluster (etcd-cluster, zk-ensemble) defines
 # <name>_start instead, which starts through cluster_start below (it also writes the
 # cluster's control script ctl.sh, which "kill" and "spawn" use).
+# The servers by kind:
+#   single:          redis, mysql, postgres, zookeeper, etcd, consul-emulator
+#   several members, <name>_init/<name>_spawn DIR [N]: redlock (3 independent masters);
+#                    redis-sentinel (3 data nodes + 3 sentinels) and redis-cluster (6
+#                    nodes), which also write a control script DIR/ctl.sh with write_ctl
+#                    below for the fault tests (DISTLOCK_TEST_REDIS_SENTINEL_CTL,
+#                    DISTLOCK_TEST_REDIS_CLUSTER_CTL; see their files)
+#   three-member clusters, <name>_start: etcd-cluster, zk-ensemble
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 RUN="${DISTLOCK_RUN_DIR:-$HERE/.run}"
@@ -233,6 +245,27 @@ cluster_env() { printf '%s_URL=%s\n%s_CTL=%s\n' "$3" "$4" "$3" "$2/ctl.sh" > "$R
 
 # cluster_hosts NAME: the members' client addresses, "127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3".
 cluster_hosts() { local n out=""; for n in 1 2 3; do out+="${out:+,}127.0.0.1:$("${1//-/_}_port" $n)"; done; echo "$out"; }
+
+# write_ctl FILE MAIN NAMES...: writes (atomically: a test may be running the old one) the
+# self-contained control script FILE of a multi-member server that is not a
+# cluster_start cluster (redis-sentinel, redis-cluster): it runs MAIN "$@" with the
+# functions and variables NAMES, the helpers wait_until, wait_serving, record_pid,
+# running and kill_tree, RUN (this run dir) and DIR (FILE's folder, the server's data
+# dir). It works from any process with only its path (the C++ fault tests run it).
+write_ctl() {
+    local file=$1 main=$2 x; shift 2
+    {
+        echo '#!/usr/bin/env bash'
+        echo "# Control script of the server in $(dirname "$file"), written by integration/backends.sh."
+        echo 'set -euo pipefail'
+        printf 'RUN=%q DIR=%q\n' "$RUN" "$(dirname "$file")"
+        for x in "$@"; do if declare -F "$x" >/dev/null; then declare -f "$x"; else declare -p "$x"; fi; done
+        declare -f wait_until wait_serving serving_or_gone record_pid running tree_of kill_tree "$main"
+        echo "$main \"\$@\""
+    } > "$file.$$"
+    chmod +x "$file.$$"
+    mv -f "$file.$$" "$file"
+}
 
 # Settings ---------------------------------------------------------------------
 # "up NAME" saves the DISTLOCK_* environment (ports, forceSync, ...) in $RUN/NAME.settings;

@@ -11,7 +11,14 @@
 # is closed; spawn; it answers and the marker survived (redis, redlock, consul-emulator:
 # the marker is gone, they keep nothing on disk); kill; wipe; spawn; the marker is gone
 # (mysql, postgres: the test user and database are back). redlock also kills and spawns
-# master 2 alone; the clusters kill and spawn their leader, then all members. Then down:
+# master 2 alone; the clusters kill and spawn their leader, then all members.
+# redis-sentinel first kills its master (the sentinels fail over, the marker is on the
+# new master), spawns it back as a replica and drives its ctl.sh (failover, kill-master,
+# start, wait-replicas); redis-cluster first kills the master of the marker's slot (its
+# replica takes over), spawns it back as a replica, migrates the slot away and back
+# (with the half-way ASK state) and fails over by hand; then both run the checks of a
+# single server that keeps nothing on disk (wipe: fresh sentinel configs, a new
+# cluster). Then down:
 # no process of the set is left (checked by PID) and the data dirs are gone. Prints the
 # time of each kill and spawn. Exit status: 0 when every check passed, 1 otherwise.
 # The servers' checks run side by side: DISTLOCK_TEST_CONTROL_JOBS (default 4) at a time.
@@ -132,8 +139,38 @@ setup() {
         put() { zk_put 12281; }
         get() { zk_get "${PORTS[${1:-1}-1]}"; }
         answers() { zk_answers "${PORTS[${1:-1}-1]}"; } ;;
+      redis-sentinel) PORTS=(16390 16391 16392 26390 26391 26392); persists=no
+        # The marker on the master the sentinels name (get N: on data node N).
+        put() { rs set distlock-marker m1; }
+        get() { if [ -n "${1:-}" ]; then rs_at "${PORTS[$1-1]}" get distlock-marker; else rs get distlock-marker; fi; }
+        answers() {
+            local p
+            [ "$(rs ROLE | sed -n 1p)" = master ] || return 1
+            for p in "${PORTS[@]}"; do [ "$(rs_at "$p" PING)" = PONG ] || return 1; done
+        } ;;
+      redis-cluster) PORTS=(17000 17001 17002 17003 17004 17005); persists=no
+        put() { rc -c set distlock-marker m1; }
+        get() { rc -c get distlock-marker; }
+        answers() {
+            local p
+            for p in "${PORTS[@]}"; do
+                [ "$(rc_at "$p" CLUSTER INFO | tr -d '\r' | sed -n 's/^cluster_state://p')" = ok ] || return 1
+            done
+        } ;;
       *) return 1 ;;
     esac
+}
+# The control script of NAME ($RUN/NAME.env: DISTLOCK_TEST_..._CTL, quoted or not).
+ctl_script() { sed -n "s/^DISTLOCK_TEST_${2}_CTL=//p" "$RUN/$1.env" | tr -d "'"; }
+# redis-sentinel: redis-cli on PORT / on the master the sentinels name (ctl.sh master).
+rs_at() { local p=$1; shift; REDISCLI_AUTH=sentinel-secret-pw timeout 5 redis-cli -p "$p" "$@"; }
+rs() { local m; m=$("$(ctl_script redis-sentinel REDIS_SENTINEL)" master) && rs_at "$m" "$@"; }
+# redis-cluster: redis-cli on PORT / on the first node that answers.
+rc_at() { local p=$1; shift; REDISCLI_AUTH=cluster-secret-pw timeout 5 redis-cli -p "$p" "$@"; }
+rc() {
+    local p
+    for p in "${PORTS[@]}"; do [ "$(rc_at "$p" PING 2>/dev/null)" != PONG ] || { rc_at "$p" "$@"; return; }; done
+    return 1
 }
 has_marker() { [ "$(get "$@")" = m1 ]; }
 pids_running() {  # every PID of NAME.pids is a live process
@@ -201,6 +238,71 @@ test_cluster() {
     check "$n: wipe is refused (clusters)" expect_fail wipe "$n"
 }
 
+# redis-sentinel: the master (member 1-3) killed, the sentinels fail over, the marker
+# is on the new master; the killed node spawned comes back as a replica with the marker;
+# then the control script: failover, kill-master + start, wait-replicas.
+test_sentinel_members() {
+    local c m n new
+    c=$(ctl_script redis-sentinel REDIS_SENTINEL)
+    m=$("$c" master) || m=16390
+    n=$(( m - 16389 ))
+    ctl kill redis-sentinel "$n"
+    check "redis-sentinel: kill $n (the master, $m) closes $m only" all_closed "$m"
+    check "redis-sentinel: the sentinels still answer" test "$(rs_at 26390 PING)" = PONG
+    check "redis-sentinel: ctl.sh wait-master-change $m (the sentinels fail over)" timed "redis-sentinel: wait-master-change after kill" "$c" wait-master-change "$m" 20
+    check "redis-sentinel: the marker is on the new master" eventually has_marker
+    check "redis-sentinel: spawn $n" ctl spawn redis-sentinel "$n"
+    note_pids redis-sentinel
+    check "redis-sentinel: member $n is a replica again" eventually test "$(rs_at "$m" ROLE | sed -n 1p)" = slave
+    check "redis-sentinel: member $n has the marker again" eventually has_marker "$n"
+    m=$("$c" master) || true
+    check "redis-sentinel: ctl.sh failover names a new master" eval 'new=$("$c" failover) && [ "$new" != "$m" ]'
+    check "redis-sentinel: ctl.sh kill-master prints the killed master" eval 'm=$("$c" kill-master) && closed "$m"'
+    check "redis-sentinel: ctl.sh wait-master-change" eval 'new=$("$c" wait-master-change "$m" 20) && [ "$new" != "$m" ]'
+    check "redis-sentinel: ctl.sh start (the old master)" timed "redis-sentinel: ctl start" "$c" start "$m"
+    check "redis-sentinel: ... as a replica of the new master" eventually test "$(rs_at "$m" ROLE | sed -n 3p)" = "$new"
+    check "redis-sentinel: ctl.sh wait-replicas 2" "$c" wait-replicas 2 20
+    check "redis-sentinel: NAME.pids has six running PIDs" pids_running redis-sentinel
+    note_pids redis-sentinel
+    check "redis-sentinel: the marker survived" eventually has_marker
+    check "redis-sentinel: kill 7 is refused" expect_fail kill redis-sentinel 7
+}
+
+# redis-cluster: the master of the marker's slot killed, its replica takes over, the
+# marker is still there; the killed node spawned comes back as a replica; the slot
+# migrated to another master (the key with it); a manual failover.
+test_rcluster_members() {
+    local c s o n to p r
+    c=$(ctl_script redis-cluster REDIS_CLUSTER)
+    s=$(rc CLUSTER KEYSLOT distlock-marker)
+    o=$("$c" master-of-slot "$s") || o=17000
+    n=$(( o - 16999 ))
+    ctl kill redis-cluster "$n"
+    check "redis-cluster: kill $n (master of slot $s, $o) closes $o" closed "$o"
+    check "redis-cluster: ctl.sh wait-failover $o (its replica takes over)" timed "redis-cluster: wait-failover after kill" "$c" wait-failover "$o" 20
+    check "redis-cluster: the marker is on the new master" eventually has_marker
+    check "redis-cluster: spawn $n" ctl spawn redis-cluster "$n"
+    note_pids redis-cluster
+    check "redis-cluster: member $n is a replica again" eventually test "$(rc_at "$o" ROLE | sed -n 1p)" = slave
+    check "redis-cluster: ctl.sh wait-ready" "$c" wait-ready 60
+    o=$("$c" master-of-slot "$s") || true
+    to=""
+    for p in "${PORTS[@]}"; do [ "$p" = "$o" ] || [ "$(rc_at "$p" ROLE | sed -n 1p)" != master ] || { to=$p; break; }; done
+    check "redis-cluster: ctl.sh migrate-slot $s $to" timed "redis-cluster: migrate-slot" "$c" migrate-slot "$s" "$to"
+    check "redis-cluster: ctl.sh master-of-slot says $to" test "$("$c" master-of-slot "$s")" = "$to"
+    check "redis-cluster: $to has the marker (no redirect)" test "$(rc_at "$to" GET distlock-marker)" = m1
+    check "redis-cluster: $o redirects it" eval '[[ "$(rc_at "$o" GET distlock-marker)" == MOVED* ]]'
+    check "redis-cluster: ctl.sh migrate-slot-begin $s $o" "$c" migrate-slot-begin "$s" "$o"
+    check "redis-cluster: ... a new key of the slot is asked for at $o" eval '[[ "$(rc_at "$to" SET "{distlock-marker}new" x)" == ASK* ]]'
+    check "redis-cluster: ... the marker is still served by $to" test "$(rc_at "$to" GET distlock-marker)" = m1
+    check "redis-cluster: ctl.sh migrate-slot-end $s $o" "$c" migrate-slot-end "$s" "$o"
+    check "redis-cluster: $o has the marker back" test "$(rc_at "$o" GET distlock-marker)" = m1
+    check "redis-cluster: ctl.sh failover-replica-of $o" eval 'r=$("$c" failover-replica-of "$o") && [ "$(rc_at "$r" ROLE | sed -n 1p)" = master ]'
+    check "redis-cluster: ctl.sh wait-ok" "$c" wait-ok 30
+    check "redis-cluster: the marker survived" eventually has_marker
+    check "redis-cluster: kill 7 is refused" expect_fail kill redis-cluster 7
+}
+
 # test_server NAME: every check of one server; its results go to files in $RUN/test/.
 test_server() {
     local n=$1
@@ -216,6 +318,8 @@ test_server() {
           etcd-cluster) test_cluster "$n" ETCD_CLUSTER ;;
           zk-ensemble) test_cluster "$n" ZK_ENSEMBLE ;;
           redlock) test_redlock_member; test_single "$n" ;;
+          redis-sentinel) test_sentinel_members; test_single "$n" ;;
+          redis-cluster) test_rcluster_members; test_single "$n" ;;
           *) test_single "$n" ;;
         esac
         if [ "$n" = redis ] && [ -n "${OTHER_NETNS:-}" ]; then
