@@ -32,6 +32,9 @@
 # Env ($RUN/redis-sentinel.env):
 #   DISTLOCK_TEST_REDIS_SENTINEL_URL            redis-sentinel://:pw@the 3 sentinels/distlock-master?lease=2s
 #   DISTLOCK_TEST_REDIS_SENTINEL_REENTRANT_URL  .../distlock-master/1?strategy=reentrant&lease=2s
+#   DISTLOCK_TEST_REDIS_SENTINEL_MIN_REPLICAS_URL  the first with min_replicas=1 (grants
+#                                               confirmed by WAIT), and its _CTL (the same
+#                                               script), for the fault matrix
 #   DISTLOCK_TEST_REDIS_SENTINEL_CTL            DIR/ctl.sh, the control script:
 #     ctl.sh master                   port of the current master (the sentinels' majority
 #                                     answer; waits up to 10 s for one)
@@ -55,6 +58,11 @@
 #     ctl.sh pause PORT [S]           SIGSTOP the node of PORT (SIGCONT after S s when given)
 #     ctl.sh resume PORT              SIGCONT it
 #     ctl.sh port N | pid PORT        the port of member N | the recorded PID of PORT
+#     ctl.sh leader                   the master's member number (1-3), for the fault
+#                                     harness's kill-leader; kill, start and wait take
+#                                     a member number as well as a port
+#     ctl.sh wait PORT|N [S]          wait up to S s (30) until that node answers PING and
+#                                     the master has 2 replicas online
 #   Ports are printed alone on one line; failures exit non-zero with a message on stderr.
 RSENT_NAME=redis-sentinel
 RSENT_PW=sentinel-secret-pw
@@ -111,6 +119,8 @@ redis_sentinel_spawn() {  # redis_sentinel_spawn DIR [N]
 DISTLOCK_TEST_REDIS_SENTINEL_URL='redis-sentinel://:$RSENT_PW@$hosts/$RSENT_MASTER?lease=2s'
 DISTLOCK_TEST_REDIS_SENTINEL_REENTRANT_URL='redis-sentinel://:$RSENT_PW@$hosts/$RSENT_MASTER/1?strategy=reentrant&lease=2s'
 DISTLOCK_TEST_REDIS_SENTINEL_CTL='$dir/ctl.sh'
+DISTLOCK_TEST_REDIS_SENTINEL_MIN_REPLICAS_URL='redis-sentinel://:$RSENT_PW@$hosts/$RSENT_MASTER?lease=2s&min_replicas=1&replica_timeout=500ms'
+DISTLOCK_TEST_REDIS_SENTINEL_MIN_REPLICAS_CTL='$dir/ctl.sh'
 ENV
 }
 
@@ -255,6 +265,10 @@ rsent_start() {  # rsent_start PORT: start its node (unless it runs), wait until
     return 1
 }
 
+rsent_port_of() {  # rsent_port_of PORT|N: a member number (1-6) as its port; a port as it is
+    if [[ $1 =~ ^[1-9]$ ]] && [ "$1" -le ${#RSENT_PORTS[@]} ]; then echo "${RSENT_PORTS[$1-1]}"; else echo "$1"; fi
+}
+
 rsent_ctl() {
     local m p
     case "${1:-}" in
@@ -280,8 +294,19 @@ rsent_ctl() {
         [ -n "${2:-}" ] || { echo "usage: $0 wait-master-change OLDPORT [SECONDS]" >&2; return 2; }
         rsent_retry "${3:-15}" rsent_new_master "$2" ||
             { echo "redis-sentinel: the master is still $2 (or none) after ${3:-15} s" >&2; return 1; } ;;
-      start) [ -n "${2:-}" ] || { echo "usage: $0 start PORT" >&2; return 2; }; rsent_start "$2" ;;
-      kill) [ -n "${2:-}" ] || { echo "usage: $0 kill PORT" >&2; return 2; }; rsent_kill "$2" ;;
+      # The fault harness's kill-leader nemesis (tests/faults/harness.py) speaks of
+      # members: "leader" prints the master's member number (1-3); kill, start and
+      # wait take a member number (1-6) as well as a port.
+      leader)
+        m=$(rsent_retry 10 rsent_master_now) || { echo "redis-sentinel: the sentinels name no master" >&2; return 1; }
+        for p in 1 2 3; do [ "${RSENT_PORTS[$p-1]}" != "$m" ] || { echo "$p"; return 0; }; done
+        return 1 ;;
+      start) [ -n "${2:-}" ] || { echo "usage: $0 start PORT|N" >&2; return 2; }; rsent_start "$(rsent_port_of "$2")" ;;
+      kill) [ -n "${2:-}" ] || { echo "usage: $0 kill PORT|N" >&2; return 2; }; rsent_kill "$(rsent_port_of "$2")" ;;
+      wait)  # wait PORT|N [S]: until that node answers PING and the master has 2 replicas online
+        [ -n "${2:-}" ] || { echo "usage: $0 wait PORT|N [SECONDS]" >&2; return 2; }
+        wait_until "${3:-30}" rsent_pong "$(rsent_port_of "$2")" && wait_until "${3:-30}" rsent_replicas_online 2 ||
+            { echo "redis-sentinel: $2 does not serve, or the master has fewer than 2 replicas, after ${3:-30} s" >&2; return 1; } ;;
       wait-replicas)
         [ -n "${2:-}" ] || { echo "usage: $0 wait-replicas N [SECONDS]" >&2; return 2; }
         wait_until "${3:-15}" rsent_replicas_online "$2" ||
@@ -302,7 +327,8 @@ rsent_ctl() {
                 { echo "usage: $0 port N (1-${#RSENT_PORTS[@]})" >&2; return 2; } ;;
       pid) rsent_pid "${2:-}" ;;
       *) echo "usage: $0 master | kill-master | failover | wait-master-change OLDPORT [S] | start PORT | kill PORT" \
-              "| wait-replicas N [S] | wait-sentinels [S] | pause PORT [S] | resume PORT | port N | pid PORT" >&2
+              "| wait-replicas N [S] | wait-sentinels [S] | pause PORT [S] | resume PORT | port N | pid PORT" \
+              "| leader | wait PORT|N [S]" >&2
          return 2 ;;
     esac
 }

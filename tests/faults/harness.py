@@ -191,7 +191,8 @@ def server_name(bid):
     """The integration/backends.sh server behind backend id `bid`."""
     if bid in ("zk", "zookeeper"):
         return "zookeeper"
-    for name in ("zk-ensemble", "etcd-cluster", "consul-emulator", "redlock", "etcd", "redis", "mysql", "postgres"):
+    for name in ("zk-ensemble", "etcd-cluster", "consul-emulator", "redis-sentinel", "redlock", "etcd", "redis",
+                 "mysql", "postgres"):
         if bid == name or bid.startswith(name + "-"):
             return name
     return None
