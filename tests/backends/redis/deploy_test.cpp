@@ -362,3 +362,32 @@ TEST_CASE("min_replicas more than the replicas there are: the grant is refused, 
     REQUIRE(other.try_lock());  // nothing was left behind
     other.unlock();
 }
+
+TEST_CASE("min_replicas costs one WAIT per grant and nothing else: counted by the master",
+          "[redis-sentinel][min_replicas][count]") {
+    sentinel_ctl("wait-replicas 2 20");
+    const auto password = password_of(need("DISTLOCK_TEST_REDIS_SENTINEL_URL"));
+    const auto master = sentinel_ctl("master");
+    // calls of a command on the master so far (INFO commandstats)
+    auto calls = [&](const std::string& command) {
+        const auto stats = redis_cli(password, master, "info commandstats");
+        const std::regex line("cmdstat_" + command + ":calls=([0-9]+)");
+        std::smatch m;
+        return std::regex_search(stats, m, line) ? std::stoll(m[1]) : 0LL;
+    };
+    constexpr int cycles = 20;
+    for (const bool confirmed : {false, true}) {
+        auto p = distlock::connect(sentinel_url(confirmed ? "lease=30s&min_replicas=1&replica_timeout=500ms" : "lease=30s"));
+        auto m = p.mutex(unique_name("count"));
+        m.lock();  // scripts loaded, connections made
+        m.unlock();
+        const auto wait0 = calls("wait"), scripts0 = calls("evalsha") + calls("eval");
+        for (int i = 0; i < cycles; ++i) {
+            m.lock();
+            m.unlock();
+        }
+        INFO("min_replicas " << (confirmed ? 1 : 0));
+        CHECK(calls("wait") - wait0 == (confirmed ? cycles : 0));
+        CHECK(calls("evalsha") + calls("eval") - scripts0 == 2 * cycles);  // acquire and release scripts
+    }
+}
