@@ -77,6 +77,18 @@ std::vector<topology::item_result> topology::run_items(const script& s, const st
         std::vector<std::string_view> keys, args;
         std::string numkeys;
     };
+    // The reply of one call: an integer per item.
+    auto take = [&](const call& c, const redisReply* r) {
+        if (is_error(r) || r->type != REDIS_REPLY_ARRAY || r->elements != c.items.size()) {
+            fail(c.items, "renewal script failed: " + reply_text(r));
+            return;
+        }
+        for (std::size_t j = 0; j < c.items.size(); ++j) {
+            auto& res = out[c.items[j]];
+            res.ok = true;
+            res.value = as_integer(r->element[j]);
+        }
+    };
     for (auto& node : nodes) {
         std::vector<call> calls;
         std::vector<std::size_t> all;
@@ -125,21 +137,33 @@ std::vector<topology::item_result> topology::run_items(const script& s, const st
                               std::to_string(replica_timeout.count()) + " ms (min_replicas)");
                 continue;
             }
-            for (std::size_t n = 0; n < calls.size(); ++n) {
-                const redisReply* r = replies[n].get();
-                if (is_error(r) || r->type != REDIS_REPLY_ARRAY || r->elements != calls[n].items.size()) {
-                    fail(calls[n].items, "renewal script failed: " + reply_text(r));
-                    continue;
-                }
-                for (std::size_t j = 0; j < calls[n].items.size(); ++j) {
-                    auto& res = out[calls[n].items[j]];
-                    res.ok = true;
-                    res.value = as_integer(r->element[j]);
+            for (std::size_t n = 0; n < calls.size(); ++n) take(calls[n], replies[n].get());
+        } catch (const redirect& r) {
+            // A slot of this node moved or is moving: each call on its own, so
+            // that MOVED and ASK are followed (renewals are idempotent: a call
+            // the pipeline had already run does no harm run again).
+            if (r.how() == redirect::kind::moved) learn(r, *node.node);
+            for (auto& c : calls) {
+                try {
+                    auto [reply, acked] = run(
+                        c.keys.front(),
+                        [&](connection& conn) {
+                            auto rep = s.run(conn, c.keys, c.args);
+                            const long long n =
+                                min_replicas > 0 ? wait_replicas(conn, min_replicas, replica_timeout) : 0;
+                            return std::pair(std::move(rep), n);
+                        },
+                        clock::now() + base_.command_timeout);
+                    if (min_replicas > 0 && acked < min_replicas) {
+                        fail(c.items, "the renewal was acknowledged by " + std::to_string(acked) + " of " +
+                                          std::to_string(min_replicas) + " replicas (min_replicas)");
+                        continue;
+                    }
+                    take(c, reply.get());
+                } catch (const std::exception& e) {
+                    fail(c.items, e.what());
                 }
             }
-        } catch (const redirect& r) {
-            learn(r, *node.node);
-            fail(all, std::string("the server sent the renewal elsewhere: ") + r.what());
         } catch (const connection_failure& e) {
             failed(*node.node);
             fail(all, e.what());

@@ -11,8 +11,9 @@
 //   - min_replicas=1 with replicas up: the lock is kept across the failover, no
 //     second holder, no loss;
 //   - a failover while a client waits: it gets the lock from the new master;
-//   - a cluster slot migrated during a hold: the lock survives, never two holders;
-//     waiters are woken through sharded pub/sub at the slot's node.
+//   - a cluster slot migrated during a hold (the lock key first, under ASK, then
+//     the rest): the lock survives, never two holders; waiters are woken
+//     through sharded pub/sub at the slot's node.
 // Each test leaves the servers as it found them (the killed master back as a
 // replica, the slot back home).
 #include <atomic>
@@ -275,6 +276,13 @@ TEST_CASE("cluster: a slot migrated during a hold keeps the lock, never two hold
     cluster_ctl("migrate-slot-begin " + slot + " " + other);  // ASK redirections from here
     back.moved = true;
     probe();
+    // The lock key alone moves first: the home node answers ASK for it, and
+    // A's renewals (one key a script) reach it on the importing node through
+    // ASKING. Longer than a lease: without them the key would expire there.
+    redis_cli(password, home, "migrate 127.0.0.1 " + other + " '' 0 5000 auth '" + password + "' keys '" + key + "'");
+    for (int i = 0; i < 16; ++i) probe();  // 16 x 200 ms + their scripts > the 3 s lease
+    CHECK(ma.held());
+    CHECK(lost_a.lost() == 0);
     cluster_ctl("migrate-slot-end " + slot + " " + other);
     REQUIRE(cluster_ctl("master-of-slot " + slot) == other);
     for (int i = 0; i < 8; ++i) probe();  // ~2 s: renewals follow MOVED to the new owner
