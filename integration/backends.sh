@@ -252,6 +252,25 @@ cluster_hosts() { local n out=""; for n in 1 2 3; do out+="${out:+,}127.0.0.1:$(
 # functions and variables NAMES, the helpers wait_until, wait_serving, record_pid,
 # running and kill_tree, RUN (this run dir) and DIR (FILE's folder, the server's data
 # dir). It works from any process with only its path (the C++ fault tests run it).
+# retry_output SECONDS CMD...: retry CMD every 0.1 s until it succeeds; print its output.
+retry_output() {
+    local deadline=$(( $(date +%s%N) + $1 * 1000000000 )) out; shift
+    while :; do
+        if out=$("$@" 2>/dev/null); then printf '%s\n' "$out"; return 0; fi
+        [ "$(date +%s%N)" -lt "$deadline" ] || return 1
+        sleep 0.1
+    done
+}
+
+# member_of PORT NAME PORTS...: the member number (1-based) of the node on PORT among
+# NAME's nodes, listed by port in member order.
+member_of() {
+    local port=$1 name=$2 i=1 p; shift 2
+    for p in "$@"; do [ "$p" != "$port" ] || { echo $i; return 0; }; i=$((i + 1)); done
+    echo "no $name node on port '$port' ($*)" >&2
+    return 2
+}
+
 write_ctl() {
     local file=$1 main=$2 x; shift 2
     {
@@ -260,7 +279,8 @@ write_ctl() {
         echo 'set -euo pipefail'
         printf 'RUN=%q DIR=%q\n' "$RUN" "$(dirname "$file")"
         for x in "$@"; do if declare -F "$x" >/dev/null; then declare -f "$x"; else declare -p "$x"; fi; done
-        declare -f wait_until wait_serving serving_or_gone record_pid running tree_of kill_tree "$main"
+        declare -f wait_until wait_serving serving_or_gone record_pid running tree_of kill_tree retry_output member_of \
+            "$main"
         echo "$main \"\$@\""
     } > "$file.$$"
     chmod +x "$file.$$"

@@ -298,6 +298,7 @@ reply_ptr script::run(connection& c, const std::vector<std::string_view>& keys,
     std::string numkeys;
     const bool sharded = c.where().sharded;
     auto cmd = eval_args(keys, args, numkeys, sharded);
+    if (c.asking()) return c.command(cmd);  // one command: EVAL
     cmd[0] = "EVALSHA";
     cmd[1] = sha1(sharded);
     auto r = c.command(cmd);

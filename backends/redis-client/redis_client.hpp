@@ -160,6 +160,11 @@ public:
     reply_ptr read_reply();
 
     bool broken() const noexcept { return broken_; }
+    // After ASKING (a redirection while a cluster slot migrates): the next
+    // command alone is served by this node, so scripts go as EVAL, never as an
+    // EVALSHA that a NOSCRIPT would make two commands.
+    bool asking() const noexcept { return asking_; }
+    void set_asking(bool on) noexcept { asking_ = on; }
     void poison() noexcept { broken_ = true; }
     bool reused() const noexcept { return uses_ > 0; }
     void mark_used() noexcept { ++uses_; }
@@ -174,6 +179,7 @@ private:
     redisContext* ctx_;
     endpoint ep_;
     bool broken_ = false;
+    bool asking_ = false;
     bool sent_since_read_ = false;
     std::uint64_t uses_ = 0;
 };

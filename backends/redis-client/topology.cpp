@@ -179,6 +179,23 @@ std::vector<topology::item_result> topology::run_items(const script& s, const st
 
 namespace {
 
+// Runs f(), which asks one node of several (a sentinel, a cluster node) and
+// returns what it found or null; a node that cannot be reached or used adds
+// why to `errors` (null then). Bad credentials end the search: thrown.
+template <class F>
+pool* ask_node(std::string& errors, F&& f) {
+    try {
+        return f();
+    } catch (const access_denied_error&) {
+        throw;
+    } catch (const connection_failure& e) {
+        errors += "; " + std::string(e.what());
+    } catch (const error& e) {
+        errors += "; " + e.reason();
+    }
+    return nullptr;
+}
+
 // ---- one server ---------------------------------------------------------------------
 
 class single_topology final : public topology {
@@ -249,14 +266,14 @@ private:
         int answered = 0;
         for (std::size_t k = 0; k < s_.sentinels.size(); ++k) {
             const auto& sentinel = s_.sentinels[(next_ + k) % s_.sentinels.size()];
-            try {
+            pool* found = ask_node(errors, [&]() -> pool* {
                 auto c = connection::open(sentinel);
                 auto r = c->command({"SENTINEL", "get-master-addr-by-name", s_.master_name});
                 if (is_error(r.get())) throw_client_error(base_.backend_name, r.get(), "SENTINEL at " + sentinel.label());
                 ++answered;
                 if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
                     errors += "; " + sentinel.label() + " knows no master of that name";
-                    continue;
+                    return nullptr;
                 }
                 std::string host(r->element[0]->str, r->element[0]->len);
                 std::uint16_t port = 0;
@@ -269,19 +286,15 @@ private:
                 if (role->type != REDIS_REPLY_ARRAY || role->elements == 0 ||
                     reply_text(role->element[0]) != "master") {
                     errors += "; " + sentinel.label() + " names " + candidate.where().label() + ", which is not a master yet";
-                    continue;
+                    return nullptr;
                 }
-                next_ = (next_ + k) % s_.sentinels.size();  // ask this one first next time
-                if (current != &candidate) candidate.clear_idle();
-                master_.store(&candidate);
-                return candidate;
-            } catch (const access_denied_error&) {
-                throw;
-            } catch (const connection_failure& e) {
-                errors += "; " + std::string(e.what());
-            } catch (const error& e) {
-                errors += "; " + e.reason();
-            }
+                return &candidate;
+            });
+            if (found == nullptr) continue;
+            next_ = (next_ + k) % s_.sentinels.size();  // ask this one first next time
+            if (current != found) found->clear_idle();
+            master_.store(found);
+            return *found;
         }
         if (answered > 0 && errors.find("not a master") == std::string::npos &&
             errors.find("knows no master") != std::string::npos && current == nullptr)
@@ -395,12 +408,12 @@ private:
         }
         std::string errors;
         for (const auto& [host, port] : ask) {
-            try {
+            std::array<pool*, 16384> fresh{};
+            fresh.fill(nullptr);
+            pool* answered = ask_node(errors, [&, &host = host, &port = port]() -> pool* {
                 pool& node = pool_at(host, port);
                 auto reply = node.run([](connection& c) { return c.command({"CLUSTER", "SLOTS"}); });
                 if (is_error(reply.get())) throw_client_error(base_.backend_name, reply.get(), "CLUSTER SLOTS at " + host);
-                std::array<pool*, 16384> fresh{};
-                fresh.fill(nullptr);
                 bool any = false;
                 for (std::size_t i = 0; reply->type == REDIS_REPLY_ARRAY && i < reply->elements; ++i) {
                     const redisReply* range = reply->element[i];
@@ -419,19 +432,15 @@ private:
                 }
                 if (!any) {
                     errors += "; " + host + ":" + std::to_string(port) + " serves no slot";
-                    continue;
+                    return nullptr;
                 }
-                std::unique_lock lk(map_mutex_);
-                slots_ = fresh;
-                loaded_ = true;
-                return;
-            } catch (const access_denied_error&) {
-                throw;
-            } catch (const connection_failure& e) {
-                errors += "; " + std::string(e.what());
-            } catch (const error& e) {
-                errors += "; " + e.reason();
-            }
+                return &node;
+            });
+            if (answered == nullptr) continue;
+            std::unique_lock lk(map_mutex_);
+            slots_ = fresh;
+            loaded_ = true;
+            return;
         }
         throw_error(errc::unavailable, base_.backend_name, "no cluster node gave the slot map" + errors);
     }

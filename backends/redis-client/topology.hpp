@@ -90,10 +90,18 @@ public:
             }
             const bool reused = (*c)->reused();
             try {
+                struct asking_scope {  // ASKING covers the one command f sends
+                    connection* c = nullptr;
+                    ~asking_scope() {
+                        if (c != nullptr) c->set_asking(false);
+                    }
+                } scope;
                 if (asking) {
                     asking.reset();
                     auto ok = (*c)->command({"ASKING"});
                     if (is_error(ok.get())) throw_client_error(base_.backend_name, ok.get(), "ASKING");
+                    (*c)->set_asking(true);
+                    scope.c = &**c;
                 }
                 auto result = f(**c);
                 (*c)->mark_used();

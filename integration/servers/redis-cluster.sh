@@ -96,21 +96,8 @@ ENV
 rclus_cli() { local p=$1; shift; REDISCLI_AUTH=$RCLUS_PW timeout 3 redis-cli -h 127.0.0.1 -p "$p" "$@"; }
 rclus_pong() { [ "$(rclus_cli "$1" PING 2>/dev/null)" = PONG ]; }
 rclus_role() { rclus_cli "$1" ROLE 2>/dev/null | sed -n 1p; }
-rclus_member() {  # rclus_member PORT: its member number
-    local i
-    for i in "${!RCLUS_PORTS[@]}"; do [ "${RCLUS_PORTS[i]}" != "$1" ] || { echo $((i + 1)); return 0; }; done
-    echo "no redis-cluster node on port '$1' (${RCLUS_PORTS[*]})" >&2
-    return 2
-}
+rclus_member() { member_of "$1" redis-cluster "${RCLUS_PORTS[@]}"; }  # rclus_member PORT: its member number
 rclus_pid() { local n; n=$(rclus_member "$1") || return 2; sed -n "${n}p" "$RUN/$RCLUS_NAME.pids" 2>/dev/null || true; }
-rclus_retry() {  # rclus_retry SECONDS CMD...: retry CMD every 0.1 s until it succeeds; print its output
-    local deadline=$(( $(date +%s%N) + $1 * 1000000000 )) out; shift
-    while :; do
-        if out=$("$@" 2>/dev/null); then printf '%s\n' "$out"; return 0; fi
-        [ "$(date +%s%N)" -lt "$deadline" ] || return 1
-        sleep 0.1
-    done
-}
 rclus_info_field() {  # rclus_info_field PORT FIELD: a field of CLUSTER INFO
     rclus_cli "$1" CLUSTER INFO 2>/dev/null | tr -d '\r' | sed -n "s/^$2://p"
 }

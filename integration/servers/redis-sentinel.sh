@@ -131,21 +131,8 @@ ENV
 rsent_cli() { local p=$1; shift; REDISCLI_AUTH=$RSENT_PW timeout 2 redis-cli -h 127.0.0.1 -p "$p" "$@"; }
 rsent_pong() { [ "$(rsent_cli "$1" PING 2>/dev/null)" = PONG ]; }
 rsent_role() { rsent_cli "$1" ROLE 2>/dev/null | sed -n 1p; }
-rsent_member() {  # rsent_member PORT: its member number
-    local i
-    for i in "${!RSENT_PORTS[@]}"; do [ "${RSENT_PORTS[i]}" != "$1" ] || { echo $((i + 1)); return 0; }; done
-    echo "no redis-sentinel node on port '$1' (data ${RSENT_DATA_PORTS[*]}, sentinels ${RSENT_SENTINEL_PORTS[*]})" >&2
-    return 2
-}
+rsent_member() { member_of "$1" redis-sentinel "${RSENT_PORTS[@]}"; }  # rsent_member PORT: its member number
 rsent_pid() { local n; n=$(rsent_member "$1") || return 2; sed -n "${n}p" "$RUN/$RSENT_NAME.pids" 2>/dev/null || true; }
-rsent_retry() {  # rsent_retry SECONDS CMD...: retry CMD every 0.1 s until it succeeds; print its output
-    local deadline=$(( $(date +%s%N) + $1 * 1000000000 )) out; shift
-    while :; do
-        if out=$("$@" 2>/dev/null); then printf '%s\n' "$out"; return 0; fi
-        [ "$(date +%s%N)" -lt "$deadline" ] || return 1
-        sleep 0.1
-    done
-}
 # rsent_master_now: the master port that a majority of the answering sentinels name.
 rsent_master_now() {
     local p m votes=()
@@ -198,7 +185,7 @@ rsent_master_for() {  # rsent_master_for PORT: the master a data node starting o
     if m=$(rsent_master_now); then
         if [ "$m" = "$me" ] && [ $others = yes ]; then
             echo "redis-sentinel: the sentinels still name $me (being started) the master: waiting for their failover" >&2
-            m=$(rsent_retry 20 rsent_new_master "$me") ||
+            m=$(retry_output 20 rsent_new_master "$me") ||
                 { echo "redis-sentinel: no failover within 20 s: $me starts as the master" >&2; m=$me; }
         fi
         echo "$m"
@@ -272,13 +259,13 @@ rsent_port_of() {  # rsent_port_of PORT|N: a member number (1-6) as its port; a 
 rsent_ctl() {
     local m p
     case "${1:-}" in
-      master) rsent_retry 10 rsent_master_now || { echo "redis-sentinel: the sentinels name no master" >&2; return 1; } ;;
+      master) retry_output 10 rsent_master_now || { echo "redis-sentinel: the sentinels name no master" >&2; return 1; } ;;
       kill-master)
-        m=$(rsent_retry 10 rsent_master_now) || { echo "redis-sentinel: the sentinels name no master" >&2; return 1; }
+        m=$(retry_output 10 rsent_master_now) || { echo "redis-sentinel: the sentinels name no master" >&2; return 1; }
         rsent_kill "$m"
         echo "$m" ;;
       failover)
-        m=$(rsent_retry 10 rsent_master_now) || { echo "redis-sentinel: the sentinels name no master" >&2; return 1; }
+        m=$(retry_output 10 rsent_master_now) || { echo "redis-sentinel: the sentinels name no master" >&2; return 1; }
         # -INPROG (a failover runs) or -NOGOODSLAVE (replicas not yet known good): retried.
         local deadline=$(( $(date +%s%N) + 10000000000 )) r=""
         until [ "$r" = OK ]; do
@@ -289,16 +276,16 @@ rsent_ctl() {
             [ "$r" = OK ] || [ "$(date +%s%N)" -lt "$deadline" ] || { echo "redis-sentinel: SENTINEL FAILOVER: $r" >&2; return 1; }
             [ "$r" = OK ] || sleep 0.2
         done
-        rsent_retry 15 rsent_new_master "$m" || { echo "redis-sentinel: no new master within 15 s" >&2; return 1; } ;;
+        retry_output 15 rsent_new_master "$m" || { echo "redis-sentinel: no new master within 15 s" >&2; return 1; } ;;
       wait-master-change)
         [ -n "${2:-}" ] || { echo "usage: $0 wait-master-change OLDPORT [SECONDS]" >&2; return 2; }
-        rsent_retry "${3:-15}" rsent_new_master "$2" ||
+        retry_output "${3:-15}" rsent_new_master "$2" ||
             { echo "redis-sentinel: the master is still $2 (or none) after ${3:-15} s" >&2; return 1; } ;;
       # The fault harness's kill-leader nemesis (tests/faults/harness.py) speaks of
       # members: "leader" prints the master's member number (1-3); kill, start and
       # wait take a member number (1-6) as well as a port.
       leader)
-        m=$(rsent_retry 10 rsent_master_now) || { echo "redis-sentinel: the sentinels name no master" >&2; return 1; }
+        m=$(retry_output 10 rsent_master_now) || { echo "redis-sentinel: the sentinels name no master" >&2; return 1; }
         for p in 1 2 3; do [ "${RSENT_PORTS[$p-1]}" != "$m" ] || { echo "$p"; return 0; }; done
         return 1 ;;
       start) [ -n "${2:-}" ] || { echo "usage: $0 start PORT|N" >&2; return 2; }; rsent_start "$(rsent_port_of "$2")" ;;
