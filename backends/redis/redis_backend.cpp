@@ -1,4 +1,8 @@
 // redis://[user:password@]host[:port][/db][?strategy=plain|reentrant&...]
+// redis-sentinel://[user:password@]s1,s2,.../<master name>[/db][?...]
+// redis-cluster://[user:password@]h1,h2,...[?...]
+// The three differ only in where commands go (redis-client/topology.hpp); with
+// min_replicas=N every grant and renewal is confirmed by WAIT (context.hpp).
 //
 // strategy=plain (default, plain_strategy.cpp): a token key set with SET NX PX,
 //   owner-checked release and renewal, a FIFO hand-off to one waiting client.
@@ -8,11 +12,13 @@
 //   RPermitExpirableSemaphore layouts (shared_locks.cpp, through context.hpp).
 //
 // Waiting: subscribe to the lock's channel (one dedicated pub/sub connection per
-// provider) BEFORE retrying, then wait for a release message, bounded by the
+// provider; in a cluster one per node, SSUBSCRIBE) BEFORE retrying, then wait for a release message, bounded by the
 // remaining PTTL (an expiring key publishes nothing) and the caller's deadline.
 // Renewals of every due mutex of a provider go out as one script: one round trip
-// (and one more per kind of read-write lock grant and for permits, when due).
+// (and one more per kind of read-write lock grant and for permits, when due); in
+// a cluster one script per hash slot, pipelined per node.
 // Over the Redis client layer (backends/redis-client).
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <map>
@@ -115,8 +121,10 @@ public:
         auto l = strategy_->layout_for(lock_name);
         auto keys = shared_keys(strategy_->object_name(lock_name, "rwlock"), strategy_->object_name(lock_name, "semaphore"));
         keys.insert(keys.begin(), l.key);
+        std::sort(keys.begin(), keys.end());  // Redisson's layout names several objects by the name itself
+        keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
         // One DEL per key: in a cluster the objects of one name may lie in
-        // different slots (Redisson's layout keys the name itself).
+        // different slots.
         for (const auto& key : keys) {
             call("DEL", key, [&](connection& c) {
                 auto r = c.command({"DEL", key});
@@ -128,8 +136,9 @@ public:
 
     // A confirmed subscription kept from a recent wait, without creating the subscriber.
     std::unique_ptr<subscriber::subscription> reuse_subscription(const std::string& channel) override {
+        const auto where = subscriber_key(channel);
         std::lock_guard lk(sub_mutex_);
-        auto it = subscribers_.find(subscriber_key(channel));
+        auto it = subscribers_.find(where);
         return it != subscribers_.end() ? it->second->reuse(channel) : nullptr;
     }
 
