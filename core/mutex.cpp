@@ -7,12 +7,14 @@
 
 namespace distlock::detail {
 
-bool gate::enter(spi::deadline until, const void* who, std::string_view backend, const std::string& name) {
+bool gate::enter(spi::deadline until, const void* who, std::string_view backend, const std::string& name,
+                 bool& queued) {
     std::unique_lock lk(mutex_);
     if (busy_ && owner_ == std::this_thread::get_id() && holder_ != who)
         throw_error(errc::would_deadlock, std::string(backend),
                     "this thread already holds lock '" + name + "' through another mutex object");
-    if (busy_ || !queue_.empty()) {
+    queued = busy_ || !queue_.empty();
+    if (queued) {
         waiter me;
         queue_.push_back(&me);
         auto my_turn = [&] { return !busy_ && queue_.front() == &me; };
@@ -160,7 +162,34 @@ bool mutex_impl::lock_until(spi::deadline until) {
                         "lock '" + request_.name + "' is already held by this thread (this backend is not reentrant)");
         }
     }
-    if (gate_ && !gate_->enter(until, this, backend.name(), request_.name)) return false;
+    const auto started = spi::clock::now();
+    // The observer's account of this call (provider_options; nothing without one).
+    auto tell = [&](acquire_outcome outcome, contention contended, errc code) {
+        provider_->observe([&](observer& o) {
+            o.acquired(acquire_event{provider_->scheme(), request_.name, static_cast<grant_kind>(request_.kind), outcome,
+                                     contended, spi::clock::now() - started, code});
+        });
+    };
+    auto tell_failure = [&] {
+        errc code = errc::unavailable;
+        try {
+            throw;
+        } catch (const error& e) {
+            code = e.code_value();
+        } catch (...) {
+        }
+        tell(acquire_outcome::failed, contention::unknown, code);
+    };
+    bool queued = false;  // behind another thread of this provider
+    try {
+        if (gate_ && !gate_->enter(until, this, backend.name(), request_.name, queued)) {
+            tell(acquire_outcome::timed_out, contention::waited, errc{});
+            return false;
+        }
+    } catch (...) {
+        tell_failure();
+        throw;
+    }
     const bool leased = backend.caps().supports(feature::lease_expiry);
     // How long a grant (and each confirmed renewal) is valid from when its request
     // was sent: the lease, or the session's for a lock held by an expiring
@@ -197,13 +226,20 @@ bool mutex_impl::lock_until(spi::deadline until) {
     } catch (...) {
         end_acquire();
         if (gate_) gate_->leave();
+        tell_failure();
         throw;
     }
     if (!granted) {
         end_acquire();
         if (gate_) gate_->leave();
+        tell(acquire_outcome::timed_out, contention::waited, errc{});
         return false;
     }
+    tell(acquire_outcome::granted,
+         queued || granted->waited.value_or(false) ? contention::waited
+         : granted->waited                         ? contention::none
+                                                   : contention::unknown,
+         errc{});
     // Renewed (a lease with auto_renew) or checked (a lock without a lease that
     // asks for it) every `interval`; a grant that ends with time and is not
     // renewed (a lease without auto_renew, or a handle with a validity of its
@@ -223,6 +259,7 @@ bool mutex_impl::lock_until(spi::deadline until) {
         depth_ = 1;
         owner_ = self;
         token_ = granted->token;
+        granted_at_ = spi::clock::now();
         valid_until_ = expires ? (since + validity).time_since_epoch().count() : 0;
         lost_already = early_loss_.has_value();
         held_ = !lost_already;
@@ -261,6 +298,7 @@ void mutex_impl::unlock() noexcept {
     bool was_held;
     std::uint64_t token;
     scheduler::entry_id entry;
+    spi::clock::time_point granted_at;
     {
         std::lock_guard lk(state_mutex_);
         if (depth_ == 0) return;
@@ -270,21 +308,38 @@ void mutex_impl::unlock() noexcept {
         valid_until_ = 0;
         entry = std::exchange(entry_, 0);
         owner_ = {};
+        granted_at = granted_at_;
     }
     if (entry != 0) provider_->scheduler().remove(entry);
+    bool clean = was_held;
+    struct tell_release {  // on every way out
+        mutex_impl* self;
+        spi::clock::time_point granted_at;
+        bool* clean;
+        ~tell_release() {
+            self->provider_->observe([&](observer& o) {
+                o.released(release_event{self->provider_->scheme(), self->request_.name,
+                                         static_cast<grant_kind>(self->request_.kind), spi::clock::now() - granted_at,
+                                         *clean});
+            });
+        }
+    } told{this, granted_at, &clean};
     try {
         handle_->release();
     } catch (const error& e) {
+        clean = false;
         // The server says the grant was gone before this release: that is a loss,
         // reported through on_lost like every other (once: not if already reported).
         const bool gone = e.code_value() == errc::not_owner || e.code_value() == errc::lock_lost;
         if (was_held && gone) post_lost(token, e.what());
         else if (was_held) post_error(token, e);
     } catch (const std::exception& e) {
+        clean = false;
         if (was_held)
             post_error(token, in_doubt_error(errc::in_doubt, std::string(provider_->backend().name()),
                                              std::string("release failed: ") + e.what()));
     } catch (...) {
+        clean = false;
     }
     if (gate_) gate_->leave();
     // A loss or failure that the release found is told before unlock()
@@ -325,6 +380,16 @@ void mutex_impl::post(std::function<void()> callback) noexcept {
 }
 
 void mutex_impl::post_lost(std::uint64_t token, std::string reason) noexcept {
+    provider_->observe([&](observer& o) {
+        o.lost(loss_event{provider_->scheme(), request_.name, static_cast<grant_kind>(request_.kind)});
+    });
+    if (provider_->logs(log_level::warning)) {
+        try {
+            provider_->log(log_level::warning, request_.name,
+                           "lock lost (token " + std::to_string(token) + "): " + reason);
+        } catch (...) {
+        }
+    }
     if (!options_.on_lost) return;
     try {
         post([callback = options_.on_lost, event = lock_event{request_.name, token, std::move(reason)}] {
@@ -335,6 +400,8 @@ void mutex_impl::post_lost(std::uint64_t token, std::string reason) noexcept {
 }
 
 void mutex_impl::post_error(std::uint64_t token, const error& e) noexcept {
+    provider_->observe([&](observer& o) { o.failed(error_event{provider_->scheme(), request_.name, e.code_value()}); });
+    provider_->log(log_level::warning, request_.name, e.what());
     if (!options_.on_error) return;
     try {
         // The error is made again on the callback thread, of the same subclass

@@ -102,6 +102,7 @@ private:
     scheduler::entry_id entry_ = 0;
     std::atomic<bool> held_{false};
     std::atomic<std::uint64_t> token_{0};
+    spi::clock::time_point granted_at_{};  // under state_mutex_: when the current grant was given
     std::atomic<std::chrono::steady_clock::rep> valid_until_{0};  // 0: no lease to watch
 };
 

@@ -70,7 +70,9 @@ void register_backend(std::string scheme, spi::factory factory) {
     the_registry().add(std::move(scheme), std::move(factory));
 }
 
-provider connect(std::string_view text) {
+provider connect(std::string_view text) { return connect(text, provider_options{}); }
+
+provider connect(std::string_view text, provider_options options) {
     auto u = spi::url::parse(text);
     const auto factory = the_registry().find(u.scheme());
     if (!factory) {
@@ -86,7 +88,10 @@ provider connect(std::string_view text) {
         throw_error(errc::invalid_argument, "", "the factory of scheme '" + u.scheme() + "' returned no backend");
     u.expect_all_taken();
     auto default_lease = lease ? *lease : backend->default_lease();
-    return provider(std::make_shared<detail::provider_state>(std::move(backend), u.scheme(), u.redacted(), default_lease));
+    auto state = std::make_shared<detail::provider_state>(std::move(backend), u.scheme(), u.redacted(), default_lease,
+                                                          std::move(options));
+    state->log(log_level::info, "", "connected to " + u.redacted());
+    return provider(std::move(state));
 }
 
 std::vector<std::string> schemes() { return the_registry().names(); }

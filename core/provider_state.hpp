@@ -11,6 +11,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "distlock/observe.hpp"
 #include "distlock/spi/backend.hpp"
 #include "callbacks.hpp"
 #include "scheduler.hpp"
@@ -24,7 +25,8 @@ public:
     // Enters the gate before `until`; false on timeout. Throws
     // would_deadlock_error when the calling thread already holds the gate through
     // another mutex object (`who` identifies the mutex).
-    bool enter(spi::deadline until, const void* who, std::string_view backend, const std::string& name);
+    // `queued`: whether it had to wait behind another thread.
+    bool enter(spi::deadline until, const void* who, std::string_view backend, const std::string& name, bool& queued);
     void leave() noexcept;
 
 private:
@@ -45,13 +47,14 @@ capabilities effective_caps(const capabilities& declared);
 class provider_state {
 public:
     provider_state(std::shared_ptr<spi::backend> backend, std::string scheme, std::string redacted_url,
-                   std::chrono::milliseconds default_lease)
+                   std::chrono::milliseconds default_lease, provider_options options = {})
         : backend_(std::move(backend)),
           scheme_(std::move(scheme)),
           url_(std::move(redacted_url)),
           default_lease_(default_lease),
           caps_(effective_caps(backend_->caps())),
-          scheduler_(*backend_) {}
+          options_(std::move(options)),
+          scheduler_(*backend_, options_.observer.get(), scheme_) {}
 
     spi::backend& backend() noexcept { return *backend_; }
     detail::scheduler& scheduler() noexcept { return scheduler_; }
@@ -64,11 +67,32 @@ public:
     const capabilities& caps() const noexcept { return caps_; }
     std::shared_ptr<gate> gate_for(const std::string& name);
 
+    // provider_options: what is told to the observer and the log hook. Each is
+    // a null check when not given.
+    template <class F>
+    void observe(F&& tell) const noexcept {
+        if (auto* o = options_.observer.get()) {
+            try {
+                tell(*o);
+            } catch (...) {
+            }
+        }
+    }
+    bool logs(log_level level) const noexcept { return options_.log && level >= options_.min_level; }
+    void log(log_level level, std::string_view lock, std::string_view message) const noexcept {
+        if (!logs(level)) return;
+        try {
+            options_.log(log_record{level, scheme_, lock, message});
+        } catch (...) {
+        }
+    }
+
 private:
     std::shared_ptr<spi::backend> backend_;
     std::string scheme_, url_;
     std::chrono::milliseconds default_lease_;
     capabilities caps_;
+    provider_options options_;
     callback_thread callbacks_;    // after backend_, before scheduler_: runs what the scheduler queued
     detail::scheduler scheduler_;  // after both: stopped before they go
     std::mutex gates_mutex_;

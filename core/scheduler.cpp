@@ -107,8 +107,17 @@ void scheduler::run() {
             } catch (...) {
                 for (auto& r : results) r = spi::keepalive_result::failed("keepalive failed");
             }
-            lk.lock();
             auto after = clock::now();
+            if (watcher_ != nullptr) {
+                renewal_event ev{scheme_, handles.size(), 0, 0, 0, after - sent};
+                for (const auto& r : results)
+                    ++(r.state == st::ok ? ev.ok : r.state == st::lost ? ev.lost : ev.failed);
+                try {
+                    watcher_->renewed(ev);
+                } catch (...) {
+                }
+            }
+            lk.lock();
             for (std::size_t k = 0; k < batch.size(); ++k) {
                 auto it = entries_.find(batch[k]);
                 if (it == entries_.end()) continue;

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <thread>
 
+#include "distlock/observe.hpp"
 #include "distlock/spi/backend.hpp"
 
 namespace distlock::detail {
@@ -30,7 +31,9 @@ public:
     using lost_fn = std::function<void(std::string reason)>;
     using failed_fn = std::function<void(const std::string& reason)>;
 
-    explicit scheduler(spi::backend& backend) : backend_(backend) {}
+    // `watcher`: told of each batched renewal (null = nobody), as `scheme`.
+    scheduler(spi::backend& backend, distlock::observer* watcher, std::string scheme)
+        : backend_(backend), watcher_(watcher), scheme_(std::move(scheme)) {}
     ~scheduler();
     scheduler(const scheduler&) = delete;
     scheduler& operator=(const scheduler&) = delete;
@@ -77,6 +80,8 @@ private:
     void run();
 
     spi::backend& backend_;
+    distlock::observer* watcher_;
+    std::string scheme_;
     std::mutex mutex_;
     std::condition_variable wake_, done_;
     std::map<entry_id, entry> entries_;

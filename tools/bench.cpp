@@ -29,6 +29,7 @@ struct settings {
     std::uint32_t permits = 1;        // semaphore: its size  // floor_samples: contended mode, before the run
     double seconds = 5;
     bool json = false, quiet = false;
+    bool observe = false;  // a distlock::metrics observer on each provider (its overhead is what is measured)
 };
 
 // The floors are measured beside the cycles, under the same load: the
@@ -47,7 +48,8 @@ struct samples {
 };
 
 std::string worker(const settings& s, const std::string& run_id, int index) {
-    auto locks = connect(s.backend);
+    auto locks = s.observe ? connect(s.backend, provider_options{.observer = std::make_shared<metrics>()})
+                           : connect(s.backend);
     auto us = [](std::optional<std::chrono::nanoseconds> d) -> std::optional<double> {
         if (!d) return std::nullopt;
         return std::chrono::duration<double, std::micro>(*d).count();
@@ -178,7 +180,8 @@ int run_bench(const settings& s) {
                      {"processes", s.processes},   {"threads", s.threads},
                      {"seconds", s.seconds},       {"cycles", cycles.size()},
                      {"cycles_per_s", round1(cps)}, {"p50_us", round1(p50)},
-                     {"p99_us", round1(p99)}, {"primitive", s.primitive}};
+                     {"p99_us", round1(p99)}, {"primitive", s.primitive},
+                     {"observed", s.observe}};
     if (s.primitive == "rw") {
         j["writers"] = s.writers;
         j["reads"] = reads.size();
@@ -248,6 +251,8 @@ void add_bench(CLI::App& app, std::function<int()>& action) {
                     "Contended mode: round trips measured for the floor before the run (per process); more are taken"
                     " now and then during it. Uncontended, each cycle is followed by one")
         ->capture_default_str();
+    cmd->add_flag("--observe", s->observe,
+                  "Attach a distlock::metrics observer to each provider (to measure what observing costs)");
     cmd->add_flag("--json", s->json, "Print one JSON object");
     cmd->add_flag("--quiet,-q", s->quiet, "No progress on stderr");
     cmd->callback([s, &action] { action = [s] { return run_bench(*s); }; });

@@ -73,6 +73,7 @@ public:
             return false;
         };
         const bool writer = kind_ == spi::lock_kind::write;
+        const bool waited = !free();
         if (writer) ++s.writers_waiting;
         bool ok = true;
         try {
@@ -92,7 +93,7 @@ public:
             s.grant = grant_;
             s.lost = lost;
         }
-        return spi::grant{++s.counter, spi::clock::now()};  // no lease
+        return spi::grant{++s.counter, spi::clock::now(), waited};  // no lease
     }
 
     void release() override {

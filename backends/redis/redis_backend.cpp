@@ -218,14 +218,14 @@ public:
             sub = std::move(lingering);
             if (queue) waiter = spi::random_token();
         }
-        for (;;) {
+        for (bool first = true;; first = false) {
             if (sub) seen = sub->messages();
             const auto sent = clock::now();  // the lease runs from when the server ran the script
             auto [got, value] = attempt(owner, waiter, until);
             if (got) {
                 waiter.clear();  // the grant took us out of the queue
                 owner_ = std::move(owner);
-                return spi::grant{static_cast<std::uint64_t>(value), sent};
+                return spi::grant{static_cast<std::uint64_t>(value), sent, !first};
             }
             auto now = clock::now();
             if (now >= until) return std::nullopt;

@@ -323,13 +323,13 @@ public:
         std::unique_ptr<subscriber::subscription> sub;
         if (until > clock::now()) sub = ctx_.reuse_subscription(channel_);
         spi::backoff fallback(request_.retry_min, request_.retry_max);
-        for (;;) {
+        for (bool first = true;; first = false) {
             const std::uint64_t seen = sub ? sub->messages() : 0;
             const auto sent = clock::now();  // the lease runs from when the server ran the script
             auto [what, value] = run_attempt(until);
             if (what == outcome::granted) {
                 granted = true;
-                return spi::grant{static_cast<std::uint64_t>(value), sent};
+                return spi::grant{static_cast<std::uint64_t>(value), sent, !first};
             }
             if (what == outcome::wrong_size)
                 throw_error(errc::invalid_argument, "redis",

@@ -9,6 +9,7 @@
 #include "distlock/error.hpp"
 #include "distlock/multi_lock.hpp"
 #include "distlock/mutex.hpp"
+#include "distlock/observe.hpp"
 #include "distlock/options.hpp"
 #include "distlock/provider.hpp"
 #include "distlock/semaphore.hpp"

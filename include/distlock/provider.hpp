@@ -11,6 +11,7 @@
 
 #include "distlock/multi_lock.hpp"
 #include "distlock/mutex.hpp"
+#include "distlock/observe.hpp"
 #include "distlock/options.hpp"
 #include "distlock/semaphore.hpp"
 #include "distlock/shared_mutex.hpp"
@@ -74,7 +75,7 @@ public:
     const std::shared_ptr<detail::provider_state>& state() const noexcept { return state_; }
 
 private:
-    friend provider connect(std::string_view url);
+    friend provider connect(std::string_view url, provider_options options);
     explicit provider(std::shared_ptr<detail::provider_state> state) noexcept;
 
     std::shared_ptr<detail::provider_state> state_;
@@ -88,6 +89,8 @@ private:
 // parameters throw invalid_argument_error; an unreachable server throws
 // unavailable_error, bad credentials access_denied_error.
 [[nodiscard]] provider connect(std::string_view url);
+// The same, with an observer and a log hook (include/distlock/observe.hpp).
+[[nodiscard]] provider connect(std::string_view url, provider_options options);
 
 // The schemes compiled into this build and those added by register_backend(), sorted.
 [[nodiscard]] std::vector<std::string> schemes();

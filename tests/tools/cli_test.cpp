@@ -261,6 +261,17 @@ TEST_CASE("bench reports cycles and, for embedded backends, no floor", "[cli][be
     CHECK(j["native_ratio"].is_null());
 }
 
+TEST_CASE("bench --observe measures with a metrics observer attached", "[cli][bench][observe]") {
+    auto plain = run("bench --backend memory:// --seconds 0.3 --json --quiet");
+    auto observed = run("bench --backend memory:// --seconds 0.3 --json --quiet --observe");
+    REQUIRE(plain.status == 0);
+    REQUIRE(observed.status == 0);
+    CHECK(nlohmann::json::parse(plain.out)["observed"] == false);
+    auto j = nlohmann::json::parse(observed.out);
+    CHECK(j["observed"] == true);
+    CHECK(j["cycles"].get<long>() > 0);
+}
+
 TEST_CASE("run --shared reads beside other readers, --write alone, --permits N holds one of N", "[cli][run][primitives]") {
     const auto url = "file://" + lock_dir();
     auto locks = distlock::connect(url);

@@ -118,7 +118,8 @@ std::shared_ptr<fake_backend>& next_fake() {
 
 distlock::provider fake_provider(fake_state& s, std::chrono::milliseconds lease, bool leased = true,
                                  std::shared_ptr<fake_backend>* out = nullptr,
-                                 std::shared_ptr<distlock::detail::provider_state>* state = nullptr) {
+                                 std::shared_ptr<distlock::detail::provider_state>* state = nullptr,
+                                 distlock::provider_options options = {}) {
     static const bool registered = [] {
         distlock::register_backend("fake", [](spi::url&) -> std::shared_ptr<spi::backend> {
             return std::exchange(next_fake(), nullptr);
@@ -129,7 +130,8 @@ distlock::provider fake_provider(fake_state& s, std::chrono::milliseconds lease,
     auto b = std::make_shared<fake_backend>(s, leased);
     if (out) *out = b;
     next_fake() = b;
-    auto p = distlock::connect("fake://unit?lease=" + std::to_string(lease.count()) + "ms");
+    auto p = distlock::connect("fake://user:secret-pw-123@unit?lease=" + std::to_string(lease.count()) + "ms",
+                               std::move(options));
     if (state) *state = p.state();
     return p;
 }
@@ -804,7 +806,7 @@ TEST_CASE("a scheme registered from outside the library is connected to by its U
     fake_state s;
     auto p = fake_provider(s, 300ms);
     CHECK(p.scheme() == "fake");
-    CHECK(p.url() == "fake://unit?lease=300ms");
+    CHECK(p.url() == "fake://user:***@unit?lease=300ms");  // the password hidden
     CHECK(p.default_lease() == 300ms);
     auto names = distlock::schemes();
     CHECK(std::find(names.begin(), names.end(), "fake") != names.end());
@@ -855,4 +857,63 @@ TEST_CASE("schemes registered from many threads at once are each kept once", "[r
     auto names = distlock::schemes();
     for (int t = 0; t < 8; ++t)
         CHECK(std::find(names.begin(), names.end(), "unit-own-" + std::to_string(t)) != names.end());
+}
+
+TEST_CASE("the observer is told of every renewal call with its outcomes, and the log hook of failures and losses, "
+          "without the URL's password",
+          "[observe][scheduler]") {
+    fake_state s;
+    auto m = std::make_shared<distlock::metrics>();
+    std::mutex logs_mutex;
+    std::vector<std::string> logs;
+    distlock::provider_options options{
+        .observer = m,
+        .log = [&](const distlock::log_record& r) {
+            std::lock_guard lk(logs_mutex);
+            logs.push_back(std::string(distlock::to_string(r.level)) + " " + std::string(r.lock) + ": " +
+                           std::string(r.message));
+        },
+        .min_level = distlock::log_level::debug};
+    auto p = fake_provider(s, 300ms, true, nullptr, nullptr, std::move(options));
+    auto a = p.mutex("renewed-a");
+    auto b = p.mutex("renewed-b");
+    a.lock();
+    b.lock();  // both due together: batches of 2
+    REQUIRE(distlock::test::eventually([&] { return s.keepalives.load() >= 6; }, 3000ms));
+    {
+        std::lock_guard lk(s.mutex);
+        s.answer = spi::keepalive_result::status::failed;
+    }
+    REQUIRE(distlock::test::eventually([&] { return m->snapshot().at(0).renewals_failed >= 2; }, 3000ms));
+    {
+        std::lock_guard lk(s.mutex);
+        s.answer = spi::keepalive_result::status::lost;
+    }
+    REQUIRE(distlock::test::eventually([&] { return !a.held() && !b.held(); }, 3000ms));
+    a.unlock();
+    b.unlock();
+    const auto c = m->snapshot().at(0);
+    CHECK(c.backend == "fake");
+    // Every call of keepalive_batch was told, with every grant in it.
+    CHECK(c.renewal_calls == std::uint64_t(s.batches.load()));
+    CHECK(c.renewal_grants == std::uint64_t(s.keepalives.load()));
+    CHECK(c.renewals_ok + c.renewals_failed + c.renewals_lost == c.renewal_grants);
+    CHECK(c.renewals_lost == 2);
+    CHECK(c.renewal_latency.count == c.renewal_calls);
+    CHECK(c.losses[std::size_t(distlock::grant_kind::exclusive)] == 2);
+    std::size_t failed_errors = 0;
+    for (const auto& [code, n] : c.errors)
+        if (code == distlock::errc::unavailable) failed_errors = n;
+    CHECK(failed_errors == c.renewals_failed);  // each failed renewal is an on_error
+    std::lock_guard lk(logs_mutex);
+    bool connected = false, lost_a = false, failed_b = false;
+    for (const auto& l : logs) {
+        CHECK(l.find("secret-pw-123") == std::string::npos);
+        connected = connected || l.find("info : connected to fake://user:***@unit") == 0;
+        lost_a = lost_a || l.find("warning renewed-a: lock lost") == 0;
+        failed_b = failed_b || l.find("warning renewed-b: fake: renewal of 'renewed-b' failed") == 0;
+    }
+    CHECK(connected);
+    CHECK(lost_a);
+    CHECK(failed_b);
 }

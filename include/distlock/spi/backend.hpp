@@ -100,6 +100,10 @@ struct grant {
     // it was last confirmed. Ignored for locks that do not expire with time (no
     // lease_expiry and validity() 0).
     deadline sent;
+    // Whether the grant came after waiting for another holder (true) or at the
+    // first try (false), for the observer's contention figures
+    // (include/distlock/observe.hpp); unset = the backend does not say.
+    std::optional<bool> waited = std::nullopt;
 };
 
 // Where a backend reports that a grant is lost (session expired, connection

@@ -1,0 +1,33 @@
+#!/usr/bin/env python3
+"""Starts the metrics example (one request allowed), fetches /metrics once and
+checks the reply: HTTP 200, the Prometheus content type, and the example's
+locks counted (its two contended threads and its semaphore)."""
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+
+proc = subprocess.Popen([sys.argv[1], "memory://example-test", "0"], stdout=subprocess.PIPE, text=True)
+try:
+    line = proc.stdout.readline()
+    m = re.match(r"listening on 127\.0\.0\.1:(\d+)", line)
+    if not m:
+        sys.exit("unexpected first line: %r" % line)
+    time.sleep(0.5)  # some traffic first
+    with urllib.request.urlopen("http://127.0.0.1:%s/metrics" % m.group(1), timeout=10) as r:
+        body = r.read().decode()
+        if r.status != 200 or not r.headers["Content-Type"].startswith("text/plain; version=0.0.4"):
+            sys.exit("bad reply: %s %s" % (r.status, r.headers["Content-Type"]))
+    granted = re.search(r'^distlock_acquisitions_total\{backend="memory",kind="exclusive",outcome="granted"\} (\d+)$',
+                        body, re.M)
+    permits = re.search(r'^distlock_acquisitions_total\{backend="memory",kind="permit",outcome="granted"\} (\d+)$',
+                        body, re.M)
+    if not granted or int(granted.group(1)) < 2 or not permits or int(permits.group(1)) < 1:
+        sys.exit("the example's locks are not counted:\n" + body)
+    if proc.wait(timeout=10) != 0:
+        sys.exit("the example exited with %s" % proc.returncode)
+    print("ok: %s exclusive grants, %s permits" % (granted.group(1), permits.group(1)))
+finally:
+    if proc.poll() is None:
+        proc.kill()

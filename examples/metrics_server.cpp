@@ -1,0 +1,104 @@
+// Serves a provider's lock metrics in the Prometheus text format on
+// http://127.0.0.1:PORT/metrics while a few threads take and give back locks.
+//
+//   distlock-example-metrics-server [URL] [PORT]
+//     URL   the lock backend (default memory://example); PORT 0 = any free port
+//
+// It prints "listening on 127.0.0.1:PORT" and serves until killed; with
+// DISTLOCK_EXAMPLE_REQUESTS=N it exits after N requests (the test uses 1).
+// Only the standard library and POSIX sockets: the Prometheus rendering needs no
+// dependency, and neither does serving it.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "distlock/distlock.hpp"
+
+int main(int argc, char** argv) {
+    const std::string url = argc > 1 ? argv[1] : "memory://example";
+    const int port = argc > 2 ? std::atoi(argv[2]) : 9464;
+    const char* limit = std::getenv("DISTLOCK_EXAMPLE_REQUESTS");
+    int requests_left = limit != nullptr ? std::atoi(limit) : -1;
+
+    auto metrics = std::make_shared<distlock::metrics>();
+    auto locks = distlock::connect(url, {.observer = metrics,
+                                         .log = [](const distlock::log_record& r) {
+                                             std::fprintf(stderr, "[%s] %.*s %.*s: %.*s\n",
+                                                          std::string(distlock::to_string(r.level)).c_str(),
+                                                          int(r.backend.size()), r.backend.data(), int(r.lock.size()),
+                                                          r.lock.data(), int(r.message.size()), r.message.data());
+                                         }});
+
+    // Some traffic: two threads on one name (contended), one on a semaphore.
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> workers;
+    for (int i = 0; i < 2; ++i)
+        workers.emplace_back([&] {
+            auto m = locks.mutex("stock:item-1");
+            while (!stop) {
+                std::lock_guard lk(m);
+                std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            }
+        });
+    workers.emplace_back([&] {
+        auto sem = locks.semaphore("downloads", 2);
+        while (!stop) {
+            distlock::permit_guard permit(sem);
+            std::this_thread::sleep_for(std::chrono::milliseconds(3));
+        }
+    });
+
+    int server = ::socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    ::setsockopt(server, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    if (::bind(server, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(server, 16) != 0) {
+        std::perror("bind/listen");
+        return 1;
+    }
+    socklen_t len = sizeof addr;
+    ::getsockname(server, reinterpret_cast<sockaddr*>(&addr), &len);
+    std::printf("listening on 127.0.0.1:%d\n", ntohs(addr.sin_port));
+    std::fflush(stdout);
+
+    while (requests_left != 0) {
+        int client = ::accept(server, nullptr, nullptr);
+        if (client < 0) continue;
+        char request[2048];
+        const auto n = ::read(client, request, sizeof request - 1);
+        const std::string first_line = n > 0 ? std::string(request, static_cast<std::size_t>(n)).substr(0, 64) : "";
+        std::string body, status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8";
+        if (first_line.rfind("GET /metrics ", 0) == 0) {
+            body = distlock::render_prometheus(*metrics);
+        } else {
+            status = "404 Not Found";
+            type = "text/plain";
+            body = "try /metrics\n";
+        }
+        const std::string reply = "HTTP/1.1 " + status + "\r\nContent-Type: " + type +
+                                  "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+        for (std::size_t off = 0; off < reply.size();) {
+            const auto w = ::write(client, reply.data() + off, reply.size() - off);
+            if (w <= 0) break;
+            off += static_cast<std::size_t>(w);
+        }
+        ::close(client);
+        if (requests_left > 0) --requests_left;
+    }
+    stop = true;
+    for (auto& t : workers) t.join();
+    ::close(server);
+    return 0;
+}
