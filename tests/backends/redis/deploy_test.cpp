@@ -11,6 +11,8 @@
 //   - min_replicas=1 with replicas up: the lock is kept across the failover, no
 //     second holder, no loss;
 //   - a failover while a client waits: it gets the lock from the new master;
+//   - a cluster master killed during a hold with min_replicas=1: the promoted
+//     replica has the grant, the lock is kept, nobody else gets it;
 //   - a cluster slot migrated during a hold (the lock key first, under ASK, then
 //     the rest): the lock survives, never two holders; waiters are woken
 //     through sharded pub/sub at the slot's node.
@@ -400,4 +402,77 @@ TEST_CASE("min_replicas costs one WAIT per grant and nothing else: counted by th
         CHECK(calls("wait") - wait0 == (confirmed ? cycles : 0));
         CHECK(calls("evalsha") + calls("eval") - scripts0 == 2 * cycles);  // acquire and release scripts
     }
+}
+
+TEST_CASE("cluster: the master of a held lock's slot killed: with min_replicas=1 its replica takes over with the "
+          "grant, the lock is kept and nobody else gets it",
+          "[redis-cluster][failover][min_replicas]") {
+    cluster_ctl("wait-ok 30");
+    const auto url = need("DISTLOCK_TEST_REDIS_CLUSTER_URL");
+    const auto password = password_of(url);
+    const auto name = unique_name("cluster-failover");
+    const auto slot = redis_cli(password, std::to_string(distlock::spi::url::parse(url).hosts().at(0).port),
+                                "cluster keyslot 'distlock:{" + name + "}'");
+    const auto home = cluster_ctl("master-of-slot " + slot);
+    // A lease that outlasts the failover (the cluster notices a dead node after
+    // its 2 s node timeout, then promotes): renewals fail meanwhile and resume
+    // on the promoted replica.
+    const auto with = url.substr(0, url.find('?')) + "?lease=10s&min_replicas=1&replica_timeout=500ms";
+    auto a = distlock::connect(with);
+    loss_recorder lost_a;
+    auto ma = a.mutex(name, lost_a.options());
+    ma.lock();  // acknowledged by the slot's replica
+    struct restart_home {
+        std::string port;
+        ~restart_home() {
+            if (port.empty()) return;
+            distlock::test::run_command(need("DISTLOCK_TEST_REDIS_CLUSTER_CTL") + " start " + port);
+            distlock::test::run_command(need("DISTLOCK_TEST_REDIS_CLUSTER_CTL") + " wait-ok 30");
+        }
+    } restart{home};
+    cluster_ctl("kill " + home);
+    const auto promoted = cluster_ctl("wait-failover " + home + " 30");
+    CHECK(promoted != home);
+
+    auto b = distlock::connect(with);
+    auto mb = b.mutex(name);
+    int both = 0, refused = 0;
+    const auto until = clk::now() + 5s;  // past A's next renewals on the promoted master
+    while (clk::now() < until) {
+        try {
+            if (mb.try_lock_for(300ms)) {
+                if (ma.held()) ++both;
+                mb.unlock();
+            }
+        } catch (const distlock::unavailable_error&) {
+            ++refused;  // while the cluster settles
+        }
+    }
+    INFO("B's tries refused as unavailable: " << refused);
+    CHECK(both == 0);
+    CHECK(ma.held());
+    CHECK(lost_a.lost() == 0);
+    REQUIRE_NOTHROW(ma.unlock());
+    // The promoted master has no replica now (its old master is dead): a new
+    // grant is refused, and released.
+    try {
+        const bool got = mb.try_lock_for(1s);
+        CHECK_FALSE(got);
+    } catch (const distlock::unavailable_error& e) {
+        CHECK(std::string(e.what()).find("acknowledged by 0 of 1 replicas") != std::string::npos);
+    }
+    // Back as its replica: grants are confirmed again.
+    cluster_ctl("start " + home);
+    restart.port.clear();
+    cluster_ctl("wait-ok 30");
+    bool granted = false;
+    for (int i = 0; i < 40 && !granted; ++i) {  // until the replica has synchronised
+        try {
+            granted = mb.try_lock_for(500ms);
+        } catch (const distlock::unavailable_error&) {
+            std::this_thread::sleep_for(250ms);
+        }
+    }
+    REQUIRE(granted);
+    mb.unlock();
 }
