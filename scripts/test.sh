@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every test, against real servers started here (integration/backends.sh).
 #   scripts/test.sh                       plain build + ctest + the short fault matrix + a
-#                                         60 s libFuzzer run over the URL parser, then an
+#                                         40 s libFuzzer run over the URL parser, then an
 #                                         AddressSanitizer+UBSan build + ctest
 #   scripts/test.sh --sanitize thread     the second pass with ThreadSanitizer instead
 #   scripts/test.sh --sanitize none       no sanitizer pass
@@ -40,7 +40,7 @@ DISTLOCK_FAULT_WORKER=$PWD/build/bin/distlock-fault-worker \
     python3 tests/faults/matrix.py --profile short --out build/faults-short
 
 # No message shows a password: the URL parser under libFuzzer, bounded.
-scripts/fuzz.sh --seconds 60
+scripts/fuzz.sh --seconds 40
 
 if [ "$sanitize" != none ]; then
     # The sanitizer pass: the core's unit tests, the CLI tests and the whole

@@ -34,8 +34,8 @@ struct log_record {
 
 // Where a provider's diagnostics go (spdlog, syslog, your logger). Called on the
 // thread where the event happened (a lock()/unlock() caller, the renewal
-// thread, the callback thread); it must not block for long and must not call
-// back into distlock. Exceptions it throws are swallowed. distlock itself never
+// thread, the thread that found a loss), sometimes with the lock's own state
+// locked: it must not block for long and must not call back into distlock. Exceptions it throws are swallowed. distlock itself never
 // writes to stdout or stderr.
 using log_hook = std::function<void(const log_record&)>;
 
@@ -89,7 +89,8 @@ struct error_event {
 };
 
 // Fed by the core, synchronously, on the thread where the event happened (as
-// log_hook): keep each call short and non-blocking. Exceptions are swallowed.
+// log_hook), sometimes with the lock's own state locked: keep each call short
+// and non-blocking, and never call distlock from it. Exceptions are swallowed.
 class observer {
 public:
     virtual ~observer() = default;
