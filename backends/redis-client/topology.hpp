@@ -75,6 +75,7 @@ public:
         const deadline until = std::min(cap, clock::now() + base_.command_timeout + failover_wait_);
         std::optional<std::pair<std::string, std::uint16_t>> asking;
         bool stale_retried = false;
+        int redirections = 0;  // MOVED and ASK followed (a loop of them is a broken cluster)
         for (int hop = 0;; ++hop) {
             pool* p = nullptr;
             std::optional<pool::borrowed> c;
@@ -107,7 +108,8 @@ public:
                 (*c)->mark_used();
                 return result;
             } catch (const redirect& r) {
-                if (hop >= max_hops || (r.how() == redirect::kind::retry && clock::now() >= until))
+                const bool retry = r.how() == redirect::kind::retry;
+                if ((!retry && ++redirections > max_redirections) || (retry && clock::now() >= until))
                     throw_error(errc::unavailable, base_.backend_name,
                                 "no server took the command (" + std::to_string(hop + 1) + " tries): " + r.what());
                 if (r.how() == redirect::kind::ask)
@@ -157,7 +159,7 @@ protected:
     endpoint base_;
     std::size_t pool_size_;
     std::chrono::milliseconds failover_wait_;
-    static constexpr int max_hops = 16;
+    static constexpr int max_redirections = 16;
 
 private:
     std::mutex nodes_mutex_;
