@@ -379,39 +379,38 @@ void mutex_impl::post(std::function<void()> callback) noexcept {
     }
 }
 
+// Losses and errors reach the observer, the log hook and on_lost / on_error on
+// the provider's callback thread, in order: never on a backend's thread or
+// under the mutex's state lock, where they are found.
 void mutex_impl::post_lost(std::uint64_t token, std::string reason) noexcept {
-    provider_->observe([&](observer& o) {
-        o.lost(loss_event{provider_->scheme(), request_.name, static_cast<grant_kind>(request_.kind)});
-    });
-    if (provider_->logs(log_level::warning)) {
-        try {
-            provider_->log(log_level::warning, request_.name,
-                           "lock lost (token " + std::to_string(token) + "): " + reason);
-        } catch (...) {
-        }
-    }
-    if (!options_.on_lost) return;
+    if (!options_.on_lost && !provider_->observed(log_level::warning)) return;
     try {
-        post([callback = options_.on_lost, event = lock_event{request_.name, token, std::move(reason)}] {
-            callback(event);
+        post([provider = provider_.get(), kind = static_cast<grant_kind>(request_.kind), callback = options_.on_lost,
+              event = lock_event{request_.name, token, std::move(reason)}] {
+            provider->observe([&](observer& o) { o.lost(loss_event{provider->scheme(), event.name, kind}); });
+            if (provider->logs(log_level::warning))
+                provider->log(log_level::warning, event.name,
+                              "lock lost (token " + std::to_string(event.token) + "): " + event.reason);
+            if (callback) callback(event);
         });
     } catch (...) {
     }
 }
 
 void mutex_impl::post_error(std::uint64_t token, const error& e) noexcept {
-    provider_->observe([&](observer& o) { o.failed(error_event{provider_->scheme(), request_.name, e.code_value()}); });
-    provider_->log(log_level::warning, request_.name, e.what());
-    if (!options_.on_error) return;
+    if (!options_.on_error && !provider_->observed(log_level::warning)) return;
     try {
         // The error is made again on the callback thread, of the same subclass
         // (throw_error picks it by code), so that the callback can catch it by type.
-        post([callback = options_.on_error, name = request_.name, token, code = e.code_value(), backend = e.backend(),
-              reason = e.reason(), native = e.native_code(), native_message = e.native_message()] {
+        post([provider = provider_.get(), callback = options_.on_error, name = request_.name, token,
+              code = e.code_value(), backend = e.backend(), reason = e.reason(), native = e.native_code(),
+              native_message = e.native_message()] {
             try {
                 throw_error(code, backend, reason, native, native_message);
             } catch (const error& err) {
-                callback(lock_event{name, token, err.what()}, err);
+                provider->observe([&](observer& o) { o.failed(error_event{provider->scheme(), name, code}); });
+                provider->log(log_level::warning, name, err.what());
+                if (callback) callback(lock_event{name, token, err.what()}, err);
             }
         });
     } catch (...) {

@@ -79,6 +79,8 @@ public:
         }
     }
     bool logs(log_level level) const noexcept { return options_.log && level >= options_.min_level; }
+    // An observer, or a log hook that takes records of `level`.
+    bool observed(log_level level) const noexcept { return options_.observer != nullptr || logs(level); }
     void log(log_level level, std::string_view lock, std::string_view message) const noexcept {
         if (!logs(level)) return;
         try {

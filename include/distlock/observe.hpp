@@ -33,9 +33,9 @@ struct log_record {
 };
 
 // Where a provider's diagnostics go (spdlog, syslog, your logger). Called on the
-// thread where the event happened (a lock()/unlock() caller, the renewal
-// thread, the thread that found a loss), sometimes with the lock's own state
-// locked: it must not block for long and must not call back into distlock. Exceptions it throws are swallowed. distlock itself never
+// caller's thread (connect) and on the provider's callback thread (losses and
+// failures, in order, just before on_lost / on_error): it must not block for
+// long (it delays the provider's callbacks). Exceptions it throws are swallowed. distlock itself never
 // writes to stdout or stderr.
 using log_hook = std::function<void(const log_record&)>;
 
@@ -88,9 +88,12 @@ struct error_event {
     errc code;  // unavailable, in_doubt, ...: an unlock() or renewal that failed without a loss
 };
 
-// Fed by the core, synchronously, on the thread where the event happened (as
-// log_hook), sometimes with the lock's own state locked: keep each call short
-// and non-blocking, and never call distlock from it. Exceptions are swallowed.
+// Fed by the core: acquired() and released() on the caller's thread as the
+// call returns, renewed() on the provider's renewal thread after each batch,
+// lost() and failed() on the provider's callback thread (before on_lost /
+// on_error). Never on a backend's own thread, never with distlock's locks held:
+// keep each call short and non-blocking (it delays the caller, the renewals or
+// the callbacks). Exceptions are swallowed.
 class observer {
 public:
     virtual ~observer() = default;
