@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every test, against real servers started here (integration/backends.sh).
 #   scripts/test.sh                       plain build + ctest + the short fault matrix + a
-#                                         40 s libFuzzer run over the URL parser, then an
+#                                         30 s libFuzzer run over the URL parser, then an
 #                                         AddressSanitizer+UBSan build + ctest
 #   scripts/test.sh --sanitize thread     the second pass with ThreadSanitizer instead
 #   scripts/test.sh --sanitize none       no sanitizer pass
@@ -27,9 +27,9 @@ set +a
 export DISTLOCK_REQUIRE_ALL=1  # a missing server URL fails instead of skipping
 
 say "tests (plain build)"
-# Three at a time on two cores: most of the suite waits for servers and leases
+# Four at a time on two cores: most of the suite waits for servers and leases
 # (crash and expiry cases wait out a 2 s lease), not for the processor.
-ctest --test-dir build --output-on-failure -j 3
+ctest --test-dir build --output-on-failure -j 4
 
 # The short fault matrix (tests/faults/README.md): a few seconds per cell, every
 # backend and every nemesis at least once, histories checked by checker.py. The
@@ -40,7 +40,7 @@ DISTLOCK_FAULT_WORKER=$PWD/build/bin/distlock-fault-worker \
     python3 tests/faults/matrix.py --profile short --out build/faults-short
 
 # No message shows a password: the URL parser under libFuzzer, bounded.
-scripts/fuzz.sh --seconds 40
+scripts/fuzz.sh --seconds 30
 
 if [ "$sanitize" != none ]; then
     # The sanitizer pass: the core's unit tests, the CLI tests and the whole
