@@ -46,6 +46,11 @@ std::vector<topology::node_items> topology::by_node(const std::vector<std::strin
     return {node_items{&pool_for(keys[0]), {std::move(all)}}};
 }
 
+std::string replica_shortfall(long long acked, int n, std::chrono::milliseconds timeout) {
+    return "acknowledged by " + std::to_string(acked) + " of " + std::to_string(n) + " replicas within " +
+           std::to_string(timeout.count()) + " ms (min_replicas)";
+}
+
 long long wait_replicas(connection& c, int n, std::chrono::milliseconds timeout) {
     const std::string count = std::to_string(n), ms = std::to_string(timeout.count());
     auto r = c.command({"WAIT", count, ms});
@@ -132,9 +137,7 @@ std::vector<topology::item_result> topology::run_items(const script& s, const st
                 return std::pair(std::move(rs), acked);
             });
             if (min_replicas > 0 && acks < min_replicas) {
-                fail(all, "the renewal was acknowledged by " + std::to_string(acks) + " of " +
-                              std::to_string(min_replicas) + " replicas within " +
-                              std::to_string(replica_timeout.count()) + " ms (min_replicas)");
+                fail(all, "the renewal was " + replica_shortfall(acks, min_replicas, replica_timeout));
                 continue;
             }
             for (std::size_t n = 0; n < calls.size(); ++n) take(calls[n], replies[n].get());
@@ -155,8 +158,7 @@ std::vector<topology::item_result> topology::run_items(const script& s, const st
                         },
                         clock::now() + base_.command_timeout);
                     if (min_replicas > 0 && acked < min_replicas) {
-                        fail(c.items, "the renewal was acknowledged by " + std::to_string(acked) + " of " +
-                                          std::to_string(min_replicas) + " replicas (min_replicas)");
+                        fail(c.items, "the renewal was " + replica_shortfall(acked, min_replicas, replica_timeout));
                         continue;
                     }
                     take(c, reply.get());

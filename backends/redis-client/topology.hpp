@@ -181,5 +181,8 @@ std::unique_ptr<topology> make_cluster_topology(endpoint base, std::size_t pool_
 // Blocks until WAIT on `c` says `n` replicas have every write of this
 // connection, or `timeout` passes: the number of replicas that acknowledged.
 long long wait_replicas(connection& c, int n, std::chrono::milliseconds timeout);
+// "acknowledged by <acked> of <n> replicas within <timeout> ms (min_replicas)":
+// why a grant or renewal did not count.
+std::string replica_shortfall(long long acked, int n, std::chrono::milliseconds timeout);
 
 }  // namespace distlock::backends::redis_client

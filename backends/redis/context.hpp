@@ -85,9 +85,8 @@ std::pair<long long, long long> run_acquire_script(context& ctx, const std::stri
                     if (acked < confirm.min_replicas) {
                         undo(c);
                         throw_error(errc::unavailable, "redis",
-                                    "the grant of '" + name + "' was acknowledged by " + std::to_string(acked) + " of " +
-                                        std::to_string(confirm.min_replicas) + " replicas within " +
-                                        std::to_string(confirm.timeout.count()) + " ms (min_replicas); released");
+                                    "the grant of '" + name + "' was " +
+                                        replica_shortfall(acked, confirm.min_replicas, confirm.timeout) + "; released");
                     }
                 }
                 return result;
