@@ -87,6 +87,7 @@ std::string_view to_string(feature f) noexcept {
         case feature::read_write: return "read_write";
         case feature::semaphore: return "semaphore";
         case feature::permit_limit: return "permit_limit";
+        case feature::election: return "election";
     }
     return "unknown";
 }

@@ -57,20 +57,25 @@ std::shared_ptr<gate> provider_state::gate_for(const std::string& name) {
     return g;
 }
 
-std::unique_ptr<mutex_impl> make_mutex_impl(const std::shared_ptr<provider_state>& provider, std::string_view name,
-                                            lock_options options, spi::lock_kind kind, std::uint32_t permits) {
-    auto& backend = provider->backend();
-    const std::string who(backend.name());
-    if (name.empty()) throw_error(errc::invalid_argument, who, "lock name is empty");
+void check_name(std::string_view name, const std::string& backend) {
+    if (name.empty()) throw_error(errc::invalid_argument, backend, "lock name is empty");
     if (name.size() > max_name_length)
-        throw_error(errc::invalid_argument, who,
+        throw_error(errc::invalid_argument, backend,
                     "lock name is " + std::to_string(name.size()) + " bytes; at most " +
                         std::to_string(max_name_length) + " are allowed");
+}
+
+std::unique_ptr<mutex_impl> make_mutex_impl(const std::shared_ptr<provider_state>& provider, std::string_view name,
+                                            lock_options options, spi::lock_kind kind, std::uint32_t permits,
+                                            std::string holder) {
+    auto& backend = provider->backend();
+    const std::string who(backend.name());
+    check_name(name, who);
     if (options.lease.count() < 0) throw_error(errc::invalid_argument, who, "negative lease");
     if (options.retry_min.count() < 0 || options.retry_max < options.retry_min)
         throw_error(errc::invalid_argument, who, "retry_min/retry_max out of order");
     const auto needs = kind == spi::lock_kind::permit ? feature::semaphore : feature::read_write;
-    if (kind != spi::lock_kind::exclusive && !provider->caps().supports(needs))
+    if (kind != spi::lock_kind::exclusive && kind != spi::lock_kind::leader && !provider->caps().supports(needs))
         throw_error(errc::unsupported, who,
                     std::string(kind == spi::lock_kind::permit ? "semaphores" : "read-write locks") +
                         " are not supported: " + std::string(provider->caps().why_not(needs)));
@@ -83,6 +88,7 @@ std::unique_ptr<mutex_impl> make_mutex_impl(const std::shared_ptr<provider_state
     request.renew_interval = std::max(std::chrono::milliseconds{1}, request.lease / 3);  // the lease/3 rule, here only
     request.retry_min = options.retry_min;
     request.retry_max = options.retry_max;
+    request.holder = holder.empty() ? provider->holder() : std::move(holder);
     auto handle = backend.make_lock(request);
     if (!handle) throw_error(errc::unsupported, who, "the backend made no lock handle");
     return std::make_unique<mutex_impl>(provider, std::move(request), std::move(options), std::move(handle));
@@ -95,6 +101,7 @@ namespace {
 std::shared_ptr<gate> gate_of(provider_state& provider, const spi::lock_request& request) {
     switch (request.kind) {
         case spi::lock_kind::exclusive: return provider.gate_for(std::string(1, 'm') + request.name);
+        case spi::lock_kind::leader: return provider.gate_for(std::string(1, 'l') + request.name);
         case spi::lock_kind::write: return provider.gate_for(std::string(1, 'w') + request.name);
         case spi::lock_kind::read:
         case spi::lock_kind::permit: break;

@@ -22,11 +22,28 @@ namespace distlock::detail {
 
 class mutex_impl;
 
-// Checks the name and options, resolves the request (lease, renewal period) and
-// makes the backend's handle for one grant of `kind` (unsupported_error with the
-// backend's reason when its caps() do not support that primitive).
+// Checks the name and options, resolves the request (lease, renewal period,
+// holder label: `holder`, else the provider's) and makes the backend's handle
+// for one grant of `kind` (unsupported_error with the backend's reason when its
+// caps() do not support that primitive).
 std::unique_ptr<mutex_impl> make_mutex_impl(const std::shared_ptr<provider_state>& provider, std::string_view name,
-                                            lock_options options, spi::lock_kind kind, std::uint32_t permits);
+                                            lock_options options, spi::lock_kind kind, std::uint32_t permits,
+                                            std::string holder = {});
+// Throws invalid_argument_error for an empty or oversized lock name.
+void check_name(std::string_view name, const std::string& backend);
+
+// A holder label or election id: 1..255 bytes, no control characters (it is
+// stored in keys' values, node data, rows and session names). Returns it;
+// throws invalid_argument_error naming `what` otherwise.
+std::string checked_label(std::string_view label, std::string_view backend, std::string_view what);
+// "<hostname>:<pid>".
+std::string default_holder();
+// The kind an election's grants are asked as: leader where the backend claims
+// feature::election, else exclusive (the backend's mutex of the same name).
+spi::lock_kind leader_kind(const provider_state& provider);
+// provider::inspect and election::leader: the name checked, the backend's
+// answer with the name filled in.
+lock_info inspect(provider_state& provider, std::string_view name, spi::lock_kind kind);
 
 class mutex_impl {
 public:
@@ -53,6 +70,7 @@ public:
         return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(until));
     }
     const std::string& name() const noexcept { return request_.name; }
+    provider_state& provider() const noexcept { return *provider_; }
     // This thread holds the grant (or is the one taking it: not yet).
     bool owned_by_this_thread() noexcept {
         std::lock_guard lk(state_mutex_);

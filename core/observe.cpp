@@ -22,6 +22,7 @@ std::string_view to_string(grant_kind kind) noexcept {
         case grant_kind::read: return "read";
         case grant_kind::write: return "write";
         case grant_kind::permit: return "permit";
+        case grant_kind::leader: return "leader";
     }
     return "?";
 }
@@ -142,7 +143,7 @@ std::vector<metrics::backend_counts> metrics::snapshot() const {
     for (const auto* b : list) {
         backend_counts c;
         c.backend = b->backend;
-        for (std::size_t k = 0; k < 4; ++k)
+        for (std::size_t k = 0; k < grant_kinds; ++k)
             for (std::size_t o = 0; o < 3; ++o) c.acquisitions[k][o] = b->acquisitions[k][o].load(std::memory_order_relaxed);
         for (std::size_t i = 0; i < 3; ++i) c.contended[i] = b->contended[i].load(std::memory_order_relaxed);
         c.wait = b->wait.read();
@@ -155,7 +156,7 @@ std::vector<metrics::backend_counts> metrics::snapshot() const {
         c.renewals_lost = b->renewals_lost.load(std::memory_order_relaxed);
         c.releases = b->releases.load(std::memory_order_relaxed);
         c.releases_unclean = b->releases_unclean.load(std::memory_order_relaxed);
-        for (std::size_t k = 0; k < 4; ++k) c.losses[k] = b->losses[k].load(std::memory_order_relaxed);
+        for (std::size_t k = 0; k < grant_kinds; ++k) c.losses[k] = b->losses[k].load(std::memory_order_relaxed);
         for (std::size_t e = 1; e < b->errors.size(); ++e)
             if (auto n = b->errors[e].load(std::memory_order_relaxed)) c.errors.emplace_back(static_cast<errc>(e), n);
         out.push_back(std::move(c));
@@ -242,7 +243,7 @@ std::string render_prometheus(const metrics& m, std::string_view prefix) {
     using labels = std::vector<std::pair<std::string_view, std::string>>;
     w.family("acquisitions_total", "counter", "Calls of lock(), try_lock*() and their kin, by kind and outcome.");
     for (const auto& b : all)
-        for (std::size_t k = 0; k < 4; ++k)
+        for (std::size_t k = 0; k < grant_kinds; ++k)
             for (std::size_t o = 0; o < 3; ++o)
                 w.sample("acquisitions_total",
                          labels{{"backend", b.backend},
@@ -278,7 +279,7 @@ std::string render_prometheus(const metrics& m, std::string_view prefix) {
     for (const auto& b : all) w.histogram("renewal_seconds", labels{{"backend", b.backend}}, b.renewal_latency);
     w.family("losses_total", "counter", "Grants found lost while held, by kind.");
     for (const auto& b : all)
-        for (std::size_t k = 0; k < 4; ++k)
+        for (std::size_t k = 0; k < grant_kinds; ++k)
             w.sample("losses_total",
                      labels{{"backend", b.backend}, {"kind", std::string(to_string(static_cast<grant_kind>(k)))}},
                      std::to_string(b.losses[k]));

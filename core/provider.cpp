@@ -83,6 +83,9 @@ provider connect(std::string_view text, provider_options options) {
     }
     auto lease = u.take_duration("lease");
     if (lease && lease->count() <= 0) throw_error(errc::invalid_argument, "", "lease must be positive");
+    const auto holder_param = u.take("holder");
+    if (options.holder.empty()) options.holder = holder_param ? *holder_param : detail::default_holder();
+    options.holder = detail::checked_label(options.holder, u.scheme(), "holder");
     auto backend = (*factory)(u);
     if (!backend)
         throw_error(errc::invalid_argument, "", "the factory of scheme '" + u.scheme() + "' returned no backend");
@@ -103,6 +106,22 @@ provider::provider(std::shared_ptr<detail::provider_state> state) noexcept : sta
 distlock::mutex provider::mutex(std::string_view name, lock_options options) const {
     return distlock::mutex(detail::make_mutex_impl(state_, name, std::move(options), spi::lock_kind::exclusive, 0));
 }
+
+distlock::election provider::election(std::string_view name, election_options options) const {
+    std::string id = options.id.empty() ? state_->holder() : detail::checked_label(options.id, state_->scheme(), "id");
+    lock_options lock;
+    lock.lease = options.lease;
+    lock.on_lost = std::move(options.on_lost);
+    lock.on_error = std::move(options.on_error);
+    return distlock::election(
+        detail::make_mutex_impl(state_, name, std::move(lock), detail::leader_kind(*state_), 0, id), std::move(id));
+}
+
+lock_info provider::inspect(std::string_view name) const {
+    return detail::inspect(*state_, name, spi::lock_kind::exclusive);
+}
+
+const std::string& provider::holder() const noexcept { return state_->holder(); }
 
 const std::string& provider::scheme() const noexcept { return state_->scheme(); }
 const std::string& provider::url() const noexcept { return state_->url(); }

@@ -62,6 +62,8 @@ public:
     const std::string& scheme() const noexcept { return scheme_; }
     const std::string& url() const noexcept { return url_; }
     std::chrono::milliseconds default_lease() const noexcept { return default_lease_; }
+    // The label of this provider's grants (checked by connect()).
+    const std::string& holder() const noexcept { return options_.holder; }
     // The backend's capabilities, with the features it does not claim to
     // implement (capabilities::implements) listed unsupported.
     const capabilities& caps() const noexcept { return caps_; }

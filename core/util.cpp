@@ -189,6 +189,13 @@ void backend::keepalive_batch(std::span<lock_handle* const> handles, std::span<k
                                             " backend does not implement renewals or checks (keepalive_batch)");
 }
 
+lock_info backend::inspect(std::string_view, lock_kind) {
+    lock_info info;
+    const std::string why = "the " + std::string(name()) + " backend does not implement inspect";
+    for (const char* field : {"held", "waiters"}) info.unknown.emplace(field, why);
+    return info;
+}
+
 void backend::break_lock(std::string_view) {
     throw_error(errc::unsupported, std::string(name()), "break_lock is not supported by this backend");
 }

@@ -90,13 +90,28 @@ std::uint64_t read_counter(int fd) {
     return value;
 }
 
-void write_counter(int fd, std::uint64_t value, bool sync) {
-    char buf[32];
-    auto [end, ec] = std::to_chars(buf, buf + sizeof buf - 1, value);
-    *end++ = '\n';
-    auto len = static_cast<std::size_t>(end - buf);
-    if (::pwrite(fd, buf, len, 0) != static_cast<ssize_t>(len)) throw_client_error("cannot write the lock file's counter", errno);
+// "<value>\n", or "<value> <label>\n" with the holder's label (a mutex's lock
+// file: provider::inspect reads it back).
+void write_counter(int fd, std::uint64_t value, bool sync, std::string_view label = {}) {
+    std::string text = std::to_string(value);
+    if (!label.empty()) text.append(" ").append(label);
+    text += '\n';
+    if (::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()) ||
+        (!label.empty() && ::ftruncate(fd, static_cast<off_t>(text.size())) != 0))
+        throw_client_error("cannot write the lock file's counter", errno);
     if (sync && ::fdatasync(fd) != 0) throw_client_error("fdatasync of the lock file failed", errno);
+}
+
+// The label after the counter in a lock file ("" when none: an older distlock's).
+std::string read_label(int fd) {
+    char buf[320] = {};
+    ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+    if (n < 0) throw_client_error("cannot read the lock file", errno);
+    std::string_view text(buf, static_cast<std::size_t>(n));
+    const auto space = text.find(' ');
+    if (space == std::string_view::npos) return {};
+    text.remove_prefix(space + 1);
+    return std::string(text.substr(0, text.find('\n')));
 }
 
 // The token after `stored`. A lock file without a counter (new, or deleted and
@@ -250,6 +265,7 @@ public:
         : settings_(s),
           name_(r.name),
           paths_(paths_of(s.dir, r.name)),
+          holder_(r.holder),
           kind_(r.kind),
           permits_(r.permits),
           retry_max_(r.retry_max) {}
@@ -257,11 +273,12 @@ public:
     std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink&) override {
         spi::backoff wait(1ms, retry_max_);
         switch (kind_) {
-            case spi::lock_kind::exclusive: {
+            case spi::lock_kind::exclusive:
+            case spi::lock_kind::leader: {  // leader: not asked (no feature::election)
                 auto fd = waiter_.lock(paths_.mutex, LOCK_EX, until, wait);
                 if (!fd) return std::nullopt;
                 std::uint64_t token = next_token(read_counter(fd->get()));
-                write_counter(fd->get(), token, settings_.sync);
+                write_counter(fd->get(), token, settings_.sync, holder_);
                 return hold(std::move(*fd), paths_.mutex, token);
             }
             case spi::lock_kind::read:
@@ -343,6 +360,7 @@ private:
     const settings& settings_;
     std::string name_;
     paths paths_;
+    std::string holder_;
     spi::lock_kind kind_;
     std::uint32_t permits_;
     std::chrono::milliseconds retry_max_;
@@ -369,6 +387,31 @@ public:
     void keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) override {
         for (std::size_t i = 0; i < handles.size(); ++i) results[i] = static_cast<const handle*>(handles[i])->check();
     }
+    // The mutex's lock file: held when a shared flock of it conflicts; the
+    // holder's label and token are what it wrote there.
+    lock_info inspect(std::string_view name, spi::lock_kind) override {
+        lock_info info;
+        info.unknown.emplace("waiters", "flock(2) does not tell how many processes wait");
+        const auto path = paths_of(settings_.dir, name).mutex;
+        fd_guard fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));  // closing it wakes waiters (IN_CLOSE_WRITE)
+        if (fd.get() < 0) {
+            if (errno != ENOENT) throw_client_error("cannot open lock file " + path, errno);
+            info.held = false;  // never made: never held
+            return info;
+        }
+        if (::flock(fd.get(), LOCK_SH | LOCK_NB) == 0) {
+            info.held = false;
+            return info;
+        }
+        if (errno != EWOULDBLOCK) throw_client_error("flock failed on " + path, errno);
+        info.held = true;
+        info.token = read_counter(fd.get());
+        if (auto label = read_label(fd.get()); !label.empty()) info.holder = std::move(label);
+        else info.unknown.emplace("holder", "the holder wrote no label (a distlock from before holder labels)");
+        info.unknown.emplace("remaining", "no lease: the kernel holds the lock until unlock or process exit");
+        return info;
+    }
+
     // Replaces the lock files of every primitive of `name` by fresh ones that keep
     // their counters, so that holders (still locking the old inodes) learn of
     // the loss and tokens keep increasing.

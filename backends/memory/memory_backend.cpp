@@ -21,6 +21,8 @@ struct slot {
     std::uint32_t limit = 0;    // the semaphore's size while it has holders
     std::uint64_t counter = 0;  // fencing counter, survives release
     spi::loss_sink lost;        // of the exclusive grant: break_lock reports through it
+    std::string holder;         // the exclusive grant's label
+    std::uint32_t waiting = 0;  // threads inside acquire() waiting for it
 };
 
 struct table {
@@ -42,7 +44,8 @@ table& table_for(const std::string& space) {
 // The slot's key: the primitive's letter, then the name.
 char letter_of(spi::lock_kind kind) {
     switch (kind) {
-        case spi::lock_kind::exclusive: return 'm';
+        case spi::lock_kind::exclusive:
+        case spi::lock_kind::leader: return 'm';  // not asked: no feature::election
         case spi::lock_kind::read:
         case spi::lock_kind::write: return 'r';
         case spi::lock_kind::permit: return 's';
@@ -53,14 +56,20 @@ char letter_of(spi::lock_kind kind) {
 class handle final : public spi::lock_handle {
 public:
     handle(table& t, const spi::lock_request& r)
-        : table_(t), key_(letter_of(r.kind) + r.name), name_(r.name), kind_(r.kind), permits_(r.permits) {}
+        : table_(t),
+          key_(letter_of(r.kind) + r.name),
+          name_(r.name),
+          holder_(r.holder),
+          kind_(r.kind),
+          permits_(r.permits) {}
 
     std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink& lost) override {
         std::unique_lock lk(table_.mutex);
         auto& s = table_.slots[key_];
         auto free = [&] {
             switch (kind_) {
-                case spi::lock_kind::exclusive: return s.grant == 0;
+                case spi::lock_kind::exclusive:
+                case spi::lock_kind::leader: return s.grant == 0;
                 case spi::lock_kind::write: return s.grant == 0 && s.shared.empty();
                 case spi::lock_kind::read: return s.grant == 0 && s.writers_waiting == 0;
                 case spi::lock_kind::permit:
@@ -75,14 +84,17 @@ public:
         const bool writer = kind_ == spi::lock_kind::write;
         const bool waited = !free();
         if (writer) ++s.writers_waiting;
+        if (waited) ++s.waiting;
         bool ok = true;
         try {
             if (until == spi::deadline::max()) table_.released.wait(lk, free);
             else ok = table_.released.wait_until(lk, until, free);
         } catch (...) {
             if (writer) --s.writers_waiting;
+            if (waited) --s.waiting;
             throw;
         }
+        if (waited) --s.waiting;
         if (writer && --s.writers_waiting == 0 && !ok) table_.released.notify_all();  // readers held back by it
         if (!ok) return std::nullopt;
         grant_ = table_.next_grant++;
@@ -92,6 +104,7 @@ public:
         } else {
             s.grant = grant_;
             s.lost = lost;
+            s.holder = holder_;
         }
         return spi::grant{++s.counter, spi::clock::now(), waited};  // no lease
     }
@@ -111,7 +124,7 @@ public:
 
 private:
     table& table_;
-    std::string key_, name_;
+    std::string key_, name_, holder_;
     spi::lock_kind kind_;
     std::uint32_t permits_;
     std::uint64_t grant_ = 0;
@@ -132,6 +145,21 @@ public:
     std::unique_ptr<spi::lock_handle> make_lock(const spi::lock_request& r) override {
         return std::make_unique<handle>(table_, r);
     }
+    lock_info inspect(std::string_view name, spi::lock_kind kind) override {
+        lock_info info;
+        std::lock_guard lk(table_.mutex);
+        auto it = table_.slots.find(letter_of(kind) + std::string(name));
+        const bool held = it != table_.slots.end() && it->second.grant != 0;
+        info.held = held;
+        info.waiters = it == table_.slots.end() ? 0 : it->second.waiting;
+        if (held) {
+            info.holder = it->second.holder;
+            info.token = it->second.counter;
+            info.unknown.emplace("remaining", "memory:// has no leases: a grant lasts until unlock()");
+        }
+        return info;
+    }
+
     void break_lock(std::string_view name) override {
         // Every primitive of the name: its exclusive grant and its shared ones.
         std::vector<spi::loss_sink> lost;

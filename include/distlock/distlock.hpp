@@ -6,7 +6,9 @@
 //   if (lk) write(x, m.token());
 #pragma once
 
+#include "distlock/election.hpp"
 #include "distlock/error.hpp"
+#include "distlock/inspect.hpp"
 #include "distlock/multi_lock.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/observe.hpp"

@@ -42,8 +42,10 @@ using log_hook = std::function<void(const log_record&)>;
 // ---- the observer ------------------------------------------------------------------
 
 // What a lock operation was. The read-write lock's sides and a semaphore's
-// permits are grants like a mutex's (a multi-lock is one grant per name).
-enum class grant_kind { exclusive, read, write, permit };
+// permits are grants like a mutex's (a multi-lock is one grant per name; an
+// election's term of leadership is a grant of kind leader).
+enum class grant_kind { exclusive, read, write, permit, leader };
+inline constexpr std::size_t grant_kinds = 5;
 std::string_view to_string(grant_kind kind) noexcept;
 
 enum class acquire_outcome { granted, timed_out, failed };
@@ -109,6 +111,10 @@ struct provider_options {
     std::shared_ptr<distlock::observer> observer;  // null = none
     log_hook log;                                  // empty = no logs
     log_level min_level = log_level::warning;      // records below it are not made at all
+    // The label this provider's grants carry where the backend stores one
+    // (provider::inspect, election::leader): at most 255 bytes, no control
+    // characters. Empty = the URL's `holder=`, else "<hostname>:<pid>".
+    std::string holder;
 };
 
 // ---- a ready observer: counters and histograms ----------------------------------
@@ -131,12 +137,12 @@ public:
     struct backend_counts {
         std::string backend;
         // [kind][outcome]
-        std::array<std::array<std::uint64_t, 3>, 4> acquisitions{};
+        std::array<std::array<std::uint64_t, 3>, grant_kinds> acquisitions{};
         std::array<std::uint64_t, 3> contended{};  // granted acquisitions by contention (none, waited, unknown)
         histogram wait, hold, renewal_latency;
         std::uint64_t renewal_calls = 0, renewal_grants = 0, renewals_ok = 0, renewals_failed = 0, renewals_lost = 0;
         std::uint64_t releases = 0, releases_unclean = 0;
-        std::array<std::uint64_t, 4> losses{};  // by kind
+        std::array<std::uint64_t, grant_kinds> losses{};  // by kind
         std::vector<std::pair<errc, std::uint64_t>> errors;  // failed acquisitions and failed unlock/renewals, by code
     };
     std::vector<backend_counts> snapshot() const;
@@ -157,12 +163,12 @@ private:
     };
     struct per_backend {
         std::string backend;
-        std::array<std::array<std::atomic<std::uint64_t>, 3>, 4> acquisitions{};
+        std::array<std::array<std::atomic<std::uint64_t>, 3>, grant_kinds> acquisitions{};
         std::array<std::atomic<std::uint64_t>, 3> contended{};
         atomic_histogram wait, hold, renewal_latency;
         std::atomic<std::uint64_t> renewal_calls{0}, renewal_grants{0}, renewals_ok{0}, renewals_failed{0},
             renewals_lost{0}, releases{0}, releases_unclean{0};
-        std::array<std::atomic<std::uint64_t>, 4> losses{};
+        std::array<std::atomic<std::uint64_t>, grant_kinds> losses{};
         std::array<std::atomic<std::uint64_t>, 16> errors{};  // by errc value
     };
     per_backend& of(std::string_view backend);

@@ -80,6 +80,8 @@ enum class feature {
     read_write,          // provider::shared_mutex (a read-write lock)
     semaphore,           // provider::semaphore (permits, each a grant of its own)
     permit_limit,        // a semaphore's size is kept on the server: a client asking another size is refused
+    election,            // provider::election has a layout of its own (Curator's LeaderLatch, ...); without
+                         // it, an election is the backend's mutex of the same name
 };
 
 std::string_view to_string(feature f) noexcept;
@@ -89,7 +91,8 @@ struct capabilities {
     std::map<feature, std::string> unsupported;
 
     // What a backend implements of the features that came after the mutex:
-    // feature::read_write, feature::semaphore and feature::permit_limit. Such a
+    // feature::read_write, feature::semaphore, feature::permit_limit and
+    // feature::election. Such a
     // feature that a backend does not list here is not supported, whatever
     // `unsupported` says: a backend written before they existed lists none, and
     // provider::caps() then shows each of them unsupported with the reason

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "distlock/election.hpp"
+#include "distlock/inspect.hpp"
 #include "distlock/multi_lock.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/observe.hpp"
@@ -52,6 +54,21 @@ public:
     [[nodiscard]] distlock::multi_lock multi_lock(const std::vector<std::string>& names,
                                                   lock_options options = {}) const;
 
+    // A candidate for the leadership of `name` (names as for mutex()).
+    // Throws invalid_argument_error for a bad name or id.
+    [[nodiscard]] distlock::election election(std::string_view name, election_options options = {}) const;
+
+    // The mutex of `name` as the server shows it now: held or not, the holder's
+    // label, fencing token, lease left and waiters, each where the backend can
+    // know it (lock_info::unknown says why where not). One read; it takes
+    // nothing. Throws invalid_argument_error for a bad name, unavailable_error
+    // when the server cannot be reached.
+    [[nodiscard]] lock_info inspect(std::string_view name) const;
+
+    // The label this provider's grants carry (provider_options::holder, the
+    // URL's holder=, else "<hostname>:<pid>").
+    [[nodiscard]] const std::string& holder() const noexcept;
+
     // The URL scheme this provider speaks ("file", "redis", ...).
     [[nodiscard]] const std::string& scheme() const noexcept;
     // The URL it was made from, with any password replaced by "***".
@@ -85,6 +102,7 @@ private:
 //
 // Parameters every backend accepts:
 //   lease=<duration>   default lease for this provider's locks ("2s", "500ms", "1m")
+//   holder=<label>     the label its grants carry (provider_options::holder wins)
 // Other parameters are the backend's own (see README). Unknown schemes and unknown
 // parameters throw invalid_argument_error; an unreachable server throws
 // unavailable_error, bad credentials access_denied_error.

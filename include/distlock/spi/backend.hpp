@@ -29,6 +29,7 @@
 #include <string_view>
 
 #include "distlock/error.hpp"
+#include "distlock/inspect.hpp"
 #include "distlock/options.hpp"
 #include "distlock/spi/url.hpp"
 
@@ -51,6 +52,8 @@ enum class lock_kind : std::uint8_t {
                 // a waiting writer is not starved by a stream of readers (the backend's
                 // policy, writer preference or FIFO, is stated in its documentation)
     permit,     // one permit of distlock::semaphore: at most `permits` grants of the name at once
+    leader,     // a term of distlock::election: exclusive, in the backend's election layout (asked
+                // only of a backend that claims feature::election; others get `exclusive`)
 };
 
 // What the core asks of a lock handle, resolved from lock_options and the URL.
@@ -71,6 +74,10 @@ struct lock_request {
     std::chrono::milliseconds renew_interval{0};
     std::chrono::milliseconds retry_min{5};
     std::chrono::milliseconds retry_max{250};
+    // The label to store beside the grant where the backend can (the holder
+    // shown by backend::inspect; an election's id): 1..255 bytes without
+    // control characters, checked by the core.
+    std::string holder;
 };
 
 struct keepalive_result {
@@ -209,6 +216,15 @@ public:
     // reports every handle lost: a backend with such locks must override it.
     virtual void keepalive_batch(std::span<lock_handle* const> handles,
                                  std::span<keepalive_result> results);
+
+    // provider::inspect and election::leader: the lock of `name` and `kind`
+    // (exclusive, or leader for a backend that claims feature::election) as
+    // the server shows it now, in one read that changes nothing. Fill what the
+    // backend can know; give the reason in lock_info::unknown for every other
+    // field that applies (the core fills in `name`). Throws distlock::error
+    // (unavailable_error...) when it cannot read. Default: everything unknown,
+    // "the backend does not implement inspect".
+    virtual lock_info inspect(std::string_view name, lock_kind kind);
 
     // Test hook behind distlock::testing::break_lock: remove the server-side state
     // of `name` out of band (as a failure or an operator would). Default: throws

@@ -1,0 +1,73 @@
+// provider::election, provider::inspect and the holder label.
+#include "distlock/election.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include <unistd.h>
+
+#include "mutex_impl.hpp"
+
+namespace distlock::detail {
+
+std::string checked_label(std::string_view label, std::string_view backend, std::string_view what) {
+    const std::string who(backend);
+    if (label.empty() || label.size() > 255)
+        throw_error(errc::invalid_argument, who,
+                    std::string(what) + " is " + std::to_string(label.size()) + " bytes; it must be 1 to 255");
+    for (unsigned char c : label)
+        if (c < 0x20 || c == 0x7f)
+            throw_error(errc::invalid_argument, who, std::string(what) + " has a control character");
+    return std::string(label);
+}
+
+std::string default_holder() {
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::snprintf(host, sizeof host, "localhost");
+    return std::string(host) + ":" + std::to_string(::getpid());
+}
+
+spi::lock_kind leader_kind(const provider_state& provider) {
+    return provider.caps().supports(feature::election) ? spi::lock_kind::leader : spi::lock_kind::exclusive;
+}
+
+lock_info inspect(provider_state& provider, std::string_view name, spi::lock_kind kind) {
+    check_name(name, std::string(provider.backend().name()));
+    auto info = provider.backend().inspect(name, kind);
+    info.name = std::string(name);
+    return info;
+}
+
+}  // namespace distlock::detail
+
+namespace distlock {
+
+election::election(std::unique_ptr<detail::mutex_impl> impl, std::string id) noexcept
+    : impl_(std::move(impl)), id_(std::move(id)) {}
+election::election(election&&) noexcept = default;
+election& election::operator=(election&&) noexcept = default;
+election::~election() = default;  // the mutex_impl releases a term it holds
+
+void election::campaign() {
+    if (!impl_->owned_by_this_thread()) (void)impl_->lock_until(spi::deadline::max());
+}
+
+bool election::campaign(std::chrono::milliseconds timeout) {
+    if (impl_->owned_by_this_thread()) return true;
+    return impl_->lock_until(spi::clock::now() + std::max(timeout, std::chrono::milliseconds{0}));
+}
+
+void election::resign() noexcept {
+    if (impl_) impl_->unlock();
+}
+
+bool election::is_leader() const noexcept { return impl_ && impl_->held(); }
+std::uint64_t election::term() const noexcept { return impl_ ? impl_->token() : 0; }
+const std::string& election::name() const noexcept { return impl_->name(); }
+
+lock_info election::leader() const {
+    auto& provider = impl_->provider();
+    return detail::inspect(provider, impl_->name(), detail::leader_kind(provider));
+}
+
+}  // namespace distlock
