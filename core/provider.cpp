@@ -113,8 +113,8 @@ distlock::election provider::election(std::string_view name, election_options op
     lock.lease = options.lease;
     lock.on_lost = std::move(options.on_lost);
     lock.on_error = std::move(options.on_error);
-    return distlock::election(
-        detail::make_mutex_impl(state_, name, std::move(lock), detail::leader_kind(*state_), 0, id), std::move(id));
+    auto impl = detail::make_mutex_impl(state_, name, std::move(lock), detail::leader_kind(*state_), 0, id);
+    return distlock::election(std::move(impl), std::move(id));
 }
 
 lock_info provider::inspect(std::string_view name) const {

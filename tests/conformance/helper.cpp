@@ -11,6 +11,9 @@
 //   permits URL NAME SHM N P  N rounds of a permit of a semaphore of P, counted in SHM
 //   multi URL FILE N NAME...  N times: the multi-lock of the NAMEs (listed in this order),
 //                          read the integer in FILE, pause, write it + 1
+//   elect URL NAME SHM N   N terms as leader of election NAME (id "proc-<pid>"), counted as
+//                          holders in SHM; a leader() naming another id counts a violation
+//   lead URL NAME ID       campaign as ID, print "leader <term>", then sleep until killed
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -177,6 +180,30 @@ int distlock::test::conformance_helper(int argc, char** argv) try {
             write_number(file, v + 1);
         }
         return 0;
+    }
+    if (mode == "elect" && argc == 5) {
+        auto& c = map_counters(argv[3], false);
+        distlock::election_options o;
+        o.id = "proc-" + std::to_string(::getpid());
+        auto e = locks.election(argv[2], o);
+        const long n = std::stol(argv[4]);
+        for (long i = 0; i < n; ++i) {
+            if (!e.campaign(std::chrono::seconds(60))) return 3;
+            enter_holder(c);
+            const auto info = e.leader();
+            if (!info.holder ? !info.unknown.count("holder") : *info.holder != o.id) ++c.violations;
+            pause_inside();
+            leave_holder(c);
+            e.resign();
+        }
+        return 0;
+    }
+    if (mode == "lead" && argc == 4) {
+        distlock::election_options o;
+        o.id = argv[3];
+        auto e = locks.election(argv[2], o);
+        e.campaign();
+        hold_forever("leader", e.term());
     }
     auto m = locks.mutex(argv[2]);
     if (mode == "hold") {

@@ -28,43 +28,38 @@ using distlock::test::eventually;
 using distlock::test::unique_name;
 using clk = std::chrono::steady_clock;
 
-namespace {
-
-using distlock::test::connect_under_test;
-using distlock::test::run_helper;
+namespace distlock::test {
 
 std::string temp_path(const std::string& what) {
     auto dir = std::filesystem::temp_directory_path();
     return (dir / ("distlock-conf-" + what + "-" + distlock::spi::random_token().substr(0, 8))).string();
 }
 
-// The token a helper printed after its word ("read 17" -> 17).
+counted_processes::counted_processes(const std::string& what, int procs, std::vector<std::string> args)
+    : path_(temp_path(what)), counters_(map_counters(path_, true)) {
+    args.at(3) = path_;
+    std::vector<std::unique_ptr<child_process>> kids;
+    for (int i = 0; i < procs; ++i) kids.push_back(run_helper(args));
+    for (auto& k : kids) CHECK(k->wait_exit() == 0);
+}
+counted_processes::~counted_processes() { std::filesystem::remove(path_); }
+
 std::uint64_t token_in(const std::string& line) { return std::stoull(line.substr(line.find(' ') + 1)); }
 
-// `procs` helpers run with `args`, whose fourth word (left empty) becomes the
-// file of the counters they share (suite.hpp); the constructor waits for them
-// all and checks that each exited 0.
-class counted_processes {
-public:
-    counted_processes(const std::string& what, int procs, std::vector<std::string> args)
-        : path_(temp_path(what)), counters_(distlock::test::map_counters(path_, true)) {
-        args.at(3) = path_;
-        std::vector<std::unique_ptr<child_process>> kids;
-        for (int i = 0; i < procs; ++i) kids.push_back(run_helper(args));
-        for (auto& k : kids) CHECK(k->wait_exit() == 0);
-    }
-    ~counted_processes() { std::filesystem::remove(path_); }
-    const distlock::test::holder_counters& counters() const { return counters_; }
-
-private:
-    std::string path_;
-    distlock::test::holder_counters& counters_;
-};
-
-// How long after a holder's crash its grant may still stand.
-std::chrono::milliseconds crash_bound(const distlock::provider& p) {
+std::chrono::milliseconds crash_bound(const provider& p) {
     return p.caps().crash_release_bound + p.default_lease() + 10s;
 }
+
+}  // namespace distlock::test
+
+namespace {
+
+using distlock::test::connect_under_test;
+using distlock::test::run_helper;
+using distlock::test::counted_processes;
+using distlock::test::crash_bound;
+using distlock::test::temp_path;
+using distlock::test::token_in;
 
 }  // namespace
 

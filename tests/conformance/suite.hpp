@@ -30,6 +30,9 @@ std::unique_ptr<child_process> run_helper(std::vector<std::string> args);
 #include <atomic>
 #include <chrono>
 #include <string>
+#include <vector>
+
+#include "distlock/provider.hpp"
 
 namespace distlock::test {
 
@@ -58,6 +61,29 @@ struct critical_section {
 // Maps `path` (made and zeroed by create = true) for the counters; aborts the
 // process when it cannot (test helpers only).
 holder_counters& map_counters(const std::string& path, bool create);
+
+// A path in the temporary directory, unique per call ("distlock-conf-<what>-<random>").
+std::string temp_path(const std::string& what);
+
+// `procs` helpers run with `args`, whose fourth word (left empty) becomes the
+// file of the counters they share; the constructor waits for them all and
+// checks (Catch2 CHECK) that each exited 0.
+class counted_processes {
+public:
+    counted_processes(const std::string& what, int procs, std::vector<std::string> args);
+    ~counted_processes();
+    const holder_counters& counters() const { return counters_; }
+
+private:
+    std::string path_;
+    holder_counters& counters_;
+};
+
+// The token a helper printed after its word ("read 17" -> 17).
+std::uint64_t token_in(const std::string& line);
+
+// How long after a holder's crash its grant may still stand.
+std::chrono::milliseconds crash_bound(const provider& p);
 
 // Enter / leave as a reader, a writer or a permit holder, updating the maxima
 // and counting violations.

@@ -1,0 +1,272 @@
+// The lock contract for what can be seen from outside: provider::inspect and
+// holder labels, and leader election (provider::election), proved against one
+// backend URL per run. A field a backend cannot know must be declared with its
+// reason (lock_info::unknown); whether a lock is held must be known.
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#include "child_process.hpp"
+#include "distlock/distlock.hpp"
+#include "distlock/spi/backend.hpp"
+#include "distlock/testing.hpp"
+#include "suite.hpp"
+#include "support.hpp"
+
+using namespace std::chrono_literals;
+using distlock::test::backend_url;
+using distlock::test::eventually;
+using distlock::test::unique_name;
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+using distlock::test::connect_under_test;
+using distlock::test::counted_processes;
+using distlock::test::crash_bound;
+using distlock::test::run_helper;
+using distlock::test::token_in;
+
+distlock::provider connect_as(const std::string& holder) {
+    distlock::provider_options o;
+    o.holder = holder;
+    return distlock::connect(backend_url(), o);
+}
+
+// A label no other run uses.
+std::string label(const std::string& what) { return what + "-" + distlock::spi::random_token().substr(0, 8); }
+
+// Every field that applies and is empty has its reason.
+void check_declared(const distlock::lock_info& info) {
+    auto declared = [&](const char* field, bool present) {
+        INFO("field " << field);
+        if (!present) CHECK_FALSE(info.unknown.count(field) == 0);
+        if (!present && info.unknown.count(field)) CHECK_FALSE(info.unknown.at(field).empty());
+    };
+    declared("held", info.held.has_value());
+    declared("waiters", info.waiters.has_value());
+    if (info.held.value_or(false)) {
+        declared("holder", info.holder.has_value());
+        declared("token", info.token.has_value());
+        declared("remaining", info.remaining.has_value());
+    }
+}
+
+// What inspect shows of a lock held by a provider labelled `who`, with its token.
+void check_held_by(const distlock::provider& p, const distlock::lock_info& info, const std::string& who,
+                   std::uint64_t token, std::chrono::milliseconds lease) {
+    check_declared(info);
+    REQUIRE(info.held == std::optional<bool>(true));
+    if (info.holder) CHECK(*info.holder == who);
+    if (info.token && p.caps().supports(distlock::feature::fencing)) CHECK(*info.token == token);
+    if (info.remaining) {
+        CHECK(info.remaining->count() > 0);
+        CHECK(*info.remaining <= lease);
+    }
+}
+
+}  // namespace
+
+// ---- inspect -----------------------------------------------------------------------
+
+TEST_CASE("inspect shows a lock nobody holds as free, and knows whether it is held", "[inspect]") {
+    auto p = connect_under_test();
+    const auto name = unique_name("inspect-free");
+    auto info = p.inspect(name);
+    CHECK(info.name == name);
+    check_declared(info);
+    REQUIRE(info.held.has_value());  // the one thing every backend must know
+    CHECK_FALSE(*info.held);
+    CHECK_FALSE(info.holder.has_value());
+    if (info.waiters) CHECK(*info.waiters == 0u);
+}
+
+TEST_CASE("inspect shows the holder's label, token and lease, and the lock free after release", "[inspect]") {
+    const auto who = label("inspect-holder");
+    auto holder_side = connect_as(who);
+    CHECK(holder_side.holder() == who);
+    auto p = connect_under_test();
+    const auto name = unique_name("inspect-held");
+    auto m = holder_side.mutex(name);
+    REQUIRE(m.try_lock_for(10s));
+    check_held_by(p, p.inspect(name), who, m.token(), p.default_lease());
+    m.unlock();
+    CHECK(eventually([&] { return p.inspect(name).held == std::optional<bool>(false); }, 5s));
+}
+
+TEST_CASE("inspect counts a waiter exactly, or declares why it cannot", "[inspect]") {
+    auto p = connect_under_test();
+    auto holder_side = connect_under_test();
+    auto waiter_side = connect_under_test();
+    const auto name = unique_name("inspect-waiters");
+    auto m = holder_side.mutex(name);
+    REQUIRE(m.try_lock_for(10s));
+    const auto first = p.inspect(name);
+    check_declared(first);
+    if (!first.waiters) {
+        WARN("waiters not counted: " << first.unknown.at("waiters"));  // declared: checked above
+        return;
+    }
+    CHECK(*first.waiters == 0u);
+    std::atomic<bool> got{false};
+    std::thread t([&] {
+        auto w = waiter_side.mutex(name);
+        if (w.try_lock_for(20s)) {
+            got = true;
+            w.unlock();
+        }
+    });
+    CHECK(eventually([&] { return p.inspect(name).waiters.value_or(0) == 1; }, 10s));
+    m.unlock();
+    t.join();
+    CHECK(got);
+}
+
+TEST_CASE("a holder label is the URL's holder=, the options' or host:pid, and bad labels are refused",
+          "[inspect][input]") {
+    const auto url = backend_url();
+    const auto sep = url.find('?') == std::string::npos ? "?" : "&";
+    CHECK(distlock::connect(url + sep + "holder=from-the-url").holder() == "from-the-url");
+    distlock::provider_options o;
+    o.holder = "from-options";
+    CHECK(distlock::connect(url + sep + "holder=from-the-url", o).holder() == "from-options");
+    const auto fallback = connect_under_test().holder();
+    CHECK(fallback.size() > 2);
+    CHECK(fallback.substr(fallback.rfind(':') + 1) == std::to_string(::getpid()));
+    for (const auto& bad : {std::string(256, 'x'), std::string("tab\there")}) {
+        o.holder = bad;
+        CHECK_THROWS_AS(distlock::connect(url, o), distlock::invalid_argument_error);
+    }
+    distlock::election_options e;
+    e.id = std::string("new\nline");
+    CHECK_THROWS_AS(connect_under_test().election(unique_name("bad-id"), e), distlock::invalid_argument_error);
+    CHECK_THROWS_AS(connect_under_test().inspect(""), distlock::invalid_argument_error);
+}
+
+// ---- leader election ----------------------------------------------------------------
+
+TEST_CASE("leader() agrees with the elected candidate and resign hands leadership over", "[election]") {
+    auto a = connect_under_test();
+    auto b = connect_under_test();
+    const auto name = unique_name("elect");
+    distlock::election_options oa, ob;
+    oa.id = label("cand-a");
+    ob.id = label("cand-b");
+    std::atomic<int> losses{0};
+    oa.on_lost = [&](const distlock::lock_event&) { ++losses; };
+    auto ea = a.election(name, oa);
+    auto eb = b.election(name, ob);
+    CHECK(ea.id() == oa.id);
+    CHECK_FALSE(ea.is_leader());
+    auto before = eb.leader();
+    check_declared(before);
+    CHECK(before.held == std::optional<bool>(false));
+
+    REQUIRE(ea.campaign(10s));
+    CHECK(ea.is_leader());
+    CHECK(ea.campaign(0ms));  // already leading: at once
+    CHECK_FALSE(eb.campaign(300ms));
+    CHECK_FALSE(eb.is_leader());
+    auto seen = eb.leader();
+    check_held_by(b, seen, oa.id, ea.term(), b.default_lease());
+    if (seen.holder) CHECK(*seen.holder == oa.id);
+
+    ea.resign();
+    CHECK_FALSE(ea.is_leader());
+    REQUIRE(eb.campaign(crash_bound(b)));
+    CHECK(eb.is_leader());
+    auto now = ea.leader();
+    check_held_by(a, now, ob.id, eb.term(), a.default_lease());
+    if (a.caps().supports(distlock::feature::fencing) && ea.term() == 0) CHECK(eb.term() > 0);
+    eb.resign();
+    CHECK(losses == 0);  // resigning is not losing
+}
+
+TEST_CASE("candidates of separate providers never lead at once", "[election][exclusion]") {
+    const auto name = unique_name("elect-threads");
+    constexpr int candidates = 3, terms = 4;
+    std::atomic<int> leading{0}, most{0}, terms_done{0}, disagreements{0};
+    distlock::test::thread_errors errors;
+    std::vector<std::thread> threads;
+    for (int i = 0; i < candidates; ++i)
+        threads.emplace_back([&, i] {
+            errors.run([&] {
+                auto p = connect_under_test();
+                distlock::election_options o;
+                o.id = "thread-" + std::to_string(i);
+                auto e = p.election(name, o);
+                for (int t = 0; t < terms; ++t) {
+                    if (!e.campaign(60s)) throw std::runtime_error("no leadership within 60 s");
+                    distlock::test::raise_max(most, ++leading);
+                    const auto info = e.leader();
+                    if (info.holder && *info.holder != o.id) ++disagreements;
+                    std::this_thread::sleep_for(5ms);
+                    --leading;
+                    e.resign();
+                    ++terms_done;
+                }
+            });
+        });
+    for (auto& t : threads) t.join();
+    CHECK(errors.all().empty());
+    CHECK(terms_done == candidates * terms);
+    CHECK(most == 1);
+    CHECK(disagreements == 0);
+}
+
+TEST_CASE("processes never lead at once, and each sees itself as leader", "[election][exclusion][needs:cross_process]") {
+    constexpr int procs = 3;
+    counted_processes run("elect", procs, {"elect", backend_url(), unique_name("elect-procs"), "", "4"});
+    const auto& c = run.counters();
+    CHECK(c.rounds.load() == procs * 4);
+    CHECK(c.max_holders.load() == 1);
+    CHECK(c.violations.load() == 0);  // leader() named another candidate while leading
+}
+
+TEST_CASE("a crashed leader is replaced within the backend's bound",
+          "[election][crash][needs:cross_process][needs:crash_release]") {
+    auto p = connect_under_test();
+    const auto name = unique_name("elect-crash");
+    const auto dead_id = label("doomed");
+    auto leader = run_helper({"lead", backend_url(), name, dead_id});
+    auto line = leader->read_line(120s);
+    REQUIRE(line.rfind("leader", 0) == 0);
+    const auto dead_term = token_in(line);
+    distlock::election_options o;
+    o.id = label("successor");
+    auto e = p.election(name, o);
+    CHECK_FALSE(e.campaign(200ms));
+    const auto seen = e.leader();
+    check_declared(seen);
+    CHECK(seen.held == std::optional<bool>(true));
+    if (seen.holder) CHECK(*seen.holder == dead_id);
+    leader->kill_hard();
+    const auto t0 = clk::now();
+    REQUIRE(e.campaign(crash_bound(p)));
+    INFO("replaced after " << std::chrono::duration_cast<std::chrono::milliseconds>(clk::now() - t0).count() << " ms");
+    if (p.caps().supports(distlock::feature::fencing)) CHECK(e.term() > dead_term);
+    const auto now = e.leader();
+    if (now.holder) CHECK(*now.holder == o.id);
+    e.resign();
+}
+
+TEST_CASE("a leader learns when its leadership is removed on the server",
+          "[election][loss][needs:break_lock][needs:loss_detection]") {
+    auto p = connect_under_test();
+    const auto name = unique_name("elect-broken");
+    std::atomic<int> lost{0};
+    distlock::election_options o;
+    o.on_lost = [&](const distlock::lock_event&) { ++lost; };
+    auto e = p.election(name, o);
+    REQUIRE(e.campaign(10s));
+    distlock::testing::break_lock(p, name);
+    CHECK(eventually([&] { return lost.load() == 1; }, std::max<std::chrono::milliseconds>(p.default_lease() * 3, 10s)));
+    CHECK_FALSE(e.is_leader());
+    e.resign();
+    CHECK(lost == 1);
+}
