@@ -81,7 +81,7 @@ std::unique_ptr<mutex_impl> make_mutex_impl(const std::shared_ptr<provider_state
                         " are not supported: " + std::string(provider->caps().why_not(needs)));
     spi::lock_request request;
     request.name = std::string(name);
-    request.kind = kind;
+    request.kind = kind == spi::lock_kind::leader ? leader_kind(*provider) : kind;
     request.permits = permits;
     request.lease = options.lease.count() > 0 ? options.lease : provider->default_lease();
     request.auto_renew = options.auto_renew;
@@ -91,7 +91,8 @@ std::unique_ptr<mutex_impl> make_mutex_impl(const std::shared_ptr<provider_state
     request.holder = holder.empty() ? provider->holder() : std::move(holder);
     auto handle = backend.make_lock(request);
     if (!handle) throw_error(errc::unsupported, who, "the backend made no lock handle");
-    return std::make_unique<mutex_impl>(provider, std::move(request), std::move(options), std::move(handle));
+    return std::make_unique<mutex_impl>(provider, std::move(request), std::move(options), std::move(handle),
+                                        static_cast<grant_kind>(kind));
 }
 
 namespace {
@@ -111,9 +112,10 @@ std::shared_ptr<gate> gate_of(provider_state& provider, const spi::lock_request&
 }  // namespace
 
 mutex_impl::mutex_impl(std::shared_ptr<provider_state> provider, spi::lock_request request, lock_options options,
-                       std::unique_ptr<spi::lock_handle> handle)
+                       std::unique_ptr<spi::lock_handle> handle, grant_kind observed)
     : provider_(std::move(provider)),
       request_(std::move(request)),
+      observed_kind_(observed),
       options_(std::move(options)),
       handle_(std::move(handle)),
       gate_(gate_of(*provider_, request_)),
@@ -173,7 +175,7 @@ bool mutex_impl::lock_until(spi::deadline until) {
     // The observer's account of this call (provider_options; nothing without one).
     auto tell = [&](acquire_outcome outcome, contention contended, errc code) {
         provider_->observe([&](observer& o) {
-            o.acquired(acquire_event{provider_->scheme(), request_.name, static_cast<grant_kind>(request_.kind), outcome,
+            o.acquired(acquire_event{provider_->scheme(), request_.name, observed_kind_, outcome,
                                      contended, spi::clock::now() - started, code});
         });
     };
@@ -326,7 +328,7 @@ void mutex_impl::unlock() noexcept {
         ~tell_release() {
             self->provider_->observe([&](observer& o) {
                 o.released(release_event{self->provider_->scheme(), self->request_.name,
-                                         static_cast<grant_kind>(self->request_.kind), spi::clock::now() - granted_at,
+                                         self->observed_kind_, spi::clock::now() - granted_at,
                                          *clean});
             });
         }
@@ -392,7 +394,7 @@ void mutex_impl::post(std::function<void()> callback) noexcept {
 void mutex_impl::post_lost(std::uint64_t token, std::string reason) noexcept {
     if (!options_.on_lost && !provider_->observed(log_level::warning)) return;
     try {
-        post([provider = provider_.get(), kind = static_cast<grant_kind>(request_.kind), callback = options_.on_lost,
+        post([provider = provider_.get(), kind = observed_kind_, callback = options_.on_lost,
               event = lock_event{request_.name, token, std::move(reason)}] {
             provider->observe([&](observer& o) { o.lost(loss_event{provider->scheme(), event.name, kind}); });
             if (provider->logs(log_level::warning))

@@ -25,7 +25,7 @@ class mutex_impl;
 // Checks the name and options, resolves the request (lease, renewal period,
 // holder label: `holder`, else the provider's) and makes the backend's handle
 // for one grant of `kind` (unsupported_error with the backend's reason when its
-// caps() do not support that primitive).
+// caps() do not support that primitive; `leader` is asked as leader_kind()).
 std::unique_ptr<mutex_impl> make_mutex_impl(const std::shared_ptr<provider_state>& provider, std::string_view name,
                                             lock_options options, spi::lock_kind kind, std::uint32_t permits,
                                             std::string holder = {});
@@ -47,8 +47,10 @@ lock_info inspect(provider_state& provider, std::string_view name, spi::lock_kin
 
 class mutex_impl {
 public:
+    // `observed`: the kind the observer is told (an election on a backend
+    // without feature::election is asked as an exclusive lock, told as a leader).
     mutex_impl(std::shared_ptr<provider_state> provider, spi::lock_request request, lock_options options,
-               std::unique_ptr<spi::lock_handle> handle);
+               std::unique_ptr<spi::lock_handle> handle, grant_kind observed);
     ~mutex_impl();
     mutex_impl(const mutex_impl&) = delete;
     mutex_impl& operator=(const mutex_impl&) = delete;
@@ -104,6 +106,7 @@ private:
 
     std::shared_ptr<provider_state> provider_;
     spi::lock_request request_;
+    grant_kind observed_kind_;
     lock_options options_;
     std::unique_ptr<spi::lock_handle> handle_;
     std::shared_ptr<gate> gate_;

@@ -113,7 +113,7 @@ distlock::election provider::election(std::string_view name, election_options op
     lock.lease = options.lease;
     lock.on_lost = std::move(options.on_lost);
     lock.on_error = std::move(options.on_error);
-    auto impl = detail::make_mutex_impl(state_, name, std::move(lock), detail::leader_kind(*state_), 0, id);
+    auto impl = detail::make_mutex_impl(state_, name, std::move(lock), spi::lock_kind::leader, 0, id);
     return distlock::election(std::move(impl), std::move(id));
 }
 
@@ -133,7 +133,7 @@ std::optional<std::chrono::nanoseconds> provider::native_cycle() const { return 
 namespace detail {
 capabilities effective_caps(const capabilities& declared) {
     capabilities caps = declared;
-    for (auto f : {feature::read_write, feature::semaphore, feature::permit_limit})
+    for (auto f : {feature::read_write, feature::semaphore, feature::permit_limit, feature::election})
         if (!caps.implements.contains(f))
             caps.unsupported.emplace(f, "the backend does not claim it (capabilities::implements)");
     return caps;

@@ -48,8 +48,9 @@ struct samples {
 };
 
 std::string worker(const settings& s, const std::string& run_id, int index) {
-    auto locks = s.observe ? connect(s.backend, provider_options{.observer = std::make_shared<metrics>()})
-                           : connect(s.backend);
+    provider_options options;
+    if (s.observe) options.observer = std::make_shared<metrics>();
+    auto locks = connect(s.backend, std::move(options));
     auto us = [](std::optional<std::chrono::nanoseconds> d) -> std::optional<double> {
         if (!d) return std::nullopt;
         return std::chrono::duration<double, std::micro>(*d).count();

@@ -1,4 +1,4 @@
-// distlock: the command-line tool (flash-sale, bench, run, schemes).
+// distlock: the command-line tool (flash-sale, bench, run, hold, elect, status, schemes).
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -41,6 +41,8 @@ int main(int argc, char** argv) {
     distlock::tool::add_bench(app, action);
     distlock::tool::add_run(app, action);
     distlock::tool::add_hold(app, action);
+    distlock::tool::add_elect(app, action);
+    distlock::tool::add_status(app, action);
     app.add_subcommand("schemes", "List the backend URL schemes of this build")->callback([&action] {
         action = [] {
             for (const auto& s : distlock::schemes()) std::cout << s << "\n";

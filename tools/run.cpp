@@ -1,6 +1,8 @@
 // distlock run: run a command only while holding a lock (flock(1) across hosts).
 // distlock hold: take a lock and hold it until SIGINT/SIGTERM (etcdctl lock
 // without a command).
+// distlock elect: run a command only while leading an election (etcdctl elect
+// with a command).
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -47,6 +49,8 @@ struct lock_settings {
     bool shared = false;        // --shared: the read side of the read-write lock `name`
     bool write = false;         // --write: its write side
     std::uint32_t permits = 0;  // --permits N: a permit of the semaphore `name` of N (0: the mutex)
+    bool elect = false;         // distlock elect: leadership of the election `name`
+    std::string id;             // elect --id: the candidate's id (default: the provider's holder label)
 };
 
 struct run_settings : lock_settings {
@@ -100,13 +104,14 @@ private:
 // the mutex, the read side of a read-write lock, or a semaphore's permit.
 struct held_lock {
     provider locks;
-    std::variant<mutex, shared_mutex, semaphore> lock;
+    std::variant<mutex, shared_mutex, semaphore, election> lock;
     std::uint64_t token = 0;
     bool read_side = false;  // of a shared_mutex
     void unlock() noexcept {
         if (auto* m = std::get_if<mutex>(&lock)) m->unlock();
         if (auto* rw = std::get_if<shared_mutex>(&lock)) read_side ? rw->unlock_shared() : rw->unlock();
         if (auto* sem = std::get_if<semaphore>(&lock)) sem->release();
+        if (auto* e = std::get_if<election>(&lock)) e->resign();
     }
     // --verbose shows renewals of a mutex (the other primitives do not say when their lease ends).
     void watch_renewals(renewal_watch& w, const event_log& log) const {
@@ -116,6 +121,7 @@ struct held_lock {
 
 // What --shared / --permits make of the lock, for messages.
 std::string what_lock(const lock_settings& s) {
+    if (s.elect) return "leadership of '" + s.name + "'";
     if (s.shared) return "read side of '" + s.name + "'";
     if (s.write) return "write side of '" + s.name + "'";
     if (s.permits > 0) return "a permit of '" + s.name + "' (" + std::to_string(s.permits) + ")";
@@ -154,7 +160,19 @@ std::optional<held_lock> take(const lock_settings& s, const char* who, const eve
     const auto deadline = std::chrono::steady_clock::now() + wait;
     log("acquiring " + what_lock(s) + " on " + redact(s.backend) + (forever ? "" : " within " + s.wait));
     std::optional<held_lock> held;
-    if (s.shared || s.write) {
+    if (s.elect) {
+        election_options eo;
+        eo.id = s.id;
+        eo.lease = opts.lease;
+        eo.on_lost = opts.on_lost;
+        eo.on_error = opts.on_error;
+        auto e = locks.election(s.name, eo);
+        if (forever ? (e.campaign(), true) : e.campaign(std::chrono::duration_cast<std::chrono::milliseconds>(wait))) {
+            const auto token = e.term();
+            log("leading as '" + e.id() + "'");
+            held.emplace(held_lock{std::move(locks), std::move(e), token});
+        }
+    } else if (s.shared || s.write) {
         auto rw = locks.shared_mutex(s.name, opts);
         bool got;
         if (s.shared) got = forever ? (rw.lock_shared(), true) : rw.try_lock_shared_until(deadline);
@@ -189,14 +207,15 @@ std::optional<held_lock> take(const lock_settings& s, const char* who, const eve
 }
 
 int run_command(const run_settings& s) {
+    const char* who = s.elect ? "elect" : "run";
     if (!s.shell.empty() && !s.command.empty())
-        throw invalid_argument_error(errc::invalid_argument, "run", "give either -c 'command line' or a command, not both");
+        throw invalid_argument_error(errc::invalid_argument, who, "give either -c 'command line' or a command, not both");
     std::vector<std::string> args = s.shell.empty() ? s.command : std::vector<std::string>{"/bin/sh", "-c", s.shell};
-    if (args.empty()) throw invalid_argument_error(errc::invalid_argument, "run", "no command given (CMD ARGS... or -c 'command line')");
+    if (args.empty()) throw invalid_argument_error(errc::invalid_argument, who, "no command given (CMD ARGS... or -c 'command line')");
     const auto kill_after = parse_duration(s.kill_after);
-    event_log log("run", s.verbose);
+    event_log log(who, s.verbose);
     loss lost;
-    auto held = take(s, "run", log, lost, [] {
+    auto held = take(s, who, log, lost, [] {
         if (pid_t c = g_child.load(); c > 0) ::kill(c, SIGTERM);
     });
     if (!held) return s.conflict_exit_code;
@@ -219,7 +238,7 @@ int run_command(const run_settings& s) {
     ::sigaction(SIGINT, &sa, nullptr);
     ::sigaction(SIGTERM, &sa, nullptr);
     ::sigaction(SIGHUP, &sa, nullptr);
-    const std::string cannot = "distlock run: cannot execute " + args[0] + ": ";  // made before fork
+    const std::string cannot = std::string("distlock ") + who + ": cannot execute " + args[0] + ": ";  // made before fork
     pid_t pid = ::fork();
     if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
     if (pid == 0) {
@@ -266,7 +285,7 @@ int run_command(const run_settings& s) {
     if (lost.happened) {
         if (!s.quiet) {
             std::lock_guard lk(lost.mutex);
-            std::cerr << "distlock run: " << what_lock(s) << " was lost while the command ran (" << lost.reason
+            std::cerr << "distlock " << who << ": " << what_lock(s) << " was lost while the command ran (" << lost.reason
                       << "); the command was sent SIGTERM" << (killed ? ", then SIGKILL" : "") << "\n";
         }
         return exit_lock_lost;
@@ -305,7 +324,7 @@ int hold_lock(const lock_settings& s) {
     return 0;
 }
 
-void add_lock_options(CLI::App* cmd, lock_settings& s) {
+void add_lock_options(CLI::App* cmd, lock_settings& s, bool primitives = true) {
     cmd->add_option("--backend", s.backend, "Lock backend URL (default: $DISTLOCK_BACKEND)")
         ->envname("DISTLOCK_BACKEND")
         ->required();
@@ -317,6 +336,9 @@ void add_lock_options(CLI::App* cmd, lock_settings& s) {
                     "Exit status when the lock is not acquired in time")
         ->capture_default_str()
         ->check(CLI::Range(0, 255));
+    cmd->add_flag("--quiet,-q", s.quiet, "No messages on stderr");
+    cmd->add_flag("--verbose,-v", s.verbose, "Acquire, renewal, loss, release (and the command's) events on stderr, with times");
+    if (!primitives) return;
     auto* shared = cmd->add_flag("--shared", s.shared,
                                  "Take the read side of the read-write lock NAME (readers hold it together)");
     auto* write = cmd->add_flag("--write", s.write,
@@ -328,34 +350,27 @@ void add_lock_options(CLI::App* cmd, lock_settings& s) {
         ->excludes(shared)
         ->excludes(write);
     shared->excludes(write);
-    cmd->add_flag("--quiet,-q", s.quiet, "No messages on stderr");
-    cmd->add_flag("--verbose,-v", s.verbose, "Acquire, renewal, loss, release (and the command's) events on stderr, with times");
 }
 
 }  // namespace
 
-void add_run(CLI::App& app, std::function<int()>& action) {
-    auto s = std::make_shared<run_settings>();
-    auto* cmd = app.add_subcommand("run", "Run a command only while holding a lock");
-    add_lock_options(cmd, *s);
+namespace {
+// run and elect: the lock options, the command after them, run_command().
+void add_command_runner(CLI::App* cmd, std::shared_ptr<run_settings> s, std::function<int()>& action) {
     cmd->add_option("-c,--command", s->shell, "A command line run by /bin/sh -c (instead of CMD ARGS...)");
     cmd->add_option("--kill-after", s->kill_after,
-                    "When the lock is lost the command gets SIGTERM, and SIGKILL this much later")
+                    std::string("When the ") + (s->elect ? "leadership" : "lock") +
+                        " is lost the command gets SIGTERM, and SIGKILL this much later")
         ->capture_default_str();
-    // Everything from the first argument that is not one of run's own options is
-    // the command, its options included (no -- needed; -- still works).
+    // Everything from the first argument that is not one of the command's own
+    // options is the command, its options included (no -- needed; -- still works).
     cmd->prefix_command();
-    cmd->footer(
-        "Usage: distlock run --backend URL --name NAME [OPTIONS] [--] CMD ARGS...  or  ... -c 'COMMAND LINE'\n"
-        "Exit status: the command's; 75 (or --conflict-exit-code) when the lock was not acquired in time; 70 when\n"
-        "the lock was lost while the command ran (it was sent SIGTERM, then SIGKILL after --kill-after); 127 when\n"
-        "the command does not exist, 126 when it cannot be executed; 64 bad arguments, 69 backend unavailable,\n"
-        "77 access denied. The command sees DISTLOCK_FENCING_TOKEN and DISTLOCK_LOCK_NAME.");
-    cmd->callback([s, cmd, &action] {
+    const std::string name = cmd->get_name();
+    cmd->callback([s, cmd, name, &action] {
         s->command = cmd->remaining();
         const auto& after = args_after_dashes();
         if (!s->command.empty() && s->command[0].size() > 1 && s->command[0][0] == '-')
-            throw CLI::ExtrasError("run", s->command);  // an option run does not know, before any command
+            throw CLI::ExtrasError(name, s->command);  // an option it does not know, before any command
         if (!s->command.empty() && !after.empty()) {  // "CMD ARGS -- MORE": the "--" is the command's own
             s->command.push_back("--");
             s->command.insert(s->command.end(), after.begin(), after.end());
@@ -363,6 +378,35 @@ void add_run(CLI::App& app, std::function<int()>& action) {
         if (s->command.empty()) s->command = after;
         action = [s] { return run_command(*s); };
     });
+}
+}  // namespace
+
+void add_run(CLI::App& app, std::function<int()>& action) {
+    auto s = std::make_shared<run_settings>();
+    auto* cmd = app.add_subcommand("run", "Run a command only while holding a lock");
+    add_lock_options(cmd, *s);
+    cmd->footer(
+        "Usage: distlock run --backend URL --name NAME [OPTIONS] [--] CMD ARGS...  or  ... -c 'COMMAND LINE'\n"
+        "Exit status: the command's; 75 (or --conflict-exit-code) when the lock was not acquired in time; 70 when\n"
+        "the lock was lost while the command ran (it was sent SIGTERM, then SIGKILL after --kill-after); 127 when\n"
+        "the command does not exist, 126 when it cannot be executed; 64 bad arguments, 69 backend unavailable,\n"
+        "77 access denied. The command sees DISTLOCK_FENCING_TOKEN and DISTLOCK_LOCK_NAME.");
+    add_command_runner(cmd, s, action);
+}
+
+void add_elect(CLI::App& app, std::function<int()>& action) {
+    auto s = std::make_shared<run_settings>();
+    s->elect = true;
+    auto* cmd = app.add_subcommand("elect", "Run a command only while leading an election");
+    add_lock_options(cmd, *s, false);
+    cmd->add_option("--id", s->id, "This candidate's id, shown as the leader (default: the URL's holder=, else host:pid)");
+    cmd->footer(
+        "Usage: distlock elect --backend URL --name NAME [--id ID] [OPTIONS] [--] CMD ARGS...  or  ... -c 'LINE'\n"
+        "Campaigns, runs the command once leading, resigns when it exits. Exit status: the command's; 75 (or\n"
+        "--conflict-exit-code) when not leading within --wait; 70 when leadership was lost while the command ran\n"
+        "(it was sent SIGTERM, then SIGKILL after --kill-after); 127/126 as for run; 64 bad arguments, 69 backend\n"
+        "unavailable, 77 access denied. The command sees DISTLOCK_FENCING_TOKEN (the term) and DISTLOCK_LOCK_NAME.");
+    add_command_runner(cmd, s, action);
 }
 
 void add_hold(CLI::App& app, std::function<int()>& action) {

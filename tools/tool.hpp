@@ -19,4 +19,6 @@ void add_flash_sale(CLI::App& app, std::function<int()>& action);
 void add_bench(CLI::App& app, std::function<int()>& action);
 void add_run(CLI::App& app, std::function<int()>& action);
 void add_hold(CLI::App& app, std::function<int()>& action);
+void add_elect(CLI::App& app, std::function<int()>& action);
+void add_status(CLI::App& app, std::function<int()>& action);
 }  // namespace distlock::tool

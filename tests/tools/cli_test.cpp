@@ -335,3 +335,71 @@ TEST_CASE("bench measures read-write and semaphore cycles", "[cli][bench][primit
     CHECK(run("bench --backend memory:// --seconds 300ms --quiet --primitive rw --writers 3").status == 64);  // > threads
     CHECK(run("bench --backend memory:// --seconds 300ms --quiet --primitive lock").status != 0);
 }
+
+TEST_CASE("status shows the holder's label and token, as text and JSON, and a free lock as free", "[cli][status]") {
+    const auto url = "file://" + lock_dir();
+    auto free_lock = run("status --backend " + url + " --name watched --json");
+    REQUIRE(free_lock.status == 0);
+    auto j = nlohmann::json::parse(free_lock.out);
+    CHECK(j["held"] == false);
+    CHECK(j["holder"].is_null());
+    CHECK(j["waiters"].is_null());
+    CHECK(j["unknown"]["waiters"].get<std::string>().find("flock") != std::string::npos);
+
+    distlock::provider_options o;
+    o.holder = "billing-7";
+    auto locks = distlock::connect(url, o);
+    auto m = locks.mutex("watched");
+    m.lock();
+    j = nlohmann::json::parse(run("status --backend " + url + " --name watched --json").out);
+    CHECK(j["held"] == true);
+    CHECK(j["holder"] == "billing-7");
+    CHECK(j["token"] == m.token());
+    CHECK(j["remaining_ms"].is_null());
+    CHECK(j["unknown"].contains("remaining"));
+    const auto text = run("status --backend " + url + " --name watched").out;
+    CHECK(text.find("held: yes\n") != std::string::npos);
+    CHECK(text.find("holder: billing-7\n") != std::string::npos);
+    CHECK(text.find("token: " + std::to_string(m.token()) + "\n") != std::string::npos);
+    CHECK(text.find("remaining: unknown (no lease") != std::string::npos);
+    m.unlock();
+    CHECK(run("status --backend " + url + " --name watched").out.find("held: no\n") != std::string::npos);
+    CHECK(run("status --backend " + url + " --name ''").status == 64);
+    CHECK(run("status --name x").status == 64);  // no --backend
+    // A password never shows, even in JSON's backend field.
+    const auto schemes = run("schemes").out;
+    if (schemes.find("redis") != std::string::npos) {
+        auto r = distlock::test::run_command(std::string(DISTLOCK_CLI) +
+                                             " status --backend 'redis://:hunter2-secret@127.0.0.1:1?connect_timeout=200ms'"
+                                             " --name x --json 2>&1");
+        CHECK(r.status == 69);
+        CHECK(r.out.find("hunter2-secret") == std::string::npos);
+    }
+}
+
+TEST_CASE("elect runs the command while leading, with the term, and exits 75 when another leads", "[cli][elect]") {
+    const auto url = "file://" + lock_dir();
+    auto r = run("elect --backend " + url + " --name leader-job --id cli-a -- sh -c 'echo term=$DISTLOCK_FENCING_TOKEN; "
+                 "exit 4'");
+    CHECK(r.status == 4);
+    REQUIRE(r.out.rfind("term=", 0) == 0);
+    CHECK(std::stoull(r.out.substr(5)) > 0);
+
+    auto locks = distlock::connect(url);
+    distlock::election_options o;
+    o.id = "in-process";
+    auto e = locks.election("leader-job", o);
+    REQUIRE(e.campaign(5s));
+    CHECK(run("elect --backend " + url + " --name leader-job --wait 200ms -- true").status == 75);
+    auto shown = nlohmann::json::parse(run("status --backend " + url + " --name leader-job --election --json").out);
+    CHECK(shown["held"] == true);
+    CHECK(shown["holder"] == "in-process");
+    CHECK(shown["kind"] == "election");
+    e.resign();
+    // While the command runs, status names it as the leader.
+    auto inner = run("elect --backend " + url + " --name leader-job --id cli-b -- " + std::string(DISTLOCK_CLI) +
+                     " status --backend " + url + " --name leader-job --election");
+    CHECK(inner.status == 0);
+    CHECK(inner.out.find("holder: cli-b\n") != std::string::npos);
+    CHECK(run("elect --backend " + url + " --name leader-job --id 'bad\tid' -- true").status == 64);
+}

@@ -90,6 +90,7 @@ public:
     std::unique_ptr<spi::lock_handle> make_lock(const spi::lock_request& r) override {
         auto h = std::make_unique<fake_handle>(s_, r.auto_renew ? r.lease / 3 : 0ms);
         last = h.get();
+        last_request = r;
         return h;
     }
     void keepalive_batch(std::span<spi::lock_handle* const> hs, std::span<spi::keepalive_result> out) override {
@@ -102,6 +103,7 @@ public:
         for (std::size_t i = 0; i < hs.size(); ++i) out[i] = static_cast<fake_handle*>(hs[i])->keepalive();
     }
     fake_handle* last = nullptr;
+    spi::lock_request last_request;
 
 private:
     fake_state& s_;
@@ -447,7 +449,8 @@ TEST_CASE("a backend that does not claim the newer primitives is not asked for t
     // before read-write locks and semaphores existed.
     fake_state s;
     auto p = fake_provider(s, 300ms);
-    for (auto f : {distlock::feature::read_write, distlock::feature::semaphore, distlock::feature::permit_limit}) {
+    for (auto f : {distlock::feature::read_write, distlock::feature::semaphore, distlock::feature::permit_limit,
+                   distlock::feature::election}) {
         CHECK_FALSE(p.caps().supports(f));
         CHECK(p.caps().why_not(f) == "the backend does not claim it (capabilities::implements)");
     }
@@ -459,6 +462,61 @@ TEST_CASE("a backend that does not claim the newer primitives is not asked for t
     REQUIRE(both.try_lock());
     CHECK(s.acquires.load() == 2);
     both.unlock();
+}
+
+TEST_CASE("an election on a backend without feature::election is its mutex, with the id as holder label",
+          "[election]") {
+    fake_state s;
+    std::shared_ptr<fake_backend> b;
+    auto metrics = std::make_shared<distlock::metrics>();
+    distlock::provider_options o;
+    o.observer = metrics;
+    auto p = fake_provider(s, 300ms, true, &b, nullptr, o);
+    CHECK_FALSE(p.caps().supports(distlock::feature::election));
+    auto m = p.mutex("job");
+    CHECK(b->last_request.kind == spi::lock_kind::exclusive);
+    CHECK(b->last_request.holder == p.holder());
+    distlock::election_options eo;
+    eo.id = "candidate-1";
+    auto e = p.election("job", eo);
+    CHECK(b->last_request.kind == spi::lock_kind::exclusive);
+    CHECK(b->last_request.holder == "candidate-1");
+    REQUIRE(e.campaign(1s));
+    CHECK(e.is_leader());
+    CHECK(e.term() == 1);
+    // One thread of one provider: the election queues with the mutex of its name.
+    CHECK_THROWS_AS(m.try_lock(), distlock::would_deadlock_error);
+    e.resign();
+    CHECK_FALSE(e.is_leader());
+    // The observer is told of a leader's term, not of a mutex.
+    const auto counts = metrics->snapshot().at(0);
+    CHECK(counts.acquisitions[static_cast<int>(distlock::grant_kind::leader)][0] == 1);
+    CHECK(counts.acquisitions[static_cast<int>(distlock::grant_kind::exclusive)][0] == 0);
+    // A backend without inspect(): everything unknown, said so.
+    const auto info = e.leader();
+    CHECK(info.name == "job");
+    CHECK_FALSE(info.held.has_value());
+    CHECK(info.unknown.at("held") == "the fake backend does not implement inspect");
+    CHECK(info.unknown.count("waiters") == 1);
+}
+
+TEST_CASE("a holder label is checked, and defaults to host:pid", "[election]") {
+    fake_state s;
+    auto p = fake_provider(s, 300ms);
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    CHECK(p.holder() == std::string(host) + ":" + std::to_string(::getpid()));
+    distlock::provider_options o;
+    o.holder = std::string(255, 'x');
+    CHECK(fake_provider(s, 300ms, true, nullptr, nullptr, o).holder().size() == 255);
+    for (const auto& bad : {std::string(256, 'x'), std::string("a\x7f"), std::string("a\rb")}) {
+        o.holder = bad;
+        CHECK_THROWS_AS(fake_provider(s, 300ms, true, nullptr, nullptr, o), distlock::invalid_argument_error);
+    }
+    distlock::election_options eo;
+    eo.id = std::string(300, 'y');
+    CHECK_THROWS_AS(p.election("e", eo), distlock::invalid_argument_error);
+    CHECK_THROWS_AS(p.inspect(std::string(2000, 'n')), distlock::invalid_argument_error);
 }
 
 TEST_CASE("a grant with a validity of its own that nothing checks is reported lost when it passes", "[held]") {
