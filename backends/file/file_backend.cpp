@@ -172,6 +172,7 @@ public:
                     break;
                 }
                 if (errno != EWOULDBLOCK && errno != EINTR) throw_client_error("flock failed on " + path, errno);
+                waited_ = true;
                 if (spi::clock::now() >= until) {
                     unwatch(watch);
                     return std::nullopt;
@@ -189,8 +190,12 @@ public:
         }
     }
 
+    // Whether a lock() since the last call found the file held by another.
+    bool take_waited() noexcept { return std::exchange(waited_, false); }
+
     // Until something in `dir` is closed after writing, or `delay` passed.
     void wait_in(const std::string& dir, std::chrono::nanoseconds delay) {
+        waited_ = true;
         int watch = inotify_fd() >= 0 ? ::inotify_add_watch(inotify_.get(), dir.c_str(), IN_CLOSE_WRITE) : -1;
         sleep(watch, delay);
         unwatch(watch);
@@ -224,6 +229,7 @@ private:
         drain();
     }
     fd_guard inotify_;
+    bool waited_ = false;
 };
 
 // The semaphore's meta file: "<size> <counter>\n".
@@ -272,6 +278,7 @@ public:
 
     std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink&) override {
         spi::backoff wait(1ms, retry_max_);
+        (void)waiter_.take_waited();
         switch (kind_) {
             case spi::lock_kind::exclusive:
             case spi::lock_kind::leader: {  // leader: not asked (no feature::election)
@@ -321,7 +328,7 @@ private:
     spi::grant hold(fd_guard fd, const std::string& path, std::uint64_t token) {
         fd_ = std::move(fd);
         held_path_ = path;
-        return spi::grant{token, spi::clock::now()};  // no lease: the kernel holds it
+        return spi::grant{token, spi::clock::now(), waiter_.take_waited()};  // no lease: the kernel holds it
     }
 
     // Under the meta file's lock: check the size, then take the first free slot

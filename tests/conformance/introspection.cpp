@@ -270,3 +270,38 @@ TEST_CASE("a leader learns when its leadership is removed on the server",
     e.resign();
     CHECK(lost == 1);
 }
+
+// ---- contention, as the observer is told ----------------------------------------------
+
+TEST_CASE("a grant is reported contended only when it waited for another client", "[observe]") {
+    auto metrics = std::make_shared<distlock::metrics>();
+    distlock::provider_options o;
+    o.observer = metrics;
+    auto observed = distlock::connect(backend_url(), o);
+    auto other = connect_under_test();
+    const auto name = unique_name("contention");
+    auto grants = [&](distlock::contention c) {
+        const auto all = metrics->snapshot();
+        return all.empty() ? 0 : all.at(0).contended[static_cast<std::size_t>(c)];
+    };
+    auto mine = observed.mutex(name);
+    REQUIRE(mine.try_lock_for(10s));  // nobody holds it: never "waited"
+    mine.unlock();
+    CHECK(grants(distlock::contention::waited) == 0);
+    CHECK(grants(distlock::contention::none) + grants(distlock::contention::unknown) == 1);
+    const bool says = grants(distlock::contention::none) == 1;
+
+    auto theirs = other.mutex(name);
+    REQUIRE(theirs.try_lock_for(10s));
+    std::thread release([&] {
+        std::this_thread::sleep_for(300ms);
+        theirs.unlock();
+    });
+    const bool got = mine.try_lock_for(crash_bound(observed));
+    release.join();
+    REQUIRE(got);
+    mine.unlock();
+    CHECK(grants(distlock::contention::none) == (says ? 1u : 0u));  // never "none" after waiting
+    if (says) CHECK(grants(distlock::contention::waited) == 1);  // a backend that tells, tells both ways
+    else WARN(observed.scheme() << " does not say whether a grant waited (contention unknown)");
+}
