@@ -725,6 +725,8 @@ class Cell:
                "--history", os.path.join(self.out, "history", "{w}.jsonl"), "--store", self.sock_path,
                "--seconds", str(a.seconds + a.grace + 60),  # a safety net if the controller dies
                "--lease-ms", str(a.lease_ms), "--hold-ms", str(a.hold_ms), "--wait-ms", str(a.wait_ms)]
+        if a.election:
+            cmd += ["--election", "1"]
         if a.nemesis in ("pause-holder", "pause-before-write"):
             cmd += ["--pause-point", "hold" if a.nemesis == "pause-holder" else "before-write",
                     "--pause-prob", str(a.pause_prob)]
@@ -1113,6 +1115,7 @@ class Cell:
             "worker_url": worker_url,
             "server": self.server,
             "nemesis": a.nemesis,
+            "election": a.election,
             "workers": a.workers,
             "threads": a.backend == "memory",
             "seconds": a.seconds,
@@ -1281,6 +1284,8 @@ def parse_args(argv):
     ap.add_argument("--no-set-lease", dest="set_lease", action="store_false",
                     help="keep the URL's lease= (and zk session_timeout=) instead of --lease-ms")
     ap.add_argument("--lock", default=None, help="lock name (default: unique per cell)")
+    ap.add_argument("--election", action="store_true",
+                    help="each grant is a term of leadership of an election (provider::election), not a mutex")
     ap.add_argument("--out", default=None, help="run directory (default /tmp/distlock-faults/<cell>.<time>)")
     ap.add_argument("--worker-bin", default=os.environ.get("DISTLOCK_FAULT_WORKER") or
                     os.path.join(REPO, "build", "bin", "distlock-fault-worker"))

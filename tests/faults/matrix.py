@@ -64,6 +64,11 @@ BACKENDS = {
     "redis-sentinel-min-replicas": (LEASE, True, False, True),  # grants confirmed by WAIT 1
 }
 SENTINEL = {"redis-sentinel", "redis-sentinel-min-replicas"}
+# Leader elections (provider::election) on a backend's server: id -> the id of
+# that backend, whose server, URL and nature they share (harness.py --election).
+ELECTION = {"zk-election": "zk", "etcd-election": "etcd", "redis-election": "redis"}
+for _e, _b in ELECTION.items():
+    BACKENDS[_e] = BACKENDS[_b]
 
 NEMESES = ["none", "pause-holder", "pause-before-write", "kill-holder", "delay-replies", "freeze-client",
            "restart-server", "restart-server-empty", "kill-leader", "clock-jump-client", "clock-jump-server",
@@ -75,7 +80,7 @@ NEMESES = ["none", "pause-holder", "pause-before-write", "kill-holder", "delay-r
 # built with jemalloc, which calls clock_gettime() before libfaketime is ready
 # (libfaketime aborts the recursion, the server never starts).
 WALL_CLOCK_EXPIRY = {"mysql-lease-table", "mysql-optimistic", "postgres-lease-table", "postgres-optimistic"}
-NO_FAKETIME = {"redis", "redis-reentrant", "redlock"} | SENTINEL
+NO_FAKETIME = {"redis", "redis-reentrant", "redlock", "redis-election"} | SENTINEL
 
 
 def not_applicable(bid, nemesis):
@@ -192,7 +197,7 @@ SHORT = [
     ("zk", "pause-holder"), ("zk-ensemble", "kill-leader"), ("etcd", "clock-jump-client"),
     ("mysql-lease-table", "clock-jump-server"),
     ("etcd-cluster", "kill-leader"), ("consul-emulator", "pause-before-write"),
-    ("redis-sentinel-min-replicas", "kill-leader"),
+    ("redis-sentinel-min-replicas", "kill-leader"), ("zk-election", "kill-holder"),
 ]
 
 
@@ -213,7 +218,9 @@ def cells(profile, only, nemeses):
 
 def run_cell(bid, nemesis, seconds, out_dir, extra):
     exp = expectations(bid, nemesis)
-    cmd = [sys.executable, os.path.join(HERE, "harness.py"), "--backend", bid, "--nemesis", nemesis,
+    if bid in ELECTION:
+        extra = ["--election"] + extra
+    cmd = [sys.executable, os.path.join(HERE, "harness.py"), "--backend", ELECTION.get(bid, bid), "--nemesis", nemesis,
            "--seconds", str(seconds), "--out", out_dir, "--expect", json.dumps(exp)] + extra
     t0 = time.monotonic()
     with open(os.path.join(os.path.dirname(out_dir), os.path.basename(out_dir) + ".log"), "w") as log:

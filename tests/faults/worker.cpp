@@ -12,8 +12,11 @@
 //       [--seconds S] [--lease-ms L] [--hold-ms H] [--wait-ms M]
 //       [--pause-point hold|before-write] [--pause-prob P] [--kill-prob P]
 //       [--threads N] [--break-lock-every MS] [--nemesis-log FILE] [--seed N]
-//       [--first-fault FILE]
+//       [--first-fault FILE] [--election 1]
 //
+// --election 1: each grant is a term of leadership of the election named by
+// --lock (provider::election: campaign, term(), is_leader(), resign()), in
+// place of the mutex; the history is the same.
 // --threads N (N > 1): N logical workers as threads of one process (memory://),
 // ids W.1 .. W.N, one history file each: "{w}" in --history is replaced by the
 // id, else ".<k>" is inserted before the extension. --threads 0: no grant loop,
@@ -284,8 +287,35 @@ struct options {
     double pause_prob = 0, kill_prob = 0;
     int threads = 1;
     long break_lock_every_ms = 0;
+    bool election = false;
     std::uint64_t seed = 0;
     bool seeded = false;
+};
+
+// The mutex, or with --election a candidate of the election of that name: the
+// grant loop uses either through this.
+class grant_source {
+public:
+    grant_source(const distlock::provider& p, const options& o, distlock::lock_options lo) {
+        if (!o.election) {
+            mutex_.emplace(p.mutex(o.lock, std::move(lo)));
+            return;
+        }
+        distlock::election_options eo;
+        eo.id = o.id;
+        eo.lease = lo.lease;
+        eo.on_lost = std::move(lo.on_lost);
+        eo.on_error = std::move(lo.on_error);
+        election_.emplace(p.election(o.lock, std::move(eo)));
+    }
+    bool try_lock_for(std::chrono::milliseconds d) { return mutex_ ? mutex_->try_lock_for(d) : election_->campaign(d); }
+    std::uint64_t token() const { return mutex_ ? mutex_->token() : election_->term(); }
+    bool held() const { return mutex_ ? mutex_->held() : election_->is_leader(); }
+    void unlock() { mutex_ ? mutex_->unlock() : election_->resign(); }
+
+private:
+    std::optional<distlock::mutex> mutex_;
+    std::optional<distlock::election> election_;
 };
 
 options parse(int argc, char** argv) {
@@ -324,6 +354,7 @@ options parse(int argc, char** argv) {
         else if (a == "--threads") num(o.threads), have_threads = true;
         else if (a == "--break-lock-every") num(o.break_lock_every_ms);
         else if (a == "--seed") num(o.seed), o.seeded = true;
+        else if (a == "--election") o.election = v == "1";
         else usage("unknown option " + a);
     }
     (void)have_threads;
@@ -403,7 +434,7 @@ public:
             emit("error", json_line().unum("token", e.token).str("reason", e.reason).str("errc",
                                                                                      errc_name(err.code_value())));
         };
-        distlock::mutex m = p.mutex(o_.lock, lo);
+        grant_source m(p, o_, std::move(lo));
 
         std::int64_t cycles = 0;
         while (!g_stop.load() && (end_ns == 0 || mono_ns() < end_ns)) {
