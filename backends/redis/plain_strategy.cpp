@@ -2,7 +2,7 @@
 // SET NX PX to a random per-acquisition token; owner-checked Lua scripts release
 // (DEL + PUBLISH on `<prefix>{<name>}:released`) and renew (PEXPIRE); the fencing
 // token is an INCR of `<prefix>{<name>}:fence` (never expires) inside the acquire
-// script.
+// script, which also records the holder label in `<prefix>{<name>}:holder`.
 #include "lock_scripts.hpp"
 #include "strategy.hpp"
 
@@ -44,11 +44,13 @@ local function handoff(key, queue, alive, channel, reserve)
 end
 )lua";
 
-// KEYS[1] lock key, KEYS[2] fence key, KEYS[3] queue, KEYS[4] waiters;
-// ARGV[1] token, ARGV[2] lease ms, ARGV[3] waiter id ("" = not waiting),
-// ARGV[4] liveness slack ms, ARGV[5] channel ("t <waiter id> <lease ms>" when a
-// reservation is taken up). Takes the key when free or reserved for us; else
-// (when waiting) queues us once and refreshes our liveness deadline.
+// KEYS[1] lock key, KEYS[2] fence key, KEYS[3] queue, KEYS[4] waiters,
+// KEYS[5] holder record; ARGV[1] token, ARGV[2] lease ms, ARGV[3] waiter id
+// ("" = not waiting), ARGV[4] liveness slack ms, ARGV[5] channel ("t <waiter id>
+// <lease ms>" when a reservation is taken up), ARGV[6] holder label. Takes the
+// key when free or reserved for us (and records token, fence and label in the
+// holder record); else (when waiting) queues us once and refreshes our liveness
+// deadline.
 const std::string plain_acquire_lua = std::string(fence_lua) + R"lua(
 local w = ARGV[3]
 local got = redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
@@ -61,7 +63,9 @@ if got then
   if w ~= '' and redis.call('zrem', KEYS[4], w) == 1 then
     redis.call('lrem', KEYS[3], 1, w)
   end
-  return {1, next_fence(KEYS[2])}
+  local fence = next_fence(KEYS[2])
+  redis.call('hset', KEYS[5], 'owner', ARGV[1], 'token', string.format('%.0f', fence), 'holder', ARGV[6])
+  return {1, fence}
 end
 local pttl = redis.call('pttl', KEYS[1])
 if w ~= '' then
@@ -79,12 +83,14 @@ end
 return {0, pttl}
 )lua";
 
-// KEYS[1] lock key, KEYS[2] queue, KEYS[3] waiters; ARGV[1] token, ARGV[2]
-// channel, ARGV[3] reserve ms. 1 released (handed off or deleted), 0 not ours.
+// KEYS[1] lock key, KEYS[2] queue, KEYS[3] waiters, KEYS[4] holder record;
+// ARGV[1] token, ARGV[2] channel, ARGV[3] reserve ms. 1 released (handed off or
+// deleted), 0 not ours.
 const std::string plain_release_lua = handoff_lua + R"lua(
 if redis.call('get', KEYS[1]) ~= ARGV[1] then
   return 0
 end
+redis.call('del', KEYS[4])
 handoff(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3])
 return 1
 )lua";
@@ -101,6 +107,35 @@ end
 return 1
 )lua";
 
+// Read-only: what inspect shows. KEYS[1] lock key, KEYS[2] holder record,
+// KEYS[3] waiters. Reply {state, PTTL, live queued waiters, a, b}: state 0 free;
+// 1 held by the grant the holder record names (a = label, b = fencing token);
+// 2 the key is not a string (a = its type); 3 reserved for a queued waiter
+// during a hand-off; 4 held by a value no holder record names (a client that
+// is not distlock, or one older than the records).
+const char* const plain_inspect_lua = R"lua(
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local waiting = redis.call('zcount', KEYS[3], '(' .. now, '+inf')
+local kind = redis.call('type', KEYS[1]).ok
+if kind == 'none' then
+  return {0, -2, waiting, '', ''}
+end
+local pttl = redis.call('pttl', KEYS[1])
+if kind ~= 'string' then
+  return {2, pttl, waiting, kind, ''}
+end
+local value = redis.call('get', KEYS[1])
+if string.sub(value, 1, 2) == 'r:' then
+  return {3, pttl, waiting, '', ''}
+end
+local rec = redis.call('hmget', KEYS[2], 'owner', 'token', 'holder')
+if rec[1] == value then
+  return {1, pttl, waiting, rec[3] or '', rec[2] or ''}
+end
+return {4, pttl, waiting, '', ''}
+)lua";
+
 class plain_strategy final : public strategy {
 public:
     explicit plain_strategy(std::string prefix)
@@ -108,7 +143,8 @@ public:
           acquire_(plain_acquire_lua),
           release_(plain_release_lua),
           renew_(redis_client::owner_renew_lua(redis_client::plain_key_owned)),
-          leave_(plain_leave_lua) {}
+          leave_(plain_leave_lua),
+          inspect_(plain_inspect_lua) {}
 
     bool reentrant() const noexcept override { return false; }
     bool queues() const noexcept override { return true; }
@@ -121,6 +157,7 @@ public:
         l.channel = base + ":released";
         l.queue = base + ":queue";
         l.waiters = base + ":waiters";
+        l.holder = base + ":holder";
         return l;
     }
 
@@ -131,13 +168,43 @@ public:
     std::string new_owner(const std::string&) const override { return spi::random_token(); }
 
     reply_ptr acquire(connection& c, const layout& l, const std::string& owner, const std::string& lease_ms,
-                      const std::string& waiter) const override {
+                      const std::string& waiter, const std::string& holder) const override {
         static const std::string slack = std::to_string(liveness_slack.count());
-        return acquire_.run(c, {l.key, l.fence, l.queue, l.waiters}, {owner, lease_ms, waiter, slack, l.channel});
+        return acquire_.run(c, {l.key, l.fence, l.queue, l.waiters, l.holder},
+                            {owner, lease_ms, waiter, slack, l.channel, holder});
     }
 
     reply_ptr release(connection& c, const layout& l, const std::string& owner, const std::string&) const override {
-        return release_.run(c, {l.key, l.queue, l.waiters}, {owner, l.channel, reserve_ms});
+        return release_.run(c, {l.key, l.queue, l.waiters, l.holder}, {owner, l.channel, reserve_ms});
+    }
+
+    lock_info inspect(connection& c, const layout& l) const override {
+        const auto r = inspect_reply(inspect_.run(c, {l.key, l.holder, l.waiters}, {}));
+        lock_info info;
+        info.held = r.state != 0;
+        info.waiters = r.waiting;
+        if (r.state == 0) return info;
+        set_remaining(info, r.pttl);
+        switch (r.state) {
+            case 1:
+                if (!r.a.empty()) info.holder = r.a;
+                else info.unknown.emplace("holder", "the holder record has no label");
+                if (auto t = parse_token(r.b)) info.token = *t;
+                else info.unknown.emplace("token", "the holder record has no fencing token");
+                break;
+            case 2:
+                declare(info, "the key is a " + r.a + ", not a lock of strategy=plain (another program's key)");
+                break;
+            case 3:
+                declare(info, "reserved for the first queued waiter during a hand-off (at most " +
+                                  std::string(reserve_ms) + " ms): nobody holds it yet");
+                break;
+            default:
+                declare(info, "held by a client that records no holder (not distlock, or a distlock older than "
+                              "holder records): its value is a token only");
+                break;
+        }
+        return info;
     }
     bool released(long long reply) const noexcept override { return reply != 0; }
 
@@ -151,7 +218,13 @@ private:
     static constexpr std::string_view reserve_ms = "500";  // a hand-off waits this long for its waiter
 
     std::string prefix_;
-    script acquire_, release_, renew_, leave_;
+    // holder and token unknown for the same reason.
+    static void declare(lock_info& info, const std::string& why) {
+        info.unknown.emplace("holder", why);
+        info.unknown.emplace("token", why);
+    }
+
+    script acquire_, release_, renew_, leave_, inspect_;
 };
 
 }  // namespace

@@ -17,6 +17,9 @@
 // Renewals of every due mutex of a provider go out as one script: one round trip
 // (and one more per kind of read-write lock grant and for permits, when due); in
 // a cluster one script per hash slot, pipelined per node.
+// Holder labels: each strategy's acquire script records the label beside the
+// grant (layout::holder, same hash slot); inspect is one read-only script at the
+// master of the lock's key (docs/backends/redis.md, "Inspect and holder labels").
 // Over the Redis client layer (backends/redis-client).
 #include <algorithm>
 #include <atomic>
@@ -111,6 +114,14 @@ public:
         });
     }
 
+    // The mutex of `lock_name` (a leader term is the same mutex: no
+    // feature::election), by one read-only script at the master of its key.
+    lock_info inspect(std::string_view lock_name, spi::lock_kind) override {
+        const auto l = strategy_->layout_for(lock_name);
+        return call("inspect of '" + std::string(lock_name) + "'", l.key,
+                    [&](connection& c) { return strategy_->inspect(c, l); });
+    }
+
     void keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) override;
     // The mutex handles' part of keepalive_batch.
     void renew_mutexes(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results);
@@ -121,6 +132,7 @@ public:
         auto l = strategy_->layout_for(lock_name);
         auto keys = shared_keys(strategy_->object_name(lock_name, "rwlock"), strategy_->object_name(lock_name, "semaphore"));
         keys.insert(keys.begin(), l.key);
+        keys.push_back(l.holder);
         std::sort(keys.begin(), keys.end());  // Redisson's layout names several objects by the name itself
         keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
         // One DEL per key: in a cluster the objects of one name may lie in
@@ -315,7 +327,9 @@ private:
     std::pair<bool, long long> attempt(const std::string& owner, const std::string& waiter, deadline until) {
         auto [status, value] = run_acquire_script(
             backend_, layout_.key, request_.name, until,
-            [&](connection& c) { return backend_.strat().acquire(c, layout_, owner, lease_ms_, waiter); },
+            [&](connection& c) {
+                return backend_.strat().acquire(c, layout_, owner, lease_ms_, waiter, request_.holder);
+            },
             [&](connection& c) { backend_.strat().release(c, layout_, owner, lease_ms_); });
         return {status == 1, value};
     }
@@ -329,7 +343,10 @@ private:
 
 std::unique_ptr<spi::lock_handle> backend::make_lock(const spi::lock_request& r) {
     switch (r.kind) {
-        case spi::lock_kind::exclusive: return std::make_unique<handle>(*this, r);
+        // No feature::election: the core asks for `exclusive`; a leader term would
+        // be this name's mutex all the same.
+        case spi::lock_kind::exclusive:
+        case spi::lock_kind::leader: return std::make_unique<handle>(*this, r);
         case spi::lock_kind::read:
         case spi::lock_kind::write: return make_shared_lock(*this, r, strategy_->object_name(r.name, "rwlock"));
         case spi::lock_kind::permit: return make_shared_lock(*this, r, strategy_->object_name(r.name, "semaphore"));

@@ -1,7 +1,9 @@
 // redis:// strategy=reentrant: Redisson's RLock layout, so that a Java service
 // using Redisson shares the lock: a hash at `<name>`, field `<client uuid>:<thread
 // id>` holding the reentrancy count, PEXPIRE lease, release message "0" on
-// `redisson_lock__channel:{<name>}`; fencing token INCR `redisson_lock_token:{<name>}`.
+// `redisson_lock__channel:{<name>}`; fencing token INCR `redisson_lock_token:{<name>}`;
+// the holder label in distlock's own hash `distlock_holder:{<name>}` (Redisson's
+// hash is left exactly as Redisson writes it).
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -14,7 +16,8 @@ namespace {
 // ---- Lua scripts ------------------------------------------------------------------
 // Replies: acquire -> {1, fencing token} | {0, PTTL of the holder's key}.
 
-// Redisson layout. KEYS[1] lock hash, KEYS[2] fence key; ARGV[1] lease ms, ARGV[2] field.
+// Redisson layout. KEYS[1] lock hash, KEYS[2] fence key, KEYS[3] holder record;
+// ARGV[1] lease ms, ARGV[2] field, ARGV[3] holder label.
 const std::string reentrant_acquire_lua = std::string(fence_lua) + R"lua(
 if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
@@ -22,6 +25,7 @@ if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2])
   local fence
   if count == 1 then
     fence = next_fence(KEYS[2])
+    redis.call('hset', KEYS[3], 'owner', ARGV[2], 'token', string.format('%.0f', fence), 'holder', ARGV[3])
   else
     fence = tonumber(redis.call('get', KEYS[2]) or '0')
   end
@@ -30,8 +34,8 @@ end
 return {0, redis.call('pttl', KEYS[1])}
 )lua";
 
-// KEYS[1] lock hash; ARGV[1] field, ARGV[2] lease ms, ARGV[3] channel.
-// -1 not ours, 0 still held (count > 0), 1 released.
+// KEYS[1] lock hash, KEYS[2] holder record; ARGV[1] field, ARGV[2] lease ms,
+// ARGV[3] channel. -1 not ours, 0 still held (count > 0), 1 released.
 const char* const reentrant_release_lua = R"lua(
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   return -1
@@ -41,9 +45,35 @@ if count > 0 then
   redis.call('pexpire', KEYS[1], ARGV[2])
   return 0
 end
-redis.call('del', KEYS[1])
+redis.call('del', KEYS[1], KEYS[2])
 redis.call('publish', ARGV[3], '0')
 return 1
+)lua";
+
+// Read-only: what inspect shows. KEYS[1] lock hash, KEYS[2] holder record.
+// Reply {state, PTTL, 0, a, b}: state 0 free; 1 held by the field the holder
+// record names (a = label, b = fencing token); 2 the key is not a hash (a = its
+// type); 4 held by one field no record names (a Redisson client: a = the field
+// "<uuid>:<thread id>"); 5 a hash of several fields (a = their number, b = its
+// `mode` field: Redisson's read-write lock of the same name).
+const char* const reentrant_inspect_lua = R"lua(
+local kind = redis.call('type', KEYS[1]).ok
+if kind == 'none' then
+  return {0, -2, 0, '', ''}
+end
+local pttl = redis.call('pttl', KEYS[1])
+if kind ~= 'hash' then
+  return {2, pttl, 0, kind, ''}
+end
+local rec = redis.call('hmget', KEYS[2], 'owner', 'token', 'holder')
+if rec[1] and redis.call('hexists', KEYS[1], rec[1]) == 1 then
+  return {1, pttl, 0, rec[3] or '', rec[2] or ''}
+end
+local n = redis.call('hlen', KEYS[1])
+if n == 1 then
+  return {4, pttl, 0, redis.call('hkeys', KEYS[1])[1], ''}
+end
+return {5, pttl, 0, tostring(n), redis.call('hget', KEYS[1], 'mode') or ''}
 )lua";
 
 long current_thread_id() { return static_cast<long>(::syscall(SYS_gettid)); }
@@ -51,7 +81,10 @@ long current_thread_id() { return static_cast<long>(::syscall(SYS_gettid)); }
 class reentrant_strategy final : public strategy {
 public:
     reentrant_strategy()
-        : acquire_(reentrant_acquire_lua), release_(reentrant_release_lua), renew_(redis_client::owner_renew_lua(redis_client::hash_field_owned)) {}
+        : acquire_(reentrant_acquire_lua),
+          release_(reentrant_release_lua),
+          renew_(redis_client::owner_renew_lua(redis_client::hash_field_owned)),
+          inspect_(reentrant_inspect_lua) {}
 
     bool reentrant() const noexcept override { return true; }
     bool queues() const noexcept override { return false; }
@@ -64,6 +97,7 @@ public:
         l.channel = braced ? "redisson_lock__channel:" + std::string(name)
                            : "redisson_lock__channel:{" + std::string(name) + "}";
         l.fence = braced ? "redisson_lock_token:" + std::string(name) : "redisson_lock_token:{" + std::string(name) + "}";
+        l.holder = braced ? "distlock_holder:" + std::string(name) : "distlock_holder:{" + std::string(name) + "}";
         return l;
     }
 
@@ -74,13 +108,56 @@ public:
     }
 
     reply_ptr acquire(connection& c, const layout& l, const std::string& owner, const std::string& lease_ms,
-                      const std::string&) const override {
-        return acquire_.run(c, {l.key, l.fence}, {lease_ms, owner});
+                      const std::string&, const std::string& holder) const override {
+        return acquire_.run(c, {l.key, l.fence, l.holder}, {lease_ms, owner, holder});
     }
 
     reply_ptr release(connection& c, const layout& l, const std::string& owner,
                       const std::string& lease_ms) const override {
-        return release_.run(c, {l.key}, {owner, lease_ms, l.channel});
+        return release_.run(c, {l.key, l.holder}, {owner, lease_ms, l.channel});
+    }
+
+    lock_info inspect(connection& c, const layout& l) const override {
+        const auto r = inspect_reply(inspect_.run(c, {l.key, l.holder}, {}));
+        lock_info info;
+        info.held = r.state != 0;
+        info.unknown.emplace("waiters",
+                             "Redisson's RLock layout keeps no queue: waiters only subscribe to the release channel, "
+                             "and PUBSUB NUMSUB would count subscribed connections (one per client, shared by its "
+                             "waiting threads and kept after a wait), not waiters");
+        if (r.state == 0) return info;
+        set_remaining(info, r.pttl);
+        const std::string no_token =
+            "held by a client that is not distlock: no fencing token is recorded with its grant (the counter at "
+            "redisson_lock_token is not tied to a holder)";
+        switch (r.state) {
+            case 1:
+                if (!r.a.empty()) info.holder = r.a;
+                else info.unknown.emplace("holder", "the holder record has no label");
+                if (auto t = parse_token(r.b)) info.token = *t;
+                else info.unknown.emplace("token", "the holder record has no fencing token");
+                break;
+            case 4:
+                info.holder = r.a;  // Redisson's "<client uuid>:<thread id>"
+                info.unknown.emplace("token", no_token);
+                break;
+            case 2: {
+                const auto why = "the key is a " + r.a + ", not a Redisson lock hash (another program's key)";
+                info.unknown.emplace("holder", why);
+                info.unknown.emplace("token", why);
+                break;
+            }
+            default: {
+                const auto why = "the hash has " + r.a + " fields" +
+                                 (r.b.empty() ? std::string(": not one RLock holder")
+                                              : ", mode=" + r.b + ": Redisson's read-write lock of the same name") +
+                                 " (shared with the mutex in Redisson's layout)";
+                info.unknown.emplace("holder", why);
+                info.unknown.emplace("token", why);
+                break;
+            }
+        }
+        return info;
     }
     bool released(long long reply) const noexcept override { return reply >= 0; }
 
@@ -90,7 +167,7 @@ public:
     const script& renew_script() const noexcept override { return renew_; }
 
 private:
-    script acquire_, release_, renew_;
+    script acquire_, release_, renew_, inspect_;
 };
 
 }  // namespace

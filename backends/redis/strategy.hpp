@@ -5,10 +5,14 @@
 //   strategy=reentrant  reentrant_strategy.cpp: Redisson's RLock layout
 #pragma once
 
+#include <charconv>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "distlock/inspect.hpp"
 #include "redis_client.hpp"
 
 namespace distlock::backends::redis {
@@ -21,6 +25,11 @@ using redis_client::script;
 struct layout {
     std::string key, fence, channel;
     std::string queue, waiters;  // plain strategy: the FIFO hand-off (see plain_strategy.cpp)
+    // The holder record (a hash, no expiry, in the key's hash slot): `owner` (the
+    // grant's token or Redisson field), `token` (its fencing token) and `holder`
+    // (lock_request::holder), written by the acquire script with the grant and
+    // deleted by the release. It counts only while `owner` still holds the key.
+    std::string holder;
 };
 
 // A queued waiter's entry lives this long past the holder's PTTL on the server;
@@ -43,6 +52,41 @@ local function next_fence(key)
 end
 )lua";
 
+// The reply of an inspect script: {state, PTTL, waiters, a, b} (strings a and
+// b mean what the strategy's script says).
+struct inspect_fields {
+    long long state = 0, pttl = -2, waiting = 0;
+    std::string a, b;
+};
+
+inline inspect_fields inspect_reply(const reply_ptr& r) {
+    using namespace redis_client;
+    if (is_error(r.get())) throw_client_error("redis", r.get(), "inspect");
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 5)
+        throw_error(errc::unavailable, "redis", "unexpected reply to the inspect script: " + reply_text(r.get()));
+    auto text = [&](std::size_t i) {
+        const redisReply* e = r->element[i];
+        return e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS ? std::string(e->str, e->len)
+                                                                                : std::string();
+    };
+    return {as_integer(r->element[0]), as_integer(r->element[1]), as_integer(r->element[2]), text(3), text(4)};
+}
+
+// A fencing token as the scripts store it (decimal digits), or nullopt.
+inline std::optional<std::uint64_t> parse_token(std::string_view s) {
+    std::uint64_t v = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || ec != std::errc{} || end != s.data() + s.size()) return std::nullopt;
+    return v;
+}
+
+// lock_info::remaining from a held key's PTTL (-1: the key has no expiry).
+inline void set_remaining(lock_info& info, long long pttl) {
+    if (pttl >= 0) info.remaining = std::chrono::milliseconds(pttl);
+    else
+        info.unknown.emplace("remaining", "the key has no expiry (set without a lease by another client)");
+}
+
 class strategy {
 public:
     virtual ~strategy() = default;
@@ -64,9 +108,12 @@ public:
     virtual std::string new_owner(const std::string& client_uuid) const = 0;
 
     // Runs the acquire script: {1, fencing token} | {0, PTTL of the holder's key}.
-    // `waiter`: our id in the hand-off queue ("" = not queued).
+    // `waiter`: our id in the hand-off queue ("" = not queued); `holder`: the
+    // label the script records beside a grant (layout::holder).
     virtual reply_ptr acquire(connection& c, const layout& l, const std::string& owner, const std::string& lease_ms,
-                              const std::string& waiter) const = 0;
+                              const std::string& waiter, const std::string& holder) const = 0;
+    // backend::inspect of the mutex: one read-only script on the server of l.key.
+    virtual lock_info inspect(connection& c, const layout& l) const = 0;
     // Runs the release script; released() reads its reply (false: not ours).
     virtual reply_ptr release(connection& c, const layout& l, const std::string& owner,
                               const std::string& lease_ms) const = 0;

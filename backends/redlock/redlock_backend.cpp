@@ -9,7 +9,13 @@
 // those that seemed to fail), and the next attempt follows a random delay of up to
 // `retry_delay`. Renewal is an owner-checked PEXPIRE on every node, counted only
 // with a majority. There is no fencing token: see docs/backends/redis.md.
+// Each node's grant records the holder label beside it, in the same script:
+// `<prefix>{<name>}:holder` (hash: owner = the token, holder = the label), which
+// counts only while the key holds that token; inspect asks every node at once.
 // Over the Redis client layer (backends/redis-client).
+#include <algorithm>
+#include <climits>
+#include <map>
 #include <thread>
 
 #include "lock_scripts.hpp"
@@ -20,12 +26,45 @@ namespace {
 
 using namespace redis_client;
 
-// KEYS[1] lock key; ARGV[1] token. 1 deleted, 0 not ours.
+// KEYS[1] lock key, KEYS[2] holder record; ARGV[1] token, ARGV[2] lease ms,
+// ARGV[3] holder label. SET NX PX, and with the grant the holder record; the
+// reply is SET's ("OK" or nil), as a plain SET NX PX.
+const char* const acquire_lua = R"lua(
+local ok = redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+if ok then
+  redis.call('hset', KEYS[2], 'owner', ARGV[1], 'holder', ARGV[3])
+end
+return ok
+)lua";
+
+// KEYS[1] lock key, KEYS[2] holder record; ARGV[1] token. 1 deleted, 0 not ours.
 const char* const release_lua = R"lua(
 if redis.call('get', KEYS[1]) == ARGV[1] then
+  redis.call('del', KEYS[2])
   return redis.call('del', KEYS[1])
 end
 return 0
+)lua";
+
+// Read-only, on each node: KEYS[1] lock key, KEYS[2] holder record. Reply
+// {0} free | {1, PTTL, SHA-1 of the value (to compare owners across nodes
+// without showing tokens), label or ""} | {2, PTTL, type}: not a string.
+const char* const inspect_lua = R"lua(
+local kind = redis.call('type', KEYS[1]).ok
+if kind == 'none' then
+  return {0}
+end
+local pttl = redis.call('pttl', KEYS[1])
+if kind ~= 'string' then
+  return {2, pttl, kind}
+end
+local value = redis.call('get', KEYS[1])
+local rec = redis.call('hmget', KEYS[2], 'owner', 'holder')
+local label = ''
+if rec[1] == value and rec[2] then
+  label = rec[2]
+end
+return {1, pttl, redis.sha1hex(value), label}
 )lua";
 
 struct redlock_settings {
@@ -62,7 +101,11 @@ private:
 class redlock_backend final : public spi::backend {
 public:
     explicit redlock_backend(redlock_settings s)
-        : settings_(std::move(s)), release_(release_lua), extend_(owner_renew_lua(plain_key_owned)) {
+        : settings_(std::move(s)),
+          acquire_(acquire_lua),
+          release_(release_lua),
+          inspect_(inspect_lua),
+          extend_(owner_renew_lua(plain_key_owned)) {
         for (const auto& ep : settings_.nodes) {
             pools_.push_back(std::make_unique<pool>(ep, settings_.pool_size));
             pool_ptrs_.push_back(pools_.back().get());
@@ -130,9 +173,12 @@ public:
 
     void keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) override;
 
+    lock_info inspect(std::string_view lock_name, spi::lock_kind) override;
+
     void break_lock(std::string_view lock_name) override {
         auto k = key_for(lock_name);
-        std::vector<std::vector<std::string_view>> cmds(pools_.size(), {"DEL", k});
+        const auto rec = k + ":holder";
+        std::vector<std::vector<std::string_view>> cmds(pools_.size(), {"DEL", k, rec});
         auto res = exchange_all(pool_ptrs_, cmds);
         std::size_t ok = 0;
         for (auto& r : res) ok += r.reply ? 1 : 0;
@@ -152,7 +198,8 @@ public:
     // deleted it and how many could not be asked.
     std::pair<std::size_t, std::size_t> release_all(const std::string& key, const std::string& token) {
         std::string numkeys;
-        auto cmd = release_.eval_args({key}, {token}, numkeys);
+        const auto rec = key + ":holder";
+        auto cmd = release_.eval_args({key, rec}, {token}, numkeys);
         std::vector<std::vector<std::string_view>> cmds(pools_.size(), cmd);
         auto res = exchange_all(pool_ptrs_, cmds);
         std::size_t deleted = 0, failed = 0;
@@ -173,7 +220,7 @@ private:
     std::vector<std::unique_ptr<pool>> pools_;
     std::vector<pool*> pool_ptrs_;
     std::size_t quorum_ = 1;
-    script release_, extend_;
+    script acquire_, release_, inspect_, extend_;
 
     friend class redlock_handle;
 };
@@ -189,17 +236,23 @@ std::optional<spi::grant> redlock_handle::acquire(deadline until, const spi::los
     const auto drift = std::chrono::duration_cast<std::chrono::milliseconds>(request_.lease * cfg.drift_factor) + 2ms;
     constexpr int max_failed_rounds = 3;
     int failed_rounds = 0;  // consecutive attempts in which no majority answered
+    bool waited = false;    // an earlier round lost to another holder
+    const auto record = key_ + ":holder";
+    std::string numkeys;
+    // SET NX PX and the holder record, one script per node: still one parallel round.
+    const auto cmd = backend_.acquire_.eval_args({key_, record}, {token, lease_ms_, request_.holder}, numkeys);
     for (;;) {
         const auto start = clock::now();
-        std::vector<std::vector<std::string_view>> cmds(n, {"SET", key_, token, "NX", "PX", lease_ms_});
+        std::vector<std::vector<std::string_view>> cmds(n, cmd);
         auto res = exchange_all(backend_.pools(), cmds);
         std::size_t ok = 0, failed = 0, denied = 0;
+        bool held_elsewhere = false;
         std::string errors;
         for (std::size_t i = 0; i < n; ++i) {
             if (res[i].reply && is_ok(res[i].reply.get())) {
                 ++ok;
             } else if (res[i].reply && res[i].reply->type == REDIS_REPLY_NIL) {
-                // held by someone else on this node
+                held_elsewhere = true;  // held by someone else on this node
             } else {
                 ++failed;
                 std::string why = res[i].reply ? reply_text(res[i].reply.get()) : res[i].error;
@@ -214,8 +267,9 @@ std::optional<spi::grant> redlock_handle::acquire(deadline until, const spi::los
         if (ok >= quorum && validity.count() > 0) {
             token_ = token;
             // No fencing token; the validity runs from the round's start less the drift allowance.
-            return spi::grant{0, start - drift};
+            return spi::grant{0, start - drift, waited};
         }
+        waited = waited || held_elsewhere;
         // Not held: undo on every node, including those that seemed to fail.
         if (ok > 0 || failed > 0) backend_.release_all(key_, token);
         if (failed > n - quorum) {
@@ -287,6 +341,84 @@ void redlock_backend::keepalive_batch(std::span<spi::lock_handle* const> handles
             results[index[j]] = spi::keepalive_result::failed("extension reached " + std::to_string(ones) + " of " +
                                                               std::to_string(n) + " nodes: " + errors);
     }
+}
+
+lock_info redlock_backend::inspect(std::string_view lock_name, spi::lock_kind) {
+    // One parallel round: the read-only script on every node.
+    const auto key = key_for(lock_name);
+    const auto record = key + ":holder";
+    std::string numkeys;
+    auto cmd = inspect_.eval_args({key, record}, {}, numkeys);
+    std::vector<std::vector<std::string_view>> cmds(pools_.size(), cmd);
+    auto res = exchange_all(pool_ptrs_, cmds);
+    const auto n = pools_.size();
+    struct owner_view {
+        std::size_t nodes = 0;
+        std::vector<long long> pttls;
+        std::string label;
+    };
+    std::map<std::string, owner_view> owners;  // SHA-1 of the value (or "type:<t>") -> its nodes
+    std::size_t free = 0, failed = 0;
+    std::string errors;
+    for (std::size_t i = 0; i < n; ++i) {
+        const redisReply* r = res[i].reply.get();
+        if (r == nullptr || is_error(r) || r->type != REDIS_REPLY_ARRAY || r->elements == 0) {
+            ++failed;
+            errors += (errors.empty() ? "" : "; ") + settings_.nodes[i].label() + ": " +
+                      (r ? reply_text(r) : res[i].error);
+            continue;
+        }
+        const auto state = as_integer(r->element[0]);
+        auto text = [&](std::size_t k) {
+            const redisReply* e = k < r->elements ? r->element[k] : nullptr;
+            return e && (e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS) ? std::string(e->str, e->len)
+                                                                                           : std::string();
+        };
+        if (state == 0) {
+            ++free;
+            continue;
+        }
+        auto& o = owners[state == 1 ? text(2) : "type:" + text(2)];
+        ++o.nodes;
+        o.pttls.push_back(r->elements > 1 ? as_integer(r->element[1]) : -1);
+        if (state == 1 && o.label.empty()) o.label = text(3);
+    }
+    if (n - failed < quorum_) throw_error(errc::unavailable, "redlock", majority_message(n - failed, errors));
+    lock_info info;
+    info.unknown.emplace("waiters",
+                         "Redlock clients retry after a random delay: no node keeps a queue or a count of them");
+    if (free >= quorum_) {
+        info.held = false;
+        return info;
+    }
+    for (auto& [id, o] : owners) {
+        if (o.nodes < quorum_) continue;
+        info.held = true;
+        if (!o.label.empty()) info.holder = o.label;
+        else
+            info.unknown.emplace("holder", id.rfind("type:", 0) == 0
+                                               ? "the key is a " + id.substr(5) + " on a majority of nodes, not a lock"
+                                               : "the majority's holder records no label (not distlock, or a distlock "
+                                                 "older than holder records)");
+        info.unknown.emplace("token", "Redlock has no fencing token (feature::fencing is unsupported)");
+        // The grant lasts while a majority keeps the key: the quorum-th longest PTTL
+        // (-1: no expiry there).
+        auto& p = o.pttls;
+        std::sort(p.begin(), p.end(), [](long long a, long long b) {
+            return (a < 0 ? LLONG_MAX : a) > (b < 0 ? LLONG_MAX : b);
+        });
+        if (p[quorum_ - 1] >= 0) info.remaining = std::chrono::milliseconds(p[quorum_ - 1]);
+        else info.unknown.emplace("remaining", "the key has no expiry on a majority of nodes (set without a lease)");
+        return info;
+    }
+    // A split view: no majority agrees on free or on one owner.
+    std::string why = "no majority of " + std::to_string(quorum_) + " of " + std::to_string(n) +
+                      " nodes agrees: " + std::to_string(free) + " free";
+    for (const auto& [id, o] : owners) why += ", " + std::to_string(o.nodes) + " held by one owner";
+    if (failed > 0) why += ", " + std::to_string(failed) + " unreachable";
+    why += " (a grant or release in progress, a lease expiring at different moments, or a minority grant left over)";
+    for (const char* field : {"held", "holder", "token", "remaining"}) info.unknown.emplace(field, why);
+    return info;
 }
 
 std::shared_ptr<spi::backend> make_backend(spi::url& u) {

@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "distlock/distlock.hpp"
+#include "distlock/spi/backend.hpp"
 #include "distlock/spi/url.hpp"
 #include "support.hpp"
 
@@ -167,7 +168,9 @@ TEST_CASE("sentinel: with min_replicas=1 a lock held across a failover is kept: 
     sentinel_ctl("wait-replicas 2 20");
     const auto name = unique_name("failover-kept");
     const auto url = sentinel_url("lease=30s&min_replicas=1&replica_timeout=500ms");
-    auto a = distlock::connect(url);
+    distlock::provider_options labelled;
+    labelled.holder = "sentinel-holder-" + distlock::spi::random_token().substr(0, 8);
+    auto a = distlock::connect(url, labelled);
     loss_recorder lost_a;
     auto ma = a.mutex(name, lost_a.options());
     ma.lock();  // acknowledged by a replica
@@ -187,6 +190,11 @@ TEST_CASE("sentinel: with min_replicas=1 a lock held across a failover is kept: 
     CHECK(double_grants == 0);
     CHECK(ma.held());
     CHECK(lost_a.lost() == 0);
+    // inspect reads at the new master: the holder record came over with the grant.
+    const auto seen = b.inspect(name);
+    CHECK(seen.held == std::optional<bool>(true));
+    CHECK(seen.holder == std::optional<std::string>(labelled.holder));
+    CHECK(seen.token == std::optional<std::uint64_t>(ma.token()));
     // A renewal and the release go to the new master.
     REQUIRE_NOTHROW(ma.unlock());
     REQUIRE(mb.try_lock_for(5s));
@@ -319,7 +327,7 @@ TEST_CASE("redis-sentinel:// and redis-cluster:// refuse bad input with typed er
     const auto master = "/" + sentinel.substr(slash + 1, sentinel.find_first_of("/?", slash + 1) - slash - 1);
     auto message_of = [](const std::string& url) -> std::string {
         try {
-            distlock::connect(url);
+            (void)distlock::connect(url);
         } catch (const distlock::error& e) {
             return e.what();
         }
@@ -419,7 +427,7 @@ TEST_CASE("cluster: the master of a held lock's slot killed: with min_replicas=1
     // a replica cannot renew (its holders would lose their leases after one
     // lease); meanwhile they fail, and resume once the replica is back.
     const auto with = url.substr(0, url.find('?')) + "?lease=20s&min_replicas=1&replica_timeout=500ms";
-    auto a = distlock::connect(with);
+    auto a = distlock::connect(with + "&holder=cluster-holder");
     loss_recorder lost_a;
     auto ma = a.mutex(name, lost_a.options());
     ma.lock();  // acknowledged by the slot's replica
@@ -456,6 +464,19 @@ TEST_CASE("cluster: the master of a held lock's slot killed: with min_replicas=1
     CHECK(both == 0);
     CHECK(ma.held());
     CHECK(lost_a.lost() == 0);
+    // inspect reads at the slot's new master: the holder record came over with the grant.
+    std::optional<distlock::lock_info> seen;
+    for (int i = 0; i < 40 && !seen; ++i) {
+        try {
+            seen = b.inspect(name);
+        } catch (const distlock::unavailable_error&) {
+            std::this_thread::sleep_for(250ms);
+        }
+    }
+    REQUIRE(seen.has_value());
+    CHECK(seen->held == std::optional<bool>(true));
+    CHECK(seen->holder == std::optional<std::string>("cluster-holder"));
+    CHECK(seen->token == std::optional<std::uint64_t>(ma.token()));
     REQUIRE_NOTHROW(ma.unlock());
     bool granted = false;
     for (int i = 0; i < 40 && !granted; ++i) {  // until the replica has synchronised
