@@ -266,7 +266,8 @@ public:
         q.create = {
             {"CREATE TABLE IF NOT EXISTS " + t +
                  " (name VARBINARY(1024) NOT NULL, owner VARCHAR(64) CHARACTER SET ascii NULL,"
-                 " expires_at DATETIME(6) NULL, version BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (name)) ENGINE=InnoDB",
+                 " expires_at DATETIME(6) NULL, version BIGINT NOT NULL DEFAULT 0, holder_label VARBINARY(320) NULL,"
+                 " PRIMARY KEY (name)) ENGINE=InnoDB",
              {}},
             {"CREATE TABLE IF NOT EXISTS " + rows + " (name VARBINARY(1024) NOT NULL, PRIMARY KEY (name)) ENGINE=InnoDB",
              {}},
@@ -278,27 +279,27 @@ public:
         q.ping = {"SELECT 1", {}};
         q.rollback = {"ROLLBACK", {}};
         q.lease_acquire = drawn({
-            {"INSERT INTO " + t + " (name, owner, expires_at, version) VALUES (?, ?, " + expires + ", " + draw +
-                 ") ON DUPLICATE KEY UPDATE version = IF(" + take + ", VALUES(version), version),"
+            {"INSERT INTO " + t + " (name, owner, expires_at, version, holder_label) VALUES (?, ?, " + expires + ", " +
+                 draw + ", ?) ON DUPLICATE KEY UPDATE version = IF(" + take + ", VALUES(version), version),"
                  " owner = IF(" + take + ", VALUES(owner), owner), expires_at = IF(" + take +
-                 ", VALUES(expires_at), expires_at)",
-             {0, 1, 2}},
+                 ", VALUES(expires_at), expires_at), holder_label = IF(" + take + ", VALUES(holder_label), holder_label)",
+             {0, 1, 2, 4}},
             mine,
         });
         q.lease_renew = {"UPDATE " + t + " SET expires_at = " + expires + " WHERE name = ? AND owner = ?", {2, 0, 1}};
         q.lease_release = {"DELETE FROM " + t + " WHERE name = ? AND owner = ?", {0, 1}};
         q.lease_clear = {"DELETE FROM " + t + " WHERE name = ?", {0}};
         q.opt_insert = drawn({
-            {"INSERT INTO " + t + " (name, owner, expires_at, version) VALUES (?, ?, " + expires + ", " + draw +
-                 ") ON DUPLICATE KEY UPDATE version = version",
-             {0, 1, 2}},
+            {"INSERT INTO " + t + " (name, owner, expires_at, version, holder_label) VALUES (?, ?, " + expires + ", " +
+                 draw + ", ?) ON DUPLICATE KEY UPDATE version = version",
+             {0, 1, 2, 4}},
             mine,
         });
         q.opt_read = {"SELECT version, IF" + free_flag + " FROM " + t + " WHERE name = ?", {0}};
         q.opt_update = drawn({
             {"UPDATE " + t + " SET owner = ?, expires_at = " + expires + ", version = " + draw +
-                 " WHERE name = ? AND version = ? AND " + free,
-             {1, 2, 0, 4}},
+                 ", holder_label = ? WHERE name = ? AND version = ? AND " + free,
+             {1, 2, 5, 0, 4}},
             mine,
         });
         q.row_ensure = {"INSERT IGNORE INTO " + rows + " (name) VALUES (?)", {0}};
@@ -332,6 +333,23 @@ public:
         q.native_plain = {"SELECT GET_LOCK(?, 0)", {0}};
         q.native_holder = {"SELECT IS_USED_LOCK(?)", {0}};
         q.kill = {"KILL ?", {0}};
+        // inspect: the lease row by the server's clock; the session holding a
+        // GET_LOCK key or a for-update row's mark (IS_USED_LOCK). MySQL keeps no
+        // label beside a named lock, and counts its waiters only in
+        // performance_schema.metadata_locks.
+        q.inspect_lease = {"SELECT expires_at > UTC_TIMESTAMP(6), HEX(holder_label), version,"
+                           " TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), owner FROM " + t +
+                               " WHERE name = ? AND owner IS NOT NULL",
+                           {0}};
+        q.inspect_native = {"SELECT IS_USED_LOCK(?), NULL, NULL", {0}};
+        q.inspect_row = {"SELECT IS_USED_LOCK(" + mark_key + "), NULL, NULL", {0}};
+        q.no_session_label =
+            "MySQL keeps no data beside a named lock: the server names only the holding connection";
+        q.no_native_waiters =
+            "MySQL counts GET_LOCK waiters only in performance_schema.metadata_locks, which distlock does not read"
+            " (off by default on MariaDB, and not readable without a grant)";
+        q.no_row_waiters = "MySQL shows row lock waits only in performance_schema/information_schema InnoDB tables,"
+                           " which distlock does not read (not readable without a grant)";
 
         // Semaphores and read-write locks: lease rows of tables of their own.
         // Each statement of a batch commits on its own (autocommit), so a row
@@ -424,6 +442,21 @@ public:
     // are raised, never lowered); then the rows of locks nobody holds are deleted.
     void migrate(s::connection& c, const std::string& table) const override {
         const std::string t = "`" + table + "`", fence = "`" + table + "_fence`";
+        // A lock table made before holder labels gets its holder_label column
+        // (an instant ADD COLUMN on InnoDB; old clients name their columns, so
+        // they keep working). Two clients starting together may both add it:
+        // the second finds it there (1060, duplicate column), which is fine.
+        auto has = c.exec({"SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE()"
+                           " AND TABLE_NAME = ? AND COLUMN_NAME = 'holder_label'",
+                           {0}},
+                          {std::string(table)});
+        if (has.rows.empty() || !has.rows[0][0] || *has.rows[0][0] == "0") {
+            try {
+                c.exec({"ALTER TABLE " + t + " ADD COLUMN holder_label VARBINARY(320) NULL", {}});
+            } catch (const s::sql_error& e) {
+                if (e.code() != 1060) throw;  // ER_DUP_FIELDNAME: added meanwhile by another client
+            }
+        }
         if (sequence()) {
             auto m = c.exec({"SELECT COALESCE(MAX(version), 0) FROM " + t, {}});
             const auto top = m.rows.empty() || !m.rows[0][0] ? 0 : std::stoll(*m.rows[0][0]);

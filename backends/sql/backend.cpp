@@ -25,6 +25,39 @@ std::optional<std::uint64_t> run_for_token(connection& c, const batch& steps, st
     return std::stoull(*v);
 }
 
+std::string session_label_suffix(const std::string& label) {
+    const bool ascii = std::all_of(label.begin(), label.end(), [](char c) { return c >= 0x20 && c <= 0x7e; });
+    if (!ascii || label.empty() || label.size() > session_name_max) return {};
+    return " " + label;
+}
+
+std::string session_name(std::optional<std::uint64_t> token, const std::string& label) {
+    const std::string head = "distlock #" + (token ? std::to_string(*token) : std::string("-"));
+    const std::string whole = head + session_label_suffix(label);
+    return whole.size() <= session_name_max ? whole : head;
+}
+
+session_name_parts parse_session_name(std::string_view name) {
+    session_name_parts p;
+    constexpr std::string_view plain = "distlock", labelled = "distlock #";
+    if (name == plain) {
+        p.distlock = true;
+        return p;
+    }
+    if (name.substr(0, labelled.size()) != labelled) return p;
+    name.remove_prefix(labelled.size());
+    const auto space = name.find(' ');
+    const auto token = name.substr(0, space);
+    if (token.empty() || (token != "-" && !std::all_of(token.begin(), token.end(), [](char c) {
+                              return c >= '0' && c <= '9';
+                          })) || token.size() > 19)
+        return p;
+    p.distlock = p.labelled = true;
+    if (token != "-") p.token = std::stoull(std::string(token));
+    if (space != std::string_view::npos && space + 1 < name.size()) p.label = std::string(name.substr(space + 1));
+    return p;
+}
+
 std::int64_t fence_slot(std::string_view name) {
     const std::string d = spi::sha256(name);
     return ((static_cast<unsigned char>(d[0]) << 8) | static_cast<unsigned char>(d[1])) % 1024;
@@ -108,7 +141,8 @@ std::int64_t sql_backend::permit_key(std::string_view name) {
 // lease rows. Each primitive of a name is a lock of its own (its own key or table).
 std::unique_ptr<spi::lock_handle> sql_backend::make_lock(const spi::lock_request& r) {
     switch (r.kind) {
-        case spi::lock_kind::exclusive: break;
+        case spi::lock_kind::exclusive:
+        case spi::lock_kind::leader: break;  // no feature::election: never asked; else as a mutex
         case spi::lock_kind::permit: return std::make_unique<permit_handle>(*this, r);
         case spi::lock_kind::read:
         case spi::lock_kind::write:
@@ -197,7 +231,8 @@ std::optional<std::int64_t> sql_backend::holder_session(connection& c, const byt
     }
     try {
         // Taken at once: nobody held it. Given back as a holder gives it back.
-        if (batch_value(c.exec_batch(q_.row_lock_nowait, {n})) == "1") c.exec_batch(q_.row_unlock, {n});
+        if (batch_value(c.exec_batch(q_.row_lock_nowait, {n, std::string("distlock")})) == "1")
+            c.exec_batch(q_.row_unlock, {n});
         else c.exec(q_.rollback);
         return std::nullopt;
     } catch (const sql_error& e) {
@@ -207,6 +242,117 @@ std::optional<std::int64_t> sql_backend::holder_session(connection& c, const byt
     auto id = batch_value(c.exec_batch(q_.holder_of, {n}));
     if (!id) return std::nullopt;
     return std::stoll(*id);
+}
+
+namespace {
+
+std::string from_hex(std::string_view hex) {
+    auto nibble = [](char c) -> int {
+        if (c >= '0' && c <= '9') return c - '0';
+        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+        return -1;
+    };
+    std::string out;
+    for (std::size_t i = 0; i + 1 < hex.size(); i += 2) {
+        const int hi = nibble(hex[i]), lo = nibble(hex[i + 1]);
+        if (hi < 0 || lo < 0) return {};
+        out += static_cast<char>(hi * 16 + lo);
+    }
+    return out;
+}
+
+}  // namespace
+
+// One statement (docs/backends/sql.md, "Inspect"). Lease strategies: the lease
+// row, judged by the server's clock. Session strategies: the session holding
+// the native lock or the for-update row, as the server names it, and what
+// that session's name carries (PostgreSQL's application_name).
+lock_info sql_backend::inspect(std::string_view lock_name, spi::lock_kind kind) {
+    (void)kind;  // exclusive, or leader (asked only with feature::election, which is not claimed): the name's mutex
+    lock_info info;
+    const bytes n{std::string(lock_name)};
+    const std::string what = "inspect of '" + n.data + "' failed";
+    try {
+        if (!session_held()) {
+            info.unknown.emplace("waiters", q_.listen.text.empty()
+                                                ? "waiters poll the lease row with backoff: the server keeps no count"
+                                                : "waiters LISTEN on the lock table's channel, shared by every name:"
+                                                  " the server keeps no count per lock");
+            const auto r = pool_.run([&](connection& c) { return c.exec(q_.inspect_lease, {n}); });
+            if (r.rows.empty() || r.rows[0].size() < 5 || !r.rows[0][0] || *r.rows[0][0] != "1") {
+                info.held = false;  // no row, or its lease has ended
+                return info;
+            }
+            const auto& row = r.rows[0];
+            info.held = true;
+            if (row[2]) info.token = std::stoull(*row[2]);
+            else info.unknown.emplace("token", "the lease row has no version");
+            const auto micros = row[3] ? std::stoll(*row[3]) : 0;
+            info.remaining = std::max(milliseconds{1}, milliseconds{(micros + 999) / 1000});
+            const std::string owner = row[4].value_or("");
+            const std::string stored = row[1] ? from_hex(*row[1]) : std::string{};
+            if (!row[1])
+                info.unknown.emplace("holder", "the lease row has no label: its holder is a distlock from before holder"
+                                               " labels, or a client that writes none");
+            else if (stored.size() <= owner.size() || stored.compare(0, owner.size(), owner) != 0)
+                info.unknown.emplace("holder", "the lease row's label was written by an earlier grant: its holder is a"
+                                               " distlock from before holder labels, which leaves the label alone");
+            else
+                info.holder = stored.substr(owner.size());
+            return info;
+        }
+        const bool row_lock = settings_.strategy == strategy::for_update;
+        const auto r = pool_.run([&](connection& c) {
+            return row_lock ? c.exec(q_.inspect_row, {n}) : c.exec(q_.inspect_native, {dialect_->native_key(n.data)});
+        });
+        const row none{std::nullopt, std::nullopt, std::nullopt};
+        const row& got = r.rows.empty() || r.rows[0].size() < 3 ? none : r.rows[0];
+        if (got[2]) info.waiters = static_cast<std::uint32_t>(std::stoul(*got[2]));
+        else info.unknown.emplace("waiters", row_lock ? q_.no_row_waiters : q_.no_native_waiters);
+        if (!got[0]) {
+            info.held = false;
+            return info;
+        }
+        info.held = true;
+        info.unknown.emplace("remaining", "no lease: the lock lasts as long as the session that holds it");
+        const std::string session = *got[0];
+        const std::string no_token =
+            row_lock ? "for-update draws the token on another connection once the row is locked, and stores it nowhere"
+                     : "";
+        if (!q_.no_session_label.empty()) {
+            info.unknown.emplace("holder", q_.no_session_label + " (connection " + session + ")");
+            info.unknown.emplace("token", row_lock ? no_token
+                                                   : "the native lock keeps no data beside it: the token is drawn from"
+                                                     " the fence counter and stored nowhere per name");
+            return info;
+        }
+        const std::string app = got[1].value_or("");
+        const auto parts = parse_session_name(app);
+        if (parts.label) info.holder = *parts.label;
+        if (parts.token && !row_lock) info.token = *parts.token;
+        std::string why;
+        if (!parts.distlock)
+            why = "the holding session (" + session + ") is not distlock's (application_name '" + app +
+                  "'), and another client stores no label beside the lock";
+        else if (!parts.labelled)
+            why = "the holding session (" + session + ") is a distlock from before holder labels";
+        if (!info.holder)
+            info.unknown.emplace("holder", !why.empty() ? why
+                                                        : "the holder's label is not printable ASCII or does not fit"
+                                                          " the 63 bytes of application_name");
+        if (!info.token)
+            info.unknown.emplace("token", row_lock ? no_token
+                                                   : !why.empty() ? why
+                                                                  : "the holding session's name carries no token");
+    } catch (const sql_error& e) {
+        if (e.kind() != failure::no_table) throw_client_error(e, name_, what);
+        lock_info gone;  // the lock tables are gone: nothing of this layout is held
+        gone.held = false;
+        gone.unknown.emplace("waiters", "the lock tables do not exist (yet)");
+        return gone;
+    }
+    return info;
 }
 
 // The renewals that fall due together: one statement per table (the lock

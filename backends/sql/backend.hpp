@@ -50,6 +50,27 @@ std::int64_t fence_slot(std::string_view name);
 
 inline std::int64_t ms(std::chrono::milliseconds d) { return static_cast<std::int64_t>(d.count()); }
 
+// ---- the name of a session holding a lock (PostgreSQL's application_name) ----------
+//
+// "distlock #<token> <label>" (advisory: the token drawn in the statement that
+// takes the lock) or "distlock #- <label>" (for-update: the token is drawn
+// later, on another session); the label only when it is printable ASCII and the
+// whole fits the 63 bytes the server keeps, else "distlock #<token>" /
+// "distlock #-". An idle session, or one of a distlock from before holder
+// labels, is "distlock".
+constexpr std::size_t session_name_max = 63;
+// " <label>" when the label can be part of a session name, else "".
+std::string session_label_suffix(const std::string& label);
+// The whole name for a token (nullopt: "#-"), the label left out when it does not fit.
+std::string session_name(std::optional<std::uint64_t> token, const std::string& label);
+struct session_name_parts {
+    bool distlock = false;                // a name of this form ("distlock" alone included)
+    bool labelled = false;                // "distlock #...": a distlock with holder labels
+    std::optional<std::uint64_t> token;   // "#<token>"
+    std::optional<std::string> label;     // the label, when it was in the name
+};
+session_name_parts parse_session_name(std::string_view name);
+
 class sql_backend;
 
 // ---- grants that are lease rows ------------------------------------------------
@@ -164,6 +185,8 @@ private:
     bytes name_;
     value key_;
     std::int64_t slot_;
+    std::string label_suffix_;      // native locks: " <label>" for the session's name, or "" (session_label_suffix)
+    std::string row_session_name_;  // for-update: the session's name while it holds the row
     std::unique_ptr<connection> conn_;  // the holding session while held
 };
 
@@ -201,6 +224,7 @@ public:
     std::optional<std::chrono::nanoseconds> round_trip() override;
     std::optional<std::chrono::nanoseconds> native_cycle() override;
     void break_lock(std::string_view lock_name) override;
+    lock_info inspect(std::string_view lock_name, spi::lock_kind kind) override;
 
     // The session holding `n` right now, if any (session strategies).
     std::optional<std::int64_t> holder_session(connection& c, const bytes& n);

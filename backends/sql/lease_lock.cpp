@@ -49,10 +49,11 @@ std::optional<spi::grant> lease_row_handle::acquire_loop(spi::deadline until,
         owner_.clear();
     };
     try {
-        for (;;) {
+        for (bool first = true;; first = false) {
             auto granted = attempt();
             if (granted) {
                 stop_listening();
+                granted->waited = !first;  // a try before found it held
                 return granted;
             }
             if (spi::clock::now() >= until) break;
@@ -124,7 +125,8 @@ std::optional<spi::grant> lease_handle::try_upsert() {
     try {
         const auto sent = spi::clock::now();  // the lease runs from the server's NOW() at best
         auto token = b_.pool_.run([&](connection& c) {
-            return run_for_token(c, b_.q_.lease_acquire, {name_, owner_, ms(req_.lease), slot_});
+            return run_for_token(c, b_.q_.lease_acquire,
+                                 {name_, owner_, ms(req_.lease), slot_, bytes{holder_label_value(owner_, req_.holder)}});
         });
         if (!token) return std::nullopt;
         return spi::grant{*token, sent};
@@ -147,7 +149,8 @@ std::optional<spi::grant> lease_handle::try_compare_and_set() {
         auto done = retry_compare_and_set(s.tries, s.window, start, [&]() -> std::optional<std::optional<spi::grant>> {
             try {
                 auto sent = spi::clock::now();  // of the statement that takes the lease
-                if (auto token = run_for_token(c, b_.q_.opt_insert, {name_, owner_, ms(req_.lease), slot_}))
+                const bytes label{holder_label_value(owner_, req_.holder)};
+                if (auto token = run_for_token(c, b_.q_.opt_insert, {name_, owner_, ms(req_.lease), slot_, label}))
                     return spi::grant{*token, sent};
                 auto r = c.exec(b_.q_.opt_read, {name_});
                 if (r.rows.empty()) return std::nullopt;  // released meanwhile: try again
@@ -155,7 +158,8 @@ std::optional<spi::grant> lease_handle::try_compare_and_set() {
                 if (!row[1] || *row[1] != "1") return std::optional<spi::grant>{};  // held by its owner
                 const auto version = static_cast<std::int64_t>(std::stoll(*row[0]));
                 sent = spi::clock::now();
-                if (auto token = run_for_token(c, b_.q_.opt_update, {name_, owner_, ms(req_.lease), slot_, version}))
+                if (auto token =
+                        run_for_token(c, b_.q_.opt_update, {name_, owner_, ms(req_.lease), slot_, version, label}))
                     return spi::grant{*token, sent};
             } catch (const sql_error& e) {
                 if (e.kind() != failure::deadlock && e.kind() != failure::lock_timeout) throw;

@@ -15,7 +15,8 @@ using std::chrono::milliseconds;
 
 session_handle::session_handle(sql_backend& b, const spi::lock_request& r, session_kind kind)
     : b_(b), req_(r), row_lock_(kind == session_kind::row), name_{r.name}, key_(b.dialect_->native_key(r.name)),
-      slot_(fence_slot(r.name)) {
+      slot_(fence_slot(r.name)), label_suffix_(session_label_suffix(r.holder)),
+      row_session_name_(session_name(std::nullopt, r.holder)) {
     const auto& q = b.q_;
     switch (kind) {
         case session_kind::row:
@@ -40,7 +41,8 @@ session_handle::attempt_result session_handle::attempt(connection& c, millisecon
     if (row_lock_) {
         if (wait.count() > 0) set_wait();
         try {
-            const auto locked = batch_value(c.exec_batch(wait.count() > 0 ? q.row_lock : q.row_lock_nowait, {name_}));
+            const auto locked = batch_value(
+                c.exec_batch(wait.count() > 0 ? q.row_lock : q.row_lock_nowait, {name_, row_session_name_}));
             if (!locked) {
                 // First use of the name: make its row (autocommit, outside the
                 // locking transaction; never before the lock, since an INSERT
@@ -68,7 +70,7 @@ session_handle::attempt_result session_handle::attempt(connection& c, millisecon
     }
     if (wait.count() > 0 && !b_.dialect_->native_wait_in_call()) set_wait();
     try {
-        auto token = run_for_token(c, wait.count() > 0 ? *lock_ : *try_, {key_, ms(wait), slot_});
+        auto token = run_for_token(c, wait.count() > 0 ? *lock_ : *try_, {key_, ms(wait), slot_, label_suffix_});
         if (!token) return {outcome::busy};
         return {outcome::granted, *token};
     } catch (const sql_error& e) {
@@ -93,6 +95,9 @@ std::optional<spi::grant> session_handle::acquire_once(spi::deadline until) {
     // Each server-side wait stays well below the client's read timeout.
     const auto chunk = std::max(resolution, std::min<milliseconds>(b_.settings_.conn.timeout / 2, 10s));
     spi::backoff pause(req_.retry_min, req_.retry_max);
+    // The first try never waits, so that a grant knows whether it waited for
+    // another holder (grant::waited); the server's queue is joined at once after.
+    bool busy_seen = false;
     try {
         auto lease = b_.pool_.take();
         bool reused = lease.reused();
@@ -100,7 +105,8 @@ std::optional<spi::grant> session_handle::acquire_once(spi::deadline until) {
         for (;;) {
             const auto left = duration_cast<milliseconds>(until - spi::clock::now());
             milliseconds wait{0};
-            if (left >= resolution) wait = std::min(chunk, left / resolution * resolution);
+            const bool could_wait = left >= resolution;
+            if (could_wait && busy_seen) wait = std::min(chunk, left / resolution * resolution);
             attempt_result o;
             try {
                 o = attempt(*conn_, wait);
@@ -113,10 +119,14 @@ std::optional<spi::grant> session_handle::acquire_once(spi::deadline until) {
                 continue;
             }
             reused = false;
-            if (o.what == outcome::granted) return spi::grant{o.token, spi::clock::now()};  // no lease: the session holds it
+            if (o.what == outcome::granted)  // no lease: the session holds it
+                return spi::grant{o.token, spi::clock::now(), busy_seen};
             if (o.what == outcome::retry) continue;
+            const bool first_try = !busy_seen;
+            busy_seen = true;
             if (o.what == outcome::new_session) conn_ = b_.pool_.take().detach();  // the old one is closed here
             if (spi::clock::now() >= until) break;
+            if (first_try && could_wait) continue;  // now wait in the server's queue
             if (wait.count() == 0 && !pause.sleep(until)) break;
         }
     } catch (const sql_error& e) {

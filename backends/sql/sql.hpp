@@ -156,7 +156,8 @@ struct sql_texts {
     statement rollback;
 
     // Lease rows (lease-table, optimistic), judged by the server's clock.
-    // lease_acquire [name, owner, lease_ms, slot] -> the token when granted, no
+    // lease_acquire [name, owner, lease_ms, slot, label (bytes: holder_label_value)]
+    // -> the token when granted, no
     // value when the lease is held by another owner. Re-running with the same
     // owner is harmless (idempotent per owner token).
     batch lease_acquire;
@@ -167,13 +168,14 @@ struct sql_texts {
     // empty texts elsewhere): lease_release and lease_clear notify `listen`'s
     // channel with the lowercase hex SHA-256 of the name as payload.
     statement listen, unlisten;
-    batch opt_insert;     // [name, owner, lease_ms, slot] -> the token when it made the row, no value when one exists
+    batch opt_insert;     // [name, owner, lease_ms, slot, label] -> the token when it made the row, no value when one exists
     statement opt_read;   // [name] -> row (version, free 1/0) or none
-    batch opt_update;     // [name, owner, lease_ms, slot, version] -> the token when it won the compare-and-set
+    batch opt_update;     // [name, owner, lease_ms, slot, version, label] -> the token when it won the compare-and-set
 
     // Row locks (for-update) on the second table.
     statement row_ensure;            // [name]: create the lockable row if missing
-    // [name]: opens a transaction and locks the row (waiting within the session's
+    // [name, session name (backend.hpp: session_name; PostgreSQL sets it as
+    // application_name inside the transaction)]: opens a transaction and locks the row (waiting within the session's
     // bound, or not at all) -> "1" when locked (and marked, where holder_of needs
     // a mark), another value when the mark could not be taken, none when there is
     // no row.
@@ -184,8 +186,9 @@ struct sql_texts {
     batch holder_of;                 // [name] -> the session holding the row's lock (asked once a probe found it locked)
 
     // Native named locks (get-lock, advisory) with the token drawn under the lock
-    // in the same round trip: [key, wait_ms, slot] -> the token when granted, no
-    // value when not.
+    // in the same round trip: [key, wait_ms, slot, label suffix (session_label_suffix:
+    // PostgreSQL names the holding session after the grant)] -> the token when
+    // granted, no value when not.
     batch native_lock, native_try;
     statement native_release;  // [key] -> "1" released, "0"/NULL not ours
     statement native_plain;    // [key]: the lock alone, as a client without distlock takes it (bench's floor)
@@ -221,7 +224,26 @@ struct sql_texts {
     batch rw_read_lock, rw_read_try, rw_write_lock, rw_write_try;
     statement rw_read_release, rw_write_release;  // [key] -> "1" released
     statement rw_holders;                         // [key] -> the sessions holding it (rows)
+
+    // ---- inspect (docs/backends/sql.md, "Inspect"): one statement each, reading only.
+    // The lock table's lease row [name] -> no row (free), or (1 when held now by
+    // the server's clock else 0, the holder_label column in hex or NULL, version,
+    // microseconds of lease left, owner).
+    statement inspect_lease;
+    // The session holding a native lock [key] / a for-update row [name] -> one
+    // row: (the holding session or NULL, that session's label (PostgreSQL:
+    // application_name) or NULL where the server keeps none, the sessions queued
+    // for it or NULL where the server does not count them).
+    statement inspect_native, inspect_row;
+    // Why a field is unknown where the statements above return NULL for it.
+    std::string no_session_label;              // the holder's label of a session lock
+    std::string no_native_waiters, no_row_waiters;
 };
+
+// The holder_label column of a lease row: the grant's owner token, then the
+// holder's label (1..255 bytes), so that a label left by an earlier grant of
+// the row is never shown as a later one's.
+inline std::string holder_label_value(const std::string& owner, const std::string& label) { return owner + label; }
 
 struct conn_settings {
     std::chrono::milliseconds connect_timeout{5000};

@@ -66,6 +66,10 @@ const dialect_facts& sql_test::facts() {
                           " expires_at DATETIME(6) NULL, version BIGINT NOT NULL DEFAULT 0, holder BIGINT NULL,"
                           " PRIMARY KEY (name)) ENGINE=InnoDB",
                           "CREATE TABLE {t}_rows (name VARBINARY(1024) NOT NULL, PRIMARY KEY (name)) ENGINE=InnoDB"},
+        .previous_tables = {"CREATE TABLE {t} (name VARBINARY(1024) NOT NULL, owner VARCHAR(64) CHARACTER SET ascii NULL,"
+                            " expires_at DATETIME(6) NULL, version BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (name))"
+                            " ENGINE=InnoDB",
+                            "CREATE TABLE {t}_rows (name VARBINARY(1024) NOT NULL, PRIMARY KEY (name)) ENGINE=InnoDB"},
         .in_an_hour = "UTC_TIMESTAMP(6) + INTERVAL 1 HOUR",
         .an_hour_ago = "UTC_TIMESTAMP(6) - INTERVAL 1 HOUR",
         // permit: [SET @n, @s; INSERT ... SELECT ... NEXTVAL() ... ON DUPLICATE KEY; SELECT token, size]; DELETE.

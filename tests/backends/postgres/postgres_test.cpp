@@ -71,6 +71,9 @@ const dialect_facts& sql_test::facts() {
         .legacy_tables = {"CREATE TABLE {t} (name bytea PRIMARY KEY, owner text, expires_at timestamptz,"
                           " version bigint NOT NULL DEFAULT 0, holder bigint)",
                           "CREATE TABLE {t}_rows (name bytea PRIMARY KEY)"},
+        .previous_tables = {"CREATE TABLE {t} (name bytea PRIMARY KEY, owner text, expires_at timestamptz,"
+                            " version bigint NOT NULL DEFAULT 0)",
+                            "CREATE TABLE {t}_rows (name bytea PRIMARY KEY)"},
         .in_an_hour = "now() + interval '1 hour'",
         .an_hour_ago = "now() - interval '1 hour'",
         // read/write: SELECT nextval() FROM pg_advisory_lock[_shared](); SELECT pg_advisory_unlock[_shared]().

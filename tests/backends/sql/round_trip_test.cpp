@@ -131,6 +131,38 @@ TEST_CASE("an uncontended read, write or permit cycle costs exactly its statemen
     }
 }
 
+TEST_CASE("inspect costs exactly one statement and one round trip on every strategy", "[sql][count][inspect]") {
+    constexpr int few = 5, many = 45;
+    std::vector<std::string> queries;
+    for (const auto& [query, cost] : facts().per_cycle) queries.push_back(query);
+    for (const auto& query : queries) {
+        DYNAMIC_SECTION(query) {
+            // A provider's whole life on the count URL: a lock held, then `n` inspects
+            // of it (a lease long enough that no renewal or session check falls in).
+            auto inspects = [&](int n) {
+                raw_sql monitor(url_of("lease-table"));
+                const auto before = facts().server_count(monitor);
+                {
+                    auto p = distlock::connect(count_url() + "?" + query + "&lease=60s");
+                    const auto name = unique_name("count-inspect");
+                    auto lock = p.mutex(name);
+                    lock.lock();
+                    REQUIRE(p.inspect(name).held == std::optional<bool>(true));  // warm: the pool has a session
+                    const auto rt0 = s::connection::round_trip_counter().load();
+                    for (int i = 0; i < n; ++i) REQUIRE(p.inspect(name).held == std::optional<bool>(true));
+                    CHECK(s::connection::round_trip_counter().load() - rt0 == static_cast<std::uint64_t>(n));
+                    lock.unlock();
+                }
+                return facts().server_count(monitor) - before;
+            };
+            const std::int64_t expected = many - few;  // MariaDB: one statement; PostgreSQL: one transaction
+            const auto fewest = fewest_difference([&] { return inspects(few); }, [&] { return inspects(many); }, expected);
+            INFO(facts().count_unit << " per inspect: " << double(fewest) / (many - few));
+            CHECK(fewest == expected);
+        }
+    }
+}
+
 TEST_CASE("1,000 held leases are renewed by one statement in one round trip", "[sql][count]") {
     constexpr std::size_t held = 1000;
     // A provider's life with `held` leases taken and released, renewed once in

@@ -54,6 +54,8 @@ struct dialect_facts {
     // token; "{t}" stands for the table name), and an expression of the time an
     // hour from now in its expires_at column.
     std::vector<std::string> legacy_tables;
+    // The layout just before holder labels (no holder_label column); "{t}" as above.
+    std::vector<std::string> previous_tables;
     std::string in_an_hour;
     std::string an_hour_ago;
 

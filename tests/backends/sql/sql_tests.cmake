@@ -17,6 +17,7 @@ function(distlock_add_sql_tests dialect)
                             ${PROJECT_SOURCE_DIR}/tests/backends/sql/round_trip_test.cpp
                             ${PROJECT_SOURCE_DIR}/tests/backends/sql/storage_test.cpp
                             ${PROJECT_SOURCE_DIR}/tests/backends/sql/primitives_test.cpp
+                            ${PROJECT_SOURCE_DIR}/tests/backends/sql/inspect_test.cpp
                             URL_ENV DISTLOCK_TEST_${up}_URL TIMEOUT 300)
   target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests/backends/sql
                              ${PROJECT_SOURCE_DIR}/backends/sql ${PROJECT_SOURCE_DIR}/backends/${dialect})
