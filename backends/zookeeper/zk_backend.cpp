@@ -7,8 +7,8 @@
 //   zk_session   the provider's session: watcher (losses go to the grants'
 //                loss sinks), reconnection, guaranteed deletes, the upkeep
 //                thread (disconnection deadline, cleanups)
-//   zk_lock      the recipes: mutex, read-write lock, semaphore (Curator's node
-//                layouts, protected mode)
+//   zk_lock      the recipes: mutex, read-write lock, semaphore, election
+//                (Curator's node layouts, protected mode), inspect
 //   zk_names     lock names as paths, the order of lock nodes, counters
 //   zk_backend   this file: the spi::backend, the URL, the registration
 #include <unistd.h>
@@ -35,7 +35,8 @@ public:
         // Read-write locks (Curator's InterProcessReadWriteLock: FIFO by sequence)
         // and semaphores (InterProcessSemaphoreV2; the size kept in the data of
         // <path>/leases) are supported: see zk_lock.cpp.
-        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit};
+        // Elections are Curator's LeaderLatch (zk_lock.cpp).
+        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::election};
         caps_.crash_release_bound = timeout + timeout / 2;
         caps_.reentrant = true;
     }
@@ -59,6 +60,9 @@ public:
 
     void keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) override {
         keepalive_locks(zk_, handles, results);
+    }
+    lock_info inspect(std::string_view name, spi::lock_kind kind) override {
+        return zookeeper::inspect(zk_, name, kind);
     }
     void break_lock(std::string_view name) override { zookeeper::break_lock(zk_, name); }
 

@@ -81,6 +81,7 @@ counters read_counters() noexcept {
     out.node_events = c.node_events.load();
     out.protected_recoveries = c.protected_recoveries.load();
     out.disconnections = c.disconnections.load();
+    out.inspect_requests = c.inspect_requests.load();
     return out;
 }
 

@@ -19,6 +19,14 @@
 //    leases with a child watch until they are no more than the permits, then
 //    gives the internal mutex back. distlock keeps the semaphore's size in the
 //    data of <path>/leases (which Curator leaves empty and never reads).
+//  - election (LeaderLatch): each candidate creates an EPHEMERAL_SEQUENTIAL
+//    "_c_<uuid>-latch-<seq>" (protected mode) whose data is its id; sorted by
+//    the text after "latch-", the first leads and every other one watches
+//    (getData) the node just before its own, as LeaderLatch.checkLeadership does.
+// Every node distlock creates carries the holder label (lock_request::holder:
+// the provider's, or an election's id) as its data. Curator's lock recipes
+// never read their nodes' data (its own is the local IP address by default);
+// LeaderLatch reads the leader's as its participant id.
 // The fencing token is the held node's czxid (a global, strictly increasing
 // transaction id): the lock node, or the lease node of a permit.
 #include "zk_lock.hpp"
@@ -88,6 +96,9 @@ private:
     std::string name_, dir_;
     spi::lock_kind kind_;
     std::uint32_t permits_;
+    std::string holder_;  // the data of our nodes
+    // Whether this acquisition found another client ahead of it (grant::waited).
+    bool waited_ = false;
     // The directory of the held node: the lock path, or the semaphore's leases.
     std::string node_dir_;
     // "_c_<uuid>-" of the current grant when one of its creates lost its reply
@@ -99,7 +110,12 @@ private:
 std::string dir_of(const settings& s, std::string_view name) { return s.base + "/" + encode_segment(name); }
 
 handle::handle(session_manager& zk, const spi::lock_request& r)
-    : zk_(zk), name_(r.name), dir_(dir_of(zk.config(), r.name)), kind_(r.kind), permits_(r.permits) {}
+    : zk_(zk),
+      name_(r.name),
+      dir_(dir_of(zk.config(), r.name)),
+      kind_(r.kind),
+      permits_(r.permits),
+      holder_(r.holder.empty() ? zk.config().node_data : r.holder) {}
 
 handle::~handle() { zk_.forget(*this); }
 
@@ -107,8 +123,10 @@ std::chrono::milliseconds handle::check_interval() const { return std::max(ms(50
 std::chrono::milliseconds handle::validity() const { return session_manager::loss_after(zk_.timeout()); }
 
 std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_sink& lost) {
-    if (kind_ == spi::lock_kind::permit) return acquire_permit(until, lost);
-    return acquire_queue(until, lost);
+    waited_ = false;
+    auto g = kind_ == spi::lock_kind::permit ? acquire_permit(until, lost) : acquire_queue(until, lost);
+    if (g) g->waited = waited_;
+    return g;
 }
 
 created handle::create_node(const std::shared_ptr<session>& s, const std::string& dir, std::string_view lock_name,
@@ -122,7 +140,7 @@ created handle::create_node(const std::shared_ptr<session>& s, const std::string
         // The listing rides in the same round trip: the server answers a
         // session's requests in order, so it already shows our new node.
         c.listed = clock::now();
-        auto o = zk_create_async(s->zh, dir + "/" + prefix, zk_.config().node_data, ZOO_EPHEMERAL_SEQUENTIAL);
+        auto o = zk_create_async(s->zh, dir + "/" + prefix, holder_, ZOO_EPHEMERAL_SEQUENTIAL);
         auto listing = zk_children(s->zh, dir);
         wait_op(o);
         if (o->rc == ZOK) {
@@ -172,8 +190,10 @@ created handle::create_node(const std::shared_ptr<session>& s, const std::string
 std::optional<spi::grant> handle::acquire_queue(spi::deadline until, const spi::loss_sink& lost) {
     const bool once = until <= clock::now();
     const bool reader = kind_ == spi::lock_kind::read;
-    const std::string_view lock_name =
-        reader ? kReadName : kind_ == spi::lock_kind::write ? kWriteName : kMutexName;
+    const std::string_view lock_name = reader                               ? kReadName
+                                       : kind_ == spi::lock_kind::write  ? kWriteName
+                                       : kind_ == spi::lock_kind::leader ? kLatchName
+                                                                         : kMutexName;
     for (int round = 0;; ++round) {
         if (round > 0 && !once && clock::now() >= until) return std::nullopt;
         if (round > 20) throw_error(errc::unavailable, kBackend, "lock node of '" + name_ + "' kept vanishing");
@@ -226,7 +246,10 @@ step handle::wait_turn(const std::shared_ptr<session>& s, const std::string& dir
         if (kids->rc != ZOK) throw_client_error(kids->rc, "getChildren " + dir + " failed");
         zk_.touch(*s);
         auto& children = kids->children;
-        sort_children(children);
+        // An election's queue follows LeaderLatch's order, the other queues
+        // the lock recipes' order (each sorts the other's nodes after its own).
+        if (kind_ == spi::lock_kind::leader) sort_latch_children(children);
+        else sort_children(children);
         if (std::find(children.begin(), children.end(), mine) == children.end()) return step::again;  // gone
         // After a create whose reply was lost, a second node carrying this
         // attempt's uuid may show up (the server ran the create after our
@@ -251,6 +274,9 @@ step handle::wait_turn(const std::shared_ptr<session>& s, const std::string& dir
             if (hold) zk_.register_held(*this, node, s->gen, czxid, *hold);
             return step::held;
         }
+        // Another holder is ahead of us (the semaphore's internal mutex, held
+        // only while a client counts the leases, does not count).
+        if (hold) waited_ = true;
         if (once || clock::now() >= until) return step::timeout;
         session_manager::waiter w{dir + "/" + t.watch};
         zk_.add_waiter(w);
@@ -373,6 +399,7 @@ step handle::take_lease(const std::shared_ptr<session>& s, const std::string& le
                 zk_.register_held(*this, c.node, s->gen, czxid, lost);
                 return step::held;
             }
+            waited_ = true;  // every permit is taken
             if (once || clock::now() >= until) {
                 zk_.delete_node(*s, c.node);
                 return step::timeout;
@@ -505,6 +532,10 @@ void break_lock(session_manager& zk, std::string_view name) {
         sort_children(kids->children);
         std::vector<std::string> doomed;
         for (const auto& k : holders_of(kids->children)) doomed.push_back(dir + "/" + k);
+        // The leader of its election (the first latch node).
+        auto latches = kids->children;
+        sort_latch_children(latches);
+        if (!latches.empty() && is_latch_node(latches.front())) doomed.push_back(dir + "/" + latches.front());
         const auto leases = dir + "/" + std::string(kSemaphoreLeases);
         auto lease_kids = zk_children(zh, leases);
         if (lease_kids->rc == ZOK)
@@ -514,6 +545,69 @@ void break_lock(session_manager& zk, std::string_view name) {
             if (o->rc != ZOK && o->rc != ZNONODE) throw_client_error(o->rc, "break_lock: delete failed");
         }
     });
+}
+
+// ---- inspect ---------------------------------------------------------------------------
+
+namespace {
+
+// A node's data as a holder label: 1..255 bytes without control characters
+// (what distlock writes; Curator's default, the local IP address as text,
+// passes too), else nullopt with why in `why`.
+std::optional<std::string> label_of(const op& o, std::string& why) {
+    const auto size = static_cast<std::size_t>(std::max(o.stat.dataLength, 0));
+    if (size == 0) {
+        why = "the holder's node has no data (a client that stores no label there, e.g. kazoo without an identifier)";
+        return std::nullopt;
+    }
+    bool control = size > 255 || o.value.size() != size;
+    for (unsigned char c : o.value) control = control || c < 0x20 || c == 0x7F;
+    if (control) {
+        why = "the holder's node data (" + std::to_string(size) + " bytes) is not a label: binary or longer than 255 bytes";
+        return std::nullopt;
+    }
+    return o.value;
+}
+
+}  // namespace
+
+lock_info inspect(session_manager& zk, std::string_view name, spi::lock_kind kind) {
+    const bool leader = kind == spi::lock_kind::leader;
+    const auto dir = dir_of(zk.config(), name);
+    auto s = zk.session_for(clock::now() + zk.config().connect_timeout);
+    // One getChildren of the lock path; when someone holds it, one getData of
+    // the holder's node (its label, and its czxid: the token). A holder that
+    // leaves in between makes us look again.
+    for (int tries = 0;; ++tries) {
+        if (tries > 10) throw_error(errc::unavailable, kBackend, "the holder of '" + std::string(name) + "' kept changing");
+        lock_info info;
+        stats().inspect_requests++;
+        auto kids = zk_children(s->zh, dir);
+        if (is_connection_error(kids->rc) && zk.wait_connected(*s, zk.reconnect_limit(clock::now()))) continue;
+        if (kids->rc != ZOK && kids->rc != ZNONODE) throw_client_error(kids->rc, "inspect: getChildren " + dir + " failed");
+        zk.touch(*s);
+        std::vector<std::string> queue;
+        for (auto& k : kids->children)
+            if (leader ? is_latch_node(k) : is_mutex_node(k)) queue.push_back(std::move(k));
+        if (leader) sort_latch_children(queue);
+        else sort_children(queue);
+        info.held = !queue.empty();
+        info.waiters = static_cast<std::uint32_t>(queue.empty() ? 0 : queue.size() - 1);
+        if (queue.empty()) return info;
+        stats().inspect_requests++;
+        auto d = zk_get_data(s->zh, dir + "/" + queue.front());
+        if (d->rc == ZNONODE) continue;  // released meanwhile: look again
+        if (is_connection_error(d->rc) && zk.wait_connected(*s, zk.reconnect_limit(clock::now()))) continue;
+        if (d->rc != ZOK) throw_client_error(d->rc, "inspect: getData of the holder's node failed");
+        info.token = static_cast<std::uint64_t>(d->stat.czxid);
+        std::string why;
+        if (auto label = label_of(*d, why)) info.holder = std::move(label);
+        else info.unknown.emplace("holder", std::move(why));
+        info.unknown.emplace("remaining",
+                             "no per-lock lease: the node lives as long as its holder's ZooKeeper session, which the "
+                             "holder's client keeps alive; the server does not tell when that session would expire");
+        return info;
+    }
 }
 
 }  // namespace distlock::backends::zookeeper

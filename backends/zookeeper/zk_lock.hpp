@@ -18,6 +18,10 @@ std::unique_ptr<spi::lock_handle> make_lock_handle(session_manager& zk, const sp
 void keepalive_locks(session_manager& zk, std::span<spi::lock_handle* const> handles,
                      std::span<spi::keepalive_result> results);
 
+// spi::backend::inspect: the mutex (exclusive) or the LeaderLatch election
+// (leader) of `name`, in one getChildren and, when held, one getData.
+lock_info inspect(session_manager& zk, std::string_view name, spi::lock_kind kind);
+
 // spi::backend::break_lock: a separate, short-lived session deletes the current
 // holder's node, as an operator (or a failure) would.
 void break_lock(session_manager& zk, std::string_view name);

@@ -62,6 +62,24 @@ void sort_children(std::vector<std::string>& children) {
     });
 }
 
+std::string_view latch_sort_key(std::string_view child) {
+    if (auto i = child.rfind(kLatchName); i != std::string_view::npos) return child.substr(i + kLatchName.size());
+    return child;
+}
+
+void sort_latch_children(std::vector<std::string>& children) {
+    std::stable_sort(children.begin(), children.end(), [](const std::string& a, const std::string& b) {
+        auto ka = latch_sort_key(a), kb = latch_sort_key(b);
+        return ka != kb ? ka < kb : a < b;
+    });
+}
+
+bool is_latch_node(std::string_view child) { return child.find(kLatchName) != std::string_view::npos; }
+
+bool is_mutex_node(std::string_view child) {
+    return child.find(kMutexName) != std::string_view::npos || child.find("__lock__") != std::string_view::npos;
+}
+
 namespace {
 constexpr std::string_view kPermitsTag = "distlock permits=";
 }

@@ -27,7 +27,9 @@ std::string base_path_problem(std::string_view base);
 //   InterProcessReadWriteLock   <lock path>/_c_<uuid>-__READ__<seq>, _c_<uuid>-__WRIT__<seq>
 //   InterProcessSemaphoreV2     <path>/locks/_c_<uuid>-lock-<seq> (its internal mutex)
 //                               <path>/leases/_c_<uuid>-lease-<seq>
+//   LeaderLatch                 <latch path>/_c_<uuid>-latch-<seq> (data: the participant id)
 inline constexpr std::string_view kMutexName = "lock-";
+inline constexpr std::string_view kLatchName = "latch-";
 inline constexpr std::string_view kReadName = "__READ__";
 inline constexpr std::string_view kWriteName = "__WRIT__";  // sic: as long as "__READ__"
 inline constexpr std::string_view kLeaseName = "lease-";
@@ -50,6 +52,17 @@ std::string_view sort_key(std::string_view child);
 
 // Children sorted by sort_key (stable, ties by name).
 void sort_children(std::vector<std::string>& children);
+
+// A LeaderLatch's order (its LockInternalsSorter with "latch-"): the text
+// after the last "latch-", else the whole name (so the other recipes' nodes of
+// the same path sort after every latch node), ties by name. The leader is the
+// first latch node.
+std::string_view latch_sort_key(std::string_view child);
+void sort_latch_children(std::vector<std::string>& children);
+bool is_latch_node(std::string_view child);
+// A node of a mutex queue (Curator's "_c_<uuid>-lock-<seq>", kazoo's
+// "__lock__<seq>"), the nodes provider::inspect looks at.
+bool is_mutex_node(std::string_view child);
 
 // Whether a child is a read node (Curator's "__READ__", kazoo's "__rlock__"),
 // and whether it is any node of a lock queue (read, write, mutex: Curator's
@@ -92,6 +105,7 @@ struct counters {
     std::uint64_t node_events = 0;           // all node watch events delivered (including own-node ones)
     std::uint64_t protected_recoveries = 0;  // connection losses during create resolved by protected mode
     std::uint64_t disconnections = 0;        // connected sessions that lost their connection
+    std::uint64_t inspect_requests = 0;      // requests sent by backend::inspect (each one round trip)
 };
 counters read_counters() noexcept;
 

@@ -35,7 +35,7 @@ struct settings {
     std::string base;  // "/distlock" by default
     ms session_timeout{10s};
     ms connect_timeout{10s};
-    std::string node_data;  // written into every lock node (who holds it)
+    std::string node_data;  // the data of a lock node whose request has no holder label (the core always gives one)
     std::string digest;     // "user:password" from the URL: digest auth of every session
 };
 

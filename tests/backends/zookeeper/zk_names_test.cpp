@@ -145,3 +145,37 @@ TEST_CASE("the semaphore's size is kept as text that Curator's empty data never 
     CHECK_FALSE(permits_in("distlock permits=12x"));
     CHECK_FALSE(permits_in("distlock permits=4294967296"));
 }
+
+TEST_CASE("latch nodes sort as LeaderLatch sorts them: by the text after \"latch-\", other recipes' nodes after",
+          "[zookeeper][names][election]") {
+    std::vector<std::string> kids{"_c_ffffffff-0000-4000-8000-000000000000-latch-0000000003",
+                                  "_c_00000000-0000-4000-8000-000000000000-latch-0000000007",
+                                  "_c_11111111-0000-4000-8000-000000000000-lock-0000000001",
+                                  "_c_aaaaaaaa-0000-4000-8000-000000000000-latch-0000000005"};
+    sort_latch_children(kids);
+    CHECK(kids[0] == "_c_ffffffff-0000-4000-8000-000000000000-latch-0000000003");
+    CHECK(kids[1] == "_c_aaaaaaaa-0000-4000-8000-000000000000-latch-0000000005");
+    CHECK(kids[2] == "_c_00000000-0000-4000-8000-000000000000-latch-0000000007");
+    CHECK(kids[3] == "_c_11111111-0000-4000-8000-000000000000-lock-0000000001");  // no "latch-": whole name, last
+    CHECK(latch_sort_key(kids[0]) == "0000000003");
+    CHECK(is_latch_node(kids[0]));
+    CHECK_FALSE(is_latch_node(kids[3]));
+    // The mutex's order puts latch nodes after its own.
+    sort_children(kids);
+    CHECK(kids[0] == "_c_11111111-0000-4000-8000-000000000000-lock-0000000001");
+    // The nodes inspect counts for a mutex: Curator's and kazoo's, not the
+    // other recipes' (latch, read-write, semaphore children).
+    CHECK(is_mutex_node("_c_11111111-0000-4000-8000-000000000000-lock-0000000001"));
+    CHECK(is_mutex_node("0123abcd__lock__0000000002"));
+    CHECK_FALSE(is_mutex_node("_c_00000000-0000-4000-8000-000000000000-latch-0000000007"));
+    CHECK_FALSE(is_mutex_node("_c_00000000-0000-4000-8000-000000000000-__WRIT__0000000007"));
+    CHECK_FALSE(is_mutex_node("0123abcd__rlock__0000000002"));
+    CHECK_FALSE(is_mutex_node("locks"));
+    CHECK_FALSE(is_mutex_node("leases"));
+    // The leader is the first latch node, and a candidate watches the one before it.
+    std::vector<std::string> latches{"_c_b-latch-0000000001", "_c_a-latch-0000000002"};
+    sort_latch_children(latches);
+    auto t = turn_of(latches, "_c_a-latch-0000000002", false);
+    CHECK(t.what == turn::state::wait);
+    CHECK(t.watch == "_c_b-latch-0000000001");
+}

@@ -51,6 +51,15 @@ public:
     int create_persistent(const std::string& path) {
         return zoo_create(zh_, path.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, nullptr, 0);
     }
+    // An EPHEMERAL_SEQUENTIAL node of this session at `prefix` + sequence,
+    // with `data` (none when empty); returns its path ("" when it failed).
+    std::string create_sequential(const std::string& prefix, const std::string& data) {
+        char made[1024] = {};
+        int rc = zoo_create(zh_, prefix.c_str(), data.empty() ? nullptr : data.data(),
+                            data.empty() ? -1 : static_cast<int>(data.size()), &ZOO_OPEN_ACL_UNSAFE,
+                            ZOO_EPHEMERAL_SEQUENTIAL, made, static_cast<int>(sizeof made));
+        return rc == ZOK ? std::string(made) : std::string();
+    }
     // A persistent node only its (authenticated) creator may use.
     int create_private(const std::string& path) {
         return zoo_create(zh_, path.c_str(), nullptr, -1, &ZOO_CREATOR_ALL_ACL, ZOO_PERSISTENT, nullptr, 0);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compiles CuratorLock.java into OUT_DIR (the build tree), installing Debian's
+# Compiles CuratorLock.java and CuratorLatch.java into OUT_DIR (the build tree), installing Debian's
 # Apache Curator and slf4j-nop (and python3-kazoo, the other peer of the interop
 # tests) first when they are missing, and writes
 # OUT_DIR/classpath for running it:  java -cp "$(cat OUT_DIR/classpath)" CuratorLock ...
@@ -14,5 +14,5 @@ CP="$J/curator-recipes.jar:$J/curator-framework.jar:$J/curator-client.jar:$J/zoo
 CP="$CP:$J/guava.jar:$J/slf4j-api.jar:$J/slf4j-nop.jar"
 [ -f "$J/failureaccess.jar" ] && CP="$CP:$J/failureaccess.jar"
 mkdir -p "$OUT"
-javac -nowarn -d "$OUT" -cp "$CP" "$HERE/CuratorLock.java"
+javac -nowarn -d "$OUT" -cp "$CP" "$HERE/CuratorLock.java" "$HERE/CuratorLatch.java"
 echo "$OUT:$CP" > "$OUT/classpath"

@@ -3,12 +3,16 @@
 // the lock after the other releases, and they share one FIFO queue. python3-kazoo's
 // Lock is tried too, with and without extra_lock_patterns=["-lock-"]. Then
 // Curator's InterProcessReadWriteLock against distlock's shared_mutex, and its
-// InterProcessSemaphoreV2 against distlock's semaphore, on the same paths.
+// InterProcessSemaphoreV2 against distlock's semaphore, on the same paths. Last,
+// what provider::inspect shows of a Curator holder, and Curator's LeaderLatch
+// (CuratorLatch.java) against distlock's election, both ways.
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <functional>
 #include <mutex>
+#include <regex>
 #include <sstream>
 
 #include <catch2/catch.hpp>
@@ -18,6 +22,7 @@
 
 #include "child_process.hpp"
 #include "distlock/distlock.hpp"
+#include "distlock/spi/backend.hpp"
 #include "support.hpp"
 #include "zk_raw.hpp"
 #include "zk_support.hpp"
@@ -484,4 +489,176 @@ TEST_CASE("Curator and distlock holders together never exceed the semaphore's si
     CHECK(v[2] == 4 * rounds);
     CHECK(v[0] == 0);
     std::filesystem::remove(file);
+}
+
+// ---- inspect and LeaderLatch ---------------------------------------------------------
+
+namespace {
+
+std::unique_ptr<peer> curator_latch(const std::string& name) {
+    std::ifstream f(CURATOR_CLASSPATH_FILE);
+    std::string cp;
+    std::getline(f, cp);
+    REQUIRE_FALSE(cp.empty());
+    return std::make_unique<peer>(std::vector<std::string>{"java", "-Xmx128m", "-cp", cp, "CuratorLatch",
+                                                           zk_test::hosts_of(url()), lock_path(name)});
+}
+
+bool curator_leads(peer& java) {
+    auto has = java.ask("has");
+    REQUIRE((has == "has true" || has == "has false"));
+    return has == "has true";
+}
+
+}  // namespace
+
+TEST_CASE("inspect of a lock Curator holds shows Curator's node data (its IP address) and its czxid; distlock's label "
+          "is ignored by Curator",
+          "[interop][curator][inspect]") {
+    const auto name = unique_name("cur-inspect");
+    auto java = curator(name);
+    auto locked = java->ask("lock");
+    REQUIRE(locked.rfind("locked ", 0) == 0);
+    zk_test::raw_zk raw(zk_test::hosts_of(url()));
+    auto kids = raw.children(lock_path(name));
+    REQUIRE(kids.size() == 1);
+    const auto data = raw.data(lock_path(name) + "/" + kids[0]);
+
+    distlock::provider_options o;
+    o.holder = "dl-waiter";
+    auto p = distlock::connect(url(), o);
+    auto info = p.inspect(name);
+    CHECK(info.held == std::optional<bool>(true));
+    CHECK(info.token == std::optional<std::uint64_t>(peer::token_of(locked)));
+    CHECK(info.waiters == std::optional<std::uint32_t>(0));
+    // CuratorFrameworkFactory's default node data: the local address as text.
+    INFO("Curator's node data '" << data << "'");
+    CHECK(std::regex_match(data, std::regex("[0-9.]+|[0-9a-fA-F:%.a-z]+")));
+    CHECK(info.holder == std::optional<std::string>(data));
+
+    // A distlock waiter, labelled: counted, and Curator's queue still works
+    // with its node's data in it.
+    auto m = p.mutex(name);
+    std::atomic<bool> got{false};
+    std::thread t([&] {
+        m.lock();
+        got = true;
+    });
+    CHECK(eventually([&] { return p.inspect(name).waiters == std::optional<std::uint32_t>(1); }, 10s));
+    CHECK(java->ask("nodes").rfind("nodes _c_", 0) == 0);
+    CHECK(java->ask("unlock") == "unlocked");
+    CHECK(eventually([&] { return got.load(); }, 10s));
+    t.join();
+    info = p.inspect(name);
+    CHECK(info.holder == std::optional<std::string>("dl-waiter"));
+    CHECK(info.token == std::optional<std::uint64_t>(m.token()));
+    CHECK(java->ask("try 300") == "timeout");
+    m.unlock();
+    CHECK(java->ask("try 5000").rfind("locked ", 0) == 0);
+    CHECK(java->ask("unlock") == "unlocked");
+}
+
+TEST_CASE("Curator's LeaderLatch leads: a distlock candidate waits and sees Curator's id; it leads once Curator closes",
+          "[interop][curator][election]") {
+    const auto name = unique_name("latch-cur");
+    const std::string curator_id = "curator-" + distlock::spi::random_token().substr(0, 8);
+    auto java = curator_latch(name);
+    REQUIRE(java->ask("start " + curator_id) == "started");
+    REQUIRE(java->ask("await 10000") == "leader");
+    auto node = java->ask("node");
+    REQUIRE(node.rfind("node ", 0) == 0);
+    const auto curator_czxid = std::stoull(node.substr(5));
+
+    auto p = distlock::connect(url());
+    distlock::election_options o;
+    o.id = "distlock-" + distlock::spi::random_token().substr(0, 8);
+    auto e = p.election(name, o);
+    CHECK_FALSE(e.campaign(500ms));
+    CHECK_FALSE(e.is_leader());
+    auto seen = e.leader();
+    CHECK(seen.held == std::optional<bool>(true));
+    CHECK(seen.holder == std::optional<std::string>(curator_id));
+    CHECK(seen.token == std::optional<std::uint64_t>(curator_czxid));
+    CHECK(curator_leads(*java));
+    CHECK(java->ask("leader") == "leader " + curator_id);
+
+    // distlock queues behind Curator's node; Curator closes its latch.
+    std::atomic<bool> leads{false};
+    std::thread t([&] { leads = e.campaign(20s); });
+    CHECK(eventually([&] { return e.leader().waiters == std::optional<std::uint32_t>(1); }, 10s));
+    CHECK(java->ask("leader") == "leader " + curator_id);  // Curator still sees itself first
+    int both = 0;
+    auto check_one = [&] {
+        const bool c = curator_leads(*java);
+        if (c && e.is_leader()) ++both;
+    };
+    check_one();
+    CHECK(java->ask("close") == "closed");
+    CHECK(eventually(
+        [&] {
+            check_one();
+            return leads.load();
+        },
+        10s));
+    t.join();
+    CHECK(e.is_leader());
+    CHECK(e.term() > curator_czxid);
+    CHECK(e.leader().holder == std::optional<std::string>(o.id));
+    // A fresh Curator latch on the path now sees distlock as leader.
+    auto java2 = curator_latch(name);
+    REQUIRE(java2->ask("start curator-late") == "started");
+    CHECK(java2->ask("await 500") == "timeout");
+    CHECK(java2->ask("leader") == "leader " + o.id);
+    CHECK_FALSE(curator_leads(*java2));
+    CHECK(both == 0);
+    e.resign();
+    CHECK(java2->ask("await 10000") == "leader");
+}
+
+TEST_CASE("distlock leads: Curator's LeaderLatch does not lead and names distlock's id; after resign Curator leads, "
+          "never both at once",
+          "[interop][curator][election]") {
+    const auto name = unique_name("latch-dl");
+    auto p = distlock::connect(url());
+    distlock::election_options o;
+    o.id = "distlock-" + distlock::spi::random_token().substr(0, 8);
+    auto e = p.election(name, o);
+    REQUIRE(e.campaign(10s));
+
+    auto java = curator_latch(name);
+    const std::string curator_id = "curator-" + distlock::spi::random_token().substr(0, 8);
+    REQUIRE(java->ask("start " + curator_id) == "started");
+    CHECK(java->ask("await 700") == "timeout");
+    CHECK_FALSE(curator_leads(*java));
+    CHECK(java->ask("leader") == "leader " + o.id);
+    auto seen = e.leader();
+    CHECK(seen.holder == std::optional<std::string>(o.id));
+    CHECK(seen.waiters == std::optional<std::uint32_t>(1));  // Curator's latch node
+    CHECK(seen.token == std::optional<std::uint64_t>(e.term()));
+
+    // Sample both sides through the handover: never two leaders.
+    int both = 0, samples = 0;
+    auto sample = [&] {
+        const bool dl = e.is_leader();
+        const bool cur = curator_leads(*java);
+        const bool dl_after = e.is_leader();
+        ++samples;
+        if (cur && (dl || dl_after)) ++both;
+        return cur;
+    };
+    CHECK_FALSE(sample());
+    e.resign();
+    CHECK_FALSE(e.is_leader());
+    CHECK(eventually([&] { return sample(); }, 10s));
+    CHECK(java->ask("await 100") == "leader");
+    CHECK(java->ask("leader") == "leader " + curator_id);
+    CHECK(e.leader().holder == std::optional<std::string>(curator_id));
+    CHECK(both == 0);
+    INFO(samples << " samples");
+    CHECK(samples >= 2);
+    // distlock campaigns again: it waits behind Curator.
+    CHECK_FALSE(e.campaign(300ms));
+    CHECK(java->ask("close") == "closed");
+    CHECK(e.campaign(10s));
+    e.resign();
 }
