@@ -214,10 +214,13 @@ public:
     void remove(const std::string& key) { check(client_.send(del(key_target(key))), "delete of " + key, {200}); }
 
     // PUT with acquire= or release=: the server's true/false; nullopt when the
-    // server no longer knows the session ("invalid session").
+    // server no longer knows the session ("invalid session"). `value` becomes
+    // the key's value when the server says true (Consul's kvsLockTxn and
+    // kvsUnlockTxn write the request's value).
     std::optional<bool> lock_op(const std::string& key, const char* op, const std::string& session,
-                                std::uint64_t flags = kLockFlag) {
-        auto r = client_.send(put(key_target(key) + "?flags=" + std::to_string(flags) + "&" + op + "=" + session));
+                                std::uint64_t flags = kLockFlag, std::string value = {}) {
+        auto r = client_.send(put(key_target(key) + "?flags=" + std::to_string(flags) + "&" + op + "=" + session,
+                                  std::move(value)));
         if (r.status == 500 && r.body.find("invalid session") != std::string::npos) return std::nullopt;
         check(r, std::string(op) + " of " + key, {200});
         return trim(r.body) == "true";

@@ -6,6 +6,8 @@
 //             held, the waiting thread while waiting); destroyed after the release
 //   acquire   GET the key (a key without the lock flags is someone else's data:
 //             refused), then PUT /v1/kv/<key>?flags=<lock flag>&acquire=<session>
+//             with the holder label as the value (api/lock.go's LockOptions.Value;
+//             the leader's information of Consul's leader election pattern)
 //   wait      blocking queries (?index=<X-Consul-Index>&wait=...) until the key's
 //             Session is empty; an acquire refused on a free key = lock-delay:
 //             sleep and retry
@@ -45,7 +47,9 @@ public:
     ms default_lease() const override { return agent_.config().default_ttl; }
     std::unique_ptr<spi::lock_handle> make_lock(const spi::lock_request& r) override {
         switch (r.kind) {
-            case spi::lock_kind::exclusive: return consul::make_lock(agent_, r);
+            case spi::lock_kind::exclusive:
+            case spi::lock_kind::leader:  // an election is the mutex: its key is Consul's election pattern
+                return consul::make_lock(agent_, r);
             case spi::lock_kind::permit: return consul::make_permit(agent_, r);
             case spi::lock_kind::read:
             case spi::lock_kind::write: return consul::make_rwlock(agent_, r);
@@ -62,6 +66,9 @@ public:
     void keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) override {
         consul::keepalive_batch(agent_, handles, results);
     }
+
+    // One GET of the mutex's key (an election's too: no feature::election).
+    lock_info inspect(std::string_view name, spi::lock_kind) override { return consul::inspect(agent_, name); }
 
     // The mutex's key and everything under the semaphore's and the read-write
     // lock's prefixes (documents and contender keys), as an operator's

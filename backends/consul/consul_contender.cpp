@@ -54,6 +54,7 @@ std::optional<spi::grant> contender::wait_and_acquire(spi::deadline until, spi::
     auto renewed = created;
     std::uint64_t index = 0;
     bool entered = false;  // our contender key is there, held by session_
+    bool waited = false;   // the document made us wait for other holders before admitting us
     int races = 0;
     for (;;) {
         auto now = spi::clock::now();
@@ -83,6 +84,7 @@ std::optional<spi::grant> contender::wait_and_acquire(spi::deadline until, spi::
             continue;
         }
         auto next = policy_->decide(d, session_);
+        if (next.what == step::kind::wait || next.what == step::kind::record) waited = true;
         if (next.what == step::kind::wait) {
             if (spi::clock::now() >= until) return std::nullopt;
             index = l.index < index ? 0 : l.index;  // an index going backwards restarts the query
@@ -113,7 +115,7 @@ std::optional<spi::grant> contender::wait_and_acquire(spi::deadline until, spi::
         // The monitor's first listing does not block: whatever happened to the
         // document since the admission is seen at once.
         start_monitor(agent_.list_request(where_.prefix, 0, 0ms), lost);
-        return spi::grant{key.modify_index, renewed};
+        return spi::grant{key.modify_index, renewed, waited};
     }
 }
 

@@ -36,6 +36,7 @@ std::optional<spi::grant> handle::wait_and_acquire(spi::deadline until, spi::dea
     auto renewed = created;
     spi::backoff lock_delay_wait(request_.retry_min, request_.retry_max);
     std::uint64_t index = 0;
+    bool waited = false;  // another session held the key, or its lock-delay ran, before we got it
     for (;;) {
         auto now = spi::clock::now();
         renew_if_due(now, renewed, renew_every);
@@ -49,12 +50,16 @@ std::optional<spi::grant> handle::wait_and_acquire(spi::deadline until, spi::dea
             throw_error(errc::invalid_argument, kName,
                         "key " + key_ + " exists and is not a lock (flags " + std::to_string(e.flags) + ")");
         if (e.exists && !e.session.empty() && e.session != session_) {
+            waited = true;
             if (spi::clock::now() >= until) return std::nullopt;
             index = e.index < index ? 0 : e.index;  // an index going backwards restarts the query
             continue;
         }
         if (!e.exists || e.session.empty()) {
-            auto acquired = agent_.lock_op(key_, "acquire", session_);
+            // The key's value is the holder label, as api/lock.go writes its
+            // LockOptions.Value and Consul's leader election pattern the leader's
+            // information; api/lock.go reads only the flags and the session.
+            auto acquired = agent_.lock_op(key_, "acquire", session_, kLockFlag, request_.holder);
             if (!acquired) {  // our session is gone (expired while we waited, agent restarted)
                 renewed = spi::clock::now();
                 session_ = new_session();
@@ -62,6 +67,7 @@ std::optional<spi::grant> handle::wait_and_acquire(spi::deadline until, spi::dea
                 continue;
             }
             if (!*acquired) {
+                waited = true;
                 if (spi::clock::now() >= until) return std::nullopt;
                 entry again = agent_.read(key_);
                 if (again.exists && !again.session.empty()) {
@@ -81,7 +87,7 @@ std::optional<spi::grant> handle::wait_and_acquire(spi::deadline until, spi::dea
             continue;
         }
         start_monitor(monitor_request(mine.index), lost);
-        return spi::grant{mine.modify_index, renewed};
+        return spi::grant{mine.modify_index, renewed, waited};
     }
 }
 
@@ -107,11 +113,30 @@ std::optional<std::string> handle::examine(const http::response& resp, std::uint
     return lost;
 }
 
-// release= on the key (destroying the session afterwards also releases it,
-// Behavior release, when this failed).
-bool handle::give_back() { return agent_.lock_op(key_, "release", session_).value_or(false); }
+// release= on the key, with the holder label as its value still (as api/lock.go
+// releases with its LockOptions.Value); destroying the session afterwards also
+// releases it, Behavior release, when this failed.
+bool handle::give_back() { return agent_.lock_op(key_, "release", session_, kLockFlag, request_.holder).value_or(false); }
 
 }  // namespace
+
+lock_info inspect(agent& a, std::string_view name) {
+    lock_info info;
+    const entry e = a.read(a.key_of(name));
+    info.held = e.exists && !e.session.empty();
+    info.unknown.emplace("waiters", "Consul keeps no queue: contenders wait in blocking queries, which the server "
+                                    "does not count");
+    if (!*info.held) return info;
+    if (e.value.empty())
+        info.unknown.emplace("holder", "the key's value is empty: a holder that stores no label (api/lock.go and "
+                                       "`consul lock` without a LockOptions.Value)");
+    else
+        info.holder = e.value;
+    info.token = e.modify_index;  // distlock's token: the ModifyIndex of the holder's acquire
+    info.unknown.emplace("remaining", "Consul does not show a session's time left (only its TTL), and it may keep "
+                                      "a session up to 2 x TTL after its last renewal");
+    return info;
+}
 
 std::unique_ptr<spi::lock_handle> make_lock(agent& a, const spi::lock_request& r) {
     return std::make_unique<handle>(a, r);

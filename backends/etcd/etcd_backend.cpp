@@ -46,6 +46,9 @@ public:
     void keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) override {
         etcd::keepalive_batch(gateway_, handles, results);
     }
+    // No feature::election is claimed: the mutex's layout is Go's
+    // concurrency.Election's (etcd_lock.hpp), so a leader is the mutex's holder.
+    lock_info inspect(std::string_view name, spi::lock_kind) override { return etcd::inspect(gateway_, name); }
     void break_lock(std::string_view name) override { etcd::break_lock(gateway_, name); }
 
 private:

@@ -188,6 +188,7 @@ void gateway::revoke(session& s) noexcept {
 spi::keepalive_result gateway::renew(session& s) noexcept {
     try {
         std::vector<std::pair<std::string, std::string>> orphans;
+        std::unique_lock cleaning(s.cleaning);
         {
             std::lock_guard lk(s.mutex);
             orphans = s.orphans;
@@ -204,6 +205,7 @@ spi::keepalive_result gateway::renew(session& s) noexcept {
             auto it = std::find(s.orphans.begin(), s.orphans.end(), std::make_pair(key, value));
             if (it != s.orphans.end()) s.orphans.erase(it);
         }
+        cleaning.unlock();
         auto sent = spi::clock::now();
         http::request rq;
         rq.method = "POST";
@@ -240,6 +242,12 @@ std::chrono::milliseconds gateway::renewal_timeout(const session& s) const {
 void gateway::add_orphan(session& s, const std::string& key, const std::string& value) {
     std::lock_guard lk(s.mutex);
     s.orphans.emplace_back(key, value);
+}
+
+void gateway::forget_orphan(session& s, const std::string& key) {
+    std::lock_guard cleaning(s.cleaning);
+    std::lock_guard lk(s.mutex);
+    std::erase_if(s.orphans, [&](const auto& o) { return o.first == key; });
 }
 
 void gateway::authenticate() {

@@ -55,6 +55,12 @@ struct settings {
 struct session {
     std::int64_t id = 0;
     std::chrono::seconds ttl{0};
+    // Held while orphan keys are deleted (renew), and by a mutex's acquire while
+    // it drops the orphan entries of the key it is about to create: a mutex's key
+    // (<dir><lease hex>, value = the holder label) is the same for every
+    // acquisition of its name on this lease, so an orphan of an earlier one must
+    // never be deleted once a later one may have made the key again.
+    std::mutex cleaning;
     std::mutex mutex;                   // guards the fields below
     // Keys of ours whose deletion failed (key, value of that acquisition): deleted
     // before the next renewal, only while they still hold that value.
@@ -100,6 +106,9 @@ public:
     std::chrono::milliseconds renewal_timeout(const session& s) const;
     // A key of ours whose deletion failed: deleted before the next renewal.
     void add_orphan(session& s, const std::string& key, const std::string& value);
+    // Drops the orphan entries of `key` (its next acquisition deletes a stale
+    // key itself), after any deletion of orphans under way has finished.
+    void forget_orphan(session& s, const std::string& key);
 
 private:
     [[noreturn]] void throw_grpc(const std::string& path, int code, const std::string& message,

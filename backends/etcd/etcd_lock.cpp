@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <map>
 #include <thread>
 
@@ -52,7 +53,7 @@ private:
     bool mark_granted();
     void cleanup() noexcept;
     void forget_size() noexcept;
-    spi::grant granted(const spi::loss_sink& lost);
+    spi::grant granted(const spi::loss_sink& lost, bool waited);
     http::request watch_request(std::int64_t from) const;
     bool on_monitor_line(std::string_view line);
     void on_monitor_done(const http::transfer_result& r);
@@ -89,10 +90,22 @@ std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_s
                            {"sort_target", "CREATE"},
                            {"limit", std::to_string(permit ? request_.permits : 1)},
                            {"keys_only", true}};
+    bool waited = false;  // a round waited for the keys ahead of ours
     for (int round = 0;; ++round) {
         session_ = gateway_.session_for(request_.lease, request_.auto_renew);
         key_ = where_.own + (where_.unique_keys ? unique_suffix() : lease_hex(session_->id));
-        value_ = spi::random_token();
+        // A mutex's key holds the holder label (as Go's concurrency.Election
+        // holds its proposal; Go's Mutex ignores values): the same key and value
+        // for every acquisition of the name on this lease, so an orphan of an
+        // earlier one is dropped first (a stale key is deleted below). The
+        // other kinds' keys hold a random token of the acquisition, by which a
+        // key of ours is told from another client's of the same name.
+        if (where_.unique_keys) {
+            value_ = spi::random_token();
+        } else {
+            value_ = request_.holder;
+            gateway_.forget_orphan(*session_, key_);
+        }
         json compare = json::array({{{"key", base64_encode(key_)},
                                      {"target", "CREATE"},
                                      {"result", "EQUAL"},
@@ -148,21 +161,25 @@ std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_s
                 if (round < 3) continue;  // deleted meanwhile: try again
                 throw_error(errc::unavailable, kName, "acquire txn: our key vanished repeatedly");
             }
-            if (b64d(kvs[0], "value") != value_) {
-                if (where_.unique_keys) {  // another client's key of the same name: take another name
-                    if (!request_.auto_renew) gateway_.revoke(*session_);
-                    if (round < 3) continue;
-                    throw_error(errc::unavailable, kName, "cannot make a key of its own under " + where_.own);
-                }
-                // A key of ours left by an earlier acquisition: remove it, try again.
+            if (!where_.unique_keys) {
+                // The mutex's key on our lease, left by an earlier acquisition
+                // (or made by this txn when a lost reply was sent again): it is
+                // ours either way; remove it and make it anew, for a create
+                // revision of this acquisition.
                 gateway_.call("/v3/kv/deleterange", json{{"key", base64_encode(key_)}});
                 if (round < 3) continue;
                 throw_error(errc::unavailable, kName, "cannot replace a stale key " + key_);
             }
+            if (b64d(kvs[0], "value") != value_) {  // another client's key of the same name: take another name
+                if (!request_.auto_renew) gateway_.revoke(*session_);
+                if (round < 3) continue;
+                throw_error(errc::unavailable, kName, "cannot make a key of its own under " + where_.own);
+            }
             revision_ = as_i64(kvs[0], "create_revision");
             token_ = as_i64(reply["header"], "revision");
         }
-        if (granted_at_once(responses[1]["response_range"].value("kvs", json::array()))) return granted(lost);
+        if (granted_at_once(responses[1]["response_range"].value("kvs", json::array()))) return granted(lost, waited);
+        waited = true;
         turn t;
         try {
             t = spi::clock::now() >= until ? turn::timed_out : wait_for_turn(until);
@@ -177,7 +194,7 @@ std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_s
                 cleanup();
                 throw_error(errc::unavailable, kName, "cannot renew the lease of '" + request_.name + "'");
             }
-            return granted(lost);
+            return granted(lost, waited);
         }
         if (t == turn::timed_out) {
             cleanup();
@@ -199,7 +216,8 @@ bool handle::granted_at_once(const json& first) const {
                 if (as_i64(kv, "create_revision") == revision_) return true;
             return false;
         case spi::lock_kind::exclusive:
-        case spi::lock_kind::write:  // ours first of all
+        case spi::lock_kind::leader:  // an election is the mutex: its layout is Go's Election's
+        case spi::lock_kind::write:   // ours first of all
             break;
     }
     return first.empty() || as_i64(first[0], "create_revision") == revision_;
@@ -246,13 +264,15 @@ void handle::settle_size(const json& size_kvs) {
     }
 }
 
-// A read grant or a permit that waited: one write, only while our key stands,
-// whose revision is the grant's token (several readers or permits granted by
-// one deletion would otherwise read the same store revision). A permit puts
-// its own key again (same value and lease, same create revision): the next
-// waiter watches our key and learns from this put that it may be first in line
-// now. A reader puts the name's grant key (names::mark_key, on our lease): its
-// own key must keep its mod revision, by which etcd's Go recipe orders keys.
+// A grant that waited (a mutex's, a read grant, a permit): one write, only
+// while our key stands, whose revision is the grant's token (several readers or
+// permits granted by one deletion would otherwise read the same store
+// revision). A mutex and a permit put their own key again (same value and
+// lease, same create revision): a mutex's token is then its key's mod
+// revision, which inspect() reads; the next permit waiter watches our key and
+// learns from this put that it may be first in line now. A reader puts the
+// name's grant key (names::mark_key, on our lease): its own key must keep its
+// mod revision, by which etcd's Go recipe orders keys.
 bool handle::mark_granted() {
     const bool own = where_.mark_key.empty();
     auto reply = gateway_.call(
@@ -376,7 +396,7 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
 
 // Our key lives as long as the session's lease: the grant is valid for a lease
 // from the last grant or keepalive of that lease the server confirmed.
-spi::grant handle::granted(const spi::loss_sink& lost) {
+spi::grant handle::granted(const spi::loss_sink& lost, bool waited) {
     const auto from = revision_ + 1;
     auto rq = watch_request(from);
     auto lk = monitor_.lock();
@@ -384,7 +404,7 @@ spi::grant handle::granted(const spi::loss_sink& lost) {
     monitor_lost_.clear();
     monitor_.start(lk, std::move(rq), lost);
     std::lock_guard renewal(session_->mutex);
-    return spi::grant{static_cast<std::uint64_t>(token_), session_->renewed};
+    return spi::grant{static_cast<std::uint64_t>(token_), session_->renewed, waited};
 }
 
 // The watch of our key from revision `from` (0 = now).
@@ -558,9 +578,55 @@ names names_of(const std::string& prefix, std::string_view name, spi::lock_kind 
         case spi::lock_kind::permit:
             return {prefix + "/" + enc + ":sem/permit/", prefix + "/" + enc + ":sem/permit/", prefix + "/" + enc + ":sem/size",
                     true, true, {}};
-        case spi::lock_kind::exclusive: break;
+        case spi::lock_kind::exclusive:
+        case spi::lock_kind::leader: break;  // an election is the mutex: Go's Election layout is the mutex's
     }
-    return {prefix + "/" + enc + "/", prefix + "/" + enc + "/", {}, false, false, {}};
+    return {prefix + "/" + enc + "/", prefix + "/" + enc + "/", {}, false, true, {}};
+}
+
+lock_info inspect(gateway& g, std::string_view name) {
+    lock_info info;
+    const std::string dir = names_of(g.config().prefix, name, spi::lock_kind::exclusive).own;
+    // The holder (the first key by create revision) and how many keys stand:
+    // the range's count is of every key in the range, whatever its limit.
+    auto reply = g.call("/v3/kv/range", json{{"key", base64_encode(dir)},
+                                            {"range_end", base64_encode(prefix_end(dir))},
+                                            {"sort_order", "ASCEND"},
+                                            {"sort_target", "CREATE"},
+                                            {"limit", "1"}});
+    const auto kvs = reply.value("kvs", json::array());
+    const auto count = std::max<std::int64_t>(as_i64(reply, "count"), static_cast<std::int64_t>(kvs.size()));
+    info.held = !kvs.empty();
+    info.waiters = static_cast<std::uint32_t>(std::clamp<std::int64_t>(count - 1, 0, std::numeric_limits<std::uint32_t>::max()));
+    if (kvs.empty()) return info;
+    const auto& holder = kvs[0];
+    auto value = b64d(holder, "value");
+    if (value.empty()) {
+        // Go's concurrency.Mutex (etcdctl lock) puts an empty value.
+        info.unknown.emplace("holder", "the holder's key has an empty value: a holder that stores no label "
+                                       "(Go's concurrency.Mutex, etcdctl lock)");
+        info.unknown.emplace("token", "the holder stores no label, so it is not distlock, whose token is its key's "
+                                      "mod revision; a Go concurrency.Mutex's (etcdctl lock's ETCD_LOCK_REV) is the "
+                                      "store revision when it found its turn, which etcd does not keep");
+    } else {
+        info.holder = std::move(value);
+        info.token = static_cast<std::uint64_t>(as_i64(holder, "mod_revision"));
+    }
+    const auto lease = as_i64(holder, "lease");
+    if (lease == 0) {
+        info.unknown.emplace("remaining", "the holder's key has no lease: it stays until deleted");
+        return info;
+    }
+    // The lease's time to live, in whole seconds rounded down by etcd; -1 once
+    // the lease is gone (its keys are being deleted).
+    try {
+        auto ttl = g.call("/v3/lease/timetolive", json{{"ID", std::to_string(lease)}});
+        info.remaining = std::chrono::seconds(std::max<std::int64_t>(as_i64(ttl, "TTL"), 0));
+    } catch (const grpc_error& e) {  // lease not found: expired between the two reads
+        if (e.code != 5) throw_error(errc::unavailable, kName, std::string("lease time to live: ") + e.what(), e.code);
+        info.remaining = std::chrono::milliseconds{0};
+    }
+    return info;
 }
 
 void break_lock(gateway& g, std::string_view name) {

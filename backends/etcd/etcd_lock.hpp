@@ -6,20 +6,26 @@
 //   session   one lease per provider and TTL, granted on first use, renewed by
 //             the core scheduler every TTL/3 while a lock is held (and by the
 //             waiting thread while it waits)
-//   key       <prefix>/<encoded name>/<lease id in lowercase hex>, value = a
-//             random token of the acquisition, attached to the lease
+//   key       <prefix>/<encoded name>/<lease id in lowercase hex>, value = the
+//             holder label (lock_request::holder), attached to the lease
 //   acquire   one txn: if the key's create revision is 0, put it and range the
 //             name's directory sorted by create revision (first = holder)
 //   wait      watch the deletion of the key created just before ours (no herd)
-//   token     the store revision when the lock was found ours: the header
-//             revision of the reply that showed no key ahead of ours (the
-//             create txn's when uncontended), as concurrency.Mutex's Header()
-//             and etcdctl lock's ETCD_LOCK_REV; above the previous holder's,
-//             whichever tool held, since it follows that holder's deletion
+//   token     the mod revision of our key when the lock was found ours: its
+//             create revision when uncontended (the create txn's, as
+//             concurrency.Mutex's Header() and etcdctl lock's ETCD_LOCK_REV);
+//             after a wait, the revision of a put of our key again (same
+//             value and lease) once no key is ahead of it; above the previous
+//             holder's, whichever tool held, since it follows that holder's
+//             deletion. inspect() reads it back as the holder key's mod revision
 //   loss      the lease is gone (keepalive without TTL) or our key was deleted
 //
 // The name's directory is compatible with Go's concurrency.NewMutex(session,
-// "<prefix>/<encoded name>"), so Go programs and etcdctl can share a lock.
+// "<prefix>/<encoded name>"), so Go programs and etcdctl can share a lock, and
+// it is exactly the layout of Go's concurrency.NewElection(session, the same
+// prefix) (key <pfx>/<lease hex>, value = the proposal, lowest create revision
+// leads): distlock's election (the core's, on this mutex with the election id
+// as holder) and `etcdctl elect` campaign for, and observe, the same leader.
 //
 // Read-write lock: a reader waits for the latest older write key, a writer for
 // the latest older key of either kind, one key watched at a time (FIFO by
@@ -54,7 +60,7 @@ struct names {
     std::string blockers;  // the range whose keys older than ours keep us waiting
     std::string size_key;  // the semaphore's size key (permits only)
     bool unique_keys;      // <own><unique ns> (false: <own><lease hex>, the mutex)
-    bool marked;           // a grant that waited is marked by a write (its token): reads, permits
+    bool marked;           // a grant that waited is marked by a write (its token): mutexes, reads, permits
     std::string mark_key;  // the key that write puts (empty: our own key)
 };
 names names_of(const std::string& prefix, std::string_view name, spi::lock_kind kind);
@@ -66,6 +72,11 @@ std::unique_ptr<spi::lock_handle> make_lock(gateway& g, const spi::lock_request&
 // its create revision (a key deleted by an operator = the lock is lost).
 // `handles` are make_lock()'s.
 void keepalive_batch(gateway& g, std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results);
+
+// The mutex of `name` as the server shows it (spi::backend::inspect): one
+// range of its directory (the first key by create revision, and the count),
+// then the holder lease's time to live when the holder's key has a lease.
+lock_info inspect(gateway& g, std::string_view name);
 
 // Deletes the key of the name's holder (the first by create revision), if any.
 void break_lock(gateway& g, std::string_view name);

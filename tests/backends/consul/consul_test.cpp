@@ -16,6 +16,7 @@
 
 #include "child_process.hpp"
 #include "distlock/distlock.hpp"
+#include "distlock/spi/backend.hpp"
 #include "distlock/spi/url.hpp"
 #include "distlock/testing.hpp"
 #include "http/http_codec.hpp"
@@ -739,4 +740,114 @@ TEST_CASE("a writer that gives up waiting does not hold readers back", "[consul]
     CHECK(second.try_lock_shared_for(5s));  // its session is gone: pruned, not waited for
     second.unlock_shared();
     reader.unlock_shared();
+}
+
+TEST_CASE("inspect shows the holder label (the key's value) and the token of a lock held by another connection",
+          "[consul][inspect]") {
+    const auto label = "consul-holder-" + distlock::spi::random_token().substr(0, 8);
+    auto holder = distlock::connect(url() + "&holder=" + label);
+    auto observer = distlock::connect(url());
+    agent consul(url());
+    const auto name = unique_name("inspect");
+
+    auto before = observer.inspect(name);
+    CHECK(before.name == name);
+    CHECK(before.held == false);
+    CHECK_FALSE(before.holder);
+    CHECK_FALSE(before.token);
+    CHECK_FALSE(before.remaining);
+    CHECK_FALSE(before.waiters);
+    CHECK(before.unknown.size() == 1);
+    CHECK(before.unknown.count("waiters") == 1);
+
+    auto m = holder.mutex(name);
+    REQUIRE(m.try_lock());
+    // The raw layout: the lock flag, our session, the label as the value.
+    auto e = consul.entry(name);
+    REQUIRE(e.is_object());
+    CHECK(e["Flags"].get<std::uint64_t>() == kLockFlag);
+    CHECK(agent::value_of(e) == label);
+
+    auto held = observer.inspect(name);
+    CHECK(held.held == true);
+    CHECK(held.holder == label);
+    CHECK(held.token == m.token());
+    CHECK(held.token == e["ModifyIndex"].get<std::uint64_t>());
+    CHECK_FALSE(held.remaining);
+    REQUIRE(held.unknown.count("remaining") == 1);
+    CHECK(held.unknown.at("remaining").find("2 x TTL") != std::string::npos);
+    CHECK_FALSE(held.waiters);
+    CHECK(held.unknown.count("waiters") == 1);
+    CHECK(held.unknown.size() == 2);
+
+    m.unlock();
+    auto after = observer.inspect(name);
+    CHECK(after.held == false);
+    CHECK_FALSE(after.holder);
+    CHECK_FALSE(after.token);
+    CHECK(after.unknown.size() == 1);
+    // Released as api/lock.go releases: the key stays, without a session, with its value.
+    auto released = consul.entry(name);
+    REQUIRE(released.is_object());
+    CHECK((!released.contains("Session") || released["Session"].is_null() || released["Session"] == ""));
+    CHECK(agent::value_of(released) == label);
+}
+
+TEST_CASE("inspect costs exactly one GET of the lock key and writes nothing", "[consul][inspect][emulator]") {
+    if (!counts_requests()) return;
+    auto observer = distlock::connect(url());
+    agent consul(url());
+    const auto name = unique_name("inspect-count");
+    const auto path = consul.key_path(name);
+    auto counts = [&] {
+        auto r = consul.call("GET", "/emulator/stats?path=" + path);
+        REQUIRE(r.status == 200);
+        return json::parse(r.body);
+    };
+    // Held by a session of this test (a distlock holder's monitor would query the key too).
+    const auto session = consul.new_session("delete");
+    auto r = consul.call("PUT", path + "?flags=" + std::to_string(kLockFlag) + "&acquire=" + session, "counted");
+    REQUIRE(r.body.find("true") != std::string::npos);
+    const auto before = counts();
+    auto info = observer.inspect(name);
+    const auto after = counts();
+    CHECK(info.holder == "counted");
+    CHECK(after.value("GET", 0) - before.value("GET", 0) == 1);
+    CHECK(after.value("PUT", 0) == before.value("PUT", 0));
+    CHECK(after.value("DELETE", 0) == before.value("DELETE", 0));
+    consul.call("PUT", "/v1/session/destroy/" + session);
+}
+
+TEST_CASE("inspect of keys held by other Consul clients: api/lock.go without a value, the leader election pattern",
+          "[consul][inspect][interop]") {
+    auto observer = distlock::connect(url());
+    agent consul(url());
+    SECTION("api/lock.go (consul lock) without LockOptions.Value: held, no label, its ModifyIndex") {
+        const auto name = unique_name("inspect-go-lock");
+        const auto session = consul.new_session("release");
+        auto r = consul.call("PUT", consul.key_path(name) + "?flags=" + std::to_string(kLockFlag) + "&acquire=" + session);
+        REQUIRE(r.status == 200);
+        REQUIRE(r.body.find("true") != std::string::npos);
+        auto info = observer.inspect(name);
+        CHECK(info.held == true);
+        CHECK_FALSE(info.holder);
+        CHECK(info.unknown.count("holder") == 1);
+        CHECK(info.token == consul.entry(name)["ModifyIndex"].get<std::uint64_t>());
+        // distlock cannot take it meanwhile.
+        CHECK_FALSE(observer.mutex(name).try_lock());
+        consul.call("PUT", "/v1/session/destroy/" + session);
+        CHECK(observer.inspect(name).held == false);
+    }
+    SECTION("the documented leader election pattern: the value is the leader's information") {
+        const auto name = unique_name("inspect-leader-pattern");
+        const auto session = consul.new_session("delete");
+        auto r = consul.call("PUT", consul.key_path(name) + "?acquire=" + session, "leader-host-7");
+        REQUIRE(r.status == 200);
+        REQUIRE(r.body.find("true") != std::string::npos);
+        auto info = observer.inspect(name);
+        CHECK(info.held == true);
+        CHECK(info.holder == "leader-host-7");
+        consul.call("PUT", "/v1/session/destroy/" + session);
+        CHECK(observer.inspect(name).held == false);
+    }
 }

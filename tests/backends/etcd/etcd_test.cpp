@@ -1,6 +1,7 @@
 // etcd:// specific behaviour, checked on the server itself (one member,
 // DISTLOCK_TEST_ETCD_URL from integration/servers/etcd.sh).
 #include <catch2/catch.hpp>
+#include <signal.h>
 
 #include <algorithm>
 #include <atomic>
@@ -13,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "child_process.hpp"
 #include "distlock/distlock.hpp"
 #include "distlock/spi/backend.hpp"
 #include "distlock/spi/url.hpp"
@@ -654,4 +656,216 @@ TEST_CASE("tokens strictly increase across hand-offs between distlock and etcdct
     CHECK(handoffs >= 20);        // the two tools really took turns
     CHECK(increasing == pairs);   // every holder's number above the previous holder's
     std::filesystem::remove_all(work);
+}
+
+namespace {
+
+// etcdctl (v3 API) against the member under test, as a child whose output is read line by line.
+distlock::test::child_process etcdctl(std::vector<std::string> args) {
+    std::vector<std::string> argv{"etcdctl", "--endpoints=" + endpoint()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return distlock::test::child_process(argv, {.env = {{"ETCDCTL_API", "3"}}});
+}
+
+// Reads lines of `child` until one equals `want` (true) or `limit` passes (false); `seen` gets them all.
+bool prints(distlock::test::child_process& child, const std::string& want, std::chrono::milliseconds limit,
+            std::string& seen) {
+    const auto until = clk::now() + limit;
+    while (clk::now() < until) {
+        auto line = child.read_line(std::chrono::duration_cast<std::chrono::milliseconds>(until - clk::now()));
+        if (line.empty()) continue;
+        seen += line + "\n";
+        if (line == want) return true;
+    }
+    return false;
+}
+
+// The go name of a distlock lock name: Go's Mutex and Election append the '/'.
+std::string go_name_of(etcd_direct& etcd, const std::string& name) {
+    const auto dir = etcd.dir(name);
+    return dir.substr(0, dir.size() - 1);
+}
+
+const char* const kRange = R"(grpc_server_started_total{grpc_method="Range",grpc_service="etcdserverpb.KV",grpc_type="unary"})";
+const char* const kTimeToLive =
+    R"(grpc_server_started_total{grpc_method="LeaseTimeToLive",grpc_service="etcdserverpb.Lease",grpc_type="unary"})";
+const char* const kWrites[] = {
+    R"(grpc_server_started_total{grpc_method="Put",grpc_service="etcdserverpb.KV",grpc_type="unary"})",
+    R"(grpc_server_started_total{grpc_method="Txn",grpc_service="etcdserverpb.KV",grpc_type="unary"})",
+    R"(grpc_server_started_total{grpc_method="DeleteRange",grpc_service="etcdserverpb.KV",grpc_type="unary"})"};
+
+}  // namespace
+
+TEST_CASE("inspect shows the holder label, the token and the lease left of a lock held by another connection",
+          "[etcd][inspect]") {
+    const auto label = "etcd-holder-" + distlock::spi::random_token().substr(0, 8);
+    auto holder = distlock::connect(url() + "&holder=" + label);
+    auto observer = distlock::connect(url());
+    auto waiter = distlock::connect(url(), distlock::provider_options{.holder = "etcd-waiter"});
+    etcd_direct etcd(url());
+    const auto name = unique_name("inspect");
+
+    auto before = observer.inspect(name);
+    CHECK(before.name == name);
+    CHECK(before.held == false);
+    CHECK(before.waiters == 0u);
+    CHECK_FALSE(before.holder);
+    CHECK_FALSE(before.token);
+    CHECK_FALSE(before.remaining);
+    CHECK(before.unknown.empty());
+
+    auto m = holder.mutex(name);
+    REQUIRE(m.try_lock());
+    // The raw layout: the key's value is the holder label.
+    auto kvs = etcd.keys(name);
+    REQUIRE(kvs.size() == 1);
+    CHECK(etcd_direct::unb64(kvs[0]["value"]) == label);
+
+    auto held = observer.inspect(name);
+    CHECK(held.held == true);
+    CHECK(held.holder == label);
+    REQUIRE(held.token);
+    CHECK(*held.token == m.token());
+    REQUIRE(held.remaining);
+    CHECK(*held.remaining > 0ms);
+    CHECK(*held.remaining <= 2s);  // the URL's lease=2s
+    CHECK(held.waiters == 0u);
+    CHECK(held.unknown.empty());
+
+    // A waiter of another connection is counted; when it gets the lock after
+    // waiting, its token (a put of its key again) is what inspect reads back.
+    auto w = waiter.mutex(name);
+    std::atomic<bool> got{false};
+    std::thread t([&] { got = w.try_lock_for(20s); });
+    CHECK(eventually([&] { return observer.inspect(name).waiters == 1u; }, 10s));
+    m.unlock();
+    t.join();
+    REQUIRE(got);
+    auto next = observer.inspect(name);
+    CHECK(next.holder == "etcd-waiter");
+    REQUIRE(next.token);
+    CHECK(*next.token == w.token());
+    CHECK(*next.token > m.token());
+    kvs = etcd.keys(name);
+    REQUIRE(kvs.size() == 1);
+    CHECK(etcd_direct::num(kvs[0], "mod_revision") == static_cast<long long>(w.token()));
+    CHECK(etcd_direct::num(kvs[0], "create_revision") < static_cast<long long>(w.token()));
+    w.unlock();
+
+    auto after = observer.inspect(name);
+    CHECK(after.held == false);
+    CHECK(after.waiters == 0u);
+    CHECK_FALSE(after.holder);
+    CHECK(after.unknown.empty());
+    CHECK(etcd.keys(name).empty());
+}
+
+TEST_CASE("inspect costs one Range, plus one LeaseTimeToLive when held, and writes nothing", "[etcd][inspect]") {
+    etcd_direct etcd(url());
+    auto holder = distlock::connect(url().substr(0, url().find('?')) + "?lease=30s");  // no renewal during the count
+    auto observer = distlock::connect(url());
+    const auto name = unique_name("inspect-count");
+    REQUIRE(etcd.metric(kRange) > 0);
+    // Other clients of the member can only add requests: up to three trials, the fewest count.
+    auto cost = [&](double& ranges, double& ttls, double& writes) {
+        ranges = ttls = writes = 1e9;
+        for (int trial = 0; trial < 3; ++trial) {
+            double w0 = 0, w1 = 0;
+            for (auto* w : kWrites) w0 += etcd.metric(w);
+            const double r0 = etcd.metric(kRange), t0 = etcd.metric(kTimeToLive);
+            (void)observer.inspect(name);
+            const double r1 = etcd.metric(kRange), t1 = etcd.metric(kTimeToLive);
+            for (auto* w : kWrites) w1 += etcd.metric(w);
+            ranges = std::min(ranges, r1 - r0);
+            ttls = std::min(ttls, t1 - t0);
+            writes = std::min(writes, w1 - w0);
+        }
+    };
+    double ranges, ttls, writes;
+    cost(ranges, ttls, writes);
+    CHECK(ranges == 1);
+    CHECK(ttls == 0);
+    CHECK(writes == 0);
+    auto m = holder.mutex(name);
+    REQUIRE(m.try_lock());
+    cost(ranges, ttls, writes);
+    CHECK(ranges == 1);
+    CHECK(ttls == 1);
+    CHECK(writes == 0);
+    m.unlock();
+}
+
+TEST_CASE("inspect of a lock held by etcdctl lock (Go's concurrency.Mutex): no label, no token, its lease",
+          "[etcd][inspect][interop]") {
+    REQUIRE(std::system("command -v etcdctl >/dev/null") == 0);
+    auto observer = distlock::connect(url());
+    etcd_direct etcd(url());
+    const auto name = unique_name("inspect-go-mutex");
+    auto ctl = etcdctl({"lock", go_name_of(etcd, name)});  // prints its key once it holds, then holds
+    REQUIRE(eventually([&] { return etcd.keys(name).size() == 1; }, 10s));
+    std::string seen;
+    REQUIRE(prints(ctl, etcd_direct::unb64(etcd.keys(name)[0]["key"]), 10s, seen));
+    auto info = observer.inspect(name);
+    CHECK(info.held == true);
+    CHECK_FALSE(info.holder);
+    CHECK(info.unknown.count("holder") == 1);
+    CHECK_FALSE(info.token);
+    CHECK(info.unknown.count("token") == 1);
+    REQUIRE(info.remaining);
+    CHECK(*info.remaining > 0ms);
+    CHECK(*info.remaining <= 60s);  // etcdctl's session TTL
+    CHECK(info.waiters == 0u);
+    CHECK(info.unknown.size() == 2);
+    ctl.signal(SIGTERM);
+    CHECK(ctl.wait_exit_for(10s));
+    CHECK(eventually([&] { return observer.inspect(name).held == false; }, 10s));
+}
+
+TEST_CASE("etcdctl elect leads: a distlock election on the same name waits, and sees etcdctl's proposal as leader",
+          "[etcd][election][interop]") {
+    REQUIRE(std::system("command -v etcdctl >/dev/null") == 0);
+    auto p = distlock::connect(url());
+    etcd_direct etcd(url());
+    const auto name = unique_name("elect-go-leads");
+    auto ctl = etcdctl({"elect", go_name_of(etcd, name), "proposal-x"});
+    std::string seen;
+    REQUIRE(prints(ctl, "proposal-x", 10s, seen));  // it prints its key and proposal once elected
+    auto e = p.election(name, {.id = "distlock-y"});
+    CHECK_FALSE(e.campaign(1500ms));
+    CHECK_FALSE(e.is_leader());
+    auto leader = e.leader();
+    CHECK(leader.held == true);
+    CHECK(leader.holder == "proposal-x");
+    // etcdctl resigns on SIGTERM (deletes its key): distlock leads.
+    REQUIRE(ctl.signal(SIGTERM));
+    REQUIRE(e.campaign(15s));
+    CHECK(e.is_leader());
+    CHECK(e.leader().holder == "distlock-y");
+    CHECK(e.leader().token == e.term());
+    CHECK(ctl.wait_exit_for(10s));
+    e.resign();
+    CHECK(e.leader().held == false);
+}
+
+TEST_CASE("a distlock leader is what etcdctl elect -l observes", "[etcd][election][interop]") {
+    REQUIRE(std::system("command -v etcdctl >/dev/null") == 0);
+    auto p = distlock::connect(url());
+    etcd_direct etcd(url());
+    const auto name = unique_name("elect-distlock-leads");
+    auto e = p.election(name, {.id = "distlock-y"});
+    REQUIRE(e.campaign(5s));
+    auto observer = etcdctl({"elect", "-l", go_name_of(etcd, name)});
+    std::string seen;
+    CHECK(prints(observer, "distlock-y", 10s, seen));
+    INFO("etcdctl elect -l printed:\n" << seen);
+    // A candidate of etcdctl does not lead while distlock does.
+    auto rival = etcdctl({"elect", go_name_of(etcd, name), "proposal-z"});
+    std::string rival_seen;
+    CHECK_FALSE(prints(rival, "proposal-z", 1500ms, rival_seen));
+    e.resign();
+    CHECK(prints(rival, "proposal-z", 10s, rival_seen));  // then it does,
+    CHECK(prints(observer, "proposal-z", 10s, seen));     // and the observer sees it
+    rival.signal(SIGTERM);
+    CHECK(rival.wait_exit_for(10s));
+    observer.kill_hard();
 }
