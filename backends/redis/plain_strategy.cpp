@@ -187,10 +187,7 @@ public:
         set_remaining(info, r.pttl);
         switch (r.state) {
             case 1:
-                if (!r.a.empty()) info.holder = r.a;
-                else info.unknown.emplace("holder", "the holder record has no label");
-                if (auto t = parse_token(r.b)) info.token = *t;
-                else info.unknown.emplace("token", "the holder record has no fencing token");
+                set_recorded_holder(info, r);
                 break;
             case 2:
                 declare(info, "the key is a " + r.a + ", not a lock of strategy=plain (another program's key)");

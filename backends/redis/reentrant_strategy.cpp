@@ -132,10 +132,7 @@ public:
             "redisson_lock_token is not tied to a holder)";
         switch (r.state) {
             case 1:
-                if (!r.a.empty()) info.holder = r.a;
-                else info.unknown.emplace("holder", "the holder record has no label");
-                if (auto t = parse_token(r.b)) info.token = *t;
-                else info.unknown.emplace("token", "the holder record has no fencing token");
+                set_recorded_holder(info, r);
                 break;
             case 4:
                 info.holder = r.a;  // Redisson's "<client uuid>:<thread id>"

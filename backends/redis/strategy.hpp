@@ -87,6 +87,15 @@ inline void set_remaining(lock_info& info, long long pttl) {
         info.unknown.emplace("remaining", "the key has no expiry (set without a lease by another client)");
 }
 
+// A grant whose holder record names it: the label (a) and fencing token (b)
+// the record keeps, each declared unknown when missing.
+inline void set_recorded_holder(lock_info& info, const inspect_fields& r) {
+    if (!r.a.empty()) info.holder = r.a;
+    else info.unknown.emplace("holder", "the holder record has no label");
+    if (auto t = parse_token(r.b)) info.token = *t;
+    else info.unknown.emplace("token", "the holder record has no fencing token");
+}
+
 class strategy {
 public:
     virtual ~strategy() = default;
