@@ -88,6 +88,7 @@ std::string_view to_string(feature f) noexcept {
         case feature::semaphore: return "semaphore";
         case feature::permit_limit: return "permit_limit";
         case feature::election: return "election";
+        case feature::inspect: return "inspect";
     }
     return "unknown";
 }

@@ -133,7 +133,8 @@ std::optional<std::chrono::nanoseconds> provider::native_cycle() const { return 
 namespace detail {
 capabilities effective_caps(const capabilities& declared) {
     capabilities caps = declared;
-    for (auto f : {feature::read_write, feature::semaphore, feature::permit_limit, feature::election})
+    for (auto f : {feature::read_write, feature::semaphore, feature::permit_limit, feature::election,
+                   feature::inspect})
         if (!caps.implements.contains(f))
             caps.unsupported.emplace(f, "the backend does not claim it (capabilities::implements)");
     return caps;

@@ -38,7 +38,7 @@ public:
         // The server may wait up to 2 x TTL before invalidating a dead holder's
         // session (the suite adds one lease), then the lock-delay runs.
         const auto& c = agent_.config();
-        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit};
+        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::inspect};
         caps_.crash_release_bound = c.default_ttl + c.lock_delay.value_or(15s) + 1s;
     }
 

@@ -24,7 +24,7 @@ using http::base64_encode;
 class backend final : public spi::backend {
 public:
     backend(http::options o, settings s) : gateway_(std::move(o), std::move(s)) {
-        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit};
+        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::inspect};
         caps_.crash_release_bound = 1500ms;  // lease expiry is checked every 500 ms, TTLs are whole seconds
         // Fail at once when no member answers (and check the credentials).
         (void)round_trip();

@@ -383,7 +383,7 @@ public:
             {feature::lease_expiry, "no leases: the kernel holds the lock until unlock or process exit"},
             {feature::notified_wakeup, "waiters wake on inotify close events, with slow polling as a safety net"},
         };
-        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit};
+        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::inspect};
         caps_.crash_release_bound = 0ms;
     }
     std::string_view name() const noexcept override { return "file"; }

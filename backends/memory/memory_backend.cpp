@@ -138,7 +138,7 @@ public:
             {feature::crash_release, "in-process: a crash ends every holder with the process"},
             {feature::lease_expiry, "no leases: a grant lasts until unlock()"},
         };
-        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit};
+        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::inspect};
     }
     std::string_view name() const noexcept override { return "memory"; }
     const capabilities& caps() const noexcept override { return caps_; }

@@ -81,7 +81,7 @@ public:
           uuid_(spi::random_uuid()),
           strategy_(settings_.strat == strategy_name::plain ? make_plain_strategy(settings_.prefix)
                                                             : make_reentrant_strategy()) {
-        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit};
+        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::inspect};
         caps_.crash_release_bound = std::chrono::milliseconds{0};  // the lease itself is the bound
         caps_.reentrant = strategy_->reentrant();
         // Checks the server (the sentinels, the cluster), the credentials and the

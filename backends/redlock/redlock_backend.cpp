@@ -132,6 +132,7 @@ public:
                                   "Redlock is a mutex algorithm over independent masters: there is no quorum recipe "
                                   "for counted permits; use redis:// for semaphores");
         caps_.unsupported.emplace(feature::permit_limit, "no semaphores on redlock:// (a mutex algorithm)");
+        caps_.implements = {feature::inspect};
         caps_.crash_release_bound = settings_.retry_delay;
         // Check the nodes now: bad credentials or a server that is not Redis
         // anywhere, or no majority reachable, fail connect() with a typed error.

@@ -105,7 +105,7 @@ sql_backend::sql_backend(std::shared_ptr<dialect> d, settings s)
     }
     // Read-write locks (PostgreSQL: advisory shared/exclusive locks; MySQL: lease
     // rows) and semaphores (lease rows, their size kept in them) on every strategy.
-    caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit};
+    caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::inspect};
     caps_.crash_release_bound = 0ms;  // connection drop: at once; leases: when the lease (added by callers) ends
 }
 

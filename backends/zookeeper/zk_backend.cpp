@@ -36,7 +36,8 @@ public:
         // and semaphores (InterProcessSemaphoreV2; the size kept in the data of
         // <path>/leases) are supported: see zk_lock.cpp.
         // Elections are Curator's LeaderLatch (zk_lock.cpp).
-        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::election};
+        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::election,
+                             feature::inspect};
         caps_.crash_release_bound = timeout + timeout / 2;
         caps_.reentrant = true;
     }

@@ -82,6 +82,8 @@ enum class feature {
     permit_limit,        // a semaphore's size is kept on the server: a client asking another size is refused
     election,            // provider::election has a layout of its own (Curator's LeaderLatch, ...); without
                          // it, an election is the backend's mutex of the same name
+    inspect,             // provider::inspect reads the server (at least whether a lock is held); without it,
+                         // every field of lock_info is unknown, "the backend does not implement inspect"
 };
 
 std::string_view to_string(feature f) noexcept;
@@ -91,8 +93,8 @@ struct capabilities {
     std::map<feature, std::string> unsupported;
 
     // What a backend implements of the features that came after the mutex:
-    // feature::read_write, feature::semaphore, feature::permit_limit and
-    // feature::election. Such a
+    // feature::read_write, feature::semaphore, feature::permit_limit,
+    // feature::election and feature::inspect. Such a
     // feature that a backend does not list here is not supported, whatever
     // `unsupported` says: a backend written before they existed lists none, and
     // provider::caps() then shows each of them unsupported with the reason

@@ -450,7 +450,7 @@ TEST_CASE("a backend that does not claim the newer primitives is not asked for t
     fake_state s;
     auto p = fake_provider(s, 300ms);
     for (auto f : {distlock::feature::read_write, distlock::feature::semaphore, distlock::feature::permit_limit,
-                   distlock::feature::election}) {
+                   distlock::feature::election, distlock::feature::inspect}) {
         CHECK_FALSE(p.caps().supports(f));
         CHECK(p.caps().why_not(f) == "the backend does not claim it (capabilities::implements)");
     }

@@ -222,8 +222,9 @@ public:
     // the server shows it now, in one read that changes nothing. Fill what the
     // backend can know; give the reason in lock_info::unknown for every other
     // field that applies (the core fills in `name`). Throws distlock::error
-    // (unavailable_error...) when it cannot read. Default: everything unknown,
-    // "the backend does not implement inspect".
+    // (unavailable_error...) when it cannot read. Claim feature::inspect in
+    // capabilities::implements when overriding it. Default: everything
+    // unknown, "the backend does not implement inspect".
     virtual lock_info inspect(std::string_view name, lock_kind kind);
 
     // Test hook behind distlock::testing::break_lock: remove the server-side state

@@ -38,6 +38,20 @@ struct measured {
 // is, so the difference of two runs is the cycles' own cost.
 // `primitive`: "mutex", or a side of the read-write lock ("read", "write"), or
 // a permit of a semaphore of 2 ("permit").
+// The server's count once a provider is gone: the server may count its last
+// statements (its disconnection among them) a moment after the client closed,
+// more so under load, so read until two reads 50 ms apart agree.
+std::int64_t settled_count(raw_sql& monitor) {
+    auto count = facts().server_count(monitor);
+    for (int i = 0; i < 40; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        const auto again = facts().server_count(monitor);
+        if (again == count) break;
+        count = again;
+    }
+    return count;
+}
+
 measured run_cycles(const std::string& query, int cycles, const std::string& primitive = "mutex") {
     raw_sql monitor(url_of("lease-table"));
     const auto before = facts().server_count(monitor);
@@ -72,17 +86,7 @@ measured run_cycles(const std::string& query, int cycles, const std::string& pri
         for (int i = 0; i < cycles; ++i) cycle();
         m.round_trips = s::connection::round_trip_counter().load() - rt0;
     }
-    // The server may count the provider's last statements (its disconnection
-    // among them) a moment after the client has gone, more so under load: read
-    // until two reads 50 ms apart agree.
-    auto after = facts().server_count(monitor);
-    for (int i = 0; i < 40; ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        const auto again = facts().server_count(monitor);
-        if (again == after) break;
-        after = again;
-    }
-    m.server = after - before;
+    m.server = settled_count(monitor) - before;
     return m;
 }
 
@@ -164,7 +168,7 @@ TEST_CASE("inspect costs exactly one statement and one round trip on every strat
                     CHECK(s::connection::round_trip_counter().load() - rt0 == static_cast<std::uint64_t>(n));
                     lock.unlock();
                 }
-                return facts().server_count(monitor) - before;
+                return settled_count(monitor) - before;
             };
             const std::int64_t expected = many - few;  // MariaDB: one statement; PostgreSQL: one transaction
             const auto fewest = fewest_difference([&] { return inspects(few); }, [&] { return inspects(many); }, expected);
@@ -206,7 +210,7 @@ TEST_CASE("1,000 held leases are renewed by one statement in one round trip", "[
             }
             for (auto& l : locks) l->release();
         }
-        return std::pair{facts().server_count(monitor) - before, round_trips};
+        return std::pair{settled_count(monitor) - before, round_trips};
     };
     const auto fewest = fewest_difference([&] { return run(false).first; },
                                           [&] {
