@@ -10,7 +10,8 @@ FAULT_PACKAGES=(faketime)
 # The URL parser's fuzz target (scripts/fuzz.sh): clang with libFuzzer.
 FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 
-say() { echo "==> $*" >&2; }
+# Each line with the seconds since the script started (where CI's time goes).
+say() { echo "==> [${SECONDS}s] $*" >&2; }
 
 ensure_packages() { "$(dirname "${BASH_SOURCE[0]}")/apt-ensure" "$@"; }
 

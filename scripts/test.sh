@@ -16,7 +16,8 @@ while [ $# -gt 0 ]; do
 done
 . scripts/lib.sh
 ensure_packages "${CORE_PACKAGES[@]}" "${BACKEND_PACKAGES[@]}" "${FAULT_PACKAGES[@]}"
-configure_and_build build ""
+# -g1 (line tables only): the tests need no more, and the build is CI's longest step.
+DISTLOCK_CONFIGURE_ARGS=-DDISTLOCK_EXTRA_COMPILE_OPTIONS=-g1 configure_and_build build ""
 
 say "starting the real servers"
 trap 'integration/backends.sh down || true' EXIT
@@ -47,8 +48,10 @@ if [ "$sanitize" != none ]; then
     # conformance suite against every backend (the backends' own fault tests run
     # in the plain pass above), on a STATIC libdistlock, whose installed package
     # is tested there too (find_package and pkg-config consumers).
+    # -O1 -g1 (line tables: sanitizer reports still name files and lines): a
+    # shorter build, the longest step of CI on two cores.
     dir=build-${sanitize//,/-}
-    DISTLOCK_CONFIGURE_ARGS=-DDISTLOCK_SHARED=OFF \
+    DISTLOCK_CONFIGURE_ARGS="-DDISTLOCK_SHARED=OFF -DDISTLOCK_EXTRA_COMPILE_OPTIONS=-O1;-g1" \
         configure_and_build "$dir" "$sanitize" distlock-unit-tests distlock-cli-tests distlock-conformance \
         distlock-cli
     say "unit, CLI and conformance tests under -fsanitize=$sanitize"
@@ -62,6 +65,6 @@ if [ "$sanitize" != none ]; then
     # Redis deployments, redis-cluster runs here (the topology layer's slot
     # routing, redirections and sharded pub/sub); the sentinel lookup and the
     # reentrant strategy over either deployment run in the plain pass only.
-    ctest --test-dir "$dir" --output-on-failure -j 3 -R '^(distlock-unit-tests|distlock-cli-tests|conformance\.|package\.)' \
+    ctest --test-dir "$dir" --output-on-failure -j 4 -R '^(distlock-unit-tests|distlock-cli-tests|conformance\.|package\.)' \
         -E '(\.fence-table|conformance\.etcd-cluster|conformance\.zk-ensemble|conformance\.redis-sentinel.*|conformance\.redis-cluster-reentrant)$'
 fi
