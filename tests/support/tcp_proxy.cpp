@@ -13,6 +13,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace distlock::test {
@@ -249,6 +250,64 @@ void wrong_server::run() {
         clients.swap(open);
     }
     for (int c : clients) ::close(c);
+}
+
+// ---- scripted_server ---------------------------------------------------------------
+
+scripted_server::scripted_server(handler serve) : serve_(std::move(serve)) {
+    listen_fd_ = bound_socket(true, port_);
+    if (::pipe2(wake_, O_CLOEXEC) != 0) {
+        ::close(listen_fd_);
+        throw std::runtime_error("scripted_server: pipe2 failed");
+    }
+    loop_ = std::thread([this] { run(); });
+}
+
+scripted_server::~scripted_server() {
+    ::close(wake_[1]);  // the accept loop sees end of file and returns
+    loop_.join();
+    {
+        std::lock_guard lk(mutex_);
+        for (int c : clients_) ::shutdown(c, SHUT_RDWR);  // handlers' reads and writes fail now
+    }
+    for (auto& t : threads_) t.join();
+    for (int c : clients_) ::close(c);
+    ::close(wake_[0]);
+    ::close(listen_fd_);
+}
+
+void scripted_server::run() {
+    for (;;) {
+        pollfd fds[2] = {{wake_[0], POLLIN, 0}, {listen_fd_, POLLIN, 0}};
+        if (::poll(fds, 2, -1) < 0) continue;
+        if (fds[0].revents != 0) return;
+        if (!(fds[1].revents & POLLIN)) continue;
+        int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c < 0) continue;
+        ++accepted_;
+        std::lock_guard lk(mutex_);
+        clients_.push_back(c);
+        threads_.emplace_back([this, c] { serve_(c); });
+    }
+}
+
+bool scripted_server::send_all(int fd, std::string_view data) { return write_all(fd, data.data(), data.size()); }
+
+std::optional<std::string> scripted_server::read_line(int fd) {
+    std::string line;
+    for (char c; ;) {
+        if (::recv(fd, &c, 1, 0) != 1) return std::nullopt;
+        if (c == '\n') return line;
+        line += c;
+    }
+}
+
+bool scripted_server::trickle(int fd, std::string_view data, std::chrono::milliseconds gap) {
+    for (char c : data) {
+        if (!write_all(fd, &c, 1)) return false;
+        std::this_thread::sleep_for(gap);
+    }
+    return true;
 }
 
 }  // namespace distlock::test

@@ -7,9 +7,14 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 namespace distlock::test {
 
@@ -78,6 +83,46 @@ private:
     int listen_fd_ = -1;
     int wake_[2] = {-1, -1};
     int port_ = 0;
+    std::thread loop_;
+};
+
+// A hostile or broken server for tests of what a client does with its replies:
+// every connection accepted on 127.0.0.1 is given, on a thread of its own, to
+// `serve(fd)`, which reads and writes it as it likes (trickle one byte a second,
+// send a 1 GiB bulk length, never answer...). The destructor shuts every
+// connection down (a handler blocked in recv/send returns) and joins the threads;
+// a handler should return when a read or write fails.
+class scripted_server {
+public:
+    using handler = std::function<void(int fd)>;
+    explicit scripted_server(handler serve);
+    ~scripted_server();
+    scripted_server(const scripted_server&) = delete;
+    scripted_server& operator=(const scripted_server&) = delete;
+
+    int port() const { return port_; }
+    // "127.0.0.1:<port>"
+    std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+    // Connections accepted so far.
+    std::uint64_t accepted() const { return accepted_.load(); }
+
+    // Helpers for handlers: all of `data` (false when the peer went away);
+    // one line ending in "\n" (without it; nullopt at end of file or error);
+    // `data` a byte at a time, `gap` apart (false when the peer went away).
+    static bool send_all(int fd, std::string_view data);
+    static std::optional<std::string> read_line(int fd);
+    static bool trickle(int fd, std::string_view data, std::chrono::milliseconds gap);
+
+private:
+    void run();
+    handler serve_;
+    int listen_fd_ = -1;
+    int wake_[2] = {-1, -1};
+    int port_ = 0;
+    std::atomic<std::uint64_t> accepted_{0};
+    std::mutex mutex_;
+    std::vector<int> clients_;
+    std::vector<std::thread> threads_;
     std::thread loop_;
 };
 

@@ -269,4 +269,12 @@ std::string sha256_hex(std::string_view data);
 // Lowercase hex of raw bytes.
 std::string to_hex(std::string_view bytes);
 
+// ASCII character classes that never depend on the process locale (std::isalnum
+// and friends do: a name must map to the same key in every process). Bytes of
+// 0x80 and above are never letters or digits here.
+constexpr bool ascii_digit(char c) noexcept { return c >= '0' && c <= '9'; }
+constexpr bool ascii_alpha(char c) noexcept { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+constexpr bool ascii_alnum(char c) noexcept { return ascii_digit(c) || ascii_alpha(c); }
+constexpr char ascii_lower(char c) noexcept { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+
 }  // namespace distlock::spi
