@@ -30,7 +30,8 @@
 # master and epoch, and its log). "wipe" writes fresh sentinel configs (16390 master).
 #
 # Env ($RUN/redis-sentinel.env):
-#   DISTLOCK_TEST_REDIS_SENTINEL_URL            redis-sentinel://:pw@the 3 sentinels/distlock-master?lease=2s
+#   DISTLOCK_TEST_REDIS_SENTINEL_URL            redis-sentinel://:pw@the 3 sentinels/distlock-master?lease=2s&sentinel_password=pw
+#                                               (the sentinels get only sentinel_password=, never the URL's)
 #   DISTLOCK_TEST_REDIS_SENTINEL_REENTRANT_URL  .../distlock-master/1?strategy=reentrant&lease=2s
 #   DISTLOCK_TEST_REDIS_SENTINEL_MIN_REPLICAS_URL  the first with min_replicas=1 (grants
 #                                               confirmed by WAIT), and its _CTL (the same
@@ -116,10 +117,10 @@ redis_sentinel_spawn() {  # redis_sentinel_spawn DIR [N]
     fi
     for p in "${RSENT_SENTINEL_PORTS[@]}"; do hosts+="${hosts:+,}127.0.0.1:$p"; done
     cat > "$RUN/redis-sentinel.env" <<ENV
-DISTLOCK_TEST_REDIS_SENTINEL_URL='redis-sentinel://:$RSENT_PW@$hosts/$RSENT_MASTER?lease=2s'
-DISTLOCK_TEST_REDIS_SENTINEL_REENTRANT_URL='redis-sentinel://:$RSENT_PW@$hosts/$RSENT_MASTER/1?strategy=reentrant&lease=2s'
+DISTLOCK_TEST_REDIS_SENTINEL_URL='redis-sentinel://:$RSENT_PW@$hosts/$RSENT_MASTER?lease=2s&sentinel_password=$RSENT_PW'
+DISTLOCK_TEST_REDIS_SENTINEL_REENTRANT_URL='redis-sentinel://:$RSENT_PW@$hosts/$RSENT_MASTER/1?strategy=reentrant&lease=2s&sentinel_password=$RSENT_PW'
 DISTLOCK_TEST_REDIS_SENTINEL_CTL='$dir/ctl.sh'
-DISTLOCK_TEST_REDIS_SENTINEL_MIN_REPLICAS_URL='redis-sentinel://:$RSENT_PW@$hosts/$RSENT_MASTER?lease=2s&min_replicas=1&replica_timeout=500ms'
+DISTLOCK_TEST_REDIS_SENTINEL_MIN_REPLICAS_URL='redis-sentinel://:$RSENT_PW@$hosts/$RSENT_MASTER?lease=2s&min_replicas=1&replica_timeout=500ms&sentinel_password=$RSENT_PW'
 DISTLOCK_TEST_REDIS_SENTINEL_MIN_REPLICAS_CTL='$dir/ctl.sh'
 ENV
 }

@@ -51,10 +51,11 @@ std::string ctl(const char* var, const std::string& args) {
 std::string sentinel_ctl(const std::string& args) { return ctl("DISTLOCK_TEST_REDIS_SENTINEL_CTL", args); }
 std::string cluster_ctl(const std::string& args) { return ctl("DISTLOCK_TEST_REDIS_CLUSTER_CTL", args); }
 
-// The sentinel URL with `params` in place of its own (lease=2s).
+// The sentinel URL with `params` in place of its own (lease=2s), keeping its
+// sentinel_password= (the sentinels never get the URL's password).
 std::string sentinel_url(const std::string& params) {
     auto u = need("DISTLOCK_TEST_REDIS_SENTINEL_URL");
-    return u.substr(0, u.find('?')) + "?" + params;
+    return u.substr(0, u.find('?')) + "?" + params + "&sentinel_password=" + distlock::spi::url::parse(u).password();
 }
 
 // The password and ports of the servers, read from their URLs, for redis-cli.
@@ -333,15 +334,18 @@ TEST_CASE("redis-sentinel:// and redis-cluster:// refuse bad input with typed er
         }
         return "";
     };
+    const auto own = "?sentinel_password=" + sentinel_password;  // the sentinels' (same as the data nodes' here)
     // No master name.
-    CHECK_THROWS_AS(distlock::connect("redis-sentinel://:" + sentinel_password + "@" + hosts), distlock::invalid_argument_error);
-    // A master name no sentinel knows.
-    CHECK_THROWS_AS(distlock::connect("redis-sentinel://:" + sentinel_password + "@" + hosts + "/no-such-master"),
+    CHECK_THROWS_AS(distlock::connect("redis-sentinel://:" + sentinel_password + "@" + hosts + own),
                     distlock::invalid_argument_error);
-    // Wrong password for the sentinels and the data nodes; then for the sentinels only.
-    CHECK_THROWS_AS(distlock::connect("redis-sentinel://:wrong-pw-1234@" + hosts + master),
+    // A master name no sentinel knows.
+    CHECK_THROWS_AS(distlock::connect("redis-sentinel://:" + sentinel_password + "@" + hosts + "/no-such-master" + own),
+                    distlock::invalid_argument_error);
+    // Wrong password for the data nodes; for the sentinels; none for the
+    // sentinels (they never get the URL's): the message says where it goes.
+    CHECK_THROWS_AS(distlock::connect("redis-sentinel://:wrong-pw-1234@" + hosts + master + own),
                     distlock::access_denied_error);
-    CHECK(message_of("redis-sentinel://:wrong-pw-1234@" + hosts + master).find("wrong-pw-1234") ==
+    CHECK(message_of("redis-sentinel://:wrong-pw-1234@" + hosts + master + own).find("wrong-pw-1234") ==
           std::string::npos);
     const auto bad_sentinel_pw =
         "redis-sentinel://:" + sentinel_password + "@" + hosts + master + "?sentinel_password=other-pw-5678";
@@ -349,8 +353,12 @@ TEST_CASE("redis-sentinel:// and redis-cluster:// refuse bad input with typed er
     const auto shown = message_of(bad_sentinel_pw);
     CHECK(shown.find("other-pw-5678") == std::string::npos);
     CHECK(shown.find(sentinel_password) == std::string::npos);
+    const auto no_sentinel_pw = "redis-sentinel://:" + sentinel_password + "@" + hosts + master;
+    CHECK_THROWS_AS(distlock::connect(no_sentinel_pw), distlock::access_denied_error);
+    CHECK(message_of(no_sentinel_pw).find("sentinel_password") != std::string::npos);
+    CHECK(message_of(no_sentinel_pw).find(sentinel_password) == std::string::npos);
     // Not a database number after the master name.
-    CHECK_THROWS_AS(distlock::connect("redis-sentinel://:" + sentinel_password + "@" + hosts + master + "/x"),
+    CHECK_THROWS_AS(distlock::connect("redis-sentinel://:" + sentinel_password + "@" + hosts + master + "/x" + own),
                     distlock::invalid_argument_error);
     // A cluster has database 0 only; a WAIT longer than the command timeout.
     const auto cluster_hosts = cluster.substr(0, cluster.find('?'));
