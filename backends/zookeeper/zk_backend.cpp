@@ -80,6 +80,19 @@ std::string node_data() {
     return std::string("distlock ") + host + " pid " + std::to_string(::getpid());
 }
 
+// The URL's acl= (see acl_mode): creator by default with credentials, open
+// without; creator and read need credentials (an identity to grant to).
+acl_mode acl_from(const std::optional<std::string>& value, bool credentials) {
+    if (!value) return credentials ? acl_mode::creator : acl_mode::open;
+    if (*value == "open") return acl_mode::open;
+    if (*value != "creator" && *value != "read")
+        throw_error(errc::invalid_argument, kBackend, "acl must be creator, read or open");
+    if (!credentials)
+        throw_error(errc::invalid_argument, kBackend,
+                    "acl=" + *value + " needs credentials (zk://user:password@...): the nodes would belong to nobody");
+    return *value == "creator" ? acl_mode::creator : acl_mode::read;
+}
+
 std::shared_ptr<spi::backend> make_backend(spi::url& u) {
     settings s;
     s.host_list = u.hosts_or_throw(2181);
@@ -99,6 +112,9 @@ std::shared_ptr<spi::backend> make_backend(spi::url& u) {
     set_log_level(u.take("log"));
     s.node_data = node_data();
     if (!u.user().empty() || !u.password().empty()) s.digest = u.user() + ":" + u.password();
+    s.acl = acl_from(u.take("acl"), !s.digest.empty());
+    s.max_children = static_cast<std::size_t>(
+        u.take_int("max_children", 1, static_cast<long long>(kMaxChildrenLimit)).value_or(kDefaultMaxChildren));
     if (all_hosts_refuse(s.host_list))
         throw_error(errc::unavailable, kBackend, "every ZooKeeper server refused the connection (" + s.hosts + ")",
                     ECONNREFUSED, std::strerror(ECONNREFUSED));

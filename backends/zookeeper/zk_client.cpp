@@ -1,14 +1,18 @@
 #include "zk_client.hpp"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <map>
 
 #include "zk_names.hpp"
@@ -114,6 +118,24 @@ void throw_client_error(int rc, const std::string& what) {
     else if (rc == ZBADARGUMENTS || rc == ZINVALIDACL) code = errc::invalid_argument;
     throw_error(code, kBackend, what + ": " + zerror(rc), rc, zerror(rc));
 }
+void throw_op_error(const op& o, const std::string& what) {
+    if (o.rc == kListingTooLarge) throw_error(errc::unavailable, kBackend, what + ": " + o.value);
+    throw_client_error(o.rc, what);
+}
+
+const ACL_vector& acl_of(acl_mode mode) {
+    // "auth" with an empty id: every identity the session authenticated (the C
+    // client's ZOO_CREATOR_ALL_ACL), plus read for anyone.
+    static ACL creator_read[] = {{ZOO_PERM_ALL, {const_cast<char*>("auth"), const_cast<char*>("")}},
+                                 {ZOO_PERM_READ, {const_cast<char*>("world"), const_cast<char*>("anyone")}}};
+    static ACL_vector read_acl{2, creator_read};
+    switch (mode) {
+        case acl_mode::creator: return ZOO_CREATOR_ALL_ACL;
+        case acl_mode::read: return read_acl;
+        case acl_mode::open: break;
+    }
+    return ZOO_OPEN_ACL_UNSAFE;
+}
 
 const op_ptr& wait_op(const op_ptr& o) {
     std::unique_lock lk(o->m);
@@ -121,9 +143,9 @@ const op_ptr& wait_op(const op_ptr& o) {
     return o;
 }
 
-op_ptr zk_create_async(zhandle_t* zh, const std::string& path, const std::string& data, int flags) {
+op_ptr zk_create_async(zhandle_t* zh, const std::string& path, const std::string& data, int flags, acl_mode acl) {
     return submit([&](void* ctx) {
-        return zoo_acreate2(zh, path.c_str(), data.data(), static_cast<int>(data.size()), &ZOO_OPEN_ACL_UNSAFE, flags,
+        return zoo_acreate2(zh, path.c_str(), data.data(), static_cast<int>(data.size()), &acl_of(acl), flags,
                             on_string_stat, ctx);
     });
 }
@@ -141,11 +163,11 @@ op_ptr zk_exists_watch_async(zhandle_t* zh, const std::string& path) {
     return o;
 }
 
-op_ptr zk_create(zhandle_t* zh, const std::string& path, const std::string& data, int flags) {
+op_ptr zk_create(zhandle_t* zh, const std::string& path, const std::string& data, int flags, acl_mode acl) {
     auto o = std::make_shared<op>();
     std::vector<char> made(path.size() + 32);
     o->rc = zoo_create2(zh, path.c_str(), data.empty() ? nullptr : data.data(),
-                        data.empty() ? -1 : static_cast<int>(data.size()), &ZOO_OPEN_ACL_UNSAFE, flags, made.data(),
+                        data.empty() ? -1 : static_cast<int>(data.size()), &acl_of(acl), flags, made.data(),
                         static_cast<int>(made.size()), &o->stat);
     if (o->rc == ZOK) o->value = made.data();
     o->done = true;
@@ -186,17 +208,94 @@ op_ptr zk_set(zhandle_t* zh, const std::string& path, const std::string& data) {
     o->done = true;
     return o;
 }
-op_ptr zk_children(zhandle_t* zh, const std::string& path, bool watch) {
+op_ptr zk_children(zhandle_t* zh, const std::string& path, std::size_t max_children, bool watch) {
     stats().children_reads++;
     auto o = std::make_shared<op>();
     String_vector v{};
     o->rc = zoo_get_children(zh, path.c_str(), watch ? 1 : 0, &v);
-    if (o->rc == ZOK) {
-        for (int i = 0; i < v.count; ++i) o->children.emplace_back(v.data[i]);
-        deallocate_String_vector(&v);
+    if (o->rc != ZOK) {
+        o->done = true;
+        return o;
     }
+    // The caps are checked before anything is copied.
+    const auto count = static_cast<std::size_t>(std::max(v.count, 0));
+    std::size_t bytes = 0;
+    for (std::size_t i = 0; i < count && bytes <= kMaxListingBytes && v.data; ++i) bytes += std::strlen(v.data[i]);
+    if (count > max_children || bytes > kMaxListingBytes) {
+        o->rc = kListingTooLarge;
+        o->value = count > max_children
+                       ? std::to_string(count) + " children, more than distlock reads (max_children=" +
+                             std::to_string(max_children) + ")"
+                       : "the children's names exceed " + std::to_string(kMaxListingBytes >> 20) +
+                             " MiB, more than distlock reads";
+        o->value += "; refused: a client may be flooding the lock path (see the acl= parameter)";
+    } else {
+        o->children.reserve(count);
+        for (std::size_t i = 0; i < count && v.data; ++i) o->children.emplace_back(v.data[i]);
+    }
+    deallocate_String_vector(&v);
     o->done = true;
     return o;
+}
+
+// ---- descriptors: close-on-exec ------------------------------------------------
+namespace {
+
+// The descriptors of this process of `type` (S_IFIFO, S_IFSOCK) that an exec
+// would keep (no FD_CLOEXEC), with their inodes. Empty without /proc.
+std::vector<std::pair<int, ino_t>> inheritable(mode_t type) {
+    std::vector<std::pair<int, ino_t>> out;
+    DIR* d = ::opendir("/proc/self/fd");  // itself close-on-exec
+    if (!d) return out;
+    const int own = ::dirfd(d);
+    while (const dirent* e = ::readdir(d)) {
+        int fd = 0;
+        const char* c = e->d_name;
+        if (*c < '0' || *c > '9') continue;
+        for (; *c >= '0' && *c <= '9' && fd < (1 << 24); ++c) fd = fd * 10 + (*c - '0');
+        if (*c != '\0' || fd == own) continue;
+        const int flags = ::fcntl(fd, F_GETFD);
+        struct stat st {};
+        if (flags < 0 || (flags & FD_CLOEXEC) || ::fstat(fd, &st) != 0 || (st.st_mode & S_IFMT) != type) continue;
+        out.emplace_back(fd, st.st_ino);
+    }
+    ::closedir(d);
+    return out;
+}
+
+void set_cloexec(int fd) {
+    const int flags = ::fcntl(fd, F_GETFD);
+    if (flags >= 0) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+}
+
+}  // namespace
+
+zhandle_t* zk_init(const std::string& hosts, watcher_fn watcher, ms session_timeout, void* context) {
+    // The pipe is made inside zookeeper_init2 on this thread: the inheritable
+    // pipes that appear across the call are its two ends. (One that another
+    // thread makes at the same moment would be marked too.)
+    const auto before = inheritable(S_IFIFO);
+    zhandle_t* zh = zookeeper_init2(hosts.c_str(), watcher, static_cast<int>(session_timeout.count()), nullptr,
+                                    context, 0, log_sink);
+    const int err = errno;
+    if (zh)
+        for (const auto& p : inheritable(S_IFIFO))
+            if (std::find(before.begin(), before.end(), p) == before.end()) set_cloexec(p.first);
+    errno = err;
+    return zh;
+}
+
+void mark_connection_cloexec(zhandle_t* zh) {
+    sockaddr_storage server{};
+    socklen_t server_len = sizeof server;
+    if (!zookeeper_get_connected_host(zh, reinterpret_cast<sockaddr*>(&server), &server_len)) return;
+    for (const auto& [fd, inode] : inheritable(S_IFSOCK)) {
+        sockaddr_storage peer{};
+        socklen_t peer_len = sizeof peer;
+        if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) == 0 && peer_len == server_len &&
+            std::memcmp(&peer, &server, peer_len) == 0)
+            set_cloexec(fd);
+    }
 }
 
 bool all_hosts_refuse(const std::vector<spi::host_port>& hosts) {

@@ -8,6 +8,8 @@
 //  - the process-wide counters behind read_counters() (zk_names.hpp)
 //  - the C client's log, routed to stderr only when the URL asks for it
 //  - all_hosts_refuse(): a TCP probe, so that a dead ensemble fails fast
+//  - the ACLs of the nodes distlock creates, the cap on child lists, and
+//    close-on-exec for the C client's descriptors
 #pragma once
 
 #include <zookeeper/zookeeper.h>
@@ -15,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -46,6 +49,29 @@ void log_sink(const char* message);
 // process's level) to the C client. Throws invalid_argument_error.
 void set_log_level(const std::optional<std::string>& level);
 
+// ---- ACLs of the nodes distlock creates (the URL's acl=) ----------------------
+//   open     world:anyone:cdrwa (ZOO_OPEN_ACL_UNSAFE): anyone who reaches the
+//            ensemble may delete a holder's node or queue before it
+//   read     the creator's identity (the "auth" scheme: every identity the
+//            session authenticated, here the URL's digest) may do anything,
+//            anyone may read (list, getData: inspect and monitors)
+//   creator  the creator's identity only (ZOO_CREATOR_ALL_ACL)
+// read and creator need credentials: the server refuses an "auth" ACL from an
+// unauthenticated session (ZINVALIDACL).
+enum class acl_mode { open, read, creator };
+const ACL_vector& acl_of(acl_mode mode);
+
+// ---- child lists are capped ---------------------------------------------------
+// The C client reads a reply of whatever length the server announces, so a lock
+// path flooded with children (by a client the ACL lets in) is fetched whole
+// once; distlock then copies and sorts none of it past these caps, and fails
+// with unavailable_error instead of processing (or waiting behind) the flood.
+inline constexpr std::size_t kDefaultMaxChildren = 10000;
+inline constexpr std::size_t kMaxChildrenLimit = 1000000;  // the most max_children= accepts
+inline constexpr std::size_t kMaxListingBytes = 4u << 20;  // the children's names together
+// The return code of a listing refused by the caps (not a ZooKeeper code).
+inline constexpr int kListingTooLarge = -1000;
+
 // ---- return codes -----------------------------------------------------------
 bool is_connection_error(int rc);
 bool is_session_gone(int rc);
@@ -67,12 +93,15 @@ struct op {
     std::vector<std::string> children;
 };
 using op_ptr = std::shared_ptr<op>;
+// throw_client_error for a request's result: a listing refused by the caps
+// says what it found (o.value).
+[[noreturn]] void throw_op_error(const op& o, const std::string& what);
 
 const op_ptr& wait_op(const op_ptr& o);
 
 // Asynchronous forms (the server answers a session's requests in order, so a
 // request sent right behind one is pipelined: one round trip for both).
-op_ptr zk_create_async(zhandle_t* zh, const std::string& path, const std::string& data, int flags);
+op_ptr zk_create_async(zhandle_t* zh, const std::string& path, const std::string& data, int flags, acl_mode acl);
 // exists with a watch, not waited for (the keepalive of held nodes).
 op_ptr zk_exists_watch_async(zhandle_t* zh, const std::string& path);
 
@@ -82,16 +111,30 @@ op_ptr zk_exists_watch_async(zhandle_t* zh, const std::string& path);
 // measurable on a busy machine). They always return: on a lost connection with
 // ZCONNECTIONLOSS once the client gives up on it (2/3 of the session timeout
 // without an answer at most).
-op_ptr zk_create(zhandle_t* zh, const std::string& path, const std::string& data, int flags);
+op_ptr zk_create(zhandle_t* zh, const std::string& path, const std::string& data, int flags, acl_mode acl);
 op_ptr zk_delete(zhandle_t* zh, const std::string& path);
 op_ptr zk_exists(zhandle_t* zh, const std::string& path, bool watch);
 op_ptr zk_get(zhandle_t* zh, const std::string& path, bool watch);  // the data is not needed
 // getChildren; with `watch`, a child watch (a ZOO_CHILD_EVENT for `path` when a
-// child is created or deleted: the semaphore's wait).
-op_ptr zk_children(zhandle_t* zh, const std::string& path, bool watch = false);
+// child is created or deleted: the semaphore's wait). More than `max_children`
+// children, or more than kMaxListingBytes of names, is rc kListingTooLarge
+// with no children (and what was found in `value`).
+op_ptr zk_children(zhandle_t* zh, const std::string& path, std::size_t max_children, bool watch = false);
 // getData that keeps the data (in value, up to 256 bytes), and setData (any version).
 op_ptr zk_get_data(zhandle_t* zh, const std::string& path);
 op_ptr zk_set(zhandle_t* zh, const std::string& path, const std::string& data);
+
+// ---- descriptors: close-on-exec ------------------------------------------------
+// The C client (3.8) makes its wake-up pipe (in zookeeper_init) and its socket
+// (for every connection, on its I/O thread) without close-on-exec, so a
+// fork+exec anywhere in the process would hand them to the new program (which
+// could then write into the session). zk_init() marks the pipe it made;
+// mark_connection_cloexec(), called on every ZOO_CONNECTED_STATE, marks the
+// socket: the descriptors of this process connected to the server the handle is
+// connected to (any other ZooKeeper session's to it are marked too). Between a
+// connection's socket() and that event a concurrent exec can still inherit it.
+zhandle_t* zk_init(const std::string& hosts, watcher_fn watcher, ms session_timeout, void* context);
+void mark_connection_cloexec(zhandle_t* zh);
 
 // Fails fast when every host refuses TCP connections (the C client would retry
 // silently forever). Any host that accepts or does not answer at once lets the

@@ -140,8 +140,8 @@ created handle::create_node(const std::shared_ptr<session>& s, const std::string
         // The listing rides in the same round trip: the server answers a
         // session's requests in order, so it already shows our new node.
         c.listed = clock::now();
-        auto o = zk_create_async(s->zh, dir + "/" + prefix, holder_, ZOO_EPHEMERAL_SEQUENTIAL);
-        auto listing = zk_children(s->zh, dir);
+        auto o = zk_create_async(s->zh, dir + "/" + prefix, holder_, ZOO_EPHEMERAL_SEQUENTIAL, zk_.config().acl);
+        auto listing = zk_children(s->zh, dir, zk_.config().max_children);
         wait_op(o);
         if (o->rc == ZOK) {
             c.node = o->value;
@@ -170,7 +170,11 @@ created handle::create_node(const std::shared_ptr<session>& s, const std::string
             c.session_lost = true;
             return c;
         }
-        auto kids = zk_children(s->zh, dir);
+        auto kids = zk_children(s->zh, dir, zk_.config().max_children);
+        if (kids->rc == kListingTooLarge) {
+            zk_.delete_protected_later(*s, dir, pid);
+            throw_op_error(*kids, "cannot look for the lock node of '" + name_ + "' under " + dir);
+        }
         if (kids->rc != ZOK && kids->rc != ZNONODE) continue;  // try again (bounded by `tries`)
         for (const auto& k : kids->children) {
             if (k.rfind(pid, 0) != 0) continue;
@@ -233,7 +237,7 @@ step handle::wait_turn(const std::shared_ptr<session>& s, const std::string& dir
     const std::string mine = last_segment(node);  // "_c_<uuid>-<lock name><10 digits>"
     for (;;) {
         if (!listing) listed = clock::now();
-        auto kids = listing ? wait_op(std::exchange(listing, {})) : zk_children(s->zh, dir);
+        auto kids = listing ? wait_op(std::exchange(listing, {})) : zk_children(s->zh, dir, zk_.config().max_children);
         if (is_connection_error(kids->rc)) {
             if (!zk_.wait_connected(*s, zk_.reconnect_limit(once ? clock::now() : until))) {
                 if (!zk_.session_alive(*s)) return step::again;
@@ -243,7 +247,7 @@ step handle::wait_turn(const std::shared_ptr<session>& s, const std::string& dir
             continue;
         }
         if (kids->rc == ZNONODE || is_session_gone(kids->rc)) return step::again;
-        if (kids->rc != ZOK) throw_client_error(kids->rc, "getChildren " + dir + " failed");
+        if (kids->rc != ZOK) throw_op_error(*kids, "getChildren " + dir + " failed");
         zk_.touch(*s);
         auto& children = kids->children;
         // An election's queue follows LeaderLatch's order, the other queues
@@ -361,7 +365,7 @@ step handle::take_lease(const std::shared_ptr<session>& s, const std::string& le
             zk_.add_waiter(w);
             unwait guard{zk_, w};
             listed = clock::now();
-            auto kids = zk_children(s->zh, leases, true);
+            auto kids = zk_children(s->zh, leases, zk_.config().max_children, true);
             if (is_connection_error(kids->rc)) {
                 if (!zk_.wait_connected(*s, zk_.reconnect_limit(once ? clock::now() : until))) {
                     if (!zk_.session_alive(*s)) return step::again;
@@ -374,7 +378,7 @@ step handle::take_lease(const std::shared_ptr<session>& s, const std::string& le
                 drop();
                 return step::again;
             }
-            if (kids->rc != ZOK) throw_client_error(kids->rc, "getChildren " + leases + " failed");
+            if (kids->rc != ZOK) throw_op_error(*kids, "getChildren " + leases + " failed");
             zk_.touch(*s);
             const auto& children = kids->children;
             if (std::find(children.begin(), children.end(), mine) == children.end()) {
@@ -433,7 +437,7 @@ void handle::release_internal(session& s, const std::string& dir, const std::str
     if (!zk_.session_alive(s)) return;  // the server deleted it with the session
     zk_.delete_node(s, node);
     if (orphan_pid.empty()) return;
-    auto kids = zk_children(s.zh, dir);
+    auto kids = zk_children(s.zh, dir, zk_.config().max_children);
     if (kids->rc != ZOK) {
         if (is_connection_error(kids->rc)) zk_.delete_protected_later(s, dir, orphan_pid);
         return;
@@ -453,7 +457,7 @@ void handle::release() {
     auto o = zk_delete(s->zh, node);
     if (auto pid = std::exchange(orphan_pid_, {}); !pid.empty() && o->rc == ZOK) {
         // The grant began with a lost create reply: sweep any late orphan.
-        auto kids = zk_children(s->zh, node_dir_);
+        auto kids = zk_children(s->zh, node_dir_, zk_.config().max_children);
         for (const auto& k : kids->children)
             if (k.rfind(pid, 0) == 0) zk_.delete_node(*s, node_dir_ + "/" + k);
     }
@@ -526,9 +530,9 @@ void break_lock(session_manager& zk, std::string_view name) {
         // Every primitive of the name: the holders of its mutex or read-write
         // lock, and every lease of its semaphore.
         const auto dir = dir_of(zk.config(), name);
-        auto kids = zk_children(zh, dir);
+        auto kids = zk_children(zh, dir, zk.config().max_children);
         if (kids->rc == ZNONODE) return;
-        if (kids->rc != ZOK) throw_client_error(kids->rc, "break_lock: getChildren " + dir + " failed");
+        if (kids->rc != ZOK) throw_op_error(*kids, "break_lock: getChildren " + dir + " failed");
         sort_children(kids->children);
         std::vector<std::string> doomed;
         for (const auto& k : holders_of(kids->children)) doomed.push_back(dir + "/" + k);
@@ -537,7 +541,8 @@ void break_lock(session_manager& zk, std::string_view name) {
         sort_latch_children(latches);
         if (!latches.empty() && is_latch_node(latches.front())) doomed.push_back(dir + "/" + latches.front());
         const auto leases = dir + "/" + std::string(kSemaphoreLeases);
-        auto lease_kids = zk_children(zh, leases);
+        auto lease_kids = zk_children(zh, leases, zk.config().max_children);
+        if (lease_kids->rc == kListingTooLarge) throw_op_error(*lease_kids, "break_lock: getChildren " + leases);
         if (lease_kids->rc == ZOK)
             for (const auto& k : lease_kids->children) doomed.push_back(leases + "/" + k);
         for (const auto& path : doomed) {
@@ -582,9 +587,9 @@ lock_info inspect(session_manager& zk, std::string_view name, spi::lock_kind kin
         if (tries > 10) throw_error(errc::unavailable, kBackend, "the holder of '" + std::string(name) + "' kept changing");
         lock_info info;
         stats().inspect_requests++;
-        auto kids = zk_children(s->zh, dir);
+        auto kids = zk_children(s->zh, dir, zk.config().max_children);
         if (is_connection_error(kids->rc) && zk.wait_connected(*s, zk.reconnect_limit(clock::now()))) continue;
-        if (kids->rc != ZOK && kids->rc != ZNONODE) throw_client_error(kids->rc, "inspect: getChildren " + dir + " failed");
+        if (kids->rc != ZOK && kids->rc != ZNONODE) throw_op_error(*kids, "inspect: getChildren " + dir + " failed");
         zk.touch(*s);
         std::vector<std::string> queue;
         for (auto& k : kids->children)

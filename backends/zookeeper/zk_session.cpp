@@ -8,7 +8,8 @@
 namespace distlock::backends::zookeeper {
 namespace {
 
-void session_watcher(zhandle_t*, int type, int state, const char* path, void* ctx) {
+void session_watcher(zhandle_t* zh, int type, int state, const char* path, void* ctx) {
+    if (type == ZOO_SESSION_EVENT && state == ZOO_CONNECTED_STATE) mark_connection_cloexec(zh);
     auto* s = static_cast<session*>(ctx);
     if (s && s->owner) s->owner->on_event(*s, type, state, path);
 }
@@ -54,8 +55,7 @@ std::shared_ptr<session> session_manager::open_session() {  // under mu_
     auto s = std::make_shared<session>();
     s->owner = this;
     s->gen = ++next_gen_;
-    s->zh = zookeeper_init2(settings_.hosts.c_str(), session_watcher,
-                            static_cast<int>(settings_.session_timeout.count()), nullptr, s.get(), 0, log_sink);
+    s->zh = zk_init(settings_.hosts, session_watcher, settings_.session_timeout, s.get());
     if (!s->zh) {
         int err = errno;
         throw_error(errc::unavailable, kBackend, "zookeeper_init failed for " + settings_.hosts, err,
@@ -124,7 +124,7 @@ void session_manager::make_parents(session& s, const std::string& dir) {
         std::string sub = dir.substr(0, pos);
         for (int attempt = 0;; ++attempt) {
             int flags = containers_.load() ? ZOO_CONTAINER : ZOO_PERSISTENT;
-            auto o = zk_create(s.zh, sub, "", flags);
+            auto o = zk_create(s.zh, sub, "", flags, settings_.acl);
             if (o->rc == ZOK || o->rc == ZNODEEXISTS) break;
             if (flags == ZOO_CONTAINER && (o->rc == ZUNIMPLEMENTED || o->rc == ZBADARGUMENTS)) {
                 containers_ = false;  // a 3.4 server: persistent parents, as Curator does
@@ -350,7 +350,7 @@ void session_manager::run_cleanups(const std::shared_ptr<session>& s) {
             if (is_connection_error(o->rc)) again.push_back(std::move(c));
             continue;
         }
-        auto kids = zk_children(s->zh, c.dir);
+        auto kids = zk_children(s->zh, c.dir, settings_.max_children);
         if (is_connection_error(kids->rc)) {
             again.push_back(std::move(c));
             continue;
@@ -378,8 +378,9 @@ void with_separate_session(const settings& s, ms session_timeout, const std::str
         std::condition_variable cv;
         int state = 0;
     } pr;
-    auto watcher = [](zhandle_t*, int type, int state, const char*, void* ctx) {
+    auto watcher = [](zhandle_t* zh, int type, int state, const char*, void* ctx) {
         if (type != ZOO_SESSION_EVENT) return;
+        if (state == ZOO_CONNECTED_STATE) mark_connection_cloexec(zh);
         auto* p = static_cast<probe*>(ctx);
         {
             std::lock_guard lk(p->m);
@@ -387,8 +388,7 @@ void with_separate_session(const settings& s, ms session_timeout, const std::str
         }
         p->cv.notify_all();
     };
-    zhandle_t* zh = zookeeper_init2(s.hosts.c_str(), watcher, static_cast<int>(session_timeout.count()), nullptr, &pr,
-                                    0, log_sink);
+    zhandle_t* zh = zk_init(s.hosts, watcher, session_timeout, &pr);
     if (!zh) throw_error(errc::unavailable, kBackend, "zookeeper_init failed for " + what);
     if (!s.digest.empty())
         zoo_add_auth(zh, "digest", s.digest.data(), static_cast<int>(s.digest.size()),

@@ -64,6 +64,68 @@ public:
     int create_private(const std::string& path) {
         return zoo_create(zh_, path.c_str(), nullptr, -1, &ZOO_CREATOR_ALL_ACL, ZOO_PERSISTENT, nullptr, 0);
     }
+    // An EPHEMERAL node of this session (open ACL); the server's return code.
+    int create_ephemeral(const std::string& path, const std::string& data = {}) {
+        return zoo_create(zh_, path.c_str(), data.empty() ? nullptr : data.data(),
+                          data.empty() ? -1 : static_cast<int>(data.size()), &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL,
+                          nullptr, 0);
+    }
+    // The return codes of getChildren and getData (what an ACL lets through).
+    int list(const std::string& path) {
+        String_vector v{};
+        int rc = zoo_get_children(zh_, path.c_str(), 0, &v);
+        if (rc == ZOK) deallocate_String_vector(&v);
+        return rc;
+    }
+    int read(const std::string& path) {
+        char buf[16];
+        int len = static_cast<int>(sizeof buf);
+        return zoo_get(zh_, path.c_str(), 0, buf, &len, nullptr);
+    }
+    int write(const std::string& path, const std::string& data) {
+        return zoo_set(zh_, path.c_str(), data.data(), static_cast<int>(data.size()), -1);
+    }
+    // The node's ACL, one "scheme:id:perms" (perms as a number) per entry; empty
+    // when it cannot be read.
+    std::vector<std::string> acl(const std::string& path) {
+        ACL_vector v{};
+        Stat st{};
+        std::vector<std::string> out;
+        if (zoo_get_acl(zh_, path.c_str(), &v, &st) != ZOK) return out;
+        for (int i = 0; i < v.count; ++i)
+            out.push_back(std::string(v.data[i].id.scheme) + ":" + v.data[i].id.id + ":" +
+                          std::to_string(v.data[i].perms));
+        deallocate_ACL_vector(&v);
+        return out;
+    }
+    // `n` EPHEMERAL_SEQUENTIAL nodes `prefix`<seq> (open ACL) sent pipelined, as
+    // a hostile client floods a directory; returns how many the server made.
+    // They go with this session.
+    int flood(const std::string& prefix, int n, const std::string& data = {}) {
+        struct tally {
+            std::mutex m;
+            std::condition_variable cv;
+            int done = 0, made = 0;
+        } t;
+        int sent = 0;
+        for (int i = 0; i < n; ++i) {
+            int rc = zoo_acreate(
+                zh_, prefix.c_str(), data.empty() ? nullptr : data.data(),
+                data.empty() ? -1 : static_cast<int>(data.size()), &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL,
+                [](int rc, const char*, const void* ctx) {
+                    auto* t = static_cast<tally*>(const_cast<void*>(ctx));
+                    std::lock_guard lk(t->m);
+                    ++t->done;
+                    if (rc == ZOK) ++t->made;
+                    t->cv.notify_all();
+                },
+                &t);
+            if (rc == ZOK) ++sent;
+        }
+        std::unique_lock lk(t.m);
+        t.cv.wait(lk, [&] { return t.done == sent; });
+        return t.made;
+    }
 
 private:
     static void watcher(zhandle_t*, int type, int state, const char*, void* ctx) {

@@ -1,0 +1,462 @@
+// Who may touch what zk:// leaves on the server (issue 23), against the
+// standalone server (DISTLOCK_TEST_ZK_URL):
+//  - with digest credentials every node distlock makes (lock paths, lock, read,
+//    write, lease and latch nodes, the semaphore's directories, the base path
+//    and its parents) is its creator's (acl=creator, the default): an anonymous
+//    session and a session of another digest user get NOAUTH deleting a
+//    holder's node or creating a node beside it; acl=read lets anyone read;
+//    acl=open is the open ACL of before; clients of one identity share a lock;
+//  - a lock path flooded with children is refused with a typed error, at once;
+//  - the C client's socket and pipe are close-on-exec, and it never sends
+//    without MSG_NOSIGNAL.
+// Server-side state is read and tampered with through the C client directly.
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+#include <zookeeper/zookeeper.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include "distlock/distlock.hpp"
+#include "distlock/spi/backend.hpp"
+#include "support.hpp"
+#include "zk_names.hpp"
+#include "zk_raw.hpp"
+#include "zk_support.hpp"
+
+using namespace std::chrono_literals;
+using clk = std::chrono::steady_clock;
+using distlock::test::eventually;
+using distlock::test::unique_name;
+namespace zkb = distlock::backends::zookeeper;
+
+// ---- every send() of the process, for the MSG_NOSIGNAL check -----------------
+// Defined in the executable, this send() is the one the ZooKeeper C client's
+// calls resolve to (the executable comes first in the lookup scope); it forwards
+// to sendto(), a different symbol, and counts sends without MSG_NOSIGNAL.
+namespace {
+std::atomic<long> g_sends{0}, g_sends_without_nosignal{0};
+}
+extern "C" ssize_t send(int fd, const void* buf, size_t len, int flags) {
+    g_sends++;
+    if (!(flags & MSG_NOSIGNAL)) g_sends_without_nosignal++;
+    return ::sendto(fd, buf, len, flags, nullptr, 0);
+}
+
+namespace {
+
+constexpr const char* kOwner = "dl-owner:owner-pw";
+constexpr const char* kIntruder = "dl-intruder:intruder-pw";
+
+std::string url() { return distlock::test::env("DISTLOCK_TEST_ZK_URL"); }
+std::string hosts() { return zk_test::hosts_of(url()); }
+std::string base() { return zk_test::base_of(url()); }
+std::string url_with(const std::string& extra) {
+    auto u = url();
+    return u + (u.find('?') == std::string::npos ? "?" : "&") + extra;
+}
+// zk://<credentials>@<hosts><base>?session_timeout=2s[&params]
+std::string url_as(const std::string& credentials, const std::string& base_path, const std::string& params = {}) {
+    return "zk://" + credentials + "@" + hosts() + base_path + "?session_timeout=2s" +
+           (params.empty() ? "" : "&" + params);
+}
+std::string dir_of(const std::string& name, const std::string& base_path = base()) {
+    return base_path + "/" + zkb::encode_segment(name);
+}
+
+// The ACL distlock gives a node with credentials: all permissions for the
+// digest identity of `kOwner`, nobody else.
+bool owner_only(const std::vector<std::string>& acl) {
+    return acl.size() == 1 && acl[0].rfind("digest:dl-owner:", 0) == 0 && acl[0].size() > 3 &&
+           acl[0].substr(acl[0].size() - 3) == ":31";
+}
+
+// Sessions that are not the owner: anonymous, and another digest user.
+struct strangers {
+    zk_test::raw_zk anonymous{hosts()};
+    zk_test::raw_zk intruder{hosts()};
+    strangers() { intruder.add_digest(kIntruder); }
+
+    // Neither can delete `node`, nor create a child of `dir` (one that would sort
+    // first in every recipe's queue, as a hostile client would make it).
+    void check_locked_out(const std::string& dir, const std::string& node, const std::string& first_name) {
+        for (auto* s : {&anonymous, &intruder}) {
+            INFO((s == &anonymous ? "anonymous" : "another digest user") << ", node " << node);
+            CHECK(s->remove(node) == ZNOAUTH);
+            CHECK(s->create_ephemeral(dir + "/" + first_name) == ZNOAUTH);
+            CHECK(s->create_persistent(dir + "/" + first_name) == ZNOAUTH);
+        }
+    }
+};
+
+// The only child of `dir`, as the owner sees it.
+std::string only_child(zk_test::raw_zk& owner, const std::string& dir) {
+    auto kids = owner.children(dir);
+    REQUIRE(kids.size() == 1);
+    return dir + "/" + kids[0];
+}
+
+}  // namespace
+
+TEST_CASE("with credentials, a mutex's lock path and node are the creator's: others get NOAUTH deleting or creating",
+          "[zookeeper][acl]") {
+    auto p = distlock::connect(url_as(kOwner, base()));
+    const auto name = unique_name("acl-mutex");
+    const auto dir = dir_of(name);
+    auto m = p.mutex(name);
+    REQUIRE(m.try_lock());
+    zk_test::raw_zk owner(hosts());
+    owner.add_digest(kOwner);
+    const auto node = only_child(owner, dir);
+    CHECK(owner_only(owner.acl(dir)));
+    CHECK(owner_only(owner.acl(node)));
+    strangers others;
+    others.check_locked_out(dir, node, "x-lock-0000000000");
+    CHECK(others.anonymous.list(dir) == ZNOAUTH);  // not even read
+    CHECK(others.intruder.read(node) == ZNOAUTH);
+    CHECK(m.held());
+    // A session of the same identity may (distlock's own break_lock does).
+    CHECK(owner.create_ephemeral(dir + "/probe") == ZOK);
+    CHECK(owner.remove(dir + "/probe") == ZOK);
+    m.unlock();
+}
+
+TEST_CASE("with credentials, read-write lock, semaphore and election nodes are the creator's too",
+          "[zookeeper][acl]") {
+    auto p = distlock::connect(url_as(kOwner, base()));
+    zk_test::raw_zk owner(hosts());
+    owner.add_digest(kOwner);
+    strangers others;
+    SECTION("read-write lock: the writer's node, then a reader's") {
+        const auto name = unique_name("acl-rw");
+        const auto dir = dir_of(name);
+        auto rw = p.shared_mutex(name);
+        REQUIRE(rw.try_lock());
+        auto node = only_child(owner, dir);
+        CHECK(owner_only(owner.acl(node)));
+        others.check_locked_out(dir, node, "x-__WRIT__0000000000");
+        rw.unlock();
+        REQUIRE(rw.try_lock_shared());
+        node = only_child(owner, dir);
+        others.check_locked_out(dir, node, "x-__WRIT__0000000000");
+        CHECK(owner_only(owner.acl(dir)));
+        rw.unlock_shared();
+    }
+    SECTION("semaphore: the lease, the leases and locks directories, the stored size") {
+        const auto name = unique_name("acl-sem");
+        const auto dir = dir_of(name);
+        auto sem = p.semaphore(name, 2);
+        REQUIRE(sem.try_acquire());
+        const auto leases = dir + "/" + std::string(zkb::kSemaphoreLeases);
+        const auto locks = dir + "/" + std::string(zkb::kSemaphoreLocks);
+        const auto lease = only_child(owner, leases);
+        for (const auto& path : {dir, leases, locks, lease}) {
+            INFO(path);
+            CHECK(owner_only(owner.acl(path)));
+        }
+        others.check_locked_out(leases, lease, "x-lease-0000000000");
+        for (auto* s : {&others.anonymous, &others.intruder}) {
+            CHECK(s->create_ephemeral(locks + "/x-lock-0000000000") == ZNOAUTH);  // the internal mutex
+            CHECK(s->write(leases, zkb::permits_data(99)) == ZNOAUTH);           // the stored size
+        }
+        sem.release();
+    }
+    SECTION("election: the leader's latch node") {
+        const auto name = unique_name("acl-elect");
+        const auto dir = dir_of(name);
+        auto e = p.election(name);
+        REQUIRE(e.campaign(2s));
+        const auto node = only_child(owner, dir);
+        CHECK(owner_only(owner.acl(node)));
+        others.check_locked_out(dir, node, "x-latch-0000000000");
+        e.resign();
+    }
+}
+
+TEST_CASE("the base path and parents distlock makes with credentials are the creator's too", "[zookeeper][acl]") {
+    const auto root = "/distlock-acl-" + distlock::spi::random_token().substr(0, 8);
+    const auto base_path = root + "/nested";
+    zk_test::raw_zk owner(hosts());
+    owner.add_digest(kOwner);
+    {
+        auto p = distlock::connect(url_as(kOwner, base_path));
+        auto m = p.mutex("x");
+        REQUIRE(m.try_lock());
+        m.unlock();
+    }
+    const auto dir = base_path + "/x";
+    for (const auto& path : {root, base_path, dir}) {
+        INFO(path);
+        CHECK(owner_only(owner.acl(path)));
+    }
+    strangers others;
+    for (auto* s : {&others.anonymous, &others.intruder}) {
+        CHECK(s->create_persistent(base_path + "/squatter") == ZNOAUTH);  // no lock path made first by another
+        CHECK(s->create_persistent(root + "/squatter") == ZNOAUTH);
+        CHECK(s->remove(dir) == ZNOAUTH);  // an empty lock path (a container)
+    }
+    // An anonymous distlock client cannot use (nor squat) this base path.
+    auto anonymous = distlock::connect("zk://" + hosts() + base_path + "?session_timeout=2s");
+    CHECK_THROWS_AS(anonymous.mutex("y").try_lock(), distlock::access_denied_error);
+    owner.remove(dir);
+    owner.remove(base_path);
+    CHECK(owner.remove(root) == ZOK);
+}
+
+TEST_CASE("acl=read: anyone may read (inspect, monitors), only the creator may write", "[zookeeper][acl]") {
+    auto p = distlock::connect(url_as(kOwner, base(), "acl=read&holder=acl-read-holder"));
+    const auto name = unique_name("acl-read");
+    const auto dir = dir_of(name);
+    auto m = p.mutex(name);
+    REQUIRE(m.try_lock());
+    zk_test::raw_zk owner(hosts());
+    owner.add_digest(kOwner);
+    const auto node = only_child(owner, dir);
+    for (const auto& path : {dir, node}) {
+        auto acl = owner.acl(path);
+        INFO(path);
+        REQUIRE(acl.size() == 2);
+        CHECK(std::count(acl.begin(), acl.end(), "world:anyone:1") == 1);
+        CHECK(owner_only({acl[0] == "world:anyone:1" ? acl[1] : acl[0]}));
+    }
+    strangers others;
+    CHECK(others.anonymous.list(dir) == ZOK);
+    CHECK(others.anonymous.read(node) == ZOK);
+    others.check_locked_out(dir, node, "x-lock-0000000000");
+    // An anonymous distlock provider sees the holder.
+    auto monitor = distlock::connect(url());
+    auto info = monitor.inspect(name);
+    CHECK(info.held == true);
+    CHECK(info.holder == "acl-read-holder");
+    CHECK(info.token == m.token());
+    m.unlock();
+}
+
+TEST_CASE("acl=open is the open ACL of before, with credentials too; without credentials it is the default",
+          "[zookeeper][acl]") {
+    zk_test::raw_zk raw(hosts());
+    SECTION("acl=open with credentials: anyone may delete the holder's node") {
+        auto p = distlock::connect(url_as(kOwner, base(), "acl=open"));
+        const auto name = unique_name("acl-open");
+        auto m = p.mutex(name);
+        REQUIRE(m.try_lock());
+        const auto node = only_child(raw, dir_of(name));
+        CHECK(raw.acl(dir_of(name)) == std::vector<std::string>{"world:anyone:31"});
+        CHECK(raw.acl(node) == std::vector<std::string>{"world:anyone:31"});
+        CHECK(raw.remove(node) == ZOK);
+        CHECK(eventually([&] { return !m.held(); }, 5s));
+        m.unlock();
+    }
+    SECTION("no credentials: the open ACL") {
+        auto p = distlock::connect(url());
+        const auto name = unique_name("acl-none");
+        auto m = p.mutex(name);
+        REQUIRE(m.try_lock());
+        CHECK(raw.acl(only_child(raw, dir_of(name))) == std::vector<std::string>{"world:anyone:31"});
+        m.unlock();
+        CHECK_NOTHROW(distlock::connect(url_with("acl=open")));
+    }
+}
+
+TEST_CASE("acl=creator or acl=read without credentials, and an unknown acl=, are refused", "[zookeeper][acl][input]") {
+    for (const char* param : {"acl=creator", "acl=read"}) {
+        INFO(param);
+        try {
+            (void)distlock::connect(url_with(param));
+            FAIL("accepted");
+        } catch (const distlock::invalid_argument_error& e) {
+            CHECK(std::string(e.what()).find("credentials") != std::string::npos);
+        }
+    }
+    CHECK_THROWS_AS(distlock::connect(url_with("acl=everyone")), distlock::invalid_argument_error);
+    CHECK_THROWS_AS(distlock::connect(url_as(kOwner, base(), "acl=")), distlock::invalid_argument_error);
+    try {
+        (void)distlock::connect(url_as(kOwner, base(), "acl=bogus"));
+        FAIL("accepted");
+    } catch (const distlock::invalid_argument_error& e) {
+        CHECK(std::string(e.what()).find("owner-pw") == std::string::npos);
+        CHECK(std::string(e.what()).find("creator, read or open") != std::string::npos);
+    }
+}
+
+TEST_CASE("clients of one identity share a lock; another identity or an anonymous client is access_denied",
+          "[zookeeper][acl]") {
+    const auto name = unique_name("acl-share");
+    auto a = distlock::connect(url_as(kOwner, base()));
+    auto b = distlock::connect(url_as(kOwner, base()));
+    auto ma = a.mutex(name);
+    auto mb = b.mutex(name);
+    REQUIRE(ma.try_lock());
+    CHECK_FALSE(mb.try_lock());
+    std::atomic<bool> got{false};
+    std::thread waiter([&] {
+        mb.lock();
+        got = true;
+    });
+    std::this_thread::sleep_for(200ms);
+    CHECK_FALSE(got.load());
+    const auto first = ma.token();
+    ma.unlock();
+    CHECK(eventually([&] { return got.load(); }, 10s));
+    waiter.join();
+    CHECK(mb.token() > first);
+    // b holds: a client of another identity cannot even queue.
+    auto c = distlock::connect(url_as(kIntruder, base()));
+    CHECK_THROWS_AS(c.mutex(name).try_lock(), distlock::access_denied_error);
+    CHECK_THROWS_AS(c.mutex(name).try_lock_for(300ms), distlock::access_denied_error);
+    auto anonymous = distlock::connect(url());
+    CHECK_THROWS_AS(anonymous.mutex(name).try_lock(), distlock::access_denied_error);
+    CHECK_THROWS_AS(anonymous.inspect(name), distlock::access_denied_error);
+    CHECK(mb.held());
+    mb.unlock();
+}
+
+// ---- child lists are capped -------------------------------------------------------
+
+TEST_CASE("a lock path flooded past max_children (10000 by default) is refused at once, leaving no node of ours",
+          "[zookeeper][cap]") {
+    auto p = distlock::connect(url());
+    const auto name = unique_name("flood");
+    const auto dir = dir_of(name);
+    zk_test::raw_zk keeper(hosts());
+    REQUIRE(keeper.create_persistent(dir) == ZOK);
+    {
+        // A hostile client's nodes, sorted before any later one.
+        zk_test::raw_zk flooder(hosts());
+        REQUIRE(flooder.flood(dir + "/_c_00000000-0000-4000-8000-000000000000-lock-", 10050) == 10050);
+        auto m = p.mutex(name);
+        auto t0 = clk::now();
+        try {
+            (void)m.try_lock();
+            FAIL("a flooded lock path was accepted");
+        } catch (const distlock::unavailable_error& e) {
+            CHECK(std::string(e.what()).find("max_children") != std::string::npos);
+        }
+        CHECK_THROWS_AS(m.try_lock_for(1s), distlock::unavailable_error);
+        CHECK_THROWS_AS(p.inspect(name), distlock::unavailable_error);
+        CHECK(clk::now() - t0 < 3s);
+        CHECK(keeper.children(dir).size() == 10050);  // none of ours left behind
+        // A higher cap lets a client through (it then waits as usual).
+        auto roomy = distlock::connect(url_with("max_children=20000"));
+        CHECK_FALSE(roomy.mutex(name).try_lock());
+        CHECK(roomy.inspect(name).waiters == 10049u);
+    }
+    // The flooder's session is gone, and its nodes with it.
+    CHECK(p.mutex(name).try_lock());
+    keeper.remove(dir);
+}
+
+TEST_CASE("a semaphore whose leases are flooded is refused, its internal mutex given back; max_children= is checked",
+          "[zookeeper][cap]") {
+    auto p = distlock::connect(url_with("max_children=100"));
+    const auto name = unique_name("flood-sem");
+    const auto dir = dir_of(name);
+    const auto leases = dir + "/" + std::string(zkb::kSemaphoreLeases);
+    const auto locks = dir + "/" + std::string(zkb::kSemaphoreLocks);
+    auto sem = p.semaphore(name, 2);
+    REQUIRE(sem.try_acquire());  // makes the directories
+    sem.release();
+    zk_test::raw_zk flooder(hosts());
+    REQUIRE(flooder.flood(leases + "/_c_00000000-0000-4000-8000-000000000000-lease-", 150) == 150);
+    CHECK_THROWS_AS(sem.try_acquire(), distlock::unavailable_error);
+    CHECK(flooder.children(leases).size() == 150);
+    CHECK(flooder.children(locks).empty());
+    for (const char* bad : {"max_children=0", "max_children=-1", "max_children=lots", "max_children=2000000"}) {
+        INFO(bad);
+        CHECK_THROWS_AS(distlock::connect(url_with(bad)), distlock::invalid_argument_error);
+    }
+}
+
+TEST_CASE("a lock path whose children's names add up past 4 MiB is refused", "[zookeeper][cap]") {
+    auto p = distlock::connect(url());
+    const auto name = unique_name("flood-bytes");
+    const auto dir = dir_of(name);
+    zk_test::raw_zk keeper(hosts());
+    REQUIRE(keeper.create_persistent(dir) == ZOK);
+    {
+        zk_test::raw_zk flooder(hosts());
+        // Eight names of 600 kB each (a request stays under the server's 1 MB jute.maxbuffer).
+        const std::string long_name(600 * 1024, 'a');
+        REQUIRE(flooder.flood(dir + "/" + long_name + "-lock-", 8) == 8);
+        CHECK_THROWS_AS(p.mutex(name).try_lock(), distlock::unavailable_error);
+        CHECK(keeper.children(dir).size() == 8);
+    }
+    keeper.remove(dir);
+}
+
+TEST_CASE("getData replies are bounded: a holder node with 900 kB of data shows no holder, with why",
+          "[zookeeper][cap]") {
+    auto p = distlock::connect(url());
+    const auto name = unique_name("big-data");
+    const auto dir = dir_of(name);
+    zk_test::raw_zk keeper(hosts());
+    REQUIRE(keeper.create_persistent(dir) == ZOK);
+    {
+        zk_test::raw_zk holder(hosts());
+        REQUIRE(holder.create_sequential(dir + "/_c_00000000-0000-4000-8000-000000000000-lock-",
+                                         std::string(900 * 1024, 'x')) != "");
+        auto info = p.inspect(name);
+        CHECK(info.held == true);
+        CHECK_FALSE(info.holder.has_value());
+        CHECK(info.unknown.count("holder") == 1);
+        CHECK_FALSE(p.mutex(name).try_lock());
+    }
+    keeper.remove(dir);
+}
+
+// ---- the C client's descriptors and sends -------------------------------------------
+
+namespace {
+
+// Open descriptors of this process: fd -> (device, inode).
+std::map<int, std::pair<dev_t, ino_t>> open_fds() {
+    std::map<int, std::pair<dev_t, ino_t>> out;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+        int fd = std::stoi(e.path().filename().string());
+        struct stat st{};
+        if (::fstat(fd, &st) == 0) out[fd] = {st.st_dev, st.st_ino};
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("the C client's socket and wake-up pipe are close-on-exec", "[zookeeper][fd]") {
+    const auto before = open_fds();
+    auto p = distlock::connect(url());
+    auto m = p.mutex(unique_name("cloexec"));
+    REQUIRE(m.try_lock());
+    int socks = 0, checked = 0;
+    for (const auto& [fd, id] : open_fds()) {
+        auto it = before.find(fd);
+        if (it != before.end() && it->second == id) continue;
+        struct stat st{};
+        if (::fstat(fd, &st) != 0) continue;  // the directory iterator's own
+        if (S_ISSOCK(st.st_mode)) ++socks;
+        if (!S_ISSOCK(st.st_mode) && !S_ISFIFO(st.st_mode)) continue;
+        ++checked;
+        INFO("fd " << fd << (S_ISSOCK(st.st_mode) ? " (socket)" : " (pipe)"));
+        CHECK((::fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0);
+    }
+    CHECK(socks >= 1);
+    CHECK(checked >= 3);  // the session's socket and the two ends of its pipe
+    m.unlock();
+}
+
+TEST_CASE("the C client sends with MSG_NOSIGNAL: a peer that went away cannot raise SIGPIPE", "[zookeeper][fd]") {
+    const auto sends = g_sends.load();
+    const auto bare = g_sends_without_nosignal.load();
+    auto p = distlock::connect(url());
+    auto m = p.mutex(unique_name("nosignal"));
+    REQUIRE(m.try_lock());
+    m.unlock();
+    CHECK(g_sends.load() > sends + 3);  // the interposed send() saw the client's sends
+    CHECK(g_sends_without_nosignal.load() == bare);
+}
