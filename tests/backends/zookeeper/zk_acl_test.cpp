@@ -318,6 +318,17 @@ TEST_CASE("clients of one identity share a lock; another identity or an anonymou
     mb.unlock();
 }
 
+TEST_CASE("under an open base path, a lock path another identity made first is access_denied to the owner, never shared",
+          "[zookeeper][acl]") {
+    const auto name = unique_name("acl-squat");
+    auto squatter = distlock::connect(url_as(kIntruder, base())).mutex(name);
+    REQUIRE(squatter.try_lock());  // its lock path is creator-only: the squatter's
+    auto owner = distlock::connect(url_as(kOwner, base())).mutex(name);
+    CHECK_THROWS_AS(owner.try_lock(), distlock::access_denied_error);
+    CHECK_THROWS_AS(owner.try_lock_for(200ms), distlock::access_denied_error);
+    squatter.unlock();
+}
+
 // ---- child lists are capped -------------------------------------------------------
 
 TEST_CASE("a lock path flooded past max_children (10000 by default) is refused at once, leaving no node of ours",

@@ -1,7 +1,10 @@
 // Apache Curator's InterProcessMutex driven line by line from stdin, for the
 // distlock interop tests and benchmarks (Debian's libcurator-recipes-java).
 //
-//   java CuratorLock <connect string> <lock path> [session timeout ms]
+//   java CuratorLock <connect string> <lock path> [session timeout ms] [user:password]
+// With user:password the client authenticates with digest and creates every node
+// with ZooDefs.Ids.CREATOR_ALL_ACL (its ACLProvider), as zk:// does by default
+// with credentials (acl=creator).
 // Commands (one per line) and answers:
 //   lock            -> "locked <czxid of our lock node>"          (waits without bound)
 //   try <ms>        -> "locked <czxid>" | "timeout"
@@ -48,11 +51,14 @@ import java.util.concurrent.TimeUnit;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.api.ACLProvider;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
 import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.curator.retry.ExponentialBackoffRetry;
+import org.apache.zookeeper.ZooDefs;
+import org.apache.zookeeper.data.ACL;
 import org.apache.zookeeper.data.Stat;
 
 public class CuratorLock {
@@ -96,8 +102,16 @@ public class CuratorLock {
             System.exit(2);
         }
         int sessionMs = args.length > 2 ? Integer.parseInt(args[2]) : 2000;
-        CuratorFramework client = CuratorFrameworkFactory.newClient(args[0], sessionMs, 10000,
-                new ExponentialBackoffRetry(100, 3));
+        CuratorFrameworkFactory.Builder builder = CuratorFrameworkFactory.builder().connectString(args[0])
+                .sessionTimeoutMs(sessionMs).connectionTimeoutMs(10000).retryPolicy(new ExponentialBackoffRetry(100, 3));
+        if (args.length > 3) {
+            builder.authorization("digest", args[3].getBytes(java.nio.charset.StandardCharsets.UTF_8))
+                    .aclProvider(new ACLProvider() {
+                        @Override public java.util.List<ACL> getDefaultAcl() { return ZooDefs.Ids.CREATOR_ALL_ACL; }
+                        @Override public java.util.List<ACL> getAclForPath(String path) { return ZooDefs.Ids.CREATOR_ALL_ACL; }
+                    });
+        }
+        CuratorFramework client = builder.build();
         client.start();
         if (!client.blockUntilConnected(15, TimeUnit.SECONDS)) {
             System.out.println("error");

@@ -64,13 +64,23 @@ private:
     distlock::test::child_process proc_;
 };
 
-std::unique_ptr<peer> curator(const std::string& name) {
+// CuratorLock on the lock path `path`; with `credentials` ("user:password"),
+// authenticated with digest and creating every node with CREATOR_ALL_ACL.
+std::unique_ptr<peer> curator_at(const std::string& path, const std::string& credentials = {}) {
     std::ifstream f(CURATOR_CLASSPATH_FILE);
     std::string cp;
     std::getline(f, cp);
     REQUIRE_FALSE(cp.empty());
-    return std::make_unique<peer>(
-        std::vector<std::string>{"java", "-Xmx128m", "-cp", cp, "CuratorLock", zk_test::hosts_of(url()), lock_path(name)});
+    std::vector<std::string> argv{"java", "-Xmx128m", "-cp", cp, "CuratorLock", zk_test::hosts_of(url()), path};
+    if (!credentials.empty()) {
+        argv.push_back("2000");
+        argv.push_back(credentials);
+    }
+    return std::make_unique<peer>(argv);
+}
+// CuratorLock on the lock path of `name` under the test URL's base path.
+std::unique_ptr<peer> curator(const std::string& name, const std::string& credentials = {}) {
+    return curator_at(lock_path(name), credentials);
 }
 
 std::unique_ptr<peer> kazoo(const std::string& name, bool curator_patterns) {
@@ -661,4 +671,91 @@ TEST_CASE("distlock leads: Curator's LeaderLatch does not lead and names distloc
     CHECK(java->ask("close") == "closed");
     CHECK(e.campaign(10s));
     e.resign();
+}
+
+// ---- ACLs: one identity shares a lock with Curator ---------------------------------
+
+namespace {
+
+constexpr const char* kOwner = "dl-owner:owner-pw";
+std::string url_as(const std::string& credentials, const std::string& base = zk_test::base_of(url())) {
+    return "zk://" + credentials + "@" + zk_test::hosts_of(url()) + base + "?session_timeout=2s";
+}
+bool owner_only(const std::vector<std::string>& acl) {
+    return acl.size() == 1 && acl[0].rfind("digest:dl-owner:", 0) == 0 && acl[0].size() > 3 &&
+           acl[0].substr(acl[0].size() - 3) == ":31";
+}
+
+}  // namespace
+
+TEST_CASE("with the same digest credentials and creator ACLs, Curator and distlock share one lock both ways",
+          "[interop][curator][acl]") {
+    zk_test::raw_zk owner(zk_test::hosts_of(url()));
+    owner.add_digest(kOwner);
+    auto p = distlock::connect(url_as(kOwner));
+    SECTION("distlock makes the lock path") {
+        const auto name = unique_name("acl-dl-first");
+        auto m = p.mutex(name);
+        REQUIRE(m.try_lock());
+        CHECK(owner_only(owner.acl(lock_path(name))));
+        auto java = curator(name, kOwner);
+        CHECK(java->ask("try 300") == "timeout");  // Curator queued in distlock's lock path, and left
+        m.unlock();
+        auto got = java->ask("try 5000");
+        REQUIRE(got.rfind("locked ", 0) == 0);
+        CHECK(peer::token_of(got) > m.token());
+        auto kids = owner.children(lock_path(name));
+        REQUIRE(kids.size() == 1);
+        CHECK(owner_only(owner.acl(lock_path(name) + "/" + kids[0])));  // Curator's own node: creator-only too
+        CHECK_FALSE(m.try_lock());
+        CHECK(java->ask("unlock") == "unlocked");
+        CHECK(m.try_lock_for(5s));
+        m.unlock();
+    }
+    SECTION("Curator makes the lock path") {
+        const auto name = unique_name("acl-cur-first");
+        auto java = curator(name, kOwner);
+        auto locked = java->ask("lock");
+        REQUIRE(locked.rfind("locked ", 0) == 0);
+        CHECK(owner_only(owner.acl(lock_path(name))));
+        auto m = p.mutex(name);
+        CHECK_FALSE(m.try_lock());  // distlock may queue in Curator's path (same identity)
+        std::atomic<bool> got{false};
+        std::thread waiter([&] {
+            m.lock();
+            got = true;
+        });
+        std::this_thread::sleep_for(300ms);
+        CHECK_FALSE(got.load());
+        CHECK(java->ask("unlock") == "unlocked");
+        CHECK(eventually([&] { return got.load(); }, 10s));
+        waiter.join();
+        CHECK(m.token() > peer::token_of(locked));
+        m.unlock();
+    }
+}
+
+TEST_CASE("a Curator client of another identity, or without credentials, can neither take nor block a creator-only lock",
+          "[interop][curator][acl]") {
+    // Under a base path of the owner's (under an open one, another identity
+    // could make a free lock's path first: see docs/backends/zookeeper.md).
+    zk_test::raw_zk owner(zk_test::hosts_of(url()));
+    owner.add_digest(kOwner);
+    const auto base = "/distlock-acl-" + distlock::spi::random_token().substr(0, 8);
+    REQUIRE(owner.create_private(base) == ZOK);
+    const auto name = unique_name("acl-cur-intruder");
+    const auto path = base + "/" + name;
+    auto p = distlock::connect(url_as(kOwner, base));
+    auto m = p.mutex(name);
+    REQUIRE(m.try_lock());
+    auto intruder = curator_at(path, "dl-intruder:intruder-pw");
+    CHECK(intruder->ask("try 300") == "error");  // NoAuth: it cannot queue
+    auto anonymous = curator_at(path);
+    CHECK(anonymous->ask("try 300") == "error");
+    m.unlock();
+    CHECK(intruder->ask("try 300") == "error");  // free, but still not theirs
+    CHECK(m.try_lock());                         // nothing of theirs is in the way
+    m.unlock();
+    owner.remove(path);
+    CHECK(owner.remove(base) == ZOK);
 }
