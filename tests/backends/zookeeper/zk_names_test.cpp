@@ -1,6 +1,7 @@
 // Offline tests of the zk:// layout: lock names as path segments, Curator's node
 // names and ordering.
 #include <catch2/catch.hpp>
+#include <clocale>
 #include <set>
 
 #include "zk_names.hpp"
@@ -33,6 +34,41 @@ TEST_CASE("distinct names map to distinct segments", "[zookeeper][names]") {
     const std::vector<std::string> names = {"a/b", "a%2Fb", "a%252Fb", ".", "%2E", "..", std::string("\0", 1), "%00",
                                             "a b", "a%20b"};
     for (const auto& n : names) CHECK(seen.insert(encode_segment(n)).second);
+}
+
+TEST_CASE("the encoding is byte-exact whatever the locale: each byte by its value alone, no hashing, injective",
+          "[zookeeper][names]") {
+    // No <cctype> predicate is involved (a UTF-8 or Latin-1 locale would make
+    // bytes >= 0x80 "alphanumeric" to isalnum): the same bytes come out in C
+    // and in the environment's locale.
+    auto encode_all = [] {
+        std::vector<std::string> out;
+        for (int a = 0; a < 256; ++a)
+            for (int b = 0; b < 256; ++b) out.push_back(encode_segment(std::string{char(a), char(b)}));
+        return out;
+    };
+    const auto in_c = encode_all();
+    const std::string previous = std::setlocale(LC_ALL, nullptr);
+    std::setlocale(LC_ALL, "");
+    const auto in_env = encode_all();
+    std::setlocale(LC_ALL, "C.UTF-8");
+    const auto in_utf8 = encode_all();
+    std::setlocale(LC_ALL, previous.c_str());
+    CHECK(in_c == in_env);
+    CHECK(in_c == in_utf8);
+    CHECK(std::set<std::string>(in_c.begin(), in_c.end()).size() == in_c.size());  // 65536 names, 65536 segments
+    for (int c = 0; c < 256; ++c) {
+        const auto e = encode_segment(std::string(1, char(c)));
+        const bool kept = c >= 0x21 && c <= 0x7E && c != '/' && c != '%' && c != '.';
+        INFO("byte " << c << " -> " << e);
+        CHECK((e.size() == 1) == kept);
+        CHECK(e.find('/') == std::string::npos);
+    }
+    // Names are never hashed: the longest name is its full encoding (3 bytes
+    // per byte at most), so no literal name can collide with a digest of another.
+    const std::string longest(1024, '\xff');
+    CHECK(encode_segment(longest).size() == 3 * 1024);
+    CHECK(encode_segment("sha256-" + std::string(64, 'a')) == "sha256-" + std::string(64, 'a'));
 }
 
 TEST_CASE("base paths are checked", "[zookeeper][names]") {
