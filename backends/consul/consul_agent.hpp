@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "distlock/spi/backend.hpp"
@@ -175,12 +176,23 @@ public:
                 if (!v) throw_error(errc::unavailable, kName, what + ": a value that is not base64", r.status, trim(r.body));
                 e.value = std::move(*v);
             }
-            e.flags = o.value("Flags", std::uint64_t{0});
-            e.modify_index = o.value("ModifyIndex", std::uint64_t{0});
-            e.lock_index = o.value("LockIndex", std::uint64_t{0});
+            e.flags = unsigned_field(o, "Flags", r, what);
+            e.modify_index = unsigned_field(o, "ModifyIndex", r, what);
+            e.lock_index = unsigned_field(o, "LockIndex", r, what);
             l.entries.push_back(std::move(e));
         }
         return l;
+    }
+
+    // An entry's unsigned field (0 when absent); anything else than an unsigned
+    // integer is an unexpected reply (never a JSON library exception).
+    static std::uint64_t unsigned_field(const json& o, const char* field, const http::response& r, const std::string& what) {
+        auto it = o.find(field);
+        if (it == o.end() || it->is_null()) return 0;
+        if (!it->is_number_unsigned())
+            throw_error(errc::unavailable, kName, what + ": unexpected reply (" + field + " is not an unsigned integer)",
+                        r.status, trim(r.body));
+        return it->get<std::uint64_t>();
     }
 
     // GET of every key under `prefix` (which ends with '/'); a blocking query when index > 0.
@@ -237,9 +249,21 @@ public:
         auto r = client_.send(put("/v1/session/create", spec.dump(-1, ' ', false, json::error_handler_t::replace)));
         check(r, "session create", {200});
         json j = json::parse(r.body, nullptr, false);
-        if (j.is_discarded() || !j.is_object() || !j.contains("ID") || !j["ID"].is_string())
+        if (j.is_discarded() || !j.is_object() || !j.contains("ID") || !j["ID"].is_string() ||
+            !session_id(j["ID"].get<std::string>()))
             throw_error(errc::unavailable, kName, "session create: unexpected reply", r.status, trim(r.body));
         return j["ID"].get<std::string>();
+    }
+
+    // Whether `id` can be a session ID: Consul's are UUIDs. The ID goes into URL
+    // paths (/v1/session/renew/<id>), query values (acquire=<id>) and, for the
+    // semaphore and the read-write lock, a key (<prefix><id>): from a server
+    // that answered something else ("../..", "x&recurse"), nothing is sent.
+    static bool session_id(std::string_view id) {
+        if (id.empty() || id.size() > 128) return false;
+        for (char c : id)
+            if (!spi::ascii_alnum(c) && c != '-' && c != '_') return false;
+        return true;
     }
 
     spi::keepalive_result renew(const std::string& session) noexcept {

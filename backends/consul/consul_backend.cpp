@@ -94,7 +94,10 @@ void register_backend(spi::registry& r) {
             std::string p = u.path();
             while (!p.empty() && p.front() == '/') p.erase(0, 1);
             while (!p.empty() && p.back() == '/') p.pop_back();
-            if (!p.empty()) s.prefix = p;
+            if (!p.empty()) {
+                http::check_prefix(kName, p);
+                s.prefix = p;
+            }
         }
         if (auto ttl = u.take_duration("ttl")) {
             if (ttl->count() <= 0) throw_error(errc::invalid_argument, kName, "ttl must be positive");

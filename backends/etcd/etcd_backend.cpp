@@ -64,6 +64,10 @@ void register_backend(spi::registry& r) {
         if (!u.path().empty() && u.path() != "/") {
             s.prefix = u.path();
             while (s.prefix.size() > 1 && s.prefix.back() == '/') s.prefix.pop_back();
+            // etcd keys are bytes and nothing on the way normalises them, but a
+            // prefix follows one rule on both HTTP backends (and etcd's RBAC
+            // ranges and tools read it as a path).
+            http::check_prefix(kName, std::string_view(s.prefix).substr(1));
         }
         if (auto ttl = u.take_duration("ttl")) {
             if (ttl->count() <= 0) throw_error(errc::invalid_argument, kName, "ttl must be positive");
@@ -71,6 +75,11 @@ void register_backend(spi::registry& r) {
         }
         s.user = u.user();
         s.password = u.password();
+        // etcd's authenticate request carries both as JSON (protobuf) strings,
+        // which must be UTF-8; the message never shows them.
+        if (!http::valid_utf8(s.user)) throw_error(errc::invalid_argument, kName, "the user name is not valid UTF-8");
+        if (!http::valid_utf8(s.password))
+            throw_error(errc::invalid_argument, kName, "the password is not valid UTF-8 (etcd accepts UTF-8 passwords only)");
         auto o = http::options_from_url(u, kName, 2379);
         return std::make_shared<backend>(std::move(o), std::move(s));
     });

@@ -32,6 +32,33 @@ std::string b64d(const json& j, const char* key) {
     return http::base64_decode(it->get<std::string>()).value_or(std::string{});
 }
 
+const json& field(const json& j, const char* key) {
+    static const json none;
+    if (!j.is_object()) return none;
+    auto it = j.find(key);
+    return it == j.end() ? none : *it;
+}
+
+const json& item(const json& j, std::size_t i) {
+    static const json none;
+    return j.is_array() && i < j.size() ? j[i] : none;
+}
+
+json list(const json& j, const char* key) {
+    const json& v = field(j, key);
+    return v.is_array() ? v : json::array();
+}
+
+bool flag(const json& j, const char* key) {
+    const json& v = field(j, key);
+    return v.is_boolean() && v.get<bool>();
+}
+
+std::string text(const json& j, const char* key) {
+    const json& v = field(j, key);
+    return v.is_string() ? v.get<std::string>() : std::string{};
+}
+
 std::string prefix_end(std::string p) {
     // The smallest key greater than every key starting with p.
     while (!p.empty()) {
@@ -75,7 +102,12 @@ json gateway::call(const std::string& path, const json& body, std::chrono::milli
         http::request rq;
         rq.method = "POST";
         rq.target = path;
-        rq.body = body.dump();
+        try {
+            rq.body = body.dump();
+        } catch (const json::exception&) {
+            // A string that is not UTF-8 (nlohmann's message would show its bytes).
+            throw_error(errc::invalid_argument, kName, path + ": the request holds text that is not UTF-8");
+        }
         rq.timeout = timeout;
         auto resp = client_.send(rq);
         json j = json::parse(resp.body, nullptr, false);
@@ -91,11 +123,12 @@ json gateway::call(const std::string& path, const json& body, std::chrono::milli
                                           : std::string{}),
                         resp.status, resp.body.substr(0, 200));
         }
-        auto err = j.find("error");
-        if (resp.status == 200 && (err == j.end() || !err->is_string())) return j;
+        const json& err = field(j, "error");
+        if (resp.status == 200 && !err.is_string()) return j;
         int code = static_cast<int>(as_i64(j, "code"));
-        std::string message = j.value("message", err != j.end() && err->is_string() ? err->get<std::string>()
-                                                                                  : std::string("HTTP error"));
+        std::string message = text(j, "message");
+        if (message.empty()) message = err.is_string() ? err.get<std::string>() : std::string("HTTP error");
+        message = message.substr(0, 300);
         if (code == 16 && !settings_.user.empty() && attempt == 0 &&
             message.find("invalid auth token") != std::string::npos) {
             authenticate();  // the token expired: once more with a fresh one
@@ -219,7 +252,7 @@ spi::keepalive_result gateway::renew(session& s) noexcept {
                                                  resp.body.substr(0, 200));
         if (j.contains("error")) {
             client_.rotate_endpoint(resp.endpoint);
-            return spi::keepalive_result::failed("lease keepalive: " + j["error"].dump());
+            return spi::keepalive_result::failed("lease keepalive: " + j["error"].dump().substr(0, 300));
         }
         const json& result = j.contains("result") ? j["result"] : j;
         if (as_i64(result, "TTL") <= 0) {
@@ -254,8 +287,9 @@ void gateway::authenticate() {
     client_.set_header("Authorization", "");
     try {
         auto reply = call("/v3/auth/authenticate", json{{"name", settings_.user}, {"password", settings_.password}});
-        auto token = reply.value("token", std::string{});
+        auto token = text(reply, "token");
         if (token.empty()) throw_error(errc::access_denied, kName, "authentication returned no token");
+        // set_header refuses a token with a control character (it would add headers).
         client_.set_header("Authorization", token);
     } catch (const grpc_error& e) {
         throw_error(errc::access_denied, kName, std::string("authentication failed: ") + e.what(), e.code);

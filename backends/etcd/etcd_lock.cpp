@@ -35,6 +35,15 @@ std::string unique_suffix() {
     return std::to_string(mine);
 }
 
+// The kvs of the range response at `i` of a txn's responses ([] when absent).
+json range_kvs(const json& responses, std::size_t i) { return list(field(item(responses, i), "response_range"), "kvs"); }
+
+// A watch stream's message: the gateway wraps it in "result" (older ones did not).
+const json& message_result(const json& msg) {
+    const json& result = field(msg, "result");
+    return result.is_null() ? msg : result;
+}
+
 class handle final : public spi::lock_handle {
 public:
     handle(gateway& g, const spi::lock_request& r);
@@ -140,20 +149,20 @@ std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_s
             gateway_.add_orphan(*session_, key_, value_);
             throw;
         }
-        const auto& responses = reply.value("responses", json::array());
+        const auto responses = list(reply, "responses");
         if (responses.size() < 2) throw_error(errc::unavailable, kName, "acquire txn: short reply");
-        if (reply.value("succeeded", false)) {
+        if (flag(reply, "succeeded")) {
             // Our key was created by this txn: its create revision is the
             // txn's revision, and the store was at it when we found our turn.
-            revision_ = token_ = as_i64(reply["header"], "revision");
+            revision_ = token_ = as_i64(field(reply, "header"), "revision");
         } else {
-            const auto kvs = responses[0]["response_range"].value("kvs", json::array());
+            const auto kvs = range_kvs(responses, 0);
             if (kvs.empty()) {
                 if (permit && responses.size() >= 3) {
                     // No key of ours: the size key is missing or says another size.
                     // A lease of its own (no auto-renewal) has no key: give it back.
                     if (!request_.auto_renew) gateway_.revoke(*session_);
-                    settle_size(responses[2]["response_range"].value("kvs", json::array()));
+                    settle_size(range_kvs(responses, 2));
                     if (round < 8) continue;
                     throw_error(errc::unavailable, kName,
                                 "semaphore '" + request_.name + "': its size key keeps changing");
@@ -176,9 +185,9 @@ std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_s
                 throw_error(errc::unavailable, kName, "cannot make a key of its own under " + where_.own);
             }
             revision_ = as_i64(kvs[0], "create_revision");
-            token_ = as_i64(reply["header"], "revision");
+            token_ = as_i64(field(reply, "header"), "revision");
         }
-        if (granted_at_once(responses[1]["response_range"].value("kvs", json::array()))) return granted(lost, waited);
+        if (granted_at_once(range_kvs(responses, 1))) return granted(lost, waited);
         waited = true;
         turn t;
         try {
@@ -252,11 +261,11 @@ void handle::settle_size(const json& size_kvs) {
                                       {{"request_range", {{"key", base64_encode(where_.blockers)},
                                                           {"range_end", base64_encode(prefix_end(where_.blockers))},
                                                           {"count_only", true}}}}})}});
-    if (reply.value("succeeded", false)) return;
-    const auto& responses = reply.value("responses", json::array());
+    if (flag(reply, "succeeded")) return;
+    const auto responses = list(reply, "responses");
     if (responses.size() < 2) return;
-    const auto now = responses[0]["response_range"].value("kvs", json::array());
-    const auto holders = as_i64(responses[1]["response_range"], "count");
+    const auto now = range_kvs(responses, 0);
+    const auto holders = as_i64(field(item(responses, 1), "response_range"), "count");
     if (!now.empty() && b64d(now[0], "value") == theirs && holders > 0) {
         std::string shown = theirs.size() > 20 ? theirs.substr(0, 20) + "..." : theirs;
         throw_error(errc::invalid_argument, kName,
@@ -284,8 +293,8 @@ bool handle::mark_granted() {
              {"success", json::array({{{"request_put", {{"key", base64_encode(own ? key_ : where_.mark_key)},
                                                         {"value", base64_encode(own ? value_ : std::string{})},
                                                         {"lease", std::to_string(session_->id)}}}}})}});
-    if (!reply.value("succeeded", false)) return false;
-    token_ = as_i64(reply["header"], "revision");
+    if (!flag(reply, "succeeded")) return false;
+    token_ = as_i64(field(reply, "header"), "revision");
     return true;
 }
 
@@ -323,14 +332,14 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
                        {"keys_only", true}};
             if (!permit) ahead["limit"] = "1";
             auto reply = gateway_.call("/v3/kv/range", ahead);
-            const auto kvs = reply.value("kvs", json::array());
+            const auto kvs = list(reply, "kvs");
             if (kvs.size() < (permit ? std::size_t{request_.permits} : std::size_t{1})) {
                 if (where_.marked) return turn::mine;  // mark_granted() checks our key and sets the token
                 // Our turn: make sure our own key survived the wait.
                 auto mine = gateway_.call("/v3/kv/range", json{{"key", base64_encode(key_)}, {"keys_only", true}});
-                const auto own = mine.value("kvs", json::array());
+                const auto own = list(mine, "kvs");
                 if (own.empty() || as_i64(own[0], "create_revision") != revision_) return turn::key_lost;
-                token_ = as_i64(mine["header"], "revision");
+                token_ = as_i64(field(mine, "header"), "revision");
                 return turn::mine;
             }
             // What to watch until it changes: the latest key ahead of ours,
@@ -342,7 +351,7 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
             const std::string pred = b64d(kvs[kvs.size() - 1], "key");
             const bool whole_range = permit && kvs.size() == request_.permits;
             const bool wake_on_put = permit && !whole_range;
-            const auto at = as_i64(reply["header"], "revision");
+            const auto at = as_i64(field(reply, "header"), "revision");
             // Watch the predecessor from just after the range's revision: a
             // deletion after the range is in the watch history, so none can be
             // missed. Starting at the current revision + 1 keeps the watcher
@@ -364,15 +373,15 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
                 json msg = json::parse(line, nullptr, false);
                 if (msg.is_discarded()) return true;
                 if (msg.contains("error")) {
-                    error = msg["error"].dump();
+                    error = msg["error"].dump().substr(0, 300);
                     return false;
                 }
-                const json& result = msg.contains("result") ? msg["result"] : msg;
-                if (result.value("canceled", false)) return false;  // compacted etc.: range again
-                for (const auto& ev : result.value("events", json::array()))
-                    if (wake_on_put || ev.value("type", std::string{}) == "DELETE") return false;
-                if (result.value("created", false) && unsynced_retries < max_unsynced_retries &&
-                    result.contains("header") && as_i64(result["header"], "revision") > at) {
+                const json& result = message_result(msg);
+                if (flag(result, "canceled")) return false;  // compacted etc.: range again
+                for (const auto& ev : list(result, "events"))
+                    if (wake_on_put || text(ev, "type") == "DELETE") return false;
+                if (flag(result, "created") && unsynced_retries < max_unsynced_retries &&
+                    as_i64(field(result, "header"), "revision") > at) {
                     unsynced = true;
                     return false;
                 }
@@ -416,15 +425,15 @@ http::request handle::watch_request(std::int64_t from) const {
 bool handle::on_monitor_line(std::string_view line) {
     json msg = json::parse(line, nullptr, false);
     if (msg.is_discarded() || !msg.is_object() || msg.contains("error")) return false;
-    const json& result = msg.contains("result") ? msg["result"] : msg;
+    const json& result = message_result(msg);
     auto lk = monitor_.lock();
-    if (result.value("canceled", false)) {  // compacted past our revision: watch from now on
+    if (flag(result, "canceled")) {  // compacted past our revision: watch from now on
         monitor_from_ = 0;
         return false;
     }
-    for (const auto& ev : result.value("events", json::array())) {
-        if (ev.contains("kv")) monitor_from_ = std::max(monitor_from_, as_i64(ev["kv"], "mod_revision") + 1);
-        if (ev.value("type", std::string{}) == "DELETE") {
+    for (const auto& ev : list(result, "events")) {
+        if (ev.contains("kv")) monitor_from_ = std::max(monitor_from_, as_i64(field(ev, "kv"), "mod_revision") + 1);
+        if (text(ev, "type") == "DELETE") {
             monitor_lost_ = "lock key " + key_ + " was deleted (lease revoked or expired, or the key removed)";
             return false;
         }
@@ -515,10 +524,10 @@ void handle::release() {
     }
     if (!request_.auto_renew) gateway_.revoke(*session_);
     if (request_.kind == spi::lock_kind::permit) {
-        const auto& responses = reply.value("responses", json::array());
-        if (responses.size() >= 2 && as_i64(responses[1]["response_range"], "count") == 0) forget_size();
+        const auto responses = list(reply, "responses");
+        if (responses.size() >= 2 && as_i64(field(item(responses, 1), "response_range"), "count") == 0) forget_size();
     }
-    if (!reply.value("succeeded", false))
+    if (!flag(reply, "succeeded"))
         throw_error(errc::not_owner, kName, "lock '" + request_.name + "' was lost before its release (key " + key_ + " gone)");
 }
 
@@ -553,12 +562,10 @@ void keepalive_batch(gateway& g, std::span<spi::lock_handle* const> handles, std
         try {
             auto* s = static_cast<handle*>(handles[check[from]])->current_session().get();
             auto reply = g.call("/v3/kv/txn", json{{"success", ops}}, g.renewal_timeout(*s));
-            const auto responses = reply.value("responses", json::array());
+            const auto responses = list(reply, "responses");
             for (auto k = from; k < to; ++k) {
                 auto* h = static_cast<handle*>(handles[check[k]]);
-                const auto idx = k - from;
-                const auto kvs = idx < responses.size() ? responses[idx]["response_range"].value("kvs", json::array())
-                                                        : json::array();
+                const auto kvs = range_kvs(responses, k - from);
                 if (kvs.empty() || as_i64(kvs[0], "create_revision") != h->revision())
                     results[check[k]] = spi::keepalive_result::lost("lock key " + h->key() + " was deleted");
             }
@@ -594,7 +601,7 @@ lock_info inspect(gateway& g, std::string_view name) {
                                             {"sort_order", "ASCEND"},
                                             {"sort_target", "CREATE"},
                                             {"limit", "1"}});
-    const auto kvs = reply.value("kvs", json::array());
+    const auto kvs = list(reply, "kvs");
     const auto count = std::max<std::int64_t>(as_i64(reply, "count"), static_cast<std::int64_t>(kvs.size()));
     info.held = !kvs.empty();
     info.waiters = static_cast<std::uint32_t>(std::clamp<std::int64_t>(count - 1, 0, std::numeric_limits<std::uint32_t>::max()));
@@ -645,9 +652,13 @@ void break_lock(gateway& g, std::string_view name) {
                                             {"sort_target", "CREATE"},
                                             {"limit", "1"},
                                             {"keys_only", true}});
-    const auto kvs = reply.value("kvs", json::array());
+    const auto kvs = list(reply, "kvs");
     if (kvs.empty()) return;
-    g.call("/v3/kv/deleterange", json{{"key", kvs[0]["key"]}});
+    // Only a key of this name's directory, whatever the reply says.
+    const auto key = b64d(kvs[0], "key");
+    if (key.compare(0, dir.size(), dir) != 0)
+        throw_error(errc::unavailable, kName, "break_lock: the range of " + dir + " answered a key outside it");
+    g.call("/v3/kv/deleterange", json{{"key", base64_encode(key)}});
 }
 
 }  // namespace distlock::backends::etcd

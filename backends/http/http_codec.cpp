@@ -2,8 +2,10 @@
 
 #include <curl/curl.h>
 
-#include <cctype>
 #include <new>
+
+#include "distlock/error.hpp"
+#include "distlock/spi/backend.hpp"
 
 namespace distlock::backends::http {
 
@@ -59,18 +61,67 @@ std::optional<std::string> base64_decode(std::string_view in) {
 
 std::string encode_name(std::string_view name) {
     static constexpr char digits[] = "0123456789ABCDEF";
+    const bool dot_segment = name == "." || name == "..";
     std::string out;
     out.reserve(name.size());
-    for (unsigned char c : name) {
-        if (std::isalnum(c) || c == '.' || c == '_' || c == '-') {
-            out += static_cast<char>(c);
+    for (char c : name) {
+        if (spi::ascii_alnum(c) || c == '_' || c == '-' || (c == '.' && !dot_segment)) {
+            out += c;
         } else {
+            const auto b = static_cast<unsigned char>(c);
             out += '%';
-            out += digits[c >> 4];
-            out += digits[c & 15];
+            out += digits[b >> 4];
+            out += digits[b & 15];
         }
     }
     return out;
+}
+
+void check_prefix(const std::string& backend, std::string_view prefix) {
+    auto refuse = [&](const std::string& why) {
+        throw_error(errc::invalid_argument, backend,
+                    "the URL's path (the key prefix) " + why +
+                        ": a client library or the server would normalise it, and keys would not stay under it");
+    };
+    for (std::size_t start = 0;;) {
+        const auto slash = prefix.find('/', start);
+        const auto segment = prefix.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+        if (segment.empty()) refuse("has an empty segment ('//', or a '/' at an end)");
+        if (segment == "." || segment == "..") refuse("has a '.' or '..' segment");
+        for (char c : segment)
+            if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) refuse("has a control character");
+        if (slash == std::string_view::npos) return;
+        start = slash + 1;
+    }
+}
+
+bool valid_utf8(std::string_view s) {
+    for (std::size_t i = 0; i < s.size();) {
+        const auto b = static_cast<unsigned char>(s[i]);
+        if (b < 0x80) {
+            ++i;
+            continue;
+        }
+        // The length of the sequence and the range of its second byte (which
+        // rules out overlong forms, surrogates and code points past U+10FFFF).
+        std::size_t n;
+        unsigned char lo = 0x80, hi = 0xBF;
+        if (b >= 0xC2 && b <= 0xDF) n = 2;
+        else if (b == 0xE0) n = 3, lo = 0xA0;
+        else if (b == 0xED) n = 3, hi = 0x9F;
+        else if (b >= 0xE1 && b <= 0xEF) n = 3;
+        else if (b == 0xF0) n = 4, lo = 0x90;
+        else if (b >= 0xF1 && b <= 0xF3) n = 4;
+        else if (b == 0xF4) n = 4, hi = 0x8F;
+        else return false;
+        if (s.size() - i < n) return false;
+        for (std::size_t k = 1; k < n; ++k) {
+            const auto c = static_cast<unsigned char>(s[i + k]);
+            if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF)) return false;
+        }
+        i += n;
+    }
+    return true;
 }
 
 namespace {

@@ -1,14 +1,21 @@
 #include "http_easy.hpp"
 
-#include <cctype>
+#include <sys/socket.h>
+
 #include <mutex>
 #include <utility>
+
+#include "distlock/spi/backend.hpp"
 
 namespace distlock::backends::http::detail {
 
 void global_init() {
     static std::once_flag once;
     std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+curl_socket_t open_socket(void*, curlsocktype, curl_sockaddr* address) {
+    return ::socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
 }
 
 std::size_t write_cb(char* data, std::size_t size, std::size_t n, void* user) {
@@ -30,12 +37,18 @@ std::size_t header_cb(char* data, std::size_t size, std::size_t n, void* user) {
     while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
     if (line.rfind("HTTP/", 0) == 0) {
         s->resp->headers.clear();  // a new response (after a redirect or 100-continue)
+        s->header_bytes = 0;
         return bytes;
+    }
+    s->header_bytes += bytes;
+    if (s->header_bytes > s->limit) {
+        s->over();
+        return 0;  // curl ends the transfer
     }
     auto colon = line.find(':');
     if (colon == std::string_view::npos) return bytes;
     std::string name(line.substr(0, colon));
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (char& c : name) c = spi::ascii_lower(c);
     auto value = line.substr(colon + 1);
     while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
     s->resp->headers.emplace_back(std::move(name), std::string(value));
@@ -62,6 +75,10 @@ transfer_result result_of(CURLcode rc, const sink& s, const char* errbuf, respon
     out.resp = std::move(resp);
     if (rc == CURLE_OK) {
         out.how = outcome::completed;
+    } else if (s.overflow) {
+        out.how = outcome::failed;
+        out.error = "the reply passed " + std::to_string(s.limit) +
+                    " bytes (a body, a stream's line or the headers) and was cut off: a broken or hostile server?";
     } else if (s.stopped) {
         out.how = outcome::stopped;
     } else if (rc == CURLE_OPERATION_TIMEDOUT && (s.received > 0 || out.resp.status != 0)) {

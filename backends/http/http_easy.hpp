@@ -7,30 +7,39 @@
 
 #include <curl/curl.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <functional>
 #include <string>
 #include <string_view>
 
+#include "http_options.hpp"
 #include "http_transfer.hpp"
 
 namespace distlock::backends::http::detail {
 
 void global_init();
 
-// Collects the body (whole, or line by line for streams) and the headers.
+// Collects the body (whole, or line by line for streams) and the headers, each
+// bounded by `limit` (options::max_reply_bytes): past it the transfer is cut
+// off (`overflow`), so a server cannot make it grow without bound.
 struct sink {
     response* resp = nullptr;
     const std::function<bool(std::string_view)>* on_line = nullptr;
     const bool* cancelled = nullptr;  // loop transfers: stop delivering once set
     std::string partial;              // an incomplete last line
     bool stopped = false;
+    bool overflow = false;            // the body, a line or the headers passed `limit`
+    std::size_t limit = default_max_reply_bytes;
     std::size_t received = 0;
+    std::size_t header_bytes = 0;     // of the current response's headers
 
-    // Delivers the complete lines in `data`; false when the callback said stop.
+    // Delivers the complete lines in `data`; false when the callback said stop
+    // or the reply passed the limit.
     bool feed(const char* data, std::size_t size) {
         received += size;
         if (on_line == nullptr) {
+            if (size > limit - std::min(limit, resp->body.size())) return over();
             resp->body.append(data, size);
             return true;
         }
@@ -40,6 +49,7 @@ struct sink {
             auto nl = partial.find('\n', start);
             if (nl == std::string::npos) break;
             std::string_view line(partial.data() + start, nl - start);
+            if (line.size() > limit) return over();
             if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
             start = nl + 1;
             if (line.empty()) continue;
@@ -50,9 +60,18 @@ struct sink {
             }
         }
         partial.erase(0, start);
-        return true;
+        return partial.size() <= limit || over();  // a line that never ends
+    }
+
+    bool over() {
+        overflow = true;
+        return false;
     }
 };
+
+// CURLOPT_OPENSOCKETFUNCTION: the socket curl asks for, close-on-exec from the
+// start (a command the program runs must not inherit its connections).
+curl_socket_t open_socket(void* user, curlsocktype purpose, curl_sockaddr* address);
 
 std::size_t write_cb(char* data, std::size_t size, std::size_t n, void* user);
 std::size_t header_cb(char* data, std::size_t size, std::size_t n, void* user);

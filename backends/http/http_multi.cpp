@@ -153,6 +153,7 @@ void loop::run() {
                 t->s.resp = &t->resp;
                 t->s.on_line = t->on_line ? &t->on_line : nullptr;
                 t->s.cancelled = &t->cancelled;
+                t->s.limit = client_.opts().max_reply_bytes;
                 curl_easy_setopt(t->easy, CURLOPT_ERRORBUFFER, t->errbuf);
                 curl_easy_setopt(t->easy, CURLOPT_WRITEFUNCTION, &write_cb);
                 curl_easy_setopt(t->easy, CURLOPT_WRITEDATA, &t->s);

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "distlock/spi/url.hpp"
@@ -21,6 +23,13 @@ struct tls_options {
     bool verify = true;    // false = accept any server certificate (tests only)
 };
 
+// The most a reply may take in memory: its body, each line of a stream (an etcd
+// watch message), and its headers. Neither API needs more (a Consul value is at
+// most 512 KiB, etcd's requests at most 1.5 MiB by default); a reply that goes
+// past it is cut off and fails (unavailable_error): a broken or hostile server
+// cannot make a client grow without bound.
+inline constexpr std::size_t default_max_reply_bytes = std::size_t{16} << 20;
+
 struct options {
     std::string backend = "http";                      // name used in errors
     std::vector<std::string> endpoints;                 // base URLs: "http://127.0.0.1:2379"
@@ -28,7 +37,15 @@ struct options {
     std::chrono::milliseconds request_timeout{5000};    // whole-request bound when a request gives none
     tls_options tls;
     std::vector<std::string> headers;                   // sent on every request ("X-Consul-Token: ...")
+    std::size_t max_reply_bytes = default_max_reply_bytes;  // see above
 };
+
+// Throws invalid_argument_error (for `backend`) when the value of the header
+// line `line` ("Name: value") holds a control character (CR, LF, NUL, any
+// byte below 0x20, or 0x7F): curl sends header lines as given, so a CR LF in a
+// token would add headers of the caller's choosing to every request. The
+// message names the header, never its value (a token).
+void check_header(const std::string& backend, std::string_view line);
 
 // Reads the shared parameters from the URL and builds one endpoint per host
 // (missing ports = default_port).

@@ -24,6 +24,7 @@ struct share_access {
 client::client(options o) : options_(std::move(o)) {
     global_init();
     if (options_.endpoints.empty()) throw_error(errc::invalid_argument, options_.backend, "no endpoint given");
+    for (const auto& h : options_.headers) check_header(options_.backend, h);
     CURLSH* sh = curl_share_init();
     if (sh != nullptr) {
         curl_share_setopt(sh, CURLSHOPT_LOCKFUNC, &share_access::lock);
@@ -51,6 +52,7 @@ void client::rotate_endpoint(const std::string& failed_endpoint) {
 }
 
 void client::set_header(const std::string& name, const std::string& value) {
+    check_header(options_.backend, name + ": " + value);
     std::lock_guard lk(mutex_);
     if (value.empty()) dynamic_headers_.erase(name);
     else dynamic_headers_[name] = value;
@@ -99,6 +101,13 @@ void client::prepare(void* easy_ptr, const request& r, const std::string& endpoi
     CURL* easy = static_cast<CURL*>(easy_ptr);
     std::string url = endpoint + r.target;
     curl_easy_setopt(easy, CURLOPT_URL, url.c_str());  // copied by curl
+    // The path as built (keys escaped by http_codec): curl must not remove "." and
+    // ".." segments from it, which would send the request to another key.
+    curl_easy_setopt(easy, CURLOPT_PATH_AS_IS, 1L);
+    // Connections are close-on-exec from their creation (curl's own are not).
+    curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, &open_socket);
+    // No SIGPIPE handling by curl (not thread-safe): on Linux curl writes with
+    // MSG_NOSIGNAL, TLS included, so a peer that closed never raises SIGPIPE.
     curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));
     curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_timeout.count()));
@@ -142,6 +151,7 @@ transfer_result client::perform(const request& r, const std::function<bool(std::
         sink s;
         s.resp = &resp;
         s.on_line = on_line;
+        s.limit = options_.max_reply_bytes;
         char errbuf[CURL_ERROR_SIZE] = {};
         CURL* easy = static_cast<CURL*>(take_handle());
         curl_slist* headers = nullptr;

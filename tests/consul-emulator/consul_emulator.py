@@ -19,6 +19,20 @@ Implemented:
                                       requests seen on path P, so tests can tell
                                       blocking queries from polling
 
+Request paths, before any of the above, as Consul's HTTP server (Go net/http)
+treats them, so that a client that sends a path with dot segments is seen to:
+  - a path with an unprintable character (after percent-decoding) is 400, as
+    Consul's go-cleanhttp PrintablePathCheckHandler answers (unless its
+    disable_http_unprintable_char_filter is set);
+  - a path that is not clean (a "." or ".." segment, or an empty one: "//") is
+    not served: 301 to the cleaned path, query kept, as Go's ServeMux answers
+    every method but CONNECT. Go up to 1.21 cleans the percent-decoded path
+    (%2e%2e is ".."), Go 1.22 and later the path as sent: the emulator does
+    both, the stricter union. path.Clean keeps a trailing '/'.
+  - the key of /v1/kv/<key> is the rest of the percent-decoded path (Go's
+    URL.Path: %2F is '/', %252E is the three characters "%2E"), never cleaned
+    further.
+
 Server rules: acquire needs a live session, fails while another session holds
 the key or while the key's lock-delay runs; a new holder increments LockIndex;
 the holder re-acquiring keeps LockIndex and CreateIndex (value, flags and
@@ -54,7 +68,7 @@ import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 MAX_LOCK_DELAY = 60.0
 DEFAULT_LOCK_DELAY = 15.0
@@ -160,6 +174,27 @@ class State:
         return max(best, 1)
 
 
+def go_clean_path(p):
+    """Go's net/http cleanPath: path.Clean with a leading '/', keeping a trailing '/'."""
+    if not p:
+        return "/"
+    if not p.startswith("/"):
+        p = "/" + p
+    out = []
+    for seg in p.split("/"):
+        if seg in ("", "."):
+            continue
+        if seg == "..":
+            if out:
+                out.pop()
+            continue
+        out.append(seg)
+    clean = "/" + "/".join(out)
+    if p.endswith("/") and clean != "/":
+        clean += "/"
+    return clean
+
+
 def entry_json(e):
     return {
         "LockIndex": e["LockIndex"],
@@ -246,7 +281,32 @@ class Handler(BaseHTTPRequestHandler):
         self.reply(403, "ACL not found" if token else "Permission denied")
         return False
 
+    def unclean_path(self):
+        """Consul's answer to a path Go's server would not route (True when answered):
+        400 for an unprintable character, 301 to the cleaned path for dot or empty segments."""
+        parts = urlsplit(self.path)
+        decoded = unquote(parts.path)
+        answer = any(not c.isprintable() for c in decoded) or \
+            go_clean_path(parts.path) != parts.path or go_clean_path(decoded) != decoded
+        if not answer:
+            return False
+        self.body()  # read and dropped: the connection stays usable
+        if any(not c.isprintable() for c in decoded):
+            self.reply(400, "Request path contains unprintable characters")  # what a client sees; Go sends no body
+            return True
+        location = quote(go_clean_path(decoded)) + ("?" + parts.query if parts.query else "")
+        self.send_response(301)
+        self.send_header("Location", location)
+        body = ('<a href="%s">Moved Permanently</a>.\n\n' % location).encode() if self.command in ("GET", "HEAD") else b""
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        return True
+
     def dispatch(self, method):
+        if self.unclean_path():
+            return
         path, query = self.parsed()
         if path == "/emulator/stats":
             with self.state.cond:

@@ -434,6 +434,59 @@ class SemaphoreRules(EmulatorCase):
         self.assertGreaterEqual(idx, e["ModifyIndex"])
 
 
+class PathCleaning(EmulatorCase):
+    """Go's ServeMux (and Consul's printable-path filter) in front of every endpoint."""
+
+    def location(self, method, path):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        conn.request(method, path)
+        r = conn.getresponse()
+        r.read()
+        conn.close()
+        return r.status, r.getheader("Location")
+
+    def test_dot_segments_are_redirected_not_served(self):
+        self.assertEqual(self.location("GET", "/v1/kv/a/../b"), (301, "/v1/kv/b"))
+        self.assertEqual(self.location("GET", "/v1/kv/a/./b"), (301, "/v1/kv/a/b"))
+        self.assertEqual(self.location("GET", "/v1/kv/a//b"), (301, "/v1/kv/a/b"))
+        self.assertEqual(self.location("PUT", "/v1/kv/a/.."), (301, "/v1/kv"))
+
+    def test_percent_encoded_dots_are_dot_segments_too(self):
+        self.assertEqual(self.location("GET", "/v1/kv/a/%2e%2e/b"), (301, "/v1/kv/b"))
+        self.assertEqual(self.location("GET", "/v1/kv/a/%2E"), (301, "/v1/kv/a"))
+
+    def test_a_recursive_delete_through_dot_segments_deletes_nothing(self):
+        c = self.c
+        self.assertEqual(c.call("PUT", "/v1/kv/outside", b"x")[0], 200)
+        self.assertEqual(c.call("PUT", "/v1/kv/p/inside", b"y")[0], 200)
+        self.assertEqual(self.location("DELETE", "/v1/kv/p/..?recurse"), (301, "/v1/kv?recurse"))
+        self.assertEqual(self.location("DELETE", "/v1/kv/p/../?recurse"), (301, "/v1/kv/?recurse"))
+        self.assertEqual(c.call("GET", "/v1/kv/outside")[0], 200)
+        self.assertEqual(c.call("GET", "/v1/kv/p/inside")[0], 200)
+
+    def test_a_body_of_a_redirected_put_does_not_spoil_the_connection(self):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        conn.request("PUT", "/v1/kv/a/../b", body=b"GET /v1/kv/x HTTP/1.1\r\n\r\n")
+        r = conn.getresponse()
+        r.read()
+        self.assertEqual(r.status, 301)
+        conn.request("GET", "/v1/status/leader")
+        r = conn.getresponse()
+        self.assertEqual((r.status, r.read()), (200, b"127.0.0.1:8300"))
+        conn.close()
+
+    def test_escaped_percent_signs_make_literal_keys(self):
+        c = self.c
+        self.assertEqual(c.call("PUT", "/v1/kv/lit/%252E%252E", b"v")[0], 200)
+        status, entries, _ = c.json("GET", "/v1/kv/lit/?recurse")
+        self.assertEqual(status, 200)
+        self.assertEqual([e["Key"] for e in entries], ["lit/%2E%2E"])
+
+    def test_unprintable_characters_are_refused(self):
+        self.assertEqual(self.location("GET", "/v1/kv/a%01b")[0], 400)
+        self.assertEqual(self.location("GET", "/v1/kv/a%7Fb")[0], 400)
+
+
 class Stats(EmulatorCase):
     def test_requests_are_counted_per_path(self):
         k = self.key()

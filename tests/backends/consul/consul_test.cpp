@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <map>
@@ -25,6 +26,7 @@
 #include "http/http_transfer.hpp"
 #include "support.hpp"
 #include "tcp_proxy.hpp"
+#include "../http/fake_http_server.hpp"
 
 using namespace std::chrono_literals;
 using distlock::test::eventually;
@@ -850,4 +852,182 @@ TEST_CASE("inspect of keys held by other Consul clients: api/lock.go without a v
         consul.call("PUT", "/v1/session/destroy/" + session);
         CHECK(observer.inspect(name).held == false);
     }
+}
+
+// ---- names and prefixes stay in their namespace (issue 23) ------------------------------------
+
+namespace {
+
+// Every key of the agent (a private emulator's: nothing else writes there), by key.
+std::map<std::string, std::string> every_key(agent& consul) {
+    auto r = consul.call("GET", "/v1/kv/?recurse");
+    std::map<std::string, std::string> out;
+    if (r.status == 404) return out;
+    REQUIRE(r.status == 200);
+    for (auto& e : json::parse(r.body)) out[e["Key"].get<std::string>()] = agent::value_of(e);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("the names '.' and '..' stay inside the prefix: no primitive, inspect or break_lock touches another key",
+          "[consul][names]") {
+    // On a private emulator, which cleans paths as Consul's Go server does: on
+    // the code before, curl removed the dot segments, so break_lock(p, "..")
+    // sent DELETE /v1/kv/?recurse and wiped the whole store, and a semaphore
+    // named ".." listed and wrote at the root.
+    private_emulator emu({"--min-ttl", "100ms"});
+    const std::string prefix = "tenant/locks";
+    const auto u = emu.base() + "/" + prefix + "?lease=2s&lock_delay=0s";
+    agent consul(u);
+    const std::vector<std::string> others{"outside", "tenant/other", "tenant/locks-beside", "tenant/locks/other-name",
+                                          "tenant/locks/other-name/" + std::string(".lock")};
+    for (const auto& k : others) REQUIRE(consul.call("PUT", "/v1/kv/" + http::escape_path(k), "keep " + k).status == 200);
+    {
+        auto p = distlock::connect(u);
+        for (std::string name : {".", ".."}) {
+            INFO("name '" << name << "'");
+            auto m = p.mutex(name);
+            REQUIRE(m.try_lock());
+            CHECK(p.inspect(name).held == true);
+            m.unlock();
+            auto sem = p.semaphore(name, 2);
+            REQUIRE(sem.try_acquire());
+            sem.release();
+            auto rw = p.shared_mutex(name);
+            REQUIRE(rw.try_lock_shared());
+            rw.unlock_shared();
+            REQUIRE(rw.try_lock());
+            rw.unlock();
+            distlock::testing::break_lock(p, name);
+            CHECK(p.inspect(name).held == false);
+            CHECK(consul.entry(name).is_null());
+        }
+    }
+    auto all = every_key(consul);
+    for (const auto& k : others) {
+        INFO("key " << k);
+        REQUIRE(all.count(k) == 1);
+        CHECK(all[k] == "keep " + k);
+    }
+    // Whatever distlock left behind is under its prefix, in the names' own keys.
+    for (const auto& [k, v] : all) {
+        if (std::find(others.begin(), others.end(), k) != others.end()) continue;
+        INFO("key " << k);
+        CHECK((k.rfind(prefix + "/%2E", 0) == 0));
+    }
+}
+
+TEST_CASE("a prefix with a '.', '..' or empty segment is refused at connect, before any request",
+          "[consul][names][input]") {
+    // No agent at all: the refusal comes first.
+    for (std::string path : {"/%2e%2e", "/%2E", "/a/%2e%2e/b", "/a//b", "/a/%2E%2E"}) {
+        INFO("path " << path);
+        try {
+            (void)distlock::connect("consul://127.0.0.1:1" + path);
+            FAIL("connected");
+        } catch (const distlock::invalid_argument_error& e) {
+            CHECK(std::string(e.what()).find("prefix") != std::string::npos);
+        }
+    }
+}
+
+TEST_CASE("token= with a control character is refused at connect, and the message does not show it",
+          "[consul][headers][input]") {
+    const auto u = url();
+    const auto base = u.substr(0, u.find_first_of("/?", 9)) + "/inject";
+    for (std::string bad : {"%0D%0AX-Injected:%201", "%0A", "%00", "%09", "%1F", "%7F"}) {
+        INFO("token s3cr3t" << bad);
+        try {
+            (void)distlock::connect(base + "?token=s3cr3t" + bad);
+            FAIL("connected");
+        } catch (const distlock::invalid_argument_error& e) {
+            const std::string what = e.what();
+            CHECK(what.find("X-Consul-Token") != std::string::npos);
+            CHECK(what.find("s3cr3t") == std::string::npos);
+            CHECK(what.find("Injected") == std::string::npos);
+        }
+    }
+}
+
+// ---- a hostile agent: every reply it can make gives a typed distlock error ------------------
+
+namespace {
+
+// A fake agent: the connect probe answers 404, then `answer` decides.
+distlock::test::fake_http_server hostile_agent(
+    std::function<std::optional<distlock::test::fake_reply>(const distlock::test::fake_request&, int)> answer) {
+    return distlock::test::fake_http_server(
+        [answer = std::move(answer)](const distlock::test::fake_request& rq,
+                                     int fd) -> std::optional<distlock::test::fake_reply> {
+            if (rq.method == "GET" && rq.target == "/v1/kv/h") return distlock::test::fake_reply{404, ""};
+            return answer(rq, fd);
+        });
+}
+
+}  // namespace
+
+TEST_CASE("a session ID that is not one is refused: nothing is sent with it", "[consul][hostile]") {
+    for (const std::string& id : std::vector<std::string>{"../../v1/kv/", "x&recurse", "a/b", "", std::string(200, 'a')}) {
+        INFO("ID '" << id << "'");
+        auto server = hostile_agent([&](const distlock::test::fake_request& rq, int) -> std::optional<distlock::test::fake_reply> {
+            if (rq.target == "/v1/session/create") return distlock::test::fake_reply{200, json{{"ID", id}}.dump()};
+            return distlock::test::fake_reply{200, "true"};
+        });
+        auto p = distlock::connect("consul://" + server.address() + "/h?lease=2s");
+        auto m = p.mutex("n");
+        CHECK_THROWS_AS(m.try_lock(), distlock::unavailable_error);
+        auto seen = server.requests();
+        REQUIRE(seen.size() == 2);  // the connect probe and the session create, nothing with the ID
+        CHECK(seen[1].target == "/v1/session/create");
+    }
+}
+
+TEST_CASE("malformed or mistyped replies of the agent are typed distlock errors, never JSON exceptions",
+          "[consul][hostile]") {
+    const std::vector<std::string> kv_bodies{
+        "[{\"Key\":\"h/n\",\"Flags\":\"3304740253564472344\",\"Session\":\"s\"}]",  // Flags a string
+        "[{\"Key\":\"h/n\",\"Flags\":-1}]",                                        // negative
+        "[{\"Key\":\"h/n\",\"ModifyIndex\":1.5}]",                                  // not an integer
+        "[{\"Key\":\"h/n\",\"LockIndex\":{}}]",                                     // an object
+        "[{\"Key\":\"h/n\",\"Value\":\"not base64!\"}]",
+        "[\"a\"]", "{}", "[]", "[{", "\xff\xfe", "null"};
+    for (const auto& body : kv_bodies) {
+        INFO("KV reply " << body);
+        auto server = hostile_agent([&](const distlock::test::fake_request& rq, int) -> std::optional<distlock::test::fake_reply> {
+            if (rq.target == "/v1/session/create")
+                return distlock::test::fake_reply{200, "{\"ID\":\"0b5c2f8e-1c1e-4f7a-9d1e-3c2b1a0f9e8d\"}"};
+            if (rq.method == "GET") return distlock::test::fake_reply{200, body, {"X-Consul-Index: 5"}};
+            return distlock::test::fake_reply{200, "true"};
+        });
+        auto p = distlock::connect("consul://" + server.address() + "/h?lease=2s");
+        try {
+            (void)p.inspect("n");
+            FAIL("a malformed reply was accepted");
+        } catch (const distlock::error& e) {
+            CHECK(e.code() == distlock::errc::unavailable);
+        }
+        auto m = p.mutex("n");
+        CHECK_THROWS_AS(m.try_lock(), distlock::error);
+    }
+}
+
+TEST_CASE("an agent that answers an endless body is unavailable at once, not a growing process", "[consul][hostile][caps]") {
+    // Bounded at 64 MiB, so that the code before (no cap) times out instead of eating the memory.
+    distlock::test::fake_http_server server([](const distlock::test::fake_request&, int fd)
+                                                -> std::optional<distlock::test::fake_reply> {
+        if (!distlock::test::scripted_server::send_all(fd, "HTTP/1.1 200 OK\r\nX-Consul-Index: 1\r\n\r\n[")) return std::nullopt;
+        const std::string chunk(64 * 1024, ' ');
+        for (int i = 0; i < 1024; ++i)
+            if (!distlock::test::scripted_server::send_all(fd, chunk)) break;
+        return std::nullopt;
+    });
+    auto t0 = clk::now();
+    try {
+        (void)distlock::connect("consul://" + server.address() + "/h?timeout=20s");
+        FAIL("connected");
+    } catch (const distlock::unavailable_error& e) {
+        CHECK(std::string(e.what()).find("cut off") != std::string::npos);
+    }
+    CHECK(clk::now() - t0 < 10s);
 }

@@ -22,6 +22,7 @@
 #include "etcd_support.hpp"
 #include "support.hpp"
 #include "tcp_proxy.hpp"
+#include "../http/fake_http_server.hpp"
 
 using namespace std::chrono_literals;
 using distlock::test::etcd_direct;
@@ -868,4 +869,184 @@ TEST_CASE("a distlock leader is what etcdctl elect -l observes", "[etcd][electio
     rival.signal(SIGTERM);
     CHECK(rival.wait_exit_for(10s));
     observer.kill_hard();
+}
+
+// ---- names and prefixes stay in their namespace; a hostile server (issue 23) -----------------
+
+TEST_CASE("the names '.' and '..' stay inside the prefix on etcd too (keys are bytes: nothing normalises them)",
+          "[etcd][names]") {
+    // Not a fix on etcd (its keys travel base64 in JSON bodies, never in a URL
+    // path), a guard: the keys of every primitive of these names, and what
+    // break_lock deletes, stay under <prefix>/, and other keys survive.
+    const auto prefix = "/" + unique_name("dots");
+    const auto u = base() + prefix + "?lease=2s";
+    etcd_direct etcd(u);
+    const std::vector<std::string> others{prefix + "-beside/k", prefix + "/other/k", prefix.substr(0, 5) + "/k",
+                                          prefix + "/%2E%2Ex/k"};
+    for (const auto& k : others)
+        etcd.call("/v3/kv/put", {{"key", etcd_direct::b64(k)}, {"value", etcd_direct::b64("keep " + k)}});
+    {
+        auto p = distlock::connect(u);
+        for (std::string name : {".", ".."}) {
+            INFO("name '" << name << "'");
+            auto m = p.mutex(name);
+            REQUIRE(m.try_lock());
+            auto keys = etcd.keys(name);
+            REQUIRE(keys.size() == 1);
+            CHECK(etcd_direct::unb64(keys[0]["key"]).rfind(prefix + "/" + distlock::backends::http::encode_name(name) + "/", 0) == 0);
+            auto sem = p.semaphore(name, 2);
+            REQUIRE(sem.try_acquire());
+            auto rw = p.shared_mutex(name);
+            REQUIRE(rw.try_lock_shared());
+            distlock::testing::break_lock(p, name);
+            CHECK(eventually([&] { return !m.held(); }, 3s));
+            m.unlock();
+            sem.release();
+            rw.unlock_shared();
+        }
+    }
+    for (const auto& k : others) {
+        INFO("key " << k);
+        auto got = etcd.under(k);
+        REQUIRE(got.size() == 1);
+        CHECK(etcd_direct::unb64(got[0]["value"]) == "keep " + k);
+        etcd.call("/v3/kv/deleterange", {{"key", etcd_direct::b64(k)}});
+    }
+}
+
+TEST_CASE("an etcd prefix with a '.', '..' or empty segment is refused at connect", "[etcd][names][input]") {
+    for (std::string path : {"/%2e%2e", "/a/%2E", "/a//b", "/a/%2e%2e/b"}) {
+        INFO("path " << path);
+        try {
+            (void)distlock::connect("etcd://127.0.0.1:1" + path);
+            FAIL("connected");
+        } catch (const distlock::invalid_argument_error& e) {
+            CHECK(std::string(e.what()).find("prefix") != std::string::npos);
+        }
+    }
+}
+
+TEST_CASE("a user name or password that is not UTF-8 is refused, without its bytes in the message", "[etcd][auth][input]") {
+    // Before: nlohmann threw type_error.316 ("invalid UTF-8 byte at index 1: 0xFF"),
+    // which is no distlock::error, and named the byte.
+    for (std::string userinfo : {"root:p%FFw", "root:%C3%28", "root:%ED%A0%80", "r%FFot:pw", "root:%F4%90%80%80"}) {
+        INFO("user info " << userinfo);
+        try {
+            (void)distlock::connect("etcd://" + userinfo + "@127.0.0.1:1/x");
+            FAIL("connected");
+        } catch (const distlock::invalid_argument_error& e) {
+            const std::string what = e.what();
+            CHECK(what.find("UTF-8") != std::string::npos);
+            CHECK(what.find("0xFF") == std::string::npos);
+            CHECK(what.find('\xff') == std::string::npos);
+            CHECK(what.find("p%FFw") == std::string::npos);
+        }
+    }
+    // UTF-8 beyond ASCII is fine: it reaches the (absent) server.
+    CHECK_THROWS_AS(distlock::connect("etcd://root:p%C3%A4ss@127.0.0.1:1/x"), distlock::unavailable_error);
+}
+
+namespace {
+
+// Runs `f`: a distlock::error or nothing is fine, any other exception fails the test.
+template <class F>
+void typed_or_nothing(F&& f) {
+    try {
+        f();
+    } catch (const distlock::error&) {
+    } catch (const std::exception& e) {
+        FAIL("a non-distlock exception escaped: " << e.what());
+    }
+}
+
+// A fake etcd gateway: `replies` maps a path to its reply body (200); anything
+// else gets `{}`; authenticate answers `token`.
+distlock::test::fake_http_server fake_etcd(std::map<std::string, std::string> replies) {
+    return distlock::test::fake_http_server(
+        [replies = std::move(replies)](const distlock::test::fake_request& rq, int) -> std::optional<distlock::test::fake_reply> {
+            auto it = replies.find(rq.target);
+            if (it != replies.end()) return distlock::test::fake_reply{it->second.rfind("!400", 0) == 0 ? 400 : 200,
+                                                                       it->second.rfind("!400", 0) == 0 ? it->second.substr(4) : it->second};
+            if (rq.target == "/v3/lease/grant") return distlock::test::fake_reply{200, R"({"ID":"7","TTL":"2"})"};
+            if (rq.target == "/v3/lease/keepalive") return distlock::test::fake_reply{200, R"({"result":{"ID":"7","TTL":"2"}})"};
+            return distlock::test::fake_reply{200, "{}"};
+        });
+}
+
+}  // namespace
+
+TEST_CASE("malformed or mistyped replies of etcd are typed distlock errors, never JSON exceptions", "[etcd][hostile]") {
+    const std::vector<std::string> txns{
+        R"({"succeeded":"yes","responses":[{},{}],"header":[]})",
+        R"({"responses":{"a":1,"b":2}})",
+        R"({"responses":[1,2],"succeeded":false})",
+        R"({"responses":[{"response_range":[]},{"response_range":{"kvs":"x"}}]})",
+        R"({"responses":[{"response_range":{"kvs":[{"create_revision":{}}]}},{"response_range":{"kvs":[7]}}],"succeeded":false})",
+        R"({"responses":[{},{}],"succeeded":true,"header":{"revision":"x"}})",
+        R"(!400{"error":5,"code":"x","message":7})",
+        R"(!400{"error":"lease not found","code":5,"message":["m"]})",
+        R"([1,2])",
+        "\xff\xfe"};
+    for (const auto& txn : txns) {
+        INFO("txn reply " << txn);
+        auto server = fake_etcd({{"/v3/kv/txn", txn}, {"/v3/kv/range", R"({"kvs":[{"create_revision":[]}],"count":{}})"}});
+        auto p = distlock::connect("etcd://" + server.address() + "/h?lease=2s");
+        for (auto kind : {0, 1, 2}) {
+            typed_or_nothing([&] {
+                if (kind == 0) {
+                    auto m = p.mutex("n");
+                    if (m.try_lock()) m.unlock();
+                } else if (kind == 1) {
+                    auto s = p.semaphore("n", 2);
+                    if (s.try_acquire()) s.release();
+                } else {
+                    auto rw = p.shared_mutex("n");
+                    if (rw.try_lock_shared()) rw.unlock_shared();
+                }
+            });
+        }
+    }
+    for (std::string range : {R"({"kvs":"x"})", R"({"kvs":[1]})", R"({"kvs":[{"value":{},"lease":"abc"}],"count":[]})",
+                              R"({"kvs":[{"key":5,"lease":{}}]})", R"([])", R"(!400{"message":{}})"}) {
+        INFO("range reply " << range);
+        // The connect probe is a range too: answered well, then the hostile ones.
+        std::atomic<int> ranges{0};
+        distlock::test::fake_http_server server([&](const distlock::test::fake_request& rq, int) -> std::optional<distlock::test::fake_reply> {
+            if (rq.target == "/v3/kv/range" && ranges++ > 0)
+                return distlock::test::fake_reply{range.rfind("!400", 0) == 0 ? 400 : 200,
+                                                  range.rfind("!400", 0) == 0 ? range.substr(4) : range};
+            return distlock::test::fake_reply{200, R"({"header":{"revision":"1"}})"};
+        });
+        auto p = distlock::connect("etcd://" + server.address() + "/h?lease=2s");
+        typed_or_nothing([&] { (void)p.inspect("n"); });
+        typed_or_nothing([&] { distlock::testing::break_lock(p, "n"); });
+    }
+}
+
+TEST_CASE("break_lock deletes no key outside the name's directory, whatever the range answers", "[etcd][hostile]") {
+    const std::string elsewhere = "/elsewhere/precious";
+    auto server = fake_etcd(
+        {{"/v3/kv/range", R"({"kvs":[{"key":")" + etcd_direct::b64(elsewhere) + R"(","create_revision":"3"}],"count":"1"})"}});
+    auto p = distlock::connect("etcd://" + server.address() + "/h?lease=2s");
+    CHECK_THROWS_AS(distlock::testing::break_lock(p, "n"), distlock::unavailable_error);
+    for (const auto& rq : server.requests()) {
+        if (rq.target != "/v3/kv/deleterange") continue;
+        auto body = nlohmann::json::parse(rq.body);
+        INFO("deleterange of " << etcd_direct::unb64(body["key"]));
+        CHECK(etcd_direct::unb64(body["key"]).rfind("/h/", 0) == 0);
+    }
+}
+
+TEST_CASE("an auth token with a control character is refused: no header is injected", "[etcd][hostile][auth]") {
+    auto server = fake_etcd({{"/v3/auth/authenticate", R"({"token":"t0k\r\nX-Injected: 1"})"}});
+    try {
+        (void)distlock::connect("etcd://root:pw@" + server.address() + "/h");
+        FAIL("connected");
+    } catch (const distlock::access_denied_error& e) {
+        CHECK(std::string(e.what()).find("t0k") == std::string::npos);
+    }
+    for (const auto& rq : server.requests()) {
+        CHECK(rq.headers.count("x-injected") == 0);
+        CHECK(rq.headers.count("authorization") == 0);
+    }
 }
