@@ -21,7 +21,7 @@ optimistic_stock::optimistic_stock(std::shared_ptr<dialect> d, stock_options o)
             throw_error(errc::invalid_argument, std::string(d->name()), "'" + *id + "' is not a plain identifier");
     if (options_.tries < 1) throw_error(errc::invalid_argument, std::string(d->name()), "tries must be at least 1");
     const auto& q = *dialect_;
-    const std::string t = q.quote(options_.table), k = q.quote(options_.key_column),
+    const std::string t = q.qualify(options_.table), k = q.quote(options_.key_column),
                       s = q.quote(options_.stock_column), v = q.quote(options_.version_column);
     auto p = [&](int n) { return q.placeholder(n); };
     create_ = {"CREATE TABLE IF NOT EXISTS " + t + " (" + k + " VARCHAR(255) NOT NULL PRIMARY KEY, " + s +
@@ -61,7 +61,7 @@ std::optional<std::int64_t> optimistic_stock::stock(std::string_view item) {
     try {
         auto r = pool_.run([&](connection& c) { return c.exec(read_, {key}); });
         if (r.rows.empty() || !r.rows[0][0]) return std::nullopt;
-        return std::stoll(*r.rows[0][0]);
+        return to_int64(*r.rows[0][0]);
     } catch (const sql_error& e) {
         throw_client_error(e, dialect_->name(), "cannot read the stock of '" + key + "'");
     }
@@ -78,7 +78,7 @@ stock_result optimistic_stock::take(std::string_view item, std::int64_t quantity
             auto r = c->exec(read_, {key});
             if (r.rows.empty() || !r.rows[0][0] || !r.rows[0][1])
                 throw_error(errc::invalid_argument, std::string(dialect_->name()), "no stock row for '" + key + "'");
-            const std::int64_t stock = std::stoll(*r.rows[0][0]), version = std::stoll(*r.rows[0][1]);
+            const std::int64_t stock = to_int64(*r.rows[0][0]), version = to_int64(*r.rows[0][1]);
             out.remaining = stock;
             if (stock < quantity) return stock_outcome::sold_out;
             ++out.attempts;

@@ -10,9 +10,12 @@
 #include <mysql_connection.h>
 #include <mysql_driver.h>
 
+#include <sys/socket.h>
+
 #include <atomic>
 #include <mutex>
 
+#include "call_deadline.hpp"
 #include "mysql_dialect.hpp"
 
 namespace distlock::backends::mysql {
@@ -23,7 +26,7 @@ using namespace std::chrono_literals;
 
 s::failure classify(int code, bool connecting) {
     switch (code) {
-        case 1044: case 1045: case 1142: case 1143: case 1227: case 1698: case 1370:
+        case 1044: case 1045: case 1095: case 1142: case 1143: case 1227: case 1698: case 1370:
             return s::failure::access_denied;
         case 1049: return s::failure::no_database;
         case 1146:  // ER_NO_SUCH_TABLE
@@ -48,14 +51,51 @@ int seconds_at_least_1(std::chrono::milliseconds d) {
     return static_cast<int>(std::max<long long>(1, (d.count() + 999) / 1000));
 }
 
+// The most distlock ever reads or sends. A packet (a row, a statement): the
+// client library refuses a larger one (our largest statement, a renewal of
+// 1024 names of 1024 bytes, is about 2.2 MB). A result: its rows and cells
+// together (the largest asked for is a renewal's 1024 owner tokens).
+constexpr int max_packet = 16 << 20;
+constexpr std::size_t max_result_rows = 100000, max_result_bytes = 16 << 20;
+
+// A string literal of any bytes, every byte as it is (NUL included): X'..'.
+std::string hex_literal(std::string_view bytes) {
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string out = "X'";
+    for (unsigned char b : bytes) {
+        out += hex[b >> 4];
+        out += hex[b & 15];
+    }
+    return out + "'";
+}
+
+// A message from the server or the client library, bounded: a hostile server
+// can send one as large as a packet.
+std::string bounded_message(const char* what) {
+    std::string m = what ? what : "";
+    if (m.size() > 512) m = m.substr(0, 512) + "...";
+    return m;
+}
+
 struct endpoint {
     std::string host, user, password, schema;
     std::uint16_t port = 3306;
 };
 
+// A claimed duplicate of a connection's socket (call_deadline.hpp), closed last.
+struct claimed_socket {
+    int fd = -1;
+    claimed_socket() = default;
+    claimed_socket(const claimed_socket&) = delete;
+    claimed_socket& operator=(const claimed_socket&) = delete;
+    ~claimed_socket() { release_socket(fd); }
+};
+
 class connection final : public s::connection {
 public:
-    connection(const endpoint& ep, const s::conn_settings& cs) {
+    // The whole connect (TCP, handshake, login) is bounded by connect_timeout,
+    // and each statement after by timeout (call_deadline.hpp).
+    connection(const endpoint& ep, const s::conn_settings& cs) : timeout_(cs.timeout) {
         static std::once_flag once;
         static ::sql::mysql::MySQL_Driver* driver = nullptr;
         std::call_once(once, [] { driver = ::sql::mysql::get_mysql_driver_instance(); });
@@ -75,24 +115,59 @@ public:
         opts["CLIENT_FOUND_ROWS"] = false;
         opts["CLIENT_MULTI_STATEMENTS"] = true; // a batch is one query (values are rendered as literals)
         opts["OPT_CHARSET_NAME"] = ::sql::SQLString("utf8mb4");
+        opts["OPT_MAX_ALLOWED_PACKET"] = max_packet;
+        const auto until = deadline_clock::now() + cs.connect_timeout;
+        const std::string where = ep.host + ":" + std::to_string(ep.port);
+        const std::string late = "no connection within connect_timeout (" + std::to_string(cs.connect_timeout.count()) + " ms)";
+        // No greeting at all: a server of another kind, or a stuck one (a retry may help).
+        auto greeting_hint = [&](std::string msg) {
+            if (msg.find("initial communication packet") != std::string::npos)
+                msg += " (no greeting: is " + where + " a MySQL or MariaDB server?)";
+            return msg;
+        };
         try {
-            conn_.reset(driver->connect(opts));
-            plain_.reset(conn_->createStatement());
-            plain_->execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
-            std::unique_ptr<::sql::ResultSet> rs(plain_->executeQuery("SELECT CONNECTION_ID(), VERSION()"));
-            if (rs->next()) {
-                id_ = rs->getInt64(1);
-                version_ = rs->getString(2);
+            auto turn = connect_turn(until);
+            if (!turn.owns_lock())
+                throw s::sql_error(s::failure::cannot_connect, 0, late + ": the process's other MySQL connects took it");
+            const auto before = socket_inodes();
+            {
+                call_deadline watch(before, ep.port, until);
+                try {
+                    conn_.reset(driver->connect(opts));
+                } catch (const ::sql::SQLException& e) {
+                    if (watch.fired())
+                        throw s::sql_error(s::failure::cannot_connect, e.getErrorCode(),
+                                           late + ": " + greeting_hint(bounded_message(e.what())));
+                    throw;
+                }
+                if (watch.fired()) throw s::sql_error(s::failure::cannot_connect, 0, late);
             }
+            sock_.fd = claim_socket(before, ep.port);
+            turn.unlock();
+            plain_.reset(conn_->createStatement());
+            // Rows are read as they come (mysql_use_result), so that a reply is
+            // capped as it arrives (read()), not after the library stored all of it.
+            plain_->setResultSetType(::sql::ResultSet::TYPE_FORWARD_ONLY);
+            bounded([&] {
+                plain_->execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+                s::result r;
+                read(std::unique_ptr<::sql::ResultSet>(plain_->executeQuery(
+                         "SELECT CONNECTION_ID(), VERSION(), IF(@@lower_case_table_names = 0, DATABASE(),"
+                         " LOWER(DATABASE())), @@lower_case_table_names")),
+                     r);
+                if (r.rows.empty() || r.rows[0].size() < 4 || !r.rows[0][0])
+                    throw s::sql_error(s::failure::wrong_server, 0, "the server did not say who this session is");
+                id_ = s::to_int64(*r.rows[0][0]);
+                version_ = r.rows[0][1].value_or("").substr(0, 256);
+                database_ = r.rows[0][2].value_or("");
+                fold_case_ = r.rows[0][3].value_or("0") != "0";
+            });
         } catch (const ::sql::SQLException& e) {
             const int code = e.getErrorCode();
-            std::string msg = e.what();
-            const std::string where = ep.host + ":" + std::to_string(ep.port);
+            const std::string msg = bounded_message(e.what());
             if (code == 2027)  // malformed packet: another kind of server answered
                 throw s::sql_error(s::failure::wrong_server, code, msg + " (is " + where + " a MySQL or MariaDB server?)");
-            if (code == 2013 && msg.find("initial communication packet") != std::string::npos)
-                msg += " (no greeting: is " + where + " a MySQL or MariaDB server?)";  // or a stuck one: retry
-            throw s::sql_error(classify(code, true), code, msg);
+            throw s::sql_error(classify(code, true), code, code == 2013 ? greeting_hint(msg) : msg);
         }
     }
 
@@ -103,6 +178,11 @@ public:
         } catch (...) {
         }
     }
+
+    // The session's database as the server names it (lower case where the
+    // server folds table names), and whether it folds them.
+    const std::string& database() const noexcept { return database_; }
+    bool folds_case() const noexcept { return fold_case_; }
 
     std::int64_t session_id() const noexcept override { return id_; }
     bool broken() const noexcept override { return broken_; }
@@ -124,7 +204,7 @@ protected:
             render(st, args, text);
         }
         std::vector<s::result> out;
-        try {
+        bounded([&] {
             bool rows = plain_->execute(text);
             for (std::size_t i = 0; i < steps.size(); ++i) {
                 if (i > 0) rows = plain_->getMoreResults();
@@ -135,17 +215,37 @@ protected:
                 else if (i == 0) r.affected = plain_->getUpdateCount();
                 out.push_back(std::move(r));
             }
-            return out;
-        } catch (const ::sql::SQLException& e) {
-            auto kind = classify(e.getErrorCode(), false);
-            if (kind == s::failure::connection_lost) broken_ = true;
-            throw s::sql_error(kind, e.getErrorCode(), e.what());
-        }
+        });
+        return out;
     }
 
 private:
+    // Runs one call of the client library under the whole-call deadline
+    // (`timeout`, call_deadline.hpp): past it, the socket is shut down, the
+    // library's blocked read fails, and the call is a timeout (the connection
+    // is dropped). Library errors become sql_error.
+    template <class F>
+    void bounded(F&& f) {
+        call_deadline watch(sock_.fd, deadline_clock::now() + timeout_);
+        try {
+            f();
+        } catch (const ::sql::SQLException& e) {
+            if (watch.fired()) timed_out(bounded_message(e.what()));
+            auto kind = classify(e.getErrorCode(), false);
+            if (kind == s::failure::connection_lost) broken_ = true;
+            throw s::sql_error(kind, e.getErrorCode(), bounded_message(e.what()));
+        }
+        if (watch.fired()) timed_out("");
+    }
+
+    [[noreturn]] void timed_out(const std::string& what) {
+        broken_ = true;
+        throw s::sql_error(s::failure::timed_out, 2013,
+                           "no reply within the query timeout (" + std::to_string(timeout_.count()) +
+                               " ms): the connection was closed" + (what.empty() ? "" : " (" + what + ")"));
+    }
+
     static void render(const s::statement& st, std::span<const s::value> args, std::string& out) {
-        static constexpr char hex[] = "0123456789abcdef";
         std::size_t next = 0;
         for (char c : st.text) {
             if (c != '?') {
@@ -159,56 +259,65 @@ private:
             else if (auto n = std::get_if<std::int64_t>(&v)) out += std::to_string(*n);
             else if (auto t = std::get_if<std::string>(&v)) raw = t;
             else raw = &std::get<s::bytes>(v).data;
-            if (!raw) continue;
-            if (raw->empty()) {
-                out += "''";
-                continue;
-            }
-            out += "X'";
-            for (unsigned char b : *raw) {
-                out += hex[b >> 4];
-                out += hex[b & 15];
-            }
-            out += '\'';
+            if (raw) out += raw->empty() ? std::string("''") : hex_literal(*raw);
         }
         if (next != st.args.size()) throw s::sql_error(s::failure::other, 0, "a statement has fewer '?' than arguments");
     }
 
-    static void read(std::unique_ptr<::sql::ResultSet> rs, s::result& out) {
+    // Reads a result set, capped (max_result_rows, max_result_bytes): past the
+    // cap the socket is shut down first, so that the library does not read
+    // the rest when the result is freed, and the connection is dropped.
+    void read(std::unique_ptr<::sql::ResultSet> rs, s::result& out) {
         out.query = true;
         if (!rs) return;
         const unsigned cols = rs->getMetaData()->getColumnCount();
+        std::size_t bytes = 0;
         while (rs->next()) {
             s::row r;
             r.reserve(cols);
             for (unsigned c = 1; c <= cols; ++c) {
-                if (rs->isNull(c)) r.emplace_back(std::nullopt);
-                else r.emplace_back(static_cast<const std::string&>(rs->getString(c)));
+                if (rs->isNull(c)) {
+                    r.emplace_back(std::nullopt);
+                    continue;
+                }
+                r.emplace_back(static_cast<const std::string&>(rs->getString(c)));
+                bytes += r.back()->size();
             }
             out.rows.push_back(std::move(r));
+            if (out.rows.size() > max_result_rows || bytes > max_result_bytes) {
+                if (sock_.fd >= 0) ::shutdown(sock_.fd, SHUT_RDWR);
+                broken_ = true;
+                throw s::sql_error(s::failure::connection_lost, 0,
+                                   "the server's reply is larger than any this client asks for (over " +
+                                       std::to_string(max_result_rows) + " rows or " + std::to_string(max_result_bytes) +
+                                       " bytes): the connection was dropped");
+            }
         }
         out.affected = out.rows.size();
     }
 
+    claimed_socket sock_;  // destroyed last: the library's connection is closed first
     std::unique_ptr<::sql::Connection> conn_;
     std::unique_ptr<::sql::Statement> plain_;
+    std::chrono::milliseconds timeout_;
     std::int64_t id_ = 0;
     std::string version_;
+    std::string database_;
+    bool fold_case_ = false;
     bool broken_ = false;
 };
 
-// GET_LOCK names: a name of at most 64 bytes from [a-z0-9_.:/-] (lower case,
-// since servers differ in case sensitivity) that does not start with
-// "distlock:" is used as it is; any other name becomes "distlock:" + the first
-// 55 hex digits of SHA-256(name) (64 characters in all).
-std::string get_lock_key(std::string_view name) {
-    auto plain = [](unsigned char c) {
-        return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == ':' || c == '/' ||
-               c == '-';
-    };
-    bool ok = !name.empty() && name.size() <= 64 && name.rfind("distlock:", 0) != 0;
-    for (unsigned char c : name) ok = ok && plain(c);
-    return ok ? std::string(name) : "distlock:" + spi::sha256_hex(name).substr(0, 55);
+// GET_LOCK names are server-wide: a name's key is put in its lock table's
+// namespace (dialect::key_namespace(): the database, as the server names it,
+// NUL, the table, NUL), so that two databases, or two tables of one, never
+// share a lock. Every name is hashed, whatever it is: "distlock:" + the first
+// 55 hex digits of SHA-256(namespace + name), 64 characters (the longest
+// GET_LOCK name MySQL takes). No name is used as it is, so no name can be
+// chosen to meet another's key (finding one is a SHA-256 preimage). The
+// for-update marks are "distlock#row:" + 51 hex digits of the same digest:
+// '#' is in no key. The server can compute both (docs/backends/sql.md).
+std::string get_lock_key(std::string_view name_space, std::string_view name) {
+    return "distlock:" + spi::sha256_hex(std::string(name_space) + std::string(name)).substr(0, 55);
 }
 
 enum class fence_kind { automatic, sequence, table };
@@ -223,8 +332,18 @@ public:
     std::unique_ptr<s::connection> connect() override {
         auto c = std::make_unique<connection>(ep_, cs_);
         mariadb_ = c->server_version().find("MariaDB") != std::string::npos;
+        // The namespace of the server's names for this database, the first
+        // time (the backend's first connection, before its texts are made).
+        std::call_once(namespace_once_, [&] {
+            std::string table = cs_.table;
+            if (c->folds_case())
+                for (auto& ch : table) ch = spi::ascii_lower(ch);
+            namespace_ = c->database() + '\0' + table + '\0';
+        });
         return c;
     }
+
+    std::string key_namespace() const override { return namespace_; }
 
     // The fence counter: a SEQUENCE on MariaDB (NEXTVAL() writes only once per
     // cached block of 1000 values, and a crash skips the rest of the block), 1024
@@ -309,7 +428,7 @@ public:
         // A holder gives the mark back before the row, so the next one finds it
         // free; a session that ends frees both (the wait of 1 s covers the moment
         // between the two).
-        const std::string mark_key = "CONCAT('distlock#row:', LEFT(SHA2(?, 256), 51))";
+        const std::string mark_key = "CONCAT('distlock#row:', LEFT(SHA2(CONCAT(" + hex_literal(namespace_) + ", ?), 256), 51))";
         const s::statement mark = {"SELECT IF(FOUND_ROWS() > 0, GET_LOCK(" + mark_key + ", 1), NULL)", {0}};
         q.row_lock = {{"START TRANSACTION", {}}, {"SELECT 1 FROM " + rows + " WHERE name = ? FOR UPDATE", {0}}, mark};
         q.row_lock_nowait = {
@@ -318,7 +437,9 @@ public:
         q.set_wait = {"SET SESSION innodb_lock_wait_timeout = GREATEST(1, ? DIV 1000)", {0}};
         if (seq) q.fence = {{"SELECT NEXTVAL(" + fence + ")", {}}};
         else q.fence = {{bump("").text, {0}}, {"SELECT LAST_INSERT_ID()", {}}};
-        q.holder_of = {{"SELECT IS_USED_LOCK(" + mark_key + ")", {0}}};
+        // break_lock: the holder found and ended in one statement (KILL takes an
+        // expression; NULL, nobody, is error 1094 "unknown thread id").
+        q.row_break = {"KILL IS_USED_LOCK(" + mark_key + ")", {0}};
         // GET_LOCK first: the token is drawn (and a counter row locked) only once
         // the named lock is held. Counter rows: ROW_COUNT() is 0 when it was not.
         if (seq) {
@@ -331,8 +452,7 @@ public:
         }
         q.native_release = {"SELECT RELEASE_LOCK(?)", {0}};
         q.native_plain = {"SELECT GET_LOCK(?, 0)", {0}};
-        q.native_holder = {"SELECT IS_USED_LOCK(?)", {0}};
-        q.kill = {"KILL ?", {0}};
+        q.native_break = {"KILL IS_USED_LOCK(?)", {0}};
         // inspect: the lease row by the server's clock; the session holding a
         // GET_LOCK key or a for-update row's mark (IS_USED_LOCK). MySQL keeps no
         // label beside a named lock, and counts its waiters only in
@@ -459,7 +579,7 @@ public:
         }
         if (sequence()) {
             auto m = c.exec({"SELECT COALESCE(MAX(version), 0) FROM " + t, {}});
-            const auto top = m.rows.empty() || !m.rows[0][0] ? 0 : std::stoll(*m.rows[0][0]);
+            const auto top = m.rows.empty() || !m.rows[0][0] ? 0 : s::to_int64(*m.rows[0][0]);
             if (top > 0) c.exec({"SELECT SETVAL(" + fence + ", ?)", {0}}, {static_cast<std::int64_t>(top)});
         } else {
             std::string slots;
@@ -495,7 +615,7 @@ public:
         };
     }
 
-    s::value native_key(std::string_view name) const override { return get_lock_key(name); }
+    s::value native_key(std::string_view name) const override { return get_lock_key(namespace_, name); }
     std::chrono::milliseconds row_wait_resolution() const noexcept override { return 1000ms; }  // whole seconds
     // MariaDB's GET_LOCK takes fractions of a second; MySQL's is documented in seconds.
     std::chrono::milliseconds native_wait_resolution() const noexcept override { return mariadb_ ? 1ms : 1000ms; }
@@ -508,6 +628,8 @@ private:
     s::conn_settings cs_;
     fence_kind fence_;
     std::atomic<bool> mariadb_{false};
+    std::once_flag namespace_once_;
+    std::string namespace_;  // set by the first connection, then fixed
 };
 
 }  // namespace

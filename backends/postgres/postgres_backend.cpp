@@ -25,7 +25,7 @@ s::failure classify_state(std::string_view state) {
     if (state == "55P03") return s::failure::lock_timeout;  // lock_not_available (lock_timeout, NOWAIT)
     if (state == "40P01" || state == "40001") return s::failure::deadlock;
     if (state == "28P01" || state == "28000" || state == "42501") return s::failure::access_denied;
-    if (state == "3D000") return s::failure::no_database;
+    if (state == "3D000" || state == "3F000") return s::failure::no_database;  // database, or schema=
     if (state == "42P01") return s::failure::no_table;  // undefined_table
     if (state.substr(0, 2) == "08" || state.substr(0, 3) == "57P") return s::failure::connection_lost;
     return s::failure::other;
@@ -46,14 +46,26 @@ s::failure classify_connect(const std::string& msg) {
 
 struct endpoint {
     std::string host, port, user, password, dbname;
+    std::string schema = "public";  // where every object distlock makes or uses lives (schema=)
 };
+
+// Every session resolves unqualified names in pg_catalog only (pg_temp, which
+// only this session can write, last): distlock qualifies every table and
+// sequence with its schema, and the functions and operators it calls (now(),
+// nextval(), ||, set_config() ...) can then only be the built-in ones. With the
+// default search_path ("$user", public), a role that may create objects in
+// public (every role before PostgreSQL 15) could define a better-matching
+// operator, e.g. ||(bigint, text), and have it run as this role. Sent in the
+// startup packet: no statement, no round trip.
+constexpr const char* session_options = "-c search_path=pg_catalog,pg_temp";
 
 class connection final : public s::connection {
 public:
     connection(const endpoint& ep, const s::conn_settings& cs) : timeout_(cs.timeout) {
-        const char* keys[] = {"host", "port", "user", "password", "dbname", "application_name", "client_encoding", nullptr};
+        const char* keys[] = {"host",   "port", "user", "password", "dbname", "application_name", "client_encoding",
+                              "options", nullptr};
         const char* vals[] = {ep.host.c_str(),   ep.port.c_str(), ep.user.c_str(), ep.password.c_str(),
-                              ep.dbname.c_str(), "distlock",      "UTF8",          nullptr};
+                              ep.dbname.c_str(), "distlock",      "UTF8",          session_options, nullptr};
         conn_ = PQconnectStartParams(keys, vals, 0);
         if (conn_ == nullptr) throw s::sql_error(s::failure::cannot_connect, 0, "libpq could not allocate a connection");
         const auto until = clk::now() + cs.connect_timeout;
@@ -218,7 +230,11 @@ private:
                 }
                 case PGRES_COMMAND_OK: {
                     const char* count = PQcmdTuples(res);
-                    out.affected = count && *count ? std::stoull(count) : 0;
+                    try {  // the rest of the pipeline is read all the same
+                        out.affected = count && *count ? s::to_uint64(count) : 0;
+                    } catch (const s::sql_error& e) {
+                        if (!error) error.emplace(e);
+                    }
                     break;
                 }
                 case PGRES_PIPELINE_ABORTED: break;  // skipped after an earlier error
@@ -288,8 +304,9 @@ private:
     std::int64_t pid_ = 0;
 };
 
-// The advisory-lock key of a name: the first 8 bytes of SHA-256(name), read as
-// a big-endian two's-complement signed 64-bit integer.
+// The advisory-lock key of a name in its namespace (dialect::key_namespace():
+// empty for the default lock table): the first 8 bytes of SHA-256(namespace +
+// name), read as a big-endian two's-complement signed 64-bit integer.
 std::int64_t advisory_key(std::string_view name) {
     const std::string digest = spi::sha256(name);
     std::uint64_t k = 0;
@@ -299,20 +316,39 @@ std::int64_t advisory_key(std::string_view name) {
 
 class dialect final : public s::dialect {
 public:
-    dialect(endpoint ep, s::conn_settings cs) : ep_(std::move(ep)), cs_(cs) {}
+    dialect(endpoint ep, s::conn_settings cs, std::string table) : ep_(std::move(ep)), cs_(cs), table_(std::move(table)) {}
 
     std::string_view name() const noexcept override { return "postgres"; }
     std::string_view native_strategy() const noexcept override { return "advisory"; }
     std::unique_ptr<s::connection> connect() override { return std::make_unique<connection>(ep_, cs_); }
 
+    // A table or sequence of this lock table, schema-qualified.
+    std::string object(const std::string& name) const { return quote(ep_.schema) + "." + quote(name); }
+
+    // The default lock table ("public"."distlock_locks") keeps the advisory keys
+    // and notification channel of earlier versions; any other is a namespace of
+    // its own: two lock tables never share a lock or a channel.
+    bool default_table() const { return ep_.schema == "public" && table_ == "distlock_locks"; }
+    std::string key_namespace() const override {
+        return default_table() ? std::string{} : ep_.schema + '\0' + table_ + '\0';
+    }
+    // Notification channels are per database: "distlock_<table>" in public (as
+    // before schema=), else "distlock_<schema>.<table>", hashed past the 63
+    // bytes of an identifier. Only [A-Za-z0-9_.]: it is also a string literal.
+    std::string channel(const std::string& table) const {
+        const std::string base = ep_.schema == "public" ? table : ep_.schema + "." + table;
+        const std::string whole = "distlock_" + base;
+        return whole.size() <= 63 ? whole : "distlock_" + spi::sha256_hex(base).substr(0, 48);
+    }
+
     s::sql_texts texts(const std::string& table) const override {
-        const std::string t = quote(table), rows = quote(table + "_rows");
+        const std::string t = object(table), rows = object(table + "_rows");
         const std::string expires = "now() + $3::bigint * interval '1 millisecond'";
         const std::string free = "(expires_at IS NULL OR expires_at <= now())";
         // The fence counter: a sequence. nextval() is never rolled back, and a
         // committed one survives a crash (PostgreSQL's documentation, "Sequence
         // Manipulation Functions").
-        const std::string next = "nextval('" + quote(table + "_fence") + "')";
+        const std::string next = "nextval('" + object(table + "_fence") + "')";
         s::sql_texts q;
         q.create = {
             {"CREATE TABLE IF NOT EXISTS " + t +
@@ -320,7 +356,7 @@ public:
                  " holder_label bytea)",
              {}},
             {"CREATE TABLE IF NOT EXISTS " + rows + " (name bytea PRIMARY KEY)", {}},
-            {"CREATE SEQUENCE IF NOT EXISTS " + quote(table + "_fence"), {}},
+            {"CREATE SEQUENCE IF NOT EXISTS " + object(table + "_fence"), {}},
         };
         q.ping = {"SELECT 1", {}};
         q.rollback = {"ROLLBACK", {}};
@@ -333,13 +369,12 @@ public:
                             {0, 1, 2, 4}}};
         q.lease_renew = {"UPDATE " + t + " SET expires_at = " + expires + " WHERE name = $1 AND owner = $2", {0, 1, 2}};
         // Release and break wake the waiters of the name (one row = released).
-        const std::string channel = quote("distlock_" + table);
-        const std::string notify = ") SELECT pg_notify('distlock_" + table + "', encode(sha256(name), 'hex')) FROM done";
+        const std::string notify = ") SELECT pg_notify('" + channel(table) + "', encode(sha256(name), 'hex')) FROM done";
         q.lease_release = {"WITH done AS (DELETE FROM " + t + " WHERE name = $1 AND owner = $2 RETURNING name" + notify,
                            {0, 1}};
         q.lease_clear = {"WITH done AS (DELETE FROM " + t + " WHERE name = $1 RETURNING name" + notify, {0}};
-        q.listen = {"LISTEN " + channel, {}};
-        q.unlisten = {"UNLISTEN " + channel, {}};
+        q.listen = {"LISTEN " + quote(channel(table)), {}};
+        q.unlisten = {"UNLISTEN " + quote(channel(table)), {}};
         q.opt_insert = {{"INSERT INTO " + t + " (name, owner, expires_at, version, holder_label) VALUES ($1, $2, " +
                              expires + ", " + next + ", $4) ON CONFLICT (name) DO NOTHING RETURNING version",
                          {0, 1, 2, 4}}};
@@ -359,10 +394,12 @@ public:
         q.set_wait = {"SELECT set_config('lock_timeout', $1::bigint || 'ms', false)", {0}};
         q.fence = {{"SELECT " + next, {}}};
         // A row locked FOR UPDATE carries the locking transaction's id in xmax;
-        // that transaction holds the lock on its own id, which names its session.
-        q.holder_of = {{"SELECT l.pid FROM " + rows + " r JOIN pg_locks l ON l.locktype = 'transactionid'"
-                        " AND l.transactionid = r.xmax AND l.mode = 'ExclusiveLock' AND l.granted WHERE r.name = $1",
-                        {0}}};
+        // that transaction, while it runs, holds the lock on its own id, which
+        // names its session: found and ended in one statement.
+        q.row_break = {"SELECT pg_terminate_backend(l.pid) FROM " + rows + " r JOIN pg_locks l ON l.locktype ="
+                       " 'transactionid' AND l.transactionid = r.xmax AND l.mode = 'ExclusiveLock' AND l.granted"
+                       " WHERE r.name = $1",
+                       {0}};
         // The token is drawn once the lock is held, in the same statement, which
         // also names the holding session after the grant: application_name
         // 'distlock #<token>' and ' <label>' ($2, empty when the label is not
@@ -382,12 +419,11 @@ public:
                             {0}};
         q.native_plain = {"SELECT pg_advisory_lock($1::bigint)", {0}};
         // A bigint advisory key shows in pg_locks as classid = high half, objid = low half, objsubid = 1.
-        q.native_holder = {"SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1"
-                           " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-                           " AND classid = (($1::bigint >> 32) & 4294967295)::oid"
-                           " AND objid = ($1::bigint & 4294967295)::oid",
-                           {0}};
-        q.kill = {"SELECT pg_terminate_backend($1::int)", {0}};
+        q.native_break = {"SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+                          " AND objsubid = 1 AND database = (SELECT oid FROM pg_database WHERE datname ="
+                          " current_database()) AND classid = (($1::bigint >> 32) & 4294967295)::oid"
+                          " AND objid = ($1::bigint & 4294967295)::oid",
+                          {0}};
         // inspect: one statement each. Advisory: the granted lock of the key in
         // this database, its session's application_name, and the sessions
         // queued for it (ungranted). for-update: the row's xmax is the locking
@@ -425,7 +461,7 @@ public:
         // key (the pipeline is one implicit transaction, so it is held until the
         // upsert has committed), so that the look for a free slot and the size
         // check see every permit taken before.
-        const std::string permits = quote(table + "_permits");
+        const std::string permits = object(table + "_permits");
         q.create.push_back({"CREATE TABLE IF NOT EXISTS " + permits +
                                 " (name bytea NOT NULL, slot bigint NOT NULL, permits bigint NOT NULL, owner text NOT NULL,"
                                 " expires_at timestamptz NOT NULL, version bigint NOT NULL, PRIMARY KEY (name, slot))",
@@ -469,12 +505,50 @@ public:
                            {0}}};
         q.rw_read_release = {"SELECT CASE WHEN pg_advisory_unlock_shared(" + halves + ") THEN 1 ELSE 0 END", {0}};
         q.rw_write_release = {"SELECT CASE WHEN pg_advisory_unlock(" + halves + ") THEN 1 ELSE 0 END", {0}};
-        q.rw_holders = {"SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2"
-                        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-                        " AND classid = (($1::bigint >> 32) & 4294967295)::oid"
-                        " AND objid = ($1::bigint & 4294967295)::oid",
-                        {0}};
+        q.rw_break = {"SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+                      " AND objsubid = 2 AND database = (SELECT oid FROM pg_database WHERE datname ="
+                      " current_database()) AND classid = (($1::bigint >> 32) & 4294967295)::oid"
+                      " AND objid = ($1::bigint & 4294967295)::oid",
+                      {0}};
         return q;
+    }
+
+    // Every table and the sequence distlock uses must be the connecting role's
+    // own, and the schema the role's, a superuser's or the database owner's
+    // (checked after CREATE ... IF NOT EXISTS, so that an object another role
+    // made first, or meanwhile, is seen). A table of another role could carry
+    // triggers, rules or policies that run as this role, and its owner reads
+    // and changes every lock; a schema's owner can drop and replace what is in
+    // it. Refused with access_denied (failure::access_denied), naming the object.
+    void refuse_objects_of_others(s::connection& c, const std::string& table) const {
+        const std::string me = "(SELECT oid FROM pg_roles WHERE rolname = current_user)";
+        const auto r = c.exec(
+            {"SELECT x.what, x.name, x.owner, current_user FROM ("
+             " SELECT 'schema' AS what, quote_ident(n.nspname) AS name, pg_get_userbyid(n.nspowner) AS owner,"
+             " n.nspowner = " + me + " OR (SELECT rolsuper FROM pg_roles WHERE oid = n.nspowner)"
+             " OR n.nspowner = (SELECT datdba FROM pg_database WHERE datname = current_database())"
+             " OR pg_get_userbyid(n.nspowner) = 'pg_database_owner' AS ok FROM pg_namespace n WHERE n.nspname = $1"
+             " UNION ALL SELECT CASE WHEN c.relkind = 'S' THEN 'sequence' ELSE 'table' END,"
+             " quote_ident(n.nspname) || '.' || quote_ident(c.relname), pg_get_userbyid(c.relowner),"
+             " c.relowner = " + me + " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+             " WHERE n.nspname = $1 AND c.relname IN ($2, $3, $4, $5)) x WHERE NOT COALESCE(x.ok, false) ORDER BY 1, 2 LIMIT 1",
+             {0, 1, 2, 3, 4}},
+            {ep_.schema, table, table + "_rows", table + "_fence", table + "_permits"});
+        if (r.rows.empty() || r.rows[0].size() < 4) return;
+        const auto& row = r.rows[0];
+        const std::string what = row[0].value_or("?"), name = row[1].value_or("?"), owner = row[2].value_or("?"),
+                          me_name = row[3].value_or("?");
+        if (what == "schema")
+            throw s::sql_error(s::failure::access_denied, 0,
+                               "schema " + name + " is owned by role \"" + owner + "\", which is neither \"" + me_name +
+                                   "\" (the role distlock connects as), a superuser nor the database owner: refused,"
+                                   " since a schema's owner can drop and replace the lock tables in it (use a schema of"
+                                   " this role's: schema=)");
+        throw s::sql_error(s::failure::access_denied, 0,
+                           "the " + what + " " + name + " is owned by role \"" + owner + "\", not by \"" + me_name +
+                               "\" (the role distlock connects as): refused, since another role's table can run"
+                               " triggers, rules or policies as this role and its owner reads and changes every lock"
+                               " (make it this role's, ALTER ... OWNER TO, or use another schema= or table=)");
     }
 
     // Tables of the earlier layout kept each name's token in its row's version:
@@ -482,10 +556,12 @@ public:
     // advisory lock, so that two starting clients do not both set it), then the
     // rows of locks nobody holds are deleted.
     void migrate(s::connection& c, const std::string& table) const override {
-        const std::string t = quote(table), seq = quote(table + "_fence");
+        refuse_objects_of_others(c, table);
+        const std::string t = object(table), seq = object(table + "_fence");
         c.exec({"BEGIN", {}});
         try {
-            c.exec({"SELECT pg_advisory_xact_lock($1::bigint)", {0}}, {advisory_key("distlock migrate " + table)});
+            const std::string lock_of = ep_.schema == "public" ? table : ep_.schema + "." + table;
+            c.exec({"SELECT pg_advisory_xact_lock($1::bigint)", {0}}, {advisory_key("distlock migrate " + lock_of)});
             // A lock table made before holder labels gets its holder_label column,
             // once (looked up first: ALTER TABLE would wait for every statement on
             // the table even when the column is there). Old clients name their
@@ -499,7 +575,7 @@ public:
                         ") x, " + seq + " s WHERE x.m > 0 AND x.m >= s.last_value",
                     {}});
             c.exec({"DELETE FROM " + t + " WHERE owner IS NULL OR expires_at <= now()", {}});
-            c.exec({"DELETE FROM " + quote(table + "_permits") + " WHERE expires_at <= now()", {}});
+            c.exec({"DELETE FROM " + object(table + "_permits") + " WHERE expires_at <= now()", {}});
             c.exec({"COMMIT", {}});
         } catch (const s::sql_error& e) {
             if (!e.fatal()) c.exec({"ROLLBACK", {}});
@@ -518,22 +594,24 @@ public:
             args.push_back(static_cast<int>(1 + 2 * i));
             args.push_back(static_cast<int>(2 + 2 * i));
         }
-        return {{"UPDATE " + quote(table) + " SET expires_at = now() + $1::bigint * interval '1 millisecond'"
+        return {{"UPDATE " + object(table) + " SET expires_at = now() + $1::bigint * interval '1 millisecond'"
                  " WHERE name IN (" + names + ") AND owner IN (" + owners + ") RETURNING owner",
                  args},
                 {}};
     }
 
-    s::value native_key(std::string_view name) const override { return advisory_key(name); }
+    s::value native_key(std::string_view name) const override { return advisory_key(key_namespace() + std::string(name)); }
     std::chrono::milliseconds row_wait_resolution() const noexcept override { return 1ms; }
     std::chrono::milliseconds native_wait_resolution() const noexcept override { return 1ms; }
     bool native_wait_in_call() const noexcept override { return false; }  // lock_timeout bounds the wait
     std::string quote(std::string_view id) const override { return "\"" + std::string(id) + "\""; }
+    std::string qualify(std::string_view table) const override { return object(std::string(table)); }
     std::string placeholder(int n) const override { return "$" + std::to_string(n); }
 
 private:
     endpoint ep_;
     s::conn_settings cs_;
+    std::string table_;
 };
 
 }  // namespace
@@ -551,7 +629,11 @@ std::shared_ptr<s::dialect> make_dialect(spi::url& u, const s::conn_settings& cs
         throw_error(errc::invalid_argument, "postgres", "postgres:// needs a database: postgres://user:pw@host:port/db");
     if (ep.user.empty())
         throw_error(errc::invalid_argument, "postgres", "postgres:// needs a user: postgres://user:pw@host/db");
-    return std::make_shared<dialect>(std::move(ep), cs);
+    if (auto schema = u.take("schema")) ep.schema = *schema;
+    if (!s::is_identifier(ep.schema, 63))
+        throw_error(errc::invalid_argument, "postgres",
+                    "schema '" + ep.schema + "' is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 63 characters)");
+    return std::make_shared<dialect>(std::move(ep), cs, cs.table);
 }
 
 void register_backend(spi::registry& r) {

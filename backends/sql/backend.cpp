@@ -1,7 +1,6 @@
 // The SQL lock backend (see backend.hpp): the URL's settings, the lock tables,
 // the strategy chosen per lock, the batch renewal of lease rows, break_lock.
 #include <algorithm>
-#include <cctype>
 #include <map>
 #include <thread>
 #include <utility>
@@ -13,16 +12,18 @@ namespace distlock::backends::sql {
 using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 
+// ASCII only, whatever the process locale (std::isalpha would take a Latin-1
+// letter under a Latin-1 locale, and the name would then depend on it).
 bool is_identifier(std::string_view id, std::size_t max) {
     if (id.empty() || id.size() > max) return false;
-    if (!(std::isalpha(static_cast<unsigned char>(id[0])) || id[0] == '_')) return false;
-    return std::all_of(id.begin(), id.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+    if (!(spi::ascii_alpha(id[0]) || id[0] == '_')) return false;
+    return std::all_of(id.begin(), id.end(), [](char c) { return spi::ascii_alnum(c) || c == '_'; });
 }
 
 std::optional<std::uint64_t> run_for_token(connection& c, const batch& steps, std::initializer_list<value> args) {
     auto v = batch_value(c.exec_batch(steps, args));
     if (!v) return std::nullopt;
-    return std::stoull(*v);
+    return to_uint64(*v);
 }
 
 std::string session_label_suffix(const std::string& label) {
@@ -48,12 +49,11 @@ session_name_parts parse_session_name(std::string_view name) {
     name.remove_prefix(labelled.size());
     const auto space = name.find(' ');
     const auto token = name.substr(0, space);
-    if (token.empty() || (token != "-" && !std::all_of(token.begin(), token.end(), [](char c) {
-                              return c >= '0' && c <= '9';
-                          })) || token.size() > 19)
+    if (token.empty() || (token != "-" && !std::all_of(token.begin(), token.end(), spi::ascii_digit)) ||
+        token.size() > 19)
         return p;
     p.distlock = p.labelled = true;
-    if (token != "-") p.token = std::stoull(std::string(token));
+    if (token != "-") p.token = to_uint64(token);
     if (space != std::string_view::npos && space + 1 < name.size()) p.label = std::string(name.substr(space + 1));
     return p;
 }
@@ -78,6 +78,7 @@ settings take_settings(spi::url& u, std::string_view backend, std::string_view n
     if (auto v = u.take("table")) s.table = *v;
     if (!is_identifier(s.table))
         bad("table '" + s.table + "' is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 48 characters)");
+    s.conn.table = s.table;
     if (auto v = u.take_duration("connect_timeout")) s.conn.connect_timeout = *v;
     if (auto v = u.take_duration("timeout")) s.conn.timeout = *v;
     if (s.conn.connect_timeout < 1ms || s.conn.timeout < 1s) bad("connect_timeout must be > 0 and timeout >= 1s");
@@ -129,8 +130,8 @@ void sql_backend::create_tables() {
     }
 }
 
-std::int64_t sql_backend::permit_key(std::string_view name) {
-    const std::string d = spi::sha256(name);
+std::int64_t sql_backend::permit_key(std::string_view name) const {
+    const std::string d = spi::sha256(dialect_->key_namespace() + std::string(name));
     std::uint64_t k = 0;
     for (std::size_t i = 8; i < 16; ++i) k = (k << 8) | static_cast<unsigned char>(d[i]);
     return static_cast<std::int64_t>(k);
@@ -188,60 +189,29 @@ std::optional<std::chrono::nanoseconds> sql_backend::native_cycle() {
 }
 
 // Lease strategies: delete the lease row (tokens live in the fence counter).
-// Session strategies: end the holder's session on the server. And the name's
-// read-write lock and semaphore: their rows deleted, or the sessions holding
-// the read-write lock (PostgreSQL) ended.
+// Session strategies: end the holder's session on the server, found and ended
+// in one statement (sql_texts::native_break). And the name's read-write lock
+// and semaphore: their rows deleted, or the sessions holding the read-write
+// lock (PostgreSQL) ended.
 void sql_backend::break_lock(std::string_view lock_name) {
-    auto end_session = [&](std::int64_t id) {
+    auto end_holder = [&](const statement& s, const value& v) {
         try {
-            pool_.run([&](connection& c) { return c.exec(q_.kill, {id}); });
+            pool_.run([&](connection& c) { return c.exec(s, {v}); });
         } catch (const sql_error& e) {
-            if (e.fatal()) throw;  // else: that session is already gone
+            if (e.fatal() || e.kind() == failure::access_denied) throw;  // else: nobody held it
         }
     };
     try {
         bytes n{std::string(lock_name)};
-        if (!session_held()) {
-            pool_.run([&](connection& c) { return c.exec(q_.lease_clear, {n}); });
-        } else if (auto holder = pool_.run([&](connection& c) { return holder_session(c, n); })) {
-            end_session(*holder);
-        }
+        if (!session_held()) pool_.run([&](connection& c) { return c.exec(q_.lease_clear, {n}); });
+        else if (settings_.strategy == strategy::for_update) end_holder(q_.row_break, n);
+        else end_holder(q_.native_break, dialect_->native_key(n.data));
         pool_.run([&](connection& c) { return c.exec(q_.permit_rows.clear, {n}); });
-        if (!q_.rw_rows.table.empty()) {
-            pool_.run([&](connection& c) { return c.exec(q_.rw_rows.clear, {n}); });
-        } else if (!q_.rw_holders.text.empty()) {
-            auto r = pool_.run([&](connection& c) { return c.exec(q_.rw_holders, {dialect_->native_key(n.data)}); });
-            for (const auto& row : r.rows)
-                if (!row.empty() && row[0]) end_session(std::stoll(*row[0]));
-        }
+        if (!q_.rw_rows.table.empty()) pool_.run([&](connection& c) { return c.exec(q_.rw_rows.clear, {n}); });
+        else if (!q_.rw_break.text.empty()) end_holder(q_.rw_break, dialect_->native_key(n.data));
     } catch (const sql_error& e) {
         throw_client_error(e, name_, "break_lock failed");
     }
-}
-
-// Native locks: the server's own view (IS_USED_LOCK, pg_locks). Row locks: a
-// NOWAIT probe tells whether the row is locked, and the dialect's holder_of by
-// whom (the locking transaction's session). Never a stale id: its session may
-// hold other locks by now.
-std::optional<std::int64_t> sql_backend::holder_session(connection& c, const bytes& n) {
-    if (settings_.strategy != strategy::for_update) {
-        auto r = c.exec(q_.native_holder, {dialect_->native_key(n.data)});
-        if (r.rows.empty() || r.rows[0].empty() || !r.rows[0][0]) return std::nullopt;
-        return std::stoll(*r.rows[0][0]);
-    }
-    try {
-        // Taken at once: nobody held it. Given back as a holder gives it back.
-        if (batch_value(c.exec_batch(q_.row_lock_nowait, {n, std::string("distlock")})) == "1")
-            c.exec_batch(q_.row_unlock, {n});
-        else c.exec(q_.rollback);
-        return std::nullopt;
-    } catch (const sql_error& e) {
-        if (e.kind() != failure::lock_timeout) throw;
-        c.exec(q_.rollback);
-    }
-    auto id = batch_value(c.exec_batch(q_.holder_of, {n}));
-    if (!id) return std::nullopt;
-    return std::stoll(*id);
 }
 
 namespace {
@@ -286,9 +256,9 @@ lock_info sql_backend::inspect(std::string_view lock_name, spi::lock_kind kind) 
             }
             const auto& row = r.rows[0];
             info.held = true;
-            if (row[2]) info.token = std::stoull(*row[2]);
+            if (row[2]) info.token = to_uint64(*row[2]);
             else info.unknown.emplace("token", "the lease row has no version");
-            const auto micros = row[3] ? std::stoll(*row[3]) : 0;
+            const auto micros = row[3] ? to_int64(*row[3]) : 0;
             info.remaining = std::max(milliseconds{1}, milliseconds{(micros + 999) / 1000});
             const std::string owner = row[4].value_or("");
             const std::string stored = row[1] ? from_hex(*row[1]) : std::string{};
@@ -308,7 +278,7 @@ lock_info sql_backend::inspect(std::string_view lock_name, spi::lock_kind kind) 
         });
         const row none{std::nullopt, std::nullopt, std::nullopt};
         const row& got = r.rows.empty() || r.rows[0].size() < 3 ? none : r.rows[0];
-        if (got[2]) info.waiters = static_cast<std::uint32_t>(std::stoul(*got[2]));
+        if (got[2]) info.waiters = static_cast<std::uint32_t>(std::min<std::uint64_t>(to_uint64(*got[2]), UINT32_MAX));
         else info.unknown.emplace("waiters", row_lock ? q_.no_row_waiters : q_.no_native_waiters);
         if (!got[0]) {
             info.held = false;

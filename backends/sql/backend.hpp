@@ -226,14 +226,11 @@ public:
     void break_lock(std::string_view lock_name) override;
     lock_info inspect(std::string_view lock_name, spi::lock_kind kind) override;
 
-    // The session holding `n` right now, if any (session strategies).
-    std::optional<std::int64_t> holder_session(connection& c, const bytes& n);
-
     // A semaphore's serialization key (PostgreSQL: its transaction-scoped
-    // advisory lock): bytes 8..15 of SHA-256(name), big-endian, signed. A
-    // mutex's advisory key (bytes 0..7 of the SHA-256 of its name) equals it
+    // advisory lock): bytes 8..15 of SHA-256(key namespace + name), big-endian,
+    // signed. A mutex's advisory key (bytes 0..7 of such a SHA-256) equals it
     // only by a 64-bit coincidence, whatever the names.
-    static std::int64_t permit_key(std::string_view name);
+    std::int64_t permit_key(std::string_view name) const;
 
     bool session_held() const noexcept {
         return settings_.strategy == strategy::for_update || settings_.strategy == strategy::native;

@@ -1,6 +1,8 @@
 // What the SQL layer adds around a dialect's connections: the connection pool,
 // and the translation of a dialect's sql_error into the distlock error that
 // says what to do next (throw_client_error).
+#include <charconv>
+#include <system_error>
 #include <utility>
 
 #include "sql.hpp"
@@ -20,6 +22,26 @@ std::optional<std::string> batch_value(const std::vector<result>& results) {
     }
     return std::nullopt;
 }
+
+namespace {
+
+template <class T>
+T parse_integer(std::string_view text) {
+    T v{};
+    const auto* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+    if (ec == std::errc{} && ptr == end && !text.empty()) return v;
+    // Shown bounded and printable: the reply may be anything.
+    std::string shown;
+    for (char c : text.substr(0, 32)) shown += (c >= 0x20 && c <= 0x7e) ? c : '?';
+    throw sql_error(failure::other, 0,
+                    "the server's reply '" + shown + (text.size() > 32 ? "...'" : "'") + " is not an integer in range");
+}
+
+}  // namespace
+
+std::int64_t to_int64(std::string_view text) { return parse_integer<std::int64_t>(text); }
+std::uint64_t to_uint64(std::string_view text) { return parse_integer<std::uint64_t>(text); }
 
 void throw_client_error(const sql_error& e, std::string_view backend, const std::string& context, bool releasing) {
     errc code = errc::unavailable;

@@ -156,7 +156,7 @@ std::optional<spi::grant> lease_handle::try_compare_and_set() {
                 if (r.rows.empty()) return std::nullopt;  // released meanwhile: try again
                 const auto& row = r.rows[0];
                 if (!row[1] || *row[1] != "1") return std::optional<spi::grant>{};  // held by its owner
-                const auto version = static_cast<std::int64_t>(std::stoll(*row[0]));
+                const auto version = to_int64(*row[0]);
                 sent = spi::clock::now();
                 if (auto token =
                         run_for_token(c, b_.q_.opt_update, {name_, owner_, ms(req_.lease), slot_, version, label}))

@@ -42,7 +42,7 @@ std::optional<spi::grant> permit_handle::acquire(spi::deadline until, const spi:
 // insert (MySQL; PostgreSQL serializes the acquisitions of a name) is a race
 // lost to a winner: look again at once.
 std::optional<spi::grant> permit_handle::try_take() {
-    const auto key = sql_backend::permit_key(req_.name);
+    const auto key = b_.permit_key(req_.name);
     const std::int64_t permits = req_.permits;
     for (int race = 0; race < 64; ++race) {
         const auto sent = spi::clock::now();
@@ -73,7 +73,7 @@ std::optional<spi::grant> permit_handle::try_take() {
                         "semaphore '" + req_.name + "' is held with " + other + " permits; this one asks for " +
                             std::to_string(req_.permits) + " (every user of a semaphore must give the same size)");
         }
-        if (has(*r, 0)) return spi::grant{std::stoull(*(*r)[0]), sent};
+        if (has(*r, 0)) return spi::grant{to_uint64(*(*r)[0]), sent};
         if (!has(*r, 2)) return std::nullopt;  // every permit is held
     }
     return std::nullopt;  // lost every race: another try after the backoff

@@ -49,6 +49,13 @@ struct result {
 // returned a result set: what a batch of steps "returns" (nullopt: no row, or NULL).
 std::optional<std::string> batch_value(const std::vector<result>& results);
 
+// An integer the server returned (a token, a session id, a count), read
+// strictly and whatever the locale: an optional '-' and decimal digits that fit.
+// Anything else is a reply this client cannot trust: sql_error (failure::other),
+// never a standard-library exception.
+std::int64_t to_int64(std::string_view text);
+std::uint64_t to_uint64(std::string_view text);
+
 // What went wrong, as far as the strategies care.
 enum class failure {
     cannot_connect,   // no connection could be made (refused, unreachable, connect timeout)
@@ -176,14 +183,13 @@ struct sql_texts {
     statement row_ensure;            // [name]: create the lockable row if missing
     // [name, session name (backend.hpp: session_name; PostgreSQL sets it as
     // application_name inside the transaction)]: opens a transaction and locks the row (waiting within the session's
-    // bound, or not at all) -> "1" when locked (and marked, where holder_of needs
+    // bound, or not at all) -> "1" when locked (and marked, where row_break needs
     // a mark), another value when the mark could not be taken, none when there is
     // no row.
     batch row_lock, row_lock_nowait;
     batch row_unlock;                // [name]: releases a row lock (and its mark): ROLLBACK
     statement set_wait;              // [wait_ms]: the session's lock wait bound
     batch fence;                     // [slot] -> a new token, committed on its own
-    batch holder_of;                 // [name] -> the session holding the row's lock (asked once a probe found it locked)
 
     // Native named locks (get-lock, advisory) with the token drawn under the lock
     // in the same round trip: [key, wait_ms, slot, label suffix (session_label_suffix:
@@ -192,8 +198,13 @@ struct sql_texts {
     batch native_lock, native_try;
     statement native_release;  // [key] -> "1" released, "0"/NULL not ours
     statement native_plain;    // [key]: the lock alone, as a client without distlock takes it (bench's floor)
-    statement native_holder;   // [key] -> session id of the holder, no row/NULL when free
-    statement kill;            // [session id]: end that session on the server
+    // break_lock: the session holding the lock is found and ended by one
+    // statement (KILL IS_USED_LOCK(..), pg_terminate_backend(pid) FROM pg_locks
+    // ...), never by an id read first and ended later: by then that session may
+    // have released the name and hold another lock. A failure that names no
+    // session (MySQL 1094, unknown thread) means nobody held it.
+    statement native_break;    // [key]: the native lock's holder
+    statement row_break;       // [name]: the session whose transaction holds the for-update row
 
     // ---- read-write locks and semaphores (docs/backends/sql.md, "Read-write lock and semaphore")
     // A lease table other than the lock table, whose rows (name, owner, expires_at)
@@ -223,7 +234,7 @@ struct sql_texts {
     // native_release, on the name's native key.
     batch rw_read_lock, rw_read_try, rw_write_lock, rw_write_try;
     statement rw_read_release, rw_write_release;  // [key] -> "1" released
-    statement rw_holders;                         // [key] -> the sessions holding it (rows)
+    statement rw_break;                           // [key]: ends every session holding it (as native_break)
 
     // ---- inspect (docs/backends/sql.md, "Inspect"): one statement each, reading only.
     // The lock table's lease row [name] -> no row (free), or (1 when held now by
@@ -246,8 +257,11 @@ struct sql_texts {
 inline std::string holder_label_value(const std::string& owner, const std::string& label) { return owner + label; }
 
 struct conn_settings {
-    std::chrono::milliseconds connect_timeout{5000};
-    std::chrono::milliseconds timeout{30000};  // query/read timeout; lock waits are chunked below it
+    std::chrono::milliseconds connect_timeout{5000};  // the whole connection: TCP, handshake, login
+    std::chrono::milliseconds timeout{30000};  // every call, whole (not per read); lock waits are chunked below it
+    // The lock table (settings::table), whose namespace a name's server-wide
+    // keys are put in (dialect::key_namespace).
+    std::string table = "distlock_locks";
 };
 
 class dialect {
@@ -263,8 +277,15 @@ public:
     // every token they handed out (their version column), then deletes their
     // rows of locks nobody holds. Idempotent; runs after `create` on every start.
     virtual void migrate(connection& c, const std::string& table) const = 0;
-    // The native lock's key for a lock name (documented in docs/backends/sql.md).
+    // The native lock's key for a lock name (documented in docs/backends/sql.md),
+    // derived from key_namespace() + name.
     virtual value native_key(std::string_view name) const = 0;
+    // What a name's server-wide keys (GET_LOCK names and for-update marks,
+    // advisory keys) are derived from besides the name, so that two lock
+    // tables never share a lock: MySQL, the database and the table; PostgreSQL,
+    // the schema and the table (nothing for the default "public"."distlock_locks",
+    // whose keys are those of earlier versions). Fixed once connected.
+    virtual std::string key_namespace() const = 0;
     // Smallest lock wait the server can bound for row locks / native locks; a
     // shorter remaining wait is done as NOWAIT attempts with backoff.
     virtual std::chrono::milliseconds row_wait_resolution() const noexcept = 0;
@@ -285,6 +306,9 @@ public:
     // identifier quoted for this server, and the text of the n-th placeholder (1-based).
     virtual std::string quote(std::string_view identifier) const = 0;
     virtual std::string placeholder(int n) const = 0;
+    // A table in the URL's namespace, quoted: PostgreSQL qualifies it with the
+    // schema (sessions resolve unqualified names in pg_catalog only).
+    virtual std::string qualify(std::string_view table) const { return quote(table); }
 };
 
 // ---- connection pool ------------------------------------------------------------

@@ -45,6 +45,15 @@ mysql_spawn() {
         CREATE USER IF NOT EXISTS 'distlock_count'@'%' IDENTIFIED BY 'distlock';
         GRANT ALL PRIVILEGES ON distlock.* TO 'distlock_count'@'%';
         GRANT PROCESS ON *.* TO 'distlock'@'%';" || { fail_with_log "mariadb count user" "$dir/err.log"; return 1; }
+    # A second tenant on the same server (the tenant tests in tests/backends/mysql):
+    # database distlock_b, which its user distlock_b may use alone, and which the
+    # main user distlock may use too (one user, two databases: their GET_LOCK
+    # names and for-update marks must not meet, nor break_lock end the other's holder).
+    mariadb --no-defaults -uroot --socket="$dir/sock" -e "
+        CREATE DATABASE IF NOT EXISTS distlock_b;
+        CREATE USER IF NOT EXISTS 'distlock_b'@'%' IDENTIFIED BY 'distlock';
+        GRANT ALL PRIVILEGES ON distlock_b.* TO 'distlock_b'@'%';
+        GRANT ALL PRIVILEGES ON distlock_b.* TO 'distlock'@'%';" || { fail_with_log "mariadb tenant setup" "$dir/err.log"; return 1; }
     local base="mysql://distlock:distlock@127.0.0.1:$MYSQL_PORT/distlock"
     {
         echo "DISTLOCK_TEST_MYSQL_URL='$base?strategy=lease-table&lease=2s'"

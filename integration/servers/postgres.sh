@@ -63,6 +63,28 @@ postgres_spawn() {
         "${count_psql[@]}" -c "CREATE DATABASE distlock_count OWNER distlock" >/dev/null ||
             { fail_with_log "postgres count database" "$dir/server.log"; return 1; }
     fi
+    # Tenants on one server (the tenant tests in tests/backends/postgres): roles
+    # distlock_tenant_a and distlock_tenant_b, and a database distlock_shared in
+    # which every role may create objects in public, as before PostgreSQL 15
+    # (where one tenant can plant a table for another), a schema of each tenant's
+    # own, and tenant_b's schema open to tenant_a (owned by another role: refused).
+    "${count_psql[@]}" -v ON_ERROR_STOP=1 -c "DO \$\$ BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'distlock_tenant_a') THEN
+            CREATE ROLE distlock_tenant_a LOGIN PASSWORD 'distlock'; END IF;
+        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'distlock_tenant_b') THEN
+            CREATE ROLE distlock_tenant_b LOGIN PASSWORD 'distlock'; END IF;
+        END \$\$;" >/dev/null || { fail_with_log "postgres tenant roles" "$dir/server.log"; return 1; }
+    if [ "$("${count_psql[@]}" -c "SELECT 1 FROM pg_database WHERE datname = 'distlock_shared'")" != 1 ]; then
+        "${count_psql[@]}" -c "CREATE DATABASE distlock_shared" >/dev/null ||
+            { fail_with_log "postgres tenant database" "$dir/server.log"; return 1; }
+    fi
+    "${AS_POSTGRES[@]}" "$bin/psql" -X -q -v ON_ERROR_STOP=1 -h "$dir" -p "$POSTGRES_PORT" -U postgres -d distlock_shared -c "
+        SET client_min_messages = warning;
+        GRANT CREATE ON SCHEMA public TO PUBLIC;
+        CREATE SCHEMA IF NOT EXISTS tenant_a AUTHORIZATION distlock_tenant_a;
+        CREATE SCHEMA IF NOT EXISTS tenant_b AUTHORIZATION distlock_tenant_b;
+        GRANT USAGE, CREATE ON SCHEMA tenant_b TO distlock_tenant_a;" >/dev/null ||
+        { fail_with_log "postgres tenant schemas" "$dir/server.log"; return 1; }
     local base="postgres://distlock:distlock@127.0.0.1:$POSTGRES_PORT/distlock"
     {
         echo "DISTLOCK_TEST_POSTGRES_URL='$base?strategy=lease-table&lease=2s'"

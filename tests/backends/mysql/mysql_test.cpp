@@ -6,6 +6,8 @@
 
 #include "distlock/distlock.hpp"
 #include "distlock/spi/backend.hpp"
+#include "distlock/testing.hpp"
+#include "fake_mysql.hpp"
 #include "mysql_dialect.hpp"
 #include "sql_test_support.hpp"
 #include "support.hpp"
@@ -13,16 +15,25 @@
 
 using namespace std::chrono_literals;
 using namespace sql_test;
+using distlock::test::eventually;
 using distlock::test::unique_name;
+using clk = std::chrono::steady_clock;
 
 namespace {
 
-// The documented GET_LOCK key (docs/backends/sql.md), computed here on its own.
-std::string documented_get_lock_key(const std::string& name) {
-    bool plain = !name.empty() && name.size() <= 64 && name.rfind("distlock:", 0) != 0;
-    for (unsigned char c : name)
-        plain = plain && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || std::string("_.:/-").find(static_cast<char>(c)) != std::string::npos);
-    return plain ? name : "distlock:" + distlock::spi::sha256_hex(name).substr(0, 55);
+// The documented GET_LOCK key and for-update mark (docs/backends/sql.md),
+// computed here on their own: SHA-256 of the database, NUL, the lock table,
+// NUL and the name.
+std::string digest_hex(const std::string& database, const std::string& table, const std::string& name) {
+    return distlock::spi::sha256_hex(database + std::string(1, '\0') + table + std::string(1, '\0') + name);
+}
+std::string documented_get_lock_key(const std::string& name, const std::string& database = "distlock",
+                                    const std::string& table = "distlock_locks") {
+    return "distlock:" + digest_hex(database, table, name).substr(0, 55);
+}
+std::string documented_mark(const std::string& name, const std::string& database = "distlock",
+                            const std::string& table = "distlock_locks") {
+    return "distlock#row:" + digest_hex(database, table, name).substr(0, 51);
 }
 
 }  // namespace
@@ -34,13 +45,17 @@ const dialect_facts& sql_test::facts() {
         .native = "get-lock",
         .make_dialect = &distlock::backends::mysql::make_dialect,
         .kill = "KILL ?",
+        // The key and the holder's mark as the server computes them (the named
+        // lock 'distlock:' + 55, or 'distlock#row:' + 51 hex digits of the digest).
         .native_holder = [](raw_sql& db, const std::string& name) {
-            return db.scalar("SELECT IS_USED_LOCK(?)", {documented_get_lock_key(name)});
+            return db.scalar("SELECT IS_USED_LOCK(CONCAT('distlock:', LEFT(SHA2(CONCAT(CAST(DATABASE() AS BINARY), X'00', ?, X'00', ?),"
+                             " 256), 55)))",
+                             {db.table(), s::bytes{name}});
         },
-        // The holder's mark: the named lock 'distlock#row:' + 51 hex digits of SHA-256(name).
         .row_holder = [](raw_sql& db, const std::string& name) {
-            const auto mark = "distlock#row:" + distlock::spi::sha256_hex(name).substr(0, 51);
-            return db.scalar("SELECT IS_USED_LOCK(?)", {mark});
+            return db.scalar("SELECT IS_USED_LOCK(CONCAT('distlock#row:', LEFT(SHA2(CONCAT(CAST(DATABASE() AS BINARY), X'00', ?, X'00',"
+                             " ?), 256), 51)))",
+                             {db.table(), s::bytes{name}});
         },
         .fence_object = "TABLE",
         .count_unit = "statements",
@@ -112,18 +127,23 @@ TEST_CASE("a wrong password carries MySQL's code; a database the user may not us
     CHECK_THROWS_AS(distlock::connect(missing_database_url()), distlock::access_denied_error);
 }
 
-TEST_CASE("GET_LOCK keys of hashed names are the ones the server's own SQL computes", "[sql][native]") {
+TEST_CASE("GET_LOCK keys are the ones the server's own SQL computes, in the database and table's namespace",
+          "[sql][native]") {
     const auto url = url_of("get-lock");
     auto p = distlock::connect(url);
     raw_sql db(url);
     const auto prefix = distlock::test::unique_name("long");
-    for (const auto& n : {"Upper/" + distlock::spi::random_token().substr(0, 8), prefix + std::string(900, 'x')}) {
+    for (const auto& n : {"plain-" + distlock::spi::random_token().substr(0, 8),
+                          "Upper/" + distlock::spi::random_token().substr(0, 8), prefix + std::string(900, 'x')}) {
         auto m = p.mutex(n);
         REQUIRE(m.try_lock());
-        auto key = db.scalar("SELECT CONCAT('distlock:', LEFT(SHA2(?, 256), 55))", {s::bytes{n}});
+        auto key = db.scalar("SELECT CONCAT('distlock:', LEFT(SHA2(CONCAT(CAST(DATABASE() AS BINARY), X'00', 'distlock_locks', X'00', ?),"
+                             " 256), 55))",
+                             {s::bytes{n}});
         REQUIRE(key.has_value());
         CHECK(*key == documented_get_lock_key(n));
         CHECK(db.scalar("SELECT IS_USED_LOCK(?)", {*key}).has_value());
+        CHECK_FALSE(db.scalar("SELECT IS_USED_LOCK(?)", {n}).has_value());  // never the bare name
         m.unlock();
     }
 }
@@ -150,4 +170,174 @@ TEST_CASE("a waiting writer that is gone stops holding readers back once its row
     CHECK(writer.token() > 0);
     writer.unlock();
     CHECK(*db.scalar("SELECT COUNT(*) FROM distlock_locks_rw WHERE name = ?", {s::bytes{name}}) == "0");
+}
+
+// ---- tenants on one server (issue 23): GET_LOCK names and marks are server-wide
+
+namespace {
+
+// The URL on another database of the same server (same user and password).
+std::string with_database(const std::string& url, const std::string& database) {
+    const auto slash = url.find('/', url.find('@'));
+    const auto query = url.find('?');
+    return url.substr(0, slash + 1) + database + (query == std::string::npos ? "" : url.substr(query));
+}
+
+}  // namespace
+
+TEST_CASE("two databases, or two lock tables of one database, never share a GET_LOCK lock or a for-update mark",
+          "[sql][tenants]") {
+    for (const std::string strategy : {"get-lock", "for-update"}) {
+        DYNAMIC_SECTION(strategy) {
+            const auto a_url = url_of(strategy);
+            // distlock_b: a second database of the server, which the same user may use
+            // (integration/servers/mysql.sh), and a second lock table in the first.
+            const auto b_url = with_database(a_url, "distlock_b");
+            const auto c_url = a_url + "&table=distlock_tenant_c";
+            auto a = distlock::connect(a_url);
+            auto b = distlock::connect(b_url);
+            auto c = distlock::connect(c_url);
+            const auto name = unique_name("tenant-" + strategy);
+            auto ma = a.mutex(name);
+            auto mb = b.mutex(name);
+            auto mc = c.mutex(name);
+            REQUIRE(ma.try_lock());
+            CHECK(mb.try_lock());  // another database: another lock
+            CHECK(mc.try_lock());  // another table: another lock
+            // Each holds the key (or mark) of its own namespace, as the server computes it.
+            raw_sql db(a_url);
+            const auto held = [&](const std::string& database, const std::string& table) {
+                const auto key = strategy == "get-lock" ? documented_get_lock_key(name, database, table)
+                                                        : documented_mark(name, database, table);
+                return db.scalar("SELECT IS_USED_LOCK(?)", {key});
+            };
+            const auto a_session = held("distlock", "distlock_locks");
+            REQUIRE(a_session.has_value());
+            REQUIRE(held("distlock_b", "distlock_locks").has_value());
+            REQUIRE(held("distlock", "distlock_tenant_c").has_value());
+            CHECK(*held("distlock_b", "distlock_locks") != *a_session);
+            // Breaking the name in one database ends that database's holder only.
+            distlock::testing::break_lock(b, name);
+            CHECK(eventually([&] { return !held("distlock_b", "distlock_locks").has_value(); }, 5s));
+            CHECK(held("distlock", "distlock_locks") == a_session);  // the same session, still holding
+            CHECK(ma.held());
+            distlock::testing::break_lock(c, name);
+            CHECK(held("distlock", "distlock_locks") == a_session);
+            ma.unlock();
+            CHECK(eventually([&] { return !mb.held(); }, 5s));  // told it lost the lock
+        }
+    }
+}
+
+TEST_CASE("a user of one database cannot use another's: the server's grants isolate tenants' tables",
+          "[sql][tenants]") {
+    // distlock_b may use only its own database (integration/servers/mysql.sh).
+    const auto url = url_of("lease-table");
+    const auto at = url.find("://") + 3;
+    const auto b_user = url.substr(0, at) + "distlock_b" + url.substr(url.find(':', at));
+    CHECK_NOTHROW(distlock::connect(with_database(b_user, "distlock_b")));
+    try {
+        (void)distlock::connect(b_user);  // database distlock
+        FAIL("connected to another tenant's database");
+    } catch (const distlock::access_denied_error& e) {
+        CHECK(e.native_code() == 1044);
+    }
+}
+
+TEST_CASE("no lock name meets another's GET_LOCK key: not the key's own text, not an earlier version's key",
+          "[sql][tenants][native]") {
+    const auto url = url_of("get-lock");
+    auto p = distlock::connect(url);
+    const auto long_name = unique_name("long") + std::string(200, 'y');
+    // The text of the long name's key as a name of its own, and the key an
+    // earlier version gave the long name ("distlock:" + 55 hex digits of SHA-256(name)).
+    const auto key_text = documented_get_lock_key(long_name);
+    const auto old_key_text = "distlock:" + distlock::spi::sha256_hex(long_name).substr(0, 55);
+    auto m = p.mutex(long_name);
+    REQUIRE(m.try_lock());
+    for (const auto& other : {key_text, old_key_text}) {
+        auto o = p.mutex(other);
+        CHECK(o.try_lock());
+        if (o.held()) o.unlock();
+    }
+    m.unlock();
+}
+
+TEST_CASE("break_lock never ends a session that holds another name now, nor one it may not end", "[sql][break]") {
+    const auto url = url_of("get-lock");
+    auto p = distlock::connect(url);
+    // A session of another user holds the key of our name (as if it computed it):
+    // ending it takes a privilege this user lacks; the refusal is not hidden.
+    const auto name = unique_name("not-mine");
+    const auto at = url.find("://") + 3;
+    raw_sql other(url.substr(0, at) + "distlock_count" + url.substr(url.find(':', at)));
+    REQUIRE(other.scalar("SELECT GET_LOCK(?, 0)", {documented_get_lock_key(name)}) == std::optional<std::string>("1"));
+    CHECK_THROWS_AS(distlock::testing::break_lock(p, name), distlock::access_denied_error);
+    CHECK(other.scalar("SELECT IS_USED_LOCK(?)", {documented_get_lock_key(name)}).has_value());
+    // A name nobody holds: nothing to end, no error.
+    CHECK_NOTHROW(distlock::testing::break_lock(p, unique_name("nobody")));
+}
+
+// ---- a hostile or broken server (issue 23): whole-call deadlines, capped replies
+
+TEST_CASE("a server that trickles its greeting a byte at a time cannot hold connect() past connect_timeout",
+          "[sql][hostile]") {
+    fake_mysql::server fake({.slow_greeting = true, .gap = 300ms});
+    const auto target = with_port(url_of("lease-table"), fake.port()) + "&connect_timeout=1s&timeout=1s";
+    const auto t0 = clk::now();
+    try {
+        (void)distlock::connect(target);
+        FAIL("connected");
+    } catch (const distlock::unavailable_error& e) {
+        CHECK(std::string(e.what()).find("connect_timeout") != std::string::npos);
+    }
+    // Each byte came within the library's per-read timeout (1 s): only a bound on
+    // the whole call ends it. The greeting alone would take about 30 s.
+    CHECK(clk::now() - t0 < 2500ms);
+    CHECK(fake.trickled() == 1);
+}
+
+TEST_CASE("a server that trickles a reply a byte at a time cannot hold a statement past timeout", "[sql][hostile]") {
+    // The reply to the first CREATE TABLE of the start: an OK packet of 200
+    // bytes, a byte every 300 ms (a minute in all).
+    fake_mysql::server fake({.slow_query = "CREATE TABLE", .reply_bytes = 200, .gap = 300ms});
+    const auto target = with_port(url_of("lease-table"), fake.port()) + "&connect_timeout=2s&timeout=1s";
+    const auto t0 = clk::now();
+    try {
+        (void)distlock::connect(target);
+        FAIL("connected");
+    } catch (const distlock::unavailable_error& e) {
+        CHECK(std::string(e.what()).find("no reply within the query timeout (1000 ms)") != std::string::npos);
+    }
+    CHECK(clk::now() - t0 < 2500ms);
+    CHECK(fake.trickled() == 1);
+}
+
+TEST_CASE("a reply larger than any the client asks for is refused as it arrives, as a typed error", "[sql][hostile]") {
+    // 200,000 rows for the start's one-row look at the lock table's columns.
+    fake_mysql::server fake({.odd_query = "information_schema.COLUMNS", .odd_rows = 200000});
+    const auto target = with_port(url_of("lease-table"), fake.port()) + "&connect_timeout=2s&timeout=5s";
+    try {
+        (void)distlock::connect(target);
+        FAIL("connected");
+    } catch (const distlock::unavailable_error& e) {
+        INFO(e.what());
+        CHECK(std::string(e.what()).find("larger than any this client asks for") != std::string::npos);
+    }
+}
+
+TEST_CASE("a token that is not a number is a typed error, never a standard-library exception", "[sql][hostile]") {
+    // The fake answers as MySQL 8 would (no "MariaDB" in its version): tokens are
+    // counter rows, read back by "SELECT version FROM <table> ...".
+    fake_mysql::server fake({.odd_query = "SELECT version FROM", .odd_cell = "not-a-number"});
+    auto p = distlock::connect(with_port(url_of("lease-table"), fake.port()) + "&connect_timeout=2s&timeout=2s");
+    auto m = p.mutex(unique_name("garbage-token"));
+    try {
+        (void)m.try_lock();
+        FAIL("granted");
+    } catch (const distlock::error& e) {
+        CHECK(std::string(e.what()).find("not-a-number") != std::string::npos);
+    } catch (const std::exception& e) {
+        FAIL("a standard-library exception escaped: " << e.what());
+    }
 }

@@ -21,9 +21,14 @@ using clk = std::chrono::steady_clock;
 
 namespace {
 
-// The documented advisory-lock key (docs/backends/sql.md), computed here on its own.
-std::int64_t documented_advisory_key(const std::string& name) {
-    auto d = distlock::spi::sha256(name);
+// The documented advisory-lock key (docs/backends/sql.md), computed here on its
+// own: of the name alone for the default lock table, else in the schema and
+// table's namespace.
+std::int64_t documented_advisory_key(const std::string& name, const std::string& schema = "public",
+                                     const std::string& table = "distlock_locks") {
+    const std::string space =
+        schema == "public" && table == "distlock_locks" ? "" : schema + '\0' + table + '\0';
+    auto d = distlock::spi::sha256(space + name);
     std::uint64_t k = 0;
     for (int i = 0; i < 8; ++i) k = (k << 8) | static_cast<unsigned char>(d[static_cast<std::size_t>(i)]);
     return static_cast<std::int64_t>(k);
@@ -39,7 +44,7 @@ const dialect_facts& sql_test::facts() {
         .make_dialect = &distlock::backends::postgres::make_dialect,
         .kill = "SELECT pg_terminate_backend(CAST(? AS integer))",
         .native_holder = [](raw_sql& db, const std::string& name) {
-            const auto key = static_cast<std::uint64_t>(documented_advisory_key(name));
+            const auto key = static_cast<std::uint64_t>(documented_advisory_key(name, "public", db.table()));
             return db.scalar("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted"
                              " AND classid::bigint = ? AND objid::bigint = ?",
                              {static_cast<std::int64_t>(key >> 32), static_cast<std::int64_t>(key & 0xffffffffu)});
@@ -83,6 +88,7 @@ const dialect_facts& sql_test::facts() {
                                 {"strategy=lease-table", "write", {2, 2}},
                                 {"strategy=advisory", "permit", {2, 2}},
                                 {"strategy=advisory", "read", {2, 2}}},
+        .raw_session_setup = "SET search_path TO public",
     };
     return f;
 }

@@ -66,6 +66,11 @@ struct dialect_facts {
         cycle_cost cost;
     };
     std::vector<primitive_cost> per_primitive_cycle;
+
+    // Run first on every raw_sql session. PostgreSQL: distlock's sessions
+    // resolve unqualified names in pg_catalog only; the tests' own SQL names
+    // the tables of the default schema, public, unqualified.
+    std::string raw_session_setup;
 };
 const dialect_facts& facts();
 
@@ -83,8 +88,10 @@ class raw_sql {
 public:
     explicit raw_sql(const std::string& url) {
         auto u = distlock::spi::url::parse(url);
+        if (auto t = u.take("table")) table_ = *t;
         dialect_ = facts().make_dialect(u, s::conn_settings{});
         conn_ = dialect_->connect();
+        if (!facts().raw_session_setup.empty()) run(facts().raw_session_setup);
     }
     s::result run(const std::string& text, std::vector<s::value> args = {}) {
         s::statement st;
@@ -107,8 +114,11 @@ public:
     std::int64_t session_id() const { return conn_->session_id(); }
     void kill(std::int64_t session) { run(facts().kill, {session}); }
     std::string quote(const std::string& id) const { return dialect_->quote(id); }
+    // The URL's lock table (table=), whose namespace the server-wide keys are in.
+    const std::string& table() const { return table_; }
 
 private:
+    std::string table_ = "distlock_locks";
     std::shared_ptr<s::dialect> dialect_;
     std::unique_ptr<s::connection> conn_;
 };

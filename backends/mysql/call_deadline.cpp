@@ -1,0 +1,212 @@
+// Whole-call deadlines for the MySQL client (see call_deadline.hpp).
+#include "call_deadline.hpp"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <map>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace distlock::backends::mysql {
+
+namespace {
+
+std::optional<ino_t> socket_inode(int fd) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) return std::nullopt;
+    return st.st_ino;
+}
+
+// The port of a socket's peer, IPv4 or IPv6.
+std::optional<std::uint16_t> peer_port(int fd) {
+    sockaddr_storage a{};
+    socklen_t len = sizeof a;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return std::nullopt;
+    if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port);
+    if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&a)->sin6_port);
+    return std::nullopt;
+}
+
+// Descriptors of this process that are sockets, with their inodes.
+std::vector<std::pair<int, ino_t>> sockets() {
+    std::vector<std::pair<int, ino_t>> out;
+    DIR* d = ::opendir("/proc/self/fd");
+    if (d == nullptr) return out;
+    const int own = ::dirfd(d);
+    while (const dirent* e = ::readdir(d)) {
+        char* end = nullptr;
+        const long fd = std::strtol(e->d_name, &end, 10);
+        if (end == e->d_name || *end != '\0' || fd == own) continue;
+        if (auto ino = socket_inode(static_cast<int>(fd))) out.emplace_back(static_cast<int>(fd), *ino);
+    }
+    ::closedir(d);
+    return out;
+}
+
+std::mutex claims_mutex;
+std::set<ino_t> claimed;  // sockets of live connections (their duplicates keep the inode alive)
+
+// New since `before`, unclaimed, to `port`: the descriptors of the candidates.
+std::vector<int> new_sockets(const std::set<ino_t>& before, std::uint16_t port) {
+    std::vector<int> out;
+    std::lock_guard lk(claims_mutex);
+    for (const auto& [fd, ino] : sockets())
+        if (!before.count(ino) && !claimed.count(ino) && peer_port(fd) == port) out.push_back(fd);
+    return out;
+}
+
+// The watcher: one thread for the process, started at the first call, never
+// stopped (it sleeps while nothing is armed). After a fork the child starts a
+// watcher of its own (the parent's thread did not come along; its state, maybe
+// locked at the fork, is left alone).
+struct watch {
+    struct entry {
+        int fd = -1;                 // the call's socket (a claimed duplicate) ...
+        std::set<ino_t> before;      // ... or, for a connect, how to find it
+        std::uint16_t port = 0;
+        deadline_clock::time_point at;
+        bool fired = false;
+    };
+    std::mutex m;
+    std::condition_variable cv;
+    std::map<std::uint64_t, entry> entries;
+    std::set<std::pair<deadline_clock::time_point, std::uint64_t>> due;
+    std::uint64_t next = 0;
+    pid_t pid = ::getpid();
+
+    void run() {
+        std::unique_lock lk(m);
+        for (;;) {
+            if (due.empty()) {
+                cv.wait(lk);
+                continue;
+            }
+            const auto [at, id] = *due.begin();
+            if (deadline_clock::now() < at) {
+                cv.wait_until(lk, at);
+                continue;
+            }
+            due.erase(due.begin());
+            auto& e = entries.at(id);
+            e.fired = true;
+            // Under the lock: the call cannot disarm meanwhile, so its socket is still its own.
+            if (e.fd >= 0) {
+                ::shutdown(e.fd, SHUT_RDWR);
+            } else if (auto found = new_sockets(e.before, e.port); found.size() == 1) {
+                ::shutdown(found[0], SHUT_RDWR);  // several: not ours to choose, the library's timeouts remain
+            }
+        }
+    }
+
+    std::uint64_t arm(entry e) {
+        std::lock_guard lk(m);
+        const auto id = ++next;
+        const bool earliest = due.empty() || e.at < due.begin()->first;
+        due.emplace(e.at, id);
+        entries.emplace(id, std::move(e));
+        if (earliest) cv.notify_one();
+        return id;
+    }
+
+    bool disarm(std::uint64_t id) {
+        std::lock_guard lk(m);
+        auto it = entries.find(id);
+        if (it == entries.end()) return false;
+        const bool fired = it->second.fired;
+        if (!fired) due.erase({it->second.at, id});
+        entries.erase(it);
+        return fired;
+    }
+};
+
+std::mutex watch_mutex;
+watch* current = nullptr;  // leaked on purpose: its thread runs until the process ends
+
+watch& the_watch() {
+    std::lock_guard lk(watch_mutex);
+    if (current == nullptr || current->pid != ::getpid()) {
+        current = new watch;
+        std::thread([w = current] { w->run(); }).detach();
+    }
+    return *current;
+}
+
+}  // namespace
+
+std::set<ino_t> socket_inodes() {
+    std::set<ino_t> out;
+    for (const auto& s : sockets()) out.insert(s.second);
+    return out;
+}
+
+std::unique_lock<std::timed_mutex> connect_turn(deadline_clock::time_point until) {
+    static std::timed_mutex turn;
+    std::unique_lock lk(turn, std::defer_lock);
+    (void)lk.try_lock_until(until);
+    return lk;
+}
+
+int claim_socket(const std::set<ino_t>& before, std::uint16_t port) {
+    const auto found = new_sockets(before, port);
+    if (found.size() != 1) return -1;
+    (void)::fcntl(found[0], F_SETFD, ::fcntl(found[0], F_GETFD) | FD_CLOEXEC);  // the library's own descriptor
+    const int dup = ::fcntl(found[0], F_DUPFD_CLOEXEC, 3);
+    const auto ino = dup >= 0 ? socket_inode(dup) : std::nullopt;
+    if (!ino) {
+        if (dup >= 0) ::close(dup);
+        return -1;
+    }
+    std::lock_guard lk(claims_mutex);
+    claimed.insert(*ino);
+    return dup;
+}
+
+void release_socket(int fd) noexcept {
+    if (fd < 0) return;
+    const auto ino = socket_inode(fd);
+    ::close(fd);
+    if (!ino) return;
+    std::lock_guard lk(claims_mutex);
+    claimed.erase(*ino);
+}
+
+call_deadline::call_deadline(int fd, deadline_clock::time_point at) {
+    if (fd < 0) {  // no socket known: the library's per-read timeouts only
+        done_ = true;
+        return;
+    }
+    watch::entry e;
+    e.fd = fd;
+    e.at = at;
+    id_ = the_watch().arm(std::move(e));
+}
+
+call_deadline::call_deadline(const std::set<ino_t>& before, std::uint16_t port, deadline_clock::time_point at) {
+    watch::entry e;
+    e.before = before;
+    e.port = port;
+    e.at = at;
+    id_ = the_watch().arm(std::move(e));
+}
+
+bool call_deadline::disarm() noexcept {
+    if (!done_) {
+        done_ = true;
+        try {
+            fired_ = the_watch().disarm(id_);
+        } catch (...) {  // a mutex that cannot be locked: nothing else to do
+        }
+    }
+    return fired_;
+}
+
+}  // namespace distlock::backends::mysql
