@@ -21,7 +21,8 @@ namespace distlock::tool {
 namespace {
 
 struct settings {
-    std::string backend = default_file_backend("bench");
+    backend_choice source;  // --backend, --backend-file, the environment or the default directory
+    std::string backend;    // the URL, from source
     std::string mode = "uncontended";
     std::string primitive = "mutex";  // mutex, rw (the read-write lock) or semaphore
     int threads = 1, processes = 1, floor_samples = 200;
@@ -230,9 +231,8 @@ int run_bench(const settings& s) {
 void add_bench(CLI::App& app, std::function<int()>& action) {
     auto s = std::make_shared<settings>();
     auto* cmd = app.add_subcommand("bench", "Measure acquire+release cycles against the backend's round-trip floor");
-    cmd->add_option("--backend", s->backend, "Lock backend URL (default: $DISTLOCK_BACKEND, else the file:// dir shown)")
-        ->envname("DISTLOCK_BACKEND")
-        ->capture_default_str();
+    s->source.use_default("bench");
+    add_backend_options(cmd, s->source, "Lock backend URL (default: $DISTLOCK_BACKEND, else the file:// dir shown)");
     cmd->add_option("--mode", s->mode, "uncontended (a name per thread) or contended (one name)")
         ->check(CLI::IsMember({"uncontended", "contended"}))
         ->capture_default_str();
@@ -256,7 +256,12 @@ void add_bench(CLI::App& app, std::function<int()>& action) {
                   "Attach a distlock::metrics observer to each provider (to measure what observing costs)");
     cmd->add_flag("--json", s->json, "Print one JSON object");
     cmd->add_flag("--quiet,-q", s->quiet, "No progress on stderr");
-    cmd->callback([s, &action] { action = [s] { return run_bench(*s); }; });
+    cmd->callback([s, &action] {
+        action = [s] {
+            s->backend = s->source.resolve("bench");
+            return run_bench(*s);
+        };
+    });
 }
 
 }  // namespace distlock::tool

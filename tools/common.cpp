@@ -4,13 +4,16 @@
 #include "distlock/error.hpp"
 #include "distlock/spi/url.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -160,13 +163,173 @@ void require_cross_process(const std::string& url, int processes, const char* co
                         " (use --processes 1, or a backend that excludes processes)");
 }
 
-std::string default_file_backend(const std::string& leaf) {
-    std::string base;
-    if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && *xdg == '/') base = xdg;
-    else if (::geteuid() == 0) base = "/run/lock";
-    else if (const char* home = std::getenv("HOME"); home != nullptr && *home == '/') base = std::string(home) + "/.local/state";
-    else base = "/run/lock";
-    return "file://" + base + "/distlock/" + leaf;
+namespace {
+
+// A directory (not a symlink) owned by this user that neither group nor others
+// may write (`private_too`: nor enter); "" when it is, else what it is not.
+std::string not_private(const std::string& dir, bool private_too) {
+    struct stat st {};
+    if (::lstat(dir.c_str(), &st) != 0) return std::string("cannot be read (") + std::strerror(errno) + ")";
+    if (!S_ISDIR(st.st_mode)) return "is not a directory";
+    if (st.st_uid != ::geteuid()) return "belongs to another user (uid " + std::to_string(st.st_uid) + ")";
+    const mode_t others = private_too ? 077 : 022;
+    if ((st.st_mode & others) != 0) {
+        char mode[8];
+        std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+        return std::string("has mode ") + mode + (private_too ? " (not 0700)" : " (writable by others)");
+    }
+    return {};
+}
+
+}  // namespace
+
+std::string default_file_base(std::string* why) {
+    std::string problem;
+    if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && *xdg == '/') {
+        problem = not_private(xdg, true);
+        if (problem.empty()) return std::string(xdg) + "/distlock";
+        problem = "XDG_RUNTIME_DIR " + std::string(xdg) + " " + problem + ", so it is not used";
+    } else {
+        problem = "XDG_RUNTIME_DIR is not set";
+    }
+    if (::geteuid() == 0) return "/run/distlock";  // /run is root's alone, unlike /run/lock (mode 1777)
+    if (const char* home = std::getenv("HOME"); home != nullptr && *home == '/') {
+        struct stat st {};
+        if (::stat(home, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid())
+            return std::string(home) + "/.local/state/distlock";
+        problem += "; HOME " + std::string(home) + " is not a directory of this user";
+    } else {
+        problem += "; HOME is not set";
+    }
+    if (why != nullptr) *why = problem;
+    return {};
+}
+
+void prepare_private_directory(const std::string& dir) {
+    // Each missing component is made 0700; one that exists is left as it is
+    // (~/.local, /run), and only `dir` itself is checked.
+    for (std::size_t at = dir.find('/', 1);; at = dir.find('/', at + 1)) {
+        const std::string part = dir.substr(0, at);
+        if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST)
+            throw access_denied_error(errc::access_denied, "", "cannot create the default lock directory " + part +
+                                                                   ": " + std::strerror(errno) + " (give --backend)");
+        if (at == std::string::npos) break;
+    }
+    if (const auto problem = not_private(dir, false); !problem.empty())
+        throw access_denied_error(errc::access_denied, "",
+                                  "the default lock directory " + dir + " " + problem +
+                                      ": another user could create or change its locks (remove it, or give --backend)");
+}
+
+void backend_choice::use_default(const std::string& leaf) {
+    fallback_dir = default_file_base(&fallback_problem);
+    fallback = fallback_dir.empty() ? std::string() : "file://" + fallback_dir + "/" + leaf;
+}
+
+std::string backend_choice::resolve(const char* who) const {
+    if (url_given && file_given)
+        throw invalid_argument_error(errc::invalid_argument, who, "give --backend or --backend-file, not both");
+    if (url_given) return url;
+    if (file_given) return read_backend_file(file, who);
+    // The environment, when the command line says nothing.
+    const char* env_url = std::getenv("DISTLOCK_BACKEND");
+    const char* env_file = std::getenv("DISTLOCK_BACKEND_FILE");
+    if (env_url != nullptr && *env_url == '\0') env_url = nullptr;
+    if (env_file != nullptr && *env_file == '\0') env_file = nullptr;
+    if (env_url != nullptr && env_file != nullptr)
+        throw invalid_argument_error(errc::invalid_argument, who,
+                                     "both DISTLOCK_BACKEND and DISTLOCK_BACKEND_FILE are set: unset one, or give "
+                                     "--backend or --backend-file");
+    if (env_url != nullptr) return env_url;
+    if (env_file != nullptr) return read_backend_file(env_file, who);
+    if (!fallback.empty()) {
+        prepare_private_directory(fallback_dir);
+        return fallback;
+    }
+    throw invalid_argument_error(
+        errc::invalid_argument, who,
+        "no backend: give --backend URL or --backend-file PATH (or set DISTLOCK_BACKEND or DISTLOCK_BACKEND_FILE)" +
+            (fallback_problem.empty() ? std::string() : "; there is no safe default directory: " + fallback_problem));
+}
+
+std::string read_backend_file(const std::string& path, const char* who) {
+    constexpr std::size_t limit = 16 * 1024;
+    const std::string what = "--backend-file " + path;
+    // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below).
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) {
+        const int err = errno;
+        const std::string why = "cannot read " + what + ": " + std::strerror(err);
+        if (err == EACCES || err == EPERM) throw access_denied_error(errc::access_denied, who, why);
+        throw invalid_argument_error(errc::invalid_argument, who, why);
+    }
+    struct closer {
+        int fd;
+        ~closer() { ::close(fd); }
+    } close_it{fd};
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        throw invalid_argument_error(errc::invalid_argument, who, what + " is not a regular file");
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    // Whoever may change the file chooses the server of every lock (as ssh
+    // requires of its configuration).
+    if (st.st_uid != ::geteuid() && st.st_uid != 0)
+        throw access_denied_error(errc::access_denied, who,
+                                  what + " belongs to another user (uid " + std::to_string(st.st_uid) +
+                                      "): only this user's or root's file is trusted");
+    if ((st.st_mode & 022) != 0)
+        throw access_denied_error(errc::access_denied, who,
+                                  what + " is writable by group or others (mode " + mode + "): chmod go-w it");
+    std::string text;
+    char buf[4096];
+    for (;;) {
+        const ssize_t r = ::read(fd, buf, sizeof buf);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) throw invalid_argument_error(errc::invalid_argument, who, "cannot read " + what + ": " + std::strerror(errno));
+        if (r == 0) break;
+        text.append(buf, static_cast<std::size_t>(r));
+        if (text.size() > limit)
+            throw invalid_argument_error(errc::invalid_argument, who,
+                                         what + " is longer than " + std::to_string(limit) + " bytes: it holds one URL");
+    }
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+    if (text.empty()) throw invalid_argument_error(errc::invalid_argument, who, what + " is empty");
+    for (std::size_t i = 0; i < text.size(); ++i)
+        if (static_cast<unsigned char>(text[i]) < 0x20 || text[i] == 0x7f)
+            throw invalid_argument_error(errc::invalid_argument, who,
+                                         what + " holds a control character at byte " + std::to_string(i) +
+                                             " (one URL on one line)");
+    if (redact(text) != text && (st.st_mode & 004) != 0)
+        throw access_denied_error(errc::access_denied, who,
+                                  what + " holds a secret and is readable by others (mode " + mode + "): chmod o-r it");
+    return text;
+}
+
+std::string redact_message(std::string text, const std::vector<std::string>& args) {
+    // Whole arguments first (a URL may hold a space), the value of --opt=VALUE too.
+    std::vector<std::string> secrets;
+    for (const auto& a : args) {
+        secrets.push_back(a);
+        if (const auto eq = a.find('='); a.rfind("-", 0) == 0 && eq != std::string::npos) secrets.push_back(a.substr(eq + 1));
+    }
+    std::sort(secrets.begin(), secrets.end(), [](const auto& x, const auto& y) { return x.size() > y.size(); });
+    for (const auto& secret : secrets) {
+        const auto shown = redact(secret);
+        if (secret.empty() || shown == secret) continue;
+        for (auto at = text.find(secret); at != std::string::npos; at = text.find(secret, at + shown.size()))
+            text.replace(at, secret.size(), shown);
+    }
+    // Then every word that looks like a URL, whatever the parser made of the arguments.
+    std::string out;
+    for (std::size_t at = 0; at < text.size();) {
+        const auto end = std::min(text.find_first_of(" \t\n", at), text.size());
+        const auto word = text.substr(at, end - at);
+        out += word.find("://") == std::string::npos ? word : redact(word);
+        if (end < text.size()) out += text[end];
+        at = end + 1;
+    }
+    return out;
 }
 
 double ms_since(std::chrono::steady_clock::time_point t0) {

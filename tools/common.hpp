@@ -54,9 +54,44 @@ void require_cross_process(const std::string& url, int processes, const char* co
 
 double ms_since(std::chrono::steady_clock::time_point t0);
 
-// The default file:// backend of the tool's subcommands: the directory `leaf`
-// under $XDG_RUNTIME_DIR/distlock, else /run/lock/distlock (root), else
-// ~/.local/state/distlock, never under /tmp, whose cleaners delete files.
-std::string default_file_backend(const std::string& leaf);
+// The directory of the default file:// backends of the tool's subcommands:
+// $XDG_RUNTIME_DIR/distlock when XDG_RUNTIME_DIR is a directory of this user
+// that nobody else may enter (mode 0700; root through su or sudo -E inherits
+// another user's, which is ignored); else /run/distlock for root (/run/lock is
+// mode 1777: any local user could create /run/lock/distlock first); else
+// ~/.local/state/distlock when $HOME is this user's. Never under /tmp, whose
+// cleaners delete files. "" when there is none, with the reason in `why`.
+std::string default_file_base(std::string* why = nullptr);
+
+// Creates `dir` (and the parents it lacks) mode 0700 and checks that it is a
+// directory of this user that nobody else may write; access_denied_error
+// naming it and the reason when not.
+void prepare_private_directory(const std::string& dir);
+
+// Where a subcommand's backend URL comes from: --backend URL or --backend-file
+// PATH on the command line, else $DISTLOCK_BACKEND or $DISTLOCK_BACKEND_FILE,
+// else the default file:// directory (flash-sale, bench; see use_default()).
+struct backend_choice {
+    std::string url, file;          // the options' values
+    bool url_given = false, file_given = false;
+    std::string fallback;           // the default URL, "" when none
+    std::string fallback_dir;       // its base directory, made when it is used
+    std::string fallback_problem;   // why there is no default
+    // A default of file://<default_file_base()>/<leaf>.
+    void use_default(const std::string& leaf);
+    // The URL to connect to. Throws invalid_argument_error (64) or
+    // access_denied_error (77); never shows the content of a backend file.
+    std::string resolve(const char* who) const;
+};
+
+// The content of a backend file (--backend-file, $DISTLOCK_BACKEND_FILE): a
+// regular file of this user or root that neither group nor others may write,
+// and that others may not read when the URL holds a secret (a password or a
+// secret parameter); at most 16 KiB, one line (trailing newlines dropped).
+std::string read_backend_file(const std::string& path, const char* who);
+
+// `text` (a message that may repeat what the user typed) with each of `args`
+// that holds a secret, and every word holding "://", shown by redact().
+std::string redact_message(std::string text, const std::vector<std::string>& args);
 
 }  // namespace distlock::tool

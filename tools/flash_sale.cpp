@@ -54,7 +54,8 @@ private:
 };
 
 struct settings {
-    std::string backend = default_file_backend("flash-sale");
+    backend_choice source;  // --backend, --backend-file, the environment or the default directory
+    std::string backend;    // the URL, from source
     std::string strategy = "lock";  // lock | optimistic (no lock: version-checked UPDATE, SQL URLs)
     int db_pool = 20;               // optimistic: statements in flight per app server (its DB pool)
     std::string name = "stock:product_01";
@@ -342,11 +343,10 @@ int run_flash_sale(settings s) {
 void add_flash_sale(CLI::App& app, std::function<int()>& action) {
     auto s = std::make_shared<settings>();
     auto* cmd = app.add_subcommand("flash-sale", "Replay the flash-sale (秒杀) oversell scenario with or without the lock");
-    cmd->add_option("--backend", s->backend,
-                    "Lock backend URL (default: $DISTLOCK_BACKEND, else the file:// dir shown; with --strategy optimistic: a "
-                    "mysql:// or postgres:// URL)")
-        ->envname("DISTLOCK_BACKEND")
-        ->capture_default_str();
+    s->source.use_default("flash-sale");
+    add_backend_options(cmd, s->source,
+                        "Lock backend URL (default: $DISTLOCK_BACKEND, else the file:// dir shown; with --strategy "
+                        "optimistic: a mysql:// or postgres:// URL)");
     cmd->add_option("--strategy", s->strategy,
                     "lock (a distlock mutex per stock segment) or optimistic (no lock: version-checked UPDATE of a "
                     "stock row with bounded retries; SQL URLs only)")
@@ -370,7 +370,12 @@ void add_flash_sale(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--store", s->store_path, "Stock store file shared by the processes (default: a temp file)");
     cmd->add_flag("--json", s->json, "Print one JSON object");
     cmd->add_flag("--quiet,-q", s->quiet, "No progress on stderr");
-    cmd->callback([s, &action] { action = [s] { return run_flash_sale(*s); }; });
+    cmd->callback([s, &action] {
+        action = [s] {
+            s->backend = s->source.resolve("flash-sale");
+            return run_flash_sale(*s);
+        };
+    });
 }
 
 }  // namespace distlock::tool

@@ -1,9 +1,12 @@
 // distlock: the command-line tool (flash-sale, bench, run, hold, elect, status, schemes).
+#include <signal.h>
+
 #include <CLI/CLI.hpp>
 #include <iostream>
 
 #include "common.hpp"
 #include "distlock/distlock.hpp"
+#include "process_tree.hpp"
 #include "tool.hpp"
 
 namespace distlock::tool {
@@ -19,6 +22,15 @@ CLI::Validator duration_in_seconds() {
         },
         "DURATION");
 }
+void add_backend_options(CLI::App* cmd, backend_choice& b, const std::string& url_help) {
+    auto* url = cmd->add_option("--backend", b.url, url_help)->each([&b](const std::string&) { b.url_given = true; });
+    if (!b.fallback.empty()) url->default_str(b.fallback);
+    cmd->add_option("--backend-file", b.file,
+                    "A file holding the backend URL, which stays out of ps and the environment (default: "
+                    "$DISTLOCK_BACKEND_FILE). It must be yours or root's, not writable by group or others, and not "
+                    "readable by others when the URL holds a password or a secret parameter")
+        ->each([&b](const std::string&) { b.file_given = true; });
+}
 std::vector<std::string>& args_after_dashes() {
     static std::vector<std::string> args;
     return args;
@@ -26,6 +38,13 @@ std::vector<std::string>& args_after_dashes() {
 }  // namespace distlock::tool
 
 int main(int argc, char** argv) {
+    distlock::tool::note_inherited_signals();  // what the command of run and elect inherits
+    // A closed stdout or stderr (a reader that went away) fails the write
+    // instead of killing the tool, which may be holding a lock.
+    ::signal(SIGPIPE, SIG_IGN);
+    // Every message that may repeat an argument shows it redacted (a URL with a password).
+    const std::vector<std::string> all_args(argv + 1, argv + argc);
+    auto shown = [&all_args](const std::string& message) { return distlock::tool::redact_message(message, all_args); };
     // "--" ends the options: what follows is run's command, never parsed.
     for (int i = 1; i < argc; ++i) {
         if (std::string_view(argv[i]) != "--") continue;
@@ -36,6 +55,7 @@ int main(int argc, char** argv) {
     CLI::App app{"distlock " DISTLOCK_VERSION_STRING ": one lock interface over many coordination backends"};
     app.set_version_flag("--version", std::string("distlock ") + std::string(distlock::version()));
     app.require_subcommand(1);
+    app.failure_message([&shown](const CLI::App* a, const CLI::Error& e) { return shown(CLI::FailureMessage::simple(a, e)); });
     std::function<int()> action;
     distlock::tool::add_flash_sale(app, action);
     distlock::tool::add_bench(app, action);
@@ -60,10 +80,10 @@ int main(int argc, char** argv) {
     try {
         return action ? action() : 0;
     } catch (const distlock::tool::workers_failed& e) {
-        std::cerr << "distlock: " << e.what() << "\n";  // each worker printed its reason
+        std::cerr << "distlock: " << shown(e.what()) << "\n";  // each worker printed its reason
         return e.status();
     } catch (const std::exception& e) {
-        std::cerr << "distlock: " << e.what() << "\n";
+        std::cerr << "distlock: " << shown(e.what()) << "\n";
         return distlock::tool::exit_status(e);
     }
 }

@@ -17,13 +17,12 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
-#include <variant>
 
 #include "common.hpp"
+#include "process_tree.hpp"
 #include "distlock/distlock.hpp"
+#include "distlock/spi/url.hpp"
 #include "tool.hpp"
-
-extern char** environ;
 
 namespace distlock::tool {
 namespace {
@@ -31,19 +30,15 @@ namespace {
 constexpr int exit_not_acquired = 75;  // EX_TEMPFAIL: lock not acquired in time (--conflict-exit-code)
 constexpr int exit_lock_lost = 70;     // the lock was lost while the command ran (or while held)
 
-std::atomic<pid_t> g_child{0};
 std::atomic<int> g_stop_signal{0};  // hold: the SIGINT/SIGTERM that ends it
-
-void forward_signal(int sig) {
-    pid_t c = g_child.load();
-    if (c > 0) ::kill(c, sig);
-}
 
 void note_stop(int sig) { g_stop_signal = sig; }
 
 // What run and hold share: where the lock is and how to take it.
 struct lock_settings {
-    std::string backend, name, wait = "forever", lease;
+    backend_choice source;  // --backend, --backend-file or the environment
+    std::string backend;    // the URL, from source
+    std::string name, wait = "forever", lease;
     int conflict_exit_code = exit_not_acquired;
     bool quiet = false, verbose = false;
     bool shared = false;        // --shared: the read side of the read-write lock `name`
@@ -100,22 +95,31 @@ private:
     std::optional<std::chrono::steady_clock::time_point> last_;
 };
 
-// A lock taken as `s` says, reporting a loss through `lost` (set once, with why):
-// the mutex, the read side of a read-write lock, or a semaphore's permit.
+// A lock taken as `s` says, reporting a loss through `lost` (set once, with why).
+// The plain form holds the mutex NAME and then the write side of the
+// read-write lock NAME, both until release, so that it excludes readers
+// (--shared) as flock(1) excludes flock -s; --write holds the same two (see
+// take_exclusive for the backends where one of them is the whole exclusion).
 struct held_lock {
+    explicit held_lock(provider p) : locks(std::move(p)) {}
     provider locks;
-    std::variant<mutex, shared_mutex, semaphore, election> lock;
+    std::optional<mutex> m;            // the mutex NAME: plain and --write
+    std::optional<shared_mutex> rw;    // the read-write lock NAME: its read side (--shared) or write side
+    std::optional<semaphore> sem;      // --permits
+    std::optional<election> leader;    // elect
     std::uint64_t token = 0;
-    bool read_side = false;  // of a shared_mutex
+    bool read_side = false;  // of rw
+    bool holds = false;      // everything it was to take, taken
+    // Once it holds: gives back all it took, the read-write lock first.
     void unlock() noexcept {
-        if (auto* m = std::get_if<mutex>(&lock)) m->unlock();
-        if (auto* rw = std::get_if<shared_mutex>(&lock)) read_side ? rw->unlock_shared() : rw->unlock();
-        if (auto* sem = std::get_if<semaphore>(&lock)) sem->release();
-        if (auto* e = std::get_if<election>(&lock)) e->resign();
+        if (rw) read_side ? rw->unlock_shared() : rw->unlock();
+        if (m) m->unlock();
+        if (sem) sem->release();
+        if (leader) leader->resign();
     }
     // --verbose shows renewals of a mutex (the other primitives do not say when their lease ends).
     void watch_renewals(renewal_watch& w, const event_log& log) const {
-        if (const auto* m = std::get_if<mutex>(&lock)) w(*m, log);
+        if (m) w(*m, log);
     }
 };
 
@@ -135,166 +139,222 @@ struct loss {
     std::chrono::steady_clock::time_point at{};
 };
 
+// zk:// keeps one queue of nodes per name for the mutex and the read-write
+// lock (Curator's layout: a mutex node counts as a writer for readers and
+// writers), so there its mutex already is the write side; taking both would
+// queue the second behind the first for ever.
+bool mutex_is_write_side(const std::string& url) { return spi::url::parse(url).scheme() == "zk"; }
+
+// The mutex and then the write side of the read-write lock of the name, until
+// `deadline` (forever: no deadline); false (nothing held) when either is not
+// had in time. Without read-write locks on the backend, the mutex alone; where
+// the mutex is the write side, the one --write or the plain form names.
+bool take_exclusive(held_lock& h, const lock_settings& s, const lock_options& opts, bool forever,
+                    std::chrono::steady_clock::time_point deadline, const event_log& log) {
+    const auto no_rw = h.locks.caps().why_not(feature::read_write);
+    if (s.write && !no_rw.empty())
+        throw unsupported_error(errc::unsupported, "", "--write: the backend has no read-write lock (" + std::string(no_rw) + ")");
+    const bool one_queue = no_rw.empty() && mutex_is_write_side(s.backend);
+    if (!s.write || !one_queue) {
+        auto& m = h.m.emplace(h.locks.mutex(s.name, opts));
+        if (!(forever ? (m.lock(), true) : m.try_lock_until(deadline))) return false;
+        if (!no_rw.empty()) {
+            log("the backend has no read-write lock (" + std::string(no_rw) + "): the mutex alone (no reader can exist)");
+            return true;
+        }
+        if (one_queue) {
+            log("the mutex '" + s.name + "' is the write side of its read-write lock on this backend (one queue per name)");
+            return true;
+        }
+    }
+    auto& rw = h.rw.emplace(h.locks.shared_mutex(s.name, opts));
+    if (forever ? (rw.lock(), true) : rw.try_lock_until(deadline)) {
+        if (h.m) log("holding the mutex '" + s.name + "' and the write side of its read-write lock (readers kept out)");
+        return true;
+    }
+    if (h.m) h.m->unlock();
+    return false;
+}
+
 // Takes the lock; nullopt when not acquired within --wait (message printed).
-std::optional<held_lock> take(const lock_settings& s, const char* who, const event_log& log, loss& lost,
-                              std::function<void()> on_lost = {}) {
+std::optional<held_lock> take(const lock_settings& s, const char* who, const event_log& log, loss& lost) {
     if (s.name.empty()) throw invalid_argument_error(errc::invalid_argument, who, "--name is empty");
-    auto locks = connect(s.backend);
+    if (int(s.shared) + int(s.write) + int(s.permits > 0) > 1)
+        throw invalid_argument_error(errc::invalid_argument, who, "give one of --shared, --write and --permits");
+    held_lock h(connect(s.backend));
     lock_options opts;
     if (!s.lease.empty()) opts.lease = parse_duration(s.lease);
-    opts.on_lost = [&lost, &log, on_lost = std::move(on_lost)](const lock_event& e) {
+    opts.on_lost = [&lost, &log](const lock_event& e) {
         {
             std::lock_guard lk(lost.mutex);
-            lost.reason = e.reason;
-            lost.at = std::chrono::steady_clock::now();
+            if (!lost.happened) {  // the first of its locks to go says why
+                lost.reason = e.reason;
+                lost.at = std::chrono::steady_clock::now();
+            }
         }
         lost.happened = true;
         log("lost (token " + std::to_string(e.token) + "): " + e.reason);
-        if (on_lost) on_lost();
     };
     opts.on_error = [&log](const lock_event& e, const error& err) { log("error (token " + std::to_string(e.token) + "): " + err.what()); };
-    if (int(s.shared) + int(s.write) + int(s.permits > 0) > 1)
-        throw invalid_argument_error(errc::invalid_argument, who, "give one of --shared, --write and --permits");
     const bool forever = s.wait == "forever";
     const auto wait = forever ? std::chrono::milliseconds{0} : parse_duration(s.wait);
     const auto deadline = std::chrono::steady_clock::now() + wait;
     log("acquiring " + what_lock(s) + " on " + redact(s.backend) + (forever ? "" : " within " + s.wait));
-    std::optional<held_lock> held;
     if (s.elect) {
         election_options eo;
         eo.id = s.id;
         eo.lease = opts.lease;
         eo.on_lost = opts.on_lost;
         eo.on_error = opts.on_error;
-        auto e = locks.election(s.name, eo);
-        if (forever ? (e.campaign(), true) : e.campaign(std::chrono::duration_cast<std::chrono::milliseconds>(wait))) {
-            const auto token = e.term();
+        auto& e = h.leader.emplace(h.locks.election(s.name, eo));
+        h.holds = forever ? (e.campaign(), true) : e.campaign(std::chrono::duration_cast<std::chrono::milliseconds>(wait));
+        if (h.holds) {
+            h.token = e.term();
             log("leading as '" + e.id() + "'");
-            held.emplace(held_lock{std::move(locks), std::move(e), token});
+        } else {
+            h.leader.reset();
         }
-    } else if (s.shared || s.write) {
-        auto rw = locks.shared_mutex(s.name, opts);
-        bool got;
-        if (s.shared) got = forever ? (rw.lock_shared(), true) : rw.try_lock_shared_until(deadline);
-        else got = forever ? (rw.lock(), true) : rw.try_lock_until(deadline);
-        if (got) {
-            const auto token = s.shared ? rw.shared_token() : rw.token();
-            held.emplace(held_lock{std::move(locks), std::move(rw), token, s.shared});
-        }
+    } else if (s.shared) {
+        auto& rw = h.rw.emplace(h.locks.shared_mutex(s.name, opts));
+        h.read_side = true;
+        h.holds = forever ? (rw.lock_shared(), true) : rw.try_lock_shared_until(deadline);
+        if (h.holds) h.token = rw.shared_token();
     } else if (s.permits > 0) {
-        auto sem = locks.semaphore(s.name, s.permits, opts);
-        if (forever ? (sem.acquire(), true) : sem.try_acquire_until(deadline)) {
-            const auto token = sem.token();
-            held.emplace(held_lock{std::move(locks), std::move(sem), token});
-        }
+        auto& sem = h.sem.emplace(h.locks.semaphore(s.name, s.permits, opts));
+        h.holds = forever ? (sem.acquire(), true) : sem.try_acquire_until(deadline);
+        if (h.holds) h.token = sem.token();
+        else h.sem.reset();
     } else {
-        auto m = locks.mutex(s.name, opts);
-        if (forever ? (m.lock(), true) : m.try_lock_until(deadline)) {
-            const auto token = m.token();
-            const bool leased = m.valid_until().has_value();
-            held.emplace(held_lock{std::move(locks), std::move(m), token});
-            if (!leased) log("no lease: held until released or the session ends");
-        }
+        h.holds = take_exclusive(h, s, opts, forever, deadline, log);
+        // The plain form's token is the mutex's, as it always was (a resource
+        // fenced by `run NAME` keeps its sequence); --write's is the read-write
+        // lock's, the sequence its readers' tokens come from.
+        if (h.holds) h.token = s.write ? h.rw->token() : h.m->token();
+        if (h.holds && h.m && !h.m->valid_until()) log("no lease: held until released or the session ends");
     }
-    if (!held) {
+    if (!h.holds) {
         if (!s.quiet)
             std::cerr << "distlock " << who << ": " << what_lock(s) << " not acquired within " << s.wait << " ("
                       << wait.count() << " ms)\n";
         return std::nullopt;
     }
-    log("acquired " + what_lock(s) + ", fencing token " + std::to_string(held->token));
-    return held;
+    log("acquired " + what_lock(s) + ", fencing token " + std::to_string(h.token));
+    return std::optional<held_lock>(std::move(h));
 }
 
-int run_command(const run_settings& s) {
+// The signals run forwards to the command's whole tree; one a terminal sent
+// (the kernel's) already reached the command's process group, and is not sent twice.
+void forward_signal(int sig, siginfo_t* info, void*) {
+    if (info == nullptr || info->si_code != SI_KERNEL) command_guard::forward(sig);
+}
+
+std::string status_text(int status) {
+    return WIFEXITED(status) ? "exited with status " + std::to_string(WEXITSTATUS(status))
+                             : "ended by signal " + std::to_string(WTERMSIG(status));
+}
+
+int run_command(run_settings& s) {
     const char* who = s.elect ? "elect" : "run";
     if (!s.shell.empty() && !s.command.empty())
         throw invalid_argument_error(errc::invalid_argument, who, "give either -c 'command line' or a command, not both");
     std::vector<std::string> args = s.shell.empty() ? s.command : std::vector<std::string>{"/bin/sh", "-c", s.shell};
     if (args.empty()) throw invalid_argument_error(errc::invalid_argument, who, "no command given (CMD ARGS... or -c 'command line')");
     const auto kill_after = parse_duration(s.kill_after);
+    s.backend = s.source.resolve(who);
     event_log log(who, s.verbose);
+    // The command sees no secret: DISTLOCK_BACKEND goes when it holds one
+    // (--backend-file or DISTLOCK_BACKEND_FILE keep the URL out altogether).
+    std::vector<std::string> drop{"DISTLOCK_FENCING_TOKEN", "DISTLOCK_LOCK_NAME"};
+    if (const char* url = std::getenv("DISTLOCK_BACKEND"); url != nullptr && redact(url) != url)
+        drop.emplace_back("DISTLOCK_BACKEND");
+    // Before connecting: no thread runs yet, so the guard is a plain fork.
+    command_guard guard(who, args, drop);
     loss lost;
-    auto held = take(s, who, log, lost, [] {
-        if (pid_t c = g_child.load(); c > 0) ::kill(c, SIGTERM);
-    });
+    auto held = take(s, who, log, lost);
     if (!held) return s.conflict_exit_code;
-
-    // Everything the child needs is prepared before fork: only exec follows it.
-    std::vector<std::string> env_strings;
-    for (char** e = environ; *e; ++e)
-        if (std::strncmp(*e, "DISTLOCK_FENCING_TOKEN=", 23) != 0 && std::strncmp(*e, "DISTLOCK_LOCK_NAME=", 19) != 0)
-            env_strings.emplace_back(*e);
-    env_strings.push_back("DISTLOCK_FENCING_TOKEN=" + std::to_string(held->token));
-    env_strings.push_back("DISTLOCK_LOCK_NAME=" + s.name);
-    std::vector<char*> envp, argv;
-    for (auto& e : env_strings) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
+    if (lost.happened) {  // before anything started
+        held->unlock();
+        if (!s.quiet) std::cerr << "distlock " << who << ": " << what_lock(s) << " was lost before the command started\n";
+        return exit_lock_lost;
+    }
 
     struct sigaction sa {};
-    sa.sa_handler = forward_signal;
-    ::sigaction(SIGINT, &sa, nullptr);
-    ::sigaction(SIGTERM, &sa, nullptr);
-    ::sigaction(SIGHUP, &sa, nullptr);
-    const std::string cannot = std::string("distlock ") + who + ": cannot execute " + args[0] + ": ";  // made before fork
-    pid_t pid = ::fork();
-    if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
-    if (pid == 0) {
-        ::execvpe(argv[0], argv.data(), envp.data());
-        // As a shell does: 127 when there is no such command, 126 when it cannot run.
-        const int err = errno;
-        const char* why = std::strerror(err);
-        (void)!::write(2, cannot.data(), cannot.size());
-        (void)!::write(2, why, std::strlen(why));
-        (void)!::write(2, "\n", 1);
-        ::_exit(err == ENOENT || err == ENOTDIR ? 127 : 126);
-    }
-    g_child = pid;
-    log("started " + args[0] + " (pid " + std::to_string(pid) + ")");
-    if (lost.happened) ::kill(pid, SIGTERM);  // lost between acquire and fork
-    // Wait for the command; once the lock is lost it has had SIGTERM, and it gets
-    // SIGKILL when it still runs --kill-after later (the next holder may be running).
+    sa.sa_sigaction = forward_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+    guard.start({"DISTLOCK_FENCING_TOKEN=" + std::to_string(held->token), "DISTLOCK_LOCK_NAME=" + s.name});
+
+    // Until the whole tree is gone: once the lock is lost, or once the command
+    // exited leaving processes behind, they all get SIGTERM, and SIGKILL
+    // --kill-after later (after a loss, the next holder may be running).
     int status = 0;
-    bool killed = false;
+    bool exited = false, termed = false, killed = false, left_behind = false, lost_seen = false;
+    int fork_error = 0;
+    std::optional<std::chrono::steady_clock::time_point> kill_at;
+    auto kill_no_later_than = [&kill_at](std::chrono::steady_clock::time_point t) {
+        if (!kill_at || t < *kill_at) kill_at = t;
+    };
     renewal_watch renewals;
-    for (;;) {
+    for (bool gone = false; !gone;) {
         if (s.verbose) held->watch_renewals(renewals, log);
-        const pid_t r = ::waitpid(pid, &status, WNOHANG);
-        if (r == pid || (r < 0 && errno != EINTR)) break;
-        if (lost.happened && !killed) {
-            std::chrono::steady_clock::time_point at;
-            {
-                std::lock_guard lk(lost.mutex);
-                at = lost.at;
-            }
-            if (std::chrono::steady_clock::now() - at >= kill_after) {
-                ::kill(pid, SIGKILL);
-                killed = true;
-                log("the command still ran " + s.kill_after + " after SIGTERM: sent SIGKILL");
+        if (lost.happened && !lost_seen) {
+            lost_seen = true;
+            std::lock_guard lk(lost.mutex);
+            kill_no_later_than(lost.at + kill_after);
+        }
+        if (exited && !termed && !lost_seen) {
+            left_behind = true;
+            kill_no_later_than(std::chrono::steady_clock::now() + kill_after);
+        }
+        if ((lost_seen || left_behind) && !termed) {
+            guard.terminate();
+            termed = true;
+            log(lost_seen ? "sent SIGTERM to the command's processes" : "the command left processes running: sent them SIGTERM");
+        }
+        if (kill_at && !killed && std::chrono::steady_clock::now() >= *kill_at) {
+            guard.kill();
+            killed = true;
+            log("processes still ran " + s.kill_after + " after SIGTERM: sent SIGKILL");
+        }
+        // The reports that came, all of them before acting (an exit and
+        // "gone" are written together when nothing is left).
+        for (auto r = guard.next(std::chrono::milliseconds(20)); r; r = guard.next(std::chrono::milliseconds(0))) {
+            if (r->what == command_guard::report::started) {
+                log("started " + args[0] + " (pid " + std::to_string(r->value) + ")");
+            } else if (r->what == command_guard::report::exited) {
+                status = r->value;
+                exited = true;
+                log("the command " + status_text(status));
+            } else if (r->what == command_guard::report::failed) {
+                fork_error = r->value;
+            } else if (r->what == command_guard::report::gone) {
+                gone = true;
+                break;
             }
         }
-        ::poll(nullptr, 0, 20);
     }
-    g_child = 0;
-    log(WIFEXITED(status) ? "the command exited with status " + std::to_string(WEXITSTATUS(status))
-                          : "the command ended by signal " + std::to_string(WTERMSIG(status)));
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
     held->unlock();
     log("released " + what_lock(s));
+    if (fork_error != 0) throw std::runtime_error(std::string("fork: ") + std::strerror(fork_error));
+    const char* sent = killed ? "SIGTERM, then SIGKILL" : "SIGTERM";
     if (lost.happened) {
         if (!s.quiet) {
             std::lock_guard lk(lost.mutex);
             std::cerr << "distlock " << who << ": " << what_lock(s) << " was lost while the command ran (" << lost.reason
-                      << "); the command was sent SIGTERM" << (killed ? ", then SIGKILL" : "") << "\n";
+                      << "); the command and every process it started were sent " << sent << "\n";
         }
         return exit_lock_lost;
     }
+    if (left_behind && !s.quiet)
+        std::cerr << "distlock " << who << ": the command " << status_text(status)
+                  << " but left processes running; they were sent " << sent << " before the release\n";
+    if (!exited) return 128 + SIGKILL;  // not seen: the guard died
     if (WIFEXITED(status)) return WEXITSTATUS(status);
     return 128 + WTERMSIG(status);
 }
 
-int hold_lock(const lock_settings& s) {
+int hold_lock(lock_settings& s) {
     event_log log("hold", s.verbose);
     loss lost;
     struct sigaction sa {};
@@ -302,6 +362,7 @@ int hold_lock(const lock_settings& s) {
     ::sigaction(SIGINT, &sa, nullptr);
     ::sigaction(SIGTERM, &sa, nullptr);
     ::sigaction(SIGHUP, &sa, nullptr);
+    s.backend = s.source.resolve("hold");
     auto held = take(s, "hold", log, lost);
     if (!held) return s.conflict_exit_code;
     // One line a script can read: the name and the fencing token.
@@ -325,9 +386,7 @@ int hold_lock(const lock_settings& s) {
 }
 
 void add_lock_options(CLI::App* cmd, lock_settings& s, bool primitives = true) {
-    cmd->add_option("--backend", s.backend, "Lock backend URL (default: $DISTLOCK_BACKEND)")
-        ->envname("DISTLOCK_BACKEND")
-        ->required();
+    add_backend_options(cmd, s.source, "Lock backend URL (default: $DISTLOCK_BACKEND)");
     cmd->add_option("--name", s.name, "Lock name")->required();
     cmd->add_option("--wait", s.wait, "How long to wait for the lock (10s, 1m30s, 0 = try once; default forever)")
         ->capture_default_str();
@@ -340,10 +399,12 @@ void add_lock_options(CLI::App* cmd, lock_settings& s, bool primitives = true) {
     cmd->add_flag("--verbose,-v", s.verbose, "Acquire, renewal, loss, release (and the command's) events on stderr, with times");
     if (!primitives) return;
     auto* shared = cmd->add_flag("--shared", s.shared,
-                                 "Take the read side of the read-write lock NAME (readers hold it together)");
+                                 "Take the read side of the read-write lock NAME (readers hold it together, as flock -s; "
+                                 "a plain holder or --write keeps them out)");
     auto* write = cmd->add_flag("--write", s.write,
-                                "Take the write side of the read-write lock NAME (alone, readers kept out); without "
-                                "--shared, --write or --permits the lock is the mutex NAME");
+                                "Take the mutex NAME and the write side of the read-write lock NAME, as the plain form "
+                                "does, with the read-write lock's fencing token (the sequence its readers' tokens come "
+                                "from) instead of the mutex's");
     cmd->add_option("--permits,-n", s.permits,
                     "Take one permit of the semaphore NAME of N permits (at most N holders at once, like consul lock -n)")
         ->check(CLI::Range(1u, 1000000u))
@@ -360,7 +421,8 @@ void add_command_runner(CLI::App* cmd, std::shared_ptr<run_settings> s, std::fun
     cmd->add_option("-c,--command", s->shell, "A command line run by /bin/sh -c (instead of CMD ARGS...)");
     cmd->add_option("--kill-after", s->kill_after,
                     std::string("When the ") + (s->elect ? "leadership" : "lock") +
-                        " is lost the command gets SIGTERM, and SIGKILL this much later")
+                        " is lost, the command and every process it started get SIGTERM, and SIGKILL this much later; "
+                        "so do the processes it leaves running when it exits, before the release")
         ->capture_default_str();
     // Everything from the first argument that is not one of the command's own
     // options is the command, its options included (no -- needed; -- still works).
@@ -381,18 +443,37 @@ void add_command_runner(CLI::App* cmd, std::shared_ptr<run_settings> s, std::fun
 }
 }  // namespace
 
+namespace {
+// What run and elect say of the processes they start, in their help.
+const char* const process_tree_help =
+    "The command and every process it starts, at any depth (a new session or process group, a double fork\n"
+    "included), are stopped before the release: on a loss, or when the command exits leaving some running, they\n"
+    "get SIGTERM and, --kill-after later, SIGKILL; if distlock itself dies, even by SIGKILL, they are killed.\n"
+    "The command inherits no descriptor above 2, SIGPIPE at its default, an empty signal mask, and no\n"
+    "DISTLOCK_BACKEND that holds a password (--backend-file keeps the URL out of ps and the environment).\n";
+// What the plain form means beside --shared, in the help of run and hold.
+const char* const lock_forms_help =
+    "NAME alone takes the mutex NAME and then the write side of the read-write lock NAME, both until the\n"
+    "release: it excludes readers (--shared) as flock excludes flock -s, other plain holders, --write, and\n"
+    "library users of either lock. Its DISTLOCK_FENCING_TOKEN is the mutex's. On a backend without read-write\n"
+    "locks (redlock://) it takes the mutex alone, and on zk://, whose mutex already is the write side (one\n"
+    "queue per name, as Curator lays it out), the mutex alone too (both said under --verbose).\n";
+}  // namespace
+
 void add_run(CLI::App& app, std::function<int()>& action) {
     auto s = std::make_shared<run_settings>();
     auto* cmd = app.add_subcommand("run", "Run a command only while holding a lock");
     add_lock_options(cmd, *s);
     cmd->footer(
-        "Usage: distlock run --backend URL --name NAME [OPTIONS] [--] CMD ARGS...  or  ... -c 'COMMAND LINE'\n"
+        std::string("Usage: distlock run --backend URL --name NAME [OPTIONS] [--] CMD ARGS...  or  ... -c 'COMMAND LINE'\n") +
+        lock_forms_help + process_tree_help +
         "Exit status: the command's; 75 (or --conflict-exit-code) when the lock was not acquired in time; 70 when\n"
-        "the lock was lost while the command ran (it was sent SIGTERM, then SIGKILL after --kill-after); 127 when\n"
-        "the command does not exist, 126 when it cannot be executed; 64 bad arguments, 69 backend unavailable,\n"
-        "77 access denied. The command sees DISTLOCK_FENCING_TOKEN and DISTLOCK_LOCK_NAME.");
+        "the lock was lost while the command ran; 127 when the command does not exist, 126 when it cannot be\n"
+        "executed; 64 bad arguments, 69 backend unavailable, 77 access denied. The command sees\n"
+        "DISTLOCK_FENCING_TOKEN and DISTLOCK_LOCK_NAME.");
     add_command_runner(cmd, s, action);
 }
+
 
 void add_elect(CLI::App& app, std::function<int()>& action) {
     auto s = std::make_shared<run_settings>();
@@ -401,10 +482,11 @@ void add_elect(CLI::App& app, std::function<int()>& action) {
     add_lock_options(cmd, *s, false);
     cmd->add_option("--id", s->id, "This candidate's id, shown as the leader (default: the URL's holder=, else host:pid)");
     cmd->footer(
-        "Usage: distlock elect --backend URL --name NAME [--id ID] [OPTIONS] [--] CMD ARGS...  or  ... -c 'LINE'\n"
-        "Campaigns, runs the command once leading, resigns when it exits. Exit status: the command's; 75 (or\n"
-        "--conflict-exit-code) when not leading within --wait; 70 when leadership was lost while the command ran\n"
-        "(it was sent SIGTERM, then SIGKILL after --kill-after); 127/126 as for run; 64 bad arguments, 69 backend\n"
+        std::string("Usage: distlock elect --backend URL --name NAME [--id ID] [OPTIONS] [--] CMD ARGS...  or  ... -c 'LINE'\n"
+                    "Campaigns, runs the command once leading, resigns when it exits.\n") +
+        process_tree_help +
+        "Exit status: the command's; 75 (or --conflict-exit-code) when not leading within --wait; 70 when\n"
+        "leadership was lost while the command ran; 127/126 as for run; 64 bad arguments, 69 backend\n"
         "unavailable, 77 access denied. The command sees DISTLOCK_FENCING_TOKEN (the term) and DISTLOCK_LOCK_NAME.");
     add_command_runner(cmd, s, action);
 }
@@ -414,6 +496,7 @@ void add_hold(CLI::App& app, std::function<int()>& action) {
     auto* cmd = app.add_subcommand("hold", "Take a lock, print its name and fencing token, hold it until SIGINT/SIGTERM");
     add_lock_options(cmd, *s);
     cmd->footer(
+        std::string(lock_forms_help) +
         "Prints 'NAME TOKEN' on stdout once held. Exit status: 0 when released after SIGINT/SIGTERM/SIGHUP; 75 (or\n"
         "--conflict-exit-code) when not acquired in time; 70 when the lock was lost while held; 64 bad arguments,\n"
         "69 backend unavailable, 77 access denied.");

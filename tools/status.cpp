@@ -12,7 +12,8 @@ namespace distlock::tool {
 namespace {
 
 struct status_settings {
-    std::string backend, name;
+    backend_choice source;  // --backend, --backend-file or the environment
+    std::string name;
     bool json = false, election = false;
 };
 
@@ -23,10 +24,11 @@ nlohmann::json or_null(const std::optional<T>& v) {
 
 int show_status(const status_settings& s) {
     if (s.name.empty()) throw invalid_argument_error(errc::invalid_argument, "status", "--name is empty");
-    auto locks = connect(s.backend);
+    const auto backend = s.source.resolve("status");
+    auto locks = connect(backend);
     const auto info = s.election ? locks.election(s.name).leader() : locks.inspect(s.name);
     if (s.json) {
-        nlohmann::json j{{"backend", redact(s.backend)},   {"name", info.name},
+        nlohmann::json j{{"backend", redact(backend)},   {"name", info.name},
                          {"kind", s.election ? "election" : "mutex"},
                          {"held", or_null(info.held)},     {"holder", or_null(info.holder)},
                          {"token", or_null(info.token)},   {"remaining_ms", info.remaining ? nlohmann::json(info.remaining->count()) : nlohmann::json(nullptr)},
@@ -58,9 +60,7 @@ int show_status(const status_settings& s) {
 void add_status(CLI::App& app, std::function<int()>& action) {
     auto s = std::make_shared<status_settings>();
     auto* cmd = app.add_subcommand("status", "Show who holds a lock (or leads an election), its token, lease and waiters");
-    cmd->add_option("--backend", s->backend, "Lock backend URL (default: $DISTLOCK_BACKEND)")
-        ->envname("DISTLOCK_BACKEND")
-        ->required();
+    add_backend_options(cmd, s->source, "Lock backend URL (default: $DISTLOCK_BACKEND)");
     cmd->add_option("--name", s->name, "Lock (or election) name")->required();
     cmd->add_flag("--election", s->election, "The leadership of the election NAME instead of the mutex NAME");
     cmd->add_flag("--json", s->json, "One JSON object: held, holder, token, remaining_ms, waiters (null when unknown), unknown");

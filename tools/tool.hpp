@@ -15,6 +15,11 @@ CLI::Validator duration_in_seconds();
 // argument parser): run's command.
 std::vector<std::string>& args_after_dashes();
 
+struct backend_choice;
+// --backend URL and --backend-file PATH, filling `b` (see backend_choice);
+// the default shown is b.fallback.
+void add_backend_options(CLI::App* cmd, backend_choice& b, const std::string& url_help);
+
 void add_flash_sale(CLI::App& app, std::function<int()>& action);
 void add_bench(CLI::App& app, std::function<int()>& action);
 void add_run(CLI::App& app, std::function<int()>& action);

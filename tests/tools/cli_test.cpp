@@ -1,23 +1,44 @@
 // The distlock tool, driven as a user would: exit statuses, the fencing token
 // handed to the child, flash-sale's JSON report.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 
 #include "distlock/distlock.hpp"
+#include "distlock/spi/url.hpp"
 #include "distlock/testing.hpp"
 #include "child_process.hpp"
 #include "support.hpp"
 
 using namespace std::chrono_literals;
 
+extern char** environ;
+
 namespace {
 
+// The tool under test: DISTLOCK_TEST_CLI (to try the tests against another
+// build, such as the code before a change), else the one built beside them.
+const std::string& cli() {
+    static const std::string path = distlock::test::env("DISTLOCK_TEST_CLI").empty()
+                                        ? std::string(DISTLOCK_CLI)
+                                        : distlock::test::env("DISTLOCK_TEST_CLI");
+    return path;
+}
+
 distlock::test::command_result run(const std::string& args) {
-    return distlock::test::run_command(std::string(DISTLOCK_CLI) + " " + args + " 2>/dev/null");
+    return distlock::test::run_command(cli() + " " + args + " 2>/dev/null");
 }
 
 std::string lock_dir() {
@@ -89,7 +110,7 @@ TEST_CASE("run takes a command with options of its own without --, a shell line 
 
 TEST_CASE("the default lock directory of flash-sale and bench is not under /tmp", "[cli]") {
     for (const char* sub : {"flash-sale", "bench"}) {
-        auto help = distlock::test::run_command("env -u DISTLOCK_BACKEND XDG_RUNTIME_DIR= " + std::string(DISTLOCK_CLI) +
+        auto help = distlock::test::run_command("env -u DISTLOCK_BACKEND XDG_RUNTIME_DIR= " + cli() +
                                                 " " + sub + " --help");
         INFO(help.out);
         const auto at = help.out.find("--backend TEXT=file://");
@@ -101,7 +122,7 @@ TEST_CASE("the default lock directory of flash-sale and bench is not under /tmp"
 
 TEST_CASE("DISTLOCK_BACKEND is the default backend, and durations read alike everywhere", "[cli]") {
     const auto url = "file://" + lock_dir();
-    auto r = distlock::test::run_command("DISTLOCK_BACKEND=" + url + " " + std::string(DISTLOCK_CLI) +
+    auto r = distlock::test::run_command("DISTLOCK_BACKEND=" + url + " " + cli() +
                                          " run --name env -- echo from-env 2>/dev/null");
     CHECK(r.status == 0);
     CHECK(r.out == "from-env\n");
@@ -110,7 +131,7 @@ TEST_CASE("DISTLOCK_BACKEND is the default backend, and durations read alike eve
     CHECK(run("flash-sale --backend " + url + " --processes 1 --requests 20 --stock 5 --wait 2.5 --quiet").status == 0);
     CHECK(run("bench --backend memory:// --seconds 300ms --quiet").status == 0);
     CHECK(run("flash-sale --backend " + url + " --wait soon").status == 64);
-    auto v = distlock::test::run_command(std::string(DISTLOCK_CLI) + " run --backend " + url +
+    auto v = distlock::test::run_command(cli() + " run --backend " + url +
                                          " --name verbose --verbose -- true 2>&1");
     CHECK(v.status == 0);
     for (const char* event : {"acquiring 'verbose'", "acquired 'verbose', fencing token", "started true",
@@ -122,7 +143,7 @@ TEST_CASE("DISTLOCK_BACKEND is the default backend, and durations read alike eve
 
 TEST_CASE("hold takes the lock, prints name and token, and releases it on SIGTERM", "[cli][hold]") {
     const auto url = "file://" + lock_dir();
-    distlock::test::child_process hold({DISTLOCK_CLI, "hold", "--backend", url, "--name", "held"});
+    distlock::test::child_process hold({cli(), "hold", "--backend", url, "--name", "held"});
     const auto line = hold.read_line(10s);
     REQUIRE(line.rfind("held ", 0) == 0);
     CHECK(std::stoull(line.substr(5)) > 0);
@@ -169,7 +190,7 @@ TEST_CASE("every documented exit status, for every subcommand", "[cli][exit]") {
     CHECK(status("flash-sale --backend file:///sys/distlock-denied --processes 1 --requests 5") == 77);
     // 126 / 127: the command cannot run, said on stderr.
     const auto url = "file://" + lock_dir();
-    auto missing = distlock::test::run_command(std::string(DISTLOCK_CLI) + " run --backend " + url +
+    auto missing = distlock::test::run_command(cli() + " run --backend " + url +
                                                " --name exec -- /nonexistent/cmd 2>&1");
     CHECK(missing.status == 127);
     CHECK(missing.out.find("cannot execute /nonexistent/cmd: No such file or directory") != std::string::npos);
@@ -190,7 +211,7 @@ TEST_CASE("every documented exit status, for every subcommand", "[cli][exit]") {
     if (schemes.find("redis") != std::string::npos) {
         const std::string down = "redis://127.0.0.1:1?connect_timeout=200ms";
         CHECK(status("run --backend " + down + " --name a -- true") == 69);
-        auto sale = distlock::test::run_command(std::string(DISTLOCK_CLI) + " flash-sale --backend '" + down +
+        auto sale = distlock::test::run_command(cli() + " flash-sale --backend '" + down +
                                                 "' --processes 1 --concurrency 4 --requests 8 2>&1");
         CHECK(sale.status == 69);
         CHECK(sale.out.find("distlock: worker 0: redis: cannot connect") != std::string::npos);
@@ -201,7 +222,7 @@ TEST_CASE("every documented exit status, for every subcommand", "[cli][exit]") {
 
 TEST_CASE("flash-sale and bench refuse processes that the backend cannot exclude", "[cli]") {
     // memory:// locks live in one process: two processes would both "hold" and oversell.
-    auto both = distlock::test::run_command(std::string(DISTLOCK_CLI) +
+    auto both = distlock::test::run_command(cli() +
                                             " flash-sale --backend memory:// --processes 2 --quiet 2>&1");
     CHECK(both.status == 64);
     CHECK(both.out.find("2 processes cannot share memory://") != std::string::npos);
@@ -304,7 +325,7 @@ TEST_CASE("run --shared reads beside other readers, --write alone, --permits N h
         sem.release();
     }
     // hold prints the token of what it holds.
-    distlock::test::child_process hold({DISTLOCK_CLI, "hold", "--backend", url, "--name", "pool", "--permits", "1"});
+    distlock::test::child_process hold({cli(), "hold", "--backend", url, "--name", "pool", "--permits", "1"});
     const auto line = hold.read_line(10s);
     REQUIRE(line.rfind("pool ", 0) == 0);
     CHECK(run("run --backend " + url + " --name pool -n 1 --wait 200ms -- true").status == 75);
@@ -369,7 +390,7 @@ TEST_CASE("status shows the holder's label and token, as text and JSON, and a fr
     // A password never shows, even in JSON's backend field.
     const auto schemes = run("schemes").out;
     if (schemes.find("redis") != std::string::npos) {
-        auto r = distlock::test::run_command(std::string(DISTLOCK_CLI) +
+        auto r = distlock::test::run_command(cli() +
                                              " status --backend 'redis://:hunter2-secret@127.0.0.1:1?connect_timeout=200ms'"
                                              " --name x --json 2>&1");
         CHECK(r.status == 69);
@@ -397,9 +418,658 @@ TEST_CASE("elect runs the command while leading, with the term, and exits 75 whe
     CHECK(shown["kind"] == "election");
     e.resign();
     // While the command runs, status names it as the leader.
-    auto inner = run("elect --backend " + url + " --name leader-job --id cli-b -- " + std::string(DISTLOCK_CLI) +
+    auto inner = run("elect --backend " + url + " --name leader-job --id cli-b -- " + cli() +
                      " status --backend " + url + " --name leader-job --election");
     CHECK(inner.status == 0);
     CHECK(inner.out.find("holder: cli-b\n") != std::string::npos);
     CHECK(run("elect --backend " + url + " --name leader-job --id 'bad\tid' -- true").status == 64);
+}
+
+// ---------------------------------------------------------------------------
+// Issue 23: run, hold and elect keep what they start together, hand it no
+// secret and no connection; readers and plain holders exclude each other; the
+// default directory is never another user's; no argument is echoed with its
+// password.
+
+namespace {
+
+// A finished run of the tool: its exit status (128 + the signal that ended
+// it), stdout and stderr.
+struct outcome {
+    int status = -1;
+    std::string out, err;
+};
+
+// Our environment with `set` set and `unset` removed, and without the test
+// URLs (DISTLOCK_TEST_*: they hold the servers' passwords, which tests look
+// for in what the tool hands on).
+std::vector<std::string> environment_with(const std::vector<std::pair<std::string, std::string>>& set,
+                                          const std::vector<std::string>& unset) {
+    std::vector<std::string> out;
+    for (char** e = environ; *e != nullptr; ++e) {
+        const std::string entry(*e);
+        const auto name = entry.substr(0, entry.find('='));
+        bool drop = std::find(unset.begin(), unset.end(), name) != unset.end() || name.rfind("DISTLOCK_TEST_", 0) == 0;
+        for (const auto& kv : set) drop = drop || kv.first == name;
+        if (!drop) out.push_back(entry);
+    }
+    for (const auto& [k, v] : set) out.push_back(k + "=" + v);
+    return out;
+}
+
+struct spawn_options {
+    std::vector<std::pair<std::string, std::string>> env = {};
+    std::vector<std::string> unset = {};
+    // Between fork and exec (async-signal-safe calls only): signals, descriptors.
+    void (*setup)() = nullptr;
+    bool close_stdout = false;  // stdout is a pipe whose reader has gone
+    bool close_stderr = false;
+};
+
+// Runs argv to its end (at most 60 s) and returns what it did. Stops reading
+// once the process exits, so that a descendant it leaves behind holding the
+// pipes cannot hold the test (the code before issue 23 left them).
+outcome spawn(std::vector<std::string> argv, const spawn_options& o = {}) {
+    auto env = environment_with(o.env, o.unset);
+    std::vector<char*> args, envp;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    // Throws rather than REQUIRE: the mixed-semantics test calls this from threads.
+    int out[2], err[2];
+    if (::pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+    if (::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+    if (o.close_stdout) ::close(out[0]);
+    if (o.close_stderr) ::close(err[0]);
+    const pid_t pid = ::fork();
+    if (pid < 0) throw std::runtime_error("fork failed");
+    if (pid == 0) {
+        if (o.setup) o.setup();
+        ::dup2(out[1], 1);
+        ::dup2(err[1], 2);
+        ::execve(args[0], args.data(), envp.data());
+        ::_exit(127);
+    }
+    ::close(out[1]);
+    ::close(err[1]);
+    outcome r;
+    std::vector<pollfd> fds;
+    if (!o.close_stdout) fds.push_back({out[0], POLLIN, 0});
+    if (!o.close_stderr) fds.push_back({err[0], POLLIN, 0});
+    auto drain = [&](bool block) {
+        for (auto& p : fds) {
+            if (p.fd < 0) continue;
+            pollfd q{p.fd, POLLIN, 0};
+            while (::poll(&q, 1, block ? 20 : 0) > 0) {
+                char buf[4096];
+                const ssize_t n = ::read(p.fd, buf, sizeof buf);
+                if (n <= 0) break;
+                (p.fd == out[0] ? r.out : r.err).append(buf, static_cast<std::size_t>(n));
+                block = false;
+            }
+        }
+    };
+    const auto until = std::chrono::steady_clock::now() + 60s;
+    int status = 0;
+    for (;;) {
+        drain(true);
+        const pid_t w = ::waitpid(pid, &status, WNOHANG);
+        if (w == pid) break;
+        if (std::chrono::steady_clock::now() > until) ::kill(pid, SIGKILL);
+    }
+    drain(false);
+    if (!o.close_stdout) ::close(out[0]);
+    if (!o.close_stderr) ::close(err[0]);
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return r;
+}
+
+outcome spawn_cli(std::vector<std::string> args, const spawn_options& o = {}) {
+    args.insert(args.begin(), cli());
+    return spawn(std::move(args), o);
+}
+
+// A process runs (a zombie does not: it is dead, only not yet reaped).
+bool alive(pid_t pid) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) return false;
+    const auto close = line.rfind(')');
+    return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z' && line[close + 2] != 'X';
+}
+
+// The pid a command wrote to `path` (waits up to 10 s for it); 0 when none came.
+pid_t pid_in(const std::string& path) {
+    pid_t pid = 0;
+    distlock::test::eventually(
+        [&] {
+            std::ifstream f(path);
+            std::string text;
+            if (!std::getline(f, text) || text.empty()) return false;
+            pid = static_cast<pid_t>(std::stol(text));
+            return true;
+        },
+        10s);
+    return pid;
+}
+
+// Kills what a test left behind (the code before issue 23 leaves processes).
+struct survivors {
+    std::vector<pid_t> pids;
+    ~survivors() {
+        for (pid_t p : pids)
+            if (p > 0 && alive(p)) ::kill(p, SIGKILL);
+    }
+};
+
+std::string fresh_dir(const std::string& base) {
+    const auto d = lock_dir() + "/" + distlock::test::unique_name(base).substr(2);
+    std::filesystem::create_directories(d);
+    return d;
+}
+
+std::string read_file(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// A URL of the running servers that carries a password, or "" (none configured).
+std::string url_with_password() {
+    for (const char* var : {"DISTLOCK_TEST_REDIS_CLUSTER_URL", "DISTLOCK_TEST_REDIS_SENTINEL_URL",
+                            "DISTLOCK_TEST_POSTGRES_URL", "DISTLOCK_TEST_MYSQL_URL"}) {
+        const auto url = distlock::test::env(var);
+        if (!url.empty() && distlock::spi::redact_url(url) != url) return url;
+    }
+    return {};
+}
+
+// The password of such a URL (between the first ':' after "//" and the last '@').
+std::string password_of(const std::string& url) {
+    const auto rest = url.find("://") + 3;
+    const auto at = url.rfind('@');
+    const auto colon = url.find(':', rest);
+    return url.substr(colon + 1, at - colon - 1);
+}
+
+}  // namespace
+
+TEST_CASE("run stops background children after the lock is lost: sleep 300 & sleep 301 & wait", "[cli][run][tree]") {
+    const auto dir = fresh_dir("tree");
+    const auto url = "file://" + lock_dir() + "?check=50ms";
+    survivors left;
+    distlock::test::child_process run_cmd(
+        {cli(), "run", "--backend", url, "--name", "bg", "--kill-after", "500ms", "-c",
+         "sleep 300 >/dev/null 2>&1 & echo $! > " + dir + "/a; sleep 301 >/dev/null 2>&1 & echo $! > " + dir +
+             "/b; wait"});
+    const pid_t a = pid_in(dir + "/a"), b = pid_in(dir + "/b");
+    left.pids = {a, b};
+    REQUIRE(a > 0);
+    REQUIRE(b > 0);
+    CHECK(alive(a));
+    CHECK(alive(b));
+    distlock::testing::break_lock(distlock::connect(url), "bg");
+    const auto status = run_cmd.wait_exit_for(10s);
+    REQUIRE(status);
+    CHECK(*status == 70);
+    // At run's exit, every process it started is gone already.
+    CHECK_FALSE(alive(a));
+    CHECK_FALSE(alive(b));
+}
+
+TEST_CASE("run stops a setsid'ed and a double-forked grandchild after the lock is lost", "[cli][run][tree]") {
+    const auto dir = fresh_dir("escape");
+    const auto url = "file://" + lock_dir() + "?check=50ms";
+    survivors left;
+    // setsid: a session of its own; setsid -f: a session of its own and
+    // re-parented (its parent exits at once); ( ... & ): a plain double fork.
+    distlock::test::child_process run_cmd(
+        {cli(), "run", "--backend", url, "--name", "escape", "--kill-after", "500ms", "-c",
+         "setsid sleep 300 >/dev/null 2>&1 & echo $! > " + dir + "/setsid; "
+         "setsid -f sh -c 'echo $$ > " + dir + "/detached; exec sleep 301' >/dev/null 2>&1; "
+         "(sleep 302 >/dev/null 2>&1 & echo $! > " + dir + "/orphan); "
+         "sh -c 'trap \"\" TERM; echo $$ > " + dir + "/stubborn; exec setsid sleep 303' >/dev/null 2>&1 & "
+         "wait"});
+    const pid_t s = pid_in(dir + "/setsid"), d = pid_in(dir + "/detached"), o = pid_in(dir + "/orphan"),
+                st = pid_in(dir + "/stubborn");
+    left.pids = {s, d, o, st};
+    REQUIRE(s > 0);
+    REQUIRE(d > 0);
+    REQUIRE(o > 0);
+    REQUIRE(st > 0);
+    for (pid_t p : left.pids) CHECK(alive(p));
+    const auto t0 = std::chrono::steady_clock::now();
+    distlock::testing::break_lock(distlock::connect(url), "escape");
+    const auto status = run_cmd.wait_exit_for(10s);
+    REQUIRE(status);
+    CHECK(*status == 70);
+    // The one that ignores SIGTERM (in a session of its own) needed --kill-after's SIGKILL.
+    CHECK(std::chrono::steady_clock::now() - t0 >= 500ms);
+    for (pid_t p : left.pids) CHECK_FALSE(alive(p));
+}
+
+TEST_CASE("--kill-after reaches a grandchild that ignores SIGTERM, and run exits only after it is gone",
+          "[cli][run][tree]") {
+    const auto dir = fresh_dir("kill-after");
+    const auto url = "file://" + lock_dir() + "?check=50ms";
+    survivors left;
+    distlock::test::child_process run_cmd(
+        {cli(), "run", "--backend", url, "--name", "stubborn-grandchild", "--kill-after", "700ms", "-c",
+         "sh -c 'trap \"\" TERM; echo $$ > " + dir + "/g; exec sleep 300' >/dev/null 2>&1 & wait"});
+    const pid_t g = pid_in(dir + "/g");
+    left.pids = {g};
+    REQUIRE(g > 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    distlock::testing::break_lock(distlock::connect(url), "stubborn-grandchild");
+    // The shell dies of SIGTERM at once; run still waits for the grandchild.
+    std::this_thread::sleep_for(300ms);
+    CHECK_FALSE(run_cmd.wait_exit_for(0ms));
+    CHECK(alive(g));
+    const auto status = run_cmd.wait_exit_for(10s);
+    REQUIRE(status);
+    CHECK(*status == 70);
+    CHECK(std::chrono::steady_clock::now() - t0 >= 700ms);
+    CHECK_FALSE(alive(g));
+}
+
+TEST_CASE("processes a command left behind are stopped before its lock is released", "[cli][run][tree]") {
+    const auto dir = fresh_dir("left-behind");
+    const auto url = "file://" + lock_dir();
+    survivors left;
+    distlock::test::child_process run_cmd(
+        {cli(), "run", "--backend", url, "--name", "left-behind", "--kill-after", "1500ms", "-c",
+         "sleep 300 >/dev/null 2>&1 & echo $! > " + dir + "/plain; "
+         "sh -c 'trap \"\" TERM; echo $$ > " + dir + "/stubborn; exec sleep 301' >/dev/null 2>&1 & "
+         "sleep 0.2; exit 5"});
+    const pid_t plain = pid_in(dir + "/plain"), stubborn = pid_in(dir + "/stubborn");
+    left.pids = {plain, stubborn};
+    REQUIRE(plain > 0);
+    REQUIRE(stubborn > 0);
+    // The command has exited; the one that ignores SIGTERM still runs, and the lock is still held.
+    std::this_thread::sleep_for(500ms);
+    CHECK_FALSE(alive(plain));  // SIGTERM
+    CHECK(alive(stubborn));
+    CHECK(spawn_cli({"run", "--backend", url, "--name", "left-behind", "--wait", "0", "--", "true"}).status == 75);
+    const auto status = run_cmd.wait_exit_for(10s);
+    REQUIRE(status);
+    CHECK(*status == 5);  // the command's own status
+    CHECK_FALSE(alive(stubborn));
+    CHECK(spawn_cli({"run", "--backend", url, "--name", "left-behind", "--wait", "0", "--", "true"}).status == 0);
+}
+
+TEST_CASE("the command's whole tree dies when distlock is killed with SIGKILL", "[cli][run][elect][tree]") {
+    for (const char* sub : {"run", "elect"}) {
+        DYNAMIC_SECTION(sub) {
+            const auto dir = fresh_dir("sigkill");
+            survivors left;
+            distlock::test::child_process run_cmd(
+                {cli(), sub, "--backend", "file://" + lock_dir(), "--name", distlock::test::unique_name("sigkill"),
+                 "-c",
+                 "sleep 300 >/dev/null 2>&1 & echo $! > " + dir + "/child; "
+                 "setsid -f sh -c 'echo $$ > " + dir + "/detached; exec sleep 301' >/dev/null 2>&1; "
+                 "echo $$ > " + dir + "/shell; wait"});
+            const pid_t child = pid_in(dir + "/child"), detached = pid_in(dir + "/detached"),
+                        shell = pid_in(dir + "/shell");
+            left.pids = {child, detached, shell};
+            REQUIRE(child > 0);
+            REQUIRE(detached > 0);
+            REQUIRE(shell > 0);
+            run_cmd.kill_hard();
+            for (pid_t p : left.pids) CHECK(distlock::test::eventually([&] { return !alive(p); }, 5s));
+        }
+    }
+}
+
+TEST_CASE("the command inherits no password-bearing DISTLOCK_BACKEND; --backend-file keeps the URL out of ps",
+          "[cli][run][secret]") {
+    const auto secret_url = url_with_password();
+    if (secret_url.empty()) {
+        WARN("not applicable: no server URL with a password is configured (integration/.run/backends.env)");
+        return;
+    }
+    const auto password = password_of(secret_url);
+    REQUIRE(password.size() >= 4);
+    const auto name = distlock::test::unique_name("secret");
+    // From the environment: the command does not see it.
+    auto r = spawn_cli({"run", "--name", name, "--", "/usr/bin/env"}, {{{"DISTLOCK_BACKEND", secret_url}}});
+    REQUIRE(r.status == 0);
+    CHECK(r.out.find("DISTLOCK_LOCK_NAME=") != std::string::npos);
+    CHECK(r.out.find("DISTLOCK_BACKEND=") == std::string::npos);
+    CHECK(r.out.find(password) == std::string::npos);
+    // A URL without a secret stays (a nested distlock may use it).
+    const auto plain_url = "file://" + lock_dir();
+    r = spawn_cli({"run", "--name", name, "--", "/usr/bin/env"}, {{{"DISTLOCK_BACKEND", plain_url}}});
+    CHECK(r.out.find("DISTLOCK_BACKEND=" + plain_url + "\n") != std::string::npos);
+
+    // From a file: neither distlock's command line nor its environment holds it.
+    const auto dir = fresh_dir("backend-file");
+    const auto file = dir + "/url";
+    { std::ofstream(file) << secret_url << "\n"; }
+    std::filesystem::permissions(file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+    distlock::test::child_options without_test_urls;
+    for (char** e = environ; *e != nullptr; ++e)
+        if (std::string_view(*e).rfind("DISTLOCK_TEST_", 0) == 0)
+            without_test_urls.env.emplace_back(std::string(*e).substr(0, std::string_view(*e).find('=')), "");
+    distlock::test::child_process hold({cli(), "hold", "--backend-file", file, "--name", name}, without_test_urls);
+    const auto line = hold.read_line(15s);
+    REQUIRE(line.rfind(name + " ", 0) == 0);
+    const auto proc = "/proc/" + std::to_string(hold.pid());
+    CHECK(read_file(proc + "/cmdline").find(password) == std::string::npos);
+    CHECK(read_file(proc + "/environ").find(password) == std::string::npos);
+    CHECK(spawn_cli({"run", "--backend-file", file, "--name", name, "--wait", "0", "--", "true"}).status == 75);
+    REQUIRE(hold.signal(SIGTERM));
+    CHECK(hold.wait_exit_for(10s) == 0);
+    // The variable works the same; the command sees the file's name, never its content.
+    r = spawn_cli({"run", "--name", name, "--", "sh", "-c", "env; cat /proc/$PPID/cmdline /proc/$PPID/environ"},
+                  {{{"DISTLOCK_BACKEND_FILE", file}}, {"DISTLOCK_BACKEND"}});
+    CHECK(r.status == 0);
+    CHECK(r.out.find("DISTLOCK_BACKEND_FILE=" + file) != std::string::npos);
+    CHECK(r.out.find(password) == std::string::npos);
+    CHECK(spawn_cli({"status", "--backend-file", file, "--name", name}).status == 0);
+}
+
+TEST_CASE("--backend-file refuses a file others may change or read, and never shows its content", "[cli][secret]") {
+    const auto dir = fresh_dir("backend-file-checks");
+    const auto good = "file://" + lock_dir();
+    const std::string secret = "redis://:s3cr3t-in-file@127.0.0.1:1?connect_timeout=200ms";
+    auto write = [&](const std::string& name, const std::string& content, std::filesystem::perms mode) {
+        const auto path = dir + "/" + name;
+        { std::ofstream(path, std::ios::binary) << content; }
+        std::filesystem::permissions(path, mode);
+        return path;
+    };
+    using p = std::filesystem::perms;
+    const auto mine = p::owner_read | p::owner_write;
+    auto attempt = [&](const std::vector<std::string>& args, const spawn_options& o = {}) {
+        auto r = spawn_cli(args, o);
+        CHECK(r.err.find("s3cr3t-in-file") == std::string::npos);
+        CHECK(r.out.find("s3cr3t-in-file") == std::string::npos);
+        return r;
+    };
+    const auto n = distlock::test::unique_name("bf");
+    // One line, its newline dropped.
+    CHECK(attempt({"run", "--backend-file", write("ok", good + "\n", mine), "--name", n, "--", "true"}).status == 0);
+    CHECK(attempt({"run", "--backend-file", write("crlf", good + "\r\n", mine), "--name", n, "--", "true"}).status == 0);
+    // A secret readable by others; anything writable by group or others.
+    auto r = attempt({"status", "--backend-file", write("world", secret, mine | p::others_read), "--name", n});
+    CHECK(r.status == 77);
+    CHECK(r.err.find("readable by others") != std::string::npos);
+    r = attempt({"status", "--backend-file", write("gw", good, mine | p::group_write), "--name", n});
+    CHECK(r.status == 77);
+    CHECK(r.err.find("writable by group or others") != std::string::npos);
+    // A readable URL without a secret is fine.
+    CHECK(attempt({"status", "--backend-file", write("public", good, mine | p::others_read), "--name", n}).status == 0);
+    // A secret the owner alone reads is used (and fails to connect: 69), its password never shown.
+    r = attempt({"status", "--backend-file", write("private", secret, mine), "--name", n});
+    CHECK(r.status == 69);
+    // Not one URL on one line; too long; empty; not a regular file; missing.
+    CHECK(attempt({"status", "--backend-file", write("two", secret + "\n" + good, mine), "--name", n}).status == 64);
+    CHECK(attempt({"status", "--backend-file", write("long", std::string(20000, 'a'), mine), "--name", n}).status == 64);
+    CHECK(attempt({"status", "--backend-file", write("empty", "\n", mine), "--name", n}).status == 64);
+    REQUIRE(::mkfifo((dir + "/fifo").c_str(), 0600) == 0);
+    CHECK(attempt({"status", "--backend-file", dir + "/fifo", "--name", n}).status == 64);  // not waiting for a writer
+    CHECK(attempt({"status", "--backend-file", dir + "/none", "--name", n}).status == 64);
+    // Another user's file (it would choose our server).
+    const auto theirs = write("theirs", good, mine | p::group_read | p::others_read);
+    if (::geteuid() == 0) {
+        REQUIRE(::chown(theirs.c_str(), 65534, 65534) == 0);
+        r = attempt({"status", "--backend-file", theirs, "--name", n});
+        CHECK(r.status == 77);
+        CHECK(r.err.find("another user") != std::string::npos);
+    }
+    // One source at a time.
+    CHECK(attempt({"status", "--backend", good, "--backend-file", write("both", good, mine), "--name", n}).status == 64);
+    CHECK(attempt({"status", "--name", n}, {{{"DISTLOCK_BACKEND", good}, {"DISTLOCK_BACKEND_FILE", dir + "/ok"}}})
+              .status == 64);
+    // The command line wins over the environment.
+    CHECK(attempt({"status", "--backend-file", dir + "/ok", "--name", n}, {{{"DISTLOCK_BACKEND", "nosuch://x"}}})
+              .status == 0);
+    // Every subcommand that takes --backend takes --backend-file.
+    {
+        distlock::test::child_process hold({cli(), "hold", "--backend-file", dir + "/ok", "--name", n});
+        CHECK(hold.read_line(10s).rfind(n + " ", 0) == 0);
+        hold.signal(SIGTERM);
+        CHECK(hold.wait_exit_for(10s) == 0);
+    }
+    CHECK(attempt({"flash-sale", "--backend-file", dir + "/ok", "--processes", "1", "--requests", "5", "--quiet"})
+              .status == 0);
+    CHECK(attempt({"bench", "--backend-file", dir + "/ok", "--seconds", "0.2", "--quiet"}).status == 0);
+    CHECK(attempt({"elect", "--backend-file", dir + "/ok", "--name", n, "--", "true"}).status == 0);
+}
+
+TEST_CASE("the command inherits no descriptor above 2", "[cli][run][fd]") {
+    std::vector<std::string> urls{"file://" + lock_dir()};
+    if (const auto u = url_with_password(); !u.empty()) urls.push_back(u);  // a server: sockets
+    for (const auto& url : urls) {
+        INFO(distlock::spi::redact_url(url));
+        // fd 5 is open in distlock (inherited from us, as a caller's stray descriptor would be).
+        auto r = spawn_cli({"run", "--backend", url, "--name", distlock::test::unique_name("fd"), "--", "sh", "-c",
+                            "ls /proc/$$/fd"},
+                           {{}, {}, [] {
+                                const int fd = ::open("/dev/null", O_RDONLY);
+                                ::dup2(fd, 5);
+                            }});
+        REQUIRE(r.status == 0);
+        CHECK(r.out == "0\n1\n2\n");
+    }
+}
+
+TEST_CASE("SIGPIPE never kills distlock; the command gets it by default, with an empty signal mask", "[cli][signal]") {
+    const auto url = "file://" + lock_dir();
+    const auto name = distlock::test::unique_name("pipe");
+    // distlock writes to a stderr and a stdout whose readers have gone.
+    auto r = spawn_cli({"run", "--backend", url, "--name", name, "--verbose", "--", "sh", "-c", "sleep 0.1; exit 3"},
+                       {{}, {}, nullptr, false, true});
+    CHECK(r.status == 3);
+    r = spawn_cli({"hold", "--backend", url, "--name", name, "--wait", "0", "--lease", "bogus"},
+                  {{}, {}, nullptr, true, true});
+    CHECK(r.status == 64);
+    CHECK(spawn_cli({"schemes"}, {{}, {}, nullptr, true, false}).status == 0);
+    // Started with SIGPIPE ignored and SIGUSR1 blocked, as a careless caller may.
+    r = spawn_cli({"run", "--backend", url, "--name", name, "--", "grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"},
+                  {{}, {}, [] {
+                       ::signal(SIGPIPE, SIG_IGN);
+                       ::signal(SIGHUP, SIG_IGN);  // nohup
+                       sigset_t usr1;
+                       sigemptyset(&usr1);
+                       sigaddset(&usr1, SIGUSR1);
+                       ::sigprocmask(SIG_BLOCK, &usr1, nullptr);
+                   }});
+    REQUIRE(r.status == 0);
+    INFO(r.out);
+    auto mask = [&](const std::string& field) {
+        const auto at = r.out.find(field + ":\t");
+        REQUIRE(at != std::string::npos);
+        return std::stoull(r.out.substr(at + field.size() + 2, 16), nullptr, 16);
+    };
+    CHECK(mask("SigBlk") == 0);
+    const auto ignored = mask("SigIgn");
+    CHECK((ignored & (1ULL << (SIGPIPE - 1))) == 0);
+    CHECK((ignored & (1ULL << (SIGHUP - 1))) != 0);  // what nohup ignores stays ignored
+}
+
+TEST_CASE("readers and a plain holder of one name exclude each other, on every backend with read-write locks",
+          "[cli][run][hold][rw]") {
+    // Every URL of the running servers, once each, and file://.
+    std::vector<std::pair<std::string, std::string>> urls{{"file", "file://" + lock_dir()}};
+    for (char** e = environ; *e != nullptr; ++e) {
+        const std::string entry(*e);
+        const auto eq = entry.find('=');
+        const auto var = entry.substr(0, eq);
+        if (var.rfind("DISTLOCK_TEST_", 0) != 0 || var.size() < 4 || var.substr(var.size() - 4) != "_URL") continue;
+        const auto url = entry.substr(eq + 1);
+        if (std::none_of(urls.begin(), urls.end(), [&](const auto& u) { return u.second == url; }))
+            urls.emplace_back(var, url);
+    }
+    if (urls.size() == 1) WARN("only file:// tried: no server URL is configured (integration/.run/backends.env)");
+    std::mutex report_mutex;
+    std::vector<std::string> failures, skipped;
+    distlock::test::thread_errors errors;
+    std::vector<std::thread> threads;
+    for (const auto& [var, url] : urls) {
+        threads.emplace_back([&, var = var, url = url] {
+            errors.run([&] {
+                auto fail = [&](const std::string& what) {
+                    std::lock_guard lk(report_mutex);
+                    failures.push_back(var + ": " + what);
+                };
+                auto locks = distlock::connect(url);
+                if (const auto why = locks.caps().why_not(distlock::feature::read_write); !why.empty()) {
+                    // The plain form takes the mutex alone there, and says so.
+                    const auto r = spawn_cli({"run", "--backend", url, "--name", distlock::test::unique_name("rw"),
+                                              "--verbose", "--wait", "5s", "--", "true"});
+                    if (r.status != 0 || r.err.find("the mutex alone") == std::string::npos)
+                        fail("without read-write locks, plain run: status " + std::to_string(r.status));
+                    std::lock_guard lk(report_mutex);
+                    skipped.push_back(var + " (" + std::string(why) + ")");
+                    return;
+                }
+                if (!locks.caps().why_not(distlock::feature::cross_process).empty()) {
+                    std::lock_guard lk(report_mutex);
+                    skipped.push_back(var + " (" + std::string(locks.caps().why_not(distlock::feature::cross_process)) + ")");
+                    return;
+                }
+                const auto name = distlock::test::unique_name("rw");
+                auto attempt = [&](const std::vector<std::string>& flags) {
+                    std::vector<std::string> args{"run", "--backend", url, "--name", name, "--wait", "0"};
+                    args.insert(args.end(), flags.begin(), flags.end());
+                    args.insert(args.end(), {"--", "true"});
+                    return spawn_cli(args).status;
+                };
+                // A reader (the read side, as run --shared takes it) keeps a plain run out.
+                auto rw = locks.shared_mutex(name);
+                rw.lock_shared();
+                if (attempt({}) != 75) fail("a reader held; plain run was not refused");
+                rw.unlock_shared();
+                // A plain holder keeps readers, --write and library users of either lock out.
+                {
+                    distlock::test::child_process hold({cli(), "hold", "--backend", url, "--name", name});
+                    if (hold.read_line(15s).rfind(name + " ", 0) != 0) {
+                        fail("plain hold did not take the lock");
+                        return;
+                    }
+                    if (attempt({"--shared"}) != 75) fail("a plain holder held; run --shared was not refused");
+                    if (attempt({"--write"}) != 75) fail("a plain holder held; run --write was not refused");
+                    if (rw.try_lock_shared()) {
+                        rw.unlock_shared();
+                        fail("a plain holder held; a library reader got in");
+                    }
+                    hold.signal(SIGTERM);
+                    if (hold.wait_exit_for(15s) != 0) fail("plain hold did not end with 0 on SIGTERM");
+                }
+                // --write keeps a plain run out.
+                {
+                    distlock::test::child_process hold({cli(), "hold", "--backend", url, "--name", name, "--write"});
+                    if (hold.read_line(15s).rfind(name + " ", 0) != 0) {
+                        fail("hold --write did not take the lock");
+                        return;
+                    }
+                    if (attempt({}) != 75) fail("hold --write held; plain run was not refused");
+                    hold.signal(SIGTERM);
+                    if (hold.wait_exit_for(15s) != 0) fail("hold --write did not end with 0 on SIGTERM");
+                }
+                // Free again: readers share.
+                if (attempt({"--shared"}) != 0) fail("run --shared on a free name did not run");
+            });
+        });
+    }
+    for (auto& t : threads) t.join();
+    for (const auto& s : skipped) WARN("not applicable: " << s);
+    INFO(errors.all());
+    CHECK(errors.all().empty());
+    for (const auto& f : failures) FAIL_CHECK(f);
+    CHECK(skipped.size() < urls.size());
+}
+
+TEST_CASE("the default lock directory is never one another user can create or enter", "[cli][default-dir]") {
+    const auto help_default = [](const spawn_options& o) {
+        const auto r = spawn_cli({"flash-sale", "--help"}, o);
+        const auto at = r.out.find("--backend TEXT=");
+        if (at == std::string::npos) return std::string();
+        return r.out.substr(at + 15, r.out.find_first_of(" \n", at + 15) - at - 15);
+    };
+    const auto dir = fresh_dir("xdg");
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
+    // XDG_RUNTIME_DIR of this user, mode 0700: used.
+    CHECK(help_default({{{"XDG_RUNTIME_DIR", dir}}, {"DISTLOCK_BACKEND"}}) == "file://" + dir + "/distlock/flash-sale");
+    // Mode 0755, or another user's (root through sudo -E): ignored.
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
+                                          std::filesystem::perms::group_exec | std::filesystem::perms::others_read |
+                                          std::filesystem::perms::others_exec);
+    CHECK(help_default({{{"XDG_RUNTIME_DIR", dir}}}).find(dir) == std::string::npos);
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
+    CHECK(help_default({{{"XDG_RUNTIME_DIR", "/tmp"}}}).find("/tmp") == std::string::npos);
+    if (::geteuid() != 0) {
+        WARN("not applicable: root's default directory (the tests do not run as root)");
+        return;
+    }
+    REQUIRE(::chown(dir.c_str(), 65534, 65534) == 0);
+    CHECK(help_default({{{"XDG_RUNTIME_DIR", dir}}}) == "file:///run/distlock/flash-sale");
+    REQUIRE(::chown(dir.c_str(), 0, 0) == 0);
+    // Root: /run/distlock, made 0700, never /run/lock/distlock (mode 1777 above it:
+    // any user may create it first). A user planted one there.
+    const std::string planted = "/run/lock/distlock";
+    bool we_planted = false;
+    if (std::filesystem::exists("/run/lock") && !std::filesystem::exists(planted)) {
+        const auto r = distlock::test::run_command("runuser -u nobody -- mkdir " + planted + " 2>&1");
+        we_planted = r.status == 0;
+    }
+    auto r = spawn_cli({"flash-sale", "--processes", "1", "--requests", "5", "--stock", "2", "--quiet",
+                        "--name", distlock::test::unique_name("default")},
+                       {{}, {"DISTLOCK_BACKEND", "DISTLOCK_BACKEND_FILE", "XDG_RUNTIME_DIR"}});
+    CHECK(r.status == 0);
+    if (we_planted) {
+        CHECK(std::filesystem::is_empty(planted));
+        std::filesystem::remove_all(planted);
+    }
+    struct stat st {};
+    REQUIRE(::lstat("/run/distlock", &st) == 0);
+    CHECK(S_ISDIR(st.st_mode));
+    CHECK(st.st_uid == 0u);
+    CHECK((st.st_mode & 077) == 0);
+    // A user without a usable XDG_RUNTIME_DIR or HOME has no default: told to give --backend.
+    const auto as_nobody = [](const std::vector<std::string>& args) {
+        std::vector<std::string> all{"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                     "/usr/bin/env", "-u", "XDG_RUNTIME_DIR", "-u", "DISTLOCK_BACKEND",
+                                     "HOME=/nonexistent", cli()};
+        all.insert(all.end(), args.begin(), args.end());
+        return spawn(all);
+    };
+    r = as_nobody({"flash-sale", "--help"});
+    REQUIRE(r.status == 0);
+    CHECK(r.out.find("--backend TEXT=") == std::string::npos);
+    r = as_nobody({"bench", "--seconds", "0.2", "--quiet"});
+    CHECK(r.status == 64);
+    CHECK(r.err.find("--backend") != std::string::npos);
+    // An XDG directory of ours whose distlock/ another user planted (or a symlink): refused.
+    const auto xdg = fresh_dir("xdg-planted");
+    std::filesystem::permissions(xdg, std::filesystem::perms::owner_all);
+    std::filesystem::create_directory_symlink("/tmp", xdg + "/distlock");
+    r = spawn_cli({"bench", "--seconds", "0.2", "--quiet"}, {{{"XDG_RUNTIME_DIR", xdg}}, {"DISTLOCK_BACKEND"}});
+    CHECK(r.status == 77);
+    CHECK(r.err.find(xdg + "/distlock") != std::string::npos);
+}
+
+TEST_CASE("no argument is echoed with its password, in any parse error", "[cli][secret]") {
+    const auto url = "file://" + lock_dir();
+    const std::vector<std::vector<std::string>> cases{
+        {"status", "--backend", url, "--name", "n", "redis://:hunter2-stray@127.0.0.1:1"},  // not expected
+        {"redis://:hunter2-stray@127.0.0.1:1"},                                             // not a subcommand
+        {"status", "--backend", url, "--name", "n", "--bogus=redis://:hunter2-stray@h"},   // unknown option
+        {"flash-sale", "--wait", "redis://:hunter2-stray@h"},                              // not a duration
+        {"run", "--backend", url, "--name", "n", "--wait", "redis://:hunter2-stray@h", "--", "true"},
+        {"status", "--backend", url, "--name", "n", "postgres://u@h/db?password=hunter2-stray"},
+        {"bench", "--processes", "redis://u:hunter2-stray@h"},
+        {"run", "--backend", "redis://:hunter2-stray@127.0.0.1:1?connect_timeout=100ms", "--name", "n", "--", "true"},
+    };
+    for (const auto& args : cases) {
+        const auto r = spawn_cli(args);
+        INFO(r.err);
+        CHECK(r.status != 0);
+        CHECK(r.err.find("hunter2-stray") == std::string::npos);
+        CHECK(r.out.find("hunter2-stray") == std::string::npos);
+    }
+    const auto stray = spawn_cli(cases[0]);
+    CHECK(stray.status == 64);
+    CHECK(stray.err.find("redis://:***@127.0.0.1:1") != std::string::npos);  // shown, redacted
 }
