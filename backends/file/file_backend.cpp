@@ -713,6 +713,9 @@ void register_backend(spi::registry& r) {
             throw_error(errc::invalid_argument, "file", "file:// URLs name a local directory: file:///path/to/dir");
         if (u.path().empty() || u.path() == "/")
             throw_error(errc::invalid_argument, "file", "file:// needs a directory: file:///path/to/dir");
+        // %00 decodes to a NUL, where every system call would cut the path short.
+        if (u.path().find('\0') != std::string::npos)
+            throw_error(errc::invalid_argument, "file", "a file:// path cannot hold a NUL byte (%00)");
         const bool sync = u.take_bool("sync").value_or(false);
         const auto check = u.take_duration("check").value_or(200ms);
         if (check.count() <= 0) throw_error(errc::invalid_argument, "file", "check must be positive");

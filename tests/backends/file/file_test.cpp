@@ -97,6 +97,9 @@ TEST_CASE("file:// refuses what is not a usable directory, with a typed error", 
     CHECK_THROWS_AS(distlock::connect("file://" + (plain / "below").string()), distlock::invalid_argument_error);
     CHECK_THROWS_AS(distlock::connect(dir.url("?check=0ms")), distlock::invalid_argument_error);
     CHECK_THROWS_AS(distlock::connect("file:///"), distlock::invalid_argument_error);
+    // A NUL (%00) would cut the path short: the directory before it would be used.
+    CHECK_THROWS_AS(distlock::connect(dir.url("/cut%00/below")), distlock::invalid_argument_error);
+    CHECK_FALSE(fs::exists(dir.path / "cut"));
     // A path the system cannot take is the URL's fault, not the file system's.
     CHECK_THROWS_AS(distlock::connect(dir.url("/" + std::string(300, 'x'))), distlock::invalid_argument_error);
     CHECK_THROWS_AS(distlock::connect(dir.url("/" + std::string(5000, 'x'))), distlock::invalid_argument_error);
