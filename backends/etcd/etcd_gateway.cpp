@@ -292,7 +292,7 @@ void gateway::authenticate() {
         // set_header refuses a token with a control character (it would add headers).
         client_.set_header("Authorization", token);
     } catch (const grpc_error& e) {
-        throw_error(errc::access_denied, kName, std::string("authentication failed: ") + e.what(), e.code);
+        throw_error(errc::access_denied, kName, "authentication failed: " + e.reason(), e.code);
     } catch (const invalid_argument_error& e) {
         throw_error(errc::access_denied, kName, std::string("authentication failed: ") + e.what(),
                     e.native_code(), e.native_message());

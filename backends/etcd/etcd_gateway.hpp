@@ -14,11 +14,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "distlock/error.hpp"
 #include "distlock/spi/backend.hpp"
 #include "http_multi.hpp"
 #include "http_options.hpp"
@@ -49,10 +49,12 @@ std::string text(const json& j, const char* key);
 std::string prefix_end(std::string p);
 std::string lease_hex(std::int64_t id);
 
-// A gRPC status carried by the gateway's error reply.
-struct grpc_error : std::runtime_error {
+// A gRPC status of the gateway's error reply that a caller may handle (NOT_FOUND:
+// a lease gone; FAILED_PRECONDITION). One that no caller handles leaves as what
+// it is: an unavailable_error.
+struct grpc_error : unavailable_error {
     int code;
-    grpc_error(int c, const std::string& m) : std::runtime_error(m), code(c) {}
+    grpc_error(int c, const std::string& m) : unavailable_error(errc::unavailable, kName, m, c, m), code(c) {}
 };
 
 struct settings {

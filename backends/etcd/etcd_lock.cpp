@@ -140,7 +140,7 @@ std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_s
                 session_->dead = true;
                 continue;
             }
-            throw_error(errc::unavailable, kName, std::string("acquire txn: ") + e.what(), e.code);
+            throw_error(errc::unavailable, kName, "acquire txn: " + e.reason(), e.code);
         } catch (const in_doubt_error&) {
             throw;
         } catch (const unavailable_error&) {
@@ -516,7 +516,7 @@ void handle::release() {
                                                               {"count_only", true}}}}})}});
     } catch (const grpc_error& e) {
         gateway_.add_orphan(*session_, key_, value_);
-        throw_error(errc::in_doubt, kName, std::string("release: ") + e.what(), e.code);
+        throw_error(errc::in_doubt, kName, "release: " + e.reason(), e.code);
     } catch (const error& e) {
         gateway_.add_orphan(*session_, key_, value_);
         throw_error(errc::in_doubt, kName, std::string("release of '") + request_.name + "': " + e.what(),
@@ -630,7 +630,7 @@ lock_info inspect(gateway& g, std::string_view name) {
         auto ttl = g.call("/v3/lease/timetolive", json{{"ID", std::to_string(lease)}});
         info.remaining = std::chrono::seconds(std::max<std::int64_t>(as_i64(ttl, "TTL"), 0));
     } catch (const grpc_error& e) {  // lease not found: expired between the two reads
-        if (e.code != 5) throw_error(errc::unavailable, kName, std::string("lease time to live: ") + e.what(), e.code);
+        if (e.code != 5) throw_error(errc::unavailable, kName, "lease time to live: " + e.reason(), e.code);
         info.remaining = std::chrono::milliseconds{0};
     }
     return info;

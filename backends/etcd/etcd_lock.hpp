@@ -47,7 +47,8 @@ namespace distlock::backends::etcd {
 class gateway;
 
 // Where the keys of one primitive of a name go. `enc` is the name encoded
-// ([A-Za-z0-9._-] kept, other bytes as %XX, so never ':' nor '/'):
+// ([A-Za-z0-9._-] kept, other bytes as %XX, "." and ".." escaped whole, so
+// never ':' nor '/'):
 //   mutex      <prefix>/<enc>/<lease hex>
 //   rw lock    <prefix>/<enc>:rw/read/<ns>, <prefix>/<enc>:rw/write/<ns>
 //   semaphore  <prefix>/<enc>:sem/permit/<ns>, size in <prefix>/<enc>:sem/size

@@ -986,6 +986,7 @@ TEST_CASE("malformed or mistyped replies of etcd are typed distlock errors, neve
         R"(!400{"error":5,"code":"x","message":7})",
         R"(!400{"error":"lease not found","code":5,"message":["m"]})",
         R"([1,2])",
+        R"(!400{"code":9,"message":"failed precondition"})",
         "\xff\xfe"};
     for (const auto& txn : txns) {
         INFO("txn reply " << txn);
@@ -1007,7 +1008,8 @@ TEST_CASE("malformed or mistyped replies of etcd are typed distlock errors, neve
         }
     }
     for (std::string range : {R"({"kvs":"x"})", R"({"kvs":[1]})", R"({"kvs":[{"value":{},"lease":"abc"}],"count":[]})",
-                              R"({"kvs":[{"key":5,"lease":{}}]})", R"([])", R"(!400{"message":{}})"}) {
+                              R"({"kvs":[{"key":5,"lease":{}}]})", R"([])", R"(!400{"message":{}})",
+                              R"(!400{"code":9,"message":"failed precondition"})", R"(!400{"code":5,"message":"not found"})"}) {
         INFO("range reply " << range);
         // The connect probe is a range too: answered well, then the hostile ones.
         std::atomic<int> ranges{0};
