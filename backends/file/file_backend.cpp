@@ -488,10 +488,11 @@ void write_meta(int fd, const sem_meta& m, bool sync) {
     if (sync && ::fdatasync(fd) != 0) throw_client_error("fdatasync of the semaphore's file failed", errno);
 }
 
-// Whether someone holds slot `file` (a flock that conflicts with ours).
-bool slot_held(const lock_dir& dir, const std::string& file) {
+// Whether someone holds slot `file` (a flock that conflicts with ours);
+// nullopt when it was never made.
+std::optional<bool> slot_held(const lock_dir& dir, const std::string& file) {
     auto fd = dir.open_existing(file, O_RDONLY);
-    if (!fd) return false;  // never made: nobody holds it
+    if (!fd) return std::nullopt;
     if (::flock(fd->get(), LOCK_SH | LOCK_NB) == 0) return false;
     if (errno != EWOULDBLOCK) throw_client_error("flock failed on " + dir.path_of(file), errno);
     return true;
@@ -573,11 +574,16 @@ private:
             if (!meta_fd) return std::nullopt;
             auto meta = read_meta(meta_fd->get());
             if (meta.size != permits_) {
-                for (std::uint32_t i = 0; i < meta.size; ++i)
-                    if (slot_held(settings_.dir, paths_.slot(i)))
+                // Slots are made in order as permits are taken: the first never
+                // made ends them (the stored size, whatever it says, bounds no loop).
+                for (std::uint32_t i = 0; i < meta.size; ++i) {
+                    const auto held = slot_held(settings_.dir, paths_.slot(i));
+                    if (!held) break;
+                    if (*held)
                         throw_error(errc::invalid_argument, "file",
                                     "semaphore '" + name_ + "' is held with " + std::to_string(meta.size) +
                                         " permits; this one asks for " + std::to_string(permits_));
+                }
                 meta.size = permits_;  // nobody holds it: the size is the new one's
             }
             for (std::uint32_t i = 0; i < permits_; ++i) {
@@ -661,8 +667,7 @@ public:
         replace(p.rw_data, false);
         auto meta = settings_.dir.open_existing(p.sem_meta, O_RDONLY);
         const auto size = meta ? read_meta(meta->get()).size : 0;
-        // Slots are made in order as permits are taken: the first missing one
-        // ends them (and a meta file's size, however large, bounds no loop).
+        // The first slot never made ends them, as in take_permit.
         for (std::uint32_t i = 0; i < size && replace(p.slot(i), false); ++i) {
         }
     }

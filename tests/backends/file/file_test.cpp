@@ -21,6 +21,8 @@
 #include <future>
 #include <iostream>
 #include <iterator>
+#include <memory>
+#include <thread>
 
 #include "distlock/distlock.hpp"
 #include "distlock/spi/backend.hpp"
@@ -254,6 +256,35 @@ TEST_CASE("a FIFO planted as a lock file is refused at once, never opened", "[fi
     const auto slot = d.locks / "pipe.sem-0";
     REQUIRE(::mkfifo(slot.c_str(), 0600) == 0);
     require_denied([&] { (void)p.semaphore("pipe", 1).try_acquire(); }, slot, "FIFO");
+}
+
+TEST_CASE("a semaphore's stored size bounds no loop: a huge one is answered at once", "[file][refuse]") {
+    planted d;
+    auto p = distlock::connect(d.url());
+    std::ofstream(d.locks / "big.sem") << "4000000000 7\n";  // as a hostile group member could write it
+    fs::permissions(d.locks / "big.sem", fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace);
+    auto done = std::make_shared<std::promise<std::string>>();
+    auto answer = done->get_future();
+    std::thread([&p, done] {  // one open() per stored slot took hours: bounded by a timeout
+        std::string result;  // set once nothing of p is in use any more
+        try {
+            bool got = false;
+            {
+                auto sem = p.semaphore("big", 1);
+                got = sem.try_acquire();
+            }
+            distlock::testing::break_lock(p, "big");
+            result = got ? "acquired" : "not acquired";
+        } catch (const std::exception& e) {
+            result = std::string("error: ") + e.what();
+        }
+        done->set_value(result);
+    }).detach();
+    if (answer.wait_for(10s) != std::future_status::ready) {
+        std::cerr << "FAILED: a semaphore with a stored size of 4000000000 still runs after 10 s\n";
+        std::_Exit(1);  // the thread cannot be stopped: end the program, failed
+    }
+    CHECK(answer.get() == "acquired");
 }
 
 TEST_CASE("a hard link to another file is refused, and that file is never written", "[file][refuse]") {
