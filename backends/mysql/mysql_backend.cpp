@@ -10,6 +10,7 @@
 #include <mysql_connection.h>
 #include <mysql_driver.h>
 
+#include <signal.h>
 #include <sys/socket.h>
 
 #include <atomic>
@@ -82,6 +83,27 @@ struct endpoint {
     std::uint16_t port = 3306;
 };
 
+// The client library (MariaDB Connector/C) sets SIGPIPE to SIG_IGN for the
+// whole process when it starts (mysql_server_init), and children inherit an
+// ignored signal across exec. It does not need it: it sends with MSG_NOSIGNAL
+// (no TLS here; checked with strace, and tested by writing to a socket shut
+// down under it with SIGPIPE at its default). So `f`, which may start it,
+// leaves the process's SIGPIPE disposition as it found it.
+template <class F>
+auto keeping_sigpipe(F&& f) {
+    struct sigaction before {};
+    ::sigaction(SIGPIPE, nullptr, &before);
+    struct restore {
+        const struct sigaction& before;
+        ~restore() {
+            struct sigaction now {};
+            ::sigaction(SIGPIPE, nullptr, &now);
+            if (now.sa_handler == SIG_IGN && before.sa_handler != SIG_IGN) ::sigaction(SIGPIPE, &before, nullptr);
+        }
+    } r{before};
+    return f();
+}
+
 // A claimed duplicate of a connection's socket (call_deadline.hpp), closed last.
 struct claimed_socket {
     int fd = -1;
@@ -98,7 +120,7 @@ public:
     connection(const endpoint& ep, const s::conn_settings& cs) : timeout_(cs.timeout) {
         static std::once_flag once;
         static ::sql::mysql::MySQL_Driver* driver = nullptr;
-        std::call_once(once, [] { driver = ::sql::mysql::get_mysql_driver_instance(); });
+        std::call_once(once, [] { driver = keeping_sigpipe([] { return ::sql::mysql::get_mysql_driver_instance(); }); });
         ::sql::ConnectOptionsMap opts;
         const bool v6 = ep.host.find(':') != std::string::npos;
         opts["hostName"] = ::sql::SQLString("tcp://" + (v6 ? "[" + ep.host + "]" : ep.host) + ":" + std::to_string(ep.port));
@@ -133,7 +155,10 @@ public:
             {
                 call_deadline watch(before, ep.port, until);
                 try {
-                    conn_.reset(driver->connect(opts));
+                    // The library starts at the first connect of the process.
+                    static std::atomic<bool> started{false};
+                    if (started.exchange(true)) conn_.reset(driver->connect(opts));
+                    else conn_.reset(keeping_sigpipe([&] { return driver->connect(opts); }));
                 } catch (const ::sql::SQLException& e) {
                     if (watch.fired())
                         throw s::sql_error(s::failure::cannot_connect, e.getErrorCode(),

@@ -6,6 +6,7 @@
 
 #include "distlock/distlock.hpp"
 #include "distlock/spi/backend.hpp"
+#include "child_process.hpp"
 #include "distlock/testing.hpp"
 #include "fake_mysql.hpp"
 #include "mysql_dialect.hpp"
@@ -340,4 +341,19 @@ TEST_CASE("a token that is not a number is a typed error, never a standard-libra
     } catch (const std::exception& e) {
         FAIL("a standard-library exception escaped: " << e.what());
     }
+}
+
+TEST_CASE("MySQL leaves SIGPIPE alone, and a write to a socket shut down under it raises none", "[sql][hostile][sigpipe]") {
+    // In a process of its own (the client library starts once per process),
+    // with SIGPIPE at its default: a reply trickled past timeout makes the
+    // socket shut down; closing the connection then writes to it (COM_QUIT).
+    fake_mysql::server fake({.slow_query = "CREATE TABLE", .gap = 300ms});
+    distlock::test::child_process probe(
+        {DISTLOCK_SQL_PROBE, with_port(url_of("lease-table"), fake.port()) + "&connect_timeout=2s&timeout=1s",
+         unique_name("sigpipe"), "sigpipe"});
+    std::string last, line;
+    while (!(line = probe.read_line(10s)).empty()) last = line;
+    CHECK(probe.wait_exit() == 1);  // the connect failed; not 128 + SIGPIPE
+    CHECK(last == "sigpipe default");
+    CHECK(fake.trickled() == 1);
 }

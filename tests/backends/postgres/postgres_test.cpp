@@ -5,9 +5,11 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "distlock/distlock.hpp"
 #include "distlock/spi/backend.hpp"
+#include "distlock/testing.hpp"
 #include "postgres_dialect.hpp"
 #include "sql_test_support.hpp"
 #include "support.hpp"
@@ -149,4 +151,164 @@ TEST_CASE("PostgreSQL lease waiters are woken by the release's notification, not
             waiter.unlock();
         }
     }
+}
+
+// ---- tenants on one server (issue 23): schema=, ownership, name resolution
+//
+// Database distlock_shared (integration/servers/postgres.sh): every role may
+// create objects in public, as before PostgreSQL 15; roles distlock_tenant_a
+// and distlock_tenant_b, each with a schema of its own (tenant_a, tenant_b),
+// and tenant_b's schema open to tenant_a.
+
+namespace {
+
+// The main URL as another role (same password), on distlock_shared, with `query`.
+std::string tenant_url(const std::string& role, const std::string& query) {
+    const auto url = url_of("lease-table");
+    const auto at = url.find("://") + 3;
+    const auto slash = url.find('/', url.find('@'));
+    return url.substr(0, at) + role + url.substr(url.find(':', at), slash - url.find(':', at)) + "/distlock_shared" +
+           (query.empty() ? "" : "?" + query);
+}
+
+// Runs `cleanup` on a session of `role` at scope exit, whatever the test did.
+struct tenant_cleanup {
+    std::string role;
+    std::vector<std::string> statements;
+    ~tenant_cleanup() {
+        try {
+            raw_sql db(tenant_url(role, ""));
+            for (const auto& st : statements) db.run(st);
+        } catch (...) {
+        }
+    }
+};
+
+std::string table_name(const std::string& what) { return "dl_" + what + "_" + distlock::spi::random_token().substr(0, 10); }
+
+}  // namespace
+
+TEST_CASE("a lock table another role planted first in public, with a trigger, is refused by name; the trigger never runs",
+          "[sql][tenants]") {
+    const auto t = table_name("planted");
+    tenant_cleanup mine{"distlock_tenant_a", {"DROP TABLE IF EXISTS public." + t + "_rows", "DROP SEQUENCE IF EXISTS public." + t +
+                                                  "_fence", "DROP TABLE IF EXISTS public." + t + "_permits"}};
+    tenant_cleanup theirs{"distlock_tenant_b", {"DROP TABLE IF EXISTS public." + t, "DROP TABLE IF EXISTS public." + t + "_log",
+                                                    "DROP FUNCTION IF EXISTS public." + t + "_spy()"}};
+    {
+        // Another tenant plants the lock table (the layout distlock makes), open
+        // to everyone, with a trigger that records whoever writes to it.
+        raw_sql b(tenant_url("distlock_tenant_b", ""));
+        b.run("CREATE TABLE public." + t + " (name bytea PRIMARY KEY, owner text, expires_at timestamptz,"
+              " version bigint NOT NULL DEFAULT 0, holder_label bytea)");
+        b.run("CREATE TABLE public." + t + "_log (who text)");
+        b.run("CREATE FUNCTION public." + t + "_spy() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO public." +
+              t + "_log VALUES (current_user); RETURN NULL; END $$");
+        b.run("CREATE TRIGGER spy AFTER INSERT OR UPDATE OR DELETE ON public." + t +
+              " FOR EACH STATEMENT EXECUTE FUNCTION public." + t + "_spy()");
+        b.run("GRANT ALL ON public." + t + ", public." + t + "_log TO PUBLIC");
+    }
+    // The victim starts with the default schema (public) and that table name.
+    for (const std::string strategy : {"lease-table", "advisory"}) {
+        try {
+            auto p = distlock::connect(tenant_url("distlock_tenant_a", "strategy=" + strategy + "&table=" + t));
+            auto m = p.mutex(unique_name("planted"));
+            if (m.try_lock()) m.unlock();
+            FAIL("used a table another role owns");
+        } catch (const distlock::access_denied_error& e) {
+            const std::string what = e.what();
+            INFO(what);
+            CHECK(what.find("the table public." + t + " is owned by role") != std::string::npos);
+            CHECK(what.find("_tenant_b") != std::string::npos);
+        }
+    }
+    raw_sql b(tenant_url("distlock_tenant_b", ""));
+    CHECK(b.scalar("SELECT count(*) FROM public." + t + "_log") == std::optional<std::string>("0"));
+}
+
+TEST_CASE("distlock's sessions resolve functions and operators in pg_catalog: one planted in public never runs",
+          "[sql][tenants]") {
+    const auto t = table_name("resolve");
+    const auto log = table_name("oplog");
+    // ||(bigint, text) matches `$1::bigint || 'ms'` (the lock wait bound every
+    // new session sets) better than the built-in ||(anynonarray, text).
+    tenant_cleanup theirs{"distlock_tenant_b", {"DROP OPERATOR IF EXISTS public.|| (bigint, text)",
+                                                    "DROP FUNCTION IF EXISTS public." + log + "_cat(bigint, text)",
+                                                    "DROP TABLE IF EXISTS public." + log}};
+    tenant_cleanup mine{"distlock_tenant_a", {"DROP TABLE IF EXISTS public." + t, "DROP TABLE IF EXISTS public." + t + "_rows",
+                                                  "DROP SEQUENCE IF EXISTS public." + t + "_fence",
+                                                  "DROP TABLE IF EXISTS public." + t + "_permits"}};
+    {
+        raw_sql b(tenant_url("distlock_tenant_b", ""));
+        b.run("DROP OPERATOR IF EXISTS public.|| (bigint, text)");
+        b.run("CREATE TABLE public." + log + " (who text)");
+        b.run("GRANT INSERT, SELECT ON public." + log + " TO PUBLIC");
+        b.run("CREATE FUNCTION public." + log + "_cat(bigint, text) RETURNS text LANGUAGE plpgsql AS $$ BEGIN"
+              " INSERT INTO public." + log + " VALUES (current_user); RETURN $1::text OPERATOR(pg_catalog.||) $2; END $$");
+        b.run("CREATE OPERATOR public.|| (LEFTARG = bigint, RIGHTARG = text, FUNCTION = public." + log + "_cat)");
+        // The operator takes a session with the default search_path ("$user", public): the test is sound.
+        raw_sql probe(tenant_url("distlock_tenant_a", ""));
+        probe.run("SET search_path TO \"$user\", public");
+        probe.run("SELECT 1::bigint || 'x'");
+        REQUIRE(b.scalar("SELECT count(*) FROM public." + log) == std::optional<std::string>("1"));
+        b.run("DELETE FROM public." + log);
+    }
+    for (const std::string strategy : {"advisory", "lease-table", "for-update"}) {
+        auto p = distlock::connect(tenant_url("distlock_tenant_a", "strategy=" + strategy + "&table=" + t));
+        auto m = p.mutex(unique_name("resolve"));
+        REQUIRE(m.try_lock());
+        m.unlock();
+    }
+    raw_sql b(tenant_url("distlock_tenant_b", ""));
+    CHECK(b.scalar("SELECT count(*) FROM public." + log) == std::optional<std::string>("0"));
+}
+
+TEST_CASE("schema= keeps every object in that schema: two schemas never share a lock, a table or a channel",
+          "[sql][tenants]") {
+    const auto t = table_name("schema");
+    tenant_cleanup a_drop{"distlock_tenant_a", {"DROP TABLE IF EXISTS tenant_a." + t, "DROP TABLE IF EXISTS tenant_a." + t + "_rows",
+                                                    "DROP SEQUENCE IF EXISTS tenant_a." + t + "_fence",
+                                                    "DROP TABLE IF EXISTS tenant_a." + t + "_permits"}};
+    tenant_cleanup b_drop{"distlock_tenant_b", {"DROP TABLE IF EXISTS tenant_b." + t, "DROP TABLE IF EXISTS tenant_b." + t + "_rows",
+                                                    "DROP SEQUENCE IF EXISTS tenant_b." + t + "_fence",
+                                                    "DROP TABLE IF EXISTS tenant_b." + t + "_permits"}};
+    for (const std::string strategy : {"lease-table", "advisory", "for-update"}) {
+        DYNAMIC_SECTION(strategy) {
+            const auto query = "strategy=" + strategy + "&table=" + t + "&lease=5s";
+            auto a = distlock::connect(tenant_url("distlock_tenant_a", query + "&schema=tenant_a"));
+            auto b = distlock::connect(tenant_url("distlock_tenant_b", query + "&schema=tenant_b"));
+            const auto name = unique_name("schema-" + strategy);
+            auto ma = a.mutex(name);
+            auto mb = b.mutex(name);
+            REQUIRE(ma.try_lock());
+            CHECK(mb.try_lock());  // another schema: another lock
+            raw_sql db(tenant_url("distlock_tenant_a", ""));
+            // Every object is in the tenant's schema, none in public.
+            CHECK(db.scalar("SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE"
+                            " n.nspname = 'tenant_a' AND c.relname IN (?, ?, ?, ?)",
+                            {t, t + "_rows", t + "_fence", t + "_permits"}) == std::optional<std::string>("4"));
+            CHECK(db.scalar("SELECT count(*) FROM pg_class WHERE relkind IN ('r', 'S') AND relname LIKE ?", {t + "%"}) ==
+                  std::optional<std::string>("8"));  // four of each tenant's
+            distlock::testing::break_lock(b, name);  // tenant_b's holder only
+            CHECK(eventually([&] { return !mb.held(); }, 5s));
+            CHECK(ma.held());
+            ma.unlock();
+        }
+    }
+}
+
+TEST_CASE("a schema another ordinary role owns is refused; schema= is an identifier; a missing one is a bad argument",
+          "[sql][tenants][url]") {
+    try {  // tenant_b's schema, open to tenant_a: its owner could drop and replace the tables
+        (void)distlock::connect(tenant_url("distlock_tenant_a", "schema=tenant_b&table=" + table_name("foreign")));
+        FAIL("used another role's schema");
+    } catch (const distlock::access_denied_error& e) {
+        INFO(e.what());
+        CHECK(std::string(e.what()).find("schema tenant_b is owned by role") != std::string::npos);
+        CHECK(std::string(e.what()).find("_tenant_b") != std::string::npos);
+    }
+    const auto url = url_of("lease-table");
+    CHECK_THROWS_AS(distlock::connect(with_query(url, "schema=a;b")), distlock::invalid_argument_error);
+    CHECK_THROWS_AS(distlock::connect(with_query(url, "schema=" + std::string(64, 's'))), distlock::invalid_argument_error);
+    CHECK_THROWS_AS(distlock::connect(with_query(url, "schema=no_such_schema_here")), distlock::invalid_argument_error);
 }

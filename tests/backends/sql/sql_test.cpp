@@ -1,6 +1,10 @@
 // The SQL layer's tests, shared by the dialects: built into each dialect's test
 // program (tests/backends/mysql/, tests/backends/postgres/) with its facts and
 // its own cases, and run against its real server (sql_test_support.hpp).
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -383,4 +387,30 @@ TEST_CASE("many leases renewed together stay held; a broken one among them is th
             for (auto& m : held) m.unlock();
         }
     }
+}
+
+TEST_CASE("every socket a provider holds to the server is close-on-exec", "[sql][cloexec]") {
+    // libpq sets FD_CLOEXEC itself; MySQL's Connector/C makes its socket without
+    // SOCK_CLOEXEC (strace: socket(AF_INET, SOCK_STREAM, IPPROTO_TCP)), and
+    // distlock sets FD_CLOEXEC once connected.
+    const auto url = url_of(native);
+    const auto port = static_cast<std::uint16_t>(std::stoi(url.substr(url.find(':', url.find('@')) + 1)));
+    auto p = distlock::connect(url);
+    auto m = p.mutex(unique_name("cloexec"));
+    auto n = p.mutex(unique_name("cloexec"));
+    REQUIRE(m.try_lock());  // a session each
+    REQUIRE(n.try_lock());
+    int seen = 0;
+    for (int fd = 0; fd < 4096; ++fd) {
+        sockaddr_storage a{};
+        socklen_t len = sizeof a;
+        if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || a.ss_family != AF_INET) continue;
+        if (ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port) != port) continue;
+        ++seen;
+        INFO("descriptor " << fd);
+        CHECK((::fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0);
+    }
+    CHECK(seen >= 2);
+    m.unlock();
+    n.unlock();
 }
