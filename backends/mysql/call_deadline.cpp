@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -52,22 +53,42 @@ std::vector<std::pair<int, ino_t>> sockets() {
     return out;
 }
 
-std::mutex claims_mutex;
-std::set<ino_t> claimed;  // sockets of live connections (their duplicates keep the inode alive)
+struct watch;
+
+// What the process keeps: the sockets of live connections (their duplicates
+// keep the inodes alive) and the watcher. Never destroyed (connections may
+// outlive static destruction); a forked child starts afresh (the parent's
+// watcher thread did not come along, and a mutex may have been held at the
+// fork; the child does not use the parent's connections).
+struct process_state {
+    std::mutex m;
+    std::set<ino_t> claimed;
+    watch* watcher = nullptr;  // leaked on purpose: its thread runs until the process ends
+};
+
+process_state* state = nullptr;
+
+process_state& the_state() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        state = new process_state;
+        ::pthread_atfork(nullptr, nullptr, [] { state = new process_state; });
+    });
+    return *state;
+}
 
 // New since `before`, unclaimed, to `port`: the descriptors of the candidates.
 std::vector<int> new_sockets(const std::set<ino_t>& before, std::uint16_t port) {
     std::vector<int> out;
-    std::lock_guard lk(claims_mutex);
+    auto& st = the_state();
+    std::lock_guard lk(st.m);
     for (const auto& [fd, ino] : sockets())
-        if (!before.count(ino) && !claimed.count(ino) && peer_port(fd) == port) out.push_back(fd);
+        if (!before.count(ino) && !st.claimed.count(ino) && peer_port(fd) == port) out.push_back(fd);
     return out;
 }
 
 // The watcher: one thread for the process, started at the first call, never
-// stopped (it sleeps while nothing is armed). After a fork the child starts a
-// watcher of its own (the parent's thread did not come along; its state, maybe
-// locked at the fork, is left alone).
+// stopped (it sleeps while nothing is armed).
 struct watch {
     struct entry {
         int fd = -1;                 // the call's socket (a claimed duplicate) ...
@@ -81,7 +102,6 @@ struct watch {
     std::map<std::uint64_t, entry> entries;
     std::set<std::pair<deadline_clock::time_point, std::uint64_t>> due;
     std::uint64_t next = 0;
-    pid_t pid = ::getpid();
 
     void run() {
         std::unique_lock lk(m);
@@ -128,16 +148,15 @@ struct watch {
     }
 };
 
-std::mutex watch_mutex;
-watch* current = nullptr;  // leaked on purpose: its thread runs until the process ends
-
 watch& the_watch() {
-    std::lock_guard lk(watch_mutex);
-    if (current == nullptr || current->pid != ::getpid()) {
-        current = new watch;
-        std::thread([w = current] { w->run(); }).detach();
+    auto& st = the_state();
+    std::lock_guard lk(st.m);
+    if (st.watcher == nullptr) {
+        auto* w = new watch;
+        std::thread([w] { w->run(); }).detach();
+        st.watcher = w;
     }
-    return *current;
+    return *st.watcher;
 }
 
 }  // namespace
@@ -165,8 +184,9 @@ int claim_socket(const std::set<ino_t>& before, std::uint16_t port) {
         if (dup >= 0) ::close(dup);
         return -1;
     }
-    std::lock_guard lk(claims_mutex);
-    claimed.insert(*ino);
+    auto& st = the_state();
+    std::lock_guard lk(st.m);
+    st.claimed.insert(*ino);
     return dup;
 }
 
@@ -175,8 +195,9 @@ void release_socket(int fd) noexcept {
     const auto ino = socket_inode(fd);
     ::close(fd);
     if (!ino) return;
-    std::lock_guard lk(claims_mutex);
-    claimed.erase(*ino);
+    auto& st = the_state();
+    std::lock_guard lk(st.m);
+    st.claimed.erase(*ino);
 }
 
 call_deadline::call_deadline(int fd, deadline_clock::time_point at) {
