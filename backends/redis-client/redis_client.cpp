@@ -1,22 +1,28 @@
 #include "redis_client.hpp"
 
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/evp.h>
 #include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <climits>
 #include <cstring>
 
 namespace distlock::backends::redis_client {
 namespace {
 
-timeval to_timeval(std::chrono::milliseconds d) {
-    if (d.count() <= 0) d = 1ms;
-    timeval tv{};
-    tv.tv_sec = static_cast<time_t>(d.count() / 1000);
-    tv.tv_usec = static_cast<suseconds_t>((d.count() % 1000) * 1000);
-    return tv;
+// Milliseconds left until `until` for poll(), rounded up (0 = passed).
+int poll_ms(clock::time_point until) {
+    const auto left = until - clock::now();
+    if (left <= clock::duration::zero()) return 0;
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+    return static_cast<int>(std::min<long long>(ms, INT_MAX));
 }
 
 bool starts_with(const redisReply* r, std::string_view prefix) {
@@ -55,7 +61,9 @@ std::string reply_text(const redisReply* r) {
 void throw_client_error(const std::string& backend, const redisReply* r, const std::string& context) {
     std::string text = reply_text(r);
     errc code = errc::unavailable;
+    // An ACL that refuses a command or key inside a script is an ERR with these words.
     if (starts_with(r, "NOAUTH") || starts_with(r, "WRONGPASS") || starts_with(r, "NOPERM") ||
+        text.find("The user executing the script can't") != std::string::npos ||
         text.find("invalid password") != std::string::npos || text.find("invalid username") != std::string::npos ||
         text.find("AUTH <password> called without") != std::string::npos ||
         text.find("no password is set") != std::string::npos)
@@ -82,6 +90,13 @@ endpoint endpoint_from_url(spi::url& u, const std::string& backend_name, std::ch
     ep.backend_name = backend_name;
     ep.user = u.user();
     ep.password = u.password();
+    if (!ep.user.empty() && ep.password.empty()) {
+        // redis://SECRET@host: Lettuce's and redis-cli's form of a password for
+        // the default user. Taken as a user name it would be sent as one and
+        // shown in messages; an ACL user always comes with a password here.
+        ep.password = std::move(ep.user);
+        ep.user.clear();
+    }
     std::string_view db = db_path ? *db_path : std::string_view(u.path());
     if (!db_path && !db.empty()) db.remove_prefix(1);
     if (!db.empty()) {
@@ -101,21 +116,221 @@ endpoint endpoint_from_url(spi::url& u, const std::string& backend_name, std::ch
 
 // ---- connection ----------------------------------------------------------------
 
-std::unique_ptr<connection> connection::open(const endpoint& ep) {
-    redisContext* ctx = redisConnectWithTimeout(ep.host.c_str(), ep.port, to_timeval(ep.connect_timeout));
-    if (ctx == nullptr) throw_error(errc::unavailable, ep.backend_name, "cannot allocate a hiredis context");
-    if (ctx->err != 0) {
-        std::string msg = ctx->errstr;
-        int code = ctx->err;
-        redisFree(ctx);
-        throw_error(errc::unavailable, ep.backend_name,
-                    "cannot connect to " + ep.label() + " (connect_timeout " +
-                        std::to_string(ep.connect_timeout.count()) + " ms): " + msg,
-                    code, msg);
+namespace {
+
+// The reply object functions hiredis's reader calls as it parses: its own,
+// behind a budget per reply (connection::reply_budget, the reader's privdata).
+// A function that returns null makes the reader fail ("out of memory"): the
+// connection then reports the cap that was hit instead.
+const redisReplyObjectFunctions* hiredis_functions = nullptr;
+
+connection::reply_budget& budget_of(const redisReadTask* t) {
+    return *static_cast<connection::reply_budget*>(t->privdata);
+}
+
+// Charges `bytes` to the reply `t` belongs to (a task without a parent starts a
+// new reply); false when that goes past max_reply_bytes.
+bool charge(const redisReadTask* t, std::size_t bytes, const char* what) {
+    auto& b = budget_of(t);
+    if (t->parent == nullptr) b.used = 0;
+    if (bytes > max_reply_bytes - std::min(b.used, max_reply_bytes)) {
+        b.exceeded = std::string("a reply larger than ") + std::to_string(max_reply_bytes >> 20) + " MiB (" + what + ")";
+        return false;
     }
-    std::unique_ptr<connection> c(new connection(ctx, ep));
-    redisSetTimeout(ctx, to_timeval(ep.command_timeout));
-    redisEnableKeepAlive(ctx);
+    b.used += bytes;
+    return true;
+}
+
+void* capped_string(const redisReadTask* t, char* str, std::size_t len) {
+    if (!charge(t, len + sizeof(redisReply), "a string")) return nullptr;
+    return hiredis_functions->createString(t, str, len);
+}
+
+// hiredis 0.14 counts elements in an int, 1.x in a size_t.
+template <class F>
+struct count_of;
+template <class R, class T, class N>
+struct count_of<R (*)(T, N)> {
+    using type = N;
+};
+using element_count = count_of<decltype(redisReplyObjectFunctions::createArray)>::type;
+
+void* capped_array(const redisReadTask* t, element_count n) {
+    const auto elements = static_cast<long long>(n);
+    if (elements > max_reply_elements) {
+        budget_of(t).exceeded = "an array of " + std::to_string(elements) + " elements (at most " +
+                                std::to_string(max_reply_elements) + ")";
+        return nullptr;
+    }
+    if (!charge(t, static_cast<std::size_t>(elements) * (sizeof(redisReply) + sizeof(redisReply*)), "an array"))
+        return nullptr;
+    return hiredis_functions->createArray(t, n);
+}
+
+redisReader* capped_reader(connection::reply_budget& budget) {
+    redisReader* r = redisReaderCreate();
+    if (r == nullptr) throw std::bad_alloc();
+    static const redisReplyObjectFunctions capped = [&] {
+        hiredis_functions = r->fn;  // hiredis's defaults, the same for every reader
+        redisReplyObjectFunctions f = *r->fn;
+        f.createString = capped_string;
+        f.createArray = capped_array;
+        return f;
+    }();
+    r->fn = const_cast<redisReplyObjectFunctions*>(&capped);
+    r->privdata = &budget;
+    return r;
+}
+
+// The length a bulk string the reader is waiting for the bytes of announces
+// (its length line is complete): hiredis buffers the whole string before it
+// makes an object of it, so a cap checked only then would come after the
+// memory is spent.
+std::optional<long long> announced_bulk(const redisReader* r) {
+    if (r->ridx < 0) return std::nullopt;
+#if HIREDIS_MAJOR >= 1
+    const redisReadTask* t = r->task[r->ridx];
+#else
+    const redisReadTask* t = &r->rstack[r->ridx];
+#endif
+    if (t == nullptr || t->type != REDIS_REPLY_STRING) return std::nullopt;
+    // The reader stands after the '$': the length's digits, then "\r\n".
+    const char* p = r->buf + r->pos;
+    const char* end = r->buf + r->len;
+    long long len = 0;
+    auto [stop, ec] = std::from_chars(p, end, len);
+    if (ec != std::errc{} || stop == p || end - stop < 2 || stop[0] != '\r' || stop[1] != '\n') return std::nullopt;
+    return len;
+}
+
+// Every occurrence of `secret` in the error replies of `r` as '*' (in place):
+// a server or proxy that repeats the password in an error must not put it in
+// a message.
+void mask(redisReply* r, const std::string& secret) {
+    if (r == nullptr || secret.empty()) return;
+    if (r->type == REDIS_REPLY_ERROR && r->str != nullptr) {
+        std::string_view text(r->str, r->len);
+        for (auto at = text.find(secret); at != std::string_view::npos; at = text.find(secret, at + secret.size()))
+            std::memset(r->str + at, '*', secret.size());
+    }
+    if (r->type == REDIS_REPLY_ARRAY)
+        for (std::size_t i = 0; i < r->elements; ++i) mask(r->element[i], secret);
+}
+
+// A connected non-blocking TCP socket to ep (close-on-exec from the start: a
+// fork and exec in another thread never inherits it), or unavailable_error.
+int connect_socket(const endpoint& ep) {
+    const auto until = clock::now() + ep.connect_timeout;
+    const auto where = "cannot connect to " + ep.label() + " (connect_timeout " +
+                       std::to_string(ep.connect_timeout.count()) + " ms): ";
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const auto port = std::to_string(ep.port);
+    if (int rc = ::getaddrinfo(ep.host.c_str(), port.c_str(), &hints, &found); rc != 0) {
+        const std::string why = rc == EAI_SYSTEM ? std::strerror(errno) : ::gai_strerror(rc);
+        throw_error(errc::unavailable, ep.backend_name, where + why, rc, why);
+    }
+    std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addresses(found, ::freeaddrinfo);
+    int err = ECONNREFUSED;
+    for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+        int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+        if (fd < 0) {
+            err = errno;
+            continue;
+        }
+        int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
+        if (rc != 0 && errno == EINPROGRESS) {
+            pollfd p{fd, POLLOUT, 0};
+            do rc = ::poll(&p, 1, poll_ms(until));
+            while (rc < 0 && errno == EINTR);
+            socklen_t len = sizeof err;
+            if (rc == 0) err = ETIMEDOUT;
+            else if (rc < 0 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+            rc = err == 0 ? 0 : -1;
+        } else if (rc != 0) {
+            err = errno;
+        }
+        if (rc == 0) {
+            // As hiredis did: no Nagle delay for small commands; keepalive finds a
+            // dead peer of an idle pooled connection (idle 15 s, then 3 probes 5 s apart).
+            int on = 1, idle = 15, interval = 5, count = 3;
+            ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+            ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+            ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+            ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+            ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+            return fd;
+        }
+        ::close(fd);
+        if (clock::now() >= until) break;
+    }
+    const std::string why = std::strerror(err);
+    throw_error(errc::unavailable, ep.backend_name, where + why, err, why);
+}
+
+// The text of an AUTH refusal: fixed, never the server's words (some servers
+// and proxies repeat the password they were sent).
+std::string auth_refusal(const redisReply* r) {
+    const auto text = reply_text(r);
+    if (text.find("without any password configured") != std::string::npos ||
+        text.find("no password is set") != std::string::npos)
+        return "the server has no password set for that user: drop it from the URL";
+    if (starts_with(r, "WRONGPASS") || text.find("invalid password") != std::string::npos ||
+        text.find("invalid username") != std::string::npos)
+        return "wrong user name or password, or the user is disabled";
+    std::string word;  // the error code alone ("ERR", "NOPERM"...)
+    for (char c : text.substr(0, text.find(' ')))
+        if (spi::ascii_alnum(c) || c == '_') word += c;
+    return "the server refused it (" + (word.empty() ? std::string("no error code") : word) + ")";
+}
+
+}  // namespace
+
+std::string format_command(const std::vector<std::string_view>& args) {
+    std::string out = "*" + std::to_string(args.size()) + "\r\n";
+    for (auto a : args) {
+        out += "$" + std::to_string(a.size()) + "\r\n";
+        out.append(a);
+        out += "\r\n";
+    }
+    return out;
+}
+
+int send_all(int fd, std::string_view data, std::size_t& sent, clock::time_point until) {
+    while (sent < data.size()) {
+        const ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+        if (n > 0) {
+            sent += static_cast<std::size_t>(n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return errno;
+        pollfd p{fd, POLLOUT, 0};
+        const int rc = ::poll(&p, 1, poll_ms(until));
+        if (rc == 0) return ETIMEDOUT;
+        if (rc < 0 && errno != EINTR) return errno;
+    }
+    return 0;
+}
+
+connection::connection(int fd, const endpoint& ep) : fd_(fd), ep_(ep) {
+    try {
+        reader_ = capped_reader(budget_);
+    } catch (...) {
+        ::close(fd_);
+        throw;
+    }
+}
+
+connection::~connection() {
+    if (reader_ != nullptr) redisReaderFree(reader_);
+    ::close(fd_);
+}
+
+std::unique_ptr<connection> connection::open(const endpoint& ep) {
+    std::unique_ptr<connection> c(new connection(connect_socket(ep), ep));
     std::string db = std::to_string(ep.db);
     int expected = 0;
     try {
@@ -136,9 +351,9 @@ std::unique_ptr<connection> connection::open(const endpoint& ep) {
             const bool is_auth = i == 0 && (!ep.user.empty() || !ep.password.empty());
             if (is_auth) {
                 std::string who = ep.user.empty() ? "the default user" : "user '" + ep.user + "'";
-                std::string text = reply_text(r.get());
+                const auto why = auth_refusal(r.get());
                 throw_error(errc::access_denied, ep.backend_name,
-                            "authentication as " + who + " at " + ep.label() + " failed: " + text, 0, text);
+                            "authentication as " + who + " at " + ep.label() + " failed: " + why, 0, why);
             }
             if (starts_with(r.get(), "NOAUTH") || starts_with(r.get(), "NOPERM"))
                 throw_client_error(ep.backend_name, r.get(), "SELECT " + db + " at " + ep.label());
@@ -152,27 +367,35 @@ std::unique_ptr<connection> connection::open(const endpoint& ep) {
     return c;
 }
 
-namespace {
-std::string not_redis_text(const redisContext* ctx, const std::string& label) {
-    return "the reply is not the Redis protocol (" + std::string(ctx->errstr) + "): is " + label + " a Redis server?";
-}
-}  // namespace
-
-connection::~connection() {
-    if (ctx_ != nullptr) redisFree(ctx_);
-}
-
-void connection::fail(const std::string& what, bool maybe_sent) {
-    const int saved_errno = errno;
+void connection::fail(const std::string& what, failure kind, bool maybe_sent, int err) {
     broken_ = true;
-    if (ctx_->err == REDIS_ERR_PROTOCOL)
-        throw connection_failure(not_redis_text(ctx_, ep_.label()), false, maybe_sent, true);
-    const bool eof = ctx_->err == REDIS_ERR_EOF;
-    const bool reset = ctx_->err == REDIS_ERR_IO && (saved_errno == ECONNRESET || saved_errno == EPIPE);
-    std::string detail = ctx_->err != 0 ? std::string(ctx_->errstr) : std::string("unknown error");
-    if (ctx_->err == REDIS_ERR_IO && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK))
-        detail = "no reply within the command timeout (" + std::to_string(ep_.command_timeout.count()) + " ms)";
-    throw connection_failure(what + " on " + ep_.label() + ": " + detail, eof || reset, maybe_sent);
+    const auto at = what + " on " + ep_.label() + ": ";
+    switch (kind) {
+        case failure::protocol:
+            throw connection_failure(at + "the reply is not the Redis protocol (" + std::string(reader_->errstr) +
+                                         "): is " + ep_.label() + " a Redis server?",
+                                     false, maybe_sent, true);
+        case failure::too_large:
+            throw connection_failure(at + "the server sent " + budget_.exceeded + ": refused", false, maybe_sent);
+        case failure::timeout:
+            throw connection_failure(at + "no reply within the command timeout (" +
+                                         std::to_string(ep_.command_timeout.count()) + " ms)",
+                                     false, maybe_sent);
+        case failure::eof: throw connection_failure(at + "the server closed the connection", true, maybe_sent);
+        case failure::io: break;
+    }
+    // A reset (or a write to a peer that closed) of a pooled connection is stale too.
+    throw connection_failure(at + std::strerror(err), err == ECONNRESET || err == EPIPE, maybe_sent);
+}
+
+void connection::wait_for(short events, const char* what, bool maybe_sent) {
+    for (;;) {
+        pollfd p{fd_, events, 0};
+        const int rc = ::poll(&p, 1, poll_ms(until_));
+        if (rc > 0) return;  // ready, or an error or hang-up the read or send reports
+        if (rc == 0) fail(what, failure::timeout, maybe_sent);
+        if (errno != EINTR) fail(what, failure::io, maybe_sent, errno);
+    }
 }
 
 reply_ptr connection::command(const std::vector<std::string_view>& args) {
@@ -181,17 +404,69 @@ reply_ptr connection::command(const std::vector<std::string_view>& args) {
 }
 
 void connection::append(const std::vector<std::string_view>& args) {
-    argv_buffers b(args);
-    if (redisAppendCommandArgv(ctx_, b.argc(), b.ptrs.data(), b.lens.data()) != REDIS_OK)
-        fail("cannot queue a command", false);
-    sent_since_read_ = true;
+    if (awaited_ == 0 && out_.empty()) until_ = clock::now() + ep_.command_timeout;
+    out_ += format_command(args);
+    ++awaited_;
 }
 
 void connection::flush() {
-    int done = 0;
-    while (done == 0) {
-        if (redisBufferWrite(ctx_, &done) != REDIS_OK) fail("cannot send", true);
+    if (out_.empty()) return;
+    if (int err = send_all(fd_, out_, sent_, until_); err != 0) {
+        if (err == ETIMEDOUT) fail("cannot send", failure::timeout, true);
+        fail("cannot send", failure::io, true, err);
     }
+    out_.clear();
+    sent_ = 0;
+}
+
+void connection::receive() {
+    char buf[16 * 1024];
+    ssize_t n;
+    do n = ::recv(fd_, buf, sizeof buf, 0);
+    while (n < 0 && errno == EINTR);
+    if (n == 0) fail("no reply", failure::eof, true);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        fail("no reply", failure::io, true, errno);
+    }
+    if (redisReaderFeed(reader_, buf, static_cast<std::size_t>(n)) != REDIS_OK)
+        fail("no reply", failure::protocol, true);
+}
+
+void connection::check_pending() {
+    // The reader waits for the bytes of a bulk string, or for the end of a line.
+    // A bulk string announced past what is left of the budget fails now, before
+    // its bytes are buffered. A line (status, error, integer, a length) is short:
+    // one that has not ended after max_line_bytes fails too (hiredis would scan
+    // it again for its end at every read, and keep it all).
+    if (auto announced = announced_bulk(reader_)) {
+        const bool nested = reader_->ridx > 0;
+        const std::size_t left = max_reply_bytes - (nested ? std::min(budget_.used, max_reply_bytes) : 0);
+        if (*announced > 0 && static_cast<unsigned long long>(*announced) > left) {
+            budget_.exceeded = "a bulk string of " + std::to_string(*announced) + " bytes (at most " +
+                               std::to_string(max_reply_bytes >> 20) + " MiB a reply)";
+            fail("no reply", failure::too_large, true);
+        }
+        return;
+    }
+    if (reader_->len - reader_->pos > max_line_bytes) {
+        budget_.exceeded = "a line of over " + std::to_string(max_line_bytes >> 10) + " KiB that does not end";
+        fail("no reply", failure::too_large, true);
+    }
+}
+
+reply_ptr connection::take_reply() {
+    void* out = nullptr;
+    if (redisReaderGetReply(reader_, &out) != REDIS_OK)
+        fail("no reply", budget_.exceeded.empty() ? failure::protocol : failure::too_large, true);
+    if (out == nullptr) {
+        check_pending();
+        return nullptr;
+    }
+    reply_ptr r(static_cast<redisReply*>(out));
+    if (awaited_ > 0) --awaited_;
+    mask(r.get(), ep_.password);
+    return r;
 }
 
 namespace {
@@ -223,9 +498,12 @@ std::optional<redirect> redirect_of(const redisReply* r) {
 }  // namespace
 
 reply_ptr connection::read_reply() {
-    void* out = nullptr;
-    if (redisGetReply(ctx_, &out) != REDIS_OK || out == nullptr) fail("no reply", true);
-    reply_ptr r(static_cast<redisReply*>(out));
+    flush();
+    reply_ptr r;
+    while (!(r = take_reply())) {
+        wait_for(POLLIN, "no reply", true);
+        receive();
+    }
     if (ep_.follow_redirects) {
         if (auto to = redirect_of(r.get())) {
             broken_ = true;  // replies of a pipeline may still be pending: never reuse it
@@ -322,6 +600,15 @@ std::vector<exchange_result> exchange_all(const std::vector<pool*>& pools,
     std::vector<exchange_result> out(n);
     std::vector<std::optional<pool::borrowed>> conns(n);
     auto timeout = 0ms;
+    // A node that failed: why; its connection is never reused (a reply may be pending).
+    auto fail_node = [&](std::size_t i, const connection_failure& e) {
+        out[i].error = e.what();
+        out[i].maybe_sent = e.maybe_sent();
+        if (e.not_redis()) out[i].code = errc::invalid_argument;
+        if (conns[i]) (**conns[i]).poison();
+        conns[i].reset();
+        pools[i]->clear_idle();
+    };
     for (std::size_t i = 0; i < n; ++i) {
         timeout = std::max(timeout, pools[i]->where().command_timeout);
         try {
@@ -329,11 +616,7 @@ std::vector<exchange_result> exchange_all(const std::vector<pool*>& pools,
             (*conns[i])->append(commands[i]);
             (*conns[i])->flush();
         } catch (const connection_failure& e) {
-            out[i].error = e.what();
-            out[i].maybe_sent = e.maybe_sent();
-            if (e.not_redis()) out[i].code = errc::invalid_argument;
-            conns[i].reset();
-            pools[i]->clear_idle();
+            fail_node(i, e);
         } catch (const error& e) {
             out[i].error = e.reason();  // the caller names the backend and the category
             out[i].code = e.code_value();
@@ -344,25 +627,25 @@ std::vector<exchange_result> exchange_all(const std::vector<pool*>& pools,
     std::vector<std::size_t> waiting;
     for (std::size_t i = 0; i < n; ++i)
         if (conns[i]) waiting.push_back(i);
-    auto fail_node = [&](std::size_t i, const std::string& why) {
-        out[i].error = why + " on " + pools[i]->where().label();
-        out[i].maybe_sent = true;
-        (**conns[i]).poison();  // never reuse a connection with a reply pending
-        conns[i].reset();
-        pools[i]->clear_idle();
-    };
     while (!waiting.empty()) {
         std::vector<pollfd> fds;
-        for (auto i : waiting) fds.push_back(pollfd{(**conns[i]).raw()->fd, POLLIN, 0});
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - clock::now());
-        if (left.count() <= 0) {
-            for (auto i : waiting)
-                fail_node(i, "no reply within the command timeout (" + std::to_string(timeout.count()) + " ms)");
+        for (auto i : waiting) fds.push_back(pollfd{(**conns[i]).fd(), POLLIN, 0});
+        const int wait_ms = poll_ms(until);
+        if (wait_ms == 0) {
+            for (auto i : waiting) {
+                out[i].error = "no reply within the command timeout (" + std::to_string(timeout.count()) + " ms) on " +
+                               pools[i]->where().label();
+                out[i].maybe_sent = true;
+                (**conns[i]).poison();
+                conns[i].reset();
+                pools[i]->clear_idle();
+            }
             break;
         }
-        int rc = ::poll(fds.data(), fds.size(), static_cast<int>(left.count()) + 1);
+        int rc = ::poll(fds.data(), fds.size(), wait_ms);
         if (rc < 0 && errno != EINTR) {
-            for (auto i : waiting) fail_node(i, std::string("poll failed: ") + std::strerror(errno));
+            const std::string why = std::string("poll failed: ") + std::strerror(errno);
+            for (auto i : waiting) fail_node(i, connection_failure(why, false, true));
             break;
         }
         std::vector<std::size_t> still;
@@ -372,25 +655,18 @@ std::vector<exchange_result> exchange_all(const std::vector<pool*>& pools,
                 still.push_back(i);
                 continue;
             }
-            redisContext* ctx = (**conns[i]).raw();
-            if (redisBufferRead(ctx) != REDIS_OK) {
-                fail_node(i, ctx->errstr[0] != '\0' ? std::string(ctx->errstr) : std::string("read failed"));
-                continue;
+            try {
+                (**conns[i]).receive();
+                auto r = (**conns[i]).take_reply();
+                if (!r) {
+                    still.push_back(i);
+                    continue;
+                }
+                out[i].reply = std::move(r);
+                (**conns[i]).mark_used();
+            } catch (const connection_failure& e) {
+                fail_node(i, e);
             }
-            void* r = nullptr;
-            if (redisGetReplyFromReader(ctx, &r) != REDIS_OK) {
-                const auto why = not_redis_text(ctx, pools[i]->where().label());
-                fail_node(i, why);  // frees ctx
-                out[i].error = why;
-                out[i].code = errc::invalid_argument;
-                continue;
-            }
-            if (r == nullptr) {
-                still.push_back(i);
-                continue;
-            }
-            out[i].reply.reset(static_cast<redisReply*>(r));
-            (**conns[i]).mark_used();
         }
         waiting.swap(still);
     }

@@ -5,7 +5,12 @@
 //  - endpoint:    where and how to connect (host, port, AUTH, SELECT, timeouts),
 //                 read from the URL by endpoint_from_url()
 //  - throw_client_error():  a hiredis failure or a Redis error reply as a distlock error
-//  - connection:  one hiredis context (not thread-safe: used by one thread at a time)
+//  - connection:  one socket and hiredis's reply parser (not thread-safe: used by
+//                 one thread at a time). The socket is ours, not hiredis's: made
+//                 close-on-exec atomically, written with send(MSG_NOSIGNAL) (a
+//                 peer that closed never raises SIGPIPE), every exchange bounded
+//                 as a whole by the command timeout (not per read), and replies
+//                 capped before hiredis allocates them (max_reply_bytes)
 //  - pool:        idle connections of one endpoint, handed out one per call
 //  - script:      a Lua script run by EVALSHA with a fallback to EVAL on NOSCRIPT
 //  - exchange_all():  one command to each of several endpoints at once (Redlock),
@@ -39,7 +44,7 @@ struct endpoint {
     std::string host = "127.0.0.1";
     std::uint16_t port = 6379;
     std::string user;      // ACL user ("" = the default user)
-    std::string password;  // "" = no AUTH
+    std::string password;  // "" = no AUTH; masked in every error reply read on the connection
     int db = 0;            // SELECT db when not 0
     std::chrono::milliseconds connect_timeout{1000};
     std::chrono::milliseconds command_timeout{2000};
@@ -55,7 +60,9 @@ struct endpoint {
 };
 
 // Fills an endpoint from the URL's user info, database path and the connect_timeout=
-// and timeout= parameters (taken from `u`). Throws invalid_argument_error.
+// and timeout= parameters (taken from `u`). Throws invalid_argument_error. A user
+// info without ':' (redis://PASSWORD@host, as Lettuce and redis-cli write it) is
+// the password of the default user, never a user name.
 // `db_path`: the text of the database number ("" = 0); by default the URL's path
 // without its '/'.
 endpoint endpoint_from_url(spi::url& u, const std::string& backend_name, std::chrono::milliseconds connect_default,
@@ -125,26 +132,30 @@ std::string reply_text(const redisReply* r);
 // else (no reply, nil, an error, an array).
 long long as_integer(const redisReply* r) noexcept;
 
-// A command's arguments as hiredis's argv/argvlen arrays (for the connection's
-// commands and the subscriber's preformatted ones).
-struct argv_buffers {
-    std::vector<const char*> ptrs;
-    std::vector<std::size_t> lens;
-    explicit argv_buffers(const std::vector<std::string_view>& args) {
-        ptrs.reserve(args.size());
-        lens.reserve(args.size());
-        for (auto a : args) {
-            ptrs.push_back(a.data());
-            lens.push_back(a.size());
-        }
-    }
-    int argc() const { return static_cast<int>(ptrs.size()); }
-};
+// What one reply may make the client allocate, whatever the server says: its
+// strings plus a redisReply per element (max_reply_bytes), and elements per
+// array (max_reply_elements). A reply past either (a multi-bulk of 2^31
+// elements, a 512 MB bulk string announced) fails the connection before hiredis
+// allocates it. distlock's replies are a few kB; a CLUSTER SLOTS of the largest
+// cluster is well under 8 MB.
+inline constexpr std::size_t max_reply_bytes = std::size_t{64} << 20;
+inline constexpr long long max_reply_elements = 1 << 20;
+// A line of a reply (status, error, integer, a length) that has not ended
+// after this many bytes fails the connection too.
+inline constexpr std::size_t max_line_bytes = std::size_t{1} << 20;
+
+// A command in the Redis protocol (an array of bulk strings).
+std::string format_command(const std::vector<std::string_view>& args);
+// Sends `data` from offset `sent` on (moved on as it goes) on the non-blocking
+// socket `fd` until `until`, with MSG_NOSIGNAL: 0 when all is sent, else the
+// errno of the failure (ETIMEDOUT when `until` passed).
+int send_all(int fd, std::string_view data, std::size_t& sent, clock::time_point until);
 
 class connection {
 public:
-    // Connects, AUTHs and SELECTs. Throws unavailable_error (refused, timeout),
-    // access_denied_error (bad credentials) or invalid_argument_error (bad db).
+    // Connects (within connect_timeout), AUTHs and SELECTs (within the command
+    // timeout). Throws unavailable_error (refused, timeout), access_denied_error
+    // (bad credentials) or invalid_argument_error (bad db).
     static std::unique_ptr<connection> open(const endpoint& ep);
     ~connection();
     connection(const connection&) = delete;
@@ -155,9 +166,20 @@ public:
     reply_ptr command(const std::vector<std::string_view>& args);
 
     // Pipelining: append commands, then flush() and read_reply() once per command.
+    // The first command appended after every reply was read starts the
+    // exchange's clock: its replies must all be read within the command timeout.
     void append(const std::vector<std::string_view>& args);
     void flush();
     reply_ptr read_reply();
+
+    // For callers that poll the socket themselves (exchange_all(), the
+    // subscriber's reader thread): receive() reads what the socket holds now
+    // (call it when poll() says POLLIN); take_reply() returns a complete reply
+    // from what was received, or null. Both throw connection_failure (end of
+    // file, an error, bytes that are not the Redis protocol, a reply past the caps).
+    int fd() const noexcept { return fd_; }
+    void receive();
+    reply_ptr take_reply();
 
     bool broken() const noexcept { return broken_; }
     // After ASKING (a redirection while a cluster slot migrates): the next
@@ -168,19 +190,31 @@ public:
     void poison() noexcept { broken_ = true; }
     bool reused() const noexcept { return uses_ > 0; }
     void mark_used() noexcept { ++uses_; }
-    redisContext* raw() noexcept { return ctx_; }
-    // Hands the hiredis context over to the caller (who frees it).
-    redisContext* release() noexcept { return std::exchange(ctx_, nullptr); }
-    [[noreturn]] void fail(const std::string& what, bool maybe_sent);
     const endpoint& where() const noexcept { return ep_; }
 
+    // What a reply has cost so far (the reader's object functions count it).
+    struct reply_budget {
+        std::size_t used = 0;
+        std::string exceeded;  // why the reply went past a cap ("" = it did not)
+    };
+
 private:
-    connection(redisContext* ctx, const endpoint& ep) : ctx_(ctx), ep_(ep) {}
-    redisContext* ctx_;
+    enum class failure { eof, io, timeout, protocol, too_large };
+    connection(int fd, const endpoint& ep);
+    [[noreturn]] void fail(const std::string& what, failure kind, bool maybe_sent, int err = 0);
+    void wait_for(short events, const char* what, bool maybe_sent);  // until until_, or fail
+    void check_pending();  // a partial reply that announces (or holds) more than the caps allow fails
+
+    int fd_;
     endpoint ep_;
+    redisReader* reader_ = nullptr;
+    reply_budget budget_;
+    std::string out_;          // commands appended, not yet sent
+    std::size_t sent_ = 0;     // bytes of out_ already sent
+    std::size_t awaited_ = 0;  // replies of the commands appended not yet read
+    clock::time_point until_{};  // the current exchange's end
     bool broken_ = false;
     bool asking_ = false;
-    bool sent_since_read_ = false;
     std::uint64_t uses_ = 0;
 };
 

@@ -33,28 +33,16 @@ subscriber::~subscriber() {
     char b = 1;
     (void)!::write(wake_pipe_[1], &b, 1);
     if (thread_.joinable()) thread_.join();
-    if (ctx_ != nullptr) redisFree(ctx_);
+    conn_.reset();
     ::close(wake_pipe_[0]);
     ::close(wake_pipe_[1]);
 }
 
 void subscriber::send_locked(const std::vector<std::string_view>& args) {
     if (fd_ < 0) return;
-    argv_buffers b(args);
-    char* cmd = nullptr;
-    int len = redisFormatCommandArgv(&cmd, b.argc(), b.ptrs.data(), b.lens.data());
-    if (len < 0 || cmd == nullptr) return;
-    int off = 0;
-    while (off < len) {
-        ssize_t w = ::send(fd_, cmd + off, static_cast<std::size_t>(len - off), MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            ::shutdown(fd_, SHUT_RDWR);  // the reader thread sees the failure and reconnects
-            break;
-        }
-        off += static_cast<int>(w);
-    }
-    redisFreeCommand(cmd);
+    std::size_t sent = 0;
+    if (send_all(fd_, format_command(args), sent, clock::now() + send_timeout_) != 0)
+        ::shutdown(fd_, SHUT_RDWR);  // the reader thread sees the failure and reconnects
 }
 
 std::unique_ptr<subscriber::subscription> subscriber::subscribe(const std::string& channel,
@@ -189,8 +177,7 @@ void subscriber::on_reply(redisReply* r) {
 }
 
 void subscriber::drop_connection_locked(const std::string&) {
-    if (ctx_ != nullptr) redisFree(ctx_);
-    ctx_ = nullptr;
+    conn_.reset();
     fd_ = -1;
     up_ = false;
     ++breaks_;
@@ -231,10 +218,11 @@ void subscriber::run() {
                 continue;
             }
             delay = 10ms;
-            // Take the raw context: from now on only this thread reads it, and
-            // writers send preformatted commands on its socket under mutex_.
-            ctx_ = c->release();
-            fd_ = ctx_->fd;
+            // From now on only this thread reads the connection, and writers
+            // send preformatted commands on its socket under mutex_.
+            conn_ = std::move(c);
+            fd_ = conn_->fd();
+            send_timeout_ = conn_->where().command_timeout;
             up_ = true;
             for (auto& [name, st] : channels_) {
                 if (st.refs == 0) continue;
@@ -259,19 +247,11 @@ void subscriber::run() {
         }
         if (stop_) break;
         if (rc < 0 || fds[0].revents == 0 || !up_) continue;
-        if (redisBufferRead(ctx_) != REDIS_OK) {
-            drop_connection_locked(ctx_->errstr);
-            continue;
-        }
-        for (;;) {
-            void* r = nullptr;
-            if (redisGetReplyFromReader(ctx_, &r) != REDIS_OK) {
-                drop_connection_locked("protocol error");
-                break;
-            }
-            if (r == nullptr) break;
-            on_reply(static_cast<redisReply*>(r));
-            freeReplyObject(r);
+        try {
+            conn_->receive();
+            while (auto r = conn_->take_reply()) on_reply(r.get());
+        } catch (const connection_failure& e) {  // closed, reset, not Redis, a reply past the caps
+            drop_connection_locked(e.what());
         }
     }
 }

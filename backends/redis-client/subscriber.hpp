@@ -95,8 +95,9 @@ private:
     std::mutex mutex_;
     std::condition_variable cv_;
     std::map<std::string, channel_state, std::less<>> channels_;
-    redisContext* ctx_ = nullptr;  // read by the reader thread only; fd_ written under mutex_
+    std::unique_ptr<connection> conn_;  // read by the reader thread only; fd_ written under mutex_
     int fd_ = -1;
+    std::chrono::milliseconds send_timeout_{0};  // the connection's command timeout
     std::uint64_t breaks_ = 0;  // bumped whenever the connection drops
     bool up_ = false;
     bool stop_ = false;

@@ -271,6 +271,13 @@ private:
             pool* found = ask_node(errors, [&]() -> pool* {
                 auto c = connection::open(sentinel);
                 auto r = c->command({"SENTINEL", "get-master-addr-by-name", s_.master_name});
+                if (is_error(r.get()) && reply_text(r.get()).rfind("NOAUTH", 0) == 0)
+                    throw_error(errc::access_denied, base_.backend_name,
+                                "the sentinel at " + sentinel.label() +
+                                    " needs a password: give it as sentinel_password= (and sentinel_user= for an "
+                                    "ACL user); the sentinels never get the URL's own, which is the data nodes' "
+                                    "(sentinel_credentials=data sends it to them too)",
+                                0, "NOAUTH");
                 if (is_error(r.get())) throw_client_error(base_.backend_name, r.get(), "SENTINEL at " + sentinel.label());
                 ++answered;
                 if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {

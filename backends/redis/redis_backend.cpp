@@ -464,14 +464,34 @@ void register_backend(spi::registry& r) {
                         "redis-sentinel://[user:password@]host:26379,.../<master name>[/db]");
         const auto db = slash == std::string_view::npos ? std::string_view{} : path.substr(slash + 1);
         s.ep = endpoint_from_url(u, "redis", std::chrono::milliseconds{1000}, std::chrono::milliseconds{2000}, db);
-        // The sentinels: the URL's credentials unless sentinel_user= /
-        // sentinel_password= say otherwise (an empty sentinel_password=: no AUTH).
+        // The sentinels get their own credentials only (sentinel_user=,
+        // sentinel_password=; none: no AUTH), never the data nodes' password
+        // of the URL: a sentinel is often run by someone else, and one that is
+        // not ours must not learn it. sentinel_credentials=data sends the URL's
+        // to them as well (for sentinels that share the data nodes' password).
         endpoint sentinel = s.ep;
         sentinel.db = 0;
-        if (auto user = u.take("sentinel_user")) sentinel.user = *user;
-        if (auto password = u.take("sentinel_password")) {
+        sentinel.user.clear();
+        sentinel.password.clear();
+        const auto credentials = u.take("sentinel_credentials").value_or("own");
+        auto user = u.take("sentinel_user");
+        auto password = u.take("sentinel_password");
+        if (credentials == "data") {
+            if (user || password)
+                throw_error(errc::invalid_argument, "redis",
+                            "sentinel_credentials=data sends the URL's credentials to the sentinels: drop "
+                            "sentinel_user= and sentinel_password=");
+            sentinel.user = s.ep.user;
+            sentinel.password = s.ep.password;
+        } else if (credentials != "own") {
+            throw_error(errc::invalid_argument, "redis",
+                        "sentinel_credentials is own (sentinel_user= and sentinel_password=, the default) or data "
+                        "(the URL's credentials), not '" + credentials + "'");
+        } else if (user && !password) {
+            throw_error(errc::invalid_argument, "redis", "sentinel_user= needs sentinel_password=");
+        } else if (password && !password->empty()) {
+            sentinel.user = user.value_or("");
             sentinel.password = *password;
-            if (password->empty()) sentinel.user.clear();
         }
         for (const auto& h : u.hosts_or_throw(26379)) {
             sentinel.host = h.host;

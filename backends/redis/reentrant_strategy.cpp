@@ -78,6 +78,38 @@ return {5, pttl, 0, tostring(n), redis.call('hget', KEYS[1], 'mode') or ''}
 
 long current_thread_id() { return static_cast<long>(::syscall(SYS_gettid)); }
 
+// Redisson's layout keys a lock by its bare name and derives the other keys of
+// name N from it: prefixes `p:{N}` (`p:N` when N has a '{') and suffixes
+// `{N}:s` (`N:s`). So a name can be another name's auxiliary key: a lock named
+// `distlock_holder:{x}` would be the holder record of `x` (x's release would
+// delete it, its grant would block x's), `{x}:timeout` the permit set of the
+// semaphore `x`, and `{x}` shares every auxiliary key of `x` (the permit sets of
+// both semaphores would reclaim each other's permits). Such names are refused.
+// The plain strategy needs no such rule: every key of name N is
+// `<prefix>{N}` followed by a suffix without '}', which only N can produce.
+void refuse_auxiliary(std::string_view name) {
+    auto refuse = [&](const std::string& what) {
+        throw_error(errc::invalid_argument, "redis",
+                    "lock name '" + std::string(name) + "' is refused under strategy=reentrant: it is " + what +
+                        " (Redisson's layout keys locks by their bare names); choose another name");
+    };
+    for (std::string_view prefix : {"redisson_lock_token:", "distlock_holder:", "distlock:"})
+        if (name.substr(0, prefix.size()) == prefix)
+            refuse(prefix == "distlock:" ? std::string("in distlock's own key space (strategy=plain's keys)")
+                                         : "the " + std::string(prefix == "distlock_holder:" ? "holder record" : "fence key") +
+                                               " of another lock");
+    if (name.find('{') == std::string_view::npos) return;
+    if (name.size() >= 2 && name.front() == '{' && name.back() == '}' &&
+        name.substr(1, name.size() - 2).find('{') == std::string_view::npos)
+        refuse("the name '" + std::string(name.substr(1, name.size() - 2)) +
+               "' in braces: both would share the fence key, the holder record and the read-write lock's and "
+               "semaphore's keys");
+    for (std::string_view suffix : {":timeout", ":rwlock_fence", ":semaphore_fence", ":rwlock_write_waiters"})
+        if (name.size() > suffix.size() && name.substr(name.size() - suffix.size()) == suffix)
+            refuse("a key of the read-write lock or semaphore '" + std::string(name.substr(0, name.size() - suffix.size())) + "'");
+    if (name.find(":rwlock_timeout") != std::string_view::npos) refuse("a reader's lease key of a read-write lock");
+}
+
 class reentrant_strategy final : public strategy {
 public:
     reentrant_strategy()
@@ -90,6 +122,7 @@ public:
     bool queues() const noexcept override { return false; }
 
     layout layout_for(std::string_view name) const override {
+        refuse_auxiliary(name);
         layout l;
         // Redisson: the channel wraps the name in braces unless it already has some.
         const bool braced = name.find('{') != std::string_view::npos;
@@ -101,7 +134,10 @@ public:
         return l;
     }
 
-    std::string object_name(std::string_view name, std::string_view) const override { return std::string(name); }
+    std::string object_name(std::string_view name, std::string_view) const override {
+        refuse_auxiliary(name);
+        return std::string(name);
+    }
 
     std::string new_owner(const std::string& client_uuid) const override {
         return client_uuid + ":" + std::to_string(current_thread_id());
