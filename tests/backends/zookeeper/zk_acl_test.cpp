@@ -331,9 +331,9 @@ TEST_CASE("under an open base path, a lock path another identity made first is a
 
 // ---- child lists are capped -------------------------------------------------------
 
-TEST_CASE("a lock path flooded past max_children (10000 by default) is refused at once, leaving no node of ours",
+TEST_CASE("a lock path flooded past max_children is refused at once, leaving no node of ours; the default lets 2050 by",
           "[zookeeper][cap]") {
-    auto p = distlock::connect(url());
+    auto p = distlock::connect(url_with("max_children=2000"));
     const auto name = unique_name("flood");
     const auto dir = dir_of(name);
     zk_test::raw_zk keeper(hosts());
@@ -341,23 +341,24 @@ TEST_CASE("a lock path flooded past max_children (10000 by default) is refused a
     {
         // A hostile client's nodes, sorted before any later one.
         zk_test::raw_zk flooder(hosts());
-        REQUIRE(flooder.flood(dir + "/_c_00000000-0000-4000-8000-000000000000-lock-", 10050) == 10050);
+        REQUIRE(flooder.flood(dir + "/_c_00000000-0000-4000-8000-000000000000-lock-", 2050) == 2050);
         auto m = p.mutex(name);
         auto t0 = clk::now();
         try {
             (void)m.try_lock();
             FAIL("a flooded lock path was accepted");
         } catch (const distlock::unavailable_error& e) {
-            CHECK(std::string(e.what()).find("max_children") != std::string::npos);
+            CHECK(std::string(e.what()).find("2051 children") != std::string::npos);  // with our own
+            CHECK(std::string(e.what()).find("max_children=2000") != std::string::npos);
         }
         CHECK_THROWS_AS(m.try_lock_for(1s), distlock::unavailable_error);
         CHECK_THROWS_AS(p.inspect(name), distlock::unavailable_error);
         CHECK(clk::now() - t0 < 3s);
-        CHECK(keeper.children(dir).size() == 10050);  // none of ours left behind
-        // A higher cap lets a client through (it then waits as usual).
-        auto roomy = distlock::connect(url_with("max_children=20000"));
+        CHECK(keeper.children(dir).size() == 2050);  // none of ours left behind
+        // The default cap (10000) lets a client through: it then waits as usual.
+        auto roomy = distlock::connect(url());
         CHECK_FALSE(roomy.mutex(name).try_lock());
-        CHECK(roomy.inspect(name).waiters == 10049u);
+        CHECK(roomy.inspect(name).waiters == 2049u);
     }
     // The flooder's session is gone, and its nodes with it.
     CHECK(p.mutex(name).try_lock());
