@@ -374,14 +374,33 @@ TEST_CASE("a server that trickles a reply a byte at a time cannot hold a call pa
     SECTION("acquire and release through a relay that starts trickling") {
         redis_server server;
         trickling_relay relay(server.port(), 200ms);
+        std::mutex errors_mutex;  // before the provider: its callback thread reports into it
+        std::vector<distlock::errc> errors;
+        distlock::lock_options options;
+        options.on_error = [&](const distlock::lock_event&, const distlock::error& e) {
+            std::lock_guard lk(errors_mutex);
+            errors.push_back(e.code_value());
+        };
         auto p = distlock::connect("redis://" + relay.server.address() + "?timeout=500ms&lease=30s");
-        auto held = p.mutex(unique_name("trickle"));
+        auto held = p.mutex(unique_name("trickle"), options);
         REQUIRE(held.try_lock());
         relay.trickle = true;
-        // The release script's reply (":1\r\n") would take 0.8 s; the call ends at 0.5 s.
+        // The release script's reply (":1\r\n") would take 0.8 s; the call ends at
+        // 0.5 s, in doubt (the script may have run).
         auto t0 = clk::now();
         held.unlock();
         CHECK(ms(clk::now() - t0) < 700);
+        CHECK(distlock::test::eventually(
+            [&] {
+                std::lock_guard lk(errors_mutex);
+                return !errors.empty();
+            },
+            2000ms));
+        {
+            std::lock_guard lk(errors_mutex);
+            REQUIRE_FALSE(errors.empty());
+            CHECK(errors.front() == distlock::errc::in_doubt);
+        }
         // The acquire script's reply (about 30 bytes) would take 6 s: unavailable
         // after the timeout (and the undo attempt's, bounded the same way).
         auto m = p.mutex(unique_name("trickle"));
@@ -429,6 +448,30 @@ TEST_CASE("replies are capped before they are allocated: a huge array, bulk stri
             CHECK(sent.load() < (std::size_t{100} << 20));  // read at most the cap (64 MiB) and socket buffers
         }
     }
+}
+
+TEST_CASE("a pub/sub reply past the caps drops that connection only: the waiter falls back, nothing else breaks",
+          "[redis][caps]") {
+    // A server where the lock is always held (the acquire script's reply: not
+    // acquired, 5 s left) and whose reply to SUBSCRIBE announces 2^31 - 1 elements.
+    std::atomic<int> subscribes{0};
+    scripted_server server(fake_redis([&](const std::vector<std::string>& cmd) -> std::string {
+        const auto name = upper(cmd.at(0));
+        if (name == "PING") return "+PONG\r\n";
+        if (name == "EVALSHA" || name == "EVAL") return "*2\r\n:0\r\n:5000\r\n";
+        if (name == "SUBSCRIBE") {
+            ++subscribes;
+            return "*2147483647\r\n";
+        }
+        return "-ERR unknown command\r\n";
+    }));
+    auto p = distlock::connect("redis://" + server.address() + "?timeout=500ms");
+    auto m = p.mutex(unique_name("caps-sub"));
+    const auto t0 = clk::now();
+    CHECK_FALSE(m.try_lock_for(1500ms));
+    CHECK(ms(clk::now() - t0) < 3000);
+    CHECK(subscribes.load() >= 1);
+    CHECK_FALSE(m.try_lock());  // the command connection still works
 }
 
 // ---- no secret in any message --------------------------------------------------------------
