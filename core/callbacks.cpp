@@ -4,6 +4,8 @@
 #include <deque>
 #include <mutex>
 
+#include "process.hpp"
+
 namespace distlock::detail {
 
 struct callback_thread::state {
@@ -13,6 +15,7 @@ struct callback_thread::state {
     bool stop = false;
     std::thread thread;
     std::thread::id id;
+    const unsigned generation = fork_generation();  // of the process that made it
 
     // Until stopped and the queue is empty: a loss queued before the provider
     // went away is still reported.
@@ -37,6 +40,12 @@ struct callback_thread::state {
 callback_thread::callback_thread() : state_(std::make_shared<state>()) {}
 
 callback_thread::~callback_thread() {
+    // In a forked child the thread does not exist and the mutex may be held for
+    // ever: abandon it all, queue included (its callbacks were the parent's).
+    if (state_->generation != fork_generation()) {
+        abandon(std::move(state_));
+        return;
+    }
     std::thread t;
     {
         std::lock_guard lk(state_->mutex);

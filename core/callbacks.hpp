@@ -16,7 +16,9 @@ public:
     callback_thread();
     // Runs what is still queued, then stops. From a callback of its own (the
     // last user of a provider went away inside on_lost), it lets the thread run
-    // the rest of the queue and end on its own instead of joining itself.
+    // the rest of the queue and end on its own instead of joining itself: each
+    // queued callback keeps alive what it uses (mutex_impl::post). In a forked
+    // child it abandons the parent's thread and queue (process.hpp).
     ~callback_thread();
     callback_thread(const callback_thread&) = delete;
     callback_thread& operator=(const callback_thread&) = delete;

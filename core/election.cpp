@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include "boundary.hpp"
 #include "mutex_impl.hpp"
 
 namespace distlock::detail {
@@ -32,6 +33,7 @@ spi::lock_kind leader_kind(const provider_state& provider) {
 }
 
 lock_info inspect(provider_state& provider, std::string_view name, spi::lock_kind kind) {
+    provider.check_process();
     check_name(name, std::string(provider.backend().name()));
     auto info = provider.backend().inspect(name, kind);
     info.name = std::string(name);
@@ -41,6 +43,12 @@ lock_info inspect(provider_state& provider, std::string_view name, spi::lock_kin
 }  // namespace distlock::detail
 
 namespace distlock {
+namespace {
+detail::mutex_impl& live(const std::unique_ptr<detail::mutex_impl>& impl) {
+    if (!impl) throw_error(errc::invalid_argument, "", "use of a moved-from distlock::election");
+    return *impl;
+}
+}  // namespace
 
 election::election(std::unique_ptr<detail::mutex_impl> impl, std::string id) noexcept
     : impl_(std::move(impl)), id_(std::move(id)) {}
@@ -49,12 +57,18 @@ election& election::operator=(election&&) noexcept = default;
 election::~election() = default;  // the mutex_impl releases a term it holds
 
 void election::campaign() {
-    if (!impl_->owned_by_this_thread()) (void)impl_->lock_until(spi::deadline::max());
+    auto& impl = live(impl_);
+    detail::guarded(impl.provider().backend().name(), impl.provider().secrets(), "campaign", [&] {
+        if (!impl.owned_by_this_thread()) (void)impl.lock_until(spi::deadline::max());
+    });
 }
 
 bool election::campaign(std::chrono::milliseconds timeout) {
-    if (impl_->owned_by_this_thread()) return true;
-    return impl_->lock_until(spi::clock::now() + std::max(timeout, std::chrono::milliseconds{0}));
+    auto& impl = live(impl_);
+    return detail::guarded(impl.provider().backend().name(), impl.provider().secrets(), "campaign", [&] {
+        if (impl.owned_by_this_thread()) return true;
+        return impl.lock_until(spi::clock::now() + std::max(timeout, std::chrono::milliseconds{0}));
+    });
 }
 
 void election::resign() noexcept {
@@ -63,11 +77,16 @@ void election::resign() noexcept {
 
 bool election::is_leader() const noexcept { return impl_ && impl_->held(); }
 std::uint64_t election::term() const noexcept { return impl_ ? impl_->token() : 0; }
-const std::string& election::name() const noexcept { return impl_->name(); }
+const std::string& election::name() const noexcept {
+    static const std::string empty;
+    return impl_ ? impl_->name() : empty;
+}
 
 lock_info election::leader() const {
-    auto& provider = impl_->provider();
-    return detail::inspect(provider, impl_->name(), detail::leader_kind(provider));
+    auto& impl = live(impl_);
+    auto& provider = impl.provider();
+    return detail::guarded(provider.backend().name(), provider.secrets(), "leader",
+                           [&] { return detail::inspect(provider, impl.name(), detail::leader_kind(provider)); });
 }
 
 }  // namespace distlock

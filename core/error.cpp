@@ -1,7 +1,15 @@
 #include "distlock/error.hpp"
 #include "distlock/options.hpp"
 
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <memory>
+#include <new>
 #include <string>
+#include <typeinfo>
+
+#include "boundary.hpp"
 
 namespace distlock {
 namespace {
@@ -74,6 +82,49 @@ void throw_error(errc code, std::string backend, const std::string& message, lon
     }
     throw error(code, std::move(b), message, native_code, std::move(n));
 }
+
+namespace detail {
+
+std::string foreign_exception_text(const std::exception& e) {
+    const char* mangled = typeid(e).name();
+    int status = 0;
+    std::unique_ptr<char, void (*)(void*)> name(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
+    std::string text = "an unexpected " + std::string(status == 0 && name ? name.get() : mangled);
+    if (const auto* se = dynamic_cast<const std::system_error*>(&e))
+        text += " (" + std::string(se->code().category().name()) + " error " + std::to_string(se->code().value()) + ")";
+    return text + " from the backend or a library it uses (its message is not shown: it may quote a secret)";
+}
+
+std::string scrub(std::string text, std::span<const std::string> secrets) {
+    for (const auto& secret : secrets) {
+        if (secret.size() < 3) continue;
+        for (auto at = text.find(secret); at != std::string::npos; at = text.find(secret, at + 3))
+            text.replace(at, secret.size(), "***");
+    }
+    return text;
+}
+
+void rethrow_as_error(std::string_view backend, std::span<const std::string> secrets, std::string_view doing) {
+    try {
+        throw;
+    } catch (const error& e) {
+        auto reason = scrub(e.reason(), secrets);
+        auto native = scrub(e.native_message(), secrets);
+        if (reason == e.reason() && native == e.native_message()) throw;
+        throw_error(e.code_value(), scrub(e.backend(), secrets), reason, e.native_code(), std::move(native));
+    } catch (const std::bad_alloc&) {
+        throw;
+    } catch (const abi::__forced_unwind&) {  // pthread_cancel: must go on unwinding
+        throw;
+    } catch (const std::exception& e) {
+        throw_error(errc::unavailable, std::string(backend), std::string(doing) + " failed: " + foreign_exception_text(e));
+    } catch (...) {
+        throw_error(errc::unavailable, std::string(backend),
+                    std::string(doing) + " failed: an exception of an unknown type from the backend or a library it uses");
+    }
+}
+
+}  // namespace detail
 
 std::string_view to_string(feature f) noexcept {
     switch (f) {

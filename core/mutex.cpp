@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "boundary.hpp"
 #include "mutex_impl.hpp"
 
 namespace distlock::detail {
@@ -70,6 +71,7 @@ std::unique_ptr<mutex_impl> make_mutex_impl(const std::shared_ptr<provider_state
                                             std::string holder) {
     auto& backend = provider->backend();
     const std::string who(backend.name());
+    provider->check_process();
     check_name(name, who);
     if (options.lease.count() < 0) throw_error(errc::invalid_argument, who, "negative lease");
     if (options.retry_min.count() < 0 || options.retry_max < options.retry_min)
@@ -125,6 +127,13 @@ mutex_impl::mutex_impl(std::shared_ptr<provider_state> provider, spi::lock_reque
 }
 
 mutex_impl::~mutex_impl() {
+    // In a forked child: nothing to the server, no lock the parent's threads may
+    // have held at fork time, and the handle abandoned (its destructor may close
+    // a connection or session that is the parent's too: process.hpp).
+    if (provider_->forked()) {
+        abandon(std::shared_ptr<spi::lock_handle>(std::move(handle_)));
+        return;
+    }
     {
         std::lock_guard lk(state_mutex_);
         if (depth_ > 1) depth_ = 1;
@@ -135,6 +144,10 @@ mutex_impl::~mutex_impl() {
         sink_target_->impl = nullptr;
     }
     wait_for_callbacks();  // what they use may go with the mutex
+    // From the callback thread, those still queued run later: they tell the
+    // observer, not the user, whose callbacks never run after this returns.
+    std::lock_guard lk(pending_->mutex);
+    pending_->mutex_gone = true;
 }
 
 // Until the callbacks queued for this mutex have run; at once on the callback
@@ -158,6 +171,7 @@ spi::loss_sink mutex_impl::sink_for(std::uint64_t generation) {
 }
 
 bool mutex_impl::lock_until(spi::deadline until) {
+    provider_->check_process();
     auto& backend = provider_->backend();
     const auto self = std::this_thread::get_id();
     {
@@ -304,6 +318,9 @@ bool mutex_impl::lock_until(spi::deadline until) {
 }
 
 void mutex_impl::unlock() noexcept {
+    // A forked child never releases its parent's grant, and takes no lock that
+    // a thread of the parent may have held at fork time (process.hpp).
+    if (provider_->forked()) return;
     bool was_held;
     std::uint64_t token;
     scheduler::entry_id entry;
@@ -346,7 +363,7 @@ void mutex_impl::unlock() noexcept {
         clean = false;
         if (was_held)
             post_error(token, in_doubt_error(errc::in_doubt, std::string(provider_->backend().name()),
-                                             std::string("release failed: ") + e.what()));
+                                             "release failed: " + foreign_exception_text(e)));
     } catch (...) {
         clean = false;
     }
@@ -368,15 +385,20 @@ void mutex_impl::mark_lost(std::uint64_t generation, std::string reason) noexcep
     post_lost(token_.load(), std::move(reason));
 }
 
-void mutex_impl::post(std::function<void()> callback) noexcept {
+void mutex_impl::post(std::function<void(bool mutex_alive)> callback) noexcept {
     {
         std::lock_guard lk(pending_->mutex);
         ++pending_->count;
     }
     try {
         provider_->callbacks().post([pending = pending_, callback = std::move(callback)] {
+            bool alive;
+            {
+                std::lock_guard lk(pending->mutex);
+                alive = !pending->mutex_gone;
+            }
             try {
-                callback();
+                callback(alive);
             } catch (...) {
             }
             std::lock_guard lk(pending->mutex);
@@ -390,17 +412,20 @@ void mutex_impl::post(std::function<void()> callback) noexcept {
 
 // Losses and errors reach the observer, the log hook and on_lost / on_error on
 // the provider's callback thread, in order: never on a backend's thread or
-// under the mutex's state lock, where they are found.
+// under the mutex's state lock, where they are found. Each queued callback
+// owns what it uses (the provider's state included: an on_lost may destroy the
+// provider and every mutex while other callbacks of theirs are still queued).
 void mutex_impl::post_lost(std::uint64_t token, std::string reason) noexcept {
     if (!options_.on_lost && !provider_->observed(log_level::warning)) return;
     try {
-        post([provider = provider_.get(), kind = observed_kind_, callback = options_.on_lost,
-              event = lock_event{request_.name, token, std::move(reason)}] {
+        post([provider = provider_, kind = observed_kind_, callback = options_.on_lost,
+              event = lock_event{request_.name, token, scrub(std::move(reason), provider_->secrets())}](
+                 bool mutex_alive) {
             provider->observe([&](observer& o) { o.lost(loss_event{provider->scheme(), event.name, kind}); });
             if (provider->logs(log_level::warning))
                 provider->log(log_level::warning, event.name,
                               "lock lost (token " + std::to_string(event.token) + "): " + event.reason);
-            if (callback) callback(event);
+            if (callback && mutex_alive) callback(event);
         });
     } catch (...) {
     }
@@ -411,15 +436,16 @@ void mutex_impl::post_error(std::uint64_t token, const error& e) noexcept {
     try {
         // The error is made again on the callback thread, of the same subclass
         // (throw_error picks it by code), so that the callback can catch it by type.
-        post([provider = provider_.get(), callback = options_.on_error, name = request_.name, token,
-              code = e.code_value(), backend = e.backend(), reason = e.reason(), native = e.native_code(),
-              native_message = e.native_message()] {
+        post([provider = provider_, callback = options_.on_error, name = request_.name, token,
+              code = e.code_value(), backend = e.backend(), reason = scrub(e.reason(), provider_->secrets()),
+              native = e.native_code(), native_message = scrub(e.native_message(), provider_->secrets())](
+                 bool mutex_alive) {
             try {
                 throw_error(code, backend, reason, native, native_message);
             } catch (const error& err) {
                 provider->observe([&](observer& o) { o.failed(error_event{provider->scheme(), name, code}); });
                 provider->log(log_level::warning, name, err.what());
-                if (callback) callback(lock_event{name, token, err.what()}, err);
+                if (callback && mutex_alive) callback(lock_event{name, token, err.what()}, err);
             }
         });
     } catch (...) {
@@ -439,7 +465,8 @@ void mutex::lock() { (void)lock_until_steady(std::chrono::steady_clock::time_poi
 bool mutex::try_lock() { return lock_until_steady(std::chrono::steady_clock::now()); }
 bool mutex::lock_until_steady(std::chrono::steady_clock::time_point deadline) {
     if (!impl_) throw_error(errc::invalid_argument, "", "use of a moved-from distlock::mutex");
-    return impl_->lock_until(deadline);
+    return detail::guarded(impl_->provider().backend().name(), impl_->provider().secrets(), "lock",
+                           [&] { return impl_->lock_until(deadline); });
 }
 void mutex::unlock() noexcept {
     if (impl_) impl_->unlock();

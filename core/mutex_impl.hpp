@@ -59,16 +59,17 @@ public:
     void unlock() noexcept;
     // Held, not reported lost, and (for a renewed or leased grant) within the
     // lease as last confirmed: false while a renewal is stuck past the lease,
-    // true again if it then succeeds.
+    // true again if it then succeeds. Never in a forked child (the grant is
+    // the parent's).
     bool held() const noexcept {
-        if (!held_.load()) return false;
+        if (!held_.load() || provider_->forked()) return false;
         const auto until = valid_until_.load();
         return until == 0 || std::chrono::steady_clock::now().time_since_epoch().count() < until;
     }
-    std::uint64_t token() const noexcept { return held_.load() ? token_.load() : 0; }
+    std::uint64_t token() const noexcept { return held_.load() && !provider_->forked() ? token_.load() : 0; }
     std::optional<std::chrono::steady_clock::time_point> valid_until() const noexcept {
         const auto until = valid_until_.load();
-        if (!held_.load() || until == 0) return std::nullopt;
+        if (!held_.load() || until == 0 || provider_->forked()) return std::nullopt;
         return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(until));
     }
     const std::string& name() const noexcept { return request_.name; }
@@ -94,14 +95,19 @@ private:
     // Queue the user's callbacks on the provider's callback thread.
     void post_lost(std::uint64_t token, std::string reason) noexcept;
     void post_error(std::uint64_t token, const error& e) noexcept;
-    void post(std::function<void()> callback) noexcept;
+    // `callback(mutex_alive)`: false once the mutex was destroyed (from the
+    // callback thread, which cannot wait for it): the user's callbacks are then
+    // not called, only the observer and the log hook are told.
+    void post(std::function<void(bool mutex_alive)> callback) noexcept;
     void wait_for_callbacks() noexcept;
     // Callbacks of this mutex queued and not yet run: the destructor waits for
-    // them, so that what they use may be destroyed with the mutex.
+    // them, so that what they use may be destroyed with the mutex; on the
+    // callback thread it cannot, and marks them to skip the user's part.
     struct pending_callbacks {
         std::mutex mutex;
         std::condition_variable done;
         int count = 0;
+        bool mutex_gone = false;
     };
 
     std::shared_ptr<provider_state> provider_;

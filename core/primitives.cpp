@@ -12,6 +12,7 @@
 #include "distlock/provider.hpp"
 #include "distlock/semaphore.hpp"
 #include "distlock/shared_mutex.hpp"
+#include "boundary.hpp"
 #include "mutex_impl.hpp"
 
 namespace distlock::detail {
@@ -152,6 +153,8 @@ public:
     std::uint64_t token() const noexcept { return writer_->token(); }
     std::uint64_t shared_token() const noexcept { return readers_.mine_token(); }
     const std::string& name() const noexcept { return readers_.name(); }
+    std::string_view backend_name() const noexcept { return readers_.provider()->backend().name(); }
+    provider_state& provider() const noexcept { return *readers_.provider(); }
 
 private:
     std::unique_ptr<mutex_impl> writer_;
@@ -169,6 +172,8 @@ public:
     std::uint64_t token() const noexcept { return permits_.mine_token(); }
     std::uint32_t permits() const noexcept { return permits_.permits(); }
     const std::string& name() const noexcept { return permits_.name(); }
+    std::string_view backend_name() const noexcept { return permits_.provider()->backend().name(); }
+    provider_state& provider() const noexcept { return *permits_.provider(); }
 
 private:
     grant_pool permits_;
@@ -225,6 +230,8 @@ public:
         return std::all_of(parts_.begin(), parts_.end(), [](const auto& p) { return p->held(); });
     }
     const std::vector<std::string>& names() const noexcept { return names_; }
+    std::string_view backend_name() const noexcept { return parts_.front()->provider().backend().name(); }
+    provider_state& provider() const noexcept { return parts_.front()->provider(); }
     std::vector<std::uint64_t> tokens() const {
         std::vector<std::uint64_t> out;
         for (const auto& p : parts_) out.push_back(p->token());
@@ -260,17 +267,23 @@ namespace {
 }  // namespace
 
 distlock::shared_mutex provider::shared_mutex(std::string_view name, lock_options options) const {
-    return distlock::shared_mutex(std::make_unique<detail::shared_mutex_impl>(state_, name, options));
+    return detail::guarded(state_->backend().name(), state_->secrets(), "shared_mutex()", [&] {
+        return distlock::shared_mutex(std::make_unique<detail::shared_mutex_impl>(state_, name, options));
+    });
 }
 
 distlock::semaphore provider::semaphore(std::string_view name, std::uint32_t permits, lock_options options) const {
     if (permits == 0)
         throw_error(errc::invalid_argument, std::string(state_->backend().name()), "a semaphore needs at least 1 permit");
-    return distlock::semaphore(std::make_unique<detail::semaphore_impl>(state_, name, permits, options));
+    return detail::guarded(state_->backend().name(), state_->secrets(), "semaphore()", [&] {
+        return distlock::semaphore(std::make_unique<detail::semaphore_impl>(state_, name, permits, options));
+    });
 }
 
 distlock::multi_lock provider::multi_lock(const std::vector<std::string>& names, lock_options options) const {
-    return distlock::multi_lock(std::make_unique<detail::multi_lock_impl>(state_, names, std::move(options)));
+    return detail::guarded(state_->backend().name(), state_->secrets(), "multi_lock()", [&] {
+        return distlock::multi_lock(std::make_unique<detail::multi_lock_impl>(state_, names, std::move(options)));
+    });
 }
 
 shared_mutex::shared_mutex(std::unique_ptr<detail::shared_mutex_impl> impl) noexcept : impl_(std::move(impl)) {}
@@ -283,7 +296,8 @@ void shared_mutex::lock_shared() { (void)lock_until_steady(true, std::chrono::st
 bool shared_mutex::try_lock_shared() { return lock_until_steady(true, std::chrono::steady_clock::now()); }
 bool shared_mutex::lock_until_steady(bool shared, std::chrono::steady_clock::time_point deadline) {
     if (!impl_) moved_from("shared_mutex");
-    return impl_->lock_until(shared, deadline);
+    return detail::guarded(impl_->backend_name(), impl_->provider().secrets(), shared ? "lock_shared" : "lock",
+                           [&] { return impl_->lock_until(shared, deadline); });
 }
 void shared_mutex::unlock() noexcept {
     if (impl_) impl_->unlock();
@@ -308,7 +322,7 @@ void semaphore::acquire() { (void)acquire_until_steady(std::chrono::steady_clock
 bool semaphore::try_acquire() { return acquire_until_steady(std::chrono::steady_clock::now()); }
 bool semaphore::acquire_until_steady(std::chrono::steady_clock::time_point deadline) {
     if (!impl_) moved_from("semaphore");
-    return impl_->acquire_until(deadline);
+    return detail::guarded(impl_->backend_name(), impl_->provider().secrets(), "acquire", [&] { return impl_->acquire_until(deadline); });
 }
 void semaphore::release() noexcept {
     if (impl_) impl_->release();
@@ -329,7 +343,7 @@ void multi_lock::lock() { (void)lock_until_steady(std::chrono::steady_clock::tim
 bool multi_lock::try_lock() { return lock_until_steady(std::chrono::steady_clock::now()); }
 bool multi_lock::lock_until_steady(std::chrono::steady_clock::time_point deadline) {
     if (!impl_) moved_from("multi_lock");
-    return impl_->lock_until(deadline);
+    return detail::guarded(impl_->backend_name(), impl_->provider().secrets(), "lock", [&] { return impl_->lock_until(deadline); });
 }
 void multi_lock::unlock() noexcept {
     if (impl_) impl_->unlock();

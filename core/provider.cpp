@@ -5,6 +5,7 @@
 #include <mutex>
 #include <optional>
 
+#include "boundary.hpp"
 #include "builtin.hpp"
 #include "distlock/testing.hpp"
 #include "distlock/version.hpp"
@@ -72,7 +73,9 @@ void register_backend(std::string scheme, spi::factory factory) {
 
 provider connect(std::string_view text) { return connect(text, provider_options{}); }
 
-provider connect(std::string_view text, provider_options options) {
+namespace {
+// What connect() makes, inside the net of detail::guarded.
+std::shared_ptr<detail::provider_state> connect_state(std::string_view text, provider_options options) {
     auto u = spi::url::parse(text);
     const auto factory = the_registry().find(u.scheme());
     if (!factory) {
@@ -86,15 +89,20 @@ provider connect(std::string_view text, provider_options options) {
     const auto holder_param = u.take("holder");
     if (options.holder.empty()) options.holder = holder_param ? *holder_param : detail::default_holder();
     options.holder = detail::checked_label(options.holder, u.scheme(), "holder");
-    auto backend = (*factory)(u);
+    auto backend = detail::guarded(u.scheme(), u.secrets(), "connecting to " + u.redacted(), [&] { return (*factory)(u); });
     if (!backend)
         throw_error(errc::invalid_argument, "", "the factory of scheme '" + u.scheme() + "' returned no backend");
     u.expect_all_taken();
     auto default_lease = lease ? *lease : backend->default_lease();
     auto state = std::make_shared<detail::provider_state>(std::move(backend), u.scheme(), u.redacted(), default_lease,
-                                                          std::move(options));
+                                                          std::move(options), u.secrets());
     state->log(log_level::info, "", "connected to " + u.redacted());
-    return provider(std::move(state));
+    return state;
+}
+}  // namespace
+
+provider connect(std::string_view text, provider_options options) {
+    return provider(detail::guarded("", {}, "connect", [&] { return connect_state(text, std::move(options)); }));
 }
 
 std::vector<std::string> schemes() { return the_registry().names(); }
@@ -104,21 +112,27 @@ std::string_view version() noexcept { return DISTLOCK_VERSION_STRING; }
 provider::provider(std::shared_ptr<detail::provider_state> state) noexcept : state_(std::move(state)) {}
 
 distlock::mutex provider::mutex(std::string_view name, lock_options options) const {
-    return distlock::mutex(detail::make_mutex_impl(state_, name, std::move(options), spi::lock_kind::exclusive, 0));
+    return detail::guarded(state_->backend().name(), state_->secrets(), "mutex()", [&] {
+        return distlock::mutex(detail::make_mutex_impl(state_, name, std::move(options), spi::lock_kind::exclusive, 0));
+    });
 }
 
 distlock::election provider::election(std::string_view name, election_options options) const {
-    std::string id = options.id.empty() ? state_->holder() : detail::checked_label(options.id, state_->scheme(), "id");
-    lock_options lock;
-    lock.lease = options.lease;
-    lock.on_lost = std::move(options.on_lost);
-    lock.on_error = std::move(options.on_error);
-    auto impl = detail::make_mutex_impl(state_, name, std::move(lock), spi::lock_kind::leader, 0, id);
-    return distlock::election(std::move(impl), std::move(id));
+    return detail::guarded(state_->backend().name(), state_->secrets(), "election()", [&] {
+        std::string id =
+            options.id.empty() ? state_->holder() : detail::checked_label(options.id, state_->scheme(), "id");
+        lock_options lock;
+        lock.lease = options.lease;
+        lock.on_lost = std::move(options.on_lost);
+        lock.on_error = std::move(options.on_error);
+        auto impl = detail::make_mutex_impl(state_, name, std::move(lock), spi::lock_kind::leader, 0, id);
+        return distlock::election(std::move(impl), std::move(id));
+    });
 }
 
 lock_info provider::inspect(std::string_view name) const {
-    return detail::inspect(*state_, name, spi::lock_kind::exclusive);
+    return detail::guarded(state_->backend().name(), state_->secrets(), "inspect",
+                           [&] { return detail::inspect(*state_, name, spi::lock_kind::exclusive); });
 }
 
 const std::string& provider::holder() const noexcept { return state_->holder(); }
@@ -127,10 +141,31 @@ const std::string& provider::scheme() const noexcept { return state_->scheme(); 
 const std::string& provider::url() const noexcept { return state_->url(); }
 const capabilities& provider::caps() const noexcept { return state_->caps(); }
 std::chrono::milliseconds provider::default_lease() const noexcept { return state_->default_lease(); }
-std::optional<std::chrono::nanoseconds> provider::round_trip() const { return state_->backend().round_trip(); }
-std::optional<std::chrono::nanoseconds> provider::native_cycle() const { return state_->backend().native_cycle(); }
+std::optional<std::chrono::nanoseconds> provider::round_trip() const {
+    return detail::guarded(state_->backend().name(), state_->secrets(), "round_trip", [&] {
+        state_->check_process();
+        return state_->backend().round_trip();
+    });
+}
+std::optional<std::chrono::nanoseconds> provider::native_cycle() const {
+    return detail::guarded(state_->backend().name(), state_->secrets(), "native_cycle", [&] {
+        state_->check_process();
+        return state_->backend().native_cycle();
+    });
+}
 
 namespace detail {
+provider_state::~provider_state() {
+    if (forked()) abandon(backend_);
+}
+
+void provider_state::check_process() const {
+    if (forked())
+        throw_error(errc::invalid_argument, std::string(backend_->name()),
+                    "this provider was connected by the parent of this forked process: its connections are the "
+                    "parent's (connect() again in the child)");
+}
+
 capabilities effective_caps(const capabilities& declared) {
     capabilities caps = declared;
     for (auto f : {feature::read_write, feature::semaphore, feature::permit_limit, feature::election,
@@ -142,7 +177,14 @@ capabilities effective_caps(const capabilities& declared) {
 }  // namespace detail
 
 namespace testing {
-void break_lock(const provider& p, std::string_view name) { p.state()->backend().break_lock(name); }
+void break_lock(const provider& p, std::string_view name) {
+    auto& state = *p.state();
+    detail::guarded(state.backend().name(), state.secrets(), "break_lock", [&] {
+        state.check_process();
+        detail::check_name(name, std::string(state.backend().name()));
+        state.backend().break_lock(name);
+    });
+}
 }  // namespace testing
 
 }  // namespace distlock

@@ -10,10 +10,12 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "distlock/observe.hpp"
 #include "distlock/spi/backend.hpp"
 #include "callbacks.hpp"
+#include "process.hpp"
 #include "scheduler.hpp"
 
 namespace distlock::detail {
@@ -46,21 +48,36 @@ capabilities effective_caps(const capabilities& declared);
 
 class provider_state {
 public:
+    // `secrets`: the URL's (spi::url::secrets), hidden in every message.
     provider_state(std::shared_ptr<spi::backend> backend, std::string scheme, std::string redacted_url,
-                   std::chrono::milliseconds default_lease, provider_options options = {})
+                   std::chrono::milliseconds default_lease, provider_options options = {},
+                   std::vector<std::string> secrets = {})
         : backend_(std::move(backend)),
           scheme_(std::move(scheme)),
           url_(std::move(redacted_url)),
+          secrets_(std::move(secrets)),
           default_lease_(default_lease),
           caps_(effective_caps(backend_->caps())),
           options_(std::move(options)),
-          scheduler_(*backend_, options_.observer.get(), scheme_) {}
+          scheduler_(backend_, options_.observer, scheme_) {}
+    // In a forked child: abandons the backend instead of destroying it (its
+    // destructor would close the parent's sessions: process.hpp).
+    ~provider_state();
+    provider_state(const provider_state&) = delete;
+    provider_state& operator=(const provider_state&) = delete;
+
+    // This provider was connected by another process: this one is a fork of it.
+    bool forked() const noexcept { return generation_ != fork_generation(); }
+    // Throws invalid_argument_error in a forked child, whose requests would go
+    // through the parent's connections (and could release the parent's grants).
+    void check_process() const;
 
     spi::backend& backend() noexcept { return *backend_; }
     detail::scheduler& scheduler() noexcept { return scheduler_; }
     callback_thread& callbacks() noexcept { return callbacks_; }
     const std::string& scheme() const noexcept { return scheme_; }
     const std::string& url() const noexcept { return url_; }
+    const std::vector<std::string>& secrets() const noexcept { return secrets_; }
     std::chrono::milliseconds default_lease() const noexcept { return default_lease_; }
     // The label of this provider's grants (checked by connect()).
     const std::string& holder() const noexcept { return options_.holder; }
@@ -92,8 +109,10 @@ public:
     }
 
 private:
+    const unsigned generation_ = fork_generation();  // of the process that connected
     std::shared_ptr<spi::backend> backend_;
     std::string scheme_, url_;
+    std::vector<std::string> secrets_;
     std::chrono::milliseconds default_lease_;
     capabilities caps_;
     provider_options options_;

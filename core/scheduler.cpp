@@ -1,61 +1,124 @@
 #include "scheduler.hpp"
 
+#include <map>
+#include <mutex>
+#include <thread>
 #include <vector>
+
+#include "boundary.hpp"
+#include "process.hpp"
 
 namespace distlock::detail {
 
+// Everything the thread touches. The thread holds it (a shared_ptr in its
+// lambda), so that a scheduler destroyed from the thread itself, which cannot
+// join, leaves nothing behind that the thread still uses.
+struct scheduler::state {
+    struct entry {
+        spi::lock_handle* handle;
+        std::chrono::milliseconds interval, lease;
+        bool renew;
+        clock::time_point due, last_ok;
+        lost_fn lost;
+        failed_fn failed;
+        std::atomic<clock::rep>* valid_until;
+        bool in_flight = false;  // a keepalive or callback of it is running
+        bool dead = false;       // lost: erased once its callback has run
+    };
+
+    state(std::shared_ptr<spi::backend> b, std::shared_ptr<distlock::observer> w, std::string s)
+        : backend(std::move(b)), watcher(std::move(w)), scheme(std::move(s)) {}
+    void run();
+
+    const std::shared_ptr<spi::backend> backend;
+    const std::shared_ptr<distlock::observer> watcher;
+    const std::string scheme;
+    const unsigned generation = fork_generation();  // of the process that made it
+    std::mutex mutex;
+    std::condition_variable wake, done;
+    std::map<entry_id, entry> entries;
+    entry_id next_id = 1;
+    bool stop = false;
+    clock::time_point sleeping_until = clock::time_point::min();  // when the thread waits, until when
+    // Longest sleep with nothing due: half the shortest first interval added, so
+    // that add() need not wake the thread while locks come and go; it grows back
+    // (doubling, up to max_idle_wait) while nothing is added.
+    static constexpr clock::duration max_idle_wait = std::chrono::seconds{1};
+    clock::duration idle_wait = max_idle_wait;
+    std::uint64_t adds = 0;
+    std::atomic<std::uint64_t> wakeups{0};
+    std::thread thread;
+    std::thread::id thread_id;
+};
+
+scheduler::scheduler(std::shared_ptr<spi::backend> backend, std::shared_ptr<distlock::observer> watcher,
+                     std::string scheme)
+    : state_(std::make_shared<state>(std::move(backend), std::move(watcher), std::move(scheme))) {}
+
 scheduler::~scheduler() {
+    // In a forked child the thread does not exist and the mutex may be held for
+    // ever: abandon both (the entries were the parent's grants).
+    if (state_->generation != fork_generation()) {
+        abandon(std::move(state_));
+        return;
+    }
+    std::thread t;
     {
-        std::lock_guard lk(mutex_);
-        stop_ = true;
+        std::lock_guard lk(state_->mutex);
+        state_->stop = true;
+        t = std::move(state_->thread);
     }
-    wake_.notify_all();
-    if (thread_.joinable()) {
-        if (std::this_thread::get_id() == thread_id_) thread_.detach();  // destroyed from one of its callbacks
-        else thread_.join();
-    }
+    state_->wake.notify_all();
+    if (!t.joinable()) return;
+    if (t.get_id() == std::this_thread::get_id()) t.detach();  // it holds the state and ends by itself
+    else t.join();
 }
 
+std::uint64_t scheduler::wakeups() const noexcept { return state_->wakeups.load(); }
+
 scheduler::entry_id scheduler::add(watch w) {
-    std::lock_guard lk(mutex_);
-    if (!thread_.joinable()) {
-        thread_ = std::thread([this] { run(); });
-        thread_id_ = thread_.get_id();
+    auto& st = *state_;
+    std::lock_guard lk(st.mutex);
+    if (!st.thread.joinable()) {
+        st.thread = std::thread([s = state_] { s->run(); });
+        st.thread_id = st.thread.get_id();
     }
-    entry_id id = next_id_++;
-    ++adds_;
+    entry_id id = st.next_id++;
+    ++st.adds;
     auto first = w.renew ? w.interval : w.lease;
-    idle_wait_ = std::min<clock::duration>(idle_wait_, std::max<clock::duration>(first / 2, std::chrono::milliseconds{10}));
+    st.idle_wait = std::min<clock::duration>(
+        st.idle_wait, std::max<clock::duration>(first / 2, std::chrono::milliseconds{10}));
     const auto due = w.since + first;
-    entries_.emplace(id, entry{w.handle, w.interval, w.lease, w.renew, due, w.since, std::move(w.lost),
-                               std::move(w.failed), w.valid_until});
+    st.entries.emplace(id, state::entry{w.handle, w.interval, w.lease, w.renew, due, w.since, std::move(w.lost),
+                                        std::move(w.failed), w.valid_until});
     // Wake the thread only when the entry falls due before it would wake anyway:
     // a lock taken and released within half an interval costs no wake-up.
-    if (due < sleeping_until_) wake_.notify_all();
+    if (due < st.sleeping_until) st.wake.notify_all();
     return id;
 }
 
 void scheduler::remove(entry_id id) {
-    std::unique_lock lk(mutex_);
-    if (std::this_thread::get_id() != thread_id_)
-        done_.wait(lk, [&] {
-            auto i = entries_.find(id);
-            return i == entries_.end() || !i->second.in_flight;
+    auto& st = *state_;
+    std::unique_lock lk(st.mutex);
+    if (std::this_thread::get_id() != st.thread_id)
+        st.done.wait(lk, [&] {
+            auto i = st.entries.find(id);
+            return i == st.entries.end() || !i->second.in_flight;
         });
-    entries_.erase(id);
+    st.entries.erase(id);
 }
 
 // An entry stays in the map, marked in_flight, while its keepalive or one of its
 // callbacks runs, so that remove() (from unlock) waits for them: the callbacks
 // point into the mutex that owns the entry.
-void scheduler::run() {
+void scheduler::state::run() {
     using st = spi::keepalive_result::status;
-    std::unique_lock lk(mutex_);
+    std::unique_lock lk(mutex);
     std::vector<entry_id> batch;
     std::vector<spi::lock_handle*> handles;
     std::vector<spi::keepalive_result> results;
     std::vector<std::pair<entry_id, std::function<void()>>> calls;
-    while (!stop_) {
+    while (!stop) {
         auto now = clock::now();
         auto next = clock::time_point::max();
         batch.clear();
@@ -64,8 +127,8 @@ void scheduler::run() {
         // Entries falling due within a short window of each other go out in one
         // batch (one round trip for backends that batch renewals).
         bool any_due = false;
-        for (const auto& [id, e] : entries_) any_due = any_due || (!e.in_flight && e.renew && e.due <= now);
-        for (auto& [id, e] : entries_) {
+        for (const auto& [id, e] : entries) any_due = any_due || (!e.in_flight && e.renew && e.due <= now);
+        for (auto& [id, e] : entries) {
             if (e.in_flight) continue;
             const auto window = e.renew && any_due
                                     ? std::min<clock::duration>(e.interval / 4, std::chrono::milliseconds{100})
@@ -88,12 +151,12 @@ void scheduler::run() {
             // need not wake the thread; while nothing is added the sleeps grow
             // back, so that a short lease seen once does not keep the thread
             // waking every few milliseconds for ever.
-            const auto adds_before = adds_;
-            sleeping_until_ = std::min(next, now + idle_wait_);
-            wake_.wait_until(lk, sleeping_until_);
-            sleeping_until_ = clock::time_point::min();
-            ++wakeups_;
-            if (adds_ == adds_before) idle_wait_ = std::min(idle_wait_ * 2, max_idle_wait);
+            const auto adds_before = adds;
+            sleeping_until = std::min(next, now + idle_wait);
+            wake.wait_until(lk, sleeping_until);
+            sleeping_until = clock::time_point::min();
+            ++wakeups;
+            if (adds == adds_before) idle_wait = std::min(idle_wait * 2, max_idle_wait);
             continue;
         }
         if (!batch.empty()) {
@@ -101,26 +164,28 @@ void scheduler::run() {
             const auto sent = clock::now();  // a renewal extends the lease from when the server got it, at best
             lk.unlock();
             try {
-                backend_.keepalive_batch(handles, results);
-            } catch (const std::exception& ex) {
+                backend->keepalive_batch(handles, results);
+            } catch (const error& ex) {
                 for (auto& r : results) r = spi::keepalive_result::failed(ex.what());
+            } catch (const std::exception& ex) {  // its message may quote a secret: not shown
+                for (auto& r : results) r = spi::keepalive_result::failed(foreign_exception_text(ex));
             } catch (...) {
                 for (auto& r : results) r = spi::keepalive_result::failed("keepalive failed");
             }
             auto after = clock::now();
-            if (watcher_ != nullptr) {
-                renewal_event ev{scheme_, handles.size(), 0, 0, 0, after - sent};
+            if (watcher != nullptr) {
+                renewal_event ev{scheme, handles.size(), 0, 0, 0, after - sent};
                 for (const auto& r : results)
                     ++(r.state == st::ok ? ev.ok : r.state == st::lost ? ev.lost : ev.failed);
                 try {
-                    watcher_->renewed(ev);
+                    watcher->renewed(ev);
                 } catch (...) {
                 }
             }
             lk.lock();
             for (std::size_t k = 0; k < batch.size(); ++k) {
-                auto it = entries_.find(batch[k]);
-                if (it == entries_.end()) continue;
+                auto it = entries.find(batch[k]);
+                if (it == entries.end()) continue;
                 auto& e = it->second;
                 const auto& r = results[k];
                 if (r.state == st::ok) {
@@ -140,7 +205,7 @@ void scheduler::run() {
                     else e.in_flight = false;
                 }
             }
-            done_.notify_all();
+            done.notify_all();
         }
         if (calls.empty()) continue;
         lk.unlock();
@@ -152,12 +217,12 @@ void scheduler::run() {
         }
         lk.lock();
         for (auto& c : calls) {
-            auto it = entries_.find(c.first);
-            if (it == entries_.end()) continue;
-            if (it->second.dead) entries_.erase(it);
+            auto it = entries.find(c.first);
+            if (it == entries.end()) continue;
+            if (it->second.dead) entries.erase(it);
             else it->second.in_flight = false;
         }
-        done_.notify_all();
+        done.notify_all();
     }
 }
 

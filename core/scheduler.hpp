@@ -13,9 +13,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <map>
-#include <mutex>
-#include <thread>
+#include <memory>
+#include <string>
 
 #include "distlock/observe.hpp"
 #include "distlock/spi/backend.hpp"
@@ -31,9 +30,13 @@ public:
     using lost_fn = std::function<void(std::string reason)>;
     using failed_fn = std::function<void(const std::string& reason)>;
 
-    // `watcher`: told of each batched renewal (null = nobody), as `scheme`.
-    scheduler(spi::backend& backend, distlock::observer* watcher, std::string scheme)
-        : backend_(backend), watcher_(watcher), scheme_(std::move(scheme)) {}
+    // `watcher`: told of each batched renewal (null = nobody), as `scheme`. The
+    // thread shares the backend and the watcher, so that it may outlive *this.
+    scheduler(std::shared_ptr<spi::backend> backend, std::shared_ptr<distlock::observer> watcher, std::string scheme);
+    // Stops the thread and joins it; from the thread itself (the last user of
+    // the provider went away in one of its callbacks) it lets the thread end on
+    // its own: everything the thread touches is in the state it shares. In a
+    // forked child it abandons the parent's thread and state (process.hpp).
     ~scheduler();
     scheduler(const scheduler&) = delete;
     scheduler& operator=(const scheduler&) = delete;
@@ -46,7 +49,8 @@ public:
     // send time of each successful keepalive plus `lease`, in clock ticks since its
     // epoch; the caller sets its first value. A success that comes after that time
     // still counts: the renewals are owner-checked, so nobody else can have held
-    // the lock meanwhile.
+    // the lock meanwhile. The handle, the callbacks and `valid_until` must stay
+    // valid until remove() of the entry returns.
     struct watch {
         spi::lock_handle* handle = nullptr;
         std::chrono::milliseconds interval{0}, lease{0};
@@ -63,40 +67,11 @@ public:
     void remove(entry_id id);
 
     // How many times the thread has woken up (for tests of its idle behaviour).
-    std::uint64_t wakeups() const noexcept { return wakeups_.load(); }
+    std::uint64_t wakeups() const noexcept;
 
 private:
-    struct entry {
-        spi::lock_handle* handle;
-        std::chrono::milliseconds interval, lease;
-        bool renew;
-        clock::time_point due, last_ok;
-        lost_fn lost;
-        failed_fn failed;
-        std::atomic<clock::rep>* valid_until;
-        bool in_flight = false;  // a keepalive or callback of it is running
-        bool dead = false;       // lost: erased once its callback has run
-    };
-    void run();
-
-    spi::backend& backend_;
-    distlock::observer* watcher_;
-    std::string scheme_;
-    std::mutex mutex_;
-    std::condition_variable wake_, done_;
-    std::map<entry_id, entry> entries_;
-    entry_id next_id_ = 1;
-    bool stop_ = false;
-    clock::time_point sleeping_until_ = clock::time_point::min();  // when the thread waits, until when
-    // Longest sleep with nothing due: half the shortest first interval added, so
-    // that add() need not wake the thread while locks come and go; it grows back
-    // (doubling, up to max_idle_wait) while nothing is added.
-    static constexpr clock::duration max_idle_wait = std::chrono::seconds{1};
-    clock::duration idle_wait_ = max_idle_wait;
-    std::uint64_t adds_ = 0;
-    std::atomic<std::uint64_t> wakeups_{0};
-    std::thread thread_;
-    std::thread::id thread_id_;
+    struct state;
+    std::shared_ptr<state> state_;  // shared with the thread, which may outlive *this
 };
 
 }  // namespace distlock::detail

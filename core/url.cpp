@@ -12,6 +12,7 @@
 
 #include "distlock/error.hpp"
 #include "distlock/provider.hpp"
+#include "distlock/spi/backend.hpp"
 
 namespace distlock::spi {
 namespace {
@@ -61,10 +62,16 @@ curlu_ptr parse_with_curl(const std::string& carrier, const std::string& shown) 
 }
 
 // A parameter whose value is hidden in every message: "token", "password",
-// "secret" and any name ending in one of them ("sentinel_password").
+// "secret" and any name ending in one of them ("sentinel_password"), in any
+// case ("Token", "PASSWORD", "Sentinel_Password": a backend that reads only
+// the lowercase name rejects the others as unknown, naming them, and the
+// message must not show their values either).
 bool secret_parameter(std::string_view key) {
+    std::string lower(key);
+    for (char& c : lower) c = ascii_lower(c);
+    const std::string_view k(lower);
     for (std::string_view secret : {"token", "password", "secret"})
-        if (key.size() >= secret.size() && key.substr(key.size() - secret.size()) == secret) return true;
+        if (k.size() >= secret.size() && k.substr(k.size() - secret.size()) == secret) return true;
     return false;
 }
 
@@ -73,23 +80,36 @@ bool secret_parameter(std::string_view key) {
 // included, so whatever comes before the last '@' may be part of it.
 std::size_t userinfo_end(std::string_view rest) { return rest.rfind('@'); }
 
+// Whether `candidate`, the text before userinfo_end(), is read as user info:
+// always with a ':' (a password follows it, whatever it holds); without one,
+// only when it holds no '/', '?' or '#' (else the '@' is in a path or a query,
+// as in file:///var/app@1). url::parse and redact_url() agree on this.
+bool is_userinfo(std::string_view candidate) {
+    return candidate.find(':') != std::string_view::npos || candidate.find_first_of("/?#") == std::string_view::npos;
+}
+
 }  // namespace
 
 // Works on the text alone, so that a URL no parser accepts is shown safely too.
 // Two readings are hidden together, whichever is right: the password, taken
 // to run from the first ':' after "://" to the last '@', since a password may
 // hold unescaped '@', ':', '/', '?', '#' or '%'; and the value of every secret
-// parameter, up to the next '&' (it may hold an '@' or a '#'). Each run of
-// hidden characters is shown as "***".
+// parameter, up to the next '&' (it may hold an '@' or a '#'). A user info
+// without ':' is hidden whole, for every scheme: Lettuce and others write a
+// password alone so (redis://PASSWORD@host), and a backend may read it so; a
+// user name alone is hidden with it. Each run of hidden characters is shown as
+// "***".
 std::string redact_url(std::string_view text) {
     constexpr auto npos = std::string_view::npos;
     std::vector<bool> hide(text.size(), false);
     const auto sep = text.find("://");
     const std::size_t rest = sep == npos ? 0 : sep + 3;
     if (const auto at = userinfo_end(text.substr(rest)); at != npos) {
-        const auto colon = text.substr(rest, at).find(':');
-        if (colon != npos) std::fill(hide.begin() + static_cast<long>(rest + colon + 1),
-                                     hide.begin() + static_cast<long>(rest + at), true);
+        const auto candidate = text.substr(rest, at);
+        const auto colon = candidate.find(':');
+        const std::size_t from = colon != npos ? rest + colon + 1 : rest;
+        if (is_userinfo(candidate))
+            std::fill(hide.begin() + static_cast<long>(from), hide.begin() + static_cast<long>(rest + at), true);
     }
     for (auto eq = text.find('=', rest); eq != npos; eq = text.find('=', eq + 1)) {
         const auto start = text.find_last_of("?&", eq);
@@ -114,7 +134,7 @@ url url::parse(std::string_view input) {
     if (sep == std::string::npos || sep == 0) bad("'" + shown + "' is not a URL (expected scheme://...)");
     url out;
     out.scheme_ = text.substr(0, sep);
-    for (char& c : out.scheme_) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (char& c : out.scheme_) c = ascii_lower(c);
 
     // The user info as redact_url() sees it: a parse that split it elsewhere (a
     // password with an unescaped '/', '?' or '#') would connect to a fragment of
@@ -126,7 +146,7 @@ url url::parse(std::string_view input) {
         userinfo = rest.substr(0, at + 1);
         if (userinfo.find_first_of("/?#") == std::string::npos) {
             rest = rest.substr(at + 1);
-        } else if (userinfo.find(':') != std::string::npos) {
+        } else if (is_userinfo(userinfo)) {
             bad("'" + shown + "' has an '@' after a '/', '?' or '#': percent-encode '/', '?' and '#' in a password "
                 "(%2F, %3F, %23) and '@' in a path or parameter (%40)");
         } else {
@@ -155,8 +175,16 @@ url url::parse(std::string_view input) {
     std::string carrier = std::string(hostless ? "file" : "x-distlock") + "://" + userinfo +
                           (hostless ? std::string{} : host_texts[0]) + carrier_tail;
     auto u = parse_with_curl(carrier, shown);
-    out.user_ = decode(part(u.get(), CURLUPART_USER), "the user name", shown);
-    out.password_ = decode(part(u.get(), CURLUPART_PASSWORD), "the password", shown);
+    const auto raw_user = part(u.get(), CURLUPART_USER), raw_password = part(u.get(), CURLUPART_PASSWORD);
+    out.user_ = decode(raw_user, "the user name", shown);
+    out.password_ = decode(raw_password, "the password", shown);
+    const bool user_alone = !userinfo.empty() && userinfo.find(':') == std::string::npos;
+    out.add_secret(raw_password);
+    out.add_secret(out.password_);
+    if (user_alone) {
+        out.add_secret(raw_user);
+        out.add_secret(out.user_);
+    }
     out.path_ = decode(part(u.get(), CURLUPART_PATH), "the path", shown);
     if (out.path_ == "/" && tail.empty()) out.path_.clear();
     if (!part(u.get(), CURLUPART_FRAGMENT).empty()) bad("a fragment (#...) is not allowed in '" + shown + "'");
@@ -193,6 +221,10 @@ url url::parse(std::string_view input) {
             std::string value =
                 eq == std::string::npos ? std::string{} : decode(item.substr(eq + 1), "a parameter value", shown);
             if (key.empty()) bad("empty parameter name in '" + shown + "'");
+            if (secret_parameter(key) && eq != std::string::npos) {
+                out.add_secret(item.substr(eq + 1));
+                out.add_secret(value);
+            }
             if (!out.params_.emplace(key, value).second) bad("parameter '" + key + "' given twice in '" + shown + "'");
         }
         if (amp == std::string::npos) break;
@@ -201,6 +233,11 @@ url url::parse(std::string_view input) {
 
     out.redacted_ = shown;
     return out;
+}
+
+void url::add_secret(const std::string& secret) {
+    if (!secret.empty() && std::find(secrets_.begin(), secrets_.end(), secret) == secrets_.end())
+        secrets_.push_back(secret);
 }
 
 std::optional<std::string> url::take(std::string_view key) {

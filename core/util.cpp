@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include <array>
+#include <charconv>
 #include <atomic>
 #include <cmath>
 #include <random>
@@ -15,6 +16,7 @@
 
 #include "distlock/provider.hpp"
 #include "distlock/spi/backend.hpp"
+#include "process.hpp"
 
 namespace distlock {
 
@@ -30,18 +32,17 @@ std::chrono::milliseconds parse_duration(std::string_view text) {
     int last_rank = 99;
     for (std::size_t i = 0; i < text.size();) {
         const std::size_t start = i;
-        while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+        while (i < text.size() && (spi::ascii_digit(text[i]) || text[i] == '.')) ++i;
         std::string number(text.substr(start, i - start));
         if (number.empty() || number == "." || number.find('.') != number.rfind('.')) return fail();
         const std::size_t unit_start = i;
-        while (i < text.size() && std::isalpha(static_cast<unsigned char>(text[i]))) ++i;
+        while (i < text.size() && spi::ascii_alpha(text[i])) ++i;
         const std::string_view unit = text.substr(unit_start, i - unit_start);
+        // from_chars, not stod: "1.5" must not read as 1 where the locale's
+        // decimal separator is ','.
         double value = 0;
-        try {
-            value = std::stod(number);
-        } catch (...) {
-            return fail();
-        }
+        const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
+        if (ec != std::errc{} || end != number.data() + number.size()) return fail();
         double per = 0;
         int rank = 0;  // units must come largest first, each at most once
         if (unit.empty()) {
@@ -63,17 +64,44 @@ std::chrono::milliseconds parse_duration(std::string_view text) {
 
 }  // namespace distlock
 
-namespace distlock::spi {
+namespace distlock::detail {
 namespace {
 
 // Bumped in the child of every fork(): per-thread random state copied from the
 // parent must not be used again there (both processes would draw the same
-// owner tokens, and one could release the other's lock).
-std::atomic<unsigned> fork_generation{0};
+// owner tokens, and one could release the other's lock), nor the parent's
+// grants, connections and threads (process.hpp).
+std::atomic<unsigned> fork_count{0};
 const bool fork_handler_installed = [] {
-    ::pthread_atfork(nullptr, nullptr, [] { fork_generation.fetch_add(1, std::memory_order_relaxed); });
+    ::pthread_atfork(nullptr, nullptr, [] { fork_count.fetch_add(1, std::memory_order_relaxed); });
     return true;
 }();
+
+// What abandon() keeps: a list that only grows, pushed without a lock (a
+// forked child may inherit any mutex locked).
+struct abandoned {
+    std::shared_ptr<const void> object;
+    abandoned* next;
+};
+std::atomic<abandoned*> abandoned_list{nullptr};
+
+}  // namespace
+
+unsigned fork_generation() noexcept { return fork_count.load(std::memory_order_relaxed); }
+
+void abandon(std::shared_ptr<const void> object) noexcept {
+    if (!object) return;
+    auto* node = new abandoned{std::move(object), abandoned_list.load()};  // noexcept: terminates when out of memory
+    while (!abandoned_list.compare_exchange_weak(node->next, node)) {
+    }
+}
+
+}  // namespace distlock::detail
+
+namespace distlock::spi {
+namespace {
+
+using detail::fork_generation;
 
 // The kernel's CSPRNG, read 4 KiB at a time into a per-thread pool: one system
 // call per 256 tokens instead of one per token (~10 us each).
@@ -84,7 +112,7 @@ void random_bytes(unsigned char* out, std::size_t n) {
         unsigned generation = ~0u;
     };
     thread_local pool p;
-    const auto generation = fork_generation.load(std::memory_order_relaxed);
+    const auto generation = fork_generation();
     if (p.generation != generation) {
         p.used = p.bytes.size();
         p.generation = generation;
@@ -113,7 +141,7 @@ std::array<unsigned char, 16> random_bytes16() {
 std::mt19937_64& rng() {
     thread_local std::mt19937_64 engine;
     thread_local unsigned generation = ~0u;
-    if (const auto g = fork_generation.load(std::memory_order_relaxed); generation != g) {
+    if (const auto g = fork_generation(); generation != g) {
         std::array<std::uint32_t, 8> seed{};
         random_bytes(reinterpret_cast<unsigned char*>(seed.data()), sizeof seed);
         std::seed_seq seq(seed.begin(), seed.end());

@@ -14,7 +14,12 @@
 //   elect URL NAME SHM N   N terms as leader of election NAME (id "proc-<pid>"), counted as
 //                          holders in SHM; a leader() naming another id counts a violation
 //   lead URL NAME ID       campaign as ID, print "leader <term>", then sleep until killed
+//   try-in-locale URL LOCALE NAME...  in LOCALE (setlocale, before connecting), try each
+//                          NAME once: print "busy" or "free" (and give it back)
+//   hold-in-locale URL LOCALE NAME    in LOCALE, take NAME, print "locked", hold it until
+//                          stdin ends, then unlock
 #include <chrono>
+#include <clocale>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -26,10 +31,15 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <locale.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
+
 #include "distlock/distlock.hpp"
+#include "distlock/spi/backend.hpp"
 #include "suite.hpp"
 #include "support.hpp"
 
@@ -55,11 +65,72 @@ void write_number(const std::string& path, long v) {
 
 void pause_inside() { std::this_thread::sleep_for(std::chrono::milliseconds(2)); }
 
+// A directory of this user's holding de_DE.ISO-8859-1 (made once per user with
+// localedef, kept in the temporary directory for the next runs); "" when it
+// cannot be made.
+std::string latin1_locale_dir() {
+    namespace fs = std::filesystem;
+    const auto dir = fs::temp_directory_path() / ("distlock-test-locales-" + std::to_string(::geteuid()));
+    auto ours = [](const fs::path& p) {
+        struct stat st {};
+        return ::lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid();
+    };
+    std::error_code ec;
+    if (ours(dir) && fs::exists(dir / "de_DE.ISO-8859-1" / "LC_CTYPE", ec)) return dir.string();
+    if (fs::exists(dir, ec) || !fs::exists("/usr/share/i18n/locales/de_DE", ec)) return {};
+    const auto work = fs::temp_directory_path() / ("distlock-test-locales-" + distlock::spi::random_token());
+    if (!fs::create_directory(work, ec)) return {};
+    // localedef exits 1 for warnings about the charmap: what counts is the result.
+    (void)distlock::test::run_command("localedef -i de_DE -f ISO-8859-1 '" + (work / "de_DE.ISO-8859-1").string() +
+                                      "' >/dev/null 2>&1");
+    if (!fs::exists(work / "de_DE.ISO-8859-1" / "LC_CTYPE", ec) || (fs::rename(work, dir, ec), ec)) {
+        fs::remove_all(work, ec);
+        return ours(dir) && fs::exists(dir / "de_DE.ISO-8859-1" / "LC_CTYPE", ec) ? dir.string() : std::string{};
+    }
+    return dir.string();
+}
+
+// The helper's setlocale, or exit 3 saying why.
+void set_locale_or_exit(const char* name) {
+    if (std::setlocale(LC_ALL, name) == nullptr) {
+        std::cerr << "helper: setlocale(LC_ALL, \"" << name << "\") failed\n";
+        std::exit(3);
+    }
+}
+
 }  // namespace
 
 namespace distlock::test {
 
 provider connect_under_test() { return distlock::connect(backend_url()); }
+
+std::string printable(const std::string& name) {
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string out;
+    for (unsigned char c : name) {
+        if (c >= 0x20 && c < 0x7f && c != '\\') {
+            out += static_cast<char>(c);
+        } else {
+            out += "\\x";
+            out += hex[c >> 4];
+            out += hex[c & 15];
+        }
+    }
+    return out;
+}
+
+const std::vector<test_locale>& test_locales() {
+    static const std::vector<test_locale> list = [] {
+        std::vector<test_locale> out;
+        if (auto dir = latin1_locale_dir(); !dir.empty()) out.push_back({"de_DE.ISO-8859-1", dir});
+        if (locale_t l = ::newlocale(LC_ALL_MASK, "C.UTF-8", locale_t{})) {
+            ::freelocale(l);
+            out.push_back({"C.UTF-8", ""});
+        }
+        return out;
+    }();
+    return list;
+}
 
 std::unique_ptr<child_process> run_helper(std::vector<std::string> args) {
     args.insert(args.begin(), {"/proc/self/exe", conformance_helper_flag});
@@ -123,6 +194,28 @@ int distlock::test::conformance_helper(int argc, char** argv) try {
         return 2;
     }
     std::string mode = argv[0];
+    if ((mode == "try-in-locale" && argc >= 4) || (mode == "hold-in-locale" && argc == 4)) {
+        set_locale_or_exit(argv[2]);  // before connecting: URL parsing and name mapping both count
+        auto locks = distlock::connect(argv[1]);
+        if (mode == "hold-in-locale") {
+            auto m = locks.mutex(argv[3]);
+            m.lock();
+            std::printf("locked\n");
+            std::fflush(stdout);
+            for (std::string line; std::getline(std::cin, line);) {
+            }
+            m.unlock();
+            return 0;
+        }
+        for (int i = 3; i < argc; ++i) {
+            auto m = locks.mutex(argv[i]);
+            const bool got = m.try_lock();
+            if (got) m.unlock();
+            std::printf("%s\n", got ? "free" : "busy");
+            std::fflush(stdout);
+        }
+        return 0;
+    }
     auto locks = distlock::connect(argv[1]);
     if (mode == "hold-read" || mode == "hold-write") {
         auto rw = locks.shared_mutex(argv[2]);

@@ -20,6 +20,19 @@ int conformance_helper(int argc, char** argv);
 // A new connection to the URL under test.
 provider connect_under_test();
 
+// `name` for a message: bytes outside printable ASCII (and '\\') as \xNN.
+std::string printable(const std::string& name);
+
+// Locales other than "C" that treat bytes >= 0x80 as characters, for the
+// helper to run in: Latin-1 (de_DE.ISO-8859-1, made with localedef into a
+// directory of this user's; `locpath` is the LOCPATH that finds it) and
+// C.UTF-8. Empty when this machine has neither: the cases tagged
+// [needs:locale] are then not applicable (plan.cpp).
+struct test_locale {
+    std::string name, locpath;
+};
+const std::vector<test_locale>& test_locales();
+
 // This program again, as the helper with `args`, its stdout on a pipe: a
 // program outside the tree that registered its own scheme before
 // run_conformance() knows that scheme in the helper too.

@@ -9,11 +9,13 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
 #include "distlock/distlock.hpp"
 #include "distlock/spi/backend.hpp"
+#include "distlock/testing.hpp"
 #include "provider_state.hpp"
 #include "support.hpp"
 
@@ -974,4 +976,181 @@ TEST_CASE("the observer is told of every renewal call with its outcomes, and the
     CHECK(connected);
     CHECK(lost_a);
     CHECK(failed_b);
+}
+
+// ---- lifetimes: what the core's threads may find destroyed ----------------------
+
+namespace {
+
+// Counts what the observer is told (it outlives the provider: the test holds it).
+struct loss_counter final : distlock::observer {
+    std::atomic<int> losses{0}, renewals{0};
+    void lost(const distlock::loss_event&) override { ++losses; }
+};
+
+// `n` locks of one provider, all lost at once by `lose_all`; the first on_lost
+// to run waits until every lock has been found lost (so that the others'
+// callbacks are queued behind it), then destroys every mutex and the provider.
+// The callbacks still queued must neither touch the destroyed provider nor call
+// the destroyed mutexes' on_lost (on the code before, they read the freed
+// provider: an AddressSanitizer report, and the user's callbacks ran n times).
+void destroy_everything_from_the_first_on_lost(distlock::provider p, const std::shared_ptr<loss_counter>& seen,
+                                               const std::function<void(const std::vector<std::string>&)>& lose_all) {
+    constexpr int n = 12;
+    struct world {
+        std::optional<distlock::provider> p;
+        std::vector<distlock::mutex> locks;
+    };
+    auto* w = new world;
+    std::atomic<world*> alive{w};
+    std::atomic<int> user_calls{0};
+    std::atomic<bool> destroyed{false};
+    distlock::lock_options o;
+    o.on_lost = [&](const distlock::lock_event&) {
+        ++user_calls;
+        world* mine = alive.exchange(nullptr);
+        if (mine == nullptr) return;  // the world is gone already (the code before called us)
+        (void)distlock::test::eventually(
+            [&] { return std::none_of(mine->locks.begin(), mine->locks.end(), [](auto& m) { return m.held(); }); },
+            5s);
+        delete mine;  // every mutex, then the last copy of the provider, on the callback thread
+        destroyed = true;
+    };
+    std::vector<std::string> names;
+    w->p.emplace(std::move(p));
+    for (int i = 0; i < n; ++i) {
+        names.push_back(distlock::test::unique_name("lifetime-" + std::to_string(i)));
+        w->locks.push_back(w->p->mutex(names.back(), o));
+        REQUIRE(w->locks.back().try_lock());
+    }
+    lose_all(names);
+    REQUIRE(distlock::test::eventually([&] { return destroyed.load(); }, 10s));
+    // Every loss reaches the observer (it is the provider's, alive until the
+    // queue has run), none of the destroyed mutexes' on_lost.
+    CHECK(distlock::test::eventually([&] { return seen->losses.load() == n; }, 5s));
+    std::this_thread::sleep_for(100ms);
+    CHECK(seen->losses.load() == n);
+    CHECK(user_calls.load() == 1);
+}
+
+}  // namespace
+
+TEST_CASE("an on_lost that destroys every mutex and the provider while other losses are queued is safe",
+          "[lifetime]") {
+    auto seen = std::make_shared<loss_counter>();
+    SECTION("memory://, each lock broken") {
+        const auto space = "memory://lifetime-" + spi::random_token().substr(0, 12);
+        auto p = distlock::connect(space, {.observer = seen, .log = {}, .min_level = distlock::log_level::warning,
+                                           .holder = {}});
+        auto breaker = distlock::connect(space);
+        destroy_everything_from_the_first_on_lost(std::move(p), seen, [&](const std::vector<std::string>& names) {
+            for (const auto& n : names) distlock::testing::break_lock(breaker, n);
+        });
+        std::this_thread::sleep_for(200ms);  // the provider's last steps, on its callback thread
+    }
+    SECTION("a batch of renewals that all say lost (one keepalive_batch call)") {
+        fake_state s;
+        std::shared_ptr<fake_backend> backend;
+        auto p = fake_provider(s, 150ms, true, &backend, nullptr,
+                               {.observer = seen, .log = {}, .min_level = distlock::log_level::warning, .holder = {}});
+        std::weak_ptr<fake_backend> gone = std::exchange(backend, nullptr);
+        destroy_everything_from_the_first_on_lost(std::move(p), seen, [&](const std::vector<std::string>&) {
+            std::lock_guard lk(s.mutex);
+            s.answer = spi::keepalive_result::status::lost;
+        });
+        // The provider went with the last queued callback (and the backend with it).
+        CHECK(distlock::test::eventually([&] { return gone.expired(); }, 5s));
+        std::lock_guard lk(s.mutex);
+        CHECK(s.largest_batch >= 2);  // lost together
+    }
+}
+
+TEST_CASE("a provider whose last user goes away on its renewal thread is safe", "[lifetime]") {
+    // An observer's renewed() runs on the renewal thread: there it destroys the
+    // mutex and the last copy of the provider, so the scheduler is destroyed by
+    // its own thread, which cannot join itself and goes on after the detach (on
+    // the code before, with the scheduler's freed mutex and map).
+    struct world {
+        std::optional<distlock::provider> p;
+        std::optional<distlock::mutex> m;
+    };
+    struct destroyer final : distlock::observer {
+        std::atomic<world*> target{nullptr};
+        std::atomic<bool> done{false};
+        std::atomic<std::thread::id> on{};
+        void renewed(const distlock::renewal_event&) override {
+            if (world* w = target.exchange(nullptr)) {
+                on = std::this_thread::get_id();
+                delete w;
+                done = true;
+            }
+        }
+    };
+    fake_state s;
+    auto d = std::make_shared<destroyer>();
+    auto* w = new world;
+    std::shared_ptr<fake_backend> backend;
+    w->p.emplace(fake_provider(s, 60ms, true, &backend, nullptr,
+                               {.observer = d, .log = {}, .min_level = distlock::log_level::warning, .holder = {}}));
+    std::weak_ptr<fake_backend> gone = std::exchange(backend, nullptr);
+    w->m.emplace(w->p->mutex("destroyed-on-renewal"));
+    w->m->lock();
+    d->target = w;
+    REQUIRE(distlock::test::eventually([&] { return d->done.load(); }, 5s));
+    // The detached thread ends by itself, and the backend goes with its state.
+    CHECK(distlock::test::eventually([&] { return gone.expired(); }, 5s));
+    std::lock_guard lk(s.mutex);
+    CHECK(d->on.load() == s.renewal_thread);
+    CHECK(s.releases.load() == 1);  // the mutex's destructor released it
+}
+
+TEST_CASE("a forked child never releases its parent's grant nor waits for the parent's threads",
+          "[lifetime][fork]") {
+    fake_state s;
+    auto p = std::make_optional(fake_provider(s, 1s));
+    auto m = std::make_optional(p->mutex("forked"));
+    m->lock();
+    // A renewal stuck in the backend at fork time: in the child its entry stays
+    // "in flight" for ever (no thread will finish it), and the scheduler's
+    // remove() would wait for it.
+    {
+        std::lock_guard lk(s.mutex);
+        s.stall = true;
+    }
+    REQUIRE(distlock::test::eventually([&] { return s.stalled.load(); }, 2s));
+    const int releases_before = s.releases.load();
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        // The child: nothing here may reach the backend (its copy of the fake
+        // counts releases) or wait. Exit status: what went wrong, 0 for nothing.
+        int status = 0;
+        if (m->held() || m->token() != 0) status |= 1;  // the grant is the parent's
+        m->unlock();
+        m.reset();
+        try {
+            (void)p->mutex("other");
+            status |= 2;  // the parent's connections must not be used
+        } catch (const distlock::invalid_argument_error&) {
+        }
+        p.reset();
+        if (s.releases.load() != releases_before) status |= 4;
+        ::_exit(status);
+    }
+    int status = -1;
+    const bool exited = distlock::test::eventually([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, 5s);
+    if (!exited) {  // the code before: the child's unlock() waits for the stuck renewal for ever
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+    }
+    {
+        std::lock_guard lk(s.mutex);
+        s.stall = false;
+    }
+    s.cv.notify_all();
+    CHECK(exited);
+    CHECK((WIFEXITED(status) ? WEXITSTATUS(status) : -1) == 0);
+    CHECK(distlock::test::eventually([&] { return m->held(); }, 2s));  // the parent's grant is untouched
+    m->unlock();
+    CHECK(s.releases.load() == releases_before + 1);
 }

@@ -18,9 +18,11 @@ namespace distlock::spi {
 
 // `text` (a URL, or text meant as one that no parser accepts) as it may be shown
 // in a message: everything that could be the password (from the first ':' after
-// "://" to the last '@') and the values of the secret parameters token=,
-// password= and secret= (to the next '&') as "***". Every message of distlock
-// that shows a URL shows it through this.
+// "://" to the last '@'), a user info without ':' whole (it may be a password
+// alone, as Lettuce writes redis://PASSWORD@host; for every scheme), and the
+// values of the secret parameters (token=, password=, secret= and any name
+// ending so, in any case: Token=, SENTINEL_PASSWORD=; to the next '&') as
+// "***". Every message of distlock that shows a URL shows it through this.
 std::string redact_url(std::string_view text);
 
 struct host_port {
@@ -42,6 +44,12 @@ public:
     // The text as given, with the password and the values of the secret
     // parameters (token=, password=, secret=) as "***" (see redact_url).
     const std::string& redacted() const noexcept { return redacted_; }
+    // Every secret of the URL, as written and percent-decoded: the password,
+    // a user info without ':' (a password alone, for some clients), the values
+    // of the secret parameters. The core hides them in every error message
+    // that passes the public API, whoever wrote it (a server's or a client
+    // library's message that quotes one).
+    const std::vector<std::string>& secrets() const noexcept { return secrets_; }
 
     // Query parameters, percent-decoded. take*() removes the parameter so that
     // expect_all_taken() can reject what nobody understood. The typed forms throw
@@ -57,8 +65,10 @@ public:
     std::vector<host_port> hosts_or_throw(std::uint16_t default_port) const;
 
 private:
+    void add_secret(const std::string& secret);
     std::string scheme_, user_, password_, path_, redacted_;
     std::vector<host_port> hosts_;
+    std::vector<std::string> secrets_;
     std::map<std::string, std::string, std::less<>> params_;
 };
 

@@ -1,0 +1,31 @@
+// The process a core object belongs to, and what a forked child does with the
+// objects it inherited.
+//
+// A child made by fork() shares its parent's connections, lock files and
+// sessions (the descriptors are the same), but has none of its threads, and a
+// mutex that another thread of the parent held at fork time stays locked for
+// ever in the child. So a child must neither release the parent's grants (an
+// unlock through a shared connection, a flock(LOCK_UN) on a shared open file, a
+// session closed by a destructor all free the lock the parent still holds) nor
+// join or lock anything the parent's threads owned. The core makes every
+// provider, mutex and thread remember the fork generation it was made in; in
+// another generation they do nothing to the server and abandon what they own
+// (abandon(): never destroyed, so no destructor of a backend or client library
+// runs in the child).
+#pragma once
+
+#include <memory>
+
+namespace distlock::detail {
+
+// 0 in the process that loaded distlock, one more in the child of every fork()
+// (a pthread_atfork handler): an atomic load, cheap enough for every unlock().
+unsigned fork_generation() noexcept;
+
+// Keeps `object` alive until the process ends and never runs its destructor
+// (it stays reachable, so that leak checkers do not report it). For what a
+// forked child inherited and must not tear down. Allocates a small node: out
+// of memory it terminates the process, which releases nothing either.
+void abandon(std::shared_ptr<const void> object) noexcept;
+
+}  // namespace distlock::detail
