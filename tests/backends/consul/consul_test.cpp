@@ -870,21 +870,60 @@ std::map<std::string, std::string> every_key(agent& consul) {
 
 }  // namespace
 
-TEST_CASE("the names '.' and '..' stay inside the prefix: no primitive, inspect or break_lock touches another key",
-          "[consul][names]") {
-    // On a private emulator, which cleans paths as Consul's Go server does: on
-    // the code before, curl removed the dot segments, so break_lock(p, "..")
-    // sent DELETE /v1/kv/?recurse and wiped the whole store, and a semaphore
-    // named ".." listed and wrote at the root.
-    private_emulator emu({"--min-ttl", "100ms"});
-    const std::string prefix = "tenant/locks";
-    const auto u = emu.base() + "/" + prefix + "?lease=2s&lock_delay=0s";
-    agent consul(u);
-    const std::vector<std::string> others{"outside", "tenant/other", "tenant/locks-beside", "tenant/locks/other-name",
-                                          "tenant/locks/other-name/" + std::string(".lock")};
-    for (const auto& k : others) REQUIRE(consul.call("PUT", "/v1/kv/" + http::escape_path(k), "keep " + k).status == 200);
+// A private emulator, which cleans paths as Consul's Go server does, with keys
+// outside the prefix, beside it and under it: the keys of `others`.
+struct dot_names_fixture {
+    private_emulator emu{{"--min-ttl", "100ms"}};
+    std::string prefix = "tenant/locks";
+    std::string u = emu.base() + "/" + prefix + "?lease=2s&lock_delay=0s";
+    agent consul{u};
+    std::vector<std::string> others{"outside", "tenant/other", "tenant/locks-beside", "tenant/locks/other-name",
+                                    "tenant/locks/other-name/.lock"};
+
+    dot_names_fixture() {
+        for (const auto& k : others)
+            REQUIRE(consul.call("PUT", "/v1/kv/" + http::escape_path(k), "keep " + k).status == 200);
+    }
+    // Every key of `others` is still there with its value, and whatever else
+    // stands is under the prefix, in the keys of the names "." and "..".
+    void check_untouched() {
+        auto all = every_key(consul);
+        for (const auto& k : others) {
+            INFO("key " << k);
+            REQUIRE(all.count(k) == 1);
+            CHECK(all[k] == "keep " + k);
+        }
+        for (const auto& [k, v] : all) {
+            if (std::find(others.begin(), others.end(), k) != others.end()) continue;
+            INFO("key " << k);
+            CHECK((k.rfind(prefix + "/%2E", 0) == 0));
+        }
+    }
+};
+
+TEST_CASE("break_lock of the names '.' and '..' deletes no other key", "[consul][names]") {
+    // On the code before, curl removed the dot segments: break_lock(p, "..")
+    // sent DELETE /v1/kv/?recurse and wiped the whole store, and break_lock(p, ".")
+    // every key under the prefix.
+    dot_names_fixture f;
     {
-        auto p = distlock::connect(u);
+        auto p = distlock::connect(f.u);
+        for (std::string name : {".", ".."}) {
+            auto m = p.mutex(name);
+            REQUIRE(m.try_lock());
+            distlock::testing::break_lock(p, name);
+            CHECK(eventually([&] { return !m.held(); }, 3s));
+        }
+    }
+    f.check_untouched();
+}
+
+TEST_CASE("the names '.' and '..' stay inside the prefix: the mutex, the semaphore, the read-write lock, inspect",
+          "[consul][names]") {
+    // On the code before, a semaphore named ".." listed and wrote at the KV root.
+    dot_names_fixture f;
+    {
+        auto p = distlock::connect(f.u);
         for (std::string name : {".", ".."}) {
             INFO("name '" << name << "'");
             auto m = p.mutex(name);
@@ -901,21 +940,10 @@ TEST_CASE("the names '.' and '..' stay inside the prefix: no primitive, inspect 
             rw.unlock();
             distlock::testing::break_lock(p, name);
             CHECK(p.inspect(name).held == false);
-            CHECK(consul.entry(name).is_null());
+            CHECK(f.consul.entry(name).is_null());
         }
     }
-    auto all = every_key(consul);
-    for (const auto& k : others) {
-        INFO("key " << k);
-        REQUIRE(all.count(k) == 1);
-        CHECK(all[k] == "keep " + k);
-    }
-    // Whatever distlock left behind is under its prefix, in the names' own keys.
-    for (const auto& [k, v] : all) {
-        if (std::find(others.begin(), others.end(), k) != others.end()) continue;
-        INFO("key " << k);
-        CHECK((k.rfind(prefix + "/%2E", 0) == 0));
-    }
+    f.check_untouched();
 }
 
 TEST_CASE("a prefix with a '.', '..' or empty segment is refused at connect, before any request",
