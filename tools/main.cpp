@@ -1,7 +1,9 @@
 // distlock: the command-line tool (flash-sale, bench, run, hold, elect, status, schemes).
+#include <fcntl.h>
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <iostream>
 
 #include "common.hpp"
@@ -38,6 +40,11 @@ std::vector<std::string>& args_after_dashes() {
 }  // namespace distlock::tool
 
 int main(int argc, char** argv) {
+    // Started with 0, 1 or 2 closed, the first descriptors opened (a backend's
+    // socket, run's pipes) would take their place and receive what is meant
+    // for stdout and stderr: /dev/null holds them instead.
+    for (int fd = 0; fd <= 2; ++fd)
+        if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF && ::open("/dev/null", O_RDWR) < 0) return 71;  // EX_OSERR
     distlock::tool::note_inherited_signals();  // what the command of run and elect inherits
     // A closed stdout or stderr (a reader that went away) fails the write
     // instead of killing the tool, which may be holding a lock.

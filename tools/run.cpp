@@ -267,11 +267,15 @@ int run_command(run_settings& s) {
     std::vector<std::string> drop{"DISTLOCK_FENCING_TOKEN", "DISTLOCK_LOCK_NAME"};
     if (const char* url = std::getenv("DISTLOCK_BACKEND"); url != nullptr && redact(url) != url)
         drop.emplace_back("DISTLOCK_BACKEND");
+    loss lost;
+    // Declared before the guard so that, even when an exception unwinds, the
+    // guard's end (which kills and waits for the whole tree) comes first and
+    // the lock's release after it.
+    std::optional<held_lock> held;
     // Before connecting: no thread runs yet, so the guard is a plain fork.
     command_guard guard(who, args, drop);
-    loss lost;
-    auto held = take(s, who, log, lost);
-    if (!held) return s.conflict_exit_code;
+    if (auto taken = take(s, who, log, lost)) held.emplace(std::move(*taken));
+    else return s.conflict_exit_code;
     if (lost.happened) {  // before anything started
         held->unlock();
         if (!s.quiet) std::cerr << "distlock " << who << ": " << what_lock(s) << " was lost before the command started\n";

@@ -477,6 +477,11 @@ outcome spawn(std::vector<std::string> argv, const spawn_options& o = {}) {
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
     // Throws rather than REQUIRE: the mixed-semantics test calls this from threads.
+    // Our own 0, 1 and 2 open (ctest may start us without some), so that no
+    // pipe below takes their place; the tool's stdin is /dev/null.
+    for (int fd = 0; fd <= 2; ++fd)
+        if (::fcntl(fd, F_GETFD) < 0) ::open("/dev/null", O_RDWR);
+    const int null_in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     int out[2], err[2];
     if (::pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
     if (::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
@@ -485,12 +490,14 @@ outcome spawn(std::vector<std::string> argv, const spawn_options& o = {}) {
     const pid_t pid = ::fork();
     if (pid < 0) throw std::runtime_error("fork failed");
     if (pid == 0) {
-        if (o.setup) o.setup();
+        ::dup2(null_in, 0);
         ::dup2(out[1], 1);
         ::dup2(err[1], 2);
+        if (o.setup) o.setup();
         ::execve(args[0], args.data(), envp.data());
         ::_exit(127);
     }
+    ::close(null_in);
     ::close(out[1]);
     ::close(err[1]);
     outcome r;
@@ -720,6 +727,43 @@ TEST_CASE("the command's whole tree dies when distlock is killed with SIGKILL", 
     }
 }
 
+// The parent of `pid` (from /proc), 0 when unknown.
+pid_t parent_pid(pid_t pid) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) return 0;
+    const auto close = line.rfind(')');
+    if (close == std::string::npos || close + 4 > line.size()) return 0;
+    return static_cast<pid_t>(std::atol(line.c_str() + close + 4));
+}
+
+TEST_CASE("should the guard process itself be killed, distlock stops what it left", "[cli][run][tree]") {
+    const auto dir = fresh_dir("guard");
+    const auto name = distlock::test::unique_name("guard");
+    survivors left;
+    distlock::test::child_process run_cmd(
+        {cli(), "run", "--backend", "file://" + lock_dir(), "--name", name, "-c",
+         "setsid -f sh -c 'echo $$ > " + dir + "/detached; exec sleep 301' >/dev/null 2>&1; "
+         "sleep 300 >/dev/null 2>&1 & echo $! > " + dir + "/child; echo $$ > " + dir + "/shell; wait"});
+    const pid_t detached = pid_in(dir + "/detached"), child = pid_in(dir + "/child"), shell = pid_in(dir + "/shell");
+    left.pids = {detached, child, shell};
+    REQUIRE(shell > 0);
+    const pid_t guard = parent_pid(shell);
+    REQUIRE(guard > 0);
+    if (guard == run_cmd.pid()) {
+        WARN("not applicable: the tool under test starts the command itself, without a guard process");
+        return;
+    }
+    REQUIRE(parent_pid(guard) == run_cmd.pid());
+    ::kill(guard, SIGKILL);
+    const auto status = run_cmd.wait_exit_for(10s);
+    REQUIRE(status);
+    CHECK(*status != 0);
+    for (pid_t p : left.pids) CHECK_FALSE(alive(p));
+    // And the lock was released after them.
+    CHECK(spawn_cli({"run", "--backend", "file://" + lock_dir(), "--name", name, "--wait", "0", "--", "true"}).status == 0);
+}
+
 TEST_CASE("the command inherits no password-bearing DISTLOCK_BACKEND; --backend-file keeps the URL out of ps",
           "[cli][run][secret]") {
     const auto secret_url = url_with_password();
@@ -849,6 +893,7 @@ TEST_CASE("the command inherits no descriptor above 2", "[cli][run][fd]") {
                                 const int fd = ::open("/dev/null", O_RDONLY);
                                 ::dup2(fd, 5);
                             }});
+        INFO(r.err);
         REQUIRE(r.status == 0);
         CHECK(r.out == "0\n1\n2\n");
     }
