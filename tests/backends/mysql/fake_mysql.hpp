@@ -129,10 +129,11 @@ inline std::optional<std::string> read_packet(int fd) {
     return body;
 }
 
-// What to do besides answering: trickle, a byte every `gap`, the greeting or
-// the reply to the first query that contains `slow_query` (an OK padded to
-// `reply_bytes` with its info); answer a statement that contains `odd_query`
-// with `odd_rows` rows of `odd_cell`.
+// What to do besides answering: trickle, a byte every `gap` (300 ms: well
+// within the client's per-read timeouts of at least 1 s), the greeting or the
+// reply to the first query that contains `slow_query` (an OK padded to
+// `reply_bytes` with its info: a minute in all); answer a statement that
+// contains `odd_query` with `odd_rows` rows of `odd_cell`.
 struct script {
     bool slow_greeting = false;
     std::string slow_query;
