@@ -261,10 +261,15 @@ lock_info sql_backend::inspect(std::string_view lock_name, spi::lock_kind kind) 
             const auto micros = row[3] ? to_int64(*row[3]) : 0;
             info.remaining = std::max(milliseconds{1}, milliseconds{(micros + 999) / 1000});
             const std::string owner = row[4].value_or("");
-            const std::string stored = row[1] ? from_hex(*row[1]) : std::string{};
+            // Labels are 1 to 255 bytes: a longer column was not written by distlock, and is not passed on.
+            const bool too_long = row[1] && row[1]->size() > 2 * (owner.size() + 255);
+            const std::string stored = row[1] && !too_long ? from_hex(*row[1]) : std::string{};
             if (!row[1])
                 info.unknown.emplace("holder", "the lease row has no label: its holder is a distlock from before holder"
                                                " labels, or a client that writes none");
+            else if (too_long)
+                info.unknown.emplace("holder", "the lease row's label is longer than any a holder can have (255 bytes):"
+                                               " not written by distlock");
             else if (stored.size() <= owner.size() || stored.compare(0, owner.size(), owner) != 0)
                 info.unknown.emplace("holder", "the lease row's label was written by an earlier grant: its holder is a"
                                                " distlock from before holder labels, which leaves the label alone");

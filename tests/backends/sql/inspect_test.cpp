@@ -15,6 +15,7 @@
 
 #include "distlock/distlock.hpp"
 #include "distlock/spi/backend.hpp"
+#include "distlock/testing.hpp"
 #include "sql_test_support.hpp"
 #include "support.hpp"
 #include "tcp_proxy.hpp"
@@ -333,4 +334,26 @@ TEST_CASE("long and non-ASCII labels: whole in lease rows; on PostgreSQL session
             }
         }
     }
+}
+
+TEST_CASE("a lease row's label longer than any holder can have is not passed on by inspect", "[sql][inspect][hostile]") {
+    // Whoever can write the lock table can store anything in holder_label: a
+    // label is 1 to 255 bytes, and a longer one was not written by distlock.
+    const auto url = url_of("lease-table");
+    auto p = distlock::connect(url);
+    raw_sql db(url);
+    const auto name = unique_name("huge-label");
+    const std::string owner(32, 'a');
+    // MySQL's column holds 320 bytes (VARBINARY(320)); PostgreSQL's bytea any length.
+    const std::size_t too_long = facts().scheme == "mysql" ? 320 - owner.size() : 100000;
+    db.run("INSERT INTO distlock_locks (name, owner, expires_at, version, holder_label) VALUES (?, ?, " +
+               facts().in_an_hour + ", 7, ?)",
+           {s::bytes{name}, owner, s::bytes{owner + std::string(too_long, 'L')}});
+    const auto info = p.inspect(name);
+    CHECK(info.held == std::optional<bool>(true));
+    CHECK(info.token == std::optional<std::uint64_t>(7));
+    CHECK_FALSE(info.holder.has_value());
+    REQUIRE(has_reason(info, "holder"));
+    CHECK(info.unknown.at("holder").find("longer than any") != std::string::npos);
+    distlock::testing::break_lock(p, name);
 }
