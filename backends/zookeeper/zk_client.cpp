@@ -42,6 +42,7 @@ void on_stat(int rc, const Stat* stat, const void* data) {
     if (rc == ZOK && stat) o->stat = *stat;
     finish(o, rc);
 }
+void on_string(int rc, const char*, const void* data) { finish(take(data), rc); }
 void on_string_stat(int rc, const char* value, const Stat* stat, const void* data) {
     auto o = take(data);
     if (rc == ZOK) {
@@ -161,6 +162,10 @@ op_ptr zk_exists_watch_async(zhandle_t* zh, const std::string& path) {
         o->done = true;
     }
     return o;
+}
+
+op_ptr zk_sync_async(zhandle_t* zh, const std::string& path) {
+    return submit([&](void* ctx) { return zoo_async(zh, path.c_str(), on_string, ctx); });
 }
 
 op_ptr zk_create(zhandle_t* zh, const std::string& path, const std::string& data, int flags, acl_mode acl) {

@@ -104,6 +104,11 @@ const op_ptr& wait_op(const op_ptr& o);
 op_ptr zk_create_async(zhandle_t* zh, const std::string& path, const std::string& data, int flags, acl_mode acl);
 // exists with a watch, not waited for (the keepalive of held nodes).
 op_ptr zk_exists_watch_async(zhandle_t* zh, const std::string& path);
+// sync of `path`, not waited for: the server the session is connected to (a
+// follower may lag behind the quorum) catches up with the leader before it
+// answers what the session sends behind it, so a read pipelined right behind
+// sees every write that completed before the sync was sent.
+op_ptr zk_sync_async(zhandle_t* zh, const std::string& path);
 
 // Waited forms: the C client's synchronous calls. In the multi-threaded client
 // their answer wakes the caller straight from the I/O thread (an asynchronous

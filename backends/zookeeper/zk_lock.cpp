@@ -580,15 +580,33 @@ lock_info inspect(session_manager& zk, std::string_view name, spi::lock_kind kin
     const bool leader = kind == spi::lock_kind::leader;
     const auto dir = dir_of(zk.config(), name);
     auto s = zk.session_for(clock::now() + zk.config().connect_timeout);
-    // One getChildren of the lock path; when someone holds it, one getData of
-    // the holder's node (its label, and its czxid: the token). A holder that
-    // leaves in between makes us look again.
+    // A sync of the lock path, then one getChildren of it sent right behind
+    // (one round trip for both); when someone holds it, one getData of the
+    // holder's node (its label, and its czxid: the token). A holder that leaves
+    // in between makes us look again.
+    // The sync: a follower answers reads from what it has applied, which may
+    // lag behind the quorum, and ZooKeeper orders reads per session only: the
+    // provider's session may be on another server than the holder's. Behind a
+    // sync, the listing shows every grant and release that completed before
+    // inspect was called. Once synced, the session never reads older state (a
+    // reconnection goes only to a server at least as recent), so a second look
+    // needs no second sync.
+    bool synced = false;
     for (int tries = 0;; ++tries) {
         if (tries > 10) throw_error(errc::unavailable, kBackend, "the holder of '" + std::string(name) + "' kept changing");
         lock_info info;
+        op_ptr sync;
+        if (!synced) {
+            stats().inspect_requests++;
+            sync = zk_sync_async(s->zh, dir);
+        }
         stats().inspect_requests++;
         auto kids = zk_children(s->zh, dir, zk.config().max_children);
-        if (is_connection_error(kids->rc) && zk.wait_connected(*s, zk.reconnect_limit(clock::now()))) continue;
+        if (sync) wait_op(sync);
+        const int rc = sync && sync->rc != ZOK ? sync->rc : kids->rc;
+        if (is_connection_error(rc) && zk.wait_connected(*s, zk.reconnect_limit(clock::now()))) continue;
+        if (sync && sync->rc != ZOK) throw_client_error(sync->rc, "inspect: sync " + dir + " failed");
+        synced = true;
         if (kids->rc != ZOK && kids->rc != ZNONODE) throw_op_error(*kids, "inspect: getChildren " + dir + " failed");
         zk.touch(*s);
         std::vector<std::string> queue;

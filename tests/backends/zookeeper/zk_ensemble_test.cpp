@@ -1,6 +1,7 @@
 // zk:// against the three-server ensemble (DISTLOCK_TEST_ZK_ENSEMBLE_URL and
 // DISTLOCK_TEST_ZK_ENSEMBLE_CTL from integration/backends.sh up zk-ensemble):
-// the leader is killed while the lock is held and contended.
+// the leader is killed while the lock is held and contended; inspect and
+// leader() from a session on another server than the holder's.
 #include <signal.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "child_process.hpp"
 #include "distlock/distlock.hpp"
@@ -53,6 +55,18 @@ struct restart_on_exit {
         std::system((script + " wait " + std::to_string(server) + " 60 >/dev/null 2>&1").c_str());
     }
 };
+
+// The test URL with only the `index`-th server (1-based, as the control script
+// numbers them): a session that stays on that server.
+std::string member_url(int index) {
+    const auto all = url();
+    const auto hosts = zk_test::hosts_of(all);
+    std::size_t from = 0;
+    for (int i = 1; i < index; ++i) from = hosts.find(',', from) + 1;
+    const auto host = hosts.substr(from, hosts.find(',', from) - from);
+    const auto at = all.find(hosts);
+    return all.substr(0, at) + host + all.substr(at + hosts.size());
+}
 
 struct grant {
     int who;
@@ -206,4 +220,43 @@ TEST_CASE("on the ensemble, a holder frozen past its session timeout is told it 
     CHECK(holder.wait_exit() == 0);
     CHECK(next.held());
     next.unlock();
+}
+
+// ZooKeeper orders reads per session only: a server answers a read from what
+// it has applied, which may lag behind the quorum. inspect and leader() are
+// monitoring calls that must not show a lock free when its grant completed
+// before they were called (nor held after its release completed): they sync the
+// lock path first. The holder is on the leader, each inspector on a follower,
+// so that the grant's commit reaches the inspector's server last; many rounds,
+// as the lag is short.
+TEST_CASE("inspect and leader() on another server see every grant and release that completed before them",
+          "[zookeeper][ensemble][inspect]") {
+    const int lead = leader();
+    auto holder = distlock::connect(member_url(lead));
+    std::vector<distlock::provider> inspectors;
+    for (int i = 1; i <= 3; ++i)
+        if (i != lead) inspectors.push_back(distlock::connect(member_url(i)));
+    REQUIRE(inspectors.size() == 2);
+    int rounds = 0, held_missed = 0, free_missed = 0, leader_missed = 0, resigned_missed = 0;
+    const auto until = clk::now() + 4s;
+    while (rounds < 300 && clk::now() < until) {
+        ++rounds;
+        const auto name = unique_name("inspect-follower");
+        auto m = holder.mutex(name);
+        REQUIRE(m.try_lock());
+        for (auto& p : inspectors) held_missed += p.inspect(name).held != std::optional<bool>(true);
+        m.unlock();
+        for (auto& p : inspectors) free_missed += p.inspect(name).held != std::optional<bool>(false);
+        auto e = holder.election(name + "-e");
+        REQUIRE(e.campaign(5s));
+        for (auto& p : inspectors) leader_missed += p.election(name + "-e").leader().held != std::optional<bool>(true);
+        e.resign();
+        for (auto& p : inspectors) resigned_missed += p.election(name + "-e").leader().held != std::optional<bool>(false);
+    }
+    INFO(rounds << " rounds, holder on server " << lead);
+    CHECK(rounds >= 20);
+    CHECK(held_missed == 0);
+    CHECK(free_missed == 0);
+    CHECK(leader_missed == 0);
+    CHECK(resigned_missed == 0);
 }
