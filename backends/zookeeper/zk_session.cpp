@@ -122,8 +122,12 @@ void session_manager::make_parents(session& s, const std::string& dir) {
     while (pos != std::string::npos) {
         pos = dir.find('/', pos + 1);
         std::string sub = dir.substr(0, pos);
+        // The base path of an owned ACL (creator, read) is persistent: a
+        // container would be removed once empty, and under an open parent any
+        // identity could then make it first and deny every name under it.
+        const bool owned_base = sub == settings_.base && settings_.acl != acl_mode::open;
         for (int attempt = 0;; ++attempt) {
-            int flags = containers_.load() ? ZOO_CONTAINER : ZOO_PERSISTENT;
+            int flags = containers_.load() && !owned_base ? ZOO_CONTAINER : ZOO_PERSISTENT;
             auto o = zk_create(s.zh, sub, "", flags, settings_.acl);
             if (o->rc == ZOK || o->rc == ZNODEEXISTS) break;
             if (flags == ZOO_CONTAINER && (o->rc == ZUNIMPLEMENTED || o->rc == ZBADARGUMENTS)) {

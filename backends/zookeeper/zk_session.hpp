@@ -113,7 +113,8 @@ public:
     bool session_alive(session& s);
     void touch(session& s);
 
-    // Makes every missing parent of `dir` (and `dir`) as a container node.
+    // Makes every missing parent of `dir` (and `dir`) as a container node; the
+    // base path itself persistent when its ACL is owned (acl=creator, read).
     void make_parents(session& s, const std::string& dir);
     // Guaranteed delete (Curator's guaranteed()): now, or once reconnected.
     void delete_node(session& s, const std::string& path);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <zookeeper/zookeeper.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -327,6 +328,56 @@ TEST_CASE("under an open base path, a lock path another identity made first is a
     CHECK_THROWS_AS(owner.try_lock(), distlock::access_denied_error);
     CHECK_THROWS_AS(owner.try_lock_for(200ms), distlock::access_denied_error);
     squatter.unlock();
+}
+
+// A base path made with an owned ACL is persistent: once its last lock path is
+// gone it stays, so no other identity can make it first (the server removes an
+// empty container within checkIntervalMs: 500 ms on the test server). Its
+// parent here is open, as ZooKeeper's root "/" is by default. With acl=open it
+// stays a container, as Curator's parents are (there is nothing to protect).
+TEST_CASE("with credentials, a base path distlock makes stays once empty: another identity cannot take it over",
+          "[zookeeper][acl]") {
+    const auto root = "/distlock-acl-" + distlock::spi::random_token().substr(0, 8);
+    zk_test::raw_zk owner(hosts());
+    owner.add_digest(kOwner);
+    strangers others;
+    REQUIRE(others.anonymous.create_persistent(root) == ZOK);  // open, as "/" is
+    // acl= -> a base path of its own under root.
+    const std::map<std::string, std::string> bases{
+        {"", root + "/creator"}, {"acl=read", root + "/read"}, {"acl=open", root + "/open"}};
+    // A lock taken and given back under each (made by distlock), then the empty
+    // lock paths removed by the server, and its container check run once more.
+    for (const auto& [params, base_path] : bases) {
+        auto p = distlock::connect(url_as(kOwner, base_path, params));
+        auto m = p.mutex("x");
+        REQUIRE(m.try_lock());
+        m.unlock();
+    }
+    Stat st{};
+    for (const auto& [params, base_path] : bases)
+        REQUIRE(eventually([&, &b = base_path] { return owner.stat(b + "/x", st) == ZNONODE; }, 10s));
+    std::this_thread::sleep_for(1500ms);
+    CHECK(eventually([&] { return owner.stat(bases.at("acl=open"), st) == ZNONODE; }, 5s));  // a container
+    for (const auto& params : {"", "acl=read"}) {
+        const auto& base_path = bases.at(params);
+        INFO(base_path);
+        REQUIRE(owner.stat(base_path, st) == ZOK);  // still there
+        const auto acl = owner.acl(base_path);
+        CHECK(std::count_if(acl.begin(), acl.end(), [](const std::string& a) { return owner_only({a}); }) == 1);
+        CHECK(std::count(acl.begin(), acl.end(), "world:anyone:31") == 0);
+        // Another identity can neither make it its own nor queue under it.
+        CHECK(others.intruder.create_private(base_path) == ZNODEEXISTS);
+        CHECK(others.intruder.create_persistent(base_path + "/x") == ZNOAUTH);
+        CHECK(others.anonymous.create_persistent(base_path + "/x") == ZNOAUTH);
+        // The owner still locks there.
+        auto p = distlock::connect(url_as(kOwner, base_path, params));
+        auto m = p.mutex("x");
+        CHECK(m.try_lock());
+        m.unlock();
+        owner.remove(base_path + "/x");
+        CHECK(owner.remove(base_path) == ZOK);
+    }
+    CHECK(owner.remove(root) == ZOK);
 }
 
 // ---- child lists are capped -------------------------------------------------------
