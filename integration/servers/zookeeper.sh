@@ -47,8 +47,15 @@ zookeeper_spawn() {  # zookeeper_spawn DIR: the server of DIR/zoo.cfg
     local pid=$!
     record_pid zookeeper $pid
     wait_serving 60 $pid zk_serving "$ZK_PORT" standalone || { fail_with_log zookeeper "$dir/log"; return 1; }
+    # The anonymous tests' base path, open and persistent before any test runs:
+    # zk:// with credentials makes a missing base path persistent and its own
+    # (acl=creator), which would shut the anonymous tests out of it for good.
+    /usr/share/zookeeper/bin/zkCli.sh -server "127.0.0.1:$ZK_PORT" create /distlock-tests </dev/null >/dev/null 2>&1 || true
     {
         echo "DISTLOCK_TEST_ZK_URL=zk://127.0.0.1:$ZK_PORT/distlock-tests?session_timeout=2s"
+        # The conformance suite with digest credentials (acl=creator), under a
+        # base path of that identity's.
+        echo "DISTLOCK_TEST_ZK_ACL_URL=zk://dl-conformance:conformance-pw@127.0.0.1:$ZK_PORT/distlock-acl-tests?session_timeout=2s"
         echo "DISTLOCK_TEST_ZK_4LW=127.0.0.1:$ZK_PORT"
         echo "DISTLOCK_TEST_ZK_PID=$pid"  # fault tests freeze it with SIGSTOP (and always SIGCONT it)
     } > "$RUN/zookeeper.env"
