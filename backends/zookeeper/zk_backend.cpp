@@ -24,7 +24,7 @@ namespace {
 
 class backend final : public spi::backend {
 public:
-    explicit backend(settings s) : zk_(std::move(s)) {
+    explicit backend(settings s) : log_(s.log_level), zk_(std::move(s)) {
         const auto timeout = zk_.timeout();
         caps_.unsupported = {
             {feature::lease_expiry,
@@ -68,6 +68,7 @@ public:
     void break_lock(std::string_view name) override { zookeeper::break_lock(zk_, name); }
 
 private:
+    log_level_use log_;  // before zk_: set while its sessions open and close
     session_manager zk_;
     capabilities caps_;
 };
@@ -109,7 +110,7 @@ std::shared_ptr<spi::backend> make_backend(spi::url& u) {
         throw_error(errc::invalid_argument, kBackend, "session_timeout must be between 100ms and 24h");
     s.connect_timeout = u.take_duration("connect_timeout").value_or(std::max<ms>(s.session_timeout, 5s));
     if (s.connect_timeout.count() <= 0) throw_error(errc::invalid_argument, kBackend, "connect_timeout must be positive");
-    set_log_level(u.take("log"));
+    s.log_level = parse_log_level(u.take("log"));
     s.node_data = node_data();
     if (!u.user().empty() || !u.password().empty()) s.digest = u.user() + ":" + u.password();
     s.acl = acl_from(u.take("acl"), !s.digest.empty());

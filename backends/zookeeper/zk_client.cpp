@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -19,8 +20,6 @@
 
 namespace distlock::backends::zookeeper {
 namespace {
-
-std::atomic<int> g_log_level{0};  // 0 = off, else a ZooLogLevel
 
 void* hold(const op_ptr& o) { return new op_ptr(o); }
 op_ptr take(const void* data) {
@@ -90,22 +89,69 @@ counters read_counters() noexcept {
     return out;
 }
 
-void log_sink(const char* message) {
-    if (g_log_level.load() > 0) std::fprintf(stderr, "[zookeeper] %s\n", message);
+// ---- logging ----------------------------------------------------------------------
+namespace {
+
+// The level of a line of the C client: "<time>:<pid>(0x<tid>):ZOO_<LEVEL>@<function>@<line>: <text>".
+int level_of(const char* line) {
+    static const std::pair<const char*, int> names[] = {{":ZOO_ERROR@", ZOO_LOG_LEVEL_ERROR},
+                                                        {":ZOO_WARN@", ZOO_LOG_LEVEL_WARN},
+                                                        {":ZOO_INFO@", ZOO_LOG_LEVEL_INFO},
+                                                        {":ZOO_DEBUG@", ZOO_LOG_LEVEL_DEBUG}};
+    for (const auto& [name, level] : names)
+        if (std::strstr(line, name)) return level;
+    return ZOO_LOG_LEVEL_ERROR;  // not the C client's format: shown from error up
 }
 
-void set_log_level(const std::optional<std::string>& level) {
-    if (level) {
-        static const std::map<std::string, int> levels{
-            {"off", 0}, {"error", ZOO_LOG_LEVEL_ERROR}, {"warn", ZOO_LOG_LEVEL_WARN}, {"info", ZOO_LOG_LEVEL_INFO},
-            {"debug", ZOO_LOG_LEVEL_DEBUG}};
-        auto it = levels.find(*level);
-        if (it == levels.end()) throw_error(errc::invalid_argument, kBackend, "log must be off, error, warn, info or debug");
-        g_log_level = it->second;
+template <int Level>
+void sink(const char* line) {
+    if (Level > 0 && line && level_of(line) <= Level) std::fprintf(stderr, "[zookeeper] %s\n", line);
+}
+
+std::mutex g_levels_mutex;
+std::array<int, ZOO_LOG_LEVEL_DEBUG + 1> g_levels{};  // live providers per level
+
+void apply_levels() {  // under g_levels_mutex
+    int top = 0;
+    for (int l = 1; l <= ZOO_LOG_LEVEL_DEBUG; ++l)
+        if (g_levels[static_cast<std::size_t>(l)] > 0) top = l;
+    zoo_set_debug_level(static_cast<ZooLogLevel>(top));
+}
+
+}  // namespace
+
+int parse_log_level(const std::optional<std::string>& value) {
+    if (!value) return 0;
+    static const std::map<std::string, int> levels{{"off", 0},
+                                                   {"error", ZOO_LOG_LEVEL_ERROR},
+                                                   {"warn", ZOO_LOG_LEVEL_WARN},
+                                                   {"info", ZOO_LOG_LEVEL_INFO},
+                                                   {"debug", ZOO_LOG_LEVEL_DEBUG}};
+    auto it = levels.find(*value);
+    if (it == levels.end()) throw_error(errc::invalid_argument, kBackend, "log must be off, error, warn, info or debug");
+    return it->second;
+}
+
+log_callback_fn log_sink_for(int level) {
+    // Never null: a handle without a callback writes to the C client's log stream (stderr).
+    switch (level) {
+        case ZOO_LOG_LEVEL_ERROR: return sink<ZOO_LOG_LEVEL_ERROR>;
+        case ZOO_LOG_LEVEL_WARN: return sink<ZOO_LOG_LEVEL_WARN>;
+        case ZOO_LOG_LEVEL_INFO: return sink<ZOO_LOG_LEVEL_INFO>;
+        case ZOO_LOG_LEVEL_DEBUG: return sink<ZOO_LOG_LEVEL_DEBUG>;
+        default: return sink<0>;
     }
-    // Level 0 turns the C client's logging off altogether: not even formatted
-    // (its endpoint formatting shares one static buffer between zhandles' threads).
-    zoo_set_debug_level(static_cast<ZooLogLevel>(g_log_level.load()));
+}
+
+log_level_use::log_level_use(int level) : level_(std::clamp(level, 0, static_cast<int>(ZOO_LOG_LEVEL_DEBUG))) {
+    std::lock_guard lk(g_levels_mutex);
+    ++g_levels[static_cast<std::size_t>(level_)];
+    apply_levels();
+}
+log_level_use::~log_level_use() {
+    std::lock_guard lk(g_levels_mutex);
+    --g_levels[static_cast<std::size_t>(level_)];
+    apply_levels();
 }
 
 bool is_connection_error(int rc) {
@@ -275,13 +321,13 @@ void set_cloexec(int fd) {
 
 }  // namespace
 
-zhandle_t* zk_init(const std::string& hosts, watcher_fn watcher, ms session_timeout, void* context) {
+zhandle_t* zk_init(const std::string& hosts, watcher_fn watcher, ms session_timeout, void* context, int log_level) {
     // The pipe is made inside zookeeper_init2 on this thread: the inheritable
     // pipes that appear across the call are its two ends. (One that another
     // thread makes at the same moment would be marked too.)
     const auto before = inheritable(S_IFIFO);
     zhandle_t* zh = zookeeper_init2(hosts.c_str(), watcher, static_cast<int>(session_timeout.count()), nullptr,
-                                    context, 0, log_sink);
+                                    context, 0, log_sink_for(log_level));
     const int err = errno;
     if (zh)
         for (const auto& p : inheritable(S_IFIFO))

@@ -6,7 +6,7 @@
 //    the callers branch on (connection trouble, session gone)
 //  - op: one request's result; the zk_* wrappers run one request each
 //  - the process-wide counters behind read_counters() (zk_names.hpp)
-//  - the C client's log, routed to stderr only when the URL asks for it
+//  - the C client's log, per provider, on stderr only when its URL asks for it
 //  - all_hosts_refuse(): a TCP probe, so that a dead ensemble fails fast
 //  - the ACLs of the nodes distlock creates, the cap on child lists, and
 //    close-on-exec for the C client's descriptors
@@ -42,12 +42,33 @@ struct atomic_counters {
 };
 atomic_counters& stats();
 
-// ---- logging: the C client logs to stderr at INFO by default; route it -------
-// The sink given to zookeeper_init2: prints only when a level was chosen.
-void log_sink(const char* message);
-// Applies the URL's log= (off, error, warn, info, debug; nullopt keeps the
-// process's level) to the C client. Throws invalid_argument_error.
-void set_log_level(const std::optional<std::string>& level);
+// ---- logging: the C client's own log, per provider ---------------------------
+// The C client formats a line when its process-wide level lets it through and
+// hands it to the log callback of the handle it concerns: a plain function,
+// without context, so every level has its own (log_sink_for). A handle's
+// callback is that of its provider's log= level and drops the lines above it:
+// one provider's log= never makes another provider's sessions print, and
+// log=off never silences another. The lines a provider asked for go to stderr
+// (the one place distlock writes to: it has no way to the provider's log hook,
+// see docs/backends/zookeeper.md). Levels: 0 = off, else a ZooLogLevel.
+// The URL's log= (off, error, warn, info, debug; off when not given). Throws
+// invalid_argument_error.
+int parse_log_level(const std::optional<std::string>& value);
+log_callback_fn log_sink_for(int level);
+// While it lives, one provider's share of the C client's process-wide level:
+// the highest level of the live providers (0 when none asked: lines are not
+// even formatted; the C client's endpoint formatting shares one static buffer
+// between threads).
+class log_level_use {
+public:
+    explicit log_level_use(int level);
+    ~log_level_use();
+    log_level_use(const log_level_use&) = delete;
+    log_level_use& operator=(const log_level_use&) = delete;
+
+private:
+    int level_;
+};
 
 // ---- ACLs of the nodes distlock creates (the URL's acl=) ----------------------
 //   open     world:anyone:cdrwa (ZOO_OPEN_ACL_UNSAFE): anyone who reaches the
@@ -138,7 +159,7 @@ op_ptr zk_set(zhandle_t* zh, const std::string& path, const std::string& data);
 // socket: the descriptors of this process connected to the server the handle is
 // connected to (any other ZooKeeper session's to it are marked too). Between a
 // connection's socket() and that event a concurrent exec can still inherit it.
-zhandle_t* zk_init(const std::string& hosts, watcher_fn watcher, ms session_timeout, void* context);
+zhandle_t* zk_init(const std::string& hosts, watcher_fn watcher, ms session_timeout, void* context, int log_level);
 void mark_connection_cloexec(zhandle_t* zh);
 
 // Fails fast when every host refuses TCP connections (the C client would retry

@@ -55,7 +55,7 @@ std::shared_ptr<session> session_manager::open_session() {  // under mu_
     auto s = std::make_shared<session>();
     s->owner = this;
     s->gen = ++next_gen_;
-    s->zh = zk_init(settings_.hosts, session_watcher, settings_.session_timeout, s.get());
+    s->zh = zk_init(settings_.hosts, session_watcher, settings_.session_timeout, s.get(), settings_.log_level);
     if (!s->zh) {
         int err = errno;
         throw_error(errc::unavailable, kBackend, "zookeeper_init failed for " + settings_.hosts, err,
@@ -392,7 +392,7 @@ void with_separate_session(const settings& s, ms session_timeout, const std::str
         }
         p->cv.notify_all();
     };
-    zhandle_t* zh = zk_init(s.hosts, watcher, session_timeout, &pr);
+    zhandle_t* zh = zk_init(s.hosts, watcher, session_timeout, &pr, s.log_level);
     if (!zh) throw_error(errc::unavailable, kBackend, "zookeeper_init failed for " + what);
     if (!s.digest.empty())
         zoo_add_auth(zh, "digest", s.digest.data(), static_cast<int>(s.digest.size()),

@@ -39,6 +39,7 @@ struct settings {
     std::string digest;     // "user:password" from the URL: digest auth of every session
     acl_mode acl = acl_mode::open;  // of every node distlock creates (acl=; creator by default with a digest)
     std::size_t max_children = kDefaultMaxChildren;  // the most children of a lock path distlock reads
+    int log_level = 0;  // log=: the C client's lines of this provider's sessions shown up to it (0 = none)
 };
 
 class session_manager;
