@@ -12,7 +12,9 @@
 
 #include <condition_variable>
 #include <cstdlib>
+#include <string_view>
 #include <map>
+#include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -37,7 +39,9 @@ std::optional<std::uint16_t> peer_port(int fd) {
     return std::nullopt;
 }
 
-// Descriptors of this process that are sockets, with their inodes.
+// Descriptors of this process that are sockets, with their inodes, read from
+// the links in /proc/self/fd ("socket:[<inode>]"): no call on the descriptors
+// themselves, which other threads (the client library's) own.
 std::vector<std::pair<int, ino_t>> sockets() {
     std::vector<std::pair<int, ino_t>> out;
     DIR* d = ::opendir("/proc/self/fd");
@@ -47,7 +51,14 @@ std::vector<std::pair<int, ino_t>> sockets() {
         char* end = nullptr;
         const long fd = std::strtol(e->d_name, &end, 10);
         if (end == e->d_name || *end != '\0' || fd == own) continue;
-        if (auto ino = socket_inode(static_cast<int>(fd))) out.emplace_back(static_cast<int>(fd), *ino);
+        char link[64];
+        const auto n = ::readlinkat(own, e->d_name, link, sizeof link - 1);
+        if (n <= 0) continue;
+        link[n] = '\0';
+        constexpr std::string_view prefix = "socket:[";
+        if (std::string_view(link, static_cast<std::size_t>(n)).substr(0, prefix.size()) != prefix) continue;
+        const unsigned long long ino = std::strtoull(link + prefix.size(), &end, 10);
+        if (*end == ']') out.emplace_back(static_cast<int>(fd), static_cast<ino_t>(ino));
     }
     ::closedir(d);
     return out;
@@ -167,11 +178,37 @@ std::set<ino_t> socket_inodes() {
     return out;
 }
 
-std::unique_lock<std::timed_mutex> connect_turn(deadline_clock::time_point until) {
-    static std::timed_mutex turn;
-    std::unique_lock lk(turn, std::defer_lock);
-    (void)lk.try_lock_until(until);
-    return lk;
+namespace {
+
+struct turns {
+    std::mutex m;
+    std::condition_variable cv;
+    bool busy = false;
+};
+
+turns& the_turns() {
+    static auto* t = new turns;  // never destroyed: connections may be made during static destruction
+    return *t;
+}
+
+}  // namespace
+
+connect_turn::connect_turn(deadline_clock::time_point until) {
+    auto& t = the_turns();
+    std::unique_lock lk(t.m);
+    owns_ = t.cv.wait_until(lk, until, [&] { return !t.busy; });
+    if (owns_) t.busy = true;
+}
+
+void connect_turn::release() noexcept {
+    if (!owns_) return;
+    owns_ = false;
+    auto& t = the_turns();
+    {
+        std::lock_guard lk(t.m);
+        t.busy = false;
+    }
+    t.cv.notify_one();
 }
 
 int claim_socket(const std::set<ino_t>& before, std::uint16_t port) {

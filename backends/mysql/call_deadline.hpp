@@ -21,7 +21,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -34,8 +33,20 @@ using deadline_clock = std::chrono::steady_clock;
 std::set<ino_t> socket_inodes();
 
 // Lets one connect of distlock's MySQL connections run at a time in the
-// process (so that the socket it opens is the only new one), waiting until `until`.
-std::unique_lock<std::timed_mutex> connect_turn(deadline_clock::time_point until);
+// process (so that the socket it opens is the only new one), waiting until
+// `until` at most; owns() says whether the turn came.
+class connect_turn {
+public:
+    explicit connect_turn(deadline_clock::time_point until);
+    ~connect_turn() { release(); }
+    connect_turn(const connect_turn&) = delete;
+    connect_turn& operator=(const connect_turn&) = delete;
+    bool owns() const noexcept { return owns_; }
+    void release() noexcept;
+
+private:
+    bool owns_ = false;
+};
 
 // The socket a connect opened: opened since `before`, not claimed by another
 // connection, its peer port `port`. Returns a close-on-exec duplicate of it,

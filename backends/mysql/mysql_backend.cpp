@@ -148,8 +148,8 @@ public:
             return msg;
         };
         try {
-            auto turn = connect_turn(until);
-            if (!turn.owns_lock())
+            connect_turn turn(until);
+            if (!turn.owns())
                 throw s::sql_error(s::failure::cannot_connect, 0, late + ": the process's other MySQL connects took it");
             const auto before = socket_inodes();
             {
@@ -168,7 +168,7 @@ public:
                 if (watch.fired()) throw s::sql_error(s::failure::cannot_connect, 0, late);
             }
             sock_.fd = claim_socket(before, ep.port);
-            turn.unlock();
+            turn.release();
             plain_.reset(conn_->createStatement());
             // Rows are read as they come (mysql_use_result), so that a reply is
             // capped as it arrives (read()), not after the library stored all of it.
