@@ -1,8 +1,13 @@
 #include "http_easy.hpp"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
+#include <cstdlib>
 #include <mutex>
+#include <set>
 #include <utility>
 
 #include "distlock/spi/backend.hpp"
@@ -16,6 +21,66 @@ void global_init() {
 
 curl_socket_t open_socket(void*, curlsocktype, curl_sockaddr* address) {
     return ::socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
+}
+
+namespace {
+
+// The open descriptors, without the one this listing itself uses (closed on
+// return, its number free for the next descriptor opened).
+std::set<int> open_descriptors() {
+    std::set<int> out;
+    if (DIR* d = ::opendir("/proc/self/fd")) {
+        while (const dirent* e = ::readdir(d))
+            if (e->d_name[0] != '.') out.insert(std::atoi(e->d_name));
+        out.erase(::dirfd(d));
+        ::closedir(d);
+    }
+    return out;
+}
+
+// A descriptor curl's wake-up may use: a local socket or a pipe.
+bool wakeup_kind(int fd) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) return false;
+    if (S_ISFIFO(st.st_mode)) return true;
+    if (!S_ISSOCK(st.st_mode)) return false;
+    int domain = 0;
+    socklen_t len = sizeof domain;
+    return ::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_UNIX;
+}
+
+}  // namespace
+
+CURLM* new_multi() {
+    const auto before = open_descriptors();
+    CURLM* multi = curl_multi_init();
+    if (multi == nullptr) return nullptr;
+    for (int fd : open_descriptors()) {
+        if (before.count(fd) != 0) continue;
+        const int flags = ::fcntl(fd, F_GETFD);
+        if (flags >= 0 && (flags & FD_CLOEXEC) == 0 && wakeup_kind(fd)) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+    }
+    return multi;
+}
+
+CURLcode perform_on(CURLM* multi, CURL* easy) {
+    if (curl_multi_add_handle(multi, easy) != CURLM_OK) return CURLE_FAILED_INIT;
+    CURLcode rc = CURLE_OK;
+    for (int running = 1; running > 0;) {
+        if (curl_multi_perform(multi, &running) != CURLM_OK) {
+            rc = CURLE_OUT_OF_MEMORY;
+            break;
+        }
+        if (running > 0 && curl_multi_poll(multi, nullptr, 0, 1000, nullptr) != CURLM_OK) {
+            rc = CURLE_OUT_OF_MEMORY;
+            break;
+        }
+    }
+    int left = 0;
+    while (CURLMsg* msg = curl_multi_info_read(multi, &left))
+        if (msg->msg == CURLMSG_DONE && msg->easy_handle == easy) rc = msg->data.result;
+    curl_multi_remove_handle(multi, easy);
+    return rc;
 }
 
 std::size_t write_cb(char* data, std::size_t size, std::size_t n, void* user) {

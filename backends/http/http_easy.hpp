@@ -73,6 +73,18 @@ struct sink {
 // start (a command the program runs must not inherit its connections).
 curl_socket_t open_socket(void* user, curlsocktype purpose, curl_sockaddr* address);
 
+// curl_multi_init(), its wake-up descriptors made close-on-exec: libcurl before
+// 8.8 opens them (a socketpair, or a pipe) without the flag and offers no way to
+// reach them (curl issue 13618). The descriptors that appear during the call
+// and lack the flag, local sockets and pipes only, get it. Every multi handle
+// of the layer comes from here: the loop's, and one per pooled easy handle in
+// place of curl_easy_perform()'s hidden one. nullptr when curl has no memory.
+CURLM* new_multi();
+
+// The transfer of `easy` on `multi` (a handle of new_multi()) to its end, as
+// curl_easy_perform() runs it on its own hidden multi handle.
+CURLcode perform_on(CURLM* multi, CURL* easy);
+
 std::size_t write_cb(char* data, std::size_t size, std::size_t n, void* user);
 std::size_t header_cb(char* data, std::size_t size, std::size_t n, void* user);
 

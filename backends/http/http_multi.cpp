@@ -33,7 +33,7 @@ struct loop::transfer {
 
 loop::loop(client& c) : client_(c) {
     global_init();
-    multi_ = curl_multi_init();
+    multi_ = new_multi();
     if (multi_ == nullptr) throw std::bad_alloc();
     thread_ = std::thread([this] { run(); });
     thread_id_ = thread_.get_id();

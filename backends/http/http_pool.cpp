@@ -37,7 +37,10 @@ client::client(options o) : options_(std::move(o)) {
 }
 
 client::~client() {
-    for (void* e : pool_) curl_easy_cleanup(static_cast<CURL*>(e));
+    for (const auto& h : pool_) {
+        curl_easy_cleanup(static_cast<CURL*>(h.easy));
+        curl_multi_cleanup(static_cast<CURLM*>(h.multi));
+    }
     if (share_ != nullptr) curl_share_cleanup(static_cast<CURLSH*>(share_));
 }
 
@@ -58,25 +61,33 @@ void client::set_header(const std::string& name, const std::string& value) {
     else dynamic_headers_[name] = value;
 }
 
-void* client::take_handle() {
+client::pooled client::take_handle() {
     {
         std::lock_guard lk(mutex_);
         if (!pool_.empty()) {
-            void* e = pool_.back();
+            auto h = pool_.back();
             pool_.pop_back();
-            return e;
+            return h;
         }
     }
     CURL* e = curl_easy_init();
-    if (e == nullptr) throw std::bad_alloc();
-    return e;
+    CURLM* m = e == nullptr ? nullptr : new_multi();
+    if (m == nullptr) {
+        curl_easy_cleanup(e);
+        throw std::bad_alloc();
+    }
+    return {e, m};
 }
 
-void client::give_back(void* easy) noexcept {
-    curl_easy_reset(static_cast<CURL*>(easy));  // keeps the connection cache
+void client::give_back(pooled h) noexcept {
+    curl_easy_reset(static_cast<CURL*>(h.easy));  // the connections stay in the multi handle's cache
     std::lock_guard lk(mutex_);
-    if (pool_.size() < 32) pool_.push_back(easy);
-    else curl_easy_cleanup(static_cast<CURL*>(easy));
+    if (pool_.size() < 32) {
+        pool_.push_back(h);
+        return;
+    }
+    curl_easy_cleanup(static_cast<CURL*>(h.easy));
+    curl_multi_cleanup(static_cast<CURLM*>(h.multi));
 }
 
 void* client::build_headers(const request& r) const {
@@ -153,7 +164,8 @@ transfer_result client::perform(const request& r, const std::function<bool(std::
         s.on_line = on_line;
         s.limit = options_.max_reply_bytes;
         char errbuf[CURL_ERROR_SIZE] = {};
-        CURL* easy = static_cast<CURL*>(take_handle());
+        const pooled handle = take_handle();
+        CURL* easy = static_cast<CURL*>(handle.easy);
         curl_slist* headers = nullptr;
         CURLcode rc;
         try {
@@ -164,16 +176,16 @@ transfer_result client::perform(const request& r, const std::function<bool(std::
             curl_easy_setopt(easy, CURLOPT_WRITEDATA, &s);
             curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, &header_cb);
             curl_easy_setopt(easy, CURLOPT_HEADERDATA, &s);
-            rc = curl_easy_perform(easy);
+            rc = perform_on(static_cast<CURLM*>(handle.multi), easy);
             curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &resp.status);
         } catch (...) {
             curl_slist_free_all(headers);
-            give_back(easy);
+            give_back(handle);
             throw;
         }
         curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, nullptr);
         curl_slist_free_all(headers);
-        give_back(easy);
+        give_back(handle);
         last = result_of(rc, s, errbuf, std::move(resp));
         if (last.how != outcome::failed) {
             if (idx != first) current_.store(idx);

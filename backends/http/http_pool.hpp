@@ -55,13 +55,18 @@ public:
     void* build_headers(const request& r) const;  // a curl_slist*
 
 private:
-    void* take_handle();
-    void give_back(void* easy) noexcept;
+    // An easy handle and the multi handle it runs on (see http_easy's new_multi).
+    struct pooled {
+        void* easy = nullptr;
+        void* multi = nullptr;
+    };
+    pooled take_handle();
+    void give_back(pooled h) noexcept;
     transfer_result perform(const request& r, const std::function<bool(std::string_view)>* on_line);
 
     options options_;
     mutable std::mutex mutex_;  // guards pool_, dynamic_headers_
-    std::vector<void*> pool_;
+    std::vector<pooled> pool_;
     std::map<std::string, std::string> dynamic_headers_;
     std::atomic<std::size_t> current_{0};
     void* share_ = nullptr;     // CURLSH: DNS cache and TLS sessions shared by the handles
