@@ -75,56 +75,82 @@ bool secret_parameter(std::string_view key) {
     return false;
 }
 
-// Where the user info of `rest` (the text after "://") may end: its last '@'
-// (npos: none). A password may hold any character, '@', '/', '?' and '#'
-// included, so whatever comes before the last '@' may be part of it.
-std::size_t userinfo_end(std::string_view rest) { return rest.rfind('@'); }
-
-// Whether `candidate`, the text before userinfo_end(), is read as user info:
-// always with a ':' (a password follows it, whatever it holds); without one,
-// only when it holds no '/', '?' or '#' (else the '@' is in a path or a query,
-// as in file:///var/app@1). url::parse and redact_url() agree on this.
-bool is_userinfo(std::string_view candidate) {
-    return candidate.find(':') != std::string_view::npos || candidate.find_first_of("/?#") == std::string_view::npos;
+// Where the user info at the start of `rest` (the text after "://") ends: the
+// position of its '@', npos when there is none. url::parse and redact_url()
+// both read it so:
+//  - up to the last '@', when what comes before it holds a ':' (a password
+//    may hold any character, '@', '/', '?' and '#' included: whatever comes
+//    before the last '@' may be part of it), or holds no '/', '?' or '#';
+//  - else that '@' is in a path or a query (file:///var/app@1,
+//    redis://h/0?prefix=a@b), and the user info, if any, ends at the last '@'
+//    before the first '/', '?' or '#' (redis://PASSWORD@h/0?prefix=a@b).
+std::size_t userinfo_end(std::string_view rest) {
+    constexpr auto npos = std::string_view::npos;
+    const auto at = rest.rfind('@');
+    if (at == npos) return npos;
+    const auto candidate = rest.substr(0, at);
+    if (candidate.find(':') != npos || candidate.find_first_of("/?#") == npos) return at;
+    return rest.substr(0, rest.find_first_of("/?#")).rfind('@');
 }
 
-}  // namespace
-
-// Works on the text alone, so that a URL no parser accepts is shown safely too.
-// Two readings are hidden together, whichever is right: the password, taken
-// to run from the first ':' after "://" to the last '@', since a password may
-// hold unescaped '@', ':', '/', '?', '#' or '%'; and the value of every secret
-// parameter, up to the next '&' (it may hold an '@' or a '#'). A user info
-// without ':' is hidden whole, for every scheme: Lettuce and others write a
-// password alone so (redis://PASSWORD@host), and a backend may read it so; a
-// user name alone is hidden with it. Each run of hidden characters is shown as
-// "***".
-std::string redact_url(std::string_view text) {
+// Marks in `hide` the value of every secret parameter of `text` after `from`:
+// each '=' whose name (from the '?' or '&' before it) is secret_parameter(),
+// up to the next '&' (a value may hold an '@' or a '#').
+void hide_secret_values(std::string_view text, std::size_t from, std::vector<bool>& hide) {
     constexpr auto npos = std::string_view::npos;
-    std::vector<bool> hide(text.size(), false);
-    const auto sep = text.find("://");
-    const std::size_t rest = sep == npos ? 0 : sep + 3;
-    if (const auto at = userinfo_end(text.substr(rest)); at != npos) {
-        const auto candidate = text.substr(rest, at);
-        const auto colon = candidate.find(':');
-        const std::size_t from = colon != npos ? rest + colon + 1 : rest;
-        if (is_userinfo(candidate))
-            std::fill(hide.begin() + static_cast<long>(from), hide.begin() + static_cast<long>(rest + at), true);
-    }
-    for (auto eq = text.find('=', rest); eq != npos; eq = text.find('=', eq + 1)) {
+    for (auto eq = text.find('=', from); eq != npos; eq = text.find('=', eq + 1)) {
         const auto start = text.find_last_of("?&", eq);
-        if (start == npos || start < rest) continue;
+        if (start == npos || start < from) continue;
         const auto name = text.substr(start + 1, eq - start - 1);
         if (!secret_parameter(unescape(name).value_or(std::string(name)))) continue;
         const auto end = std::min(text.find('&', eq + 1), text.size());
         std::fill(hide.begin() + static_cast<long>(eq + 1), hide.begin() + static_cast<long>(end), true);
     }
+}
+
+// `text` with each run of the characters marked in `hide` as "***".
+std::string shown(std::string_view text, const std::vector<bool>& hide) {
     std::string out;
     for (std::size_t i = 0; i < text.size(); ++i) {
         if (!hide[i]) out += text[i];
         else if (i == 0 || !hide[i - 1]) out += "***";
     }
     return out;
+}
+
+}  // namespace
+
+// Works on the text alone, so that a URL no parser accepts is shown safely too.
+// Every reading is hidden together, whichever is right: the user info as
+// url::parse reads it (userinfo_end), the password taken to run from the first
+// ':' after "://" to the last '@' (a password may hold unescaped '@', ':', '/',
+// '?', '#' or '%'), the user info of the authority alone (up to its last '@',
+// before any '/', '?' or '#': "PASSWORD@h:1/0?prefix=a@b", whose ':' is a
+// port's), and the value of every secret parameter, up to the next '&' (it may
+// hold an '@' or a '#'). A user info without ':' is hidden whole, for every
+// scheme: Lettuce and others write a password alone so
+// (redis://PASSWORD@host), and a backend may read it so; a user name alone is
+// hidden with it. Each run of hidden characters is shown as "***".
+std::string redact_url(std::string_view text) {
+    constexpr auto npos = std::string_view::npos;
+    std::vector<bool> hide(text.size(), false);
+    const auto sep = text.find("://");
+    const std::size_t rest = sep == npos ? 0 : sep + 3;
+    const auto after = text.substr(rest);
+    // The user info ending at `at` (its '@'): from its first ':' when it has
+    // one (the user name stays), else whole.
+    auto hide_userinfo = [&](std::size_t at) {
+        if (at == npos) return;
+        const auto colon = after.substr(0, at).find(':');
+        const std::size_t from = colon != npos ? colon + 1 : 0;
+        std::fill(hide.begin() + static_cast<long>(rest + from), hide.begin() + static_cast<long>(rest + at), true);
+    };
+    hide_userinfo(userinfo_end(after));
+    if (const auto last = after.rfind('@'); last != npos && after.substr(0, last).find(':') != npos)
+        hide_userinfo(last);
+    hide_userinfo(after.substr(0, after.find_first_of("/?#")).rfind('@'));
+    hide_secret_values(text, rest, hide);
+    return shown(text, hide);
 }
 
 url url::parse(std::string_view input) {
@@ -144,14 +170,10 @@ url url::parse(std::string_view input) {
     std::string userinfo;
     if (const auto at = userinfo_end(rest); at != std::string::npos) {
         userinfo = rest.substr(0, at + 1);
-        if (userinfo.find_first_of("/?#") == std::string::npos) {
-            rest = rest.substr(at + 1);
-        } else if (is_userinfo(userinfo)) {
+        if (userinfo.find_first_of("/?#") != std::string::npos)  // a password with them (userinfo_end)
             bad("'" + shown + "' has an '@' after a '/', '?' or '#': percent-encode '/', '?' and '#' in a password "
                 "(%2F, %3F, %23) and '@' in a path or parameter (%40)");
-        } else {
-            userinfo.clear();  // no password: the '@' is in the path or the query (file:///var/app@1)
-        }
+        rest = rest.substr(at + 1);
     }
     auto auth_end = rest.find_first_of("/?#");
     std::string authority = rest.substr(0, auth_end);
@@ -249,9 +271,16 @@ std::optional<std::string> url::take(std::string_view key) {
 }
 
 namespace {
-// "key=value" for a message, the value hidden for a secret parameter.
+// "key=value" for a message, as redact_url() shows it in the URL: the value
+// hidden for a secret parameter, and so is what follows a secret name inside
+// a value ("lease=soon?token=..." is one parameter to the parser, two to the
+// reader).
 std::string param_text(std::string_view key, const std::string& value) {
-    return std::string(key) + "=" + (secret_parameter(key) ? std::string("***") : value);
+    const std::string text = std::string(key) + "=" + value;
+    std::vector<bool> hide(text.size(), false);
+    if (secret_parameter(key)) std::fill(hide.begin() + static_cast<long>(key.size() + 1), hide.end(), true);
+    hide_secret_values(text, key.size() + 1, hide);
+    return shown(text, hide);
 }
 }  // namespace
 

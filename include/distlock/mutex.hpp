@@ -27,7 +27,8 @@ class mutex_impl;
 // fails (unavailable_error, access_denied_error, ...); a timeout is not an error
 // (try_lock_for returns false). unlock() and the destructor never throw: a
 // failed release is reported through lock_options::on_error, and the server-side
-// lease (or connection drop) remains the safety net.
+// lease (or connection drop) remains the safety net. In a forked child, unlock()
+// and the destructor do nothing: the grant stays the parent's (provider.hpp).
 class mutex {
 public:
     explicit mutex(std::unique_ptr<detail::mutex_impl> impl) noexcept;

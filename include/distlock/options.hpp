@@ -52,9 +52,12 @@ struct lock_options {
     // the callbacks of its mutex queued so far have run (a loss its own release
     // found included), except when called from a callback.
     // Callbacks of a mutex still queued when it is destroyed have run when its
-    // destructor returns (unless it is destroyed from a callback of its
-    // provider), so what they use may go with the mutex. Empty = no callback
-    // (held() still turns false).
+    // destructor returns, so what they use may go with the mutex; destroyed
+    // from a callback of its provider (which cannot wait for the others), its
+    // queued callbacks never run (the observer and the log hook are still told
+    // of the loss). So an on_lost may destroy every mutex and the provider while
+    // the other losses of one batch (a session expired) are queued. Empty = no
+    // callback (held() still turns false). The reason shows no secret of the URL.
     std::function<void(const lock_event&)> on_lost;
 
     // Called when unlock() or a renewal fails in a way that is not a loss (the

@@ -30,7 +30,22 @@ class url;
 
 // A connection (or pool of connections) to one backend, made by connect().
 // Cheap to copy: copies share the connection, the renewal thread and the
-// in-process wait queues. Mutexes keep their provider alive.
+// in-process wait queues. Mutexes keep their provider alive, and so do the
+// callbacks still queued: an on_lost may destroy every mutex and the last copy
+// of the provider (the provider then goes once the queue has run).
+//
+// fork(): the locks stay the parent's. In a child forked while this provider
+// existed, unlock() and the destructors of its mutexes (and of the other
+// primitives) and of the provider do nothing to the server and never wait for
+// the parent's threads; held() is false; any other use (a new mutex, lock(),
+// inspect(), testing::break_lock()) throws invalid_argument_error, since it
+// would go through the parent's connections: connect() again in the child.
+// The child keeps copies of the parent's descriptors until it exits or execs
+// (the backends' sockets are close-on-exec). docs/architecture.md, "fork()".
+//
+// Every call throws distlock::error subclasses (or std::bad_alloc) and nothing
+// else, whatever a backend or its client library throws; no message shows the
+// URL's password or secret parameters.
 class provider {
 public:
     // A mutex for `name`. Names are arbitrary bytes, 1..max_name_length() long.

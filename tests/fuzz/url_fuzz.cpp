@@ -1,12 +1,22 @@
-// libFuzzer target: no message about a URL ever shows its password.
+// libFuzzer target: no message about a URL ever shows its password or the
+// value of a secret parameter.
 //
-// An input is three parts separated by NUL bytes: a scheme S (letters, digits,
-// '+', '-', '.'), a password tail P and a rest R. The URL fuzzed is
-//     S "://user:" MARK P "@" R
-// so that MARK starts the password whatever P and R hold ('@', ':', '/', '#',
-// '%', '?', more '@'...). Whatever url::parse() throws, and redact_url() and
-// redacted() of what it accepts, must not contain MARK (R must not hold MARK
-// itself, nor S). A violation aborts: libFuzzer keeps the input as a crash.
+// An input is three or four parts separated by NUL bytes: a scheme S (letters,
+// digits, '+', '-', '.'), a secret tail P, a rest R, and an optional mode M.
+// MARK starts the secret whatever P and R hold. The URL fuzzed is, by mode:
+//     (none)    S "://user:" MARK P "@" R           a password ('@', ':', '/', '#', '%'... in P)
+//     "u"       S "://" MARK P "@" R                a password alone as the user info (Lettuce's
+//                                                   redis://PASSWORD@host): P holds no ':', '/',
+//                                                   '?' or '#', and R's authority (up to its first
+//                                                   '/', '?' or '#') no ':' before an '@' (else
+//                                                   MARK P is a user name, or a host)
+//     "q" N     S "://" R "?" NAME "=" MARK P       a secret parameter, NAME the N-th (byte N
+//                                                   modulo the list) of secret_names: case
+//                                                   variants, percent-encoded; P holds no '&'
+// Bytes of P may be anything but NUL (non-UTF-8 included). Whatever url::parse()
+// throws, and redact_url() and redacted() of what it accepts, must not contain
+// MARK (R must not hold MARK itself, nor S). A violation aborts: libFuzzer keeps
+// the input as a crash.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -21,6 +31,12 @@ namespace {
 
 constexpr std::string_view mark = "Zq7";
 
+constexpr std::string_view secret_names[] = {
+    "token",    "Token",    "TOKEN",    "password",          "PASSWORD",          "Password",
+    "secret",   "SECRET",   "sEcReT",   "sentinel_password", "Sentinel_Password", "SENTINEL_PASSWORD",
+    "tok%65n",  "TOK%45N",  "pass%57ord", "x_Secret",        "api-TOKEN",         "%74oken",
+};
+
 void require_hidden(std::string_view what, std::string_view where, const std::string& url) {
     if (what.find(mark) == std::string_view::npos) return;
     std::fprintf(stderr, "secret shown by %.*s: '%.*s' for the URL '%s'\n", static_cast<int>(where.size()),
@@ -33,27 +49,49 @@ bool scheme_char(char c) {
            c == '.';
 }
 
+// The URL of the input, or "" when the input does not describe one.
+std::string url_of(std::string_view in) {
+    const auto a = in.find('\0');
+    if (a == std::string_view::npos) return {};
+    const auto b = in.find('\0', a + 1);
+    if (b == std::string_view::npos) return {};
+    const auto c = in.find('\0', b + 1);
+    const auto scheme = in.substr(0, a), tail = in.substr(a + 1, b - a - 1);
+    const auto rest = in.substr(b + 1, c == std::string_view::npos ? std::string_view::npos : c - b - 1);
+    const auto mode = c == std::string_view::npos ? std::string_view{} : in.substr(c + 1);
+    for (char ch : scheme)
+        if (!scheme_char(ch)) return {};
+    if (scheme.find(mark) != std::string_view::npos || rest.find(mark) != std::string_view::npos ||
+        mode.find('\0') != std::string_view::npos)
+        return {};
+    const std::string s(scheme), p(tail), r(rest), m(mark);
+    if (mode.empty()) return s + "://user:" + m + p + "@" + r;
+    if (mode == "u") {
+        if (p.find_first_of(":/?#") != std::string::npos) return {};
+        const auto authority = r.substr(0, r.find_first_of("/?#"));
+        const auto at = authority.rfind('@');
+        if (at != std::string::npos && authority.substr(0, at).find(':') != std::string::npos) return {};
+        return s + "://" + m + p + "@" + r;
+    }
+    if (mode.size() == 2 && mode[0] == 'q') {
+        if (p.find('&') != std::string::npos) return {};
+        const auto& name = secret_names[static_cast<unsigned char>(mode[1]) % std::size(secret_names)];
+        return s + "://" + r + "?" + std::string(name) + "=" + m + p;
+    }
+    return {};
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-    std::string_view in(reinterpret_cast<const char*>(data), size);
-    const auto a = in.find('\0');
-    if (a == std::string_view::npos) return 0;
-    const auto b = in.find('\0', a + 1);
-    if (b == std::string_view::npos) return 0;
-    const auto scheme = in.substr(0, a), tail = in.substr(a + 1, b - a - 1), rest = in.substr(b + 1);
-    for (char c : scheme)
-        if (!scheme_char(c)) return 0;
-    if (scheme.find(mark) != std::string_view::npos || rest.find(mark) != std::string_view::npos ||
-        rest.find('\0') != std::string_view::npos ||
-        tail.find('\0') != std::string_view::npos)
-        return 0;
-    std::string url = std::string(scheme) + "://user:" + std::string(mark) + std::string(tail) + "@" + std::string(rest);
+    const std::string url = url_of(std::string_view(reinterpret_cast<const char*>(data), size));
+    if (url.empty()) return 0;
     require_hidden(distlock::spi::redact_url(url), "redact_url", url);
     try {
         auto u = distlock::spi::url::parse(url);
         require_hidden(u.redacted(), "redacted()", url);
-        for (auto key : {"lease", "timeout", "pool", "strategy", "token", "password", "secret"}) {
+        for (auto key : {"lease", "timeout", "pool", "strategy", "token", "password", "secret", "Token", "PASSWORD",
+                         "Sentinel_Password"}) {
             try {
                 (void)u.take_duration(key);
             } catch (const distlock::error& e) {

@@ -109,6 +109,8 @@ const std::vector<std::string>& user_alone_templates() {
         "{s}://{p}@h:1/0#frag",                        // a fragment
         "{s}://{p}@",                                  // nothing after it
         "{s}://{p}@h:1?bogus=1",                       // unknown parameter (connect)
+        "{s}://{p}@h:1/0?prefix=a@b",                  // another '@', in the query
+        "{s}://{p}@h:1/x@y?lease=soon",                // another '@', in the path
     };
     return list;
 }
@@ -215,6 +217,8 @@ TEST_CASE("redact_url hides the password and secret values, keeps the rest as wr
     CHECK(redact_url("redis://@h") == "redis://@h");  // nothing to hide
     CHECK(redact_url("file:///var/lock/app@1") == "file:///var/lock/app@1");  // a path, not user info
     CHECK(redact_url("redis://h/0?prefix=a@b") == "redis://h/0?prefix=a@b");  // a query, not user info
+    CHECK(redact_url("redis://pw@h/0?prefix=a@b") == "redis://***@h/0?prefix=a@b");  // user info, and an '@' later
+    CHECK(distlock::spi::url::parse("redis://pw@h/0?prefix=a@b").user() == "pw");
     // Secret parameter names in any case.
     CHECK(redact_url("consul://h?Token=abc&TTL=1s") == "consul://h?Token=***&TTL=1s");
     CHECK(redact_url("redis://h?PASSWORD=a&Sentinel_Password=b") == "redis://h?PASSWORD=***&Sentinel_Password=***");
