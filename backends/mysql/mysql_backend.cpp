@@ -52,12 +52,11 @@ int seconds_at_least_1(std::chrono::milliseconds d) {
     return static_cast<int>(std::max<long long>(1, (d.count() + 999) / 1000));
 }
 
-// The most distlock ever reads or sends. A packet (a row, a statement): the
+// The most distlock ever reads or sends in a packet (a row, a statement): the
 // client library refuses a larger one (our largest statement, a renewal of
-// 1024 names of 1024 bytes, is about 2.2 MB). A result: its rows and cells
-// together (the largest asked for is a renewal's 1024 owner tokens).
+// 1024 names of 1024 bytes, is about 2.2 MB). A result is capped as it is read
+// (read(): s::max_reply_rows, s::max_reply_bytes).
 constexpr int max_packet = 16 << 20;
-constexpr std::size_t max_result_rows = 100000, max_result_bytes = 16 << 20;
 
 // A string literal of any bytes, every byte as it is (NUL included): X'..'.
 std::string hex_literal(std::string_view bytes) {
@@ -68,14 +67,6 @@ std::string hex_literal(std::string_view bytes) {
         out += hex[b & 15];
     }
     return out + "'";
-}
-
-// A message from the server or the client library, bounded: a hostile server
-// can send one as large as a packet.
-std::string bounded_message(const char* what) {
-    std::string m = what ? what : "";
-    if (m.size() > 512) m = m.substr(0, 512) + "...";
-    return m;
 }
 
 struct endpoint {
@@ -162,7 +153,7 @@ public:
                 } catch (const ::sql::SQLException& e) {
                     if (watch.fired())
                         throw s::sql_error(s::failure::cannot_connect, e.getErrorCode(),
-                                           late + ": " + greeting_hint(bounded_message(e.what())));
+                                           late + ": " + greeting_hint(s::bounded_message(e.what())));
                     throw;
                 }
                 if (watch.fired()) throw s::sql_error(s::failure::cannot_connect, 0, late);
@@ -189,7 +180,7 @@ public:
             });
         } catch (const ::sql::SQLException& e) {
             const int code = e.getErrorCode();
-            const std::string msg = bounded_message(e.what());
+            const std::string msg = s::bounded_message(e.what());
             if (code == 2027)  // malformed packet: another kind of server answered
                 throw s::sql_error(s::failure::wrong_server, code, msg + " (is " + where + " a MySQL or MariaDB server?)");
             throw s::sql_error(classify(code, true), code, code == 2013 ? greeting_hint(msg) : msg);
@@ -255,10 +246,10 @@ private:
         try {
             f();
         } catch (const ::sql::SQLException& e) {
-            if (watch.fired()) timed_out(bounded_message(e.what()));
+            if (watch.fired()) timed_out(s::bounded_message(e.what()));
             auto kind = classify(e.getErrorCode(), false);
             if (kind == s::failure::connection_lost) broken_ = true;
-            throw s::sql_error(kind, e.getErrorCode(), bounded_message(e.what()));
+            throw s::sql_error(kind, e.getErrorCode(), s::bounded_message(e.what()));
         }
         if (watch.fired()) timed_out("");
     }
@@ -289,9 +280,10 @@ private:
         if (next != st.args.size()) throw s::sql_error(s::failure::other, 0, "a statement has fewer '?' than arguments");
     }
 
-    // Reads a result set, capped (max_result_rows, max_result_bytes): past the
-    // cap the socket is shut down first, so that the library does not read
-    // the rest when the result is freed, and the connection is dropped.
+    // Reads a result set, capped (s::max_reply_rows, s::max_reply_bytes of
+    // cells as kept here): past the cap the socket is shut down first, so that
+    // the library does not read the rest when the result is freed, and the
+    // connection is dropped.
     void read(std::unique_ptr<::sql::ResultSet> rs, s::result& out) {
         out.query = true;
         if (!rs) return;
@@ -301,21 +293,15 @@ private:
             s::row r;
             r.reserve(cols);
             for (unsigned c = 1; c <= cols; ++c) {
-                if (rs->isNull(c)) {
-                    r.emplace_back(std::nullopt);
-                    continue;
-                }
-                r.emplace_back(static_cast<const std::string&>(rs->getString(c)));
-                bytes += r.back()->size();
+                if (rs->isNull(c)) r.emplace_back(std::nullopt);
+                else r.emplace_back(static_cast<const std::string&>(rs->getString(c)));
+                bytes += s::kept_bytes(r.back());
             }
             out.rows.push_back(std::move(r));
-            if (out.rows.size() > max_result_rows || bytes > max_result_bytes) {
+            if (out.rows.size() > s::max_reply_rows || bytes > s::max_reply_bytes) {
                 if (sock_.fd >= 0) ::shutdown(sock_.fd, SHUT_RDWR);
                 broken_ = true;
-                throw s::sql_error(s::failure::connection_lost, 0,
-                                   "the server's reply is larger than any this client asks for (over " +
-                                       std::to_string(max_result_rows) + " rows or " + std::to_string(max_result_bytes) +
-                                       " bytes): the connection was dropped");
+                throw s::reply_too_large();
             }
         }
         out.affected = out.rows.size();

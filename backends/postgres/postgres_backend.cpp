@@ -3,9 +3,14 @@
 // (backends/sql): a connection wrapper (asynchronous libpq calls bounded by the
 // query timeout), the SQL texts and the advisory-lock key of a name.
 #include <libpq-fe.h>
+#include <linux/tcp.h>  // struct tcp_info with tcpi_bytes_received (glibc's netinet/tcp.h has none)
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <map>
 #include <utility>
@@ -59,6 +64,53 @@ struct endpoint {
 // startup packet: no statement, no round trip.
 constexpr const char* session_options = "-c search_path=pg_catalog,pg_temp";
 
+// The bytes the server has sent on a connection since a point (a call's
+// start), so that a reply is cut off as it arrives (s::max_reply_bytes): libpq
+// keeps a whole result, an error or a notification, whatever its size, before
+// handing it over, and has no limit of its own. The kernel counts what a TCP
+// connection received (TCP_INFO's tcpi_bytes_received: what libpq has read,
+// and what waits to be read), whoever reads (libpq reads in PQflush too). A
+// socket without that count (not TCP; Linux before 4.1) is counted by what
+// waits before each of our PQconsumeInput calls (FIONREAD), which misses what
+// arrives during one.
+class reply_meter {
+public:
+    // Counts from now, on `fd` (a new socket, or the same one again).
+    void start(int fd) noexcept {
+        fd_ = fd;
+        base_ = received();
+        waited_ = 0;
+    }
+    int fd() const noexcept { return fd_; }
+    // Before a PQconsumeInput.
+    void before_read() noexcept {
+        if (base_) return;
+        int n = 0;
+        if (::ioctl(fd_, FIONREAD, &n) == 0 && n > 0) waited_ += static_cast<std::uint64_t>(n);
+    }
+    // More than s::max_reply_bytes came since start().
+    bool over() const noexcept {
+        if (!base_) return waited_ > s::max_reply_bytes;
+        const auto now = received();
+        if (!now) return false;
+        return (*now >= *base_ ? *now - *base_ : *now) > s::max_reply_bytes;  // less: another socket, same number
+    }
+
+private:
+    std::optional<std::uint64_t> received() const noexcept {
+        tcp_info ti{};
+        socklen_t len = sizeof ti;
+        if (fd_ < 0 || ::getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+            len < offsetof(tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
+            return std::nullopt;
+        return ti.tcpi_bytes_received;
+    }
+
+    int fd_ = -1;
+    std::optional<std::uint64_t> base_;  // the kernel's count at start(), where it keeps one
+    std::uint64_t waited_ = 0;           // else what waited before each read since start()
+};
+
 class connection final : public s::connection {
 public:
     connection(const endpoint& ep, const s::conn_settings& cs) : timeout_(cs.timeout) {
@@ -72,7 +124,7 @@ public:
         for (auto st = PGRES_POLLING_WRITING;;) {
             if (st == PGRES_POLLING_OK) break;
             if (st == PGRES_POLLING_FAILED || PQstatus(conn_) == CONNECTION_BAD) {
-                std::string msg = trim(PQerrorMessage(conn_));
+                std::string msg = s::bounded_message(trim(PQerrorMessage(conn_)));
                 close();
                 const auto kind = classify_connect(msg);
                 if (kind == s::failure::wrong_server)
@@ -85,7 +137,12 @@ public:
                                    "no connection within connect_timeout (" +
                                        std::to_string(cs.connect_timeout.count()) + " ms)");
             }
+            // The startup's replies are capped as a call's are (per socket: a
+            // connect may try another address, or again without SSL).
+            if (PQsocket(conn_) != meter_.fd()) meter_.start(PQsocket(conn_));
+            meter_.before_read();
             st = PQconnectPoll(conn_);
+            if (meter_.over()) too_large(s::failure::cannot_connect);
         }
         PQsetNoticeProcessor(conn_, [](void*, const char*) {}, nullptr);  // e.g. the WARNING of a stale unlock
         if (PQsetnonblocking(conn_, 1) != 0) {
@@ -100,8 +157,11 @@ public:
     std::vector<std::string> wait_notifications(spi::deadline until) override {
         if (conn_ == nullptr) throw s::sql_error(s::failure::connection_lost, 0, "the connection is already broken");
         if (pending_.empty() && wait_socket(POLLIN, until)) {
-            if (PQconsumeInput(conn_) != 1) lost("the connection broke");
+            consume();
             take_notifications();
+            // What is capped is what came since the last call or notification:
+            // a listener may wait long, and legitimately hear much.
+            if (!pending_.empty()) meter_.start(PQsocket(conn_));
         }
         return std::exchange(pending_, {});
     }
@@ -119,6 +179,8 @@ protected:
     std::vector<s::result> send(std::span<const s::statement> steps, std::span<const s::value> args) override {
         if (conn_ == nullptr) throw s::sql_error(s::failure::connection_lost, 0, "the connection is already broken");
         const auto until = clk::now() + timeout_;
+        meter_.start(PQsocket(conn_));
+        kept_ = 0;
         if (PQenterPipelineMode(conn_) != 1) lost("cannot enter pipeline mode");
         std::vector<std::optional<std::string>> preparing(steps.size());  // cache keys prepared by this pipeline
         for (std::size_t i = 0; i < steps.size(); ++i) preparing[i] = send_one(steps[i], args);
@@ -127,6 +189,7 @@ protected:
             int f = PQflush(conn_);
             if (f == 0) break;
             if (f < 0) lost("cannot send the query");
+            if (meter_.over()) too_large();  // PQflush reads what the server sends meanwhile
             if (!wait_socket(POLLOUT, until)) timed_out();
         }
         std::vector<s::result> out(steps.size());
@@ -204,9 +267,16 @@ private:
     PGresult* next_result(clk::time_point until) {
         while (PQisBusy(conn_)) {
             if (!wait_socket(POLLIN, until)) timed_out();
-            if (PQconsumeInput(conn_) != 1) lost("the connection broke");
+            consume();
         }
         return PQgetResult(conn_);
+    }
+
+    // Reads what the server sent, within the cap.
+    void consume() {
+        meter_.before_read();
+        if (PQconsumeInput(conn_) != 1) lost("the connection broke");
+        if (meter_.over()) too_large();
     }
 
     // The results of one statement, up to the NULL that ends them; the first
@@ -216,13 +286,22 @@ private:
             switch (PQresultStatus(res)) {
                 case PGRES_TUPLES_OK: {
                     const int rows = PQntuples(res), cols = PQnfields(res);
+                    if (static_cast<std::size_t>(rows) > s::max_reply_rows - out.rows.size()) {
+                        PQclear(res);
+                        too_large();
+                    }
                     for (int r = 0; r < rows; ++r) {
                         s::row row;
                         for (int c = 0; c < cols; ++c) {
                             if (PQgetisnull(res, r, c)) row.emplace_back(std::nullopt);
                             else row.emplace_back(std::string(PQgetvalue(res, r, c), PQgetlength(res, r, c)));
+                            kept_ += s::kept_bytes(row.back());
                         }
                         out.rows.push_back(std::move(row));
+                        if (kept_ > s::max_reply_bytes) {  // many empty cells: 4 bytes each sent, more kept
+                            PQclear(res);
+                            too_large();
+                        }
                     }
                     out.affected = static_cast<std::uint64_t>(rows);
                     out.query = true;
@@ -240,7 +319,7 @@ private:
                 case PGRES_PIPELINE_ABORTED: break;  // skipped after an earlier error
                 default: {
                     const char* state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-                    std::string msg = trim(PQresultErrorMessage(res));
+                    std::string msg = s::bounded_message(trim(PQresultErrorMessage(res)));
                     if (!error) error.emplace(classify_state(state ? state : ""), 0, msg.empty() ? "query failed" : msg);
                 }
             }
@@ -274,7 +353,7 @@ private:
     }
 
     [[noreturn]] void lost(const std::string& why) {
-        std::string msg = conn_ ? trim(PQerrorMessage(conn_)) : std::string{};
+        std::string msg = conn_ ? s::bounded_message(trim(PQerrorMessage(conn_))) : std::string{};
         close();
         throw s::sql_error(s::failure::connection_lost, 0, why + (msg.empty() ? "" : ": " + msg));
     }
@@ -285,6 +364,12 @@ private:
         close();
         throw s::sql_error(s::failure::timed_out, 0,
                            "no reply within the query timeout (" + std::to_string(timeout_.count()) + " ms)");
+    }
+
+    // A reply over the caps: the session is dropped (what libpq holds of it is freed).
+    [[noreturn]] void too_large(s::failure kind = s::failure::connection_lost) {
+        close();
+        throw s::reply_too_large(kind);
     }
 
     void close() noexcept {
@@ -302,6 +387,8 @@ private:
     std::vector<std::string> pending_;  // notification payloads not yet collected
     std::chrono::milliseconds timeout_;
     std::int64_t pid_ = 0;
+    reply_meter meter_;     // what the server sent in this call (or connect)
+    std::size_t kept_ = 0;  // bytes of the call's results as kept (s::kept_bytes)
 };
 
 // The advisory-lock key of a name in its namespace (dialect::key_namespace():

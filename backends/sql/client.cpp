@@ -43,6 +43,18 @@ T parse_integer(std::string_view text) {
 std::int64_t to_int64(std::string_view text) { return parse_integer<std::int64_t>(text); }
 std::uint64_t to_uint64(std::string_view text) { return parse_integer<std::uint64_t>(text); }
 
+std::string bounded_message(std::string_view what) {
+    if (what.size() <= 512) return std::string(what);
+    return std::string(what.substr(0, 512)) + "...";
+}
+
+sql_error reply_too_large(failure kind) {
+    return sql_error(kind, 0,
+                     "the server's reply is larger than any this client asks for (over " +
+                         std::to_string(max_reply_bytes >> 20) + " MiB or " + std::to_string(max_reply_rows) +
+                         " rows): the connection was dropped");
+}
+
 void throw_client_error(const sql_error& e, std::string_view backend, const std::string& context, bool releasing) {
     errc code = errc::unavailable;
     switch (e.kind()) {

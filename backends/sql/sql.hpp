@@ -56,6 +56,22 @@ std::optional<std::string> batch_value(const std::vector<result>& results);
 std::int64_t to_int64(std::string_view text);
 std::uint64_t to_uint64(std::string_view text);
 
+// The most a reply may be, in both dialects, far above any this client asks for
+// (the largest is a renewal's 1024 owner tokens): rows, and bytes, counted as
+// the dialect can (MySQL: the cells as this client keeps them, each with its
+// slot, row by row as they arrive; PostgreSQL: what the server sends during a
+// call, as libpq reads it). Past either, the connection is dropped:
+// reply_too_large(). Memory then stays bounded whatever a server sends.
+constexpr std::size_t max_reply_rows = 100000, max_reply_bytes = std::size_t{16} << 20;
+// What a cell costs as this client keeps it (a result's row).
+inline std::size_t kept_bytes(const std::optional<std::string>& cell) {
+    return sizeof cell + (cell ? cell->size() : 0);
+}
+
+// A message from the server or a client library, bounded (512 bytes): a hostile
+// server can send one as large as a reply.
+std::string bounded_message(std::string_view what);
+
 // What went wrong, as far as the strategies care.
 enum class failure {
     cannot_connect,   // no connection could be made (refused, unreachable, connect timeout)
@@ -86,6 +102,10 @@ private:
     failure kind_;
     long long code_;
 };
+
+// A reply over max_reply_rows or max_reply_bytes, of `kind` (connection_lost;
+// cannot_connect during a connect): the connection is dropped.
+sql_error reply_too_large(failure kind = failure::connection_lost);
 
 // One SQL statement of a dialect. `args[i]` is the index of the logical argument
 // bound to the i-th placeholder (so a dialect may use an argument twice or not at

@@ -10,6 +10,7 @@
 #include "distlock/distlock.hpp"
 #include "distlock/spi/backend.hpp"
 #include "distlock/testing.hpp"
+#include "fake_postgres.hpp"
 #include "postgres_dialect.hpp"
 #include "sql_test_support.hpp"
 #include "support.hpp"
@@ -311,4 +312,46 @@ TEST_CASE("a schema another ordinary role owns is refused; schema= is an identif
     CHECK_THROWS_AS(distlock::connect(with_query(url, "schema=a;b")), distlock::invalid_argument_error);
     CHECK_THROWS_AS(distlock::connect(with_query(url, "schema=" + std::string(64, 's'))), distlock::invalid_argument_error);
     CHECK_THROWS_AS(distlock::connect(with_query(url, "schema=no_such_schema_here")), distlock::invalid_argument_error);
+}
+
+// ---- a hostile server (issue 23): capped replies
+
+TEST_CASE("a server that streams rows past 16 MiB is cut off as they arrive and not at the deadline", "[sql][hostile]") {
+    // The start's first statement is answered with 1 MiB data rows without end.
+    // libpq keeps a whole result before handing it over: without a cap, the
+    // process would grow by what the server sends until timeout (30 s).
+    fake_postgres::server fake(fake_postgres::answer::endless_rows);
+    const auto target = with_port(url_of("lease-table"), fake.port()) + "&connect_timeout=2s&timeout=30s";
+    const auto t0 = clk::now();
+    try {
+        (void)distlock::connect(target);
+        FAIL("connected");
+    } catch (const distlock::unavailable_error& e) {
+        INFO(e.what());
+        CHECK(std::string(e.what()).find("larger than any this client asks for") != std::string::npos);
+    }
+    CHECK(clk::now() - t0 < 3s);
+    constexpr std::int64_t mib = 1 << 20;
+    INFO("rows sent: " << fake.rows_sent() / mib << " MiB; resident size grew by up to "
+                       << fake.peak_growth() / mib << " MiB");
+    CHECK(fake.rows_sent() < 48 * mib);  // 16 MiB read, and what the sockets' buffers hold
+    CHECK(fake.peak_growth() < 64 * mib);
+}
+
+TEST_CASE("a server's error message is cut to a bounded length, at the startup and in a reply", "[sql][hostile]") {
+    for (const auto what : {fake_postgres::answer::startup_error, fake_postgres::answer::long_error}) {
+        DYNAMIC_SECTION((what == fake_postgres::answer::startup_error ? "startup" : "statement")) {
+            fake_postgres::server fake(what);
+            const auto target = with_port(url_of("lease-table"), fake.port()) + "&connect_timeout=2s&timeout=2s";
+            try {
+                (void)distlock::connect(target);
+                FAIL("connected");
+            } catch (const distlock::error& e) {
+                const std::string text = e.what();
+                INFO(text.substr(0, 300) << " (" << text.size() << " bytes)");
+                CHECK(text.find("yyyyyyyy") != std::string::npos);  // the server's message, cut
+                CHECK(text.size() < 2048);
+            }
+        }
+    }
 }

@@ -1,0 +1,147 @@
+// A fake PostgreSQL server for tests of what the client does with a hostile
+// server (on distlock::test::scripted_server): it speaks enough of the
+// PostgreSQL protocol (no to SSL and GSS encryption, AuthenticationOk to any
+// startup, ReadyForQuery) for libpq to connect, then answers the first
+// statement with a row description and 1 MiB data rows, without end, as fast as
+// the client reads them. While it sends, it samples the process's resident
+// size (/proc/self/statm: client and server share the process), so that a test
+// can tell how much the client kept of what it read. Or it answers the startup
+// or the first statement with an error of a long message.
+#pragma once
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <string_view>
+
+#include "tcp_proxy.hpp"
+
+namespace fake_postgres {
+
+using distlock::test::scripted_server;
+
+inline std::string be(std::uint32_t v, int bytes) {
+    std::string out;
+    for (int i = bytes - 1; i >= 0; --i) out += static_cast<char>((v >> (8 * i)) & 0xff);
+    return out;
+}
+
+// A backend message: type, length (itself included), body.
+inline std::string message(char type, std::string_view body) {
+    return type + be(static_cast<std::uint32_t>(body.size() + 4), 4) + std::string(body);
+}
+
+inline bool read_exact(int fd, std::string& out, std::size_t n) {
+    out.resize(n);
+    for (std::size_t got = 0; got < n;) {
+        auto r = ::recv(fd, out.data() + got, n - got, 0);
+        if (r <= 0) return false;
+        got += static_cast<std::size_t>(r);
+    }
+    return true;
+}
+
+inline std::uint32_t read_be32(const std::string& s, std::size_t at) {
+    std::uint32_t v = 0;
+    for (std::size_t i = 0; i < 4; ++i) v = (v << 8) | static_cast<unsigned char>(s[at + i]);
+    return v;
+}
+
+// The process's resident size, in bytes.
+inline std::int64_t resident_bytes() {
+    std::ifstream statm("/proc/self/statm");
+    std::int64_t size = 0, resident = 0;
+    statm >> size >> resident;
+    return resident * ::sysconf(_SC_PAGESIZE);
+}
+
+// An ErrorResponse (SQLSTATE XX000) whose message is `text`.
+inline std::string error(const std::string& text) {
+    return message('E', std::string("SERROR\0" "CXX000\0" "M", 15) + text + std::string("\0\0", 2));
+}
+
+enum class answer {
+    endless_rows,     // the first statement: 1 MiB data rows without end
+    long_error,       // the first statement: an error of a 1 MiB message
+    startup_error,    // the startup: an error of a 20,000-byte message
+};
+
+class server {
+public:
+    // At most `limit` bytes of rows are sent (a bound for the test itself, should
+    // the client take them all); then the connection is held open, silent.
+    explicit server(answer what, std::int64_t limit = std::int64_t{256} << 20)
+        : what_(what), limit_(limit), srv_([this](int fd) { serve(fd); }) {}
+    int port() const { return srv_.port(); }
+    // Bytes of data rows sent so far (all connections).
+    std::int64_t rows_sent() const { return sent_.load(); }
+    // The most the process's resident size grew, from just before the first row
+    // to any point while rows were sent.
+    std::int64_t peak_growth() const { return peak_.load(); }
+
+private:
+    void serve(int fd) {
+        std::string head, body;
+        for (;;) {  // SSLRequest and GSSENCRequest are refused ('N'); then the StartupMessage
+            if (!read_exact(fd, head, 8)) return;
+            const auto len = read_be32(head, 0), code = read_be32(head, 4);
+            if (len < 8 || len > 10000) return;
+            if (code == 80877103 || code == 80877104) {
+                if (!scripted_server::send_all(fd, "N")) return;
+                continue;
+            }
+            if (!read_exact(fd, body, len - 8)) return;
+            break;
+        }
+        if (what_ == answer::startup_error) {
+            (void)scripted_server::send_all(fd, error(std::string(20000, 'y')));
+            return;
+        }
+        const std::string hello =
+            message('R', be(0, 4)) +  // AuthenticationOk
+            message('S', std::string("server_version\0" "15.0\0", 20)) +
+            message('S', std::string("client_encoding\0" "UTF8\0", 21)) +
+            message('S', std::string("standard_conforming_strings\0" "on\0", 31)) +
+            message('S', std::string("integer_datetimes\0" "on\0", 21)) +
+            message('K', be(4242, 4) + be(7, 4)) +  // BackendKeyData
+            message('Z', "I");                       // ReadyForQuery
+        if (!scripted_server::send_all(fd, hello)) return;
+        char any[4096];
+        if (::recv(fd, any, sizeof any, 0) <= 0) return;  // the first statement (some of it)
+        if (what_ == answer::long_error) {
+            if (!scripted_server::send_all(fd, error(std::string(1 << 20, 'y')) + message('Z', "I"))) return;
+            while (::recv(fd, any, sizeof any, 0) > 0) {  // silent until the client goes
+            }
+            return;
+        }
+        // ParseComplete, BindComplete (libpq takes either for what it sent),
+        // one bytea column, then DataRows of 1 MiB each.
+        const std::string field = std::string("x\0", 2) + be(0, 4) + be(0, 2) + be(17, 4) + be(0xffff, 2) +
+                                  be(0xffffffff, 4) + be(0, 2);
+        std::string reply = message('1', "") + message('2', "") + message('T', be(1, 2) + field);
+        const std::string cell(1 << 20, 'x');
+        const std::string row = message('D', be(1, 2) + be(static_cast<std::uint32_t>(cell.size()), 4) + cell);
+        const auto base = resident_bytes();
+        if (!scripted_server::send_all(fd, reply)) return;
+        while (sent_.load() < limit_) {
+            const auto growth = resident_bytes() - base;
+            if (growth > peak_.load()) peak_.store(growth);
+            if (!scripted_server::send_all(fd, row)) return;
+            sent_ += static_cast<std::int64_t>(cell.size());
+        }
+        while (::recv(fd, any, sizeof any, 0) > 0) {  // silent until the client goes
+        }
+    }
+
+    answer what_;
+    std::int64_t limit_;
+    std::atomic<std::int64_t> sent_{0}, peak_{0};
+    scripted_server srv_;
+};
+
+}  // namespace fake_postgres
