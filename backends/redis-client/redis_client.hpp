@@ -4,6 +4,9 @@
 //
 //  - endpoint:    where and how to connect (host, port, AUTH, SELECT, timeouts),
 //                 read from the URL by endpoint_from_url()
+//  - host_filter: the nodes the data nodes' credentials may go to (master_hosts=)
+//  - server_duration():  a server's or a publisher's milliseconds, made safe
+//                 for clock arithmetic
 //  - throw_client_error():  a hiredis failure or a Redis error reply as a distlock error
 //  - connection:  one socket and hiredis's reply parser (not thread-safe: used by
 //                 one thread at a time). The socket is ours, not hiredis's: made
@@ -20,6 +23,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -39,6 +43,36 @@ using namespace std::chrono_literals;
 using spi::clock;
 using spi::deadline;
 
+// Where the data nodes' credentials may go (redis-sentinel:// and
+// redis-cluster://, master_hosts=): host names, IP addresses (each with an
+// optional :port; IPv6 as [addr]:port) and CIDR blocks, comma-separated. A
+// sentinel or a cluster node names the nodes to connect to; one that is not
+// ours must not be able to send our password to a host of its choice. Names
+// are compared as written (case aside, never resolved first): an address
+// given as a name matches a name entry only, an IP address only an address
+// or a block.
+class host_filter {
+public:
+    // Throws invalid_argument_error naming the entry it cannot read.
+    static host_filter parse(std::string_view text, const std::string& backend_name);
+    // Allows host:port too (the URL's own nodes, always allowed).
+    void allow(std::string_view host, std::uint16_t port);
+    bool allows(std::string_view host, std::uint16_t port) const;
+    const std::string& text() const noexcept { return text_; }
+
+private:
+    struct entry {
+        std::string name;           // a host name (lowercase), or "" for an address or block
+        int family = 0;             // AF_INET / AF_INET6 for an address or block
+        unsigned char addr[16]{};   // its bytes
+        int bits = 0;               // the block's prefix length (the whole address for one address)
+        std::uint16_t port = 0;     // 0 = any port
+    };
+    static bool read_entry(std::string_view text, entry& out);
+    std::vector<entry> entries_;
+    std::string text_;
+};
+
 struct endpoint {
     std::string backend_name = "redis";  // for errors: "redis" or "redlock"
     std::string host = "127.0.0.1";
@@ -55,9 +89,17 @@ struct endpoint {
     // Redis Cluster: scripts publish with SPUBLISH and waiters SSUBSCRIBE
     // (sharded pub/sub, as Redisson does on Redis 7 clusters).
     bool sharded = false;
+    // When set, connection::open refuses (access_denied_error) a host:port it
+    // does not allow, before connecting: master_hosts=.
+    std::shared_ptr<const host_filter> allowed;
 
     std::string label() const { return host + ":" + std::to_string(port); }
 };
+
+// Whether `host`, as a server gave it (a sentinel's master, a MOVED target, a
+// CLUSTER SLOTS entry), is a host name or an IP address at all; anything else
+// is never connected to (nor shown).
+bool plausible_host(std::string_view host);
 
 // Fills an endpoint from the URL's user info, database path and the connect_timeout=
 // and timeout= parameters (taken from `u`). Throws invalid_argument_error. A user
@@ -68,6 +110,18 @@ struct endpoint {
 endpoint endpoint_from_url(spi::url& u, const std::string& backend_name, std::chrono::milliseconds connect_default,
                            std::chrono::milliseconds command_default,
                            std::optional<std::string_view> db_path = std::nullopt);
+
+// Milliseconds that a server or another client gave (a PTTL, a lease in a
+// pub/sub message) as a duration clamped to [0, ceiling] and never past
+// max_server_duration (10^15 ms, about 31,700 years, the bound of durations in
+// URLs): it goes into clock arithmetic, where 2^63 - 1 ms overflows (undefined
+// behaviour), and a negative one would be a deadline in the past.
+inline constexpr std::chrono::milliseconds max_server_duration{1'000'000'000'000'000};
+inline std::chrono::milliseconds server_duration(long long ms,
+                                                 std::chrono::milliseconds ceiling = max_server_duration) noexcept {
+    const long long top = std::clamp<long long>(ceiling.count(), 0, max_server_duration.count());
+    return std::chrono::milliseconds(std::clamp<long long>(ms, 0, top));
+}
 
 struct reply_deleter {
     void operator()(redisReply* r) const noexcept {
@@ -155,7 +209,8 @@ class connection {
 public:
     // Connects (within connect_timeout), AUTHs and SELECTs (within the command
     // timeout). Throws unavailable_error (refused, timeout), access_denied_error
-    // (bad credentials) or invalid_argument_error (bad db).
+    // (bad credentials, or a host the endpoint's `allowed` refuses: then
+    // nothing is sent) or invalid_argument_error (bad db).
     static std::unique_ptr<connection> open(const endpoint& ep);
     ~connection();
     connection(const connection&) = delete;

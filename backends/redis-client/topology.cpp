@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <condition_variable>
+#include <set>
 
 namespace distlock::backends::redis_client {
 
@@ -37,6 +39,13 @@ pool& topology::pool_at(const std::string& host, std::uint16_t port) {
         it = nodes_.emplace(std::move(label), std::make_unique<pool>(std::move(ep), pool_size_)).first;
     }
     return *it->second;
+}
+
+void topology::vouch(const std::string& host, std::uint16_t port, pool& from) {
+    throw_error(errc::access_denied, base_.backend_name,
+                from.where().label() + " sent a command elsewhere (MOVED/ASK " +
+                    (plausible_host(host) ? host + ":" + std::to_string(port) : std::string("to no valid address")) +
+                    "): only a cluster redirects, and the data nodes' credentials go to the deployment's own nodes only");
 }
 
 std::vector<topology::node_items> topology::by_node(const std::vector<std::string_view>& keys) {
@@ -219,10 +228,71 @@ private:
 
 // ---- Sentinel -------------------------------------------------------------------------
 
+// What one sentinel said of the master.
+struct sentinel_answer {
+    std::optional<std::pair<std::string, std::uint16_t>> master;  // the address it names
+    bool unknown = false;  // it knows no master of that name
+    bool denied = false;   // it refused our credentials, or wants some (why: `error`)
+    std::string error;     // why it names none
+};
+
+// Asks one sentinel; never throws.
+sentinel_answer ask_sentinel(const endpoint& sentinel, const std::string& master_name) noexcept {
+    sentinel_answer out;
+    try {
+        try {
+            auto c = connection::open(sentinel);
+            auto r = c->command({"SENTINEL", "get-master-addr-by-name", master_name});
+            if (is_error(r.get()) && reply_text(r.get()).rfind("NOAUTH", 0) == 0) {
+                out.denied = true;
+                out.error = "the sentinel at " + sentinel.label() +
+                            " needs a password: give it as sentinel_password= (and sentinel_user= for an ACL user); "
+                            "the sentinels never get the URL's own, which is the data nodes' (sentinel_credentials=data "
+                            "sends it to them too)";
+            } else if (is_error(r.get())) {
+                throw_client_error(sentinel.backend_name, r.get(), "SENTINEL at " + sentinel.label());
+            } else if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_STRING) {
+                out.unknown = true;
+                out.error = sentinel.label() + " knows no master of that name";
+            } else {
+                const std::string host(r->element[0]->str, r->element[0]->len);
+                std::uint16_t port = 0;
+                const auto* p = r->element[1];
+                const bool port_ok = p->type == REDIS_REPLY_STRING &&
+                                     std::from_chars(p->str, p->str + p->len, port).ec == std::errc{} && port != 0;
+                if (plausible_host(host) && port_ok) out.master.emplace(host, port);
+                else out.error = sentinel.label() + " names no valid address";
+            }
+        } catch (const access_denied_error& e) {
+            out.denied = true;
+            out.error = e.reason();
+        } catch (const connection_failure& e) {
+            out.error = e.what();
+        } catch (const error& e) {
+            out.error = e.reason();
+        }
+    } catch (...) {  // no memory for the message
+        out.master.reset();
+    }
+    return out;
+}
+
+// The address at least `quorum` answers name, if any.
+std::optional<std::pair<std::string, std::uint16_t>> agreed(const std::vector<sentinel_answer>& answers,
+                                                             std::size_t quorum) {
+    std::map<std::pair<std::string, std::uint16_t>, std::size_t> votes;
+    for (const auto& a : answers)
+        if (a.master && ++votes[*a.master] >= quorum) return a.master;
+    return std::nullopt;
+}
+
 class sentinel_topology final : public topology {
 public:
     sentinel_topology(endpoint base, std::size_t pool_size, sentinel_settings s, std::chrono::milliseconds wait)
-        : topology(std::move(base), pool_size, wait), s_(std::move(s)) {}
+        : topology(std::move(base), pool_size, wait), s_(std::move(s)), quorum_(s_.sentinels.size() / 2 + 1) {}
+    ~sentinel_topology() override {
+        for (auto& a : askers_) a.thread.join();  // each bounded by its sentinel's timeouts
+    }
 
     pool& pool_for(std::string_view) override {
         if (auto* p = master_.load()) return *p;
@@ -235,7 +305,7 @@ public:
             try {
                 p = &find(p);
             } catch (const std::exception&) {
-                if (p == nullptr) return base_;  // the subscriber tries again later
+                if (p == nullptr) throw;  // no master known: the subscriber tries again later
             }
         }
         return p->where();
@@ -256,68 +326,113 @@ private:
         }
     }
 
+    // The answers of one round of asking, filled by one thread per sentinel.
+    struct round {
+        std::mutex mutex;
+        std::condition_variable cv;
+        std::vector<sentinel_answer> answers;
+        std::vector<bool> done;
+    };
+    struct asker {
+        std::thread thread;
+        std::shared_ptr<round> of;
+        std::size_t index;
+    };
+
+    // Asks every sentinel at once (a sentinel that does not answer costs its
+    // own timeouts, not the others'); returns as soon as a quorum names one
+    // address, or when every sentinel has answered. The threads of sentinels
+    // still connecting then finish on their own and are joined later.
+    std::vector<sentinel_answer> ask_all() {
+        std::erase_if(askers_, [](asker& a) {
+            {
+                std::lock_guard lk(a.of->mutex);
+                if (!a.of->done[a.index]) return false;
+            }
+            a.thread.join();  // it has answered: it is ending
+            return true;
+        });
+        const std::size_t n = s_.sentinels.size();
+        auto r = std::make_shared<round>();
+        r->answers.resize(n);
+        r->done.assign(n, false);
+        for (std::size_t i = 0; i < n; ++i) {
+            try {
+                askers_.push_back(asker{std::thread([r, i, sentinel = s_.sentinels[i], name = s_.master_name] {
+                                            auto answer = ask_sentinel(sentinel, name);
+                                            std::lock_guard lk(r->mutex);
+                                            r->answers[i] = std::move(answer);
+                                            r->done[i] = true;
+                                            r->cv.notify_all();
+                                        }),
+                                        r, i});
+            } catch (const std::exception& e) {  // no thread: that sentinel counts as silent
+                std::lock_guard lk(r->mutex);
+                r->answers[i].error = s_.sentinels[i].label() + ": cannot ask (" + e.what() + ")";
+                r->done[i] = true;
+            }
+        }
+        std::unique_lock lk(r->mutex);
+        r->cv.wait(lk, [&] {
+            return std::find(r->done.begin(), r->done.end(), false) == r->done.end() || agreed(r->answers, quorum_);
+        });
+        return r->answers;
+    }
+
     // Asks the sentinels for the master, unless another thread already moved on
     // from `failed_one` or asked a moment ago; checks ROLE on the node named.
+    // Only a master a majority of the listed sentinels names is trusted with
+    // the data nodes' credentials: one sentinel (another team's, shared, or
+    // spoofed) could name a host of its own to collect them.
     pool& find(pool* failed_one) {
         std::lock_guard lk(mutex_);
         pool* current = master_.load();
         if (current != nullptr && (current != failed_one || clock::now() - asked_at_ < std::chrono::milliseconds{100}))
             return *current;
         asked_at_ = clock::now();
-        std::string errors;
-        int answered = 0;
-        for (std::size_t k = 0; k < s_.sentinels.size(); ++k) {
-            const auto& sentinel = s_.sentinels[(next_ + k) % s_.sentinels.size()];
-            pool* found = ask_node(errors, [&]() -> pool* {
-                auto c = connection::open(sentinel);
-                auto r = c->command({"SENTINEL", "get-master-addr-by-name", s_.master_name});
-                if (is_error(r.get()) && reply_text(r.get()).rfind("NOAUTH", 0) == 0)
-                    throw_error(errc::access_denied, base_.backend_name,
-                                "the sentinel at " + sentinel.label() +
-                                    " needs a password: give it as sentinel_password= (and sentinel_user= for an "
-                                    "ACL user); the sentinels never get the URL's own, which is the data nodes' "
-                                    "(sentinel_credentials=data sends it to them too)",
-                                0, "NOAUTH");
-                if (is_error(r.get())) throw_client_error(base_.backend_name, r.get(), "SENTINEL at " + sentinel.label());
-                ++answered;
-                if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-                    errors += "; " + sentinel.label() + " knows no master of that name";
-                    return nullptr;
-                }
-                std::string host(r->element[0]->str, r->element[0]->len);
-                std::uint16_t port = 0;
-                std::from_chars(r->element[1]->str, r->element[1]->str + r->element[1]->len, port);
-                pool& candidate = pool_at(host, port);
-                // The node named must say it is the master (it may still be a
-                // replica being promoted, or a demoted master not yet told).
-                auto role = candidate.run([](connection& node) { return node.command({"ROLE"}); });
-                if (is_error(role.get())) throw_client_error(base_.backend_name, role.get(), "ROLE at " + host);
-                if (role->type != REDIS_REPLY_ARRAY || role->elements == 0 ||
-                    reply_text(role->element[0]) != "master") {
-                    errors += "; " + sentinel.label() + " names " + candidate.where().label() + ", which is not a master yet";
-                    return nullptr;
-                }
-                return &candidate;
-            });
-            if (found == nullptr) continue;
-            next_ = (next_ + k) % s_.sentinels.size();  // ask this one first next time
-            if (current != found) found->clear_idle();
-            master_.store(found);
-            return *found;
+        const auto answers = ask_all();
+        if (auto address = agreed(answers, quorum_)) {
+            const auto& [host, port] = *address;
+            pool& candidate = pool_at(host, port);
+            // The node named must say it is the master (it may still be a
+            // replica being promoted, or a demoted master not yet told).
+            reply_ptr role;
+            try {
+                role = candidate.run([](connection& node) { return node.command({"ROLE"}); });
+            } catch (const connection_failure& e) {
+                throw_client_error(base_.backend_name, "the sentinels' master " + candidate.where().label(), e);
+            }
+            if (is_error(role.get())) throw_client_error(base_.backend_name, role.get(), "ROLE at " + host);
+            if (role->type != REDIS_REPLY_ARRAY || role->elements == 0 || reply_text(role->element[0]) != "master")
+                throw_error(errc::unavailable, base_.backend_name,
+                            "the sentinels name " + candidate.where().label() + ", which is not a master yet");
+            if (current != &candidate) candidate.clear_idle();
+            master_.store(&candidate);
+            return candidate;
         }
-        if (answered > 0 && errors.find("not a master") == std::string::npos &&
-            errors.find("knows no master") != std::string::npos && current == nullptr)
+        std::string seen;
+        std::size_t unknown = 0;
+        const sentinel_answer* denied = nullptr;
+        for (const auto& a : answers) {
+            seen += "; " + (a.master ? "one names " + a.master->first + ":" + std::to_string(a.master->second) : a.error);
+            unknown += a.unknown ? 1 : 0;
+            if (a.denied && denied == nullptr) denied = &a;
+        }
+        if (denied != nullptr) throw_error(errc::access_denied, base_.backend_name, denied->error, 0, "NOAUTH");
+        if (unknown >= quorum_ && current == nullptr)
             throw_error(errc::invalid_argument, base_.backend_name,
-                        "no sentinel knows a master named '" + s_.master_name + "'" + errors);
+                        "no sentinel knows a master named '" + s_.master_name + "'" + seen);
         throw_error(errc::unavailable, base_.backend_name,
-                    "the sentinels named no master for '" + s_.master_name + "'" + errors);
+                    "no majority of the " + std::to_string(answers.size()) + " sentinels listed (" +
+                        std::to_string(quorum_) + ") names one master for '" + s_.master_name + "'" + seen);
     }
 
     sentinel_settings s_;
+    std::size_t quorum_;
     std::mutex mutex_;
     std::atomic<pool*> master_{nullptr};
     clock::time_point asked_at_{};
-    std::size_t next_ = 0;
+    std::vector<asker> askers_;  // threads of earlier rounds (mutex_)
 };
 
 // ---- Cluster ---------------------------------------------------------------------------
@@ -327,6 +442,7 @@ public:
     cluster_topology(endpoint base, std::size_t pool_size, std::vector<endpoint> seeds, std::chrono::milliseconds wait)
         : topology(std::move(base), pool_size, wait), seeds_(std::move(seeds)) {
         slots_.fill(nullptr);
+        for (const auto& s : seeds_) members_.insert(s.label());
     }
 
     pool& pool_for(std::string_view key) override {
@@ -349,11 +465,7 @@ public:
 
     std::vector<pool*> masters() override {
         pool_for("");
-        std::shared_lock lk(map_mutex_);
-        std::vector<pool*> out;
-        for (auto* p : slots_)
-            if (p != nullptr && std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
-        return out;
+        return masters_now();
     }
 
     endpoint endpoint_for(std::string_view channel, bool after_failure) override {
@@ -389,7 +501,83 @@ protected:
     }
     void failed(pool&) noexcept override { quiet_refresh(); }
 
+    // A redirect is followed only to a node the cluster itself lists: one in
+    // the slot maps read so far, else in CLUSTER NODES (which also lists an
+    // importing node that serves no slot yet), as the seeds or the nodes they
+    // named say. A node that redirects anywhere else (a forged or broken reply)
+    // cannot make the client send the credentials there.
+    void vouch(const std::string& host, std::uint16_t port, pool& from) override {
+        if (plausible_host(host) && port != 0) {
+            const auto label = host + ":" + std::to_string(port);
+            if (member(label)) return;
+            learn_members();
+            if (member(label)) return;
+            throw_error(errc::access_denied, base_.backend_name,
+                        from.where().label() + " sent a command to " + label +
+                            ", which is not a node of the cluster (CLUSTER SLOTS, CLUSTER NODES): not followed, the "
+                            "data nodes' credentials go to the cluster's own nodes only");
+        }
+        topology::vouch(host, port, from);
+    }
+
 private:
+    bool member(const std::string& label) {
+        std::lock_guard lk(members_mutex_);
+        return members_.count(label) != 0;
+    }
+    void add_members(const std::vector<std::string>& labels) {
+        std::lock_guard lk(members_mutex_);
+        members_.insert(labels.begin(), labels.end());
+    }
+
+    // Reads CLUSTER NODES from a seed or a node known now (the first that
+    // answers) and adds every node it lists: "<id> <ip:port@cport[,hostname]> ...".
+    void learn_members() {
+        std::vector<std::pair<std::string, std::uint16_t>> ask;
+        for (const auto& s : seeds_) ask.emplace_back(s.host, s.port);
+        for (auto* p : masters_now()) ask.emplace_back(p->where().host, p->where().port);
+        for (const auto& [host, port] : ask) {
+            try {
+                auto reply = pool_at(host, port).run([](connection& c) { return c.command({"CLUSTER", "NODES"}); });
+                if (reply->type != REDIS_REPLY_STRING) continue;
+                std::vector<std::string> labels;
+                std::string_view text(reply->str, reply->len);
+                while (!text.empty()) {
+                    const auto eol = text.find('\n');
+                    auto line = text.substr(0, eol);
+                    text = eol == std::string_view::npos ? std::string_view{} : text.substr(eol + 1);
+                    const auto first = line.find(' ');
+                    if (first == std::string_view::npos) continue;
+                    auto field = line.substr(first + 1, line.find(' ', first + 1) - first - 1);
+                    const auto at = field.find('@');
+                    const auto address = field.substr(0, at);
+                    const auto colon = address.rfind(':');
+                    std::uint16_t port = 0;
+                    if (colon == std::string_view::npos ||
+                        std::from_chars(address.data() + colon + 1, address.data() + address.size(), port).ec != std::errc{})
+                        continue;
+                    std::vector<std::string_view> hosts{address.substr(0, colon)};
+                    if (const auto comma = field.find(','); comma != std::string_view::npos && at != std::string_view::npos && comma > at)
+                        hosts.push_back(field.substr(comma + 1));  // the node's announced host name
+                    for (auto h : hosts)
+                        if (port != 0 && plausible_host(h)) labels.push_back(std::string(h) + ":" + std::to_string(port));
+                }
+                add_members(labels);
+                return;
+            } catch (const std::exception&) {  // that node cannot tell: the next one
+            }
+        }
+    }
+
+    // The distinct masters of the slot map now.
+    std::vector<pool*> masters_now() {
+        std::shared_lock lk(map_mutex_);
+        std::vector<pool*> out;
+        for (auto* p : slots_)
+            if (p != nullptr && std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+        return out;
+    }
+
     void quiet_refresh() noexcept {
         try {
             refresh(false);
@@ -419,20 +607,31 @@ private:
         for (const auto& [host, port] : ask) {
             std::array<pool*, 16384> fresh{};
             fresh.fill(nullptr);
+            std::vector<std::string> listed;  // every node of the map (masters and replicas): members
             pool* answered = ask_node(errors, [&, &host = host, &port = port]() -> pool* {
                 pool& node = pool_at(host, port);
                 auto reply = node.run([](connection& c) { return c.command({"CLUSTER", "SLOTS"}); });
                 if (is_error(reply.get())) throw_client_error(base_.backend_name, reply.get(), "CLUSTER SLOTS at " + host);
+                // A node's address: host ("" or "?": the node asked) and port,
+                // or nullopt when it is none.
+                auto address_of = [&](const redisReply* n) -> std::optional<std::pair<std::string, std::uint16_t>> {
+                    if (n->type != REDIS_REPLY_ARRAY || n->elements < 2 || n->element[0]->type != REDIS_REPLY_STRING)
+                        return std::nullopt;
+                    std::string h(n->element[0]->str, n->element[0]->len);
+                    if (h.empty() || h == "?") h = host;
+                    const auto p = as_integer(n->element[1]);
+                    if (!plausible_host(h) || p <= 0 || p > 65535) return std::nullopt;
+                    return std::pair(std::move(h), static_cast<std::uint16_t>(p));
+                };
                 bool any = false;
                 for (std::size_t i = 0; reply->type == REDIS_REPLY_ARRAY && i < reply->elements; ++i) {
                     const redisReply* range = reply->element[i];
                     if (range->type != REDIS_REPLY_ARRAY || range->elements < 3) continue;
-                    const redisReply* master = range->element[2];
-                    if (master->type != REDIS_REPLY_ARRAY || master->elements < 2) continue;
-                    std::string mhost(master->element[0]->str != nullptr ? master->element[0]->str : "",
-                                      master->element[0]->str != nullptr ? master->element[0]->len : 0);
-                    if (mhost.empty() || mhost == "?") mhost = host;  // "the node you asked"
-                    pool* owner = &pool_at(mhost, static_cast<std::uint16_t>(as_integer(master->element[1])));
+                    for (std::size_t k = 2; k < range->elements; ++k)
+                        if (auto a = address_of(range->element[k])) listed.push_back(a->first + ":" + std::to_string(a->second));
+                    const auto master = address_of(range->element[2]);
+                    if (!master) continue;
+                    pool* owner = &pool_at(master->first, master->second);
                     const auto from = as_integer(range->element[0]), to = as_integer(range->element[1]);
                     for (auto slot = std::max(0LL, from); slot <= std::min(16383LL, to); ++slot) {
                         fresh[static_cast<std::size_t>(slot)] = owner;
@@ -446,6 +645,7 @@ private:
                 return &node;
             });
             if (answered == nullptr) continue;
+            add_members(listed);
             std::unique_lock lk(map_mutex_);
             slots_ = fresh;
             loaded_ = true;
@@ -460,6 +660,8 @@ private:
     bool loaded_ = false;
     std::mutex refresh_mutex_;
     clock::time_point refreshed_at_{};
+    std::mutex members_mutex_;
+    std::set<std::string> members_;  // "host:port" of every node the cluster listed, and the seeds
 };
 
 }  // namespace

@@ -1,11 +1,18 @@
 // The Redis client layer (redis_client.hpp): where the commands of a key go.
 //   single    one server (redis://)
-//   sentinel  the master the sentinels name (redis-sentinel://): asked again when
-//             a master fails or turns out to be a replica (READONLY), with ROLE
-//             checked on the node named, as Redis's sentinel client guidelines say
+//   sentinel  the master a majority of the listed sentinels names (redis-sentinel://),
+//             all asked at once: asked again when a master fails or turns out to
+//             be a replica (READONLY), with ROLE checked on the node named, as
+//             Redis's sentinel client guidelines say
 //   cluster   the master that serves the key's hash slot (redis-cluster://): the
-//             slot map from CLUSTER SLOTS, MOVED and ASK followed, the map read
-//             again when a node fails or a slot moves
+//             slot map from CLUSTER SLOTS, MOVED and ASK followed to the
+//             cluster's own nodes only, the map read again when a node fails or
+//             a slot moves
+// The data nodes' credentials go only to a node the deployment vouches for: a
+// sentinel majority's master, a node the cluster lists (CLUSTER SLOTS, CLUSTER
+// NODES) and, with master_hosts=, one the operator's list allows (checked by
+// connection::open). A node one sentinel names alone, or a redirect elsewhere,
+// is refused before anything is sent there.
 // topology::run() is how every command of redis:// goes out; batches of scripts
 // (renewals) go through run_items(), one pipeline per node.
 #pragma once
@@ -112,8 +119,10 @@ public:
                 if ((!retry && ++redirections > max_redirections) || (retry && clock::now() >= until))
                     throw_error(errc::unavailable, base_.backend_name,
                                 "no server took the command (" + std::to_string(hop + 1) + " tries): " + r.what());
+                std::string to = r.host().empty() ? p->where().host : r.host();  // "": the node asked
+                if (!retry) vouch(to, r.port(), *p);  // throws access_denied_error: never followed
                 if (r.how() == redirect::kind::ask)
-                    asking.emplace(r.host().empty() ? p->where().host : r.host(), r.port());
+                    asking.emplace(std::move(to), r.port());
                 else
                     learn(r, *p);
                 if (r.how() == redirect::kind::retry) pause(hop, until);
@@ -154,6 +163,10 @@ protected:
     virtual void learn(const redirect& r, pool& from) noexcept = 0;
     // A connection to `p` failed (never throws: the next pool_for() looks again).
     virtual void failed(pool& p) noexcept = 0;
+    // `from` sent a command to host:port (MOVED, ASK): returns when that is a
+    // node the deployment vouches for, else throws access_denied_error. By
+    // default none is (only a cluster redirects).
+    virtual void vouch(const std::string& host, std::uint16_t port, pool& from);
     static void pause(int hop, deadline until);
 
     endpoint base_;

@@ -5,6 +5,8 @@
 // scripts. Never included outside backends/redis/.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <memory>
 #include <span>
 #include <string>
@@ -41,6 +43,42 @@ public:
     // and a number never used before by it (one per grant, so that two grants of
     // one process never share a hash field).
     virtual std::string next_owner() = 0;
+};
+
+// When a waiter tries again after a failed try (every handle's acquire loop).
+// The holder's PTTL in the try's reply bounds the wait, clamped to [0, our
+// lease]: it goes into clock arithmetic (2^63 - 1 ms overflows), and a key
+// deleted without a message is seen again within a lease. A try that found
+// nothing to wait for (the key "just went": -2) is repeated at once, but a
+// broken or hostile server can say so for ever: from the second wait in a row
+// that no message ended, each wait lasts at least a growing backoff
+// (retry_min, doubling to retry_max), so no reply makes the loop spin.
+class retry_pacer {
+public:
+    explicit retry_pacer(const spi::lock_request& r) : lease_(r.lease), backoff_(r.retry_min, r.retry_max) {}
+    // The holder's time left as the try's reply gave it (-1: no expiry, -2:
+    // gone), as a duration safe for clock arithmetic (-1, -2: a second).
+    std::chrono::milliseconds holder_left(long long pttl) const noexcept {
+        return redis_client::server_duration(pttl >= 0 ? pttl : 1000, lease_);
+    }
+    // A lease or reservation another client announced on the channel.
+    std::chrono::milliseconds announced(long long ms) const noexcept { return redis_client::server_duration(ms, lease_); }
+    // The end of the wait after a try that failed with `pttl`.
+    spi::deadline wait_after(long long pttl, spi::deadline until) {
+        std::chrono::nanoseconds wait = pttl == -2 ? std::chrono::nanoseconds{0} : holder_left(pttl) + std::chrono::milliseconds{1};
+        if (std::exchange(quiet_, true)) wait = std::max(wait, backoff_.next(until));
+        const auto now = spi::clock::now();
+        return until - now < wait ? until : now + wait;
+    }
+    // A message ended the wait: the next try may follow at once.
+    void heard() noexcept { quiet_ = false; }
+    // How long to wait when there is no pub/sub connection.
+    std::chrono::nanoseconds backoff(spi::deadline until) { return backoff_.next(until); }
+
+private:
+    std::chrono::milliseconds lease_;
+    spi::backoff backoff_;
+    bool quiet_ = false;  // the last wait was not ended by a message
 };
 
 // The handles of read-write locks and permits (shared_locks.cpp).

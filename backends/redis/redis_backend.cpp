@@ -222,7 +222,7 @@ public:
             }
         } guard{this, &waiter};
         std::unique_ptr<subscriber::subscription> sub;
-        spi::backoff fallback(request_.retry_min, request_.retry_max);
+        retry_pacer pacer(request_);
         deadline alive_until{};  // when the server will consider our queue entry dead
         std::uint64_t seen = 0;
         if (auto lingering = until > clock::now() ? backend_.reuse_subscription(layout_.channel) : nullptr) {
@@ -254,17 +254,15 @@ public:
                 continue;
             }
             // value = PTTL of the holder's key: -1 no expiry (foreign key), -2 just gone.
-            if (value == -2) continue;
-            const auto pttl = std::chrono::milliseconds(value >= 0 ? value : 1000);
-            if (!waiter.empty()) alive_until = now + pttl + liveness_slack;
-            deadline bound = std::min(until, now + pttl + 1ms);
+            if (!waiter.empty()) alive_until = now + pacer.holder_left(value) + liveness_slack;
+            deadline bound = pacer.wait_after(value, until);
             // Wait without sending anything until our turn, a plain release, the
             // end of the holder's lease, or the deadline.
             for (;;) {
                 auto woke = sub->wait(seen, bound);
                 if (woke == subscriber::wake::broken) {
                     // No pub/sub connection right now: fall back to jittered backoff.
-                    std::this_thread::sleep_for(fallback.next(bound));
+                    std::this_thread::sleep_for(pacer.backoff(bound));
                     break;
                 }
                 if (woke == subscriber::wake::timeout) break;
@@ -285,12 +283,16 @@ public:
                     }
                     // Handed to another waiter (if it died, the reservation runs out),
                     // or taken up by it (then its lease bounds our wait).
+                    // Any client that may PUBLISH on the channel writes this number.
                     long long ms_left = 0;
                     if (space != std::string_view::npos)
                         std::from_chars(m.data() + space + 1, m.data() + m.size(), ms_left);
-                    bound = std::min(until, clock::now() + std::chrono::milliseconds(ms_left) + 5ms);
+                    bound = std::min(until, clock::now() + pacer.announced(ms_left) + 5ms);
                 }
-                if (retry || !complete) break;
+                if (retry || !complete) {
+                    pacer.heard();
+                    break;
+                }
                 // Renew our place in the queue before the server drops it.
                 if (!waiter.empty() && alive_until - clock::now() < liveness_slack / 2) break;
             }
@@ -434,6 +436,17 @@ void take_common(spi::url& u, settings& s, const std::string& scheme) {
     }
 }
 
+// master_hosts= (redis-sentinel://, redis-cluster://): the data nodes the
+// URL's credentials may go to, besides `own` (the URL's own data nodes: a
+// cluster's seeds); none given: no bound but the deployment's own vouching.
+std::shared_ptr<const host_filter> take_master_hosts(spi::url& u, const std::vector<endpoint>& own) {
+    auto text = u.take("master_hosts");
+    if (!text) return nullptr;
+    auto filter = host_filter::parse(*text, "redis");
+    for (const auto& ep : own) filter.allow(ep.host, ep.port);
+    return std::make_shared<const host_filter>(std::move(filter));
+}
+
 }  // namespace
 
 void register_backend(spi::registry& r) {
@@ -498,6 +511,8 @@ void register_backend(spi::registry& r) {
             sentinel.port = h.port;
             s.sentinel.sentinels.push_back(sentinel);
         }
+        // Data nodes only: the sentinels are the URL's own, with their own credentials.
+        s.ep.allowed = take_master_hosts(u, {});
         take_common(u, s, "redis-sentinel");
         return std::make_shared<backend>(std::move(s));
     });
@@ -514,6 +529,8 @@ void register_backend(spi::registry& r) {
             seed.port = h.port;
             s.seeds.push_back(seed);
         }
+        s.ep.allowed = take_master_hosts(u, s.seeds);
+        for (auto& seed : s.seeds) seed.allowed = s.ep.allowed;
         take_common(u, s, "redis-cluster");
         return std::make_shared<backend>(std::move(s));
     });

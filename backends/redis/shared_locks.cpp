@@ -322,7 +322,7 @@ public:
         } guard{this, &granted};
         std::unique_ptr<subscriber::subscription> sub;
         if (until > clock::now()) sub = ctx_.reuse_subscription(channel_);
-        spi::backoff fallback(request_.retry_min, request_.retry_max);
+        retry_pacer pacer(request_);
         for (bool first = true;; first = false) {
             const std::uint64_t seen = sub ? sub->messages() : 0;
             const auto sent = clock::now();  // the lease runs from when the server ran the script
@@ -346,13 +346,14 @@ public:
                 sub = ctx_.sub(channel_).subscribe(channel_, std::min(until, now + ctx_.where().command_timeout));
                 continue;
             }
-            if (value == -2) continue;  // the key just went
-            const auto wait = std::chrono::milliseconds(value >= 0 ? value : 1000);
-            const deadline bound = std::min(until, now + wait + 1ms);
+            // value: the holder's PTTL (-1 no expiry, -2 the key just went).
+            const deadline bound = pacer.wait_after(value, until);
             // Any message on the channel (a release, a reclaim, a writer giving
             // up) is worth a retry; else the end of the holder's lease.
-            if (sub->wait(seen, bound) == subscriber::wake::broken)
-                std::this_thread::sleep_for(fallback.next(bound));  // no pub/sub connection: back off
+            const auto woke = sub->wait(seen, bound);
+            if (woke == subscriber::wake::message) pacer.heard();
+            if (woke == subscriber::wake::broken)
+                std::this_thread::sleep_for(pacer.backoff(bound));  // no pub/sub connection: back off
         }
     }
 

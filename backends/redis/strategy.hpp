@@ -82,7 +82,7 @@ inline std::optional<std::uint64_t> parse_token(std::string_view s) {
 
 // lock_info::remaining from a held key's PTTL (-1: the key has no expiry).
 inline void set_remaining(lock_info& info, long long pttl) {
-    if (pttl >= 0) info.remaining = std::chrono::milliseconds(pttl);
+    if (pttl >= 0) info.remaining = redis_client::server_duration(pttl);  // shown to the caller: fit for clock arithmetic
     else
         info.unknown.emplace("remaining", "the key has no expiry (set without a lease by another client)");
 }

@@ -408,7 +408,7 @@ lock_info redlock_backend::inspect(std::string_view lock_name, spi::lock_kind) {
         std::sort(p.begin(), p.end(), [](long long a, long long b) {
             return (a < 0 ? LLONG_MAX : a) > (b < 0 ? LLONG_MAX : b);
         });
-        if (p[quorum_ - 1] >= 0) info.remaining = std::chrono::milliseconds(p[quorum_ - 1]);
+        if (p[quorum_ - 1] >= 0) info.remaining = server_duration(p[quorum_ - 1]);  // fit for clock arithmetic
         else info.unknown.emplace("remaining", "the key has no expiry on a majority of nodes (set without a lease)");
         return info;
     }

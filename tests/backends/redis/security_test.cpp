@@ -92,7 +92,7 @@ scripted_server::handler fake_redis(std::function<std::string(const std::vector<
 
 // A sentinel that records every command it is sent, answers AUTH with OK
 // (NOAUTH to everything else until then when `require_auth`) and names the
-// data node at `master_port` as the master of any name.
+// data node at `master_port` as the master of any name (none when 0).
 struct fake_sentinel {
     std::mutex mutex;
     std::vector<std::vector<std::string>> seen;
@@ -113,6 +113,7 @@ struct fake_sentinel {
                   }
                   if (require_auth && !authed) return "-NOAUTH Authentication required.\r\n";
                   if (name == "PING") return "+PONG\r\n";
+                  if (name == "SENTINEL" && master_port == 0) return "*-1\r\n";
                   if (name == "SENTINEL")
                       return "*2\r\n" + bulk("127.0.0.1") + bulk(std::to_string(master_port));
                   return "-ERR unknown command\r\n";
@@ -136,6 +137,131 @@ struct fake_sentinel {
             if (upper(cmd.at(0)) == "AUTH") out.push_back(cmd);
         return out;
     }
+};
+
+// A fake data node that records every command it is sent: AUTH, SELECT and
+// ASKING are answered OK, PING PONG, ROLE "master" (so that a client that
+// reaches it would take it for the master), scripts (EVAL, EVALSHA) with
+// `script_reply`, and what `extra` answers ("" = not its command) first;
+// anything else is an error.
+struct recording_node {
+    using answer_fn = std::function<std::string(const std::vector<std::string>&)>;
+    std::mutex mutex;
+    std::vector<std::vector<std::string>> seen;
+    std::string script_reply;
+    answer_fn extra;
+    scripted_server server;
+
+    explicit recording_node(std::string script = "-ERR not a node of yours\r\n", answer_fn more = nullptr)
+        : script_reply(std::move(script)), extra(std::move(more)), server(fake_redis([this](const std::vector<std::string>& cmd) {
+              {
+                  std::lock_guard lk(mutex);
+                  seen.push_back(cmd);
+              }
+              if (extra) {
+                  if (auto special = extra(cmd); !special.empty()) return special;
+              }
+              const auto name = upper(cmd.at(0));
+              if (name == "AUTH" || name == "SELECT" || name == "ASKING") return std::string("+OK\r\n");
+              if (name == "PING") return std::string("+PONG\r\n");
+              if (name == "ROLE") return std::string("*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n");
+              if (name == "EVAL" || name == "EVALSHA") return script_reply;
+              return std::string("-ERR unknown command\r\n");
+          })) {}
+
+    std::string address() const { return server.address(); }
+    std::uint16_t port() const { return static_cast<std::uint16_t>(server.port()); }
+    bool saw(const std::string& text) {
+        std::lock_guard lk(mutex);
+        for (const auto& cmd : seen)
+            for (const auto& a : cmd)
+                if (a.find(text) != std::string::npos) return true;
+        return false;
+    }
+};
+
+// Redis Cluster's hash slot of a key (CRC16/XMODEM of its hash tag, mod 16384).
+int slot_of(std::string_view key) {
+    if (auto open = key.find('{'); open != std::string_view::npos)
+        if (auto close = key.find('}', open + 1); close != std::string_view::npos && close > open + 1)
+            key = key.substr(open + 1, close - open - 1);
+    unsigned crc = 0;
+    for (unsigned char byte : key) {
+        crc ^= byte << 8;
+        for (int bit = 0; bit < 8; ++bit) crc = (crc & 0x8000) != 0 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+    }
+    return static_cast<int>(crc & 16383);
+}
+
+// A fake Redis Cluster node (the seed of a URL): CLUSTER SLOTS says every slot
+// is served by `slots_owner` (itself when 0), CLUSTER NODES lists itself, the
+// owner and `also_listed` (nodes that serve no slot yet, as an importing node
+// during a migration); scripts are answered with `script_reply` (a MOVED or an
+// ASK elsewhere; "{slot}" in it becomes the slot of the script's first key). With `slots_once`, CLUSTER SLOTS fails after its first
+// answer (the map a client learned from a MOVED then stays).
+struct fake_cluster_node {
+    std::atomic<int> slots_asked{0};
+    recording_node node;
+
+    explicit fake_cluster_node(std::string script_reply, std::vector<std::uint16_t> also_listed = {},
+                               std::uint16_t slots_owner = 0, bool slots_once = false)
+        : node(std::move(script_reply), [this, also_listed, slots_owner, slots_once](const std::vector<std::string>& cmd) {
+              if ((upper(cmd.at(0)) == "EVALSHA" || upper(cmd.at(0)) == "EVAL") && cmd.size() > 3) {
+                  auto reply = node.script_reply;
+                  if (auto at = reply.find("{slot}"); at != std::string::npos)
+                      reply.replace(at, 6, std::to_string(slot_of(cmd[3])));
+                  return reply;
+              }
+              if (upper(cmd.at(0)) != "CLUSTER" || cmd.size() < 2) return std::string();
+              const auto self = node.port();
+              const auto owner = slots_owner != 0 ? slots_owner : self;
+              const auto id = [](std::uint16_t port) { return std::string(34, 'a') + std::to_string(100000 + port); };
+              if (upper(cmd[1]) == "SLOTS" && slots_once && ++slots_asked > 1) return std::string("-ERR busy\r\n");
+              if (upper(cmd[1]) == "SLOTS")
+                  return "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n" + bulk("127.0.0.1") + ":" + std::to_string(owner) +
+                         "\r\n" + bulk(id(owner)) ;
+              if (upper(cmd[1]) == "NODES") {
+                  std::string text = id(self) + " 127.0.0.1:" + std::to_string(self) + "@" + std::to_string(self + 10000) +
+                                     " myself,master - 0 0 1 connected" + (owner == self ? " 0-16383" : "") + "\n";
+                  std::vector<std::uint16_t> others = also_listed;
+                  if (owner != self) others.push_back(owner);
+                  for (auto port : others)
+                      text += id(port) + " 127.0.0.1:" + std::to_string(port) + "@" + std::to_string(port + 10000) +
+                              " master - 0 0 2 connected" + (port == owner ? " 0-16383" : "") + "\n";
+                  return bulk(text);
+              }
+              return std::string("-ERR unknown subcommand\r\n");
+          }) {}
+
+    std::string address() const { return node.address(); }
+};
+
+// A fake single Redis whose every script is answered `script_reply`, and
+// which confirms SUBSCRIBE (so that a waiter waits on it): counts the scripts.
+struct scripted_redis {
+    std::atomic<long> scripts{0};
+    std::string script_reply;
+    scripted_server server;
+
+    explicit scripted_redis(std::string reply)
+        : script_reply(std::move(reply)), server(fake_redis([this](const std::vector<std::string>& cmd) -> std::string {
+              const auto name = upper(cmd.at(0));
+              if (name == "PING") return "+PONG\r\n";
+              if (name == "AUTH" || name == "SELECT") return "+OK\r\n";
+              if (name == "EVAL" || name == "EVALSHA") {
+                  ++scripts;
+                  return script_reply;
+              }
+              if (name == "SUBSCRIBE" || name == "UNSUBSCRIBE") {
+                  std::string out;
+                  for (std::size_t i = 1; i < cmd.size(); ++i)
+                      out += "*3\r\n" + bulk(name == "SUBSCRIBE" ? "subscribe" : "unsubscribe") + bulk(cmd[i]) + ":1\r\n";
+                  return out;
+              }
+              return "-ERR unknown command\r\n";
+          })) {}
+
+    std::string address() const { return server.address(); }
 };
 
 // Three redis-server children of one configuration: redlock:// wants three
@@ -280,6 +406,128 @@ TEST_CASE("sentinels get the sentinel credentials only, never the data nodes' pa
                         distlock::invalid_argument_error);
         CHECK_THROWS_AS(distlock::connect(base + "&sentinel_credentials=both"), distlock::invalid_argument_error);
         CHECK_FALSE(s.saw(data_pw));
+    }
+}
+
+TEST_CASE("the data password goes only to a master a majority of the sentinels names (and master_hosts= allows)",
+          "[redis-sentinel][auth][vouch]") {
+    const std::string data_pw = "data-pw-77d1e0";
+    redis_server data({"requirepass " + data_pw});
+    recording_node impostor;  // the attacker's "master"
+    const auto dead = [] { return "127.0.0.1:" + std::to_string(distlock::test::free_port()); };
+    auto url = [&](const std::vector<std::string>& sentinels, const std::string& extra = "") {
+        std::string hosts;
+        for (const auto& h : sentinels) hosts += (hosts.empty() ? "" : ",") + h;
+        return "redis-sentinel://:" + data_pw + "@" + hosts + "/mymaster?lease=5s&timeout=500ms&connect_timeout=300ms" +
+               extra;
+    };
+    auto works = [](const std::string& u) {
+        auto p = distlock::connect(u);
+        auto m = p.mutex(unique_name("vouch"));
+        const bool got = m.try_lock();
+        if (got) m.unlock();
+        return got;
+    };
+
+    SECTION("one hostile sentinel of three, asked first: the others' master is used, the impostor never reached") {
+        fake_sentinel hostile(impostor.port(), false), a(data.port(), false), b(data.port(), false);
+        CHECK(works(url({hostile.server.address(), a.server.address(), b.server.address()})));
+        CHECK(impostor.server.accepted() == 0);
+        CHECK_FALSE(impostor.saw(data_pw));
+    }
+    SECTION("a hostile sentinel without a majority beside it: unavailable, nothing sent to the impostor") {
+        fake_sentinel hostile(impostor.port(), false), none(0, false), honest(data.port(), false);
+        for (const auto& u : {url({hostile.server.address(), dead(), dead()}),
+                              url({hostile.server.address(), none.server.address(), dead()}),
+                              url({hostile.server.address(), honest.server.address()})}) {
+            INFO("url: " << distlock::spi::redact_url(u));
+            try {
+                (void)distlock::connect(u);
+                FAIL("connected");
+            } catch (const distlock::unavailable_error& e) {
+                CHECK(std::string(e.what()).find("majority") != std::string::npos);
+                CHECK(std::string(e.what()).find(data_pw) == std::string::npos);
+            }
+        }
+        CHECK(impostor.server.accepted() == 0);
+        CHECK_FALSE(impostor.saw(data_pw));
+    }
+    SECTION("master_hosts=: a master outside it is refused even when a majority names it") {
+        fake_sentinel h1(impostor.port(), false), h2(impostor.port(), false), a(data.port(), false),
+            b(data.port(), false);
+        const auto hostile_majority = url({h1.server.address(), h2.server.address(), a.server.address()});
+        CHECK_THROWS_AS(distlock::connect(hostile_majority + "&master_hosts=" + data.address()),
+                        distlock::access_denied_error);
+        CHECK_THROWS_AS(distlock::connect(hostile_majority + "&master_hosts=10.0.0.0/8,redis-a.internal"),
+                        distlock::access_denied_error);
+        CHECK(impostor.server.accepted() == 0);
+        // Inside it, the majority's master works: by address, by CIDR, by name.
+        CHECK(works(url({a.server.address(), b.server.address()}, "&master_hosts=" + data.address())));
+        CHECK(works(url({h1.server.address(), a.server.address(), b.server.address()},
+                        "&master_hosts=10.1.2.3,127.0.0.0/8")));
+        CHECK(works(url({a.server.address(), b.server.address(), h1.server.address()}, "&master_hosts=::1,127.0.0.1")));
+        CHECK(impostor.server.accepted() == 0);
+    }
+    SECTION("bad master_hosts= values are bad arguments") {
+        fake_sentinel a(data.port(), false);
+        for (const std::string bad : {"", "10.0.0.0/33", "10.0.0.0/", "bad host", "[::1", "1.2.3.4:0", "1.2.3.4:99999",
+                                      "a,,b", "::1/129", "-x.example"}) {
+            INFO("master_hosts=" << bad);
+            CHECK_THROWS_AS(distlock::connect(url({a.server.address()}, "&master_hosts=" + bad)),
+                            distlock::invalid_argument_error);
+        }
+        // redis:// has no other node to bound.
+        CHECK_THROWS_AS(distlock::connect("redis://:" + data_pw + "@" + data.address() + "?master_hosts=127.0.0.1"),
+                        distlock::invalid_argument_error);
+    }
+}
+
+TEST_CASE("the data password goes only to the cluster's own nodes: MOVED and ASK elsewhere are refused",
+          "[redis-cluster][auth][vouch]") {
+    const std::string pw = "cluster-pw-3c9a1b";
+    const std::string params = "?lease=5s&timeout=500ms&connect_timeout=300ms";
+    auto url = [&](const std::string& seed, const std::string& extra = "") {
+        return "redis-cluster://:" + pw + "@" + seed + params + extra;
+    };
+    recording_node outsider;
+    for (const std::string kind : {"MOVED", "ASK"}) {
+        DYNAMIC_SECTION(kind << " to a node the cluster does not list: access denied, the node never reached") {
+            fake_cluster_node seed("-" + kind + " {slot} " + outsider.address() + "\r\n", {}, 0, true);
+            auto p = distlock::connect(url(seed.address()));
+            auto m = p.mutex(unique_name("redirect"));
+            std::optional<distlock::errc> code;
+            std::string what;
+            try {
+                (void)m.try_lock();
+            } catch (const distlock::error& e) {
+                code = e.code_value();
+                what = e.what();
+            }
+            CHECK(code == distlock::errc::access_denied);
+            CHECK(what.find(outsider.address()) != std::string::npos);
+            CHECK(what.find(pw) == std::string::npos);
+            CHECK(outsider.server.accepted() == 0);
+            CHECK_FALSE(outsider.saw(pw));
+        }
+    }
+    SECTION("ASK to a node CLUSTER NODES lists (an importing node that serves no slot yet) is followed") {
+        recording_node importing("*2\r\n:1\r\n:7\r\n");
+        fake_cluster_node seed("-ASK {slot} " + importing.address() + "\r\n", {importing.port()});
+        auto p = distlock::connect(url(seed.address()));
+        auto m = p.mutex(unique_name("importing"));
+        CHECK(m.try_lock());
+        CHECK(importing.saw("ASKING"));
+    }
+    SECTION("master_hosts=: a node the cluster lists but the list does not is refused") {
+        recording_node other;  // serves every slot, says the seed
+        fake_cluster_node seed("-ERR not me\r\n", {}, other.port());
+        CHECK_THROWS_AS(distlock::connect(url(seed.address(), "&master_hosts=" + seed.address())),
+                        distlock::access_denied_error);
+        CHECK(other.server.accepted() == 0);
+        // The seeds themselves are the URL's: always allowed.
+        fake_cluster_node alone("*2\r\n:1\r\n:9\r\n");
+        auto p = distlock::connect(url(alone.address(), "&master_hosts=10.0.0.0/8"));
+        CHECK(p.mutex(unique_name("seed")).try_lock());
     }
 }
 
@@ -472,6 +720,97 @@ TEST_CASE("a pub/sub reply past the caps drops that connection only: the waiter 
     CHECK(ms(clk::now() - t0) < 3000);
     CHECK(subscribes.load() >= 1);
     CHECK_FALSE(m.try_lock());  // the command connection still works
+}
+
+TEST_CASE("a server that says 'the key just went' for ever does not make a waiter spin", "[redis][spin]") {
+    // Each try's reply: not acquired, PTTL -2 (the key went between the SET and
+    // the PTTL). A real server says so at most once in a row.
+    scripted_redis server("*2\r\n:0\r\n:-2\r\n");
+    // The mutex loops of both strategies (plain queues, reentrant does not)
+    // and the read-write lock's and semaphore's loop.
+    for (const auto& [params, what] : std::vector<std::pair<std::string, std::string>>{
+             {"", "mutex"}, {"strategy=reentrant&", "mutex"}, {"", "shared_mutex"}, {"", "semaphore"}}) {
+        auto p = distlock::connect("redis://" + server.address() + "?" + params + "lease=5s&timeout=500ms");
+        {
+            INFO(params << what);
+            server.scripts = 0;
+            const auto name = unique_name("spin");
+            const auto t0 = clk::now();
+            bool got = true;
+            if (what == "mutex") got = p.mutex(name).try_lock_for(1s);
+            else if (what == "shared_mutex") got = p.shared_mutex(name).try_lock_for(1s);
+            else got = p.semaphore(name, 1).try_acquire_for(1s);
+            CHECK_FALSE(got);
+            CHECK(ms(clk::now() - t0) >= 900);
+            CHECK(ms(clk::now() - t0) < 2500);
+            CHECK(server.scripts.load() < 60);  // thousands before: one try per round trip
+        }
+    }
+}
+
+TEST_CASE("durations from a server or a publisher never overflow the clock: PTTL, pub/sub, inspect",
+          "[redis][redlock][overflow]") {
+    // Under -fsanitize=undefined an overflow in chrono arithmetic aborts the
+    // program (build-redis-asan); elsewhere it made nonsense deadlines.
+    SECTION("an acquire reply with a PTTL of 2^63-1 ms") {
+        scripted_redis server("*2\r\n:0\r\n:9223372036854775807\r\n");
+        for (const std::string params : {"", "strategy=reentrant&"}) {
+            auto p = distlock::connect("redis://" + server.address() + "?" + params + "lease=5s&timeout=500ms");
+            const auto t0 = clk::now();
+            CHECK_FALSE(p.mutex(unique_name("pttl")).try_lock_for(300ms));
+            CHECK_FALSE(p.shared_mutex(unique_name("pttl")).try_lock_for(300ms));
+            CHECK(ms(clk::now() - t0) < 2000);
+        }
+    }
+    SECTION("a PUBLISH on a lock's channel with a lease of 2^63-1 or -2^63 ms") {
+        redis_server server;
+        raw_client raw(server.port());
+        auto p = distlock::connect("redis://" + server.address() + "?lease=5s");
+        const auto name = unique_name("publish");
+        auto holder = p.mutex(name);
+        REQUIRE(holder.try_lock());
+        auto q = distlock::connect("redis://" + server.address() + "?lease=5s");
+        std::atomic<bool> got{true};
+        std::atomic<long long> took{0};
+        std::thread waiter([&] {
+            const auto t0 = clk::now();
+            got = q.mutex(name).try_lock_for(1500ms);
+            took = ms(clk::now() - t0);
+        });
+        const std::string channel = "distlock:{" + name + "}:released";
+        REQUIRE(distlock::test::eventually(
+            [&] { return raw.cmd({"PUBSUB", "NUMSUB", channel})->element[1]->integer > 0; }, 2000ms));
+        for (const std::string msg : {"t x 9223372036854775807", "h x 9223372036854775807",
+                                      "t x -9223372036854775808", "h x 99999999999999999999"}) {
+            raw.cmd({"PUBLISH", channel, msg});
+            std::this_thread::sleep_for(50ms);
+        }
+        waiter.join();
+        CHECK_FALSE(got.load());
+        CHECK(took.load() >= 1400);
+        CHECK(took.load() < 3000);
+        holder.unlock();
+    }
+    SECTION("inspect: a PTTL of 2^63-1 ms is shown as at most 10^15 ms (redis and redlock)") {
+        scripted_redis plain("*5\r\n:1\r\n:9223372036854775807\r\n:0\r\n$1\r\nx\r\n$1\r\n7\r\n");
+        auto p = distlock::connect("redis://" + plain.address() + "?timeout=500ms");
+        auto info = p.inspect(unique_name("inspect"));
+        REQUIRE(info.remaining);
+        CHECK(info.remaining->count() <= 1'000'000'000'000'000LL);
+        (void)(clk::now() + *info.remaining);  // fits the clock
+
+        std::vector<std::unique_ptr<scripted_redis>> nodes;
+        std::string hosts;
+        for (int i = 0; i < 3; ++i) {
+            nodes.push_back(std::make_unique<scripted_redis>("*4\r\n:1\r\n:9223372036854775807\r\n" + bulk(std::string(40, 'f')) +
+                                                             bulk("x")));
+            hosts += (hosts.empty() ? "" : ",") + nodes.back()->address();
+        }
+        auto r = distlock::connect("redlock://" + hosts + "?timeout=500ms");
+        auto rinfo = r.inspect(unique_name("inspect"));
+        REQUIRE(rinfo.remaining);
+        CHECK(rinfo.remaining->count() <= 1'000'000'000'000'000LL);
+    }
 }
 
 // ---- no secret in any message --------------------------------------------------------------
