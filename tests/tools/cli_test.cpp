@@ -11,6 +11,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <atomic>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -950,74 +951,86 @@ TEST_CASE("readers and a plain holder of one name exclude each other, on every b
     std::mutex report_mutex;
     std::vector<std::string> failures, skipped;
     distlock::test::thread_errors errors;
-    std::vector<std::thread> threads;
-    for (const auto& [var, url] : urls) {
-        threads.emplace_back([&, var = var, url = url] {
-            errors.run([&] {
-                auto fail = [&](const std::string& what) {
-                    std::lock_guard lk(report_mutex);
-                    failures.push_back(var + ": " + what);
-                };
-                auto locks = distlock::connect(url);
-                if (const auto why = locks.caps().why_not(distlock::feature::read_write); !why.empty()) {
-                    // The plain form takes the mutex alone there, and says so.
-                    const auto r = spawn_cli({"run", "--backend", url, "--name", distlock::test::unique_name("rw"),
-                                              "--verbose", "--wait", "5s", "--", "true"});
-                    if (r.status != 0 || r.err.find("the mutex alone") == std::string::npos)
-                        fail("without read-write locks, plain run: status " + std::to_string(r.status));
-                    std::lock_guard lk(report_mutex);
-                    skipped.push_back(var + " (" + std::string(why) + ")");
+    // Each URL on its own, six at a time (more only loads the two CPUs of CI);
+    // holders take a 10 s lease, so that a loaded machine does not lose them.
+    distlock::lock_options long_lease;
+    long_lease.lease = 10s;
+    auto check = [&](const std::string& var, const std::string& url) {
+        errors.run([&] {
+            auto fail = [&](const std::string& what) {
+                std::lock_guard lk(report_mutex);
+                failures.push_back(var + ": " + what);
+            };
+            auto locks = distlock::connect(url);
+            if (const auto why = locks.caps().why_not(distlock::feature::read_write); !why.empty()) {
+                // The plain form takes the mutex alone there, and says so.
+                const auto r = spawn_cli({"run", "--backend", url, "--name", distlock::test::unique_name("rw"),
+                                          "--verbose", "--wait", "5s", "--", "true"});
+                if (r.status != 0 || r.err.find("the mutex alone") == std::string::npos)
+                    fail("without read-write locks, plain run: status " + std::to_string(r.status));
+                std::lock_guard lk(report_mutex);
+                skipped.push_back(var + " (" + std::string(why) + ")");
+                return;
+            }
+            if (!locks.caps().why_not(distlock::feature::cross_process).empty()) {
+                std::lock_guard lk(report_mutex);
+                skipped.push_back(var + " (" + std::string(locks.caps().why_not(distlock::feature::cross_process)) + ")");
+                return;
+            }
+            const auto name = distlock::test::unique_name("rw");
+            // run --wait 0 with `flags`: its status; what it said goes into the failure that follows.
+            std::string said;
+            auto attempt = [&](const std::vector<std::string>& flags) {
+                std::vector<std::string> args{"run", "--backend", url, "--name", name, "--wait", "0", "--lease", "10s"};
+                args.insert(args.end(), flags.begin(), flags.end());
+                args.insert(args.end(), {"--", "true"});
+                const auto r = spawn_cli(args);
+                said = " (status " + std::to_string(r.status) + ": " + r.err + ")";
+                return r.status;
+            };
+            // A reader (the read side, as run --shared takes it) keeps a plain run out.
+            auto rw = locks.shared_mutex(name, long_lease);
+            rw.lock_shared();
+            if (attempt({}) != 75) fail("a reader held; plain run was not refused" + said);
+            rw.unlock_shared();
+            // A plain holder keeps readers, --write and library users of either lock out.
+            {
+                distlock::test::child_process hold({cli(), "hold", "--backend", url, "--name", name, "--lease", "10s"});
+                if (hold.read_line(15s).rfind(name + " ", 0) != 0) {
+                    fail("plain hold did not take the lock");
                     return;
                 }
-                if (!locks.caps().why_not(distlock::feature::cross_process).empty()) {
-                    std::lock_guard lk(report_mutex);
-                    skipped.push_back(var + " (" + std::string(locks.caps().why_not(distlock::feature::cross_process)) + ")");
+                if (attempt({"--shared"}) != 75) fail("a plain holder held; run --shared was not refused" + said);
+                if (attempt({"--write"}) != 75) fail("a plain holder held; run --write was not refused" + said);
+                if (rw.try_lock_shared()) {
+                    rw.unlock_shared();
+                    fail("a plain holder held; a library reader got in");
+                }
+                hold.signal(SIGTERM);
+                if (hold.wait_exit_for(15s) != 0) fail("plain hold did not end with 0 on SIGTERM");
+            }
+            // --write keeps a plain run out.
+            {
+                distlock::test::child_process hold(
+                    {cli(), "hold", "--backend", url, "--name", name, "--write", "--lease", "10s"});
+                if (hold.read_line(15s).rfind(name + " ", 0) != 0) {
+                    fail("hold --write did not take the lock");
                     return;
                 }
-                const auto name = distlock::test::unique_name("rw");
-                auto attempt = [&](const std::vector<std::string>& flags) {
-                    std::vector<std::string> args{"run", "--backend", url, "--name", name, "--wait", "0"};
-                    args.insert(args.end(), flags.begin(), flags.end());
-                    args.insert(args.end(), {"--", "true"});
-                    return spawn_cli(args).status;
-                };
-                // A reader (the read side, as run --shared takes it) keeps a plain run out.
-                auto rw = locks.shared_mutex(name);
-                rw.lock_shared();
-                if (attempt({}) != 75) fail("a reader held; plain run was not refused");
-                rw.unlock_shared();
-                // A plain holder keeps readers, --write and library users of either lock out.
-                {
-                    distlock::test::child_process hold({cli(), "hold", "--backend", url, "--name", name});
-                    if (hold.read_line(15s).rfind(name + " ", 0) != 0) {
-                        fail("plain hold did not take the lock");
-                        return;
-                    }
-                    if (attempt({"--shared"}) != 75) fail("a plain holder held; run --shared was not refused");
-                    if (attempt({"--write"}) != 75) fail("a plain holder held; run --write was not refused");
-                    if (rw.try_lock_shared()) {
-                        rw.unlock_shared();
-                        fail("a plain holder held; a library reader got in");
-                    }
-                    hold.signal(SIGTERM);
-                    if (hold.wait_exit_for(15s) != 0) fail("plain hold did not end with 0 on SIGTERM");
-                }
-                // --write keeps a plain run out.
-                {
-                    distlock::test::child_process hold({cli(), "hold", "--backend", url, "--name", name, "--write"});
-                    if (hold.read_line(15s).rfind(name + " ", 0) != 0) {
-                        fail("hold --write did not take the lock");
-                        return;
-                    }
-                    if (attempt({}) != 75) fail("hold --write held; plain run was not refused");
-                    hold.signal(SIGTERM);
-                    if (hold.wait_exit_for(15s) != 0) fail("hold --write did not end with 0 on SIGTERM");
-                }
-                // Free again: readers share.
-                if (attempt({"--shared"}) != 0) fail("run --shared on a free name did not run");
-            });
+                if (attempt({}) != 75) fail("hold --write held; plain run was not refused" + said);
+                hold.signal(SIGTERM);
+                if (hold.wait_exit_for(15s) != 0) fail("hold --write did not end with 0 on SIGTERM");
+            }
+            // Free again: readers share.
+            if (attempt({"--shared"}) != 0) fail("run --shared on a free name did not run" + said);
         });
-    }
+    };
+    std::atomic<std::size_t> next{0};
+    std::vector<std::thread> threads;
+    for (int worker = 0; worker < 6; ++worker)
+        threads.emplace_back([&] {
+            for (std::size_t i = next++; i < urls.size(); i = next++) check(urls[i].first, urls[i].second);
+        });
     for (auto& t : threads) t.join();
     for (const auto& s : skipped) WARN("not applicable: " << s);
     INFO(errors.all());
