@@ -115,6 +115,23 @@ void client::prepare(void* easy_ptr, const request& r, const std::string& endpoi
     // The path as built (keys escaped by http_codec): curl must not remove "." and
     // ".." segments from it, which would send the request to another key.
     curl_easy_setopt(easy, CURLOPT_PATH_AS_IS, 1L);
+    // Straight to the server, never through a proxy: libcurl otherwise obeys
+    // http_proxy, https_proxy and ALL_PROXY from the environment (127.0.0.1
+    // included), and the proxy would read every Consul token header and etcd
+    // password, and could answer in the server's place. "" = no proxy, whatever
+    // the environment says (there is no proxy= parameter: see http_options.hpp).
+    curl_easy_setopt(easy, CURLOPT_PROXY, "");
+    // HTTP and HTTPS only (libcurl would fetch a file:// or speak any protocol it
+    // was built with), and a redirect is a reply, never followed: a server must
+    // not send the request, its token and body, somewhere else.
+#if LIBCURL_VERSION_NUM >= 0x075500  // 7.85.0: the _STR forms; the bitmask ones are deprecated
+    curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+#else
+    curl_easy_setopt(easy, CURLOPT_PROTOCOLS, static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+    curl_easy_setopt(easy, CURLOPT_REDIR_PROTOCOLS, static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+    curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
     // Connections are close-on-exec from their creation (curl's own are not).
     curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, &open_socket);
     // No SIGPIPE handling by curl (not thread-safe): on Linux curl writes with

@@ -1059,3 +1059,24 @@ TEST_CASE("an agent that answers an endless body is unavailable at once, not a g
     }
     CHECK(clk::now() - t0 < 10s);
 }
+
+TEST_CASE("the proxy environment is ignored: the token goes to the agent only, never to a proxy",
+          "[consul][hostile][proxy]") {
+    // A proxy named by http_proxy or ALL_PROXY would read X-Consul-Token on every
+    // request (and could answer as the agent): libcurl obeys them unless told not to.
+    distlock::test::fake_http_server proxy([](const distlock::test::fake_request&, int) {
+        return distlock::test::fake_reply{404, ""};
+    });
+    auto agent = hostile_agent([](const distlock::test::fake_request&, int) -> std::optional<distlock::test::fake_reply> {
+        return distlock::test::fake_reply{404, "", {"X-Consul-Index: 3"}};
+    });
+    distlock::test::proxy_environment env("http://" + proxy.address());
+    {
+        auto p = distlock::connect("consul://" + agent.address() + "/h?token=s3cr3t-consul-token");
+        CHECK_FALSE(p.inspect("n").held.value_or(true));
+    }
+    const auto seen = agent.requests();
+    REQUIRE(seen.size() == 2);  // the connect probe and inspect's GET
+    for (const auto& rq : seen) CHECK(rq.headers.count("x-consul-token") == 1);
+    for (const auto& rq : proxy.requests()) CHECK(("the proxy got " + rq.method + " " + rq.target).empty());
+}

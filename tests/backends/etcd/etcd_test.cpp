@@ -1052,3 +1052,23 @@ TEST_CASE("an auth token with a control character is refused: no header is injec
         CHECK(rq.headers.count("authorization") == 0);
     }
 }
+
+TEST_CASE("the proxy environment is ignored: the password goes to etcd only, never to a proxy", "[etcd][hostile][proxy]") {
+    // A proxy named by http_proxy or ALL_PROXY would read the authenticate body
+    // (user and password) and the token (and could answer as etcd): libcurl
+    // obeys them unless told not to.
+    distlock::test::fake_http_server proxy([](const distlock::test::fake_request&, int) {
+        return distlock::test::fake_reply{200, "{}"};
+    });
+    auto server = fake_etcd({{"/v3/auth/authenticate", R"({"token":"t0k"})"}});
+    distlock::test::proxy_environment env("http://" + proxy.address());
+    {
+        auto p = distlock::connect("etcd://root:s3cr3t-etcd-pw@" + server.address() + "/h");
+        (void)p.inspect("n");
+    }
+    const auto seen = server.requests();
+    REQUIRE(seen.size() >= 2);
+    CHECK(seen[0].target == "/v3/auth/authenticate");
+    CHECK(seen[0].body.find("s3cr3t-etcd-pw") != std::string::npos);
+    for (const auto& rq : proxy.requests()) CHECK(("the proxy got " + rq.method + " " + rq.target).empty());
+}

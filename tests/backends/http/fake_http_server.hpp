@@ -9,11 +9,14 @@
 
 #include <sys/socket.h>
 
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "distlock/spi/backend.hpp"
@@ -114,6 +117,37 @@ private:
     mutable std::mutex mutex_;
     std::vector<fake_request> requests_;
     scripted_server server_;  // last: its threads stop before the fields above go
+};
+
+// For its lifetime, every proxy variable libcurl reads (http_proxy,
+// https_proxy, HTTPS_PROXY, all_proxy, ALL_PROXY) names `proxy_url`, and
+// no_proxy/NO_PROXY are unset; afterwards the environment is as it was. Make
+// it before the clients under test and let it go after they are gone (setenv
+// races with a concurrent getenv in another thread).
+class proxy_environment {
+public:
+    explicit proxy_environment(const std::string& proxy_url) {
+        for (const char* name : {"http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy",
+                                 "NO_PROXY"}) {
+            const char* old = std::getenv(name);
+            saved_.emplace_back(name, old == nullptr ? std::nullopt : std::optional<std::string>(old));
+            if (std::string_view(name) == "no_proxy" || std::string_view(name) == "NO_PROXY")
+                ::unsetenv(name);
+            else
+                ::setenv(name, proxy_url.c_str(), 1);
+        }
+    }
+    ~proxy_environment() {
+        for (const auto& [name, value] : saved_) {
+            if (value) ::setenv(name, value->c_str(), 1);
+            else ::unsetenv(name);
+        }
+    }
+    proxy_environment(const proxy_environment&) = delete;
+    proxy_environment& operator=(const proxy_environment&) = delete;
+
+private:
+    std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
 };
 
 }  // namespace distlock::test

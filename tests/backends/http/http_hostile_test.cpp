@@ -14,12 +14,14 @@
 #include <clocale>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <thread>
 
 #include "distlock/error.hpp"
 #include "fake_http_server.hpp"
 #include "http/http_codec.hpp"
+#include "http/http_multi.hpp"
 #include "http/http_options.hpp"
 #include "http/http_pool.hpp"
 #include "http/http_transfer.hpp"
@@ -30,6 +32,7 @@ namespace http = distlock::backends::http;
 using distlock::test::fake_http_server;
 using distlock::test::fake_reply;
 using distlock::test::fake_request;
+using distlock::test::proxy_environment;
 using distlock::test::scripted_server;
 using clk = std::chrono::steady_clock;
 
@@ -319,4 +322,59 @@ TEST_CASE("a write to a peer that closed raises no SIGPIPE", "[http][sigpipe]") 
     }
     ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
     CHECK_FALSE(raised);
+}
+
+TEST_CASE("the proxy environment is ignored: every request goes to the server itself, none to a proxy",
+          "[http][proxy]") {
+    // http_proxy, https_proxy and ALL_PROXY name a fake proxy that would answer
+    // in the server's place (and read the Consul token and the etcd password
+    // on the way): libcurl obeys them unless CURLOPT_PROXY says otherwise, for
+    // 127.0.0.1 too.
+    fake_http_server proxy([](const fake_request&, int) { return fake_reply{200, "from the proxy\n"}; });
+    fake_http_server server([](const fake_request&, int) { return fake_reply{200, "from the server\n"}; });
+    proxy_environment env("http://" + proxy.address());
+    {
+        auto o = opts(server.address());
+        o.headers = {"X-Consul-Token: s3cr3t"};
+        http::client c(o);
+        CHECK(c.send(get("/v1/kv/x")).body == "from the server\n");
+        std::vector<std::string> lines;
+        c.stream_lines(get("/v3/watch"), [&](std::string_view l) {
+            lines.emplace_back(l);
+            return true;
+        });
+        CHECK(lines == std::vector<std::string>{"from the server"});
+        http::loop l(c);  // the loop's transfers (monitors, batches) are prepared the same way
+        auto batch = l.run_all({get("/v1/kv/a"), get("/v1/kv/b")});
+        REQUIRE(batch.size() == 2);
+        for (const auto& r : batch) CHECK(r.resp.body == "from the server\n");
+    }
+    CHECK(server.requests().size() == 4);
+    for (const auto& rq : proxy.requests()) CHECK(("the proxy got " + rq.method + " " + rq.target).empty());
+}
+
+TEST_CASE("only http and https are spoken, and a redirect is not followed", "[http][proxy]") {
+    // An endpoint of another scheme is never fetched (libcurl would read a
+    // file:// URL, or speak any protocol it was built with).
+    const auto file = std::filesystem::temp_directory_path() / ("distlock-scheme-" + distlock::spi::random_token());
+    { std::ofstream(file) << "local file content"; }
+    http::options o = opts("unused");
+    o.endpoints = {"file://" + file.string() + "#"};
+    http::client c(o);
+    try {
+        auto r = c.send(get(""));
+        FAIL("fetched: " << r.body);
+    } catch (const distlock::invalid_argument_error& e) {
+        CHECK(std::string(e.what()).find("not supported or disabled") != std::string::npos);
+    }
+    std::filesystem::remove(file);
+    // A redirect is the reply, not an order (a guard: the layer never turned
+    // CURLOPT_FOLLOWLOCATION on; it is now off explicitly).
+    fake_http_server elsewhere([](const fake_request&, int) { return fake_reply{200, "elsewhere"}; });
+    fake_http_server server([&](const fake_request&, int) {
+        return fake_reply{307, "", {"Location: http://" + elsewhere.address() + "/v1/kv/x"}};
+    });
+    http::client r(opts(server.address()));
+    CHECK(r.send(get("/v1/kv/x")).status == 307);
+    CHECK(elsewhere.requests().empty());
 }
