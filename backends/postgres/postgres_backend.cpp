@@ -1,21 +1,18 @@
 // postgres://user:pw@host:port/db?strategy=... — PostgreSQL through libpq. This
 // file supplies only the PostgreSQL dialect of the SQL strategy layer
 // (backends/sql): a connection wrapper (asynchronous libpq calls bounded by the
-// query timeout), the SQL texts and the advisory-lock key of a name.
+// query timeout; the server's bytes handed to libpq through a relay that caps
+// them, relay.hpp), the SQL texts and the advisory-lock key of a name.
 #include <libpq-fe.h>
-#include <linux/tcp.h>  // struct tcp_info with tcpi_bytes_received (glibc's netinet/tcp.h has none)
-#include <netinet/in.h>
 #include <poll.h>
-#include <sys/ioctl.h>
-#include <sys/socket.h>
 
 #include <cerrno>
-#include <cstddef>
 #include <cstring>
 #include <map>
 #include <utility>
 
 #include "postgres_dialect.hpp"
+#include "relay.hpp"
 
 namespace distlock::backends::postgres {
 namespace {
@@ -64,53 +61,6 @@ struct endpoint {
 // startup packet: no statement, no round trip.
 constexpr const char* session_options = "-c search_path=pg_catalog,pg_temp";
 
-// The bytes the server has sent on a connection since a point (a call's
-// start), so that a reply is cut off as it arrives (s::max_reply_bytes): libpq
-// keeps a whole result, an error or a notification, whatever its size, before
-// handing it over, and has no limit of its own. The kernel counts what a TCP
-// connection received (TCP_INFO's tcpi_bytes_received: what libpq has read,
-// and what waits to be read), whoever reads (libpq reads in PQflush too). A
-// socket without that count (not TCP; Linux before 4.1) is counted by what
-// waits before each of our PQconsumeInput calls (FIONREAD), which misses what
-// arrives during one.
-class reply_meter {
-public:
-    // Counts from now, on `fd` (a new socket, or the same one again).
-    void start(int fd) noexcept {
-        fd_ = fd;
-        base_ = received();
-        waited_ = 0;
-    }
-    int fd() const noexcept { return fd_; }
-    // Before a PQconsumeInput.
-    void before_read() noexcept {
-        if (base_) return;
-        int n = 0;
-        if (::ioctl(fd_, FIONREAD, &n) == 0 && n > 0) waited_ += static_cast<std::uint64_t>(n);
-    }
-    // More than s::max_reply_bytes came since start().
-    bool over() const noexcept {
-        if (!base_) return waited_ > s::max_reply_bytes;
-        const auto now = received();
-        if (!now) return false;
-        return (*now >= *base_ ? *now - *base_ : *now) > s::max_reply_bytes;  // less: another socket, same number
-    }
-
-private:
-    std::optional<std::uint64_t> received() const noexcept {
-        tcp_info ti{};
-        socklen_t len = sizeof ti;
-        if (fd_ < 0 || ::getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
-            len < offsetof(tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
-            return std::nullopt;
-        return ti.tcpi_bytes_received;
-    }
-
-    int fd_ = -1;
-    std::optional<std::uint64_t> base_;  // the kernel's count at start(), where it keeps one
-    std::uint64_t waited_ = 0;           // else what waited before each read since start()
-};
-
 class connection final : public s::connection {
 public:
     connection(const endpoint& ep, const s::conn_settings& cs) : timeout_(cs.timeout) {
@@ -131,18 +81,32 @@ public:
                     msg += " (is " + ep.host + ":" + ep.port + " a PostgreSQL server?)";
                 throw s::sql_error(kind, 0, msg);
             }
-            if (!wait_socket(st == PGRES_POLLING_READING ? POLLIN : POLLOUT, until)) {
+            const auto late = [&] {
                 close();
-                throw s::sql_error(s::failure::cannot_connect, 0,
-                                   "no connection within connect_timeout (" +
-                                       std::to_string(cs.connect_timeout.count()) + " ms)");
+                return s::sql_error(s::failure::cannot_connect, 0,
+                                    "no connection within connect_timeout (" +
+                                        std::to_string(cs.connect_timeout.count()) + " ms)");
+            };
+            // Once the socket is connected, the server's replies (the SSL
+            // answer, the authentication, the session's parameters) come
+            // through the relay, capped as a call's are.
+            relay_socket();
+            if (!relay_.owns(PQsocket(conn_))) {
+                if (!wait_socket(st == PGRES_POLLING_READING ? POLLIN : POLLOUT, until)) throw late();
+            } else if (st == PGRES_POLLING_READING) {
+                const auto got = relay_.feed(until);
+                if (got == relay::fed::nothing) throw late();
+                if (got == relay::fed::too_much) too_large(s::failure::cannot_connect);
+            } else if (clk::now() >= until) {
+                throw late();
             }
-            // The startup's replies are capped as a call's are (per socket: a
-            // connect may try another address, or again without SSL).
-            if (PQsocket(conn_) != meter_.fd()) meter_.start(PQsocket(conn_));
-            meter_.before_read();
             st = PQconnectPoll(conn_);
-            if (meter_.over()) too_large(s::failure::cannot_connect);
+            if (relay_.owns(PQsocket(conn_)) && !relay_.forward(until)) throw late();
+        }
+        relay_socket();
+        if (!relay_.owns(PQsocket(conn_))) {
+            close();
+            throw s::sql_error(s::failure::cannot_connect, 0, "cannot relay the connection's socket (no descriptors left?)");
         }
         PQsetNoticeProcessor(conn_, [](void*, const char*) {}, nullptr);  // e.g. the WARNING of a stale unlock
         if (PQsetnonblocking(conn_, 1) != 0) {
@@ -156,12 +120,15 @@ public:
 
     std::vector<std::string> wait_notifications(spi::deadline until) override {
         if (conn_ == nullptr) throw s::sql_error(s::failure::connection_lost, 0, "the connection is already broken");
-        if (pending_.empty() && wait_socket(POLLIN, until)) {
-            consume();
+        if (!pending_.empty()) return std::exchange(pending_, {});
+        const auto got = relay_.feed(until);
+        if (got == relay::fed::too_much) too_large();
+        if (got == relay::fed::some) {
+            if (PQconsumeInput(conn_) != 1) lost("the connection broke");
             take_notifications();
             // What is capped is what came since the last call or notification:
             // a listener may wait long, and legitimately hear much.
-            if (!pending_.empty()) meter_.start(PQsocket(conn_));
+            if (!pending_.empty()) relay_.restart_count();
         }
         return std::exchange(pending_, {});
     }
@@ -179,18 +146,17 @@ protected:
     std::vector<s::result> send(std::span<const s::statement> steps, std::span<const s::value> args) override {
         if (conn_ == nullptr) throw s::sql_error(s::failure::connection_lost, 0, "the connection is already broken");
         const auto until = clk::now() + timeout_;
-        meter_.start(PQsocket(conn_));
+        relay_.restart_count();
         kept_ = 0;
         if (PQenterPipelineMode(conn_) != 1) lost("cannot enter pipeline mode");
         std::vector<std::optional<std::string>> preparing(steps.size());  // cache keys prepared by this pipeline
         for (std::size_t i = 0; i < steps.size(); ++i) preparing[i] = send_one(steps[i], args);
         if (PQpipelineSync(conn_) != 1) lost("cannot send the query");
-        for (;;) {  // flush the request
-            int f = PQflush(conn_);
-            if (f == 0) break;
+        for (;;) {  // flush the request: libpq to the relay, the relay to the server
+            const int f = PQflush(conn_);
             if (f < 0) lost("cannot send the query");
-            if (meter_.over()) too_large();  // PQflush reads what the server sends meanwhile
-            if (!wait_socket(POLLOUT, until)) timed_out();
+            if (!relay_.forward(until)) timed_out();
+            if (f == 0) break;
         }
         std::vector<s::result> out(steps.size());
         std::optional<s::sql_error> error;
@@ -266,17 +232,24 @@ private:
 
     PGresult* next_result(clk::time_point until) {
         while (PQisBusy(conn_)) {
-            if (!wait_socket(POLLIN, until)) timed_out();
-            consume();
+            const auto got = relay_.feed(until);
+            if (got == relay::fed::nothing) timed_out();
+            if (got == relay::fed::too_much) too_large();
+            if (PQconsumeInput(conn_) != 1) lost("the connection broke");
         }
         return PQgetResult(conn_);
     }
 
-    // Reads what the server sent, within the cap.
-    void consume() {
-        meter_.before_read();
-        if (PQconsumeInput(conn_) != 1) lost("the connection broke");
-        if (meter_.over()) too_large();
+    // Puts the relay between libpq and the server once libpq's socket is
+    // connected (its first packet sent, nothing read yet), and again when libpq
+    // has made a new one (another address; again without SSL).
+    void relay_socket() {
+        const int fd = PQsocket(conn_);
+        if (fd < 0 || relay_.owns(fd)) return;
+        relay_.reset();
+        const auto st = PQstatus(conn_);
+        if (st != CONNECTION_STARTED && st != CONNECTION_MADE && st != CONNECTION_NEEDED && st != CONNECTION_BAD)
+            (void)relay_.take_over(fd);
     }
 
     // The results of one statement, up to the NULL that ends them; the first
@@ -341,6 +314,7 @@ private:
         }
     }
 
+    // Before the relay is in place: libpq's own socket.
     bool wait_socket(short events, clk::time_point until) {
         for (;;) {
             auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - clk::now()).count();
@@ -373,8 +347,9 @@ private:
     }
 
     void close() noexcept {
-        if (conn_) PQfinish(conn_);
+        if (conn_) PQfinish(conn_);  // its goodbye, to the relay
         conn_ = nullptr;
+        relay_.finish();
     }
 
     PGconn* conn_ = nullptr;
@@ -387,7 +362,7 @@ private:
     std::vector<std::string> pending_;  // notification payloads not yet collected
     std::chrono::milliseconds timeout_;
     std::int64_t pid_ = 0;
-    reply_meter meter_;     // what the server sent in this call (or connect)
+    relay relay_;           // between libpq and the server: what the server sends, capped per call
     std::size_t kept_ = 0;  // bytes of the call's results as kept (s::kept_bytes)
 };
 

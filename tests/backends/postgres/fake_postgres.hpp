@@ -6,7 +6,8 @@
 // the client reads them. While it sends, it samples the process's resident
 // size (/proc/self/statm: client and server share the process), so that a test
 // can tell how much the client kept of what it read. Or it answers the startup
-// or the first statement with an error of a long message.
+// or the first statement with an error of a long message, or the startup with
+// an error of a 512 MiB message, sent as fast as the client reads it.
 #pragma once
 
 #include <sys/socket.h>
@@ -66,22 +67,24 @@ inline std::string error(const std::string& text) {
 }
 
 enum class answer {
-    endless_rows,     // the first statement: 1 MiB data rows without end
-    long_error,       // the first statement: an error of a 1 MiB message
-    startup_error,    // the startup: an error of a 20,000-byte message
+    endless_rows,           // the first statement: 1 MiB data rows without end
+    long_error,             // the first statement: an error of a 1 MiB message
+    startup_error,          // the startup: an error of a 20,000-byte message
+    endless_startup_error,  // the startup: an error whose text goes on (512 MiB)
 };
 
 class server {
 public:
-    // At most `limit` bytes of rows are sent (a bound for the test itself, should
-    // the client take them all); then the connection is held open, silent.
+    // At most `limit` bytes of an endless answer are sent (a bound for the test
+    // itself, should the client take them all); then the connection is held
+    // open, silent.
     explicit server(answer what, std::int64_t limit = std::int64_t{256} << 20)
         : what_(what), limit_(limit), srv_([this](int fd) { serve(fd); }) {}
     int port() const { return srv_.port(); }
-    // Bytes of data rows sent so far (all connections).
-    std::int64_t rows_sent() const { return sent_.load(); }
-    // The most the process's resident size grew, from just before the first row
-    // to any point while rows were sent.
+    // Bytes of an endless answer sent so far (all connections).
+    std::int64_t sent() const { return sent_.load(); }
+    // The most the process's resident size grew, from just before an endless
+    // answer to any point while it was sent.
     std::int64_t peak_growth() const { return peak_.load(); }
 
 private:
@@ -98,10 +101,11 @@ private:
             if (!read_exact(fd, body, len - 8)) return;
             break;
         }
-        if (what_ == answer::startup_error) {
-            (void)scripted_server::send_all(fd, error(std::string(20000, 'y')));
-            return;
-        }
+        if (what_ == answer::startup_error) return (void)scripted_server::send_all(fd, error(std::string(20000, 'y')));
+        // After AuthenticationOk, an error said to be 512 MiB long, sent as it goes.
+        if (what_ == answer::endless_startup_error)
+            return stream(fd, message('R', be(0, 4)) + 'E' + be(512u << 20, 4) + std::string("SFATAL\0" "M", 8),
+                          std::string(1 << 20, 'y'));
         const std::string hello =
             message('R', be(0, 4)) +  // AuthenticationOk
             message('S', std::string("server_version\0" "15.0\0", 20)) +
@@ -114,27 +118,35 @@ private:
         char any[4096];
         if (::recv(fd, any, sizeof any, 0) <= 0) return;  // the first statement (some of it)
         if (what_ == answer::long_error) {
-            if (!scripted_server::send_all(fd, error(std::string(1 << 20, 'y')) + message('Z', "I"))) return;
-            while (::recv(fd, any, sizeof any, 0) > 0) {  // silent until the client goes
-            }
+            if (scripted_server::send_all(fd, error(std::string(1 << 20, 'y')) + message('Z', "I"))) hold(fd);
             return;
         }
         // ParseComplete, BindComplete (libpq takes either for what it sent),
         // one bytea column, then DataRows of 1 MiB each.
         const std::string field = std::string("x\0", 2) + be(0, 4) + be(0, 2) + be(17, 4) + be(0xffff, 2) +
                                   be(0xffffffff, 4) + be(0, 2);
-        std::string reply = message('1', "") + message('2', "") + message('T', be(1, 2) + field);
         const std::string cell(1 << 20, 'x');
-        const std::string row = message('D', be(1, 2) + be(static_cast<std::uint32_t>(cell.size()), 4) + cell);
+        stream(fd, message('1', "") + message('2', "") + message('T', be(1, 2) + field),
+               message('D', be(1, 2) + be(static_cast<std::uint32_t>(cell.size()), 4) + cell));
+    }
+
+    // `first`, then `each` again and again up to the limit, sampling the
+    // resident size before each; then silent until the client goes.
+    void stream(int fd, const std::string& first, const std::string& each) {
         const auto base = resident_bytes();
-        if (!scripted_server::send_all(fd, reply)) return;
+        if (!scripted_server::send_all(fd, first)) return;
         while (sent_.load() < limit_) {
             const auto growth = resident_bytes() - base;
             if (growth > peak_.load()) peak_.store(growth);
-            if (!scripted_server::send_all(fd, row)) return;
-            sent_ += static_cast<std::int64_t>(cell.size());
+            if (!scripted_server::send_all(fd, each)) return;
+            sent_ += static_cast<std::int64_t>(each.size());
         }
-        while (::recv(fd, any, sizeof any, 0) > 0) {  // silent until the client goes
+        hold(fd);
+    }
+
+    static void hold(int fd) {
+        char any[4096];
+        while (::recv(fd, any, sizeof any, 0) > 0) {
         }
     }
 
