@@ -209,7 +209,7 @@ TEST_CASE("a provider's descriptors are close-on-exec", "[contract][cloexec][nee
         auto other = b.mutex(name);
         CHECK_FALSE(other.try_lock_for(300ms));  // a waiter: watches, subscriptions, blocking queries
         (void)a.inspect(name);
-        std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(a.default_lease() / 2, 1500ms));  // a renewal
+        std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(a.default_lease() / 3, 1s));  // a renewal
         std::string inherited;
         int seen = 0;
         for (const auto& [fd, what] : descriptors()) {
@@ -235,10 +235,11 @@ namespace {
 // still referenced as leaks.
 std::atomic<bool> forked_child{false};
 
-// Forks; in the child runs `child` and exits with std::exit (atexit handlers,
-// static destructors: the exit of a real program). The parent gets the child's
-// exit status, or nullopt when it did not end within `limit` (then killed).
-std::optional<int> in_forked_child(const std::function<void()>& child, std::chrono::milliseconds limit) {
+// Forks; in the child runs `child` and exits with what it returns, by
+// std::exit (atexit handlers, static destructors: the exit of a real program).
+// The parent gets the child's exit status, or nullopt when it did not end
+// within `limit` (then killed).
+std::optional<int> in_forked_child(const std::function<int()>& child, std::chrono::milliseconds limit) {
     std::cout.flush();
     std::cerr.flush();
     std::fflush(nullptr);
@@ -248,10 +249,10 @@ std::optional<int> in_forked_child(const std::function<void()>& child, std::chro
         forked_child = true;
         int status = 0;
         try {
-            child();
+            status = child();
         } catch (const std::exception& e) {
             std::fprintf(stderr, "forked child: %s\n", e.what());
-            status = 3;
+            status = 64;
         }
         std::exit(status);
     }
@@ -270,7 +271,12 @@ std::optional<int> in_forked_child(const std::function<void()>& child, std::chro
 
 }  // namespace
 
-extern "C" int __lsan_is_turned_off() { return forked_child.load() ? 1 : 0; }
+// LeakSanitizer's hooks (weak: a program that links the suite and defines its
+// own keeps them). A forked child's exit is not checked (above); and glibc's
+// setlocale() keeps the LOCPATH it parsed for ever, which the locale helper
+// uses (tests/conformance/helper.cpp).
+extern "C" __attribute__((weak)) int __lsan_is_turned_off() { return forked_child.load() ? 1 : 0; }
+extern "C" __attribute__((weak)) const char* __lsan_default_suppressions() { return "leak:__argz_add_sep\n"; }
 
 TEST_CASE("a forked child's unlock, destructors and exit leave its parent's lock held",
           "[contract][fork][needs:cross_process]") {
@@ -288,21 +294,24 @@ TEST_CASE("a forked child's unlock, destructors and exit leave its parent's lock
         std::optional<distlock::mutex> m = a->mutex(name);
         REQUIRE(m->try_lock_for(10s));
         const auto token = m->token();
+        // The child's exit status: a bit for each thing that went wrong there.
         const auto status = in_forked_child(
             [&] {
-                if (v != unlock_and_destroy) return;
-                if (m->held()) throw std::runtime_error("held() in the child: the grant is the parent's");
+                if (v != unlock_and_destroy) return 0;
+                int wrong = m->held() ? 1 : 0;  // held() there: the grant is the parent's
                 m->unlock();
                 m.reset();
                 try {
                     (void)a->mutex(name + "-child");
-                    throw std::runtime_error("the parent's provider was usable in the child");
+                    wrong |= 2;  // the parent's provider (its connections) usable there
                 } catch (const distlock::invalid_argument_error&) {
                 }
                 a.reset();
+                return wrong;
             },
             20s);
         REQUIRE(status.has_value());  // it ended (else it hung, killed after 20 s)
+        INFO("child's exit status " << *status << " (1: held() there, 2: the parent's provider usable there)");
         CHECK(*status == 0);
         CHECK(m->held());
         CHECK(m->token() == token);
