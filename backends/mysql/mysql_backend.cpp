@@ -129,6 +129,11 @@ public:
         opts["CLIENT_MULTI_STATEMENTS"] = true; // a batch is one query (values are rendered as literals)
         opts["OPT_CHARSET_NAME"] = ::sql::SQLString("utf8mb4");
         opts["OPT_MAX_ALLOWED_PACKET"] = max_packet;
+        // A server (or anything on the path: no TLS here) may answer any query
+        // with a request for a file of the client's (LOAD DATA LOCAL INFILE).
+        // Connector/C 3.3 refuses it on its own, other client libraries and
+        // versions have not: so the client does not even offer to send files.
+        opts["OPT_LOCAL_INFILE"] = 0;
         const auto until = deadline_clock::now() + cs.connect_timeout;
         const std::string where = ep.host + ":" + std::to_string(ep.port);
         const std::string late = "no connection within connect_timeout (" + std::to_string(cs.connect_timeout.count()) + " ms)";

@@ -3,12 +3,14 @@
 // client/server protocol (a HandshakeV10 greeting, OK to any login, OK packets
 // and one-row text result sets to queries) for Connector/C++ to connect and run
 // distlock's start, and can trickle one reply, a byte at a time, to defeat the
-// client library's per-syscall read timeouts.
+// client library's per-syscall read timeouts, or answer a query with a request
+// for a file of the client's (LOAD DATA LOCAL INFILE), as a rogue server does.
 #pragma once
 
 #include <sys/socket.h>
 
 #include <atomic>
+#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <chrono>
@@ -120,20 +122,26 @@ inline bool read_exact(int fd, std::string& out, std::size_t n) {
     return true;
 }
 
-inline std::optional<std::string> read_packet(int fd) {
+// A packet's payload; `seq` gets its sequence id.
+inline std::optional<std::string> read_packet(int fd, std::uint8_t* seq = nullptr) {
     std::string head, body;
     if (!read_exact(fd, head, 4)) return std::nullopt;
     const std::size_t len = static_cast<unsigned char>(head[0]) | (static_cast<unsigned char>(head[1]) << 8) |
                             (static_cast<std::size_t>(static_cast<unsigned char>(head[2])) << 16);
+    if (seq) *seq = static_cast<std::uint8_t>(head[3]);
     if (!read_exact(fd, body, len)) return std::nullopt;
     return body;
 }
+
+constexpr std::uint32_t client_local_files = 0x80;  // CLIENT_LOCAL_FILES: the client may send files
 
 // What to do besides answering: trickle, a byte every `gap` (300 ms: well
 // within the client's per-read timeouts of at least 1 s), the greeting or the
 // reply to the first query that contains `slow_query` (an OK padded to
 // `reply_bytes` with its info: a minute in all); answer a statement that
-// contains `odd_query` with `odd_rows` rows of `odd_cell`.
+// contains `odd_query` with `odd_rows` rows of `odd_cell`; answer the first
+// statement that contains `infile_query` with a LOCAL INFILE request (0xFB)
+// for the file `infile_name`.
 struct script {
     bool slow_greeting = false;
     std::string slow_query;
@@ -142,6 +150,8 @@ struct script {
     std::string odd_query;
     std::size_t odd_rows = 1;
     std::string odd_cell = "1";
+    std::string infile_query;
+    std::string infile_name;
 };
 
 class server {
@@ -151,6 +161,15 @@ public:
     int port() const { return srv_.port(); }
     // Replies trickled so far (started).
     int trickled() const { return trickled_.load(); }
+    // The capabilities the last client to log in asked for.
+    std::uint32_t client_caps() const { return caps_.load(); }
+    // Whether a LOCAL INFILE request was sent; what the client sent back for
+    // it: the payloads of its packets, up to the empty one that ends a file.
+    bool infile_asked() const { return infile_asked_.load(); }
+    std::string infile_reply() const {
+        std::lock_guard<std::mutex> hold(mutex_);
+        return infile_reply_;
+    }
 
 private:
     void serve(int fd) {
@@ -158,8 +177,13 @@ private:
         if (slow) ++trickled_;
         if (!(slow ? scripted_server::trickle(fd, greeting(), script_.gap) : scripted_server::send_all(fd, greeting())))
             return;
-        if (!read_packet(fd) || !scripted_server::send_all(fd, ok(2))) return;  // any login is fine
-        bool trickled = false;
+        const auto login = read_packet(fd);
+        if (!login || !scripted_server::send_all(fd, ok(2))) return;  // any login is fine
+        if (login->size() >= 4) caps_ = static_cast<std::uint32_t>(static_cast<unsigned char>((*login)[0])) |
+                                        static_cast<std::uint32_t>(static_cast<unsigned char>((*login)[1])) << 8 |
+                                        static_cast<std::uint32_t>(static_cast<unsigned char>((*login)[2])) << 16 |
+                                        static_cast<std::uint32_t>(static_cast<unsigned char>((*login)[3])) << 24;
+        bool trickled = false, infile = false;
         while (auto cmd = read_packet(fd)) {
             if (cmd->empty() || (*cmd)[0] == '\x01') return;  // COM_QUIT
             const std::string q = cmd->substr(1);
@@ -174,7 +198,29 @@ private:
                 if (!scripted_server::trickle(fd, reply, script_.gap)) return;
                 continue;
             }
+            if (!infile && !script_.infile_query.empty() && q.find(script_.infile_query) != std::string::npos) {
+                infile = true;
+                if (!ask_for_file(fd)) return;
+                continue;
+            }
             if (!scripted_server::send_all(fd, replies(q))) return;
+        }
+    }
+
+    // LOCAL INFILE: 0xFB and the file's name; the client answers with the
+    // file's content in packets, then an empty one (only an empty one when it
+    // refuses). Answered with OK.
+    bool ask_for_file(int fd) {
+        infile_asked_ = true;
+        if (!scripted_server::send_all(fd, packet(1, "\xfb" + script_.infile_name))) return false;
+        for (std::uint8_t seq = 0;;) {
+            const auto data = read_packet(fd, &seq);
+            if (!data) return false;
+            {
+                std::lock_guard<std::mutex> hold(mutex_);
+                infile_reply_ += *data;
+            }
+            if (data->empty()) return scripted_server::send_all(fd, ok(static_cast<std::uint8_t>(seq + 1)));
         }
     }
 
@@ -204,6 +250,10 @@ private:
 
     script script_;
     std::atomic<int> trickled_{0};
+    std::atomic<std::uint32_t> caps_{0};
+    std::atomic<bool> infile_asked_{false};
+    mutable std::mutex mutex_;
+    std::string infile_reply_;
     scripted_server srv_;
 };
 

@@ -2,6 +2,8 @@
 // with MySQL's facts below, and the cases that only MySQL/MariaDB has.
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "distlock/distlock.hpp"
@@ -352,6 +354,28 @@ TEST_CASE("a token that is not a number is a typed error, never a standard-libra
     } catch (const std::exception& e) {
         FAIL("a standard-library exception escaped: " << e.what());
     }
+}
+
+TEST_CASE("a server that asks for a file of the client's (LOAD DATA LOCAL INFILE) gets none", "[sql][hostile]") {
+    // A rogue server answers the start's first CREATE TABLE with a LOCAL INFILE
+    // request for a file this process can read. The client must not even offer
+    // to send files (CLIENT_LOCAL_FILES), and sends nothing of it.
+    const std::string secret = "distlock-local-infile-secret-" + distlock::spi::random_token();
+    const std::string path = "/tmp/" + unique_name("local-infile");
+    std::ofstream(path) << secret << '\n';
+    fake_mysql::script how;
+    how.infile_query = "CREATE TABLE";
+    how.infile_name = path;
+    fake_mysql::server fake(how);
+    try {
+        (void)distlock::connect(with_port(url_of("lease-table"), fake.port()) + "&connect_timeout=2s&timeout=2s");
+    } catch (const distlock::error&) {  // refused or not, what matters is what the server got
+    }
+    std::remove(path.c_str());
+    CHECK(fake.infile_asked());
+    CHECK((fake.client_caps() & fake_mysql::client_local_files) == 0);
+    CHECK(fake.infile_reply().find(secret) == std::string::npos);
+    CHECK(fake.infile_reply().empty());
 }
 
 TEST_CASE("MySQL leaves SIGPIPE alone, and a write to a socket shut down under it raises none", "[sql][hostile][sigpipe]") {
