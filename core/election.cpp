@@ -59,6 +59,7 @@ election::~election() = default;  // the mutex_impl releases a term it holds
 void election::campaign() {
     auto& impl = live(impl_);
     detail::guarded(impl.provider().backend().name(), impl.provider().secrets(), "campaign", [&] {
+        impl.provider().check_process();  // before the mutex's state lock (process.hpp)
         if (!impl.owned_by_this_thread()) (void)impl.lock_until(spi::deadline::max());
     });
 }
@@ -66,6 +67,7 @@ void election::campaign() {
 bool election::campaign(std::chrono::milliseconds timeout) {
     auto& impl = live(impl_);
     return detail::guarded(impl.provider().backend().name(), impl.provider().secrets(), "campaign", [&] {
+        impl.provider().check_process();  // before the mutex's state lock (process.hpp)
         if (impl.owned_by_this_thread()) return true;
         return impl.lock_until(spi::clock::now() + std::max(timeout, std::chrono::milliseconds{0}));
     });

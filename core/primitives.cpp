@@ -34,6 +34,7 @@ public:
     // Every grant still held is released by its mutex_impl's destructor.
 
     bool take(spi::deadline until) {
+        provider_->check_process();  // before the pool's mutex (process.hpp)
         std::unique_ptr<mutex_impl> impl;
         {
             std::lock_guard lk(mutex_);
@@ -61,8 +62,11 @@ public:
     }
 
     // Releases the grant the calling thread took last; with `any_thread`, else
-    // the one taken last. false when there was none.
+    // the one taken last. false when there was none. In a forked child,
+    // nothing: the grants are the parent's, and the pool's mutex may have been
+    // held by a thread of the parent at fork time (process.hpp).
     bool release(bool any_thread) noexcept {
+        if (provider_->forked()) return false;
         std::unique_ptr<mutex_impl> impl;
         {
             std::lock_guard lk(mutex_);
@@ -77,22 +81,27 @@ public:
         return true;
     }
 
-    // The calling thread's last grant: held (not lost) and its token.
+    // The calling thread's last grant: held (not lost) and its token. None in
+    // a forked child (as release()).
     bool mine_held() const noexcept {
+        if (provider_->forked()) return false;
         std::lock_guard lk(mutex_);
         auto it = mine();
         return it != held_.rend() && it->impl->held();
     }
     bool mine_taken() const noexcept {
+        if (provider_->forked()) return false;
         std::lock_guard lk(mutex_);
         return mine() != held_.rend();
     }
     std::uint64_t mine_token() const noexcept {
+        if (provider_->forked()) return 0;
         std::lock_guard lk(mutex_);
         auto it = mine();
         return it == held_.rend() ? 0 : it->impl->token();
     }
     std::size_t count_held() const noexcept {
+        if (provider_->forked()) return 0;
         std::lock_guard lk(mutex_);
         return static_cast<std::size_t>(
             std::count_if(held_.begin(), held_.end(), [](const held_grant& g) { return g.impl->held(); }));
@@ -140,6 +149,7 @@ public:
           readers_(provider, std::string(name), options, spi::lock_kind::read, 0) {}
 
     bool lock_until(bool shared, spi::deadline until) {
+        readers_.provider()->check_process();  // before any mutex (process.hpp)
         if (writer_->owned_by_this_thread() || readers_.mine_taken())
             throw_error(errc::would_deadlock, std::string(readers_.provider()->backend().name()),
                         "this thread already holds read-write lock '" + readers_.name() +
@@ -204,6 +214,7 @@ public:
     }
 
     bool lock_until(spi::deadline until) {
+        parts_.front()->provider().check_process();  // before any mutex (process.hpp)
         {
             std::lock_guard lk(loss_->mutex);
             loss_->active = true;
@@ -223,6 +234,7 @@ public:
     }
     void unlock() noexcept { give_back(parts_.size()); }
     bool held() const noexcept {
+        if (parts_.front()->provider().forked()) return false;  // as give_back()
         {
             std::lock_guard lk(loss_->mutex);
             if (!loss_->active || loss_->lost) return false;
@@ -245,8 +257,11 @@ private:
         std::function<void(const lock_event&)> on_lost;
     };
     // Releases the first `n` parts, last taken first. A part's unlock() returns
-    // once the loss callbacks it queued have run, so none of this grant comes later.
+    // once the loss callbacks it queued have run, so none of this grant comes
+    // later. In a forked child, nothing (the grant is the parent's; the loss
+    // state's mutex may have been held by a thread of the parent at fork time).
     void give_back(std::size_t n) noexcept {
+        if (parts_.front()->provider().forked()) return;
         while (n > 0) parts_[--n]->unlock();
         std::lock_guard lk(loss_->mutex);
         loss_->active = false;

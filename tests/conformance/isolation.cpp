@@ -283,24 +283,44 @@ TEST_CASE("a forked child's unlock, destructors and exit leave its parent's lock
     // The child shares the parent's connections, sessions and lock files: an
     // unlock or a destructor there (a release through the shared connection, a
     // flock(LOCK_UN) on the shared file, a session closed) would free the lock
-    // the parent still holds. C, a third connection, checks it stayed held.
+    // the parent still holds. C, a third connection, checks it stayed held: the
+    // mutex, and where the backend has them a read lock and a semaphore's
+    // only permit.
     auto c = connect_under_test();
+    const bool rw = c.caps().supports(distlock::feature::read_write);
+    const bool sem = c.caps().supports(distlock::feature::semaphore);
     const auto name = unique_name("fork");
     enum variant { unlock_and_destroy, exit_only };
     for (auto v : {unlock_and_destroy, exit_only}) {
-        INFO((v == unlock_and_destroy ? "the child unlocks, destroys the mutex and the provider, exits"
+        INFO((v == unlock_and_destroy ? "the child unlocks, destroys the locks and the provider, exits"
                                       : "the child exits at once"));
         std::optional<distlock::provider> a = connect_under_test();
         std::optional<distlock::mutex> m = a->mutex(name);
         REQUIRE(m->try_lock_for(10s));
         const auto token = m->token();
+        std::optional<distlock::shared_mutex> reader;
+        std::optional<distlock::semaphore> permits;
+        if (rw) {
+            reader.emplace(a->shared_mutex(name + "-rw"));
+            REQUIRE(reader->try_lock_shared_for(10s));
+        }
+        if (sem) {
+            permits.emplace(a->semaphore(name + "-sem", 1));
+            REQUIRE(permits->try_acquire_for(10s));
+        }
         // The child's exit status: a bit for each thing that went wrong there.
         const auto status = in_forked_child(
             [&] {
                 if (v != unlock_and_destroy) return 0;
-                int wrong = m->held() ? 1 : 0;  // held() there: the grant is the parent's
+                int wrong = m->held() || (reader && reader->held_shared()) || (permits && permits->held() != 0)
+                                ? 1
+                                : 0;  // held there: the grants are the parent's
                 m->unlock();
                 m.reset();
+                if (reader) reader->unlock_shared();
+                if (permits) permits->release();
+                reader.reset();
+                permits.reset();
                 try {
                     (void)a->mutex(name + "-child");
                     wrong |= 2;  // the parent's provider (its connections) usable there
@@ -311,12 +331,24 @@ TEST_CASE("a forked child's unlock, destructors and exit leave its parent's lock
             },
             20s);
         REQUIRE(status.has_value());  // it ended (else it hung, killed after 20 s)
-        INFO("child's exit status " << *status << " (1: held() there, 2: the parent's provider usable there)");
+        INFO("child's exit status " << *status << " (1: held there, 2: the parent's provider usable there)");
         CHECK(*status == 0);
         CHECK(m->held());
         CHECK(m->token() == token);
         CHECK_FALSE(free_now(c, name));  // still the parent's
+        if (reader) {
+            CHECK(reader->held_shared());
+            auto writer = c.shared_mutex(name + "-rw");
+            CHECK_FALSE(writer.try_lock());  // the parent still reads
+        }
+        if (permits) {
+            CHECK(permits->held() == 1);
+            auto other = c.semaphore(name + "-sem", 1);
+            CHECK_FALSE(other.try_acquire());  // the parent still has the only permit
+        }
         m->unlock();
+        if (reader) reader->unlock_shared();
+        if (permits) permits->release();
         auto after = c.mutex(name);
         CHECK(after.try_lock_for(10s));
         after.unlock();
