@@ -1207,7 +1207,7 @@ std::string etcd_post(const std::string& base, const std::string& path, const st
 }  // namespace
 
 TEST_CASE("etcd: a session lease revoked out of band loses every lock at once; the first on_lost destroys it all",
-          "[.etcd][lifetime]") {
+          "[.etcd]") {
     const auto env = distlock::test::env("DISTLOCK_TEST_ETCD_URL");
     REQUIRE_FALSE(env.empty());
     auto parsed = spi::url::parse(env);

@@ -5,6 +5,7 @@
 // must not contain any piece of the password or of a secret parameter's value.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <new>
 #include <span>
 #include <string>
@@ -278,11 +279,13 @@ enum class what {
     out_of_memory, // std::bad_alloc: passes as it is
     not_standard,  // an int
 };
+// Read by the renewal thread too: atomics (the password is set by the
+// factory, before any thread of the provider runs).
 struct script {
-    hook where = hook::none;
-    what kind = what::library;
-    std::string password;  // what the URL gave
-    bool lose = false;     // keepalives say lost, quoting the password
+    std::atomic<hook> where{hook::none};
+    std::atomic<what> kind{what::library};
+    std::string password;          // what the URL gave
+    std::atomic<bool> lose{false};  // keepalives say lost, quoting the password
 };
 script& scripted() {
     static script s;
@@ -292,7 +295,7 @@ script& scripted() {
 void maybe_throw(hook here) {
     const auto& s = scripted();
     if (s.where != here) return;
-    switch (s.kind) {
+    switch (s.kind.load()) {
         case what::library: throw std::runtime_error("library failure near " + s.password + " (Zq7-library)");
         case what::quoting:
             distlock::throw_error(distlock::errc::access_denied, "throwing", "the server refused " + s.password, 7,
@@ -471,5 +474,7 @@ TEST_CASE("what reaches on_lost and on_error shows no secret either", "[secrets]
         m.unlock();
         check_all();
     }
-    scripted() = script{.password = scripted().password};
+    scripted().where = hook::none;
+    scripted().kind = what::library;
+    scripted().lose = false;
 }
