@@ -113,10 +113,11 @@ endpoint endpoint_from_url(spi::url& u, const std::string& backend_name, std::ch
 
 // Milliseconds that a server or another client gave (a PTTL, a lease in a
 // pub/sub message) as a duration clamped to [0, ceiling] and never past
-// max_server_duration (10^15 ms, about 31,700 years, the bound of durations in
-// URLs): it goes into clock arithmetic, where 2^63 - 1 ms overflows (undefined
-// behaviour), and a negative one would be a deadline in the past.
-inline constexpr std::chrono::milliseconds max_server_duration{1'000'000'000'000'000};
+// max_server_duration (10^12 ms, about 31 years): it goes into clock
+// arithmetic in nanoseconds, where 2^63 - 1 ms (and anything past about 292
+// years from the clock's epoch) overflows, undefined behaviour; a negative one
+// would be a deadline in the past.
+inline constexpr std::chrono::milliseconds max_server_duration{1'000'000'000'000};
 inline std::chrono::milliseconds server_duration(long long ms,
                                                  std::chrono::milliseconds ceiling = max_server_duration) noexcept {
     const long long top = std::clamp<long long>(ceiling.count(), 0, max_server_duration.count());

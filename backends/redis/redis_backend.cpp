@@ -509,6 +509,11 @@ void register_backend(spi::registry& r) {
         for (const auto& h : u.hosts_or_throw(26379)) {
             sentinel.host = h.host;
             sentinel.port = h.port;
+            for (const auto& other : s.sentinel.sentinels)
+                if (other.label() == sentinel.label())
+                    throw_error(errc::invalid_argument, "redis",
+                                "redis-sentinel:// lists the sentinel " + sentinel.label() +
+                                    " twice: a majority of the listed sentinels must name the master (one vote each)");
             s.sentinel.sentinels.push_back(sentinel);
         }
         // Data nodes only: the sentinels are the URL's own, with their own credentials.

@@ -476,6 +476,8 @@ TEST_CASE("the data password goes only to a master a majority of the sentinels n
             CHECK_THROWS_AS(distlock::connect(url({a.server.address()}, "&master_hosts=" + bad)),
                             distlock::invalid_argument_error);
         }
+        // A sentinel listed twice would vote twice.
+        CHECK_THROWS_AS(distlock::connect(url({a.server.address(), a.server.address()})), distlock::invalid_argument_error);
         // redis:// has no other node to bound.
         CHECK_THROWS_AS(distlock::connect("redis://:" + data_pw + "@" + data.address() + "?master_hosts=127.0.0.1"),
                         distlock::invalid_argument_error);
@@ -791,12 +793,12 @@ TEST_CASE("durations from a server or a publisher never overflow the clock: PTTL
         CHECK(took.load() < 3000);
         holder.unlock();
     }
-    SECTION("inspect: a PTTL of 2^63-1 ms is shown as at most 10^15 ms (redis and redlock)") {
+    SECTION("inspect: a PTTL of 2^63-1 ms is shown as at most 10^12 ms (redis and redlock)") {
         scripted_redis plain("*5\r\n:1\r\n:9223372036854775807\r\n:0\r\n$1\r\nx\r\n$1\r\n7\r\n");
         auto p = distlock::connect("redis://" + plain.address() + "?timeout=500ms");
         auto info = p.inspect(unique_name("inspect"));
         REQUIRE(info.remaining);
-        CHECK(info.remaining->count() <= 1'000'000'000'000'000LL);
+        CHECK(info.remaining->count() <= 1'000'000'000'000LL);
         (void)(clk::now() + *info.remaining);  // fits the clock
 
         std::vector<std::unique_ptr<scripted_redis>> nodes;
@@ -809,7 +811,7 @@ TEST_CASE("durations from a server or a publisher never overflow the clock: PTTL
         auto r = distlock::connect("redlock://" + hosts + "?timeout=500ms");
         auto rinfo = r.inspect(unique_name("inspect"));
         REQUIRE(rinfo.remaining);
-        CHECK(rinfo.remaining->count() <= 1'000'000'000'000'000LL);
+        CHECK(rinfo.remaining->count() <= 1'000'000'000'000LL);
     }
 }
 
