@@ -17,6 +17,7 @@
 
 #include "distlock/spi/backend.hpp"
 #include "http_codec.hpp"
+#include "http_json.hpp"
 #include "http_multi.hpp"
 #include "http_options.hpp"
 #include "http_pool.hpp"
@@ -161,7 +162,7 @@ public:
         listing l;
         l.index = index_of(r);
         if (r.status == 404) return l;
-        json j = json::parse(r.body, nullptr, false);
+        const json j = http::parse_reply(r.body);
         if (j.is_discarded() || !j.is_array() || j.empty())
             throw_error(errc::unavailable, kName, what + ": unexpected reply", r.status, trim(r.body));
         for (const auto& o : j) {
@@ -169,10 +170,10 @@ public:
             entry e;
             e.exists = true;
             e.index = l.index;
-            if (o.contains("Key") && o["Key"].is_string()) e.key = o["Key"].get<std::string>();
-            if (o.contains("Session") && o["Session"].is_string()) e.session = o["Session"].get<std::string>();
-            if (o.contains("Value") && o["Value"].is_string()) {
-                auto v = http::base64_decode(o["Value"].get<std::string>());
+            if (auto it = o.find("Key"); it != o.end() && it->is_string()) e.key = it->get<std::string>();
+            if (auto it = o.find("Session"); it != o.end() && it->is_string()) e.session = it->get<std::string>();
+            if (auto it = o.find("Value"); it != o.end() && it->is_string()) {
+                auto v = http::base64_decode(it->get<std::string>());
                 if (!v) throw_error(errc::unavailable, kName, what + ": a value that is not base64", r.status, trim(r.body));
                 e.value = std::move(*v);
             }
@@ -248,11 +249,11 @@ public:
         // Names are arbitrary bytes: bytes that are not UTF-8 go out as U+FFFD.
         auto r = client_.send(put("/v1/session/create", spec.dump(-1, ' ', false, json::error_handler_t::replace)));
         check(r, "session create", {200});
-        json j = json::parse(r.body, nullptr, false);
-        if (j.is_discarded() || !j.is_object() || !j.contains("ID") || !j["ID"].is_string() ||
-            !session_id(j["ID"].get<std::string>()))
+        const json j = http::parse_reply(r.body);
+        const auto id = j.is_object() ? j.find("ID") : j.end();
+        if (j.is_discarded() || id == j.end() || !id->is_string() || !session_id(id->get<std::string>()))
             throw_error(errc::unavailable, kName, "session create: unexpected reply", r.status, trim(r.body));
-        return j["ID"].get<std::string>();
+        return id->get<std::string>();
     }
 
     // Whether `id` can be a session ID: Consul's are UUIDs. The ID goes into URL

@@ -22,6 +22,7 @@
 
 #include "consul_contender.hpp"
 #include "consul_lock.hpp"
+#include "http_json.hpp"
 
 namespace distlock::backends::consul {
 namespace {
@@ -39,9 +40,10 @@ struct state {
 state read_state(const document& d) {
     state s;
     if (!d.exists || d.value.empty()) return s;
-    json j = json::parse(d.value, nullptr, false);
+    // Written by anyone with KV write on the prefix: bounded in depth like a reply.
+    json j = http::parse_reply(d.value);
     if (j.is_discarded() || !j.is_object()) {
-        s.problem = "its value is not a JSON object";
+        s.problem = "its value is not a JSON object (of at most " + std::to_string(http::max_json_depth) + " levels)";
         return s;
     }
     auto text = [&](const char* field) -> std::string {

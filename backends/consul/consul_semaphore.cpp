@@ -30,6 +30,7 @@
 
 #include "consul_contender.hpp"
 #include "consul_lock.hpp"
+#include "http_json.hpp"
 
 namespace distlock::backends::consul {
 namespace {
@@ -51,9 +52,10 @@ coordination read_coordination(const document& d, std::uint32_t local_limit) {
     coordination c;
     c.limit = local_limit;
     if (!d.exists || d.value.empty()) return c;
-    json j = json::parse(d.value, nullptr, false);
+    // Written by anyone with KV write on the prefix: bounded in depth like a reply.
+    json j = http::parse_reply(d.value);
     if (j.is_discarded() || !j.is_object()) {
-        c.problem = "its value is not a JSON object";
+        c.problem = "its value is not a JSON object (of at most " + std::to_string(http::max_json_depth) + " levels)";
         return c;
     }
     c.limit = 0;  // a missing Limit decodes as Go's zero value

@@ -6,6 +6,7 @@
 
 #include "distlock/error.hpp"
 #include "http_codec.hpp"
+#include "http_json.hpp"
 
 namespace distlock::backends::etcd {
 
@@ -44,9 +45,10 @@ const json& item(const json& j, std::size_t i) {
     return j.is_array() && i < j.size() ? j[i] : none;
 }
 
-json list(const json& j, const char* key) {
+const json& list(const json& j, const char* key) {
+    static const json none = json::array();
     const json& v = field(j, key);
-    return v.is_array() ? v : json::array();
+    return v.is_array() ? v : none;
 }
 
 bool flag(const json& j, const char* key) {
@@ -57,6 +59,12 @@ bool flag(const json& j, const char* key) {
 std::string text(const json& j, const char* key) {
     const json& v = field(j, key);
     return v.is_string() ? v.get<std::string>() : std::string{};
+}
+
+std::string error_text(const json& error) {
+    std::string out = error.is_string() ? error.get<std::string>() : text(error, "message");
+    if (out.empty()) out = "an error reply without a message";
+    return out.substr(0, 300);
 }
 
 std::string prefix_end(std::string p) {
@@ -110,7 +118,7 @@ json gateway::call(const std::string& path, const json& body, std::chrono::milli
         }
         rq.timeout = timeout;
         auto resp = client_.send(rq);
-        json j = json::parse(resp.body, nullptr, false);
+        json j = http::parse_reply(resp.body);
         if (j.is_discarded() || !j.is_object()) {
             // Not etcd's JSON gateway answering: a 4xx will not heal by retrying (a wrong
             // port, another server, a path prefix in front of etcd); a 5xx may.
@@ -246,15 +254,15 @@ spi::keepalive_result gateway::renew(session& s) noexcept {
         rq.body = json{{"ID", std::to_string(s.id)}}.dump();
         rq.timeout = renewal_timeout(s);
         auto resp = client_.send(rq);
-        json j = json::parse(resp.body, nullptr, false);
+        json j = http::parse_reply(resp.body);
         if (j.is_discarded() || !j.is_object() || resp.status != 200)
-            return spi::keepalive_result::failed("lease keepalive: HTTP " + std::to_string(resp.status) + " " +
-                                                 resp.body.substr(0, 200));
+            return spi::keepalive_result::failed("lease keepalive: unexpected reply (HTTP " +
+                                                 std::to_string(resp.status) + ")");
         if (j.contains("error")) {
             client_.rotate_endpoint(resp.endpoint);
-            return spi::keepalive_result::failed("lease keepalive: " + j["error"].dump().substr(0, 300));
+            return spi::keepalive_result::failed("lease keepalive: " + error_text(field(j, "error")));
         }
-        const json& result = j.contains("result") ? j["result"] : j;
+        const json& result = j.contains("result") ? field(j, "result") : j;
         if (as_i64(result, "TTL") <= 0) {
             s.dead = true;
             return spi::keepalive_result::lost("the session lease " + lease_hex(s.id) + " has expired");

@@ -38,13 +38,17 @@ std::string b64d(const json& j, const char* key);
 // Readers of a reply that never throw and never read out of bounds, whatever
 // the server sent (nlohmann's value() throws on a wrong type, and its const
 // operator[] is undefined for a missing key or index): j[key] or null;
-// j[i] or null; j[key] when it is an array, else an empty one; whether j[key]
-// is true; j[key] when it is a string, else "".
+// j[i] or null; j[key] when it is an array, else an empty one (a reference,
+// never a copy: copies recurse); whether j[key] is true; j[key] when it is a
+// string, else "".
 const json& field(const json& j, const char* key);
 const json& item(const json& j, std::size_t i);
-json list(const json& j, const char* key);
+const json& list(const json& j, const char* key);
 bool flag(const json& j, const char* key);
 std::string text(const json& j, const char* key);
+// An error reply's error (a string, or the {"message": ...} object of a watch
+// stream's error), in at most 300 bytes: never dump() of what the server sent.
+std::string error_text(const json& error);
 // The end of the range of every key starting with p.
 std::string prefix_end(std::string p);
 std::string lease_hex(std::int64_t id);

@@ -10,6 +10,7 @@
 #include "distlock/error.hpp"
 #include "etcd_gateway.hpp"
 #include "http_codec.hpp"
+#include "http_json.hpp"
 #include "http_monitor.hpp"
 
 namespace distlock::backends::etcd {
@@ -36,7 +37,9 @@ std::string unique_suffix() {
 }
 
 // The kvs of the range response at `i` of a txn's responses ([] when absent).
-json range_kvs(const json& responses, std::size_t i) { return list(field(item(responses, i), "response_range"), "kvs"); }
+const json& range_kvs(const json& responses, std::size_t i) {
+    return list(field(item(responses, i), "response_range"), "kvs");
+}
 
 // A watch stream's message: the gateway wraps it in "result" (older ones did not).
 const json& message_result(const json& msg) {
@@ -149,14 +152,14 @@ std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_s
             gateway_.add_orphan(*session_, key_, value_);
             throw;
         }
-        const auto responses = list(reply, "responses");
+        const auto& responses = list(reply, "responses");
         if (responses.size() < 2) throw_error(errc::unavailable, kName, "acquire txn: short reply");
         if (flag(reply, "succeeded")) {
             // Our key was created by this txn: its create revision is the
             // txn's revision, and the store was at it when we found our turn.
             revision_ = token_ = as_i64(field(reply, "header"), "revision");
         } else {
-            const auto kvs = range_kvs(responses, 0);
+            const auto& kvs = range_kvs(responses, 0);
             if (kvs.empty()) {
                 if (permit && responses.size() >= 3) {
                     // No key of ours: the size key is missing or says another size.
@@ -262,9 +265,9 @@ void handle::settle_size(const json& size_kvs) {
                                                           {"range_end", base64_encode(prefix_end(where_.blockers))},
                                                           {"count_only", true}}}}})}});
     if (flag(reply, "succeeded")) return;
-    const auto responses = list(reply, "responses");
+    const auto& responses = list(reply, "responses");
     if (responses.size() < 2) return;
-    const auto now = range_kvs(responses, 0);
+    const auto& now = range_kvs(responses, 0);
     const auto holders = as_i64(field(item(responses, 1), "response_range"), "count");
     if (!now.empty() && b64d(now[0], "value") == theirs && holders > 0) {
         std::string shown = theirs.size() > 20 ? theirs.substr(0, 20) + "..." : theirs;
@@ -332,12 +335,12 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
                        {"keys_only", true}};
             if (!permit) ahead["limit"] = "1";
             auto reply = gateway_.call("/v3/kv/range", ahead);
-            const auto kvs = list(reply, "kvs");
+            const auto& kvs = list(reply, "kvs");
             if (kvs.size() < (permit ? std::size_t{request_.permits} : std::size_t{1})) {
                 if (where_.marked) return turn::mine;  // mark_granted() checks our key and sets the token
                 // Our turn: make sure our own key survived the wait.
                 auto mine = gateway_.call("/v3/kv/range", json{{"key", base64_encode(key_)}, {"keys_only", true}});
-                const auto own = list(mine, "kvs");
+                const auto& own = list(mine, "kvs");
                 if (own.empty() || as_i64(own[0], "create_revision") != revision_) return turn::key_lost;
                 token_ = as_i64(field(mine, "header"), "revision");
                 return turn::mine;
@@ -370,10 +373,13 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
             std::string error;
             bool unsynced = false;
             auto res = gateway_.client().stream_lines(rq, [&](std::string_view line) {
-                json msg = json::parse(line, nullptr, false);
-                if (msg.is_discarded()) return true;
+                const json msg = http::parse_reply(line);
+                if (msg.is_discarded() || !msg.is_object()) {
+                    error = "unexpected reply (a line of the stream that is not a watch message)";
+                    return false;
+                }
                 if (msg.contains("error")) {
-                    error = msg["error"].dump().substr(0, 300);
+                    error = error_text(field(msg, "error"));
                     return false;
                 }
                 const json& result = message_result(msg);
@@ -423,7 +429,7 @@ http::request handle::watch_request(std::int64_t from) const {
 
 // On the loop thread: one message of the watch stream.
 bool handle::on_monitor_line(std::string_view line) {
-    json msg = json::parse(line, nullptr, false);
+    const json msg = http::parse_reply(line);
     if (msg.is_discarded() || !msg.is_object() || msg.contains("error")) return false;
     const json& result = message_result(msg);
     auto lk = monitor_.lock();
@@ -524,7 +530,7 @@ void handle::release() {
     }
     if (!request_.auto_renew) gateway_.revoke(*session_);
     if (request_.kind == spi::lock_kind::permit) {
-        const auto responses = list(reply, "responses");
+        const auto& responses = list(reply, "responses");
         if (responses.size() >= 2 && as_i64(field(item(responses, 1), "response_range"), "count") == 0) forget_size();
     }
     if (!flag(reply, "succeeded"))
@@ -562,10 +568,10 @@ void keepalive_batch(gateway& g, std::span<spi::lock_handle* const> handles, std
         try {
             auto* s = static_cast<handle*>(handles[check[from]])->current_session().get();
             auto reply = g.call("/v3/kv/txn", json{{"success", ops}}, g.renewal_timeout(*s));
-            const auto responses = list(reply, "responses");
+            const auto& responses = list(reply, "responses");
             for (auto k = from; k < to; ++k) {
                 auto* h = static_cast<handle*>(handles[check[k]]);
-                const auto kvs = range_kvs(responses, k - from);
+                const auto& kvs = range_kvs(responses, k - from);
                 if (kvs.empty() || as_i64(kvs[0], "create_revision") != h->revision())
                     results[check[k]] = spi::keepalive_result::lost("lock key " + h->key() + " was deleted");
             }
@@ -601,7 +607,7 @@ lock_info inspect(gateway& g, std::string_view name) {
                                             {"sort_order", "ASCEND"},
                                             {"sort_target", "CREATE"},
                                             {"limit", "1"}});
-    const auto kvs = list(reply, "kvs");
+    const auto& kvs = list(reply, "kvs");
     const auto count = std::max<std::int64_t>(as_i64(reply, "count"), static_cast<std::int64_t>(kvs.size()));
     info.held = !kvs.empty();
     info.waiters = static_cast<std::uint32_t>(std::clamp<std::int64_t>(count - 1, 0, std::numeric_limits<std::uint32_t>::max()));
@@ -652,7 +658,7 @@ void break_lock(gateway& g, std::string_view name) {
                                             {"sort_target", "CREATE"},
                                             {"limit", "1"},
                                             {"keys_only", true}});
-    const auto kvs = list(reply, "kvs");
+    const auto& kvs = list(reply, "kvs");
     if (kvs.empty()) return;
     // Only a key of this name's directory, whatever the reply says.
     const auto key = b64d(kvs[0], "key");

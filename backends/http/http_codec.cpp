@@ -147,4 +147,23 @@ std::string escape_path(std::string_view key) {
     return out;
 }
 
+bool json_depth_within(std::string_view text, int limit) noexcept {
+    int depth = 0;
+    bool in_string = false;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (in_string) {
+            if (c == '\\') ++i;  // the escaped character, whatever it is
+            else if (c == '"') in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > limit) return false;
+        } else if (c == ']' || c == '}') {
+            --depth;
+        }
+    }
+    return true;
+}
+
 }  // namespace distlock::backends::http

@@ -1,5 +1,6 @@
 // Small encoders both backends need: base64 (etcd's JSON gateway carries keys
-// and values as base64), lock names as key segments, and URL paths.
+// and values as base64), lock names as key segments, and URL paths; and the
+// checks of what comes in: prefixes, UTF-8, the nesting depth of a reply.
 #pragma once
 
 #include <optional>
@@ -35,5 +36,11 @@ void check_prefix(const std::string& backend, std::string_view prefix);
 // Whether `bytes` is well-formed UTF-8 (no overlong forms, surrogates or code
 // points past U+10FFFF): what a JSON string, and so etcd's API, can carry.
 bool valid_utf8(std::string_view bytes);
+
+// Whether no array or object in the JSON text `text` nests deeper than `limit`
+// (brackets inside strings do not count). Exact for valid JSON; invalid JSON
+// may pass, for the parser to refuse. One pass, no recursion, no allocation:
+// http_json.hpp's parse_reply() checks every reply with it before parsing.
+bool json_depth_within(std::string_view text, int limit) noexcept;
 
 }  // namespace distlock::backends::http

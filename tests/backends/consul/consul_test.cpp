@@ -1080,3 +1080,39 @@ TEST_CASE("the proxy environment is ignored: the token goes to the agent only, n
     for (const auto& rq : seen) CHECK(rq.headers.count("x-consul-token") == 1);
     for (const auto& rq : proxy.requests()) CHECK(("the proxy got " + rq.method + " " + rq.target).empty());
 }
+
+TEST_CASE("a KV document or a reply nested deeper than 64 levels is refused: never read, never overwritten",
+          "[consul][hostile][json]") {
+    // Anyone with KV write on the prefix writes the semaphore's .lock and the
+    // read-write lock's .rwlock: such a document, like any reply, is refused past
+    // 64 levels before it is parsed (copies and dump() of nlohmann recurse per
+    // level). Before, these two were read as documents without holders and
+    // overwritten.
+    const auto nested = [](std::size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+    auto p = distlock::connect(url());
+    agent consul(url());
+    const auto name = unique_name("deep-doc");
+    const auto sem_target = "/v1/kv/" + http::escape_path(consul.semaphore_prefix(name) + ".lock");
+    const std::string sem_doc = "{\"Limit\":2,\"Holders\":{\"x\":" + nested(100) + "}}";
+    REQUIRE(consul.call("PUT", sem_target + "?flags=" + std::to_string(kSemaphoreFlag), sem_doc).status == 200);
+    auto s = p.semaphore(name, 2);
+    CHECK_THROWS_AS(s.try_acquire_for(1s), distlock::invalid_argument_error);
+    const auto rw_prefix = consul.semaphore_prefix(name);
+    const auto rw_target = "/v1/kv/" + http::escape_path(rw_prefix.substr(0, rw_prefix.size() - 1) + "~rw/.rwlock");
+    const std::string rw_doc = "{\"Writer\":\"\",\"Readers\":{\"x\":" + nested(100) + "},\"Waiting\":\"\"}";
+    REQUIRE(consul.call("PUT", rw_target + "?flags=" + std::to_string(0x6469737472776c6bULL), rw_doc).status == 200);
+    auto rw = p.shared_mutex(name);
+    CHECK_THROWS_AS(rw.try_lock_for(1s), distlock::invalid_argument_error);
+    CHECK(consul.call("GET", sem_target + "?raw").body == sem_doc);
+    CHECK(consul.call("GET", rw_target + "?raw").body == rw_doc);
+    consul.call("DELETE", "/v1/kv/" + http::escape_path(rw_prefix) + "?recurse");
+    consul.call("DELETE", "/v1/kv/" + http::escape_path(rw_prefix.substr(0, rw_prefix.size() - 1)) + "~rw/?recurse");
+
+    // An agent whose listing nests a million levels: unexpected reply (a guard:
+    // nothing recursed over a listing before either).
+    auto server = hostile_agent([&](const distlock::test::fake_request&, int) -> std::optional<distlock::test::fake_reply> {
+        return distlock::test::fake_reply{200, nested(1000000), {"X-Consul-Index: 5"}};
+    });
+    auto hostile = distlock::connect("consul://" + server.address() + "/h");
+    CHECK_THROWS_AS((void)hostile.inspect("n"), distlock::unavailable_error);
+}

@@ -1072,3 +1072,79 @@ TEST_CASE("the proxy environment is ignored: the password goes to etcd only, nev
     CHECK(seen[0].body.find("s3cr3t-etcd-pw") != std::string::npos);
     for (const auto& rq : proxy.requests()) CHECK(("the proxy got " + rq.method + " " + rq.target).empty());
 }
+
+// ---- a member whose replies nest a million levels deep -------------------------------------
+
+namespace {
+
+// {"error":[[[...]]]} nested a million levels: 2 MB, well under the 16 MiB reply
+// cap. nlohmann parses and frees it without recursion, but dump() recursed per
+// level and blew the stack (the keepalive's and the waiter's watch error text).
+std::string deeply_nested_error() {
+    constexpr std::size_t depth = 1000000;
+    return "{\"error\":" + std::string(depth, '[') + std::string(depth, ']') + "}";
+}
+
+}  // namespace
+
+// The child of the next test (hidden: run only by tag), on the fake member at
+// DISTLOCK_TEST_DEEP_ETCD: DISTLOCK_TEST_DEEP_CASE=watch, a waiter whose watch
+// gets a deeply nested line; =keepalive, a holder whose renewals get deeply
+// nested replies. Exits 0 when it ends as a distlock error or nothing; a crash
+// is the parent's failure.
+TEST_CASE("(child) a waiter or a holder on a member whose replies nest a million levels deep", "[.][etcd-deep-child]") {
+    const auto address = distlock::test::env("DISTLOCK_TEST_DEEP_ETCD");
+    REQUIRE(!address.empty());
+    auto p = distlock::connect("etcd://" + address + "/h?lease=1s");
+    if (distlock::test::env("DISTLOCK_TEST_DEEP_CASE") == "watch") {
+        auto m = p.mutex("waited");
+        typed_or_nothing([&] { CHECK_FALSE(m.try_lock_for(1s)); });
+    } else {
+        auto m = p.mutex("held");
+        typed_or_nothing([&] {
+            REQUIRE(m.try_lock());
+            std::this_thread::sleep_for(1500ms);  // the renewals' keepalives
+            m.unlock();
+        });
+    }
+}
+
+TEST_CASE("a keepalive reply or a watch line nested a million levels deep is a typed error, not a crash",
+          "[etcd][hostile][json]") {
+    const std::string deep = deeply_nested_error();
+    const std::string held_dir = "/h/held/", other = etcd_direct::b64("/h/waited/0");
+    distlock::test::fake_http_server server([&](const distlock::test::fake_request& rq,
+                                                int) -> std::optional<distlock::test::fake_reply> {
+        if (rq.target == "/v3/lease/grant") return distlock::test::fake_reply{200, R"({"ID":"7","TTL":"1"})"};
+        if (rq.target == "/v3/lease/keepalive") return distlock::test::fake_reply{200, deep};
+        if (rq.target == "/v3/watch") return distlock::test::fake_reply{200, deep + "\n"};
+        // The holder's acquire is granted at once; the waiter's finds a key ahead of its own.
+        const std::string first = rq.body.find(etcd_direct::b64(held_dir).substr(0, 8)) != std::string::npos ? "5" : "1";
+        if (rq.target == "/v3/kv/txn")
+            return distlock::test::fake_reply{
+                200, R"({"succeeded":true,"header":{"revision":"5"},"responses":[{},{"response_range":{"kvs":[{"key":")" +
+                         other + R"(","create_revision":")" + first + R"("}]}}]})"};
+        if (rq.target == "/v3/kv/range")
+            return distlock::test::fake_reply{
+                200, R"({"header":{"revision":"5"},"kvs":[{"key":")" + other + R"(","create_revision":"1"}],"count":"1"})"};
+        return distlock::test::fake_reply{200, R"({"header":{"revision":"5"}})"};
+    });
+    const auto self = std::filesystem::read_symlink("/proc/self/exe").string();
+    for (std::string which : {"watch", "keepalive"}) {
+        INFO("case " << which);
+        const auto before = server.requests().size();
+        distlock::test::child_process child(
+            {self, "[etcd-deep-child]"},
+            {{{"DISTLOCK_TEST_DEEP_ETCD", server.address()}, {"DISTLOCK_TEST_DEEP_CASE", which}}});
+        const auto status = child.wait_exit_for(60s);
+        std::string output;
+        for (auto l = child.read_line(100ms); !l.empty(); l = child.read_line(100ms)) output += l + "\n";
+        INFO("the child's output:\n" << output);
+        REQUIRE(status.has_value());
+        CHECK(*status == 0);  // 139 = 128 + SIGSEGV: the stack blown by a recursive dump()
+        const auto seen = server.requests();
+        const auto target = which == "watch" ? "/v3/watch" : "/v3/lease/keepalive";
+        CHECK(std::count_if(seen.begin() + static_cast<std::ptrdiff_t>(before), seen.end(),
+                            [&](const auto& rq) { return rq.target == target; }) > 0);
+    }
+}

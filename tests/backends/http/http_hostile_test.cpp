@@ -21,6 +21,7 @@
 #include "distlock/error.hpp"
 #include "fake_http_server.hpp"
 #include "http/http_codec.hpp"
+#include "http/http_json.hpp"
 #include "http/http_multi.hpp"
 #include "http/http_options.hpp"
 #include "http/http_pool.hpp"
@@ -377,4 +378,19 @@ TEST_CASE("only http and https are spoken, and a redirect is not followed", "[ht
     http::client r(opts(server.address()));
     CHECK(r.send(get("/v1/kv/x")).status == 307);
     CHECK(elsewhere.requests().empty());
+}
+
+TEST_CASE("a reply nested deeper than 64 levels is refused before it is parsed; brackets in strings do not count",
+          "[http][json]") {
+    const auto nested = [](int depth, const std::string& inner = "") {
+        return std::string(static_cast<std::size_t>(depth), '[') + inner + std::string(static_cast<std::size_t>(depth), ']');
+    };
+    CHECK(http::json_depth_within(nested(64), 64));
+    CHECK_FALSE(http::json_depth_within(nested(65), 64));
+    CHECK(http::json_depth_within("{\"a\":\"[[[[[[[[[[{{{{{{{{\\\"[[[[\"}", 2));
+    CHECK_FALSE(http::json_depth_within("{\"a\\\\\":[[]]}", 2));  // an escaped backslash ends before the quote
+    CHECK(http::parse_reply(nested(64)).is_array());
+    CHECK(http::parse_reply("{\"error\":" + nested(1000000) + "}").is_discarded());
+    CHECK(http::parse_reply("{\"a\":1").is_discarded());
+    CHECK(http::parse_reply("\xff").is_discarded());
 }
