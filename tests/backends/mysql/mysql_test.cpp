@@ -337,6 +337,23 @@ TEST_CASE("a reply larger than any the client asks for is refused as it arrives,
     }
 }
 
+TEST_CASE("a reply is capped by what its cells cost to keep and not by their text alone", "[sql][hostile]") {
+    // 99,000 rows (under the row cap) of four 8-byte cells for the start's
+    // first question: 3.2 MB of text, 19 MB as kept (each cell has its slot).
+    fake_mysql::script how;
+    how.odd_query = "CONNECTION_ID()";
+    how.odd_rows = 99000;
+    how.odd_cell = "12345678";
+    fake_mysql::server fake(how);
+    try {
+        (void)distlock::connect(with_port(url_of("lease-table"), fake.port()) + "&connect_timeout=2s&timeout=5s");
+        FAIL("connected");
+    } catch (const distlock::unavailable_error& e) {
+        INFO(e.what());
+        CHECK(std::string(e.what()).find("larger than any this client asks for") != std::string::npos);
+    }
+}
+
 TEST_CASE("a token that is not a number is a typed error, never a standard-library exception", "[sql][hostile]") {
     // The fake answers as MySQL 8 would (no "MariaDB" in its version): tokens are
     // counter rows, read back by "SELECT version FROM <table> ...".

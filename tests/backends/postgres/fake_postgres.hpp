@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -71,6 +72,15 @@ enum class answer {
     long_error,             // the first statement: an error of a 1 MiB message
     startup_error,          // the startup: an error of a 20,000-byte message
     endless_startup_error,  // the startup: an error whose text goes on (512 MiB)
+    many_rows,              // the first statement: a whole result of many rows (server::rows)
+};
+
+// The result of many_rows: `rows` rows of `columns` cells, each `cell` (NULL
+// when nullopt).
+struct rows_spec {
+    std::size_t rows = 1;
+    int columns = 1;
+    std::optional<std::string> cell = "1";
 };
 
 class server {
@@ -80,6 +90,7 @@ public:
     // open, silent.
     explicit server(answer what, std::int64_t limit = std::int64_t{256} << 20)
         : what_(what), limit_(limit), srv_([this](int fd) { serve(fd); }) {}
+    explicit server(rows_spec rows) : what_(answer::many_rows), limit_(0), rows_(std::move(rows)), srv_([this](int fd) { serve(fd); }) {}
     int port() const { return srv_.port(); }
     // Bytes of an endless answer sent so far (all connections).
     std::int64_t sent() const { return sent_.load(); }
@@ -122,12 +133,27 @@ private:
             return;
         }
         // ParseComplete, BindComplete (libpq takes either for what it sent),
-        // one bytea column, then DataRows of 1 MiB each.
+        // bytea columns, then DataRows: 1 MiB each without end, or rows_.
         const std::string field = std::string("x\0", 2) + be(0, 4) + be(0, 2) + be(17, 4) + be(0xffff, 2) +
                                   be(0xffffffff, 4) + be(0, 2);
+        const auto described = [&](int columns) {
+            std::string fields;
+            for (int c = 0; c < columns; ++c) fields += field;
+            return message('1', "") + message('2', "") + message('T', be(static_cast<std::uint32_t>(columns), 2) + fields);
+        };
+        if (what_ == answer::many_rows) {
+            std::string cells;
+            for (int c = 0; c < rows_.columns; ++c)
+                cells += rows_.cell ? be(static_cast<std::uint32_t>(rows_.cell->size()), 4) + *rows_.cell : be(0xffffffff, 4);
+            const std::string row = message('D', be(static_cast<std::uint32_t>(rows_.columns), 2) + cells);
+            std::string reply = described(rows_.columns);
+            for (std::size_t r = 0; r < rows_.rows; ++r) reply += row;
+            reply += message('C', std::string("SELECT ") + std::to_string(rows_.rows) + '\0') + message('Z', "I");
+            if (scripted_server::send_all(fd, reply)) hold(fd);
+            return;
+        }
         const std::string cell(1 << 20, 'x');
-        stream(fd, message('1', "") + message('2', "") + message('T', be(1, 2) + field),
-               message('D', be(1, 2) + be(static_cast<std::uint32_t>(cell.size()), 4) + cell));
+        stream(fd, described(1), message('D', be(1, 2) + be(static_cast<std::uint32_t>(cell.size()), 4) + cell));
     }
 
     // `first`, then `each` again and again up to the limit, sampling the
@@ -152,6 +178,7 @@ private:
 
     answer what_;
     std::int64_t limit_;
+    rows_spec rows_;
     std::atomic<std::int64_t> sent_{0}, peak_{0};
     scripted_server srv_;
 };

@@ -364,3 +364,22 @@ TEST_CASE("a server's error message is cut to a bounded length, at the startup a
         }
     }
 }
+
+TEST_CASE("a result of more rows or more cells than any this client asks for is refused", "[sql][hostile]") {
+    // Both within 16 MiB sent: 200,000 rows of one byte (2.4 MB), and 2,000
+    // rows of 1,000 NULLs (8 MB, but 2,000,000 cells to keep: 80 MB copied out).
+    for (const auto& [what, rows] : {std::pair{"rows", fake_postgres::rows_spec{200000, 1, "1"}},
+                                     std::pair{"cells", fake_postgres::rows_spec{2000, 1000, std::nullopt}}}) {
+        DYNAMIC_SECTION(what) {
+            fake_postgres::server fake(rows);
+            const auto target = with_port(url_of("lease-table"), fake.port()) + "&connect_timeout=2s&timeout=5s";
+            try {
+                (void)distlock::connect(target);
+                FAIL("connected");
+            } catch (const distlock::unavailable_error& e) {
+                INFO(e.what());
+                CHECK(std::string(e.what()).find("larger than any this client asks for") != std::string::npos);
+            }
+        }
+    }
+}
