@@ -52,11 +52,16 @@ std::string decode(std::string_view text, std::string_view what, const std::stri
 }
 
 // `carrier` is what libcurl is given (an internal scheme, one host of a list);
-// messages show the user's URL, redacted, as `shown`.
+// messages show the user's URL, redacted, as `shown`. The path is kept as
+// written (CURLU_PATH_AS_IS): libcurl would resolve "." and ".." segments, and
+// consul://h/a/../.. would reach the backend as the default prefix with
+// nothing left for it to refuse. Each backend decides what a dot segment in
+// its path means (every built-in one refuses it).
 curlu_ptr parse_with_curl(const std::string& carrier, const std::string& shown) {
     curlu_ptr u(curl_url());
     if (!u) throw std::bad_alloc();
-    CURLUcode rc = curl_url_set(u.get(), CURLUPART_URL, carrier.c_str(), CURLU_NON_SUPPORT_SCHEME);
+    CURLUcode rc =
+        curl_url_set(u.get(), CURLUPART_URL, carrier.c_str(), CURLU_NON_SUPPORT_SCHEME | CURLU_PATH_AS_IS);
     if (rc != CURLUE_OK) bad("cannot parse '" + shown + "': " + curl_url_strerror(rc));
     return u;
 }
@@ -151,6 +156,16 @@ std::string redact_url(std::string_view text) {
     hide_userinfo(after.substr(0, after.find_first_of("/?#")).rfind('@'));
     hide_secret_values(text, rest, hide);
     return shown(text, hide);
+}
+
+bool has_dot_segment(std::string_view path) noexcept {
+    for (std::size_t start = 0; start <= path.size();) {
+        const auto slash = std::min(path.find('/', start), path.size());
+        const auto segment = path.substr(start, slash - start);
+        if (segment == "." || segment == "..") return true;
+        start = slash + 1;
+    }
+    return false;
 }
 
 url url::parse(std::string_view input) {

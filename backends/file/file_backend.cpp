@@ -721,6 +721,9 @@ void register_backend(spi::registry& r) {
         // %00 decodes to a NUL, where every system call would cut the path short.
         if (u.path().find('\0') != std::string::npos)
             throw_error(errc::invalid_argument, "file", "a file:// path cannot hold a NUL byte (%00)");
+        // The kernel would resolve them, through whatever links the path holds.
+        if (spi::has_dot_segment(u.path()))
+            throw_error(errc::invalid_argument, "file", "a file:// path cannot have '.' or '..' segments: name the directory");
         const bool sync = u.take_bool("sync").value_or(false);
         const auto check = u.take_duration("check").value_or(200ms);
         if (check.count() <= 0) throw_error(errc::invalid_argument, "file", "check must be positive");

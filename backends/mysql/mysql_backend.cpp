@@ -661,6 +661,8 @@ std::shared_ptr<s::dialect> make_dialect(spi::url& u, const s::conn_settings& cs
     ep.schema = u.path().empty() ? std::string{} : u.path().substr(1);
     if (ep.schema.empty() || ep.schema.find('/') != std::string::npos)
         throw_error(errc::invalid_argument, "mysql", "mysql:// needs a database: mysql://user:pw@host:port/db");
+    if (spi::has_dot_segment(ep.schema))
+        throw_error(errc::invalid_argument, "mysql", "the database cannot be '.' or '..'");
     if (ep.user.empty()) throw_error(errc::invalid_argument, "mysql", "mysql:// needs a user: mysql://user:pw@host/db");
     auto fence = fence_kind::automatic;
     if (auto f = u.take("fence")) {

@@ -689,6 +689,8 @@ std::shared_ptr<s::dialect> make_dialect(spi::url& u, const s::conn_settings& cs
     ep.dbname = u.path().empty() ? std::string{} : u.path().substr(1);
     if (ep.dbname.empty() || ep.dbname.find('/') != std::string::npos)
         throw_error(errc::invalid_argument, "postgres", "postgres:// needs a database: postgres://user:pw@host:port/db");
+    if (spi::has_dot_segment(ep.dbname))
+        throw_error(errc::invalid_argument, "postgres", "the database cannot be '.' or '..'");
     if (ep.user.empty())
         throw_error(errc::invalid_argument, "postgres", "postgres:// needs a user: postgres://user:pw@host/db");
     if (auto schema = u.take("schema")) ep.schema = *schema;

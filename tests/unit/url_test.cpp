@@ -1,7 +1,13 @@
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+
 #include "distlock/distlock.hpp"
 #include "distlock/spi/url.hpp"
+#include "support.hpp"
 
 using distlock::spi::url;
 
@@ -86,4 +92,68 @@ TEST_CASE("connect rejects unknown schemes and parameters", "[connect]") {
     auto schemes = distlock::schemes();
     CHECK(std::find(schemes.begin(), schemes.end(), "memory") != schemes.end());
     CHECK(std::find(schemes.begin(), schemes.end(), "file") != schemes.end());
+}
+
+// libcurl resolves "." and ".." in a URL's path unless told not to: then
+// consul://h/a/../.. reached the Consul backend as the default prefix, and
+// etcd://h/x/../y as the prefix "y", with nothing to see for the backend.
+TEST_CASE("dot segments in a URL's path reach the backend as written", "[url]") {
+    CHECK(url::parse("consul://h/a/../..").path() == "/a/../..");
+    CHECK(url::parse("etcd://h:2379/x/../y").path() == "/x/../y");
+    CHECK(url::parse("zk://h1,h2/a/./b").path() == "/a/./b");
+    CHECK(url::parse("file:///var/lock/app/../../etc").path() == "/var/lock/app/../../etc");
+    CHECK(url::parse("file:///a/%2e%2e/b").path() == "/a/../b");  // decoded: a backend sees ".." either way
+    CHECK(url::parse("memory://space/..").path() == "/..");
+    CHECK(url::parse("mysql://u:p@h/db/..").path() == "/db/..");
+    CHECK(url::parse("redis://h/../0").path() == "/../0");
+    CHECK(url::parse("redis://h/0?prefix=a/../b").take("prefix") == "a/../b");  // the query was never touched
+}
+
+// Each scheme's decision for a path with "." or ".." segments, checked at
+// connect (before any server is reached: the hosts below listen nowhere):
+// refused with invalid_argument_error, never resolved into another path.
+TEST_CASE("every scheme refuses a URL path with dot segments at connect", "[url][connect]") {
+    const auto dir = std::filesystem::temp_directory_path() / distlock::test::unique_name("dots");
+    const std::string d = dir.string();
+    struct attempt {
+        const char* scheme;
+        std::string url;
+    };
+    const std::vector<attempt> attempts = {
+        {"memory", "memory://space/a/.."},
+        {"memory", "memory://space/."},
+        {"file", "file://" + d + "/a/../b"},
+        {"file", "file://" + d + "/./b"},
+        {"file", "file://" + d + "/b/.."},
+        {"file", "file://" + d + "/%2e%2e/b"},
+        {"zk", "zk://127.0.0.1:1/a/../b"},
+        {"zk", "zk://127.0.0.1:1/a/."},
+        {"consul", "consul://127.0.0.1:1/a/../.."},
+        {"consul", "consul://127.0.0.1:1/a/./b"},
+        {"etcd", "etcd://127.0.0.1:1/x/../y"},
+        {"etcd", "etcd://127.0.0.1:1/x/.."},
+        {"mysql", "mysql://u:p@127.0.0.1:1/.."},
+        {"mysql", "mysql://u:p@127.0.0.1:1/."},
+        {"mysql", "mysql://u:p@127.0.0.1:1/a/../b"},
+        {"postgres", "postgres://u:p@127.0.0.1:1/.."},
+        {"postgres", "postgres://u:p@127.0.0.1:1/."},
+        {"postgres", "postgres://u:p@127.0.0.1:1/a/../b"},
+        {"redis", "redis://127.0.0.1:1/a/../0"},
+        {"redis-sentinel", "redis-sentinel://127.0.0.1:1/master/../0"},
+        {"redis-cluster", "redis-cluster://127.0.0.1:1/a/.."},
+        {"redlock", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3/a/../0"},
+    };
+    const auto schemes = distlock::schemes();
+    for (const auto& a : attempts) {
+        if (std::find(schemes.begin(), schemes.end(), a.scheme) == schemes.end()) {
+            WARN(a.scheme << ":// is not built in: not applicable");
+            continue;
+        }
+        INFO(a.url);
+        CHECK_THROWS_AS(distlock::connect(a.url), distlock::invalid_argument_error);
+    }
+    // file:// resolved nothing on the disk either.
+    CHECK_FALSE(std::filesystem::exists(dir / "b"));
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
 }

@@ -25,6 +25,11 @@ namespace distlock::spi {
 // "***". Every message of distlock that shows a URL shows it through this.
 std::string redact_url(std::string_view text);
 
+// Whether `path` has a "." or ".." segment between its '/'s ("a/../b", "/.",
+// ".."): a path a server, a client library or the kernel would resolve into
+// another one.
+bool has_dot_segment(std::string_view path) noexcept;
+
 struct host_port {
     std::string host;
     std::uint16_t port = 0;  // 0 = not given in the URL
@@ -40,7 +45,10 @@ public:
     const std::string& user() const noexcept { return user_; }          // percent-decoded
     const std::string& password() const noexcept { return password_; }  // percent-decoded
     const std::vector<host_port>& hosts() const noexcept { return hosts_; }
-    const std::string& path() const noexcept { return path_; }  // percent-decoded, "" or starts with '/'
+    // Percent-decoded, "" or starts with '/'; as written: "." and ".." segments
+    // are not resolved (a backend refuses them, see has_dot_segment, or takes
+    // them literally).
+    const std::string& path() const noexcept { return path_; }
     // The text as given, with the password and the values of the secret
     // parameters (token=, password=, secret=) as "***" (see redact_url).
     const std::string& redacted() const noexcept { return redacted_; }
