@@ -3,6 +3,15 @@
 include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
 require_vars(BUILD_DIR SOURCE_DIR WORK_DIR)
 step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
+# No installed file searches the current directory for libraries (an empty or
+# relative RUNPATH element): check_rpath.cmake.
+include(${CMAKE_CURRENT_LIST_DIR}/check_rpath.cmake)
+find_program(READELF NAMES readelf llvm-readelf REQUIRED)
+set(_installed_cli "")
+if(EXISTS ${WORK_DIR}/prefix/bin/distlock)
+  set(_installed_cli ${WORK_DIR}/prefix/bin/distlock)
+endif()
+distlock_check_rpaths(${READELF} DIRS ${WORK_DIR}/prefix REQUIRED ${_installed_cli})
 # The installed command-line tool runs from the prefix alone (its RPATH is
 # relative to itself): no LD_LIBRARY_PATH, nothing from the build tree.
 if(EXISTS ${WORK_DIR}/prefix/bin/distlock)
