@@ -52,11 +52,13 @@ std::optional<spi::grant> contender::wait_and_acquire(spi::deadline until, spi::
                                                       const spi::loss_sink& lost) {
     const ms renew_every = std::max<ms>(50ms, request_.renew_interval);
     auto renewed = created;
+    query_pace pace(request_.retry_min, request_.retry_max);
     std::uint64_t index = 0;
     bool entered = false;  // our contender key is there, held by session_
     bool waited = false;   // the document made us wait for other holders before admitting us
     int races = 0;
     for (;;) {
+        pace.rest(until);  // a round that made no progress waits first
         auto now = spi::clock::now();
         if (renew_if_due(now, renewed, renew_every))
             entered = false;  // the old contender key went with the old session
@@ -65,6 +67,7 @@ std::optional<spi::grant> contender::wait_and_acquire(spi::deadline until, spi::
             if (!made) {  // our session is gone (expired while we waited, agent restarted)
                 renewed = spi::clock::now();
                 session_ = new_session();
+                pace.stall();
                 continue;
             }
             if (!*made) throw_error(errc::unavailable, kName, "failed to make the contender entry " + contender_key());
@@ -76,7 +79,9 @@ std::optional<spi::grant> contender::wait_and_acquire(spi::deadline until, spi::
             if (now >= until) return std::nullopt;
             continue;  // time to renew
         }
+        const auto asked = spi::clock::now();
         listing l = agent_.list(where_.prefix, index, *wait);
+        index = pace.saw(l.index, query_pace::waited_out(asked, *wait));
         auto d = read_document(l);
         refuse_foreign(d);
         if (!contending(l)) {  // the contender key was deleted (with the session?): make it again
@@ -87,8 +92,7 @@ std::optional<spi::grant> contender::wait_and_acquire(spi::deadline until, spi::
         if (next.what == step::kind::wait || next.what == step::kind::record) waited = true;
         if (next.what == step::kind::wait) {
             if (spi::clock::now() >= until) return std::nullopt;
-            index = l.index < index ? 0 : l.index;  // an index going backwards restarts the query
-            continue;
+            continue;  // a blocking listing until the prefix changes
         }
         if (next.what == step::kind::record && spi::clock::now() >= until)
             return std::nullopt;  // no time to wait: no mark to leave behind
@@ -107,6 +111,7 @@ std::optional<spi::grant> contender::wait_and_acquire(spi::deadline until, spi::
         // Admitted. The token: a write to our own contender key, after the admission.
         auto again = agent_.lock_op(contender_key(), "acquire", session_, where_.flag);
         entry key = agent_.read(contender_key());
+        pace.saw(key.index);
         if (!again || !*again || !key.exists || key.session != session_) {
             entered = false;  // the session went meanwhile: the next listing prunes it
             index = 0;
@@ -114,7 +119,7 @@ std::optional<spi::grant> contender::wait_and_acquire(spi::deadline until, spi::
         }
         // The monitor's first listing does not block: whatever happened to the
         // document since the admission is seen at once.
-        start_monitor(agent_.list_request(where_.prefix, 0, 0ms), lost);
+        start_monitor(agent_.list_request(where_.prefix, 0, 0ms), 0, lost);
         return spi::grant{key.modify_index, renewed, waited};
     }
 }

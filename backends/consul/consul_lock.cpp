@@ -34,10 +34,11 @@ handle::handle(agent& a, const spi::lock_request& r)
 std::optional<spi::grant> handle::wait_and_acquire(spi::deadline until, spi::deadline created, const spi::loss_sink& lost) {
     const ms renew_every = std::max<ms>(50ms, request_.renew_interval);
     auto renewed = created;
-    spi::backoff lock_delay_wait(request_.retry_min, request_.retry_max);
+    query_pace pace(request_.retry_min, request_.retry_max);  // also the lock-delay's backoff
     std::uint64_t index = 0;
     bool waited = false;  // another session held the key, or its lock-delay ran, before we got it
     for (;;) {
+        pace.rest(until);  // a round that made no progress waits first
         auto now = spi::clock::now();
         renew_if_due(now, renewed, renew_every);
         const auto wait = query_wait(index, until, now, renewed, renew_every);
@@ -45,15 +46,16 @@ std::optional<spi::grant> handle::wait_and_acquire(spi::deadline until, spi::dea
             if (now >= until) return std::nullopt;
             continue;  // time to renew
         }
+        const auto asked = spi::clock::now();
         entry e = agent_.read(key_, index, *wait);
+        index = pace.saw(e.index, query_pace::waited_out(asked, *wait));
         if (e.exists && e.flags != kLockFlag)
             throw_error(errc::invalid_argument, kName,
                         "key " + key_ + " exists and is not a lock (flags " + std::to_string(e.flags) + ")");
         if (e.exists && !e.session.empty() && e.session != session_) {
             waited = true;
             if (spi::clock::now() >= until) return std::nullopt;
-            index = e.index < index ? 0 : e.index;  // an index going backwards restarts the query
-            continue;
+            continue;  // wait for them
         }
         if (!e.exists || e.session.empty()) {
             // The key's value is the holder label, as api/lock.go writes its
@@ -64,29 +66,29 @@ std::optional<spi::grant> handle::wait_and_acquire(spi::deadline until, spi::dea
                 renewed = spi::clock::now();
                 session_ = new_session();
                 index = 0;
+                pace.stall();
                 continue;
             }
             if (!*acquired) {
                 waited = true;
                 if (spi::clock::now() >= until) return std::nullopt;
                 entry again = agent_.read(key_);
-                if (again.exists && !again.session.empty()) {
-                    index = again.index;  // someone else got it: wait for them
-                    continue;
-                }
+                index = pace.saw(again.index);
+                if (again.exists && !again.session.empty()) continue;  // someone else got it: wait for them
                 // Free but refused: a lock-delay is in effect. Sleep and retry.
-                if (!lock_delay_wait.sleep(until)) return std::nullopt;
                 index = 0;
+                pace.stall();
                 continue;
             }
         }
         // Ours: the ModifyIndex of the acquire is the fencing token.
         entry mine = agent_.read(key_);
+        pace.saw(mine.index);
         if (!mine.exists || mine.session != session_) {
             index = 0;  // lost at once (session invalidated meanwhile): start over
             continue;
         }
-        start_monitor(monitor_request(mine.index), lost);
+        start_monitor(monitor_request(mine.index), mine.index, lost);
         return spi::grant{mine.modify_index, renewed, waited};
     }
 }

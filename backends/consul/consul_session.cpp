@@ -52,9 +52,23 @@ std::optional<ms> session_handle::query_wait(std::uint64_t index, spi::deadline 
     return wait;
 }
 
-void session_handle::start_monitor(http::request rq, const spi::loss_sink& lost) {
+std::uint64_t query_pace::saw(std::uint64_t got, bool waited_out) {
+    progress_ = got > last_ || waited_out;
+    if (progress_) idle_ = spi::backoff(min_, max_);
+    if (got == 0) return 0;                // no index: a query that does not block
+    const bool backwards = got < last_;    // reset by the servers (a restore): start again
+    last_ = got;
+    return backwards ? 0 : got;
+}
+
+void query_pace::rest(spi::deadline until) {
+    if (!progress_) idle_.sleep(until);
+}
+
+void session_handle::start_monitor(http::request rq, std::uint64_t index, const spi::loss_sink& lost) {
     auto lk = monitor_.lock();
     monitored_session_ = session_;
+    monitored_index_ = index;
     monitor_.start(lk, std::move(rq), lost);
 }
 
@@ -68,6 +82,17 @@ void session_handle::on_monitor(http::transfer_result r) {
             auto verdict = examine(r.resp, next_index);
             if (!verdict) return;
             lost = std::move(*verdict);
+            // Consul's rules, as query_pace: an index that went backwards (or is
+            // missing) restarts at 0; an answer that moved nothing waits first,
+            // unless the query waited its course (a blocking query's timeout).
+            std::uint64_t asked;
+            {
+                auto lk = monitor_.lock();
+                asked = monitored_index_;
+                monitored_index_ = next_index < asked ? 0 : next_index;
+                next_index = monitored_index_;
+            }
+            delay = monitor_.pace(next_index > asked, kMaxBlockingWait / 2);
         } catch (const std::exception&) {
             delay = 1s;
         }

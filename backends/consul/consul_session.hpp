@@ -18,6 +18,39 @@
 
 namespace distlock::backends::consul {
 
+// The pace of a wait loop on blocking queries, by Consul's rules for their
+// index (its documentation, "Blocking Queries"): the next query waits on the
+// index of the last reply, restarted at 0 (a query that does not block) when
+// that index went backwards or is missing (no X-Consul-Index, or not a number).
+// A round whose replies did not move the index forward made no progress (a
+// reply without the header, an agent that answers a blocking query at once
+// with the same index, a write of ours that did not show): the next round
+// first waits a backoff, retry_min doubling up to retry_max (the same page asks
+// clients to rate-limit), so that no reply can make the loop spin. A reply
+// that moves the index forward resets the backoff.
+class query_pace {
+public:
+    query_pace(ms min, ms max) : min_(min), max_(max), idle_(min, max) {}
+    // After a reply with X-Consul-Index `got`: the index for the next query.
+    // `waited_out`: the reply came when its blocking query's wait ran out (then
+    // an unchanged index is no sign of a spin).
+    std::uint64_t saw(std::uint64_t got, bool waited_out = false);
+    // Whether a blocking query of `wait`, asked at `asked`, has waited its course.
+    static bool waited_out(spi::deadline asked, ms wait) { return wait > 0ms && spi::clock::now() - asked >= wait / 2; }
+    // The round made no progress, whatever the index says (a refused acquire,
+    // a replaced session): the next rest() waits.
+    void stall() noexcept { progress_ = false; }
+    // Before the next round: waits when the last one made no progress, never
+    // past `until`.
+    void rest(spi::deadline until);
+
+private:
+    ms min_, max_;
+    spi::backoff idle_;
+    std::uint64_t last_ = 0;  // the index of the last reply that had one
+    bool progress_ = true;
+};
+
 // What a recipe's sessions are, and what its messages call it.
 struct session_kind {
     std::string noun;          // "lock", "semaphore", ...
@@ -67,14 +100,16 @@ protected:
     // renew, or to give up once `until` passed).
     static std::optional<ms> query_wait(std::uint64_t index, spi::deadline until, spi::deadline now,
                                         spi::deadline renewed, ms renew_every);
-    // Starts the monitor of the grant of session_ with its first query `rq`.
-    void start_monitor(http::request rq, const spi::loss_sink& lost);
+    // Starts the monitor of the grant of session_ with its first query `rq`,
+    // which waits on `index` (0 = it does not block).
+    void start_monitor(http::request rq, std::uint64_t index, const spi::loss_sink& lost);
 
     agent& agent_;
     spi::lock_request request_;
     session_kind kind_;
     std::string session_;
     std::string monitored_session_;  // under monitor_'s lock: the session whose grant is watched
+    std::uint64_t monitored_index_ = 0;  // under monitor_'s lock: the index the monitor's query waits on
     http::monitor monitor_;          // last of these; stopped by the derived class's destructor
 
 private:

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <limits>
 
 #include "distlock/error.hpp"
 #include "http_codec.hpp"
@@ -65,6 +66,14 @@ std::string error_text(const json& error) {
     std::string out = error.is_string() ? error.get<std::string>() : text(error, "message");
     if (out.empty()) out = "an error reply without a message";
     return out.substr(0, 300);
+}
+
+std::chrono::seconds lease_seconds(std::int64_t ttl) {
+    return std::chrono::seconds(std::clamp<std::int64_t>(ttl, 0, kMaxLeaseSeconds));
+}
+
+std::int64_t after(std::int64_t revision) {
+    return revision < std::numeric_limits<std::int64_t>::max() ? revision + 1 : revision;
 }
 
 std::string prefix_end(std::string p) {
@@ -212,7 +221,14 @@ std::shared_ptr<session> gateway::grant(std::int64_t ttl) {
     auto reply = call("/v3/lease/grant", json{{"TTL", std::to_string(ttl)}});
     auto fresh = std::make_shared<session>();
     fresh->id = as_i64(reply, "ID");
-    fresh->ttl = std::chrono::seconds(std::max<std::int64_t>(as_i64(reply, "TTL"), ttl));
+    // The TTL granted, never more than asked: whatever answers cannot make the
+    // session renew less often than its lease needs, nor overflow the renewal
+    // arithmetic ("TTL":"9223372036854775807"). etcd grants at least its
+    // minimum TTL (2 s with default timings), more than a 1 s lease asks for:
+    // renewing as for the asked TTL is only sooner. A grant without a TTL is
+    // taken as asked.
+    const auto granted = as_i64(reply, "TTL");
+    fresh->ttl = std::chrono::seconds(granted > 0 ? std::min(granted, ttl) : ttl);
     fresh->renewed = sent;
     if (fresh->id == 0) throw_error(errc::unavailable, kName, "lease grant returned no ID");
     return fresh;

@@ -49,6 +49,13 @@ std::string text(const json& j, const char* key);
 // An error reply's error (a string, or the {"message": ...} object of a watch
 // stream's error), in at most 300 bytes: never dump() of what the server sent.
 std::string error_text(const json& error);
+// etcd's longest lease (MaxLeaseTTL: 9,000,000,000 s, about 285 years). A
+// reply's TTL past it is not etcd's, and would overflow chrono arithmetic.
+inline constexpr std::int64_t kMaxLeaseSeconds = 9'000'000'000;
+// A reply's TTL in seconds, clamped to [0, kMaxLeaseSeconds].
+std::chrono::seconds lease_seconds(std::int64_t ttl);
+// The revision after `revision` (saturating: a reply may say INT64_MAX).
+std::int64_t after(std::int64_t revision);
 // The end of the range of every key starting with p.
 std::string prefix_end(std::string p);
 std::string lease_hex(std::int64_t id);

@@ -190,6 +190,10 @@ std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_s
             revision_ = as_i64(kvs[0], "create_revision");
             token_ = as_i64(field(reply, "header"), "revision");
         }
+        if (revision_ <= 0) {  // not a revision of etcd's (they start at 1): an unexpected reply
+            cleanup();
+            throw_error(errc::unavailable, kName, "acquire txn: unexpected reply (no revision)");
+        }
         if (granted_at_once(range_kvs(responses, 1))) return granted(lost, waited);
         waited = true;
         turn t;
@@ -314,6 +318,10 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
     // the watch is kept and its events come from etcd's catch-up loop.
     constexpr int max_unsynced_retries = 4;
     int unsynced_retries = 0;
+    // Rounds whose watch ended before its wait with nothing new (a canceled
+    // watch, a member that ends streams at once) back off: else this loop
+    // would range and watch again at round-trip speed until `until`.
+    spi::backoff idle(request_.retry_min, request_.retry_max);
     for (;;) {
         auto now = spi::clock::now();
         if (now >= until) return turn::timed_out;
@@ -368,10 +376,10 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
             auto budget = std::min(std::chrono::duration_cast<std::chrono::milliseconds>(until - now),
                                    renew_every - std::chrono::duration_cast<std::chrono::milliseconds>(now - last_renew));
             budget = std::max<std::chrono::milliseconds>(budget, 1ms);
-            const auto rq = whole_range ? gateway::watch(where_.blockers, at + 1, budget, prefix_end(where_.blockers), true)
-                                        : gateway::watch(pred, at + 1, budget);
+            const auto rq = whole_range ? gateway::watch(where_.blockers, after(at), budget, prefix_end(where_.blockers), true)
+                                        : gateway::watch(pred, after(at), budget);
             std::string error;
-            bool unsynced = false;
+            bool unsynced = false, woke = false;
             auto res = gateway_.client().stream_lines(rq, [&](std::string_view line) {
                 const json msg = http::parse_reply(line);
                 if (msg.is_discarded() || !msg.is_object()) {
@@ -384,8 +392,12 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
                 }
                 const json& result = message_result(msg);
                 if (flag(result, "canceled")) return false;  // compacted etc.: range again
-                for (const auto& ev : list(result, "events"))
-                    if (wake_on_put || text(ev, "type") == "DELETE") return false;
+                for (const auto& ev : list(result, "events")) {
+                    if (wake_on_put || text(ev, "type") == "DELETE") {
+                        woke = true;
+                        return false;
+                    }
+                }
                 if (flag(result, "created") && unsynced_retries < max_unsynced_retries &&
                     as_i64(field(result, "header"), "revision") > at) {
                     unsynced = true;
@@ -400,6 +412,10 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
                 throw_error(errc::unavailable, kName, "watch stream broke: " + res.error);
             }
             failing_since = {};
+            if (woke || unsynced || res.how == http::outcome::timed_out)
+                idle = spi::backoff(request_.retry_min, request_.retry_max);
+            else
+                idle.sleep(until);
         } catch (const unavailable_error&) {
             now = spi::clock::now();
             if (failing_since == spi::clock::time_point{}) failing_since = now;
@@ -412,7 +428,7 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
 // Our key lives as long as the session's lease: the grant is valid for a lease
 // from the last grant or keepalive of that lease the server confirmed.
 spi::grant handle::granted(const spi::loss_sink& lost, bool waited) {
-    const auto from = revision_ + 1;
+    const auto from = after(revision_);
     auto rq = watch_request(from);
     auto lk = monitor_.lock();
     monitor_from_ = from;
@@ -438,7 +454,7 @@ bool handle::on_monitor_line(std::string_view line) {
         return false;
     }
     for (const auto& ev : list(result, "events")) {
-        if (ev.contains("kv")) monitor_from_ = std::max(monitor_from_, as_i64(field(ev, "kv"), "mod_revision") + 1);
+        if (ev.contains("kv")) monitor_from_ = std::max(monitor_from_, after(as_i64(field(ev, "kv"), "mod_revision")));
         if (text(ev, "type") == "DELETE") {
             monitor_lost_ = "lock key " + key_ + " was deleted (lease revoked or expired, or the key removed)";
             return false;
@@ -462,7 +478,10 @@ void handle::on_monitor_done(const http::transfer_result& r) {
     // again; the keepalives decide about loss while the members are unreachable.
     const bool failed = r.how == http::outcome::failed || r.resp.status != 200;
     if (failed) gateway_.client().rotate_endpoint(r.resp.endpoint);
-    monitor_.restart(watch_request(from), failed ? 500ms : 0ms);
+    // A watch that ran its course (the 60 s bound) starts again at once; one that
+    // ended sooner with nothing new (canceled, a member that ends streams at
+    // once) waits first, longer each time in a row.
+    monitor_.restart(watch_request(from), failed ? 500ms : monitor_.pace(r.how == http::outcome::timed_out, 30s));
 }
 
 void handle::cleanup() noexcept {
@@ -634,7 +653,7 @@ lock_info inspect(gateway& g, std::string_view name) {
     // the lease is gone (its keys are being deleted).
     try {
         auto ttl = g.call("/v3/lease/timetolive", json{{"ID", std::to_string(lease)}});
-        info.remaining = std::chrono::seconds(std::max<std::int64_t>(as_i64(ttl, "TTL"), 0));
+        info.remaining = lease_seconds(as_i64(ttl, "TTL"));
     } catch (const grpc_error& e) {  // lease not found: expired between the two reads
         if (e.code != 5) throw_error(errc::unavailable, kName, "lease time to live: " + e.reason(), e.code);
         info.remaining = std::chrono::milliseconds{0};

@@ -43,6 +43,16 @@ public:
     // ended meanwhile.
     void restart(request r, std::chrono::milliseconds delay);
 
+    // From on_done: the delay before the next transfer, for restart(). None
+    // after a transfer that made progress (`progress`: it told something new)
+    // or that ran for at least `full` (a blocking query or watch that waited its
+    // course); after one that ended sooner with nothing new (a server that
+    // answers a blocking query at once with the same index, or ends a watch
+    // stream at once), a delay that doubles with each such transfer in a row,
+    // from 50 ms up to 1 s: no reply can make the loop thread spin for as long
+    // as the lock is held.
+    std::chrono::milliseconds pace(bool progress, std::chrono::milliseconds full);
+
     // From on_done, when its transfer showed the lock lost: ends the monitoring
     // and reports the loss (once; nothing when stopped or ended already).
     void lost(const guard& held, std::string why) noexcept;
@@ -61,6 +71,8 @@ private:
     bool running_ = false;
     loop::id current_ = 0;  // the transfer under way (after lost(), the one that found it), 0 = none
     spi::loss_sink lost_;
+    std::chrono::steady_clock::time_point began_;  // when the transfer under way started
+    int idle_ = 0;  // transfers in a row that ended soon with nothing new
 };
 
 }  // namespace distlock::backends::http

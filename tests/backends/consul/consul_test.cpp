@@ -1116,3 +1116,90 @@ TEST_CASE("a KV document or a reply nested deeper than 64 levels is refused: nev
     auto hostile = distlock::connect("consul://" + server.address() + "/h");
     CHECK_THROWS_AS((void)hostile.inspect("n"), distlock::unavailable_error);
 }
+
+// ---- replies that would make a loop spin -----------------------------------------------------
+
+namespace {
+
+constexpr const char* kSessionId = "0b5c2f8e-1c1e-4f7a-9d1e-3c2b1a0f9e8d";
+
+// A fake agent on which the key h/n is held by another session (or, with
+// `ours`, by ours once acquired), whose GETs answer at once: with
+// X-Consul-Index `index`, or without the header when `index` is empty. It
+// counts the GETs of the key.
+distlock::test::fake_http_server spinning_agent(std::atomic<int>& gets, std::string index, bool ours) {
+    return hostile_agent([&gets, index, ours](const distlock::test::fake_request& rq,
+                                              int) -> std::optional<distlock::test::fake_reply> {
+        if (rq.target == "/v1/session/create") return distlock::test::fake_reply{200, json{{"ID", kSessionId}}.dump()};
+        if (rq.method == "GET" && rq.target.rfind("/v1/kv/h/n/?", 0) == 0) {  // a semaphore's listing: full
+            ++gets;
+            const auto b64 = [](const std::string& v) { return http::base64_encode(v); };
+            const json entries = json::array(
+                {{{"Key", "h/n/.lock"}, {"Flags", kSemaphoreFlag}, {"ModifyIndex", 7},
+                  {"Value", b64(R"({"Limit":1,"Holders":{"another-session":true}})")}},
+                 {{"Key", "h/n/another-session"}, {"Flags", kSemaphoreFlag}, {"Session", "another-session"}, {"ModifyIndex", 6}},
+                 {{"Key", std::string("h/n/") + kSessionId}, {"Flags", kSemaphoreFlag}, {"Session", kSessionId}, {"ModifyIndex", 7}}});
+            std::vector<std::string> headers;
+            if (!index.empty()) headers.push_back("X-Consul-Index: " + index);
+            return distlock::test::fake_reply{200, entries.dump(), headers};
+        }
+        if (rq.method == "GET" && rq.target.rfind("/v1/kv/h/n", 0) == 0) {
+            ++gets;
+            const json e{{"Key", "h/n"}, {"Flags", kLockFlag}, {"Session", ours ? kSessionId : "another-session"},
+                         {"Value", nullptr}, {"ModifyIndex", 7}, {"LockIndex", 1}};
+            std::vector<std::string> headers;
+            if (!index.empty()) headers.push_back("X-Consul-Index: " + index);
+            return distlock::test::fake_reply{200, json::array({e}).dump(), headers};
+        }
+        return distlock::test::fake_reply{200, "true"};
+    });
+}
+
+}  // namespace
+
+TEST_CASE("a waiter paces its queries when the agent's index does not move: no header, or the same index at once",
+          "[consul][hostile][spin]") {
+    // Consul's rules for blocking queries: an index that is missing (0) or goes
+    // backwards restarts a query that does not block, and the loop must rate-limit
+    // rounds that show nothing new. Before, each reply was followed by the next
+    // query at once: thousands a second for as long as the wait lasts.
+    for (std::string index : {"", "5", "abc"}) {
+        INFO("X-Consul-Index: '" << index << "'");
+        std::atomic<int> gets{0};
+        auto server = spinning_agent(gets, index, false);
+        auto p = distlock::connect("consul://" + server.address() + "/h?lease=2s");
+        auto m = p.mutex("n");
+        const auto t0 = clk::now();
+        CHECK_FALSE(m.try_lock_for(1s));
+        CHECK(clk::now() - t0 < 2s);
+        CHECK(gets.load() < 50);
+        CHECK(gets.load() > 2);  // it kept looking, at a pace
+        // A semaphore's contender, its one permit held by another session.
+        gets = 0;
+        auto s = p.semaphore("n", 1);
+        CHECK_FALSE(s.try_acquire_for(1s));
+        CHECK(gets.load() < 50);
+        CHECK(gets.load() > 2);
+    }
+}
+
+TEST_CASE("the held lock's monitor paces its queries when the agent answers at once with nothing new",
+          "[consul][hostile][spin]") {
+    // An agent that answers the monitor's blocking query at once with the same
+    // index (or none) and the key still ours: before, the loop thread queried again
+    // at once, for as long as the lock was held.
+    for (std::string index : {"", "5"}) {
+        INFO("X-Consul-Index: '" << index << "'");
+        std::atomic<int> gets{0};
+        auto server = spinning_agent(gets, index, true);
+        auto p = distlock::connect("consul://" + server.address() + "/h?lease=10s");
+        auto m = p.mutex("n");
+        REQUIRE(m.try_lock());
+        const int at_grant = gets.load();
+        std::this_thread::sleep_for(1s);
+        const int in_one_second = gets.load() - at_grant;
+        m.unlock();
+        CHECK(in_one_second < 20);
+        CHECK(in_one_second > 2);  // still watching
+    }
+}

@@ -1087,19 +1087,22 @@ std::string deeply_nested_error() {
 
 }  // namespace
 
-// The child of the next test (hidden: run only by tag), on the fake member at
-// DISTLOCK_TEST_DEEP_ETCD: DISTLOCK_TEST_DEEP_CASE=watch, a waiter whose watch
-// gets a deeply nested line; =keepalive, a holder whose renewals get deeply
-// nested replies. Exits 0 when it ends as a distlock error or nothing; a crash
-// is the parent's failure.
-TEST_CASE("(child) a waiter or a holder on a member whose replies nest a million levels deep", "[.][etcd-deep-child]") {
-    const auto address = distlock::test::env("DISTLOCK_TEST_DEEP_ETCD");
+// The child of the tests below (hidden: run only by tag), a client of the fake
+// member at DISTLOCK_TEST_HOSTILE_ETCD, as DISTLOCK_TEST_HOSTILE_CASE says:
+// "watch", a waiter (on the name "waited": the fake shows a key ahead of it);
+// "keepalive", a holder (the name "held") whose renewals run; "overflow", both
+// and inspect. Exits 0 when each ends as a distlock error or nothing; a crash
+// (or, in a sanitizer build, undefined behaviour) is the parent's failure.
+TEST_CASE("(child) a waiter or a holder on a hostile member", "[.][etcd-hostile-child]") {
+    const auto address = distlock::test::env("DISTLOCK_TEST_HOSTILE_ETCD");
+    const auto which = distlock::test::env("DISTLOCK_TEST_HOSTILE_CASE");
     REQUIRE(!address.empty());
     auto p = distlock::connect("etcd://" + address + "/h?lease=1s");
-    if (distlock::test::env("DISTLOCK_TEST_DEEP_CASE") == "watch") {
+    if (which == "watch" || which == "overflow") {
         auto m = p.mutex("waited");
-        typed_or_nothing([&] { CHECK_FALSE(m.try_lock_for(1s)); });
-    } else {
+        typed_or_nothing([&] { CHECK_FALSE(m.try_lock_for(700ms)); });
+    }
+    if (which == "keepalive" || which == "overflow") {
         auto m = p.mutex("held");
         typed_or_nothing([&] {
             REQUIRE(m.try_lock());
@@ -1107,6 +1110,20 @@ TEST_CASE("(child) a waiter or a holder on a member whose replies nest a million
             m.unlock();
         });
     }
+    if (which == "overflow") typed_or_nothing([&] { (void)p.inspect("held"); });
+}
+
+// Runs the child above on `server` for `which`: its exit status (nullopt when it
+// still ran after a minute), its output in `output`.
+std::optional<int> run_hostile_child(const distlock::test::fake_http_server& server, const std::string& which,
+                                     std::string& output) {
+    const auto self = std::filesystem::read_symlink("/proc/self/exe").string();
+    distlock::test::child_process child(
+        {self, "[etcd-hostile-child]"},
+        {{{"DISTLOCK_TEST_HOSTILE_ETCD", server.address()}, {"DISTLOCK_TEST_HOSTILE_CASE", which}}});
+    const auto status = child.wait_exit_for(60s);
+    for (auto l = child.read_line(100ms); !l.empty(); l = child.read_line(100ms)) output += l + "\n";
+    return status;
 }
 
 TEST_CASE("a keepalive reply or a watch line nested a million levels deep is a typed error, not a crash",
@@ -1129,16 +1146,11 @@ TEST_CASE("a keepalive reply or a watch line nested a million levels deep is a t
                 200, R"({"header":{"revision":"5"},"kvs":[{"key":")" + other + R"(","create_revision":"1"}],"count":"1"})"};
         return distlock::test::fake_reply{200, R"({"header":{"revision":"5"}})"};
     });
-    const auto self = std::filesystem::read_symlink("/proc/self/exe").string();
     for (std::string which : {"watch", "keepalive"}) {
         INFO("case " << which);
         const auto before = server.requests().size();
-        distlock::test::child_process child(
-            {self, "[etcd-deep-child]"},
-            {{{"DISTLOCK_TEST_DEEP_ETCD", server.address()}, {"DISTLOCK_TEST_DEEP_CASE", which}}});
-        const auto status = child.wait_exit_for(60s);
         std::string output;
-        for (auto l = child.read_line(100ms); !l.empty(); l = child.read_line(100ms)) output += l + "\n";
+        const auto status = run_hostile_child(server, which, output);
         INFO("the child's output:\n" << output);
         REQUIRE(status.has_value());
         CHECK(*status == 0);  // 139 = 128 + SIGSEGV: the stack blown by a recursive dump()
@@ -1147,4 +1159,106 @@ TEST_CASE("a keepalive reply or a watch line nested a million levels deep is a t
         CHECK(std::count_if(seen.begin() + static_cast<std::ptrdiff_t>(before), seen.end(),
                             [&](const auto& rq) { return rq.target == target; }) > 0);
     }
+}
+
+// ---- durations and revisions a reply cannot overflow, loops it cannot spin -------------------
+
+namespace {
+
+constexpr const char* kInt64Max = "9223372036854775807";
+
+// A fake member on which the name "held" is granted at once and the name
+// "waited" has a key ahead of it; `answer` may answer a request first
+// (nullopt: the defaults). Leases, revisions and TTLs are `revision` and `ttl`.
+distlock::test::fake_http_server scripted_member(
+    std::string revision, std::string ttl,
+    std::function<std::optional<distlock::test::fake_reply>(const distlock::test::fake_request&)> answer = {}) {
+    return distlock::test::fake_http_server([=](const distlock::test::fake_request& rq,
+                                               int) -> std::optional<distlock::test::fake_reply> {
+        if (answer)
+            if (auto r = answer(rq)) return r;
+        const std::string other = etcd_direct::b64("/h/waited/0");
+        if (rq.target == "/v3/lease/grant") return distlock::test::fake_reply{200, R"({"ID":"7","TTL":")" + ttl + R"("})"};
+        if (rq.target == "/v3/lease/keepalive")
+            return distlock::test::fake_reply{200, R"({"result":{"ID":"7","TTL":")" + ttl + R"("}})"};
+        if (rq.target == "/v3/lease/timetolive") return distlock::test::fake_reply{200, R"({"ID":"7","TTL":")" + ttl + R"("})"};
+        const bool held = rq.body.find(etcd_direct::b64("/h/held/").substr(0, 8)) != std::string::npos;
+        const std::string kv = R"({"key":")" + other + R"(","create_revision":")" + (held ? revision : "1") +
+                               R"(","mod_revision":")" + revision + R"(","lease":"7","value":")" + etcd_direct::b64("x") + R"("})";
+        if (rq.target == "/v3/kv/txn")
+            return distlock::test::fake_reply{200, R"({"succeeded":true,"header":{"revision":")" + revision +
+                                                       R"("},"responses":[{},{"response_range":{"kvs":[)" + kv + "]}}]}"};
+        if (rq.target == "/v3/kv/range")
+            return distlock::test::fake_reply{200, R"({"header":{"revision":")" + revision + R"("},"kvs":[)" + kv + R"(],"count":"1"})"};
+        if (rq.target == "/v3/watch")  // a put of the watched key, then the stream ends
+            return distlock::test::fake_reply{200, R"({"result":{"events":[{"type":"PUT","kv":{"mod_revision":")" + revision +
+                                                       "\"}}]}}\n"};
+        return distlock::test::fake_reply{200, R"({"header":{"revision":")" + revision + R"("}})"};
+    });
+}
+
+}  // namespace
+
+TEST_CASE("a lease TTL or a revision of INT64_MAX from the server is harmless (no overflow, no undefined behaviour)",
+          "[etcd][hostile][overflow]") {
+    // Before: the grant's TTL was believed whatever its size, and every
+    // duration_cast of it overflowed (signed overflow: undefined behaviour,
+    // which the ASan+UBSan build reports and aborts on); so did revision + 1.
+    // Meaningful in the sanitizer build (-DDISTLOCK_SANITIZE=address,undefined);
+    // in a plain build the overflow is silent. In a child process, so that an
+    // abort there is this test's failure, not the test program's end.
+    auto server = scripted_member(kInt64Max, kInt64Max);
+    std::string output;
+    const auto status = run_hostile_child(server, "overflow", output);
+    INFO("the child's output:\n" << output);
+    REQUIRE(status.has_value());
+    CHECK(*status == 0);
+}
+
+TEST_CASE("a lease granted longer than asked is renewed as asked", "[etcd][hostile][overflow]") {
+    // A grant of 3600 s for a 1 s lease: before, believed, so the session was
+    // taken as fresh for 20 minutes and never renewed before reuse; now the TTL
+    // is clamped to the one asked for: reused after a third of it, it is renewed.
+    auto server = scripted_member("5", "3600");
+    auto p = distlock::connect("etcd://" + server.address() + "/h?lease=1s");
+    auto m = p.mutex("held");
+    REQUIRE(m.try_lock());
+    m.unlock();
+    const auto before = server.requests().size();
+    std::this_thread::sleep_for(500ms);
+    REQUIRE(m.try_lock());
+    m.unlock();
+    const auto seen = server.requests();
+    CHECK(std::count_if(seen.begin() + static_cast<std::ptrdiff_t>(before), seen.end(),
+                        [](const auto& rq) { return rq.target == "/v3/lease/keepalive"; }) >= 1);
+}
+
+TEST_CASE("a member that ends every watch at once makes neither a waiter nor a holder's monitor spin",
+          "[etcd][hostile][spin]") {
+    // The stream ends at once with nothing in it: before, the waiter ranged and
+    // watched again at once (thousands of rounds a second until its deadline),
+    // and the held lock's monitor watched again at once for as long as the lock
+    // was held.
+    std::atomic<int> watches{0}, ranges{0};
+    auto server = scripted_member("5", "10", [&](const distlock::test::fake_request& rq)
+                                                 -> std::optional<distlock::test::fake_reply> {
+        if (rq.target == "/v3/kv/range") ++ranges;
+        if (rq.target != "/v3/watch") return std::nullopt;
+        ++watches;
+        return distlock::test::fake_reply{200, ""};
+    });
+    auto p = distlock::connect("etcd://" + server.address() + "/h?lease=10s");
+    ranges = 0;
+    auto waiter = p.mutex("waited");
+    CHECK_FALSE(waiter.try_lock_for(1s));
+    CHECK(ranges.load() < 50);
+    CHECK(watches.load() > 2);  // it kept looking, at a pace
+    auto holder = p.mutex("held");
+    REQUIRE(holder.try_lock());
+    watches = 0;
+    std::this_thread::sleep_for(1s);
+    const int in_one_second = watches.load();
+    holder.unlock();
+    CHECK(in_one_second < 20);
+    CHECK(in_one_second > 2);  // still watching
 }
