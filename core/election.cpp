@@ -8,17 +8,33 @@
 
 #include "boundary.hpp"
 #include "mutex_impl.hpp"
+#include "text.hpp"
 
 namespace distlock::detail {
+namespace {
+
+constexpr std::size_t max_label_bytes = 255;
+
+// What inspect() read back from the server, fit to hand on. Anyone who can
+// write the holder record wrote that text (text.hpp): a label that no holder
+// could have set (checked_label) is not shown at all, and the backend's
+// reasons, which may quote the server, are made printable.
+void make_printable(lock_info& info) {
+    if (info.holder && (info.holder->size() > max_label_bytes || has_control_byte(*info.holder))) {
+        info.holder.reset();
+        info.unknown["holder"] = "the recorded label has control characters or is over 255 bytes";
+    }
+    for (auto& [field, why] : info.unknown) why = printable(why);
+}
+
+}  // namespace
 
 std::string checked_label(std::string_view label, std::string_view backend, std::string_view what) {
     const std::string who(backend);
-    if (label.empty() || label.size() > 255)
+    if (label.empty() || label.size() > max_label_bytes)
         throw_error(errc::invalid_argument, who,
                     std::string(what) + " is " + std::to_string(label.size()) + " bytes; it must be 1 to 255");
-    for (unsigned char c : label)
-        if (c < 0x20 || c == 0x7f)
-            throw_error(errc::invalid_argument, who, std::string(what) + " has a control character");
+    if (has_control_byte(label)) throw_error(errc::invalid_argument, who, std::string(what) + " has a control character");
     return std::string(label);
 }
 
@@ -37,6 +53,7 @@ lock_info inspect(provider_state& provider, std::string_view name, spi::lock_kin
     check_name(name, std::string(provider.backend().name()));
     auto info = provider.backend().inspect(name, kind);
     info.name = std::string(name);
+    make_printable(info);
     return info;
 }
 

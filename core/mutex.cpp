@@ -5,6 +5,7 @@
 
 #include "boundary.hpp"
 #include "mutex_impl.hpp"
+#include "text.hpp"
 
 namespace distlock::detail {
 
@@ -110,6 +111,14 @@ std::shared_ptr<gate> gate_of(provider_state& provider, const spi::lock_request&
         case spi::lock_kind::permit: break;
     }
     return nullptr;
+}
+
+// A loss's reason as on_lost, the log hook and their readers get it: it may
+// quote a server (an error, a key's value), so its secrets are scrubbed first
+// (whole, before a cut or an escape could split them), then its control bytes
+// are escaped and its length bounded (text.hpp).
+std::string loss_reason(std::string reason, std::span<const std::string> secrets) {
+    return printable(scrub(std::move(reason), secrets));
 }
 }  // namespace
 
@@ -419,7 +428,7 @@ void mutex_impl::post_lost(std::uint64_t token, std::string reason) noexcept {
     if (!options_.on_lost && !provider_->observed(log_level::warning)) return;
     try {
         post([provider = provider_, kind = observed_kind_, callback = options_.on_lost,
-              event = lock_event{request_.name, token, scrub(std::move(reason), provider_->secrets())}](
+              event = lock_event{request_.name, token, loss_reason(std::move(reason), provider_->secrets())}](
                  bool mutex_alive) {
             provider->observe([&](observer& o) { o.lost(loss_event{provider->scheme(), event.name, kind}); });
             if (provider->logs(log_level::warning))

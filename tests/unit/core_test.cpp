@@ -106,8 +106,13 @@ public:
         }
         for (std::size_t i = 0; i < hs.size(); ++i) out[i] = static_cast<fake_handle*>(hs[i])->keepalive();
     }
+    // What the server "shows" (not implemented while empty).
+    distlock::lock_info inspect(std::string_view name, spi::lock_kind kind) override {
+        return inspected ? *inspected : spi::backend::inspect(name, kind);
+    }
     fake_handle* last = nullptr;
     spi::lock_request last_request;
+    std::optional<distlock::lock_info> inspected;
 
 private:
     fake_state& s_;
@@ -1231,4 +1236,75 @@ TEST_CASE("etcd: a session lease revoked out of band loses every lock at once; t
         CHECK(leases.size() < 12);  // shared: one lease (a session) for many locks
         for (const auto& id : leases) (void)etcd_post(base, "/v3/lease/revoke", R"({"ID":")" + id + R"("})");
     });
+}
+
+// ---- text read back from a server or another tenant (issue 23) ----------------------------------
+
+namespace {
+bool has_control_byte(const std::string& text) {
+    return std::any_of(text.begin(), text.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; });
+}
+}  // namespace
+
+TEST_CASE("a holder label read back that a holder could not set never reaches the application", "[inspect][text]") {
+    fake_state s;
+    std::shared_ptr<fake_backend> b;
+    auto p = fake_provider(s, 300ms, true, &b);
+    distlock::lock_info planted;
+    planted.held = true;
+    planted.token = 7;
+    planted.unknown["remaining"] = "server says \x1b[2J\nwaiters: 0";
+    const std::vector<std::string> refused = {"evil\x1b]0;pwned\a\x1b[2J\nwaiters: 0", std::string("a\x7f"),
+                                              std::string(256, 'x')};
+    for (const auto& label : refused) {
+        planted.holder = label;
+        b->inspected = planted;
+        distlock::election_options eo;
+        eo.id = "reader";
+        for (const auto& info : {p.inspect("planted"), p.election("planted", eo).leader()}) {
+            CHECK(info.name == "planted");
+            CHECK(info.held == std::optional<bool>(true));
+            CHECK(info.token == std::optional<std::uint64_t>(7));
+            CHECK_FALSE(info.holder.has_value());
+            REQUIRE(info.unknown.count("holder") == 1);
+            CHECK(info.unknown.at("holder").find("control characters") != std::string::npos);
+            // The other reasons are the backend's text too: shown, never raw.
+            CHECK(info.unknown.at("remaining") == "server says \\x1b[2J\\x0awaiters: 0");
+            for (const auto& [field, why] : info.unknown) CHECK_FALSE(has_control_byte(why));
+        }
+    }
+    // A label a holder may set comes back as it is: 255 bytes, UTF-8, spaces.
+    for (const auto& label : {std::string(255, 'y'), std::string("h\xc3\xa9te 1:42")}) {
+        planted.holder = label;
+        b->inspected = planted;
+        const auto info = p.inspect("planted");
+        CHECK(info.holder == std::optional<std::string>(label));
+        CHECK(info.unknown.count("holder") == 0);
+    }
+}
+
+TEST_CASE("a loss reason reaches on_lost with control bytes escaped and cut to 512 bytes", "[loss][text]") {
+    distlock::test::loss_recorder rec;  // before the provider: its callback thread calls it until it ends
+    fake_state s;
+    std::shared_ptr<fake_backend> b;
+    auto p = fake_provider(s, 10s, false, &b);
+    auto m = p.mutex("told", rec.options());
+    for (const auto& [server_text, expected] : std::vector<std::pair<std::string, std::string>>{
+             {"key gone: \x1b]0;pwned\a\x1b[2J\nwaiters: 0\r\x7f", "key gone: \\x1b]0;pwned\\x07\\x1b[2J\\x0awaiters: 0\\x0d\\x7f"},
+             {"\xc3\xa9t\xc3\xa9 ok", "\xc3\xa9t\xc3\xa9 ok"}}) {
+        m.lock();
+        b->last->lose(server_text);
+        m.unlock();
+    }
+    m.lock();
+    b->last->lose(std::string(100, 'a') + "\x1b" + std::string(100'000, 'b'));  // a server's megabyte, as it were
+    m.unlock();
+    REQUIRE(rec.wait_lost(3, 2s));
+    const auto losses = rec.losses();
+    CHECK(losses[0].reason == "key gone: \\x1b]0;pwned\\x07\\x1b[2J\\x0awaiters: 0\\x0d\\x7f");
+    CHECK(losses[1].reason == "\xc3\xa9t\xc3\xa9 ok");
+    CHECK(losses[2].reason.size() <= 512);
+    CHECK(losses[2].reason.rfind(std::string(100, 'a') + "\\x1b" + "bbb", 0) == 0);
+    CHECK(losses[2].reason.substr(losses[2].reason.size() - 3) == "...");
+    for (const auto& l : losses) CHECK_FALSE(has_control_byte(l.reason));
 }

@@ -557,3 +557,31 @@ TEST_CASE("names map byte for byte whatever the process locale", "[file][names]"
     auto p = distlock::connect(d.url());
     check_byte_map(p, d.locks);  // in Latin-1, 0xE9 is a letter: it must still be %E9
 }
+
+TEST_CASE("a label planted in a lock file never reaches inspect() or leader() raw", "[file][text]") {
+    temp_dir dir;
+    auto holder_side = distlock::connect(dir.url("?holder=honest"));
+    auto reader = distlock::connect(dir.url());
+    const std::string name = "planted";  // its file is planted.lock (the directory is this test's own)
+    auto m = holder_side.mutex(name);
+    REQUIRE(m.try_lock());
+    REQUIRE(reader.inspect(name).holder == std::optional<std::string>("honest"));
+    // Another user of the directory (or anyone who can write the file) rewrites
+    // the label while the lock is held: the flock stays, the text is theirs.
+    const auto plant = [&](const std::string& label) {
+        std::ofstream(dir.path / (name + ".lock"), std::ios::binary | std::ios::trunc) << "7 " << label << "\n";
+    };
+    for (const auto& label : {std::string("evil\x1b]0;pwned\a\x1b[2J"), std::string(300, 'x')}) {
+        plant(label);
+        distlock::election_options eo;
+        eo.id = "reader";
+        for (const auto& info : {reader.inspect(name), reader.election(name, eo).leader()}) {
+            CHECK(info.held == std::optional<bool>(true));
+            CHECK(info.token == std::optional<std::uint64_t>(7));
+            CHECK_FALSE(info.holder.has_value());
+            REQUIRE(info.unknown.count("holder") == 1);
+            CHECK(info.unknown.at("holder").find("control characters") != std::string::npos);
+        }
+    }
+    m.unlock();
+}
