@@ -1,44 +1,81 @@
 // memory://[space] — in-process locks for users' own unit tests. Every provider
 // of the same space in one process shares the lock table, as separate
 // connections to one server would.
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
 
 #include "distlock/spi/backend.hpp"
+#include "memory_backend.hpp"
 
 namespace distlock::backends::memory {
 namespace {
 
 // One lock: a mutex, a read-write lock or a semaphore (each primitive of a name
-// is a slot of its own, as separate keys on a server would be).
+// is a slot of its own, as separate keys on a server would be). A slot lives
+// only while it is held or waited for: a service that locks a new name per
+// request leaves nothing behind.
 struct slot {
-    std::uint64_t grant = 0;    // the exclusive grant (mutex, writer), 0 = none
-    std::map<std::uint64_t, spi::loss_sink> shared;  // readers or permits, by grant id
+    std::uint64_t grant = 0;    // the exclusive grant (mutex, writer) and its token, 0 = none
+    std::map<std::uint64_t, spi::loss_sink> shared;  // readers or permits, by grant (= token)
     int writers_waiting = 0;    // a waiting writer holds back readers that come later
     std::uint32_t limit = 0;    // the semaphore's size while it has holders
-    std::uint64_t counter = 0;  // fencing counter, survives release
     spi::loss_sink lost;        // of the exclusive grant: break_lock reports through it
     std::string holder;         // the exclusive grant's label
     std::uint32_t waiting = 0;  // threads inside acquire() waiting for it
+
+    bool unused() const noexcept { return grant == 0 && shared.empty() && waiting == 0 && writers_waiting == 0; }
 };
+
+using slot_map = std::map<std::string, slot, std::less<>>;
+
+// Every grant of every space draws its token (which is also its grant id) from
+// this one counter, always under its table's mutex: each name's tokens
+// increase although its slot, or its whole space, was freed and made again.
+std::atomic<std::uint64_t> next_token{1};
 
 struct table {
     std::mutex mutex;
     std::condition_variable released;
-    std::map<std::string, slot, std::less<>> slots;
-    std::uint64_t next_grant = 1;
+    slot_map slots;
+
+    void drop_if_unused(slot_map::iterator it) {
+        if (it->second.unused()) slots.erase(it);
+    }
 };
 
-table& table_for(const std::string& space) {
-    static std::mutex spaces_mutex;
-    static std::map<std::string, std::unique_ptr<table>> spaces;  // lives as long as the process
-    std::lock_guard lk(spaces_mutex);
-    auto& t = spaces[space];
-    if (!t) t = std::make_unique<table>();
-    return *t;
+// The tables of the spaces some provider or lock still uses, by space name: a
+// space goes with its last user. Never destroyed itself, since a table may go
+// after static destruction began (a provider kept in a static).
+struct spaces {
+    std::mutex mutex;
+    std::map<std::string, std::weak_ptr<table>, std::less<>> tables;
+};
+
+spaces& all_spaces() {
+    static auto* all = new spaces;
+    return *all;
+}
+
+std::shared_ptr<table> table_for(const std::string& space) {
+    auto& all = all_spaces();
+    std::lock_guard lk(all.mutex);
+    auto& entry = all.tables[space];
+    if (auto t = entry.lock()) return t;
+    std::shared_ptr<table> t(new table, [space](table* gone) {
+        delete gone;
+        auto& all = all_spaces();
+        std::lock_guard lk(all.mutex);
+        // Unless the space was made again meanwhile.
+        if (auto it = all.tables.find(space); it != all.tables.end() && it->second.expired()) all.tables.erase(it);
+    });
+    entry = t;
+    return t;
 }
 
 // The slot's key: the primitive's letter, then the name.
@@ -55,8 +92,8 @@ char letter_of(spi::lock_kind kind) {
 
 class handle final : public spi::lock_handle {
 public:
-    handle(table& t, const spi::lock_request& r)
-        : table_(t),
+    handle(std::shared_ptr<table> t, const spi::lock_request& r)
+        : table_(std::move(t)),
           key_(letter_of(r.kind) + r.name),
           name_(r.name),
           holder_(r.holder),
@@ -64,8 +101,16 @@ public:
           permits_(r.permits) {}
 
     std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink& lost) override {
-        std::unique_lock lk(table_.mutex);
-        auto& s = table_.slots[key_];
+        std::unique_lock lk(table_->mutex);
+        const auto it = table_->slots.try_emplace(key_).first;
+        // Still under the lock, however this returns: a slot that nobody holds
+        // or waits for goes (a timeout, a refused semaphore size).
+        struct drop_unless_used {
+            table& t;
+            slot_map::iterator it;
+            ~drop_unless_used() { t.drop_if_unused(it); }
+        } drop{*table_, it};
+        auto& s = it->second;
         auto free = [&] {
             switch (kind_) {
                 case spi::lock_kind::exclusive:
@@ -87,17 +132,17 @@ public:
         if (waited) ++s.waiting;
         bool ok = true;
         try {
-            if (until == spi::deadline::max()) table_.released.wait(lk, free);
-            else ok = table_.released.wait_until(lk, until, free);
+            if (until == spi::deadline::max()) table_->released.wait(lk, free);
+            else ok = table_->released.wait_until(lk, until, free);
         } catch (...) {
             if (writer) --s.writers_waiting;
             if (waited) --s.waiting;
             throw;
         }
         if (waited) --s.waiting;
-        if (writer && --s.writers_waiting == 0 && !ok) table_.released.notify_all();  // readers held back by it
+        if (writer && --s.writers_waiting == 0 && !ok) table_->released.notify_all();  // readers held back by it
         if (!ok) return std::nullopt;
-        grant_ = table_.next_grant++;
+        grant_ = next_token++;
         if (kind_ == spi::lock_kind::read || kind_ == spi::lock_kind::permit) {
             s.shared.emplace(grant_, lost);
             s.limit = permits_;
@@ -106,24 +151,28 @@ public:
             s.lost = lost;
             s.holder = holder_;
         }
-        return spi::grant{++s.counter, spi::clock::now(), waited};  // no lease
+        return spi::grant{grant_, spi::clock::now(), waited};  // no lease
     }
 
     void release() override {
-        std::lock_guard lk(table_.mutex);
-        auto& s = table_.slots[key_];
-        auto mine = std::exchange(grant_, 0);
-        const bool had = mine != 0 && (s.grant == mine || s.shared.erase(mine) == 1);
-        if (!had) throw_error(errc::not_owner, "memory", "lock '" + name_ + "' is no longer held by this handle");
+        std::lock_guard lk(table_->mutex);
+        const auto mine = std::exchange(grant_, 0);
+        const auto it = table_->slots.find(key_);
+        if (mine == 0 || it == table_->slots.end() ||
+            (it->second.grant != mine && it->second.shared.erase(mine) == 0))
+            throw_error(errc::not_owner, "memory", "lock '" + name_ + "' is no longer held by this handle");
+        auto& s = it->second;
         if (s.grant == mine) {
             s.grant = 0;
             s.lost = {};
+            s.holder.clear();
         }
-        table_.released.notify_all();
+        table_->drop_if_unused(it);
+        table_->released.notify_all();
     }
 
 private:
-    table& table_;
+    std::shared_ptr<table> table_;  // the space lives as long as a lock of it
     std::string key_, name_, holder_;
     spi::lock_kind kind_;
     std::uint32_t permits_;
@@ -132,7 +181,7 @@ private:
 
 class backend final : public spi::backend {
 public:
-    explicit backend(table& t) : table_(t) {
+    explicit backend(std::shared_ptr<table> t) : table_(std::move(t)) {
         caps_.unsupported = {
             {feature::cross_process, "memory:// is in-process: other processes cannot see it"},
             {feature::crash_release, "in-process: a crash ends every holder with the process"},
@@ -147,14 +196,14 @@ public:
     }
     lock_info inspect(std::string_view name, spi::lock_kind kind) override {
         lock_info info;
-        std::lock_guard lk(table_.mutex);
-        auto it = table_.slots.find(letter_of(kind) + std::string(name));
-        const bool held = it != table_.slots.end() && it->second.grant != 0;
+        std::lock_guard lk(table_->mutex);
+        auto it = table_->slots.find(letter_of(kind) + std::string(name));
+        const bool held = it != table_->slots.end() && it->second.grant != 0;
         info.held = held;
-        info.waiters = it == table_.slots.end() ? 0 : it->second.waiting;
+        info.waiters = it == table_->slots.end() ? 0 : it->second.waiting;
         if (held) {
             info.holder = it->second.holder;
-            info.token = it->second.counter;
+            info.token = it->second.grant;
             info.unknown.emplace("remaining", "memory:// has no leases: a grant lasts until unlock()");
         }
         return info;
@@ -164,27 +213,48 @@ public:
         // Every primitive of the name: its exclusive grant and its shared ones.
         std::vector<spi::loss_sink> lost;
         {
-            std::lock_guard lk(table_.mutex);
+            std::lock_guard lk(table_->mutex);
             for (char letter : {'m', 'r', 's'}) {
-                auto it = table_.slots.find(letter + std::string(name));
-                if (it == table_.slots.end()) continue;
+                auto it = table_->slots.find(letter + std::string(name));
+                if (it == table_->slots.end()) continue;
                 auto& s = it->second;
                 if (s.grant != 0) lost.push_back(std::exchange(s.lost, {}));
                 s.grant = 0;
+                s.holder.clear();
                 for (auto& [id, sink] : s.shared) lost.push_back(std::move(sink));
                 s.shared.clear();
+                table_->drop_if_unused(it);
             }
-            table_.released.notify_all();
+            table_->released.notify_all();
         }
         for (const auto& l : lost) l("the lock was broken (testing::break_lock)");
     }
 
 private:
-    table& table_;
+    std::shared_ptr<table> table_;
     capabilities caps_;
 };
 
 }  // namespace
+
+std::size_t slot_count(std::string_view space) {
+    std::shared_ptr<table> t;  // released after the spaces' mutex: it may be the last user
+    {
+        auto& all = all_spaces();
+        std::lock_guard lk(all.mutex);
+        if (auto it = all.tables.find(space); it != all.tables.end()) t = it->second.lock();
+    }
+    if (!t) return 0;
+    std::lock_guard lk(t->mutex);
+    return t->slots.size();
+}
+
+std::size_t space_count() {
+    auto& all = all_spaces();
+    std::lock_guard lk(all.mutex);
+    return static_cast<std::size_t>(
+        std::count_if(all.tables.begin(), all.tables.end(), [](const auto& e) { return !e.second.expired(); }));
+}
 
 void register_backend(spi::registry& r) {
     r.add("memory", [](spi::url& u) -> std::shared_ptr<spi::backend> {
