@@ -5,12 +5,21 @@
 //     URL   the lock backend (default memory://example); PORT 0 = any free port
 //
 // It prints "listening on 127.0.0.1:PORT" and serves until killed; with
-// DISTLOCK_EXAMPLE_REQUESTS=N it exits after N requests (the test uses 1).
+// DISTLOCK_EXAMPLE_REQUESTS=N it exits after N requests (the test uses 1; a
+// connection that sends nothing is no request).
 // Only the standard library and POSIX sockets: the Prometheus rendering needs no
 // dependency, and neither does serving it.
+//
+// This is an example, not a web server: one client at a time, one read per
+// request. What it does guard against, because a copy of it meets real
+// clients: a connection that sends nothing is dropped after 2 s (any local
+// user can open one; without a timeout every later scrape would hang), and a
+// client that went away fails the send instead of killing the process with
+// SIGPIPE. A production endpoint belongs in your HTTP server or exporter.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -74,11 +83,19 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
 
     while (requests_left != 0) {
-        int client = ::accept(server, nullptr, nullptr);
+        int client = ::accept4(server, nullptr, nullptr, SOCK_CLOEXEC);
         if (client < 0) continue;
+        // A client that sends (or reads) nothing must not stop the next scrape.
+        const timeval patience{2, 0};
+        ::setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof patience);
+        ::setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &patience, sizeof patience);
         char request[2048];
-        const auto n = ::read(client, request, sizeof request - 1);
-        const std::string first_line = n > 0 ? std::string(request, static_cast<std::size_t>(n)).substr(0, 64) : "";
+        const auto n = ::recv(client, request, sizeof request - 1, 0);
+        if (n <= 0) {  // silent, or gone: no request to answer (nor to count)
+            ::close(client);
+            continue;
+        }
+        const std::string first_line = std::string(request, static_cast<std::size_t>(n)).substr(0, 64);
         std::string body, status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8";
         if (first_line.rfind("GET /metrics ", 0) == 0) {
             body = distlock::render_prometheus(*metrics);
@@ -90,7 +107,7 @@ int main(int argc, char** argv) {
         const std::string reply = "HTTP/1.1 " + status + "\r\nContent-Type: " + type +
                                   "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
         for (std::size_t off = 0; off < reply.size();) {
-            const auto w = ::write(client, reply.data() + off, reply.size() - off);
+            const auto w = ::send(client, reply.data() + off, reply.size() - off, MSG_NOSIGNAL);
             if (w <= 0) break;
             off += static_cast<std::size_t>(w);
         }
