@@ -157,7 +157,7 @@ int run_bench(const settings& s) {
     require_cross_process(s.backend, s.processes, "bench");
     const std::string run_id = spi::random_token().substr(0, 10);
     if (!s.quiet)
-        std::cerr << "bench " << s.mode << " on " << redact(s.backend) << ": " << s.processes << " process(es) x " << s.threads
+        std::cerr << "bench " << s.mode << " on " << printable(redact(s.backend)) << ": " << s.processes << " process(es) x " << s.threads
                   << " thread(s) for " << s.seconds << " s\n";
     auto t0 = std::chrono::steady_clock::now();
     auto tick = [&] {
@@ -211,7 +211,7 @@ int run_bench(const settings& s) {
     if (s.json) {
         std::cout << j.dump() << "\n";
     } else {
-        std::cout << s.mode << " " << s.primitive << " " << redact(s.backend) << ": " << j["cycles_per_s"]
+        std::cout << s.mode << " " << s.primitive << " " << printable(redact(s.backend)) << ": " << j["cycles_per_s"]
                   << " cycles/s, p50 " << j["p50_us"] << " us, p99 " << j["p99_us"] << " us";
         if (s.primitive == "rw")
             std::cout << " (reads p50 " << j["read_p50_us"] << " us, writes p50 " << j["write_p50_us"] << " us)";

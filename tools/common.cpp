@@ -52,7 +52,7 @@ std::vector<std::string> run_in_processes(int n, const std::function<std::string
                 }
             } catch (const std::exception& e) {
                 // One write: the lines of workers failing at once never mix.
-                const std::string line = "distlock: worker " + std::to_string(i) + ": " + e.what() + "\n";
+                const std::string line = "distlock: worker " + std::to_string(i) + ": " + printable(e.what()) + "\n";
                 (void)!::write(2, line.data(), line.size());
                 status = exit_status(e);
             }
@@ -252,6 +252,45 @@ std::string backend_choice::resolve(const char* who) const {
             (fallback_problem.empty() ? std::string() : "; there is no safe default directory: " + fallback_problem));
 }
 
+std::string untrusted_file(const struct stat& st, bool root_too, bool one_link) {
+    if (st.st_uid != ::geteuid() && !(root_too && st.st_uid == 0))
+        return "belongs to another user (uid " + std::to_string(st.st_uid) + "): only this user's" +
+               (root_too ? " or root's" : "") + " file is trusted";
+    if ((st.st_mode & 022) != 0) {
+        char mode[8];
+        std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+        return std::string("is writable by group or others (mode ") + mode + "): chmod go-w it";
+    }
+    if (one_link && st.st_nlink != 1)
+        return "has " + std::to_string(st.st_nlink) + " links: another name could point at a file it must not change";
+    return {};
+}
+
+int open_own_file(const std::string& path, const std::string& what, const char* who) {
+    // O_NOFOLLOW: a planted symlink is refused (ELOOP), its target never
+    // created nor written. O_NONBLOCK: a FIFO never blocks the open.
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0600);
+    if (fd < 0) {
+        const int err = errno;
+        if (err == ELOOP) throw access_denied_error(errc::access_denied, who, what + " is a symbolic link: refused");
+        const std::string why = "cannot open " + what + ": " + std::strerror(err);
+        if (err == EACCES || err == EPERM) throw access_denied_error(errc::access_denied, who, why);
+        throw invalid_argument_error(errc::invalid_argument, who, why);
+    }
+    struct stat st {};
+    std::string why;
+    if (::fstat(fd, &st) != 0) why = std::string("cannot be examined (") + std::strerror(errno) + ")";
+    else if (!S_ISREG(st.st_mode)) why = "is not a regular file";
+    else why = untrusted_file(st, false, true);
+    if (!why.empty()) {
+        ::close(fd);
+        throw access_denied_error(errc::access_denied, who, what + " " + why);
+    }
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    return fd;
+}
+
 std::string read_backend_file(const std::string& path, const char* who) {
     constexpr std::size_t limit = 16 * 1024;
     const std::string what = "--backend-file " + path;
@@ -270,17 +309,12 @@ std::string read_backend_file(const std::string& path, const char* who) {
     struct stat st {};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
         throw invalid_argument_error(errc::invalid_argument, who, what + " is not a regular file");
-    char mode[8];
-    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
     // Whoever may change the file chooses the server of every lock (as ssh
     // requires of its configuration).
-    if (st.st_uid != ::geteuid() && st.st_uid != 0)
-        throw access_denied_error(errc::access_denied, who,
-                                  what + " belongs to another user (uid " + std::to_string(st.st_uid) +
-                                      "): only this user's or root's file is trusted");
-    if ((st.st_mode & 022) != 0)
-        throw access_denied_error(errc::access_denied, who,
-                                  what + " is writable by group or others (mode " + mode + "): chmod go-w it");
+    if (const auto why = untrusted_file(st, true, false); !why.empty())
+        throw access_denied_error(errc::access_denied, who, what + " " + why);
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
     std::string text;
     char buf[4096];
     for (;;) {
@@ -304,6 +338,68 @@ std::string read_backend_file(const std::string& path, const char* who) {
         throw access_denied_error(errc::access_denied, who,
                                   what + " holds a secret and is readable by others (mode " + mode + "): chmod o-r it");
     return text;
+}
+
+namespace {
+
+// The length of the valid UTF-8 sequence at `at` (no overlong form, no
+// surrogate, at most U+10FFFF) and its code point; 0 when there is none.
+std::size_t utf8_sequence(std::string_view text, std::size_t at, char32_t& cp) {
+    const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+    const unsigned char lead = byte(at);
+    std::size_t n = 0;
+    char32_t min = 0;
+    if (lead >= 0xC2 && lead <= 0xDF) n = 2, min = 0x80, cp = lead & 0x1F;
+    else if (lead >= 0xE0 && lead <= 0xEF) n = 3, min = 0x800, cp = lead & 0x0F;
+    else if (lead >= 0xF0 && lead <= 0xF4) n = 4, min = 0x10000, cp = lead & 0x07;
+    else return 0;
+    if (text.size() - at < n) return 0;
+    for (std::size_t i = 1; i < n; ++i) {
+        if ((byte(at + i) & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (byte(at + i) & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return n;
+}
+
+// A code point a terminal obeys or that reorders what is shown.
+bool is_format_control(char32_t cp) {
+    return (cp >= 0x80 && cp <= 0x9F) || (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+}  // namespace
+
+std::string printable(std::string_view text, bool keep_newlines) {
+    std::string out;
+    out.reserve(text.size());
+    const auto escape = [&out](unsigned char c) {
+        static constexpr char hex[] = "0123456789abcdef";
+        out += "\\x";
+        out += hex[c >> 4];
+        out += hex[c & 0xF];
+    };
+    for (std::size_t i = 0; i < text.size();) {
+        const auto c = static_cast<unsigned char>(text[i]);
+        if (c < 0x80) {
+            if ((c < 0x20 && !(keep_newlines && c == '\n')) || c == 0x7F) escape(c);
+            else out += static_cast<char>(c);
+            ++i;
+            continue;
+        }
+        char32_t cp = 0;
+        const std::size_t n = utf8_sequence(text, i, cp);
+        if (n == 0) {
+            escape(c);
+            ++i;
+            continue;
+        }
+        for (std::size_t k = 0; k < n; ++k) {
+            if (is_format_control(cp)) escape(static_cast<unsigned char>(text[i + k]));
+            else out += text[i + k];
+        }
+        i += n;
+    }
+    return out;
 }
 
 std::string redact_message(std::string text, const std::vector<std::string>& args) {

@@ -7,7 +7,10 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
+
+struct stat;
 
 namespace distlock::tool {
 
@@ -46,6 +49,16 @@ unsigned long long get_u64(const std::string& in, std::size_t& pos);
 
 // The URL with any password or token replaced by "***", for printing.
 std::string redact(const std::string& url);
+
+// `text` made safe for a terminal or a log line: every control byte (below
+// 0x20, and 0x7F), every C1 control (U+0080..U+009F), every bidirectional
+// override or isolate (U+202A..U+202E, U+2066..U+2069) and every byte that is
+// not part of valid UTF-8 is shown as \xNN; `keep_newlines` keeps '\n'. For
+// everything the tool prints that is not its own fixed text: holder labels,
+// loss reasons and error messages (they quote servers and other tenants),
+// names and URLs echoed back. A label "x\e]0;t\a\ny: 0" must not retitle the
+// terminal nor forge a line. (--json output is escaped by the JSON encoder.)
+std::string printable(std::string_view text, bool keep_newlines = false);
 
 // Throws invalid_argument_error, with the backend's reason, when `processes` > 1
 // processes of `command` cannot exclude each other through `url` (memory://).
@@ -89,6 +102,19 @@ struct backend_choice {
 // and that others may not read when the URL holds a secret (a password or a
 // secret parameter); at most 16 KiB, one line (trailing newlines dropped).
 std::string read_backend_file(const std::string& path, const char* who);
+
+// Why the file of `st` may not be trusted with what the tool reads from or
+// writes to it, "" when it may: it must belong to this user (or root, when
+// `root_too`), be writable by neither group nor others, and, when `one_link`,
+// have no other name (a hard link planted to another file of ours). The caller
+// checks that it is a regular file (and opened it with O_NOFOLLOW when writing).
+std::string untrusted_file(const struct stat& st, bool root_too, bool one_link);
+
+// Opens (creating it, mode 0600, when missing) a file the tool writes: never
+// through a symlink, and only a regular file that untrusted_file() accepts with
+// one link; access_denied_error (77) naming `what` and the reason when not.
+// The descriptor is close-on-exec.
+int open_own_file(const std::string& path, const std::string& what, const char* who);
 
 // `text` (a message that may repeat what the user typed) with each of `args`
 // that holds a secret, and every word holding "://", shown by redact().

@@ -27,12 +27,13 @@ namespace distlock::tool {
 namespace {
 
 // The shared stock store: one fixed-width decimal record per segment in a file.
+// --store may name a file in a shared directory: every open (the parent's and
+// each app server's) refuses a symlink, another user's file, a hard link and a
+// file others may write (access denied, 77), and creates it 0600.
 class store {
 public:
     static constexpr std::size_t record = 22;
-    explicit store(const std::string& path) : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
-        if (fd_ < 0) throw std::runtime_error("cannot open stock store " + path + ": " + std::strerror(errno));
-    }
+    explicit store(const std::string& path) : fd_(open_own_file(path, "the stock store " + path, "flash-sale")) {}
     ~store() { ::close(fd_); }
     store(const store&) = delete;
     store& operator=(const store&) = delete;
@@ -272,8 +273,8 @@ int run_flash_sale(settings s) {
         std::cerr << "flash sale: " << s.requests << " requests, " << s.concurrency << " buyers in flight on "
                   << s.processes << " app servers, stock " << s.stock << " in " << s.segments << " segment(s), "
                   << (s.no_lock ? "NO LOCK"
-                      : optimistic ? "optimistic version-checked updates on " + redact(s.backend)
-                                   : "locked via " + redact(s.backend))
+                      : optimistic ? "optimistic version-checked updates on " + printable(redact(s.backend))
+                                   : "locked via " + printable(redact(s.backend)))
                   << "\n";
     auto t0 = std::chrono::steady_clock::now();
     auto tick = [&] {
@@ -319,8 +320,8 @@ int run_flash_sale(settings s) {
         std::cout << j.dump() << "\n";
     } else {
         std::cout << (s.no_lock      ? std::string("WITHOUT a lock")
-                      : optimistic ? "OPTIMISTIC, no lock (" + redact(s.backend) + ")"
-                                   : "WITH distlock (" + redact(s.backend) + ")")
+                      : optimistic ? "OPTIMISTIC, no lock (" + printable(redact(s.backend)) + ")"
+                                   : "WITH distlock (" + printable(redact(s.backend)) + ")")
                   << ":\n"
                   << "  stock " << s.stock << ", sold " << sold << ", stock left " << left << ", OVERSOLD "
                   << oversold << (consistent ? "" : "  (sold + left != stock: lost updates)") << "\n"

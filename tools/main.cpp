@@ -49,9 +49,12 @@ int main(int argc, char** argv) {
     // A closed stdout or stderr (a reader that went away) fails the write
     // instead of killing the tool, which may be holding a lock.
     ::signal(SIGPIPE, SIG_IGN);
-    // Every message that may repeat an argument shows it redacted (a URL with a password).
+    // Every message that may repeat an argument shows it redacted (a URL with a
+    // password), and escaped: errors quote servers' replies.
     const std::vector<std::string> all_args(argv + 1, argv + argc);
-    auto shown = [&all_args](const std::string& message) { return distlock::tool::redact_message(message, all_args); };
+    auto shown = [&all_args](const std::string& message, bool keep_newlines = false) {
+        return distlock::tool::printable(distlock::tool::redact_message(message, all_args), keep_newlines);
+    };
     // "--" ends the options: what follows is run's command, never parsed.
     for (int i = 1; i < argc; ++i) {
         if (std::string_view(argv[i]) != "--") continue;
@@ -62,7 +65,7 @@ int main(int argc, char** argv) {
     CLI::App app{"distlock " DISTLOCK_VERSION_STRING ": one lock interface over many coordination backends"};
     app.set_version_flag("--version", std::string("distlock ") + std::string(distlock::version()));
     app.require_subcommand(1);
-    app.failure_message([&shown](const CLI::App* a, const CLI::Error& e) { return shown(CLI::FailureMessage::simple(a, e)); });
+    app.failure_message([&shown](const CLI::App* a, const CLI::Error& e) { return shown(CLI::FailureMessage::simple(a, e), true); });
     std::function<int()> action;
     distlock::tool::add_flash_sale(app, action);
     distlock::tool::add_bench(app, action);

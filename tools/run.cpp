@@ -67,7 +67,7 @@ public:
         ::localtime_r(&t, &tm);
         std::ostringstream line;
         line << std::put_time(&tm, "%H:%M:%S") << '.' << std::setw(3) << std::setfill('0') << ms << " distlock "
-             << who_ << ": " << what << "\n";
+             << who_ << ": " << printable(what) << "\n";  // reasons and errors quote servers
         std::lock_guard lk(mutex_);
         std::cerr << line.str() << std::flush;
     }
@@ -123,13 +123,14 @@ struct held_lock {
     }
 };
 
-// What --shared / --permits make of the lock, for messages.
+// What --shared / --permits make of the lock, for messages (the name escaped).
 std::string what_lock(const lock_settings& s) {
-    if (s.elect) return "leadership of '" + s.name + "'";
-    if (s.shared) return "read side of '" + s.name + "'";
-    if (s.write) return "write side of '" + s.name + "'";
-    if (s.permits > 0) return "a permit of '" + s.name + "' (" + std::to_string(s.permits) + ")";
-    return "'" + s.name + "'";
+    const auto name = printable(s.name);
+    if (s.elect) return "leadership of '" + name + "'";
+    if (s.shared) return "read side of '" + name + "'";
+    if (s.write) return "write side of '" + name + "'";
+    if (s.permits > 0) return "a permit of '" + name + "' (" + std::to_string(s.permits) + ")";
+    return "'" + name + "'";
 }
 
 struct loss {
@@ -345,7 +346,7 @@ int run_command(run_settings& s) {
     if (lost.happened) {
         if (!s.quiet) {
             std::lock_guard lk(lost.mutex);
-            std::cerr << "distlock " << who << ": " << what_lock(s) << " was lost while the command ran (" << lost.reason
+            std::cerr << "distlock " << who << ": " << what_lock(s) << " was lost while the command ran (" << printable(lost.reason)
                       << "); the command and every process it started were sent " << sent << "\n";
         }
         return exit_lock_lost;
@@ -370,7 +371,7 @@ int hold_lock(lock_settings& s) {
     auto held = take(s, "hold", log, lost);
     if (!held) return s.conflict_exit_code;
     // One line a script can read: the name and the fencing token.
-    std::cout << s.name << " " << held->token << std::endl;
+    std::cout << printable(s.name) << " " << held->token << std::endl;
     renewal_watch renewals;
     while (g_stop_signal == 0 && !lost.happened) {
         if (s.verbose) held->watch_renewals(renewals, log);
@@ -382,7 +383,7 @@ int hold_lock(lock_settings& s) {
     if (lost.happened) {
         if (!s.quiet) {
             std::lock_guard lk(lost.mutex);
-            std::cerr << "distlock hold: " << what_lock(s) << " was lost (" << lost.reason << ")\n";
+            std::cerr << "distlock hold: " << what_lock(s) << " was lost (" << printable(lost.reason) << ")\n";
         }
         return exit_lock_lost;
     }

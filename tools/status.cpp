@@ -37,17 +37,20 @@ int show_status(const status_settings& s) {
         std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
         return 0;
     }
+    // The name, the holder's label and the reasons may come from the server or
+    // another tenant: shown escaped, so that none of them can drive the terminal
+    // or forge a line.
     auto line = [&](const char* field, const std::string& value) {
         std::cout << field << ": " << value;
-        if (auto it = info.unknown.find(field); it != info.unknown.end()) std::cout << " (" << it->second << ")";
+        if (auto it = info.unknown.find(field); it != info.unknown.end()) std::cout << " (" << printable(it->second) << ")";
         std::cout << "\n";
     };
     const std::string unknown = "unknown";
-    std::cout << (s.election ? "election" : "lock") << ": " << info.name << "\n";
+    std::cout << (s.election ? "election" : "lock") << ": " << printable(info.name) << "\n";
     line("held", info.held ? (*info.held ? "yes" : "no") : unknown);
     const bool held = info.held.value_or(true);
     if (held) {
-        line("holder", info.holder ? *info.holder : unknown);
+        line("holder", info.holder ? printable(*info.holder) : unknown);
         line("token", info.token ? std::to_string(*info.token) : unknown);
         line("remaining", info.remaining ? std::to_string(info.remaining->count()) + " ms" : unknown);
     }

@@ -1148,3 +1148,161 @@ TEST_CASE("distlock loads no shared library from the directory it is run in", "[
     CHECK(r.status == 0);
     CHECK(r.out.find("memory") != std::string::npos);
 }
+
+namespace {
+
+// Text a terminal shows as it is: no control byte but '\n' (no ESC, BEL, CR,
+// DEL), no C1 control (U+0080..U+009F).
+bool terminal_safe(const std::string& text) {
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const auto c = static_cast<unsigned char>(text[i]);
+        if ((c < 0x20 && c != '\n') || c == 0x7f) return false;
+        if (c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) < 0xa0) return false;
+    }
+    return true;
+}
+
+// The lines of `text` that begin with `prefix`.
+int lines_starting(const std::string& text, const std::string& prefix) {
+    int n = 0;
+    for (std::size_t at = 0; at < text.size(); at = text.find('\n', at) + 1) {
+        if (text.compare(at, prefix.size(), prefix) == 0) ++n;
+        if (text.find('\n', at) == std::string::npos) break;
+    }
+    return n;
+}
+
+// `path` as a URL path: every byte but unreserved ones and '/' percent-encoded.
+std::string url_path(const std::string& path) {
+    static constexpr char hex[] = "0123456789ABCDEF";
+    std::string out;
+    for (unsigned char c : path) {
+        if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '/' || c == '-' || c == '_' ||
+            c == '.') {
+            out += static_cast<char>(c);
+        } else {
+            out += '%';
+            out += hex[c >> 4];
+            out += hex[c & 15];
+        }
+    }
+    return out;
+}
+
+// What an attacker stores as a label, a name or a directory: an OSC that
+// retitles the terminal, a clear screen, and a forged line.
+const std::string hostile_text = "x\x1b]0;pwned\a\x1b[2J\nwaiters: 0";
+
+}  // namespace
+
+TEST_CASE("status and run show a hostile name, holder label and loss reason escaped, never raw", "[cli][status][escape]") {
+    const auto dir = fresh_dir("escape");
+    const auto url = "file://" + dir;
+    // A name echoed back (the library takes any bytes as a name): the same
+    // defence whatever the backend makes of labels.
+    auto r = spawn_cli({"status", "--backend", url, "--name", hostile_text});
+    INFO(r.out << r.err);
+    CHECK(r.status == 0);
+    CHECK(terminal_safe(r.out));
+    CHECK(terminal_safe(r.err));
+    CHECK(lines_starting(r.out, "waiters:") == 1);  // the real one, not the forged one
+    CHECK(r.out.find("lock: x\\x1b]0;pwned\\x07\\x1b[2J\\x0awaiters: 0\n") != std::string::npos);
+
+    // A holder's label written into the lock file by another tenant of the
+    // directory (or by anything else that writes the holder record). Whether
+    // the library hands it over or replaces it by "unknown", nothing raw shows.
+    distlock::provider_options o;
+    o.holder = "billing-7";
+    auto locks = distlock::connect(url, o);
+    auto m = locks.mutex("planted");
+    m.lock();
+    {
+        std::ofstream f(dir + "/planted.lock", std::ios::binary | std::ios::trunc);  // the same inode, still locked
+        f << m.token() << " evil\x1b]0;pwned\a\x1b[2J\x1b[31mFAKE\x1b[0m\rwaiters: 0\x0bheld: no\x9b" "2J\xc2\x9b" "2J\n";
+    }
+    r = spawn_cli({"status", "--backend", url, "--name", "planted"});
+    INFO(r.out << r.err);
+    CHECK(r.status == 0);
+    CHECK(terminal_safe(r.out));
+    CHECK(lines_starting(r.out, "waiters:") == 1);
+    CHECK(lines_starting(r.out, "held: yes") == 1);
+    CHECK(lines_starting(r.out, "holder: ") == 1);
+    CHECK(r.out.find("\x1b") == std::string::npos);
+    r = spawn_cli({"status", "--backend", url, "--name", "planted", "--json"});
+    CHECK(r.status == 0);
+    CHECK(terminal_safe(r.out));  // the JSON encoder's escapes
+    CHECK(nlohmann::json::parse(r.out)["held"] == true);
+    m.unlock();
+
+    // A loss reason (file:// names the lock file, in a directory whose name
+    // whoever made it chose), on stderr and in --verbose's event lines.
+    const auto evil_dir = dir + "/" + hostile_text;
+    std::filesystem::create_directories(evil_dir);
+    std::filesystem::permissions(evil_dir, std::filesystem::perms::owner_all);
+    r = spawn_cli({"run", "--backend", "file://" + url_path(evil_dir), "--name", "n", "--verbose", "--", "sh", "-c",
+                   "sleep 0.2; rm \"$1\"/n.lock; sleep 10", "sh", evil_dir});
+    INFO(r.err);
+    CHECK(r.status == 70);
+    CHECK(r.err.find("was lost while the command ran") != std::string::npos);
+    CHECK(r.err.find("\\x1b]0;pwned\\x07\\x1b[2J\\x0awaiters: 0/n.lock") != std::string::npos);
+    CHECK(terminal_safe(r.err));
+    CHECK(lines_starting(r.err, "waiters: 0") == 0);
+}
+
+TEST_CASE("flash-sale --store writes only a regular file of its own, with one link, made 0600", "[cli][flash-sale][store]") {
+    const auto dir = fresh_dir("store");
+    const auto backend = "file://" + lock_dir();
+    auto sale = [&](const std::string& store) {
+        return spawn_cli({"flash-sale", "--backend", backend, "--processes", "1", "--requests", "5", "--stock", "3",
+                          "--quiet", "--store", store});
+    };
+    const auto victim = dir + "/victim";
+    { std::ofstream(victim, std::ios::binary) << "precious\n"; }
+    std::filesystem::permissions(victim, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+    // A planted symlink: refused (77), its target untouched; a dangling one creates nothing.
+    REQUIRE(::symlink(victim.c_str(), (dir + "/link").c_str()) == 0);
+    auto r = sale(dir + "/link");
+    INFO(r.out << r.err);
+    CHECK(r.status == 77);
+    CHECK(r.err.find("symbolic link") != std::string::npos);
+    CHECK(read_file(victim) == "precious\n");
+    REQUIRE(::symlink((dir + "/made-by-us").c_str(), (dir + "/dangling").c_str()) == 0);
+    CHECK(sale(dir + "/dangling").status == 77);
+    CHECK(!std::filesystem::exists(dir + "/made-by-us"));
+    // A hard link to a file of ours: another name of something it must not change.
+    REQUIRE(::link(victim.c_str(), (dir + "/hard").c_str()) == 0);
+    r = sale(dir + "/hard");
+    CHECK(r.status == 77);
+    CHECK(r.err.find("links") != std::string::npos);
+    CHECK(read_file(victim) == "precious\n");
+    // Our own file that others may write (they could change the stock
+    // mid-run): refused, as --backend-file refuses one.
+    const auto open_file = dir + "/0666";
+    { std::ofstream(open_file, std::ios::binary) << ""; }
+    std::filesystem::permissions(open_file, std::filesystem::perms::all & ~std::filesystem::perms::owner_exec &
+                                                ~std::filesystem::perms::group_exec & ~std::filesystem::perms::others_exec);
+    r = sale(open_file);
+    CHECK(r.status == 77);
+    CHECK(r.err.find("writable by group or others") != std::string::npos);
+    // Not a regular file (and no wait for a writer).
+    REQUIRE(::mkfifo((dir + "/fifo").c_str(), 0600) == 0);
+    CHECK(sale(dir + "/fifo").status == 77);
+    // Another user's file.
+    if (::geteuid() == 0) {
+        const auto theirs = dir + "/theirs";
+        { std::ofstream(theirs, std::ios::binary) << ""; }
+        std::filesystem::permissions(theirs, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+        REQUIRE(::chown(theirs.c_str(), 65534, 65534) == 0);
+        r = sale(theirs);
+        CHECK(r.status == 77);
+        CHECK(r.err.find("another user") != std::string::npos);
+    }
+    // A new store is made 0600; an existing one of ours is used.
+    const auto fresh = dir + "/fresh";
+    r = sale(fresh);
+    CHECK(r.status == 0);
+    struct stat st {};
+    REQUIRE(::stat(fresh.c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0600);
+    CHECK(sale(fresh).status == 0);
+}
