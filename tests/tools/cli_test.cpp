@@ -1207,6 +1207,10 @@ TEST_CASE("status and run show a hostile name, holder label and loss reason esca
     CHECK(terminal_safe(r.err));
     CHECK(lines_starting(r.out, "waiters:") == 1);  // the real one, not the forged one
     CHECK(r.out.find("lock: x\\x1b]0;pwned\\x07\\x1b[2J\\x0awaiters: 0\n") != std::string::npos);
+    // UTF-8 text shows as it is; a byte that is not UTF-8, or a C1 control in UTF-8, escaped.
+    r = spawn_cli({"status", "--backend", url, "--name", "caf\xc3\xa9-\xe2\x82\xac|\xff|\xc2\x9b|\xe2\x80\xae"});
+    CHECK(r.status == 0);
+    CHECK(r.out.find("lock: caf\xc3\xa9-\xe2\x82\xac|\\xff|\\xc2\\x9b|\\xe2\\x80\\xae\n") != std::string::npos);
 
     // A holder's label written into the lock file by another tenant of the
     // directory (or by anything else that writes the holder record). Whether
