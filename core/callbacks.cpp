@@ -39,24 +39,7 @@ struct callback_thread::state {
 
 callback_thread::callback_thread() : state_(std::make_shared<state>()) {}
 
-callback_thread::~callback_thread() {
-    // In a forked child the thread does not exist and the mutex may be held for
-    // ever: abandon it all, queue included (its callbacks were the parent's).
-    if (state_->generation != fork_generation()) {
-        abandon(std::move(state_));
-        return;
-    }
-    std::thread t;
-    {
-        std::lock_guard lk(state_->mutex);
-        state_->stop = true;
-        t = std::move(state_->thread);
-    }
-    state_->wake.notify_all();
-    if (!t.joinable()) return;
-    if (t.get_id() == std::this_thread::get_id()) t.detach();  // it holds the state and ends by itself
-    else t.join();
-}
+callback_thread::~callback_thread() { stop_worker(std::move(state_)); }
 
 void callback_thread::post(std::function<void()> fn) {
     {

@@ -15,6 +15,8 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
+#include <thread>
 
 namespace distlock::detail {
 
@@ -27,5 +29,29 @@ unsigned fork_generation() noexcept;
 // forked child inherited and must not tear down. Allocates a small node: out
 // of memory it terminates the process, which releases nothing either.
 void abandon(std::shared_ptr<const void> object) noexcept;
+
+// The destructor of an object whose thread shares `state` with it (the state's
+// members: generation, mutex, stop, thread, wake). In a forked child the thread
+// does not exist and the mutex may be held for ever: abandon the state, queue
+// and all (it was the parent's). Otherwise tell the thread to stop and join it,
+// or detach it when this runs on that very thread (it holds the state and ends
+// by itself).
+template <class State>
+void stop_worker(std::shared_ptr<State> state) {
+    if (state->generation != fork_generation()) {
+        abandon(std::move(state));
+        return;
+    }
+    std::thread t;
+    {
+        std::lock_guard lk(state->mutex);
+        state->stop = true;
+        t = std::move(state->thread);
+    }
+    state->wake.notify_all();
+    if (!t.joinable()) return;
+    if (t.get_id() == std::this_thread::get_id()) t.detach();
+    else t.join();
+}
 
 }  // namespace distlock::detail

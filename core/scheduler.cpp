@@ -55,24 +55,7 @@ scheduler::scheduler(std::shared_ptr<spi::backend> backend, std::shared_ptr<dist
                      std::string scheme)
     : state_(std::make_shared<state>(std::move(backend), std::move(watcher), std::move(scheme))) {}
 
-scheduler::~scheduler() {
-    // In a forked child the thread does not exist and the mutex may be held for
-    // ever: abandon both (the entries were the parent's grants).
-    if (state_->generation != fork_generation()) {
-        abandon(std::move(state_));
-        return;
-    }
-    std::thread t;
-    {
-        std::lock_guard lk(state_->mutex);
-        state_->stop = true;
-        t = std::move(state_->thread);
-    }
-    state_->wake.notify_all();
-    if (!t.joinable()) return;
-    if (t.get_id() == std::this_thread::get_id()) t.detach();  // it holds the state and ends by itself
-    else t.join();
-}
+scheduler::~scheduler() { stop_worker(std::move(state_)); }
 
 std::uint64_t scheduler::wakeups() const noexcept { return state_->wakeups.load(); }
 
