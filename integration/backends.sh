@@ -287,6 +287,16 @@ write_ctl() {
     mv -f "$file.$$" "$file"
 }
 
+# TLS servers (issue 24) -------------------------------------------------------
+# Their throwaway CA and certificates (integration/tls/make-ca.sh lists the files) are made
+# in $RUN/tls by the first TLS server's init, shared by all of them, removed by "down".
+# tls_ensure makes them unless they exist and writes $RUN/tls.env (into backends.env).
+TLS_DIR=$RUN/tls
+tls_ensure() {
+    "$HERE/tls/make-ca.sh" "$TLS_DIR" || { log "making the test CA in $TLS_DIR failed"; return 1; }
+    printf "DISTLOCK_TEST_TLS_DIR='%s'\nDISTLOCK_TEST_TLS_CA='%s'\n" "$TLS_DIR" "$TLS_DIR/ca.crt" > "$RUN/tls.env"
+}
+
 # Settings ---------------------------------------------------------------------
 # "up NAME" saves the DISTLOCK_* environment (ports, forceSync, ...) in $RUN/NAME.settings;
 # "spawn NAME" and "wipe NAME" run with exactly that one, so that a server comes back
@@ -386,7 +396,7 @@ case "$cmd" in
       [ -f "$RUN/$n.dir" ] && rm -rf "$(cat "$RUN/$n.dir")" "$RUN/$n.dir"
       rm -f "$RUN/$n.env" "$RUN/$n.settings"
     done
-    rm -f "$RUN/netns"
+    rm -rf "$RUN/netns" "$TLS_DIR" "$RUN/tls.env"
     write_env ;;
   kill)
     control_args "$@"; name=$1
