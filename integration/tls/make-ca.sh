@@ -8,6 +8,7 @@
 # ECDSA P-256 keys (fast to make, every server and client here takes them), 0600.
 #   ca.crt, ca.key                 the test CA (DISTLOCK_TEST_TLS_CA is ca.crt)
 #   server.crt, server.key         signed by the CA for IP 127.0.0.1 and DNS localhost
+#                                  (serverAuth, clientAuth)
 #   wrong-name.crt, .key           signed by the CA for DNS wrong.example only (host-name mismatch)
 #   expired.crt, expired.key       signed by the CA for 127.0.0.1 and localhost, valid from
 #                                  2020-01-01 to 2020-01-02 only (expired)
@@ -93,7 +94,9 @@ CNF
 ca ca "distlock test CA"
 ca other-ca "distlock other test CA"
 local_san="IP:127.0.0.1,DNS:localhost"
-leaf server ca 127.0.0.1 "$local_san" serverAuth
+# serverAuth and clientAuth: etcd's HTTP gateway dials its own gRPC server with it, which
+# asks for a client certificate under --client-cert-auth.
+leaf server ca 127.0.0.1 "$local_san" serverAuth,clientAuth
 leaf wrong-name ca wrong.example "DNS:wrong.example" serverAuth
 expired expired ca 127.0.0.1 "$local_san"
 leaf client ca distlock-client "" clientAuth

@@ -1,0 +1,78 @@
+# zookeeper-tls: ZooKeeper 3.8 standalone with only a TLS client port (secureClientPort,
+# Netty) and a local TLS tunnel to it (issue 24): Debian 12's C client has no TLS, so
+# the supported way to encrypt zk:// today is a tunnel whose plaintext end is on the
+# client's host. Sourced by integration/backends.sh; uses zk_java_cmd, zk_serving and
+# zookeeper_install of zookeeper.sh. Certificates of integration/tls/make-ca.sh
+# ($RUN/tls: server.p12 as the key store; no client certificates asked for).
+#
+# Members (lines of zookeeper-tls.pids):
+#   1  the server, TLS on 127.0.0.1:12191 only (tickTime 200 like zookeeper.sh); data in
+#      DIR/data, kept by kill/spawn
+#   2  the tunnel: socat listening on 127.0.0.1:12192 (plaintext, loopback), one TLS
+#      connection to 12191 per client, verifying the server against ca.crt and 127.0.0.1
+# Ready when srvr through the tunnel says standalone (TLS end to end).
+# Env ($RUN/zookeeper-tls.env):
+#   DISTLOCK_TEST_ZK_TLS_TUNNEL_URL   zk://127.0.0.1:12192/distlock-tests?session_timeout=2s
+#   DISTLOCK_TEST_ZK_PLAIN_ON_TLS_URL zk://127.0.0.1:12191/distlock-tests?session_timeout=2s
+#                                     (the C client straight to the TLS port: must fail)
+#   DISTLOCK_TEST_ZK_TLS_4LW          127.0.0.1:12192 (four-letter words through the tunnel)
+ZK_TLS_PORT=12191
+ZK_TLS_TUNNEL_PORT=12192
+
+zookeeper_tls_install() { zookeeper_install; apt_ensure socat openssl; }
+
+zookeeper_tls_init() {  # zookeeper_tls_init DIR: DIR/zoo.cfg and an empty DIR/data
+    local dir=$1
+    tls_ensure || return 1
+    rm -rf "$dir/data"
+    mkdir -p "$dir/data"
+    cat > "$dir/zoo.cfg" <<CFG
+tickTime=200
+dataDir=$dir/data
+secureClientPort=$ZK_TLS_PORT
+secureClientPortAddress=127.0.0.1
+admin.enableServer=false
+4lw.commands.whitelist=*
+maxClientCnxns=0
+CFG
+}
+
+# The TLS settings are system properties (zookeeper.*); Netty's codec and resolver are not in
+# the Class-Path of Debian's zookeeper.jar.
+zk_tls_server_cmd() {
+    local cmd
+    cmd=$(zk_java_cmd org.apache.zookeeper.server.ZooKeeperServerMain "$1/zoo.cfg")
+    cmd=${cmd/ -cp \/usr\/share\/java\/zookeeper.jar / -cp /usr/share/java/zookeeper.jar:/usr/share/java/netty-codec.jar:/usr/share/java/netty-resolver.jar }
+    echo "java -Dzookeeper.serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory" \
+        "-Dzookeeper.ssl.keyStore.location=$TLS_DIR/server.p12 -Dzookeeper.ssl.keyStore.password=distlock-tls" \
+        "-Dzookeeper.ssl.keyStore.type=PKCS12 -Dzookeeper.ssl.clientAuth=none ${cmd#java }"
+}
+
+zookeeper_tls_spawn() {  # zookeeper_tls_spawn DIR [N]
+    local dir=$1 n members pids
+    tls_ensure || return 1
+    if [ -n "${2:-}" ]; then members=("$2"); else members=(1 2); fi
+    for n in "${members[@]}"; do
+        if [ "$n" = 1 ]; then
+            # shellcheck disable=SC2046
+            $(zk_tls_server_cmd "$dir") </dev/null >>"$dir/log" 2>&1 &
+        else
+            socat "TCP-LISTEN:$ZK_TLS_TUNNEL_PORT,bind=127.0.0.1,fork,reuseaddr" \
+                "OPENSSL:127.0.0.1:$ZK_TLS_PORT,cafile=$TLS_DIR/ca.crt,verify=1,commonname=127.0.0.1" \
+                </dev/null >>"$dir/tunnel.log" 2>&1 &
+        fi
+        record_pid zookeeper-tls $! "$n"
+    done
+    mapfile -t pids < "$RUN/zookeeper-tls.pids"
+    for n in "${members[@]}"; do
+        wait_serving 60 "${pids[n-1]}" zk_serving "$ZK_TLS_TUNNEL_PORT" standalone ||
+            { fail_with_log "zookeeper-tls member $n" "$dir/log"; tail -n 5 "$dir/tunnel.log" >&2; return 1; }
+    done
+    # The tests' base path, open and persistent (as zookeeper.sh makes it), through the tunnel.
+    /usr/share/zookeeper/bin/zkCli.sh -server "127.0.0.1:$ZK_TLS_TUNNEL_PORT" create /distlock-tests </dev/null >/dev/null 2>&1 || true
+    cat > "$RUN/zookeeper-tls.env" <<ENV
+DISTLOCK_TEST_ZK_TLS_TUNNEL_URL=zk://127.0.0.1:$ZK_TLS_TUNNEL_PORT/distlock-tests?session_timeout=2s
+DISTLOCK_TEST_ZK_PLAIN_ON_TLS_URL=zk://127.0.0.1:$ZK_TLS_PORT/distlock-tests?session_timeout=2s
+DISTLOCK_TEST_ZK_TLS_4LW=127.0.0.1:$ZK_TLS_TUNNEL_PORT
+ENV
+}
