@@ -100,9 +100,41 @@ etcd_get() { etcdctl --endpoints="127.0.0.1:$1" --command-timeout=5s get distloc
 etcd_answers() { etcdctl --endpoints="127.0.0.1:$1" endpoint health; }
 my() { mariadb --no-defaults -udistlock -pdistlock -h127.0.0.1 -P13306 distlock -N -B -e "$1"; }
 pg() { PGPASSWORD=distlock psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p 15432 -U distlock -d distlock -tA -c "$1"; }
+# The TLS servers (issue 24), verified against the test CA of their run dir.
+tls_ca() { echo "$RUN/tls/ca.crt"; }
+rt() { local p=$1; shift; REDISCLI_AUTH=tls-secret-pw timeout 5 redis-cli --tls --cacert "$(tls_ca)" -p "$p" "$@"; }
+my_tls() { mariadb --no-defaults -udistlock -pdistlock -h127.0.0.1 -P13316 --ssl-ca="$(tls_ca)" --ssl-verify-server-cert distlock -N -B -e "$1"; }
+pg_tls() {
+    psql -X -q -v ON_ERROR_STOP=1 -tA -c "$1" \
+        "host=127.0.0.1 port=15442 user=distlock password=distlock dbname=distlock sslmode=verify-full sslrootcert=$(tls_ca)"
+}
+etcd_tls() { etcdctl --endpoints=https://127.0.0.1:12679 --cacert="$(tls_ca)" --command-timeout=5s "$@"; }
 
 setup() {
     case $1 in
+      redis-tls) PORTS=(16400 16401 16402 16403 16404 17100 17101 17102); persists=no
+        put() { rt 16400 set distlock-marker m1; }
+        get() { rt 16400 get distlock-marker; }
+        answers() {
+            [ "$(rt 16400 ping)" = PONG ] && [ "$(REDISCLI_AUTH=tls-secret-pw redis-cli -p 16404 ping)" = PONG ] &&
+                [ "$(rt 17100 CLUSTER INFO | tr -d '\r' | sed -n 's/^cluster_state://p')" = ok ]
+        } ;;
+      mysql-tls) PORTS=(13316 13317 13318 13319); persists=yes
+        put() { my_tls "CREATE TABLE distlock_marker (v VARCHAR(8)); INSERT INTO distlock_marker VALUES ('m1')"; }
+        get() { my_tls "SELECT v FROM distlock_marker" 2>/dev/null || true; }
+        answers() { [ "$(my_tls 'SELECT 1')" = 1 ]; } ;;
+      postgres-tls) PORTS=(15442 15443 15444 15445); persists=yes
+        put() { pg_tls "CREATE TABLE distlock_marker (v text); INSERT INTO distlock_marker VALUES ('m1')"; }
+        get() { pg_tls "SELECT v FROM distlock_marker" 2>/dev/null || true; }
+        answers() { [ "$(pg_tls 'SELECT 1')" = 1 ]; } ;;
+      etcd-tls) PORTS=(12679 12681 12683 12685 12687); persists=yes
+        put() { etcd_tls put distlock-marker m1; }
+        get() { etcd_tls get distlock-marker --print-value-only 2>/dev/null || true; }
+        answers() { etcd_tls endpoint health; } ;;
+      zookeeper-tls) PORTS=(12191 12192); persists=yes  # through the TLS tunnel (12192)
+        put() { zk_put 12192; }
+        get() { zk_get 12192; }
+        answers() { zk_answers 12192; } ;;
       redis) PORTS=(16379); persists=no
         put() { redis-cli -p 16379 set distlock-marker m1; }
         get() { redis-cli -p 16379 get distlock-marker; }

@@ -10,7 +10,8 @@
 #      DIR/data, kept by kill/spawn
 #   2  the tunnel: socat listening on 127.0.0.1:12192 (plaintext, loopback), one TLS
 #      connection to 12191 per client, verifying the server against ca.crt and 127.0.0.1
-# Ready when srvr through the tunnel says standalone (TLS end to end).
+# Member 1 is ready when srvr over TLS (openssl s_client, verifying the server) says
+# standalone, member 2 when srvr through the tunnel does.
 # Env ($RUN/zookeeper-tls.env):
 #   DISTLOCK_TEST_ZK_TLS_TUNNEL_URL   zk://127.0.0.1:12192/distlock-tests?session_timeout=2s
 #   DISTLOCK_TEST_ZK_PLAIN_ON_TLS_URL zk://127.0.0.1:12191/distlock-tests?session_timeout=2s
@@ -48,13 +49,20 @@ zk_tls_server_cmd() {
         "-Dzookeeper.ssl.keyStore.type=PKCS12 -Dzookeeper.ssl.clientAuth=none ${cmd#java }"
 }
 
+# zk_tls_serving: srvr straight to the TLS port says standalone (openssl s_client waits for
+# the server to close, which it does after a four-letter word's answer).
+zk_tls_serving() {
+    echo srvr | timeout 3 openssl s_client -quiet -ign_eof -connect "127.0.0.1:$ZK_TLS_PORT" -CAfile "$TLS_DIR/ca.crt" \
+        -verify_return_error -verify_ip 127.0.0.1 2>/dev/null | grep -q '^Mode: standalone'
+}
+
 zookeeper_tls_spawn() {  # zookeeper_tls_spawn DIR [N]
     local dir=$1 n members pids
     tls_ensure || return 1
     if [ -n "${2:-}" ]; then members=("$2"); else members=(1 2); fi
     for n in "${members[@]}"; do
         if [ "$n" = 1 ]; then
-            # shellcheck disable=SC2046
+            # shellcheck disable=SC2046,SC2091  # the command line of zk_tls_server_cmd, run
             $(zk_tls_server_cmd "$dir") </dev/null >>"$dir/log" 2>&1 &
         else
             socat "TCP-LISTEN:$ZK_TLS_TUNNEL_PORT,bind=127.0.0.1,fork,reuseaddr" \
@@ -65,8 +73,12 @@ zookeeper_tls_spawn() {  # zookeeper_tls_spawn DIR [N]
     done
     mapfile -t pids < "$RUN/zookeeper-tls.pids"
     for n in "${members[@]}"; do
-        wait_serving 60 "${pids[n-1]}" zk_serving "$ZK_TLS_TUNNEL_PORT" standalone ||
-            { fail_with_log "zookeeper-tls member $n" "$dir/log"; tail -n 5 "$dir/tunnel.log" >&2; return 1; }
+        if [ "$n" = 1 ]; then
+            wait_serving 60 "${pids[0]}" zk_tls_serving || { fail_with_log "zookeeper-tls server" "$dir/log"; return 1; }
+        else
+            wait_serving 60 "${pids[1]}" zk_serving "$ZK_TLS_TUNNEL_PORT" standalone ||
+                { fail_with_log "zookeeper-tls tunnel" "$dir/tunnel.log"; return 1; }
+        fi
     done
     # The tests' base path, open and persistent (as zookeeper.sh makes it), through the tunnel.
     /usr/share/zookeeper/bin/zkCli.sh -server "127.0.0.1:$ZK_TLS_TUNNEL_PORT" create /distlock-tests </dev/null >/dev/null 2>&1 || true
