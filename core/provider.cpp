@@ -7,6 +7,7 @@
 
 #include "boundary.hpp"
 #include "builtin.hpp"
+#include "distlock/spi/tls.hpp"
 #include "distlock/testing.hpp"
 #include "distlock/version.hpp"
 #include "mutex_impl.hpp"
@@ -89,6 +90,7 @@ std::shared_ptr<detail::provider_state> connect_state(std::string_view text, pro
     const auto holder_param = u.take("holder");
     if (options.holder.empty()) options.holder = holder_param ? *holder_param : detail::default_holder();
     options.holder = detail::checked_label(options.holder, u.scheme(), "holder");
+    const bool insecure = spi::tls_insecure_requested(u);  // before the backend takes it
     auto backend = detail::guarded(u.scheme(), u.secrets(), "connecting to " + u.redacted(), [&] { return (*factory)(u); });
     if (!backend)
         throw_error(errc::invalid_argument, "", "the factory of scheme '" + u.scheme() + "' returned no backend");
@@ -96,6 +98,7 @@ std::shared_ptr<detail::provider_state> connect_state(std::string_view text, pro
     auto default_lease = lease ? *lease : backend->default_lease();
     auto state = std::make_shared<detail::provider_state>(std::move(backend), u.scheme(), u.redacted(), default_lease,
                                                           std::move(options), u.secrets());
+    if (insecure) state->log(log_level::warning, "", spi::tls_insecure_warning);
     state->log(log_level::info, "", "connected to " + u.redacted());
     return state;
 }

@@ -4,19 +4,23 @@
 #include <utility>
 
 #include "distlock/error.hpp"
+#include "distlock/spi/tls.hpp"
 
 namespace distlock::backends::http {
 
 options options_from_url(spi::url& u, std::string backend, std::uint16_t default_port) {
     options o;
     o.backend = std::move(backend);
-    o.tls.enabled = u.take_bool("tls").value_or(false);
-    if (auto v = u.take("tls_ca")) o.tls.ca_file = *v;
-    if (auto v = u.take("tls_cert")) o.tls.cert_file = *v;
-    if (auto v = u.take("tls_key")) o.tls.key_file = *v;
-    if (auto v = u.take_bool("tls_insecure")) o.tls.verify = !*v;
-    if (!o.tls.enabled && (!o.tls.ca_file.empty() || !o.tls.cert_file.empty() || !o.tls.key_file.empty() || !o.tls.verify))
-        throw_error(errc::invalid_argument, o.backend, "tls_ca/tls_cert/tls_key/tls_insecure need tls=true");
+    const auto tls = spi::take_tls(u, o.backend);
+    // curl verifies the URL's host: another name would need CURLOPT_CONNECT_TO.
+    if (!tls.server_name.empty())
+        throw_error(errc::unsupported, o.backend, "tls_server_name is not supported by the HTTP layer yet");
+    spi::check_tls_files(tls, o.backend);
+    o.tls.enabled = tls.enabled;
+    o.tls.verify = tls.verify;
+    o.tls.ca_file = tls.ca.path;
+    o.tls.cert_file = tls.cert.path;
+    o.tls.key_file = tls.key.path;
     if (auto v = u.take_duration("timeout")) {
         if (v->count() <= 0) throw_error(errc::invalid_argument, o.backend, "timeout must be positive");
         o.request_timeout = *v;

@@ -1,7 +1,8 @@
 // The HTTP layer's connection settings: the endpoints, timeouts, TLS and fixed
 // headers of a client, and options_from_url(): the URL parameters both
-// backends accept (tls, tls_ca, tls_cert, tls_key, tls_insecure, timeout,
-// connect_timeout). No proxy: every request goes straight to an endpoint,
+// backends accept (timeout, connect_timeout, and the TLS parameters every
+// network backend shares: include/distlock/spi/tls.hpp; tls_server_name is
+// refused, unsupported here). No proxy: every request goes straight to an endpoint,
 // whatever the environment's http_proxy/ALL_PROXY say (client::prepare), and
 // there is deliberately no proxy= parameter (a proxy would read every token
 // and password, and answer in the server's place).

@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "distlock/spi/tls.hpp"
 #include "zk_lock.hpp"
 #include "zk_names.hpp"
 
@@ -95,6 +96,15 @@ acl_mode acl_from(const std::optional<std::string>& value, bool credentials) {
 }
 
 std::shared_ptr<spi::backend> make_backend(spi::url& u) {
+    // Before anything reaches the network: a session in clear where TLS was
+    // asked for would send the digest credentials and every lock name in clear.
+    if (spi::tls_asked(u))
+        throw_error(errc::unsupported, kBackend,
+                    "TLS is not supported: the ZooKeeper C client this build uses (Debian 12's 3.8.0) was built "
+                    "without OpenSSL, so it has no zookeeper_init_ssl; a client library built with OpenSSL would "
+                    "lift this. To encrypt today, reach the server's secureClientPort through a local TLS tunnel "
+                    "(stunnel, socat) and point zk:// at the tunnel: docs/backends/zookeeper.md, \"TLS\"");
+    (void)spi::take_tls(u, kBackend);  // tls=false, said explicitly
     settings s;
     s.host_list = u.hosts_or_throw(2181);
     for (const auto& h : s.host_list) {

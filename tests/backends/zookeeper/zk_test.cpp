@@ -502,3 +502,27 @@ TEST_CASE("connection problems and bad URLs are typed errors", "[zookeeper][inpu
     CHECK(p.caps().supports(distlock::feature::fencing));
     CHECK(p.caps().supports(distlock::feature::notified_wakeup));
 }
+
+// Debian 12's C client has no zookeeper_init_ssl: TLS asked for is refused
+// before anything reaches the network (port 1 of a host that does not exist:
+// a connection attempt would be unavailable_error, not unsupported_error).
+TEST_CASE("TLS asked for on zk:// is unsupported, refused before any connection, pointing to the tunnel",
+          "[zookeeper][input][tls]") {
+    for (const char* q : {"tls=true", "tls=true&tls_ca=/nonexistent", "tls_ca=/nonexistent", "tls=true&tls_insecure=true",
+                          "tls_server_name=zk.example"}) {
+        INFO(q);
+        const auto t0 = clk::now();
+        try {
+            distlock::connect(std::string("zk://zk-does-not-exist.invalid:1/x?") + q);
+            FAIL("accepted");
+        } catch (const distlock::unsupported_error& e) {
+            const std::string what = e.what();
+            CHECK(what.find("zookeeper_init_ssl") != std::string::npos);
+            CHECK(what.find("OpenSSL") != std::string::npos);
+            CHECK(what.find("docs/backends/zookeeper.md") != std::string::npos);
+        }
+        CHECK(clk::now() - t0 < 1s);
+    }
+    // tls=false says what is done anyway.
+    CHECK_THROWS_AS(distlock::connect("zk://127.0.0.1:1/x?tls=false"), distlock::unavailable_error);
+}

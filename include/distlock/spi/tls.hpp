@@ -1,0 +1,85 @@
+// distlock backend-author interface: the TLS parameters every network backend
+// reads from its URL, parsed here once so that they mean the same everywhere:
+//
+//   tls=true           verify the server's certificate chain and host name
+//   tls_ca=FILE        the CA bundle (PEM) to verify it with; none = the system's
+//   tls_cert=FILE      a client certificate (PEM), for mutual TLS
+//   tls_key=FILE       its private key (PEM); none = in tls_cert
+//   tls_server_name=N  the name sent in SNI and verified; none = the URL's host
+//   tls_insecure=true  accept any server certificate (tests only: connect()
+//                      logs a warning through the provider's log hook each time)
+//
+// A backend may accept native names for the same settings (PostgreSQL's
+// sslrootcert for tls_ca, MySQL's ssl_ca): give them in tls_aliases. A
+// parameter and its alias that disagree are refused; a mode alias (sslmode,
+// ssl_mode, the rediss:// scheme) is the backend's to compare with `enabled`
+// and `verify`, through tls_conflict() for the same message.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "distlock/spi/url.hpp"
+
+namespace distlock::spi {
+
+// A file the TLS layer reads, and the URL parameter that named it (for
+// messages: "tls_key", or the alias "sslkey"). An empty path = not given.
+struct tls_file {
+    std::string path;
+    std::string param;
+    bool given() const noexcept { return !path.empty(); }
+};
+
+struct tls_params {
+    bool enabled = false;     // tls=true (a backend may also turn it on from its mode alias)
+    bool verify = true;       // false = tls_insecure=true: any certificate, any name
+    tls_file ca;              // not given = the system's CA bundle
+    tls_file cert;            // client certificate for mutual TLS; not given = none
+    tls_file key;             // its private key; not given = in `cert`
+    std::string server_name;  // "" = the URL's host
+    // Whether any tls* parameter or alias was given at all (a backend that has
+    // no TLS refuses every one of them).
+    bool any() const noexcept {
+        return enabled || !verify || ca.given() || cert.given() || key.given() || !server_name.empty();
+    }
+};
+
+// A backend's native names for tls_ca, tls_cert, tls_key and tls_server_name;
+// "" = none.
+struct tls_aliases {
+    std::string_view ca, cert, key, server_name;
+};
+
+// Takes tls, tls_insecure, tls_ca, tls_cert, tls_key, tls_server_name and the
+// given aliases from `u`. Throws invalid_argument_error (for `backend`) when a
+// value does not parse, when a tls_* parameter other than tls is given without
+// tls=true (the aliases are the backend's native syntax and need it not), and
+// when a parameter and its alias are both given and differ. Reads no file.
+tls_params take_tls(url& u, std::string_view backend, const tls_aliases& aliases = {});
+
+// Throws invalid_argument_error (for `backend`) naming the parameter, and the
+// path, never the content, for each file of `p` that this process cannot open
+// for reading (missing, a directory, no permission). Call it at connect:
+// the client library would read them later with a vaguer message.
+void check_tls_files(const tls_params& p, std::string_view backend);
+
+// The invalid_argument_error of a tls* parameter and its native alias that
+// disagree ("tls=true and sslmode=disable disagree").
+[[noreturn]] void tls_conflict(std::string_view backend, std::string_view param, std::string_view alias);
+
+// Whether the URL asks for TLS in any way: tls=true, or any other tls_*
+// parameter given (a backend without TLS refuses it before take_tls()).
+bool tls_asked(const url& u);
+
+// Whether the URL says tls_insecure=true (the core's warning on connect; the
+// parameter itself stays in `u` for the backend to take). False when the value
+// does not parse: the backend's take_tls() refuses it then.
+bool tls_insecure_requested(const url& u);
+
+// What connect() logs (warning) when tls_insecure_requested().
+inline constexpr std::string_view tls_insecure_warning =
+    "tls_insecure=true: the server's certificate and name are not verified (for tests only): anyone on the path "
+    "can read and change this provider's traffic, credentials included";
+
+}  // namespace distlock::spi
