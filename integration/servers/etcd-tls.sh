@@ -12,10 +12,10 @@
 # Env ($RUN/etcd-tls.env), $CA = $RUN/tls/ca.crt:
 #   DISTLOCK_TEST_ETCD_TLS_URL              etcd://127.0.0.1:12679/distlock-tests?tls=true&tls_ca=$CA&lease=2s
 #   DISTLOCK_TEST_ETCD_TLS_CLIENT_CERT_URL  ...:12681...&tls_cert=$RUN/tls/client.crt&tls_key=$RUN/tls/client.key&lease=2s
-#   DISTLOCK_TEST_ETCD_TLS_EXPIRED_URL      ...:12683 (must fail: expired)
-#   DISTLOCK_TEST_ETCD_TLS_WRONG_NAME_URL   ...:12685 (must fail: name)
-#   DISTLOCK_TEST_ETCD_TLS_ON_PLAIN_URL     ...:12687 tls=true (must fail: plaintext server)
-#   DISTLOCK_TEST_ETCD_PLAIN_ON_TLS_URL     etcd://127.0.0.1:12679/distlock-tests?lease=2s (must fail: https server)
+#   DISTLOCK_TEST_ETCD_TLS_EXPIRED_URL_MUST_FAIL      ...:12683 (must fail: expired)
+#   DISTLOCK_TEST_ETCD_TLS_WRONG_NAME_URL_MUST_FAIL   ...:12685 (must fail: name)
+#   DISTLOCK_TEST_ETCD_TLS_ON_PLAIN_URL_MUST_FAIL     ...:12687 tls=true (must fail: plaintext server)
+#   DISTLOCK_TEST_ETCD_PLAIN_ON_TLS_URL_MUST_FAIL     etcd://127.0.0.1:12679/distlock-tests?lease=2s (must fail: https server)
 ETCD_TLS_BASE=12677  # member N: client port BASE + 2N, peer port BASE + 2N + 1
 
 etcd_tls_install() { etcd_install; }
@@ -66,9 +66,9 @@ etcd_tls_spawn() {  # etcd_tls_spawn DIR [N]
     cat > "$RUN/etcd-tls.env" <<ENV
 DISTLOCK_TEST_ETCD_TLS_URL='$base:$(etcd_tls_port 1)/$q&lease=2s'
 DISTLOCK_TEST_ETCD_TLS_CLIENT_CERT_URL='$base:$(etcd_tls_port 2)/$q&tls_cert=$TLS_DIR/client.crt&tls_key=$TLS_DIR/client.key&lease=2s'
-DISTLOCK_TEST_ETCD_TLS_EXPIRED_URL='$base:$(etcd_tls_port 3)/$q&lease=2s'
-DISTLOCK_TEST_ETCD_TLS_WRONG_NAME_URL='$base:$(etcd_tls_port 4)/$q&lease=2s'
-DISTLOCK_TEST_ETCD_TLS_ON_PLAIN_URL='$base:$(etcd_tls_port 5)/$q&lease=2s'
-DISTLOCK_TEST_ETCD_PLAIN_ON_TLS_URL='$base:$(etcd_tls_port 1)/distlock-tests?lease=2s'
+DISTLOCK_TEST_ETCD_TLS_EXPIRED_URL_MUST_FAIL='$base:$(etcd_tls_port 3)/$q&lease=2s'
+DISTLOCK_TEST_ETCD_TLS_WRONG_NAME_URL_MUST_FAIL='$base:$(etcd_tls_port 4)/$q&lease=2s'
+DISTLOCK_TEST_ETCD_TLS_ON_PLAIN_URL_MUST_FAIL='$base:$(etcd_tls_port 5)/$q&lease=2s'
+DISTLOCK_TEST_ETCD_PLAIN_ON_TLS_URL_MUST_FAIL='$base:$(etcd_tls_port 1)/distlock-tests?lease=2s'
 ENV
 }

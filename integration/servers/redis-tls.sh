@@ -16,12 +16,13 @@
 #   DISTLOCK_TEST_REDIS_TLS_URL            rediss://:tls-secret-pw@127.0.0.1:16400?tls_ca=$T/ca.crt&lease=2s
 #   DISTLOCK_TEST_REDIS_TLS_REENTRANT_URL  rediss://...:16400/1?strategy=reentrant&tls_ca=...&lease=2s
 #   DISTLOCK_TEST_REDIS_TLS_CLIENT_CERT_URL rediss://...:16401?tls_ca=..&tls_cert=$T/client.crt&tls_key=$T/client.key&lease=2s
-#   DISTLOCK_TEST_REDIS_TLS_EXPIRED_URL    rediss://...:16402?tls_ca=...&lease=2s (must fail: expired)
-#   DISTLOCK_TEST_REDIS_TLS_WRONG_NAME_URL rediss://...:16403?tls_ca=...&lease=2s (must fail: name)
-#   DISTLOCK_TEST_REDIS_TLS_ON_PLAIN_URL   rediss://...:16404?tls_ca=...&lease=2s (must fail: plaintext server)
-#   DISTLOCK_TEST_REDIS_PLAIN_ON_TLS_URL   redis://...:16400?lease=2s (must fail: TLS server, no TLS)
+#   DISTLOCK_TEST_REDIS_TLS_EXPIRED_URL_MUST_FAIL    rediss://...:16402?tls_ca=...&lease=2s (must fail: expired)
+#   DISTLOCK_TEST_REDIS_TLS_WRONG_NAME_URL_MUST_FAIL rediss://...:16403?tls_ca=...&lease=2s (must fail: name)
+#   DISTLOCK_TEST_REDIS_TLS_ON_PLAIN_URL_MUST_FAIL   rediss://...:16404?tls_ca=...&lease=2s (must fail: plaintext server)
+#   DISTLOCK_TEST_REDIS_PLAIN_ON_TLS_URL_MUST_FAIL   redis://...:16400?lease=2s (must fail: TLS server, no TLS)
 #   DISTLOCK_TEST_REDIS_CLUSTER_TLS_URL    redis-cluster://:tls-secret-pw@127.0.0.1:17100,...:17101,...:17102?tls=true&tls_ca=...&lease=2s
 #   DISTLOCK_TEST_REDIS_TLS_PW             tls-secret-pw
+NOT_IN_UP_ALL+=(redis-tls)  # until the client has the rediss:// scheme and tls=true on redis-cluster:// (issue 24): then remove this line
 RTLS_PW='tls-secret-pw'
 RTLS_PORTS=(16400 16401 16402 16403 16404 17100 17101 17102)  # member N is RTLS_PORTS[N-1]
 RTLS_CLUSTER=(6 7 8)
@@ -106,10 +107,10 @@ redis_tls_spawn() {  # redis_tls_spawn DIR [N]
 DISTLOCK_TEST_REDIS_TLS_URL='rediss://$cred:${RTLS_PORTS[0]}?$ca&lease=2s'
 DISTLOCK_TEST_REDIS_TLS_REENTRANT_URL='rediss://$cred:${RTLS_PORTS[0]}/1?strategy=reentrant&$ca&lease=2s'
 DISTLOCK_TEST_REDIS_TLS_CLIENT_CERT_URL='rediss://$cred:${RTLS_PORTS[1]}?$ca&tls_cert=$TLS_DIR/client.crt&tls_key=$TLS_DIR/client.key&lease=2s'
-DISTLOCK_TEST_REDIS_TLS_EXPIRED_URL='rediss://$cred:${RTLS_PORTS[2]}?$ca&lease=2s'
-DISTLOCK_TEST_REDIS_TLS_WRONG_NAME_URL='rediss://$cred:${RTLS_PORTS[3]}?$ca&lease=2s'
-DISTLOCK_TEST_REDIS_TLS_ON_PLAIN_URL='rediss://$cred:${RTLS_PORTS[4]}?$ca&lease=2s'
-DISTLOCK_TEST_REDIS_PLAIN_ON_TLS_URL='redis://$cred:${RTLS_PORTS[0]}?lease=2s'
+DISTLOCK_TEST_REDIS_TLS_EXPIRED_URL_MUST_FAIL='rediss://$cred:${RTLS_PORTS[2]}?$ca&lease=2s'
+DISTLOCK_TEST_REDIS_TLS_WRONG_NAME_URL_MUST_FAIL='rediss://$cred:${RTLS_PORTS[3]}?$ca&lease=2s'
+DISTLOCK_TEST_REDIS_TLS_ON_PLAIN_URL_MUST_FAIL='rediss://$cred:${RTLS_PORTS[4]}?$ca&lease=2s'
+DISTLOCK_TEST_REDIS_PLAIN_ON_TLS_URL_MUST_FAIL='redis://$cred:${RTLS_PORTS[0]}?lease=2s'
 DISTLOCK_TEST_REDIS_CLUSTER_TLS_URL='redis-cluster://$cred:${c[0]},127.0.0.1:${c[1]},127.0.0.1:${c[2]}?tls=true&$ca&lease=2s'
 DISTLOCK_TEST_REDIS_TLS_PW='$RTLS_PW'
 ENV

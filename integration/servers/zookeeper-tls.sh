@@ -14,7 +14,7 @@
 # standalone, member 2 when srvr through the tunnel does.
 # Env ($RUN/zookeeper-tls.env):
 #   DISTLOCK_TEST_ZK_TLS_TUNNEL_URL   zk://127.0.0.1:12192/distlock-tests?session_timeout=2s
-#   DISTLOCK_TEST_ZK_PLAIN_ON_TLS_URL zk://127.0.0.1:12191/distlock-tests?session_timeout=2s
+#   DISTLOCK_TEST_ZK_PLAIN_ON_TLS_URL_MUST_FAIL zk://127.0.0.1:12191/distlock-tests?session_timeout=2s
 #                                     (the C client straight to the TLS port: must fail)
 #   DISTLOCK_TEST_ZK_TLS_4LW          127.0.0.1:12192 (four-letter words through the tunnel)
 ZK_TLS_PORT=12191
@@ -84,7 +84,7 @@ zookeeper_tls_spawn() {  # zookeeper_tls_spawn DIR [N]
     /usr/share/zookeeper/bin/zkCli.sh -server "127.0.0.1:$ZK_TLS_TUNNEL_PORT" create /distlock-tests </dev/null >/dev/null 2>&1 || true
     cat > "$RUN/zookeeper-tls.env" <<ENV
 DISTLOCK_TEST_ZK_TLS_TUNNEL_URL=zk://127.0.0.1:$ZK_TLS_TUNNEL_PORT/distlock-tests?session_timeout=2s
-DISTLOCK_TEST_ZK_PLAIN_ON_TLS_URL=zk://127.0.0.1:$ZK_TLS_PORT/distlock-tests?session_timeout=2s
+DISTLOCK_TEST_ZK_PLAIN_ON_TLS_URL_MUST_FAIL=zk://127.0.0.1:$ZK_TLS_PORT/distlock-tests?session_timeout=2s
 DISTLOCK_TEST_ZK_TLS_4LW=127.0.0.1:$ZK_TLS_TUNNEL_PORT
 ENV
 }
