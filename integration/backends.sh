@@ -300,6 +300,22 @@ tls_ensure() {
     printf "DISTLOCK_TEST_TLS_DIR='%s'\nDISTLOCK_TEST_TLS_CA='%s'\n" "$TLS_DIR" "$TLS_DIR/ca.crt" > "$RUN/tls.env"
 }
 
+# spawn_members NAME COUNT SECONDS DIR [N]: the spawn of a server of COUNT independent
+# members (the TLS servers): starts member N (each when N is omitted) with
+# P_member_start DIR M (in the background, its PID recorded with record_pid), all at once,
+# then waits up to SECONDS for each with P_member_ready DIR M, printing the tail of the
+# log P_member_log DIR M names when one does not come up (P: NAME with '_' for '-').
+spawn_members() {
+    local name=$1 count=$2 seconds=$3 dir=$4 fn=${1//-/_} m members pids
+    if [ -n "${5:-}" ]; then members=("$5"); else mapfile -t members < <(seq "$count"); fi
+    for m in "${members[@]}"; do "${fn}_member_start" "$dir" "$m" || return 1; done
+    mapfile -t pids < "$RUN/$name.pids"
+    for m in "${members[@]}"; do
+        wait_serving "$seconds" "${pids[m-1]}" "${fn}_member_ready" "$dir" "$m" ||
+            { fail_with_log "$name member $m" "$("${fn}_member_log" "$dir" "$m")"; return 1; }
+    done
+}
+
 # Settings ---------------------------------------------------------------------
 # "up NAME" saves the DISTLOCK_* environment (ports, forceSync, ...) in $RUN/NAME.settings;
 # "spawn NAME" and "wipe NAME" run with exactly that one, so that a server comes back

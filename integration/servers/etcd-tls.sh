@@ -41,27 +41,26 @@ etcd_tls_healthy() {
         etcd_tls_curl "$1" /v3/maintenance/status -XPOST -d '{}' | grep -q '"version"'
 }
 
+etcd_tls_member_log() { echo "$1/m$2/log"; }
+etcd_tls_member_ready() { etcd_tls_healthy "$2"; }
+etcd_tls_member_start() {  # etcd_tls_member_start DIR N: start member N in the background
+    local dir=$1 n=$2 port peer cmd cert=server tls=()
+    port=$(etcd_tls_port "$n") peer=$(( $(etcd_tls_port "$n") + 1 ))
+    cmd=$(etcd_cmd "m$n" "$dir/m$n/data" "$port" "$peer" "m$n=http://127.0.0.1:$peer")
+    case $n in 2) tls=(--client-cert-auth --trusted-ca-file "$TLS_DIR/ca.crt") ;; 3) cert=expired ;; 4) cert=wrong-name ;; esac
+    if [ "$n" != 5 ]; then
+        cmd=${cmd//http:\/\/127.0.0.1:$port/https://127.0.0.1:$port}
+        tls+=(--cert-file "$TLS_DIR/$cert.crt" --key-file "$TLS_DIR/$cert.key")
+    fi
+    mkdir -p "$dir/m$n"
+    # shellcheck disable=SC2086  # etcd_cmd's words
+    $cmd "${tls[@]}" </dev/null >>"$dir/m$n/log" 2>&1 &
+    record_pid etcd-tls $! "$n"
+}
+
 etcd_tls_spawn() {  # etcd_tls_spawn DIR [N]
-    local dir=$1 n members pids port peer cmd cert tls
-    tls_ensure || return 1
-    if [ -n "${2:-}" ]; then members=("$2"); else members=(1 2 3 4 5); fi
-    for n in "${members[@]}"; do
-        port=$(etcd_tls_port "$n") peer=$(( $(etcd_tls_port "$n") + 1 )) cert=server tls=()
-        cmd=$(etcd_cmd "m$n" "$dir/m$n/data" "$port" "$peer" "m$n=http://127.0.0.1:$peer")
-        case $n in 2) tls=(--client-cert-auth --trusted-ca-file "$TLS_DIR/ca.crt") ;; 3) cert=expired ;; 4) cert=wrong-name ;; esac
-        if [ "$n" != 5 ]; then
-            cmd=${cmd//http:\/\/127.0.0.1:$port/https://127.0.0.1:$port}
-            tls+=(--cert-file "$TLS_DIR/$cert.crt" --key-file "$TLS_DIR/$cert.key")
-        fi
-        mkdir -p "$dir/m$n"
-        # shellcheck disable=SC2086  # etcd_cmd's words
-        $cmd "${tls[@]}" </dev/null >>"$dir/m$n/log" 2>&1 &
-        record_pid etcd-tls $! "$n"
-    done
-    mapfile -t pids < "$RUN/etcd-tls.pids"
-    for n in "${members[@]}"; do
-        wait_serving 30 "${pids[n-1]}" etcd_tls_healthy "$n" || { fail_with_log "etcd-tls member $n" "$dir/m$n/log"; return 1; }
-    done
+    local dir=$1
+    tls_ensure && spawn_members etcd-tls 5 30 "$dir" "${2:-}" || return 1
     local base=etcd://127.0.0.1 q="distlock-tests?tls=true&tls_ca=$TLS_DIR/ca.crt"
     cat > "$RUN/etcd-tls.env" <<ENV
 DISTLOCK_TEST_ETCD_TLS_URL='$base:$(etcd_tls_port 1)/$q&lease=2s'

@@ -32,27 +32,24 @@ mysql_tls_init() {  # mysql_tls_init DIR: DIR/data-N for each member
     touch "$dir/setup-pending"
 }
 
-mytls_alive() { mariadb-admin --no-defaults -uroot --socket="$1" ping; }  # over the socket: TCP needs TLS
+mysql_tls_member_log() { echo "$1/err-$2.log"; }
+# Over the socket: TCP needs TLS (and member 1 refuses root from there anyway).
+mysql_tls_member_ready() { mariadb-admin --no-defaults -uroot --socket="$1/sock-$2" ping; }
+mysql_tls_member_start() {  # mysql_tls_member_start DIR N: start member N in the background
+    local dir=$1 n=$2 cert=server tls=()
+    case $n in 1) tls=(--require-secure-transport=ON) ;; 2) cert=expired ;; 3) cert=wrong-name ;; esac
+    if [ "$n" = 4 ]; then tls=(--skip-ssl); else
+        tls+=(--ssl-cert="$TLS_DIR/$cert.crt" --ssl-key="$TLS_DIR/$cert.key" --ssl-ca="$TLS_DIR/ca.crt"); fi
+    mariadbd --no-defaults --datadir="$dir/data-$n" --user=root --port="${MYTLS_PORTS[n-1]}" --bind-address=127.0.0.1 \
+        --socket="$dir/sock-$n" --pid-file="$dir/pid-$n" --log-error="$dir/err-$n.log" "${MYSQL_LEAN[@]}" \
+        --max-connections=200 --innodb-flush-log-at-trx-commit=2 "${tls[@]}" </dev/null >/dev/null 2>&1 &
+    record_pid mysql-tls $! "$n"
+}
 
 mysql_tls_spawn() {  # mysql_tls_spawn DIR [N]
-    local dir=$1 n members pids cert tls
-    tls_ensure || return 1
-    if [ -n "${2:-}" ]; then members=("$2"); else members=(1 2 3 4); fi
-    for n in "${members[@]}"; do
-        cert=server tls=()
-        case $n in 1) tls=(--require-secure-transport=ON) ;; 2) cert=expired ;; 3) cert=wrong-name ;; esac
-        if [ "$n" = 4 ]; then tls=(--skip-ssl); else
-            tls+=(--ssl-cert="$TLS_DIR/$cert.crt" --ssl-key="$TLS_DIR/$cert.key" --ssl-ca="$TLS_DIR/ca.crt"); fi
-        mariadbd --no-defaults --datadir="$dir/data-$n" --user=root --port="${MYTLS_PORTS[n-1]}" --bind-address=127.0.0.1 \
-            --socket="$dir/sock-$n" --pid-file="$dir/pid-$n" --log-error="$dir/err-$n.log" "${MYSQL_LEAN[@]}" \
-            --max-connections=200 --innodb-flush-log-at-trx-commit=2 "${tls[@]}" </dev/null >/dev/null 2>&1 &
-        record_pid mysql-tls $! "$n"
-    done
-    mapfile -t pids < "$RUN/mysql-tls.pids"
-    for n in "${members[@]}"; do
-        wait_serving 30 "${pids[n-1]}" mytls_alive "$dir/sock-$n" || { fail_with_log "mysql-tls member $n" "$dir/err-$n.log"; return 1; }
-    done
-    if [ -f "$dir/setup-pending" ] && [[ " ${members[*]} " == *" 1 "* ]]; then
+    local dir=$1
+    tls_ensure && spawn_members mysql-tls ${#MYTLS_PORTS[@]} 30 "$dir" "${2:-}" || return 1
+    if [ -f "$dir/setup-pending" ] && [ "${2:-1}" = 1 ]; then
         mariadb --no-defaults -uroot --socket="$dir/sock-1" -e "
             CREATE DATABASE IF NOT EXISTS distlock;
             CREATE USER IF NOT EXISTS 'distlock'@'%' IDENTIFIED BY 'distlock' REQUIRE SSL;

@@ -48,7 +48,9 @@ HBA
     touch "$dir/setup-pending"
 }
 
-pgtls_start() {  # pgtls_start DIR N: start member N in the background (PID recorded)
+postgres_tls_member_log() { echo "$1/server-$2.log"; }
+postgres_tls_member_ready() { "$(postgres_bin)/pg_isready" -q -h 127.0.0.1 -p "${PGTLS_PORTS[$2-1]}"; }
+postgres_tls_member_start() {  # postgres_tls_member_start DIR N: start member N in the background
     local dir=$1 n=$2 bin cert=server ssl=(-c ssl=on) f old
     bin=$(postgres_bin) || return 1
     case $n in 2) cert=expired ;; 3) cert=wrong-name ;; 4) ssl=(-c ssl=off) ;; esac
@@ -62,17 +64,10 @@ pgtls_start() {  # pgtls_start DIR N: start member N in the background (PID reco
 }
 
 postgres_tls_spawn() {  # postgres_tls_spawn DIR [N]
-    local dir=$1 n members pids bin
+    local dir=$1 bin
     bin=$(postgres_bin) || { log "postgres binaries not found"; return 1; }
-    tls_ensure || return 1
-    if [ -n "${2:-}" ]; then members=("$2"); else members=(1 2 3 4); fi
-    for n in "${members[@]}"; do pgtls_start "$dir" "$n" || return 1; done
-    mapfile -t pids < "$RUN/postgres-tls.pids"
-    for n in "${members[@]}"; do
-        wait_serving 30 "${pids[n-1]}" "$bin/pg_isready" -q -h 127.0.0.1 -p "${PGTLS_PORTS[n-1]}" ||
-            { fail_with_log "postgres-tls member $n" "$dir/server-$n.log"; return 1; }
-    done
-    if [ -f "$dir/setup-pending" ] && [[ " ${members[*]} " == *" 1 "* ]]; then
+    tls_ensure && spawn_members postgres-tls ${#PGTLS_PORTS[@]} 30 "$dir" "${2:-}" || return 1
+    if [ -f "$dir/setup-pending" ] && [ "${2:-1}" = 1 ]; then
         "${AS_POSTGRES[@]}" "$bin/psql" -X -q -v ON_ERROR_STOP=1 -h "$dir" -p "${PGTLS_PORTS[0]}" -U postgres -d postgres \
             -c "CREATE ROLE distlock LOGIN PASSWORD 'distlock'" -c "CREATE ROLE distlock_cert LOGIN PASSWORD 'distlock'" \
             -c "CREATE DATABASE distlock OWNER distlock" -c "GRANT ALL ON DATABASE distlock TO distlock_cert" >/dev/null &&

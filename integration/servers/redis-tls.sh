@@ -48,7 +48,9 @@ rtls_cli() {
 }
 rtls_pong() { [ "$(rtls_cli "$1" PING 2>/dev/null)" = PONG ]; }
 
-rtls_start() {  # rtls_start DIR N: start member N, wait for PONG
+redis_tls_member_log() { echo "$1/node-${RTLS_PORTS[$2-1]}/redis.log"; }
+redis_tls_member_ready() { rtls_pong "$2"; }
+redis_tls_member_start() {  # redis_tls_member_start DIR N: start member N in the background
     local dir=$1 n=$2 port=${RTLS_PORTS[$2-1]} d cert=server args
     d=$dir/node-$port
     mkdir -p "$d"
@@ -58,7 +60,7 @@ rtls_start() {  # rtls_start DIR N: start member N, wait for PONG
       3) cert=expired ;;
       4) cert=wrong-name ;;
       # The cluster bus always asks for a client certificate (whatever tls-auth-clients
-      # says): the nodes present client.crt (server.crt is for serverAuth only).
+      # says): the nodes present client.crt.
       [678]) args=(--tls-cluster yes --tls-replication yes --cluster-enabled yes --cluster-config-file nodes.conf
                    --tls-client-cert-file "$TLS_DIR/client.crt" --tls-client-key-file "$TLS_DIR/client.key"
                    --cluster-node-timeout 2000 --masterauth "$RTLS_PW") ;;
@@ -72,7 +74,6 @@ rtls_start() {  # rtls_start DIR N: start member N, wait for PONG
     redis-server "${args[@]}" --bind 127.0.0.1 --dir "$d" --logfile "$d/redis.log" --save '' --appendonly no \
         --requirepass "$RTLS_PW" --databases 16 </dev/null >/dev/null 2>&1 &
     record_pid redis-tls $! "$n"
-    wait_serving 10 $! rtls_pong "$n" || fail_with_log "redis-tls member $n (port $port)" "$d/redis.log"
 }
 
 rtls_info_field() { rtls_cli "$1" CLUSTER INFO 2>/dev/null | tr -d '\r' | sed -n "s/^$2://p"; }
@@ -93,10 +94,8 @@ rtls_cluster_create() {  # when all three cluster nodes are new
 }
 
 redis_tls_spawn() {  # redis_tls_spawn DIR [N]
-    local dir=$1 n members
-    tls_ensure || return 1
-    if [ -n "${2:-}" ]; then members=("$2"); else mapfile -t members < <(seq ${#RTLS_PORTS[@]}); fi
-    for n in "${members[@]}"; do rtls_start "$dir" "$n" || return 1; done
+    local dir=$1
+    tls_ensure && spawn_members redis-tls ${#RTLS_PORTS[@]} 10 "$dir" "${2:-}" || return 1
     if alive redis-tls; then
         rtls_cluster_create "$dir" || return 1
         wait_until 30 rtls_cluster_ok ||

@@ -22,20 +22,10 @@ ZK_TLS_TUNNEL_PORT=12192
 
 zookeeper_tls_install() { zookeeper_install; apt_ensure socat openssl; }
 
-zookeeper_tls_init() {  # zookeeper_tls_init DIR: DIR/zoo.cfg and an empty DIR/data
+zookeeper_tls_init() {  # zookeeper_tls_init DIR: zookeeper.sh's DIR/zoo.cfg with the TLS port only, empty DIR/data
     local dir=$1
-    tls_ensure || return 1
-    rm -rf "$dir/data"
-    mkdir -p "$dir/data"
-    cat > "$dir/zoo.cfg" <<CFG
-tickTime=200
-dataDir=$dir/data
-secureClientPort=$ZK_TLS_PORT
-secureClientPortAddress=127.0.0.1
-admin.enableServer=false
-4lw.commands.whitelist=*
-maxClientCnxns=0
-CFG
+    tls_ensure && zookeeper_init "$dir" || return 1
+    sed -i "s/^clientPort=.*/secureClientPort=$ZK_TLS_PORT/; s/^clientPortAddress=/secureClientPortAddress=/" "$dir/zoo.cfg"
 }
 
 # The TLS settings are system properties (zookeeper.*); Netty's codec and resolver are not in
@@ -56,30 +46,26 @@ zk_tls_serving() {
         -verify_return_error -verify_ip 127.0.0.1 2>/dev/null | grep -q '^Mode: standalone'
 }
 
+zookeeper_tls_member_log() { if [ "$2" = 1 ]; then echo "$1/log"; else echo "$1/tunnel.log"; fi; }
+zookeeper_tls_member_ready() {
+    if [ "$2" = 1 ]; then zk_tls_serving; else zk_serving "$ZK_TLS_TUNNEL_PORT" standalone; fi
+}
+zookeeper_tls_member_start() {  # zookeeper_tls_member_start DIR N: start member N in the background
+    local dir=$1
+    if [ "$2" = 1 ]; then
+        # shellcheck disable=SC2046,SC2091  # the command line of zk_tls_server_cmd, run
+        $(zk_tls_server_cmd "$dir") </dev/null >>"$dir/log" 2>&1 &
+    else
+        socat "TCP-LISTEN:$ZK_TLS_TUNNEL_PORT,bind=127.0.0.1,fork,reuseaddr" \
+            "OPENSSL:127.0.0.1:$ZK_TLS_PORT,cafile=$TLS_DIR/ca.crt,verify=1,commonname=127.0.0.1" \
+            </dev/null >>"$dir/tunnel.log" 2>&1 &
+    fi
+    record_pid zookeeper-tls $! "$2"
+}
+
 zookeeper_tls_spawn() {  # zookeeper_tls_spawn DIR [N]
-    local dir=$1 n members pids
-    tls_ensure || return 1
-    if [ -n "${2:-}" ]; then members=("$2"); else members=(1 2); fi
-    for n in "${members[@]}"; do
-        if [ "$n" = 1 ]; then
-            # shellcheck disable=SC2046,SC2091  # the command line of zk_tls_server_cmd, run
-            $(zk_tls_server_cmd "$dir") </dev/null >>"$dir/log" 2>&1 &
-        else
-            socat "TCP-LISTEN:$ZK_TLS_TUNNEL_PORT,bind=127.0.0.1,fork,reuseaddr" \
-                "OPENSSL:127.0.0.1:$ZK_TLS_PORT,cafile=$TLS_DIR/ca.crt,verify=1,commonname=127.0.0.1" \
-                </dev/null >>"$dir/tunnel.log" 2>&1 &
-        fi
-        record_pid zookeeper-tls $! "$n"
-    done
-    mapfile -t pids < "$RUN/zookeeper-tls.pids"
-    for n in "${members[@]}"; do
-        if [ "$n" = 1 ]; then
-            wait_serving 60 "${pids[0]}" zk_tls_serving || { fail_with_log "zookeeper-tls server" "$dir/log"; return 1; }
-        else
-            wait_serving 60 "${pids[1]}" zk_serving "$ZK_TLS_TUNNEL_PORT" standalone ||
-                { fail_with_log "zookeeper-tls tunnel" "$dir/tunnel.log"; return 1; }
-        fi
-    done
+    local dir=$1
+    tls_ensure && spawn_members zookeeper-tls 2 60 "$dir" "${2:-}" || return 1
     # The tests' base path, open and persistent (as zookeeper.sh makes it), through the tunnel.
     /usr/share/zookeeper/bin/zkCli.sh -server "127.0.0.1:$ZK_TLS_TUNNEL_PORT" create /distlock-tests </dev/null >/dev/null 2>&1 || true
     cat > "$RUN/zookeeper-tls.env" <<ENV
