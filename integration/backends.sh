@@ -61,6 +61,9 @@
 #                    below for the fault tests (DISTLOCK_TEST_REDIS_SENTINEL_CTL,
 #                    DISTLOCK_TEST_REDIS_CLUSTER_CTL; see their files)
 #   three-member clusters, <name>_start: etcd-cluster, zk-ensemble
+#   TLS (issue 24), independent members started through spawn_members below, with the
+#                    throwaway CA of integration/tls/make-ca.sh: redis-tls, postgres-tls,
+#                    mysql-tls, etcd-tls, zookeeper-tls (each file lists its members and env)
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 RUN="${DISTLOCK_RUN_DIR:-$HERE/.run}"
