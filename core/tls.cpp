@@ -31,9 +31,11 @@ tls_file pick(url& u, std::string_view backend, const std::optional<std::string>
     return {};
 }
 
+}  // namespace
+
 // Opened, not only stat()ed: the permission bits do not tell what an ACL, a
 // capability or a read-only mount allow. Nothing is read.
-void check_readable(const tls_file& f, std::string_view backend) {
+void check_tls_file(const tls_file& f, std::string_view backend) {
     if (!f.given()) return;
     const int fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
@@ -45,8 +47,6 @@ void check_readable(const tls_file& f, std::string_view backend) {
     ::close(fd);
     if (!regular) bad(backend, f.param + ": '" + f.path + "' is not a regular file");
 }
-
-}  // namespace
 
 tls_params take_tls(url& u, std::string_view backend, const tls_aliases& aliases) {
     tls_params p;
@@ -66,9 +66,9 @@ tls_params take_tls(url& u, std::string_view backend, const tls_aliases& aliases
 }
 
 void check_tls_files(const tls_params& p, std::string_view backend) {
-    check_readable(p.ca, backend);
-    check_readable(p.cert, backend);
-    check_readable(p.key, backend);
+    check_tls_file(p.ca, backend);
+    check_tls_file(p.cert, backend);
+    check_tls_file(p.key, backend);
 }
 
 void tls_conflict(std::string_view backend, std::string_view param, std::string_view alias) {

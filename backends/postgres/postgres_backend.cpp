@@ -3,13 +3,19 @@
 // (backends/sql): a connection wrapper (asynchronous libpq calls bounded by the
 // query timeout; the server's bytes handed to libpq through a relay that caps
 // them, relay.hpp), the SQL texts and the advisory-lock key of a name.
+#include <arpa/inet.h>
 #include <libpq-fe.h>
+#include <openssl/x509.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
 #include <utility>
+#include <vector>
+
+#include "distlock/spi/tls.hpp"
 
 #include "postgres_dialect.hpp"
 #include "relay.hpp"
@@ -36,10 +42,19 @@ s::failure classify_state(std::string_view state) {
 // libpq gives no SQLSTATE for a failed connection: read its message.
 s::failure classify_connect(const std::string& msg) {
     auto has = [&](const char* what) { return msg.find(what) != std::string::npos; };
-    if (has("password authentication failed") || has("no pg_hba.conf entry") || has("role \"") ||
+    if (has("password authentication failed") || has("no pg_hba.conf entry") || has("pg_hba.conf rejects") ||
+        has("role \"") ||
         has("permission denied") || has("no password supplied"))
         return s::failure::access_denied;
     if (has("database \"") && has("does not exist")) return s::failure::no_database;
+    // TLS refused by policy, as the HTTP layer's (access_denied_error): the
+    // server's certificate (wrong CA, expired, another name), a server in
+    // clear where the mode requires TLS, a client certificate the server
+    // wants or refuses. No retry fixes them; libpq sent no password.
+    if (has("certificate verify failed") || has("does not match host name") || has("server does not support SSL") ||
+        has("requires a valid client certificate") || has("alert certificate required") ||
+        has("alert unknown ca") || has("alert bad certificate"))
+        return s::failure::access_denied;
     // Another kind of server answered the startup packet (a wrong port).
     if (has("invalid response to SSL negotiation") || has("expected authentication request from server"))
         return s::failure::wrong_server;
@@ -49,6 +64,10 @@ s::failure classify_connect(const std::string& msg) {
 struct endpoint {
     std::string host, port, user, password, dbname;
     std::string schema = "public";  // where every object distlock makes or uses lives (schema=)
+    // libpq's TLS keywords (sslmode, sslrootcert, hostaddr...) with their
+    // values, from the URL's TLS parameters (tls_options()); none = libpq's
+    // defaults (sslmode=prefer).
+    std::vector<std::pair<std::string, std::string>> tls;
 };
 
 // Every session resolves unqualified names in pg_catalog only (pg_temp, which
@@ -64,11 +83,17 @@ constexpr const char* session_options = "-c search_path=pg_catalog,pg_temp";
 class connection final : public s::connection {
 public:
     connection(const endpoint& ep, const s::conn_settings& cs) : timeout_(cs.timeout) {
-        const char* keys[] = {"host",   "port", "user", "password", "dbname", "application_name", "client_encoding",
-                              "options", nullptr};
-        const char* vals[] = {ep.host.c_str(),   ep.port.c_str(), ep.user.c_str(), ep.password.c_str(),
-                              ep.dbname.c_str(), "distlock",      "UTF8",          session_options, nullptr};
-        conn_ = PQconnectStartParams(keys, vals, 0);
+        std::vector<const char*> keys = {"host",   "port", "user", "password", "dbname", "application_name",
+                                         "client_encoding", "options"};
+        std::vector<const char*> vals = {ep.host.c_str(),   ep.port.c_str(), ep.user.c_str(), ep.password.c_str(),
+                                         ep.dbname.c_str(), "distlock",      "UTF8",          session_options};
+        for (const auto& [k, v] : ep.tls) {
+            keys.push_back(k.c_str());
+            vals.push_back(v.c_str());
+        }
+        keys.push_back(nullptr);
+        vals.push_back(nullptr);
+        conn_ = PQconnectStartParams(keys.data(), vals.data(), 0);
         if (conn_ == nullptr) throw s::sql_error(s::failure::cannot_connect, 0, "libpq could not allocate a connection");
         const auto until = clk::now() + cs.connect_timeout;
         for (auto st = PGRES_POLLING_WRITING;;) {
@@ -676,6 +701,50 @@ private:
     std::string table_;
 };
 
+// The URL's TLS parameters as libpq keywords (docs/backends/sql.md, "TLS").
+// tls=true means what it means on every backend, sslmode=verify-full: libpq
+// then sends nothing of the session (no startup packet, no password) before
+// the server's certificate and name have been verified, and it never falls
+// back to a connection in clear. Without any, libpq's default (prefer) stays.
+void tls_options(spi::url& u, endpoint& ep) {
+    constexpr const char* backend = "postgres";
+    const auto t = spi::take_tls(u, backend, {"sslrootcert", "sslcert", "sslkey", ""});
+    auto mode = u.take("sslmode");
+    static constexpr std::string_view modes[] = {"disable", "allow", "prefer", "require", "verify-ca", "verify-full"};
+    if (mode && std::find(std::begin(modes), std::end(modes), *mode) == std::end(modes))
+        throw_error(errc::invalid_argument, backend,
+                    "unknown sslmode '" + *mode + "' (known: disable, allow, prefer, require, verify-ca, verify-full)");
+    if (t.enabled) {
+        const std::string implied = t.verify ? "verify-full" : "require";
+        if (mode && *mode != implied) spi::tls_conflict(backend, t.verify ? "tls=true" : "tls_insecure=true", "sslmode=" + *mode);
+        mode = implied;
+    }
+    spi::tls_file crl;
+    if (auto v = u.take("sslcrl")) crl = {*v, "sslcrl"};
+    spi::check_tls_files(t, backend);
+    spi::check_tls_file(crl, backend);
+    if (mode) ep.tls.emplace_back("sslmode", *mode);
+    // tls=true without a CA: the system's bundle, as the HTTP layer's (libpq's
+    // own default is ~/.postgresql/root.crt). None with tls_insecure: libpq
+    // verifies the chain (verify-ca) at sslmode=require when it has a CA.
+    const bool insecure = t.enabled && !t.verify;
+    const std::string ca = insecure ? "" : t.ca.given() ? t.ca.path : t.enabled ? X509_get_default_cert_file() : "";
+    if (!ca.empty()) ep.tls.emplace_back("sslrootcert", ca);
+    if (t.cert.given()) ep.tls.emplace_back("sslcert", t.cert.path);
+    if (t.key.given()) ep.tls.emplace_back("sslkey", t.key.path);
+    if (crl.given()) ep.tls.emplace_back("sslcrl", crl.path);
+    if (!t.server_name.empty()) {
+        // libpq verifies (and sends in SNI) `host`, and connects to `hostaddr`
+        // when given, which must be a numeric address.
+        unsigned char buf[sizeof(in6_addr)];
+        if (inet_pton(AF_INET, ep.host.c_str(), buf) != 1 && inet_pton(AF_INET6, ep.host.c_str(), buf) != 1)
+            throw_error(errc::unsupported, backend,
+                        "tls_server_name needs the URL's host as a numeric address (libpq connects to it as hostaddr)");
+        ep.tls.emplace_back("hostaddr", ep.host);
+        ep.host = t.server_name;
+    }
+}
+
 }  // namespace
 
 std::shared_ptr<s::dialect> make_dialect(spi::url& u, const s::conn_settings& cs) {
@@ -694,6 +763,7 @@ std::shared_ptr<s::dialect> make_dialect(spi::url& u, const s::conn_settings& cs
     if (ep.user.empty())
         throw_error(errc::invalid_argument, "postgres", "postgres:// needs a user: postgres://user:pw@host/db");
     if (auto schema = u.take("schema")) ep.schema = *schema;
+    tls_options(u, ep);
     if (!s::is_identifier(ep.schema, 63))
         throw_error(errc::invalid_argument, "postgres",
                     "schema '" + ep.schema + "' is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 63 characters)");

@@ -63,6 +63,8 @@ tls_params take_tls(url& u, std::string_view backend, const tls_aliases& aliases
 // for reading (missing, a directory, no permission). Call it at connect:
 // the client library would read them later with a vaguer message.
 void check_tls_files(const tls_params& p, std::string_view backend);
+// The same for one file (a backend's own: PostgreSQL's sslcrl); none given = nothing.
+void check_tls_file(const tls_file& f, std::string_view backend);
 
 // The invalid_argument_error of a tls* parameter and its native alias that
 // disagree ("tls=true and sslmode=disable disagree").
