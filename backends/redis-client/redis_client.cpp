@@ -15,6 +15,8 @@
 #include <climits>
 #include <cstring>
 
+#include "distlock/spi/tls.hpp"
+
 namespace distlock::backends::redis_client {
 namespace {
 
@@ -80,7 +82,8 @@ void throw_client_error(const std::string& backend, const redisReply* r, const s
 }
 
 void throw_client_error(const std::string& backend, const std::string& context, const connection_failure& e) {
-    throw_error(e.not_redis() ? errc::invalid_argument : errc::unavailable, backend, context + ": " + e.what());
+    const errc code = e.not_redis() ? errc::invalid_argument : e.denied() ? errc::access_denied : errc::unavailable;
+    throw_error(code, backend, context + ": " + e.what());
 }
 
 // ---- endpoint ------------------------------------------------------------------
@@ -112,6 +115,11 @@ endpoint endpoint_from_url(spi::url& u, const std::string& backend_name, std::ch
     ep.command_timeout = u.take_duration("timeout").value_or(command_default);
     if (ep.connect_timeout.count() <= 0 || ep.command_timeout.count() <= 0)
         throw_error(errc::invalid_argument, backend_name, "connect_timeout and timeout must be positive");
+    tls_options tls;
+    tls.enabled = u.scheme() == "rediss";
+    tls = tls_from_url(u, backend_name, std::move(tls));
+    if (u.scheme() == "rediss" && !tls.enabled) spi::tls_conflict(backend_name, "tls=false", "rediss://");
+    if (tls.enabled) ep.tls = tls_context::make(tls, backend_name);
     return ep;
 }
 
@@ -349,10 +357,9 @@ void mask(redisReply* r, const std::string& secret) {
         for (std::size_t i = 0; i < r->elements; ++i) mask(r->element[i], secret);
 }
 
-// A connected non-blocking TCP socket to ep (close-on-exec from the start: a
-// fork and exec in another thread never inherits it), or unavailable_error.
-int connect_socket(const endpoint& ep) {
-    const auto until = clock::now() + ep.connect_timeout;
+// A connected non-blocking TCP socket to ep by `until` (close-on-exec from the
+// start: a fork and exec in another thread never inherits it), or unavailable_error.
+int connect_socket(const endpoint& ep, clock::time_point until) {
     const auto where = "cannot connect to " + ep.label() + " (connect_timeout " +
                        std::to_string(ep.connect_timeout.count()) + " ms): ";
     addrinfo hints{};
@@ -458,6 +465,7 @@ connection::connection(int fd, const endpoint& ep) : fd_(fd), ep_(ep) {
 
 connection::~connection() {
     if (reader_ != nullptr) redisReaderFree(reader_);
+    tls_.reset();  // no close_notify: nothing more is written on a connection we drop
     ::close(fd_);
 }
 
@@ -467,7 +475,13 @@ std::unique_ptr<connection> connection::open(const endpoint& ep) {
                     "refused to connect to " + ep.label() + ": not in master_hosts=" + ep.allowed->text() +
                         " (the data nodes' credentials go to those hosts only)",
                     0, "master_hosts");
-    std::unique_ptr<connection> c(new connection(connect_socket(ep), ep));
+    // The TCP connection and the TLS handshake share connect_timeout.
+    const auto connected_by = clock::now() + ep.connect_timeout;
+    std::unique_ptr<connection> c(new connection(connect_socket(ep, connected_by), ep));
+    if (ep.tls) {
+        c->tls_ = std::make_unique<tls_stream>(*ep.tls, c->fd_, ep.host);
+        c->tls_->handshake(connected_by, ep.backend_name, ep.label());
+    }
     std::string db = std::to_string(ep.db);
     int expected = 0;
     try {
@@ -507,6 +521,17 @@ std::unique_ptr<connection> connection::open(const endpoint& ep) {
 void connection::fail(const std::string& what, failure kind, bool maybe_sent, int err) {
     broken_ = true;
     const auto at = what + " on " + ep_.label() + ": ";
+    // A TLS server that requires a client certificate closes the session
+    // opened without one, or with one it does not trust, after the handshake:
+    // its alert may be lost in the reset.
+    if (tls_ && !replied_ && tls_->asked_for_certificate() && (kind == failure::eof || kind == failure::io)) {
+        const bool gave = !ep_.tls->options().cert_file.empty();
+        throw connection_failure(at + "the TLS server asked for a client certificate and closed the connection (" +
+                                     (gave ? "it refused tls_cert=" + ep_.tls->options().cert_file
+                                           : std::string("tls_cert= and tls_key= give one")) +
+                                     ")",
+                                 false, maybe_sent, false, true);
+    }
     switch (kind) {
         case failure::protocol:
             throw connection_failure(at + "the reply is not the Redis protocol (" + std::string(reader_->errstr) +
@@ -519,7 +544,10 @@ void connection::fail(const std::string& what, failure kind, bool maybe_sent, in
                                          std::to_string(ep_.command_timeout.count()) + " ms)",
                                      false, maybe_sent);
         case failure::eof: throw connection_failure(at + "the server closed the connection", true, maybe_sent);
-        case failure::io: break;
+        case failure::refused: throw connection_failure(at + tls_->error(), false, maybe_sent, false, true);
+        case failure::io:
+            if (tls_ && err == EPROTO) throw connection_failure(at + tls_->error(), false, maybe_sent);
+            break;
     }
     // A reset (or a write to a peer that closed) of a pooled connection is stale too.
     throw connection_failure(at + std::strerror(err), err == ECONNRESET || err == EPIPE, maybe_sent);
@@ -546,10 +574,36 @@ void connection::append(const std::vector<std::string_view>& args) {
     ++awaited_;
 }
 
+int connection::send_from(std::string_view data, std::size_t& sent, clock::time_point until) {
+    if (!tls_) return send_all(fd_, data, sent, until);
+    while (sent < data.size()) {
+        std::size_t n = 0;
+        const auto r = tls_->write(data.data() + sent, data.size() - sent, n);
+        if (r == tls_io::ok) {
+            sent += n;
+            continue;
+        }
+        if (r == tls_io::closed) return EPIPE;
+        if (r == tls_io::failed) return errno;
+        // The same bytes again once the socket is ready (OpenSSL's rule for a retried write).
+        pollfd p{fd_, static_cast<short>(r == tls_io::want_read ? POLLIN : POLLOUT), 0};
+        const int rc = ::poll(&p, 1, poll_ms(until));
+        if (rc == 0) return ETIMEDOUT;
+        if (rc < 0 && errno != EINTR) return errno;
+    }
+    return 0;
+}
+
+int connection::send_now(std::string_view data, clock::time_point until) {
+    std::size_t sent = 0;
+    return send_from(data, sent, until);
+}
+
 void connection::flush() {
     if (out_.empty()) return;
-    if (int err = send_all(fd_, out_, sent_, until_); err != 0) {
+    if (int err = send_from(out_, sent_, until_); err != 0) {
         if (err == ETIMEDOUT) fail("cannot send", failure::timeout, true);
+        if (tls_ && tls_->refused()) fail("cannot send", failure::refused, true);
         fail("cannot send", failure::io, true, err);
     }
     out_.clear();
@@ -558,6 +612,7 @@ void connection::flush() {
 
 void connection::receive() {
     char buf[16 * 1024];
+    if (tls_) return receive_tls(buf, sizeof buf);
     ssize_t n;
     do n = ::recv(fd_, buf, sizeof buf, 0);
     while (n < 0 && errno == EINTR);
@@ -568,6 +623,23 @@ void connection::receive() {
     }
     if (redisReaderFeed(reader_, buf, static_cast<std::size_t>(n)) != REDIS_OK)
         fail("no reply", failure::protocol, true);
+}
+
+void connection::receive_tls(char* buf, std::size_t size) {
+    // One record's bytes at most (what OpenSSL holds decrypted after a read is
+    // read too: poll() cannot see it), so the caps are checked as often as on
+    // the plain path.
+    do {
+        std::size_t n = 0;
+        switch (tls_->read(buf, size, n)) {
+            case tls_io::ok: break;
+            case tls_io::want_read: return;
+            case tls_io::want_write: wait_for(POLLOUT, "no reply", true); continue;
+            case tls_io::closed: fail("no reply", failure::eof, true);
+            case tls_io::failed: fail("no reply", tls_->refused() ? failure::refused : failure::io, true, errno);
+        }
+        if (redisReaderFeed(reader_, buf, n) != REDIS_OK) fail("no reply", failure::protocol, true);
+    } while (tls_->pending());
 }
 
 void connection::check_pending() {
@@ -601,6 +673,7 @@ reply_ptr connection::take_reply() {
         return nullptr;
     }
     reply_ptr r(static_cast<redisReply*>(out));
+    replied_ = true;
     if (awaited_ > 0) --awaited_;
     mask(r.get(), ep_.password);
     return r;
@@ -742,6 +815,7 @@ std::vector<exchange_result> exchange_all(const std::vector<pool*>& pools,
         out[i].error = e.what();
         out[i].maybe_sent = e.maybe_sent();
         if (e.not_redis()) out[i].code = errc::invalid_argument;
+        if (e.denied()) out[i].code = errc::access_denied;
         if (conns[i]) (**conns[i]).poison();
         conns[i].reset();
         pools[i]->clear_idle();

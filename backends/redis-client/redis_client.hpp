@@ -13,7 +13,9 @@
 //                 close-on-exec atomically, written with send(MSG_NOSIGNAL) (a
 //                 peer that closed never raises SIGPIPE), every exchange bounded
 //                 as a whole by the command timeout (not per read), and replies
-//                 capped before hiredis allocates them (max_reply_bytes)
+//                 capped before hiredis allocates them (max_reply_bytes); over
+//                 TLS (endpoint::tls, tls_stream.hpp) the same socket carries
+//                 an OpenSSL session, its handshake inside connect_timeout
 //  - pool:        idle connections of one endpoint, handed out one per call
 //  - script:      a Lua script run by EVALSHA with a fallback to EVAL on NOSCRIPT
 //  - exchange_all():  one command to each of several endpoints at once (Redlock),
@@ -36,6 +38,7 @@
 #include <vector>
 
 #include "distlock/spi/backend.hpp"
+#include "tls_stream.hpp"
 
 namespace distlock::backends::redis_client {
 
@@ -92,6 +95,10 @@ struct endpoint {
     // When set, connection::open refuses (access_denied_error) a host:port it
     // does not allow, before connecting: master_hosts=.
     std::shared_ptr<const host_filter> allowed;
+    // TLS on every connection to this endpoint (null = plaintext): one context
+    // shared by every endpoint of the provider (the sentinels may have their
+    // own). Verification is against `host` unless tls_server_name= says otherwise.
+    std::shared_ptr<const tls_context> tls;
 
     std::string label() const { return host + ":" + std::to_string(port); }
 };
@@ -101,8 +108,9 @@ struct endpoint {
 // is never connected to (nor shown).
 bool plausible_host(std::string_view host);
 
-// Fills an endpoint from the URL's user info, database path and the connect_timeout=
-// and timeout= parameters (taken from `u`). Throws invalid_argument_error. A user
+// Fills an endpoint from the URL's user info, database path and the connect_timeout=,
+// timeout= and TLS parameters (taken from `u`; the rediss scheme turns TLS on:
+// tls_from_url()). Throws invalid_argument_error. A user
 // info without ':' (redis://PASSWORD@host, as Lettuce and redis-cli write it) is
 // the password of the default user, never a user name.
 // `db_path`: the text of the database number ("" = 0); by default the URL's path
@@ -135,8 +143,9 @@ using reply_ptr = std::unique_ptr<redisReply, reply_deleter>;
 // backends turn it into unavailable_error / in_doubt_error at their boundary.
 class connection_failure : public std::runtime_error {
 public:
-    connection_failure(const std::string& what, bool stale, bool maybe_sent, bool not_redis = false)
-        : std::runtime_error(what), stale_(stale), maybe_sent_(maybe_sent), not_redis_(not_redis) {}
+    connection_failure(const std::string& what, bool stale, bool maybe_sent, bool not_redis = false,
+                       bool denied = false)
+        : std::runtime_error(what), stale_(stale), maybe_sent_(maybe_sent), not_redis_(not_redis), denied_(denied) {}
     // The server closed or reset a connection that had been idle in the pool: the
     // command never reached a live server, so it is safe to retry it once.
     bool stale() const noexcept { return stale_; }
@@ -145,9 +154,12 @@ public:
     // The server's bytes are not the Redis protocol: the URL points at a server of
     // another kind, which no retry fixes.
     bool not_redis() const noexcept { return not_redis_; }
+    // The TLS server refused the session after the handshake (a TLS 1.3 server
+    // that wants a client certificate, or refused ours, says so then).
+    bool denied() const noexcept { return denied_; }
 
 private:
-    bool stale_, maybe_sent_, not_redis_;
+    bool stale_, maybe_sent_, not_redis_, denied_;
 };
 
 // A reply that sends the command elsewhere (only on an endpoint with
@@ -174,7 +186,7 @@ private:
 };
 
 // A connection_failure as a distlock error: invalid_argument when the server is
-// not a Redis server, unavailable otherwise.
+// not a Redis server, access_denied when its TLS refused us, unavailable otherwise.
 [[noreturn]] void throw_client_error(const std::string& backend, const std::string& context,
                                      const connection_failure& e);
 
@@ -235,6 +247,11 @@ public:
     // file, an error, bytes that are not the Redis protocol, a reply past the caps).
     int fd() const noexcept { return fd_; }
     void receive();
+    // Sends `data` now (plain or TLS) until `until`: 0, or the errno of the
+    // failure (ETIMEDOUT when `until` passed). For the subscriber, whose
+    // writers send preformatted commands while its reader thread reads: it
+    // serialises both under its mutex (an SSL session is not thread-safe).
+    int send_now(std::string_view data, clock::time_point until);
     reply_ptr take_reply();
 
     bool broken() const noexcept { return broken_; }
@@ -255,14 +272,17 @@ public:
     };
 
 private:
-    enum class failure { eof, io, timeout, protocol, too_large };
+    enum class failure { eof, io, timeout, protocol, too_large, refused };
     connection(int fd, const endpoint& ep);
+    int send_from(std::string_view data, std::size_t& sent, clock::time_point until);  // plain or TLS
     [[noreturn]] void fail(const std::string& what, failure kind, bool maybe_sent, int err = 0);
     void wait_for(short events, const char* what, bool maybe_sent);  // until until_, or fail
+    void receive_tls(char* buf, std::size_t size);
     void check_pending();  // a partial reply that announces (or holds) more than the caps allow fails
 
     int fd_;
     endpoint ep_;
+    std::unique_ptr<tls_stream> tls_;  // null: plaintext
     redisReader* reader_ = nullptr;
     reply_budget budget_;
     std::string out_;          // commands appended, not yet sent
@@ -270,6 +290,7 @@ private:
     std::size_t awaited_ = 0;  // replies of the commands appended not yet read
     clock::time_point until_{};  // the current exchange's end
     bool broken_ = false;
+    bool replied_ = false;  // a reply was read (the server accepted the session)
     bool asking_ = false;
     std::uint64_t uses_ = 0;
 };

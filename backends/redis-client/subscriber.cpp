@@ -40,8 +40,7 @@ subscriber::~subscriber() {
 
 void subscriber::send_locked(const std::vector<std::string_view>& args) {
     if (fd_ < 0) return;
-    std::size_t sent = 0;
-    if (send_all(fd_, format_command(args), sent, clock::now() + send_timeout_) != 0)
+    if (conn_->send_now(format_command(args), clock::now() + send_timeout_) != 0)
         ::shutdown(fd_, SHUT_RDWR);  // the reader thread sees the failure and reconnects
 }
 
@@ -219,7 +218,7 @@ void subscriber::run() {
             }
             delay = 10ms;
             // From now on only this thread reads the connection, and writers
-            // send preformatted commands on its socket under mutex_.
+            // send preformatted commands on it (send_now), all under mutex_.
             conn_ = std::move(c);
             fd_ = conn_->fd();
             send_timeout_ = conn_->where().command_timeout;

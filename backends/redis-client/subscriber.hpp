@@ -95,7 +95,9 @@ private:
     std::mutex mutex_;
     std::condition_variable cv_;
     std::map<std::string, channel_state, std::less<>> channels_;
-    std::unique_ptr<connection> conn_;  // read by the reader thread only; fd_ written under mutex_
+    // Read by the reader thread, written by any (send_now: SUBSCRIBE, UNSUBSCRIBE),
+    // always under mutex_ (over TLS both go through one SSL session). fd_ too.
+    std::unique_ptr<connection> conn_;
     int fd_ = -1;
     std::chrono::milliseconds send_timeout_{0};  // the connection's command timeout
     std::uint64_t breaks_ = 0;  // bumped whenever the connection drops

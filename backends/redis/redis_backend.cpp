@@ -1,4 +1,6 @@
 // redis://[user:password@]host[:port][/db][?strategy=plain|reentrant&...]
+// rediss://...: the same over TLS (tls=true and the tls_* parameters on every
+//   scheme; redis-client/tls_stream.hpp)
 // redis-sentinel://[user:password@]s1,s2,.../<master name>[/db][?...]
 // redis-cluster://[user:password@]h1,h2,...[?...]
 // The three differ only in where commands go (redis-client/topology.hpp); with
@@ -447,22 +449,27 @@ std::shared_ptr<const host_filter> take_master_hosts(spi::url& u, const std::vec
     return std::make_shared<const host_filter>(std::move(filter));
 }
 
+// redis:// and rediss:// (TLS): one server.
+std::shared_ptr<spi::backend> open_single(spi::url& u) {
+    if (u.hosts().size() != 1)
+        throw_error(errc::invalid_argument, "redis",
+                    u.scheme() + ":// takes one host (" + u.scheme() +
+                        "://[user:password@]host[:port][/db]); use redlock:// for "
+                        "independent masters, redis-sentinel:// or redis-cluster:// for several nodes");
+    settings s;
+    s.ep = endpoint_from_url(u, "redis", std::chrono::milliseconds{1000}, std::chrono::milliseconds{2000});
+    auto hosts = u.hosts_or_throw(6379);
+    s.ep.host = hosts[0].host;
+    s.ep.port = hosts[0].port;
+    take_common(u, s, "redis");
+    return std::make_shared<backend>(std::move(s));
+}
+
 }  // namespace
 
 void register_backend(spi::registry& r) {
-    r.add("redis", [](spi::url& u) -> std::shared_ptr<spi::backend> {
-        if (u.hosts().size() != 1)
-            throw_error(errc::invalid_argument, "redis",
-                        "redis:// takes one host (redis://[user:password@]host[:port][/db]); use redlock:// for "
-                        "independent masters, redis-sentinel:// or redis-cluster:// for several nodes");
-        settings s;
-        s.ep = endpoint_from_url(u, "redis", std::chrono::milliseconds{1000}, std::chrono::milliseconds{2000});
-        auto hosts = u.hosts_or_throw(6379);
-        s.ep.host = hosts[0].host;
-        s.ep.port = hosts[0].port;
-        take_common(u, s, "redis");
-        return std::make_shared<backend>(std::move(s));
-    });
+    r.add("redis", open_single);
+    r.add("rediss", open_single);
     // redis-sentinel://[user:password@]s1[:26379],s2,.../<master name>[/db]
     r.add("redis-sentinel", [](spi::url& u) -> std::shared_ptr<spi::backend> {
         settings s;
@@ -506,6 +513,12 @@ void register_backend(spi::registry& r) {
             sentinel.user = user.value_or("");
             sentinel.password = *password;
         }
+        // TLS to the sentinels: the data nodes' settings unless sentinel_tls*= say
+        // otherwise (sentinels often have a CA or a client certificate of their own).
+        const tls_options data_tls = s.ep.tls ? s.ep.tls->options() : tls_options{};
+        const auto sentinel_tls = tls_from_url(u, "redis", data_tls, "sentinel_tls");
+        if (!(sentinel_tls == data_tls))
+            sentinel.tls = sentinel_tls.enabled ? tls_context::make(sentinel_tls, "redis") : nullptr;
         for (const auto& h : u.hosts_or_throw(26379)) {
             sentinel.host = h.host;
             sentinel.port = h.port;
