@@ -13,10 +13,14 @@
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <openssl/x509.h>
+
 #include <atomic>
 #include <mutex>
+#include <optional>
 
 #include "call_deadline.hpp"
+#include "distlock/spi/tls.hpp"
 #include "mysql_dialect.hpp"
 
 namespace distlock::backends::mysql {
@@ -48,6 +52,16 @@ s::failure classify(int code, bool connecting) {
     }
 }
 
+// A TLS handshake (CR_SSL_CONNECTION_ERROR, 2026) refused by policy, as the
+// HTTP layer's and PostgreSQL's (access_denied_error): the server's
+// certificate (wrong CA, expired, another name) or a server in clear where TLS
+// is required. No retry fixes them, and no login packet was sent.
+bool tls_refusal(const std::string& msg) {
+    for (const char* what : {"certificate", "SSL is required", "self-signed", "self signed", "unable to get local issuer"})
+        if (msg.find(what) != std::string::npos) return true;
+    return false;
+}
+
 int seconds_at_least_1(std::chrono::milliseconds d) {
     return static_cast<int>(std::max<long long>(1, (d.count() + 999) / 1000));
 }
@@ -69,9 +83,19 @@ std::string hex_literal(std::string_view bytes) {
     return out + "'";
 }
 
+// ssl_mode= as MariaDB Connector/C 3.3 can do it (docs/backends/sql.md, "TLS").
+enum class tls_mode {
+    library_default,  // nothing said: this client library's default (no TLS)
+    disabled,
+    required,         // TLS or no connection, any certificate (tls_insecure)
+    verify_identity,  // TLS, the chain and the host name verified (tls=true)
+};
+
 struct endpoint {
     std::string host, user, password, schema;
     std::uint16_t port = 3306;
+    tls_mode tls = tls_mode::library_default;
+    std::string tls_ca, tls_cert, tls_key;  // "" = none
 };
 
 // The client library (MariaDB Connector/C) sets SIGPIPE to SIG_IGN for the
@@ -104,6 +128,20 @@ struct claimed_socket {
     ~claimed_socket() { release_socket(fd); }
 };
 
+// Connector/C++ 1.1's names for MariaDB Connector/C's options: sslEnforce is
+// MYSQL_OPT_SSL_ENFORCE (TLS or no connection: the handshake comes before the
+// login packet, so no password goes out in clear), sslVerify is
+// MYSQL_OPT_SSL_VERIFY_SERVER_CERT (chain and host name). OPT_SSL_MODE is not
+// used: Connector/C 3.3 does not know MYSQL_OPT_SSL_MODE.
+void tls_options(const endpoint& ep, ::sql::ConnectOptionsMap& opts) {
+    if (ep.tls == tls_mode::library_default || ep.tls == tls_mode::disabled) return;
+    opts["sslEnforce"] = true;
+    opts["sslVerify"] = ep.tls == tls_mode::verify_identity;
+    if (!ep.tls_ca.empty()) opts["sslCA"] = ::sql::SQLString(ep.tls_ca);
+    if (!ep.tls_cert.empty()) opts["sslCert"] = ::sql::SQLString(ep.tls_cert);
+    if (!ep.tls_key.empty()) opts["sslKey"] = ::sql::SQLString(ep.tls_key);
+}
+
 class connection final : public s::connection {
 public:
     // The whole connect (TCP, handshake, login) is bounded by connect_timeout,
@@ -134,6 +172,7 @@ public:
         // Connector/C 3.3 refuses it on its own, other client libraries and
         // versions have not: so the client does not even offer to send files.
         opts["OPT_LOCAL_INFILE"] = 0;
+        tls_options(ep, opts);
         const auto until = deadline_clock::now() + cs.connect_timeout;
         const std::string where = ep.host + ":" + std::to_string(ep.port);
         const std::string late = "no connection within connect_timeout (" + std::to_string(cs.connect_timeout.count()) + " ms)";
@@ -188,6 +227,7 @@ public:
             const std::string msg = s::bounded_message(e.what());
             if (code == 2027)  // malformed packet: another kind of server answered
                 throw s::sql_error(s::failure::wrong_server, code, msg + " (is " + where + " a MySQL or MariaDB server?)");
+            if (code == 2026 && tls_refusal(msg)) throw s::sql_error(s::failure::access_denied, code, msg);
             throw s::sql_error(classify(code, true), code, code == 2013 ? greeting_hint(msg) : msg);
         }
     }
@@ -648,6 +688,47 @@ private:
     std::string namespace_;  // set by the first connection, then fixed
 };
 
+// The URL's TLS parameters (spi/tls.hpp) and MySQL's own ssl_mode, ssl_ca,
+// ssl_cert, ssl_key.
+void tls_from_url(spi::url& u, endpoint& ep) {
+    constexpr const char* backend = "mysql";
+    const auto t = spi::take_tls(u, backend, {"ssl_ca", "ssl_cert", "ssl_key", ""});
+    if (!t.server_name.empty())
+        throw_error(errc::unsupported, backend,
+                    "tls_server_name is not supported: the client library verifies the URL's host");
+    std::optional<tls_mode> mode;
+    if (auto m = u.take("ssl_mode")) {
+        if (*m == "disabled") mode = tls_mode::disabled;
+        else if (*m == "required") mode = tls_mode::required;
+        else if (*m == "verify_identity") mode = tls_mode::verify_identity;
+        else if (*m == "preferred" || *m == "verify_ca")
+            throw_error(errc::unsupported, backend,
+                        "ssl_mode=" + *m + " is not supported: " +
+                            (*m == "preferred" ? "it falls back to clear whenever the server (or an attacker on the "
+                                                 "path) does not offer TLS; use verify_identity (tls=true), or "
+                                                 "disabled to say that clear is meant"
+                                               : "MariaDB Connector/C 3.3 verifies the host name whenever it "
+                                                 "verifies the chain: use verify_identity (tls=true)"));
+        else
+            throw_error(errc::invalid_argument, backend,
+                        "unknown ssl_mode '" + *m + "' (known: disabled, preferred, required, verify_ca, verify_identity)");
+    }
+    if (t.enabled) {
+        const auto implied = t.verify ? tls_mode::verify_identity : tls_mode::required;
+        if (mode && *mode != implied) spi::tls_conflict(backend, t.verify ? "tls=true" : "tls_insecure=true", "ssl_mode");
+        mode = implied;
+    }
+    spi::check_tls_files(t, backend);
+    if ((t.ca.given() || t.cert.given() || t.key.given()) && (!mode || *mode == tls_mode::disabled))
+        throw_error(errc::invalid_argument, backend,
+                    "ssl_ca/ssl_cert/ssl_key need TLS: add tls=true or ssl_mode=verify_identity");
+    ep.tls = mode.value_or(tls_mode::library_default);
+    // tls=true without a CA: the system's bundle, as the HTTP layer's.
+    ep.tls_ca = t.ca.given() ? t.ca.path : ep.tls == tls_mode::verify_identity ? X509_get_default_cert_file() : "";
+    ep.tls_cert = t.cert.path;
+    ep.tls_key = t.key.path;
+}
+
 }  // namespace
 
 std::shared_ptr<s::dialect> make_dialect(spi::url& u, const s::conn_settings& cs) {
@@ -664,6 +745,7 @@ std::shared_ptr<s::dialect> make_dialect(spi::url& u, const s::conn_settings& cs
     if (spi::has_dot_segment(ep.schema))
         throw_error(errc::invalid_argument, "mysql", "the database cannot be '.' or '..'");
     if (ep.user.empty()) throw_error(errc::invalid_argument, "mysql", "mysql:// needs a user: mysql://user:pw@host/db");
+    tls_from_url(u, ep);
     auto fence = fence_kind::automatic;
     if (auto f = u.take("fence")) {
         if (*f == "sequence") fence = fence_kind::sequence;

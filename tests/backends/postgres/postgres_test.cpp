@@ -440,47 +440,6 @@ private:
     distlock::test::scripted_server srv_;
 };
 
-// The TLS server's URL up to its query, and the certificates' directory; empty
-// when the TLS servers are not there.
-std::string tls_base() {
-    const auto u = distlock::test::env("DISTLOCK_TEST_POSTGRES_TLS_URL");
-    return u.substr(0, u.find('?'));
-}
-std::string tls_dir() { return distlock::test::env("DISTLOCK_TEST_TLS_DIR"); }
-// The URL, up to its query, of the failing server `name`
-// (DISTLOCK_TEST_POSTGRES_<name>_URL_MUST_FAIL).
-std::string must_fail(const std::string& name) {
-    const auto u = distlock::test::env(("DISTLOCK_TEST_POSTGRES_" + name + "_URL_MUST_FAIL").c_str());
-    REQUIRE(!u.empty());
-    return u.substr(0, u.find('?'));
-}
-
-// connect(url) fails with E within 2 s, and its message shows no key.
-template <class E>
-std::string refused(const std::string& url) {
-    INFO(url);
-    const auto t0 = clk::now();
-    try {
-        (void)distlock::connect(url + "&connect_timeout=5s");
-        FAIL("connected");
-    } catch (const E& e) {
-        CHECK(clk::now() - t0 < 2s);
-        const std::string what = e.what();
-        CHECK(what.find("PRIVATE KEY") == std::string::npos);
-        return what;
-    }
-    return {};
-}
-
-void locks(const std::string& url) {
-    INFO(url);
-    auto p = distlock::connect(url);
-    auto m = p.mutex(unique_name("pg-tls"));
-    m.lock();
-    CHECK(m.held());
-    m.unlock();
-}
-
 }  // namespace
 
 TEST_CASE("tls=true against a PostgreSQL in clear fails typed, before the startup packet: no user, no password sent",
@@ -489,7 +448,7 @@ TEST_CASE("tls=true against a PostgreSQL in clear fails typed, before the startu
         plaintext_postgres server;
         const std::string url =
             "postgres://someone:Zq7-pw-secret@127.0.0.1:" + std::to_string(server.port()) + "/db?" + mode;
-        const auto what = refused<distlock::access_denied_error>(url);
+        const auto what = tls_refused<distlock::access_denied_error>(url);
         CHECK(what.find("server does not support SSL") != std::string::npos);
         CHECK(what.find("Zq7") == std::string::npos);
         const auto got = server.received();
@@ -529,48 +488,48 @@ TEST_CASE("PostgreSQL over TLS: verify-full and tls=true lock; every handshake f
     const auto base = tls_base(), dir = tls_dir(), ca = distlock::test::env("DISTLOCK_TEST_TLS_CA");
     REQUIRE(!base.empty());
     REQUIRE(!dir.empty());
-    locks(distlock::test::env("DISTLOCK_TEST_POSTGRES_TLS_URL"));
-    locks(base + "?tls=true&tls_ca=" + ca);
-    locks(base + "?tls=true&sslrootcert=" + ca);
+    tls_locks(distlock::test::env("DISTLOCK_TEST_POSTGRES_TLS_URL"));
+    tls_locks(base + "?tls=true&tls_ca=" + ca);
+    tls_locks(base + "?tls=true&sslrootcert=" + ca);
     // The certificate's name differs from the URL's host: tls_server_name names it.
-    const auto wrong_name = must_fail("TLS_WRONG_NAME");
+    const auto wrong_name = tls_must_fail("TLS_WRONG_NAME");
     SECTION("wrong CA") {
-        refused<distlock::access_denied_error>(base + "?tls=true&tls_ca=" + dir + "/other-ca.crt");
+        tls_refused<distlock::access_denied_error>(base + "?tls=true&tls_ca=" + dir + "/other-ca.crt");
     }
     SECTION("host name mismatch") {
-        const auto what = refused<distlock::access_denied_error>(wrong_name + "?tls=true&tls_ca=" + ca);
+        const auto what = tls_refused<distlock::access_denied_error>(wrong_name + "?tls=true&tls_ca=" + ca);
         CHECK(what.find("does not match host name") != std::string::npos);
     }
     SECTION("expired certificate") {
-        refused<distlock::access_denied_error>(must_fail("TLS_EXPIRED") +
+        tls_refused<distlock::access_denied_error>(tls_must_fail("TLS_EXPIRED") +
                                               "?tls=true&tls_ca=" + ca);
     }
     SECTION("plaintext server where TLS is required") {
-        refused<distlock::access_denied_error>(must_fail("TLS_ON_PLAIN") +
+        tls_refused<distlock::access_denied_error>(tls_must_fail("TLS_ON_PLAIN") +
                                               "?tls=true&tls_ca=" + ca);
     }
     SECTION("TLS server reached without TLS") {
-        refused<distlock::access_denied_error>(base + "?sslmode=disable");
+        tls_refused<distlock::access_denied_error>(base + "?sslmode=disable");
     }
     SECTION("missing client certificate where one is required") {
         const auto cert_url = distlock::test::env("DISTLOCK_TEST_POSTGRES_TLS_CLIENT_CERT_URL");
         // Its own lock table: the role may not use another role's.
         const auto cert_base = cert_url.substr(0, cert_url.find('?')) + "?table=distlock_cert";
-        locks(cert_base + "&tls=true&tls_ca=" + ca + "&tls_cert=" + dir + "/client.crt&tls_key=" + dir + "/client.key");
-        refused<distlock::access_denied_error>(cert_base + "&tls=true&tls_ca=" + ca);
+        tls_locks(cert_base + "&tls=true&tls_ca=" + ca + "&tls_cert=" + dir + "/client.crt&tls_key=" + dir + "/client.key");
+        tls_refused<distlock::access_denied_error>(cert_base + "&tls=true&tls_ca=" + ca);
         // A certificate of another CA is no better.
-        refused<distlock::access_denied_error>(cert_base + "&tls=true&tls_ca=" + ca + "&tls_cert=" + dir +
+        tls_refused<distlock::access_denied_error>(cert_base + "&tls=true&tls_ca=" + ca + "&tls_cert=" + dir +
                                               "/other-client.crt&tls_key=" + dir + "/other-client.key");
     }
     SECTION("unreadable key file") {
-        const auto what = refused<distlock::invalid_argument_error>(base + "?tls=true&tls_ca=" + ca + "&tls_cert=" + dir +
+        const auto what = tls_refused<distlock::invalid_argument_error>(base + "?tls=true&tls_ca=" + ca + "&tls_cert=" + dir +
                                                                     "/client.crt&tls_key=" + dir);
         CHECK(what.find("tls_key") != std::string::npos);
-        refused<distlock::invalid_argument_error>(base + "?tls=true&tls_ca=" + ca + "&tls_key=" + dir + "/none.key");
+        tls_refused<distlock::invalid_argument_error>(base + "?tls=true&tls_ca=" + ca + "&tls_key=" + dir + "/none.key");
     }
     SECTION("tls_server_name verifies another name; tls_insecure verifies none, and says so") {
         // Past the handshake: the server has no such role (its login refuses), the certificate passed.
-        const auto what = refused<distlock::access_denied_error>(wrong_name + "?tls=true&tls_ca=" + ca +
+        const auto what = tls_refused<distlock::access_denied_error>(wrong_name + "?tls=true&tls_ca=" + ca +
                                                                  "&tls_server_name=wrong.example");
         CHECK(what.find("password authentication failed") != std::string::npos);
         std::vector<std::string> warnings;

@@ -7,11 +7,13 @@
 
 #include <catch2/catch.hpp>
 #include <cctype>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "distlock/distlock.hpp"
 #include "distlock/spi/url.hpp"
 #include "sql.hpp"
 #include "support.hpp"
@@ -171,6 +173,52 @@ inline std::string missing_database_url() {
 // short timeouts.
 inline std::string url_at_port(int port) {
     return with_port(url_of("lease-table"), port) + "&connect_timeout=1s&timeout=2s";
+}
+
+// ---- TLS: the servers of integration/backends.sh's TLS set -------------------------
+
+// The dialect's TLS server URL (DISTLOCK_TEST_<ENV>_TLS_URL) up to its query;
+// "" when the TLS servers are not there.
+inline std::string tls_base() {
+    const auto u = distlock::test::env(("DISTLOCK_TEST_" + facts().env + "_TLS_URL").c_str());
+    return u.substr(0, u.find('?'));
+}
+// The certificates' directory (DISTLOCK_TEST_TLS_DIR).
+inline std::string tls_dir() { return distlock::test::env("DISTLOCK_TEST_TLS_DIR"); }
+// The URL, up to its query, of the dialect's failing TLS server `name`
+// (DISTLOCK_TEST_<ENV>_<name>_URL_MUST_FAIL: TLS_WRONG_NAME, TLS_EXPIRED...).
+inline std::string tls_must_fail(const std::string& name) {
+    const auto u = distlock::test::env(("DISTLOCK_TEST_" + facts().env + "_" + name + "_URL_MUST_FAIL").c_str());
+    REQUIRE(!u.empty());
+    return u.substr(0, u.find('?'));
+}
+
+// connect(url) fails with E within 2 s, and its message shows no private key;
+// its message.
+template <class E>
+std::string tls_refused(const std::string& url) {
+    INFO(url);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+        (void)distlock::connect(url + "&connect_timeout=5s");
+        FAIL("connected");
+    } catch (const E& e) {
+        CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
+        const std::string what = e.what();
+        CHECK(what.find("PRIVATE KEY") == std::string::npos);
+        return what;
+    }
+    return {};
+}
+
+// connect(url) locks and unlocks a lock of its own.
+inline void tls_locks(const std::string& url) {
+    INFO(url);
+    auto p = distlock::connect(url);
+    auto m = p.mutex(distlock::test::unique_name("sql-tls"));
+    m.lock();
+    CHECK(m.held());
+    m.unlock();
 }
 
 }  // namespace sql_test
