@@ -87,7 +87,6 @@ std::string hex_literal(std::string_view bytes) {
 enum class tls_mode {
     library_default,  // nothing said: this client library's default (no TLS)
     disabled,
-    required,         // TLS or no connection, any certificate (tls_insecure)
     verify_identity,  // TLS, the chain and the host name verified (tls=true)
 };
 
@@ -129,14 +128,16 @@ struct claimed_socket {
 };
 
 // Connector/C++ 1.1's names for MariaDB Connector/C's options: sslEnforce is
-// MYSQL_OPT_SSL_ENFORCE (TLS or no connection: the handshake comes before the
-// login packet, so no password goes out in clear), sslVerify is
-// MYSQL_OPT_SSL_VERIFY_SERVER_CERT (chain and host name). OPT_SSL_MODE is not
-// used: Connector/C 3.3 does not know MYSQL_OPT_SSL_MODE.
+// MYSQL_OPT_SSL_ENFORCE, sslVerify MYSQL_OPT_SSL_VERIFY_SERVER_CERT (chain
+// and host name). With both, a server that does not offer TLS is refused
+// before the login packet (no user, no password hash sent); Connector/C 3.3
+// enforces TLS only when it verifies (tested: with sslEnforce alone it logs
+// in in clear). OPT_SSL_MODE is not used: Connector/C 3.3 does not know
+// MYSQL_OPT_SSL_MODE.
 void tls_options(const endpoint& ep, ::sql::ConnectOptionsMap& opts) {
-    if (ep.tls == tls_mode::library_default || ep.tls == tls_mode::disabled) return;
+    if (ep.tls != tls_mode::verify_identity) return;
     opts["sslEnforce"] = true;
-    opts["sslVerify"] = ep.tls == tls_mode::verify_identity;
+    opts["sslVerify"] = true;
     if (!ep.tls_ca.empty()) opts["sslCA"] = ::sql::SQLString(ep.tls_ca);
     if (!ep.tls_cert.empty()) opts["sslCert"] = ::sql::SQLString(ep.tls_cert);
     if (!ep.tls_key.empty()) opts["sslKey"] = ::sql::SQLString(ep.tls_key);
@@ -688,6 +689,13 @@ private:
     std::string namespace_;  // set by the first connection, then fixed
 };
 
+// Why the modes that do not verify the server's certificate are refused.
+constexpr std::string_view unverified_mode =
+    "MariaDB Connector/C 3.3 enforces TLS only when it verifies the server's certificate and name: without "
+    "verification it logs in in clear to a server (or an attacker on the path) that does not offer TLS, and "
+    "verify_ca is not offered apart from the name. Use ssl_mode=verify_identity (tls=true), or disabled to say "
+    "that clear is meant";
+
 // The URL's TLS parameters (spi/tls.hpp) and MySQL's own ssl_mode, ssl_ca,
 // ssl_cert, ssl_key.
 void tls_from_url(spi::url& u, endpoint& ep) {
@@ -699,24 +707,17 @@ void tls_from_url(spi::url& u, endpoint& ep) {
     std::optional<tls_mode> mode;
     if (auto m = u.take("ssl_mode")) {
         if (*m == "disabled") mode = tls_mode::disabled;
-        else if (*m == "required") mode = tls_mode::required;
         else if (*m == "verify_identity") mode = tls_mode::verify_identity;
-        else if (*m == "preferred" || *m == "verify_ca")
-            throw_error(errc::unsupported, backend,
-                        "ssl_mode=" + *m + " is not supported: " +
-                            (*m == "preferred" ? "it falls back to clear whenever the server (or an attacker on the "
-                                                 "path) does not offer TLS; use verify_identity (tls=true), or "
-                                                 "disabled to say that clear is meant"
-                                               : "MariaDB Connector/C 3.3 verifies the host name whenever it "
-                                                 "verifies the chain: use verify_identity (tls=true)"));
+        else if (*m == "preferred" || *m == "required" || *m == "verify_ca")
+            throw_error(errc::unsupported, backend, "ssl_mode=" + *m + " is not supported: " + std::string(unverified_mode));
         else
             throw_error(errc::invalid_argument, backend,
                         "unknown ssl_mode '" + *m + "' (known: disabled, preferred, required, verify_ca, verify_identity)");
     }
     if (t.enabled) {
-        const auto implied = t.verify ? tls_mode::verify_identity : tls_mode::required;
-        if (mode && *mode != implied) spi::tls_conflict(backend, t.verify ? "tls=true" : "tls_insecure=true", "ssl_mode");
-        mode = implied;
+        if (!t.verify) throw_error(errc::unsupported, backend, "tls_insecure is not supported: " + std::string(unverified_mode));
+        if (mode && *mode != tls_mode::verify_identity) spi::tls_conflict(backend, "tls=true", "ssl_mode");
+        mode = tls_mode::verify_identity;
     }
     spi::check_tls_files(t, backend);
     if ((t.ca.given() || t.cert.given() || t.key.given()) && (!mode || *mode == tls_mode::disabled))

@@ -421,17 +421,41 @@ TEST_CASE("MySQL leaves SIGPIPE alone, and a write to a socket shut down under i
 TEST_CASE("the TLS parameters and ssl_mode: bad values and conflicts are refused before any connection",
           "[sql][tls][input]") {
     const std::string base = "mysql://u:p@127.0.0.1:1/db?";
-    for (const char* q : {"ssl_mode=bogus", "tls=true&ssl_mode=disabled", "tls=true&ssl_mode=required",
-                          "tls=true&tls_insecure=true&ssl_mode=verify_identity", "tls_ca=/x",
+    for (const char* q : {"ssl_mode=bogus", "tls=true&ssl_mode=disabled", "tls_ca=/x",
                           "tls=true&tls_ca=/a&ssl_ca=/b", "ssl_mode=verify_identity&ssl_key=/nonexistent/key.pem",
                           "tls=true&tls_cert=/nonexistent", "ssl_ca=/etc/hostname", "ssl_mode=disabled&ssl_ca=/etc/hostname"}) {
         INFO(q);
         CHECK_THROWS_AS(distlock::connect(base + q), distlock::invalid_argument_error);
     }
-    for (const char* q : {"ssl_mode=preferred", "ssl_mode=verify_ca", "tls=true&tls_server_name=db.example"}) {
+    // Modes without verification: Connector/C 3.3 would log in in clear where
+    // the server does not offer TLS (the case below shows why).
+    for (const char* q : {"ssl_mode=preferred", "ssl_mode=required", "ssl_mode=verify_ca", "tls=true&tls_insecure=true",
+                          "tls=true&tls_server_name=db.example"}) {
         INFO(q);
         CHECK_THROWS_AS(distlock::connect(base + q), distlock::unsupported_error);
     }
+}
+
+TEST_CASE("TLS required against a MySQL in clear fails typed before the login packet: no user, no password hash sent",
+          "[sql][tls]") {
+    for (const std::string mode : {"tls=true", "ssl_mode=verify_identity"}) {
+        INFO(mode);
+        fake_mysql::script how;
+        fake_mysql::server fake(how);  // its greeting offers no CLIENT_SSL
+        const auto what = tls_refused<distlock::access_denied_error>(
+            "mysql://someone:Zq7-pw@127.0.0.1:" + std::to_string(fake.port()) + "/db?" + mode);
+        CHECK(what.find("SSL is required") != std::string::npos);
+        CHECK(fake.client_caps() == 0);  // no login packet came
+    }
+    // What it guards against: without TLS the login (user, password hash) goes out in clear.
+    fake_mysql::script how;
+    fake_mysql::server fake(how);
+    try {
+        (void)distlock::connect("mysql://someone:Zq7-pw@127.0.0.1:" + std::to_string(fake.port()) +
+                                "/db?connect_timeout=2s");
+    } catch (const distlock::error&) {
+    }
+    CHECK(fake.client_caps() != 0);
 }
 
 TEST_CASE("MySQL over TLS: verify_identity and tls=true lock; every handshake failure is typed, quick, secret-free",
@@ -453,7 +477,6 @@ TEST_CASE("MySQL over TLS: verify_identity and tls=true lock; every handshake fa
     }
     SECTION("plaintext server where TLS is required") {
         tls_refused<distlock::access_denied_error>(tls_must_fail("TLS_ON_PLAIN") + "?tls=true&tls_ca=" + ca);
-        tls_refused<distlock::access_denied_error>(tls_must_fail("TLS_ON_PLAIN") + "?tls=true&tls_insecure=true");
     }
     SECTION("TLS server reached without TLS") {
         tls_refused<distlock::access_denied_error>(base + "?ssl_mode=disabled");
@@ -470,17 +493,7 @@ TEST_CASE("MySQL over TLS: verify_identity and tls=true lock; every handshake fa
                                                                         "&tls_cert=" + dir + "/client.crt&tls_key=" + dir);
         CHECK(what.find("tls_key") != std::string::npos);
     }
-    SECTION("tls_insecure verifies nothing, and says so") {
-        std::vector<std::string> warnings;
-        distlock::provider_options o;
-        o.log = [&](const distlock::log_record& r) {
-            if (r.level == distlock::log_level::warning) warnings.emplace_back(r.message);
-        };
-        auto p = distlock::connect(base + "?tls=true&tls_insecure=true&lease=2s", o);
-        auto m = p.mutex(unique_name("mysql-tls-insecure"));
-        m.lock();
-        m.unlock();
-        REQUIRE(warnings.size() == 1);
-        CHECK(warnings[0].find("tls_insecure") != std::string::npos);
+    SECTION("wrong CA, named by the native alias") {
+        tls_refused<distlock::access_denied_error>(base + "?ssl_mode=verify_identity&ssl_ca=" + dir + "/other-ca.crt");
     }
 }

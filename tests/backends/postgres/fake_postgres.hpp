@@ -54,6 +54,26 @@ inline std::uint32_t read_be32(const std::string& s, std::size_t at) {
     return v;
 }
 
+// Reads a client's opening: SSLRequest and GSSENCRequest are refused ('N'),
+// then the StartupMessage. False when the client went away or sent nonsense.
+// Every byte read is added to `seen` when given.
+inline bool read_startup(int fd, std::string* seen = nullptr) {
+    std::string head, body;
+    for (;;) {
+        if (!read_exact(fd, head, 8)) return false;
+        if (seen) *seen += head;
+        const auto len = read_be32(head, 0), code = read_be32(head, 4);
+        if (len < 8 || len > 10000) return false;
+        if (code == 80877103 || code == 80877104) {
+            if (!scripted_server::send_all(fd, "N")) return false;
+            continue;
+        }
+        if (!read_exact(fd, body, len - 8)) return false;
+        if (seen) *seen += body;
+        return true;
+    }
+}
+
 // The process's resident size, in bytes.
 inline std::int64_t resident_bytes() {
     std::ifstream statm("/proc/self/statm");
@@ -100,18 +120,7 @@ public:
 
 private:
     void serve(int fd) {
-        std::string head, body;
-        for (;;) {  // SSLRequest and GSSENCRequest are refused ('N'); then the StartupMessage
-            if (!read_exact(fd, head, 8)) return;
-            const auto len = read_be32(head, 0), code = read_be32(head, 4);
-            if (len < 8 || len > 10000) return;
-            if (code == 80877103 || code == 80877104) {
-                if (!scripted_server::send_all(fd, "N")) return;
-                continue;
-            }
-            if (!read_exact(fd, body, len - 8)) return;
-            break;
-        }
+        if (!read_startup(fd)) return;
         if (what_ == answer::startup_error) return (void)scripted_server::send_all(fd, error(std::string(20000, 'y')));
         // After AuthenticationOk, an error said to be 512 MiB long, sent as it goes.
         if (what_ == answer::endless_startup_error)

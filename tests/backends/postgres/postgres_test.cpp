@@ -408,20 +408,10 @@ public:
 private:
     void serve(int fd) {
         using namespace fake_postgres;
-        std::string head, body;
-        for (;;) {
-            if (!read_exact(fd, head, 8)) return;
-            keep(head);
-            const auto len = read_be32(head, 0), code = read_be32(head, 4);
-            if (len < 8 || len > 10000) return;
-            if (code == 80877103 || code == 80877104) {
-                if (!scripted_server::send_all(fd, "N")) return;
-                continue;
-            }
-            if (!read_exact(fd, body, len - 8)) return;
-            keep(body);
-            break;
-        }
+        std::string seen;
+        const bool started = read_startup(fd, &seen);
+        keep(seen);
+        if (!started) return;
         if (!scripted_server::send_all(fd, message('R', be(3, 4)))) return;  // AuthenticationCleartextPassword
         pollfd p{fd, POLLIN, 0};
         char buf[4096];
