@@ -20,14 +20,6 @@
 namespace distlock::backends::redis_client {
 namespace {
 
-// Milliseconds left until `until` for poll(), rounded up (0 = passed).
-int poll_ms(clock::time_point until) {
-    const auto left = until - clock::now();
-    if (left <= clock::duration::zero()) return 0;
-    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
-    return static_cast<int>(std::min<long long>(ms, INT_MAX));
-}
-
 bool starts_with(const redisReply* r, std::string_view prefix) {
     return r != nullptr && r->type == REDIS_REPLY_ERROR && r->str != nullptr &&
            std::string_view(r->str, r->len).substr(0, prefix.size()) == prefix;

@@ -78,14 +78,6 @@ bool is_ip_address(const std::string& host) {
     return ::inet_pton(AF_INET, host.c_str(), addr) == 1 || ::inet_pton(AF_INET6, host.c_str(), addr) == 1;
 }
 
-// Milliseconds left until `until` for poll(), rounded up (0 = passed).
-int poll_ms(spi::clock::time_point until) {
-    const auto left = until - spi::clock::now();
-    if (left <= spi::clock::duration::zero()) return 0;
-    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
-    return static_cast<int>(std::min<long long>(ms, INT_MAX));
-}
-
 // The handshake failed because the bytes from the server are not TLS: a
 // plaintext port.
 bool not_tls(unsigned long e) {
@@ -112,6 +104,13 @@ bool not_tls(unsigned long e) {
 int asked_for_certificate(SSL* ssl, void*) {
     if (auto* s = static_cast<tls_stream*>(SSL_get_app_data(ssl))) s->asked_for_certificate_ = true;
     return 1;
+}
+
+int poll_ms(spi::clock::time_point until) {
+    const auto left = until - spi::clock::now();
+    if (left <= spi::clock::duration::zero()) return 0;
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+    return static_cast<int>(std::min<long long>(ms, INT_MAX));
 }
 
 tls_options tls_from_url(spi::url& u, const std::string& backend, tls_options o, std::string_view prefix) {
@@ -189,7 +188,7 @@ tls_context::~tls_context() { SSL_CTX_free(ctx_); }
 
 // ---- tls_stream ---------------------------------------------------------------
 
-tls_stream::tls_stream(const tls_context& ctx, int fd, const std::string& host) : ctx_(ctx) {
+tls_stream::tls_stream(const tls_context& ctx, int fd, const std::string& host) : fd_(fd), ctx_(ctx) {
     ERR_clear_error();
     ssl_ = SSL_new(ctx.native());
     if (ssl_ == nullptr) throw std::bad_alloc();
@@ -222,8 +221,7 @@ void tls_stream::handshake(spi::clock::time_point until, const std::string& back
         if (rc == 1) return;
         const int why = SSL_get_error(ssl_, rc);
         if (why == SSL_ERROR_WANT_READ || why == SSL_ERROR_WANT_WRITE) {
-            pollfd p{SSL_get_fd(ssl_) >= 0 ? SSL_get_fd(ssl_) : fd_of(SSL_get_rbio(ssl_)),
-                     static_cast<short>(why == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT), 0};
+            pollfd p{fd_, static_cast<short>(why == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT), 0};
             int n;
             do n = ::poll(&p, 1, poll_ms(until));
             while (n < 0 && errno == EINTR);

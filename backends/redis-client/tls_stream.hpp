@@ -27,6 +27,10 @@ struct ssl_st;
 
 namespace distlock::backends::redis_client {
 
+// Milliseconds left until `until` for poll(), rounded up (0 = passed). Shared
+// by the plain and TLS paths of the client layer.
+int poll_ms(spi::clock::time_point until);
+
 struct tls_options {
     bool enabled = false;      // TLS on every connection of the URL
     std::string ca_file;       // PEM CA bundle; "" = the system's store
@@ -108,6 +112,7 @@ public:
 private:
     tls_io result(int rc, std::size_t& n);
     ssl_st* ssl_ = nullptr;
+    int fd_;
     const tls_context& ctx_;
     std::string error_;
     bool refused_ = false;
