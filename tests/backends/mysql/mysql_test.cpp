@@ -1,5 +1,9 @@
 // mysql://: the SQL layer's shared tests (tests/backends/sql/sql_test.cpp) run
 // with MySQL's facts below, and the cases that only MySQL/MariaDB has.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
@@ -496,4 +500,56 @@ TEST_CASE("MySQL over TLS: verify_identity and tls=true lock; every handshake fa
     SECTION("wrong CA, named by the native alias") {
         tls_refused<distlock::access_denied_error>(base + "?ssl_mode=verify_identity&ssl_ca=" + dir + "/other-ca.crt");
     }
+}
+
+// The whole-call deadline (call_deadline.cpp) shuts the TCP socket under the
+// TLS layer down; closing the connection then writes (COM_QUIT, a TLS record,
+// maybe an alert) to it. In a child process with SIGPIPE at its default: a
+// SIGPIPE would kill it.
+TEST_CASE("MySQL over TLS: a call whose replies stop is cut at its deadline, and no SIGPIPE follows",
+          "[.tls][sql][sigpipe]") {
+    const auto base = tls_base(), ca = distlock::test::env("DISTLOCK_TEST_TLS_CA");
+    REQUIRE(!base.empty());
+    const auto at = base.find('@') + 1, colon = base.find(':', at), slash = base.find('/', colon);
+    distlock::test::tcp_proxy proxy(base.substr(at, colon - at), std::stoi(base.substr(colon + 1, slash - colon - 1)));
+    const std::string url = base.substr(0, colon) + ":" + std::to_string(proxy.port()) + base.substr(slash) +
+                            "?tls=true&tls_ca=" + ca + "&timeout=1s&connect_timeout=1s&pool=0";
+    int to_parent[2], to_child[2];
+    REQUIRE(::pipe(to_parent) == 0);
+    REQUIRE(::pipe(to_child) == 0);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        ::signal(SIGPIPE, SIG_DFL);
+        int rc = 10;
+        try {
+            auto p = distlock::connect(url);
+            auto m = p.mutex(unique_name("mysql-tls-deadline"));
+            char c = 'c';
+            if (::write(to_parent[1], &c, 1) != 1 || ::read(to_child[0], &c, 1) != 1) ::_exit(11);
+            const auto t0 = clk::now();
+            try {
+                (void)m.try_lock();
+                rc = 12;  // the replies came after all
+            } catch (const distlock::unavailable_error&) {
+                // The call's 1 s (and a reconnect's 1 s), not the 10 s the replies are held.
+                const auto took = std::chrono::duration_cast<std::chrono::seconds>(clk::now() - t0).count();
+                rc = took < 4 ? 0 : 20 + static_cast<int>(std::min<long long>(took, 30));
+            }
+        } catch (...) {
+            rc = 14;
+        }
+        ::_exit(rc);  // after the provider closed its connection
+    }
+    char c = 0;
+    CHECK(::read(to_parent[0], &c, 1) == 1);
+    proxy.delay_replies(10s);
+    CHECK(::write(to_child[1], &c, 1) == 1);
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    proxy.delay_replies(0ms);
+    CHECK_FALSE(WIFSIGNALED(status));
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) ::close(fd);
 }
