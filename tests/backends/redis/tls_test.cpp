@@ -116,6 +116,46 @@ struct tls_server {
     }
 };
 
+bool accepts(std::uint16_t port) {
+    const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
+    const bool ok = ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(s);
+    return ok;
+}
+
+// A sentinel child that speaks TLS only (port 0, tls-port), watching `master`'s
+// TLS port over TLS (tls-replication yes).
+struct tls_sentinel {
+    std::uint16_t port = free_port();
+    std::string dir;
+    explicit tls_sentinel(const tls_server& master) {
+        dir = (std::filesystem::temp_directory_path() / ("distlock-tls-sentinel-" + unique_name("s").substr(2))).string();
+        std::filesystem::create_directories(dir);
+        std::ofstream(dir + "/sentinel.conf")
+            << "port 0\ntls-port " << port << "\ntls-cert-file " << certs()("server.crt") << "\ntls-key-file "
+            << certs()("server.key") << "\ntls-ca-cert-file " << certs()("ca.crt")
+            << "\ntls-auth-clients no\ntls-replication yes\ndir " << dir << "\nlogfile " << dir
+            << "/sentinel.log\npidfile " << dir << "/sentinel.pid\ndaemonize yes\nsentinel monitor m 127.0.0.1 "
+            << master.tls_port << " 1\nsentinel auth-pass m " << password << "\n";
+        if (!run("redis-server '" + dir + "/sentinel.conf' --sentinel")) throw std::runtime_error("no sentinel");
+        // Up when it accepts connections (it learns the master at once: monitor).
+        REQUIRE(distlock::test::eventually([&] { return accepts(port); }, 5s));
+    }
+    ~tls_sentinel() {
+        run("kill $(cat '" + dir + "/sentinel.pid')");
+        std::this_thread::sleep_for(100ms);
+        std::error_code ec;
+        std::filesystem::remove_all(dir, ec);
+    }
+    std::string url(const std::string& more) const {
+        return "redis-sentinel://:" + password + "@127.0.0.1:" + std::to_string(port) + "/m?lease=2s" + more;
+    }
+};
+
 struct outcome {
     std::string shown;  // what() and the native message; "" = it worked
     int code = 0;       // the errc, 0 = it worked
@@ -292,6 +332,25 @@ TEST_CASE("tls_* parameters without TLS are refused, and rediss:// with tls=fals
         CHECK_THROWS_WITH(distlock::connect(url), Catch::Contains("need tls=true") || Catch::Contains("needs tls_cert") ||
                                                        Catch::Contains("disagree"));
     }
+}
+
+TEST_CASE("redis-sentinel:// over TLS: the sentinels and the master they name; sentinel_tls_* apply to the "
+          "sentinels only",
+          "[redis][tls][sentinel]") {
+    tls_server master("server");
+    tls_sentinel sentinel(master);
+    const auto ca = "&tls_ca=" + certs()("ca.crt");
+    CHECK(lock_at(sentinel.url("&tls=true" + ca)).shown == "");
+    // The sentinels verified against another CA: refused there, before any master is asked.
+    check_refused(sentinel.url("&tls=true" + ca + "&sentinel_tls_ca=" + certs()("other-ca.crt")),
+                  distlock::errc::access_denied, "certificate");
+    // The data nodes verified against another CA: the sentinel answers, the master is refused.
+    check_refused(sentinel.url("&tls=true&tls_ca=" + certs()("other-ca.crt") + "&sentinel_tls_ca=" + certs()("ca.crt")),
+                  distlock::errc::access_denied, "certificate");
+    // Plaintext to a TLS-only sentinel: typed, quick.
+    const auto o = lock_at(sentinel.url("&tls=true" + ca + "&sentinel_tls=false"));
+    CHECK(o.code == static_cast<int>(distlock::errc::unavailable));
+    CHECK(o.shown.find(password) == std::string::npos);
 }
 
 TEST_CASE("tls_insecure=true connects to a certificate no CA vouches for", "[redis][tls]") {
