@@ -54,10 +54,12 @@ s::failure classify(int code, bool connecting) {
 
 // A TLS handshake (CR_SSL_CONNECTION_ERROR, 2026) refused by policy, as the
 // HTTP layer's and PostgreSQL's (access_denied_error): the server's
-// certificate (wrong CA, expired, another name) or a server in clear where TLS
-// is required. No retry fixes them, and no login packet was sent.
+// certificate (wrong CA, expired, another name), a server in clear where TLS
+// is required, or the server refusing this client's certificate (another
+// CA's). No retry fixes them, and no login packet was sent.
 bool tls_refusal(const std::string& msg) {
-    for (const char* what : {"certificate", "SSL is required", "self-signed", "self signed", "unable to get local issuer"})
+    for (const char* what : {"certificate", "SSL is required", "self-signed", "self signed", "unable to get local issuer",
+                             "unknown ca"})
         if (msg.find(what) != std::string::npos) return true;
     return false;
 }
@@ -100,8 +102,8 @@ struct endpoint {
 // The client library (MariaDB Connector/C) sets SIGPIPE to SIG_IGN for the
 // whole process when it starts (mysql_server_init), and children inherit an
 // ignored signal across exec. It does not need it: it sends with MSG_NOSIGNAL
-// (no TLS here; checked with strace, and tested by writing to a socket shut
-// down under it with SIGPIPE at its default). So `f`, which may start it,
+// (checked with strace, and tested by writing to a socket shut down under it
+// with SIGPIPE at its default, in clear and over TLS). So `f`, which may start it,
 // leaves the process's SIGPIPE disposition as it found it.
 template <class F>
 auto keeping_sigpipe(F&& f) {
@@ -168,7 +170,7 @@ public:
         opts["CLIENT_MULTI_STATEMENTS"] = true; // a batch is one query (values are rendered as literals)
         opts["OPT_CHARSET_NAME"] = ::sql::SQLString("utf8mb4");
         opts["OPT_MAX_ALLOWED_PACKET"] = max_packet;
-        // A server (or anything on the path: no TLS here) may answer any query
+        // A server (or anything on the path, without TLS) may answer any query
         // with a request for a file of the client's (LOAD DATA LOCAL INFILE).
         // Connector/C 3.3 refuses it on its own, other client libraries and
         // versions have not: so the client does not even offer to send files.

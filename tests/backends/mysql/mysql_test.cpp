@@ -107,6 +107,8 @@ const dialect_facts& sql_test::facts() {
                                 {"strategy=lease-table&fence=table&table=distlock_fence_rows", "read", {6, 2}},
                                 {"strategy=lease-table&fence=table&table=distlock_fence_rows", "write", {6, 2}}},
         .raw_session_setup = "",
+        .tls_off = "ssl_mode=disabled",
+        .tls_ca_alias = "ssl_ca",
     };
     return f;
 }
@@ -418,9 +420,9 @@ TEST_CASE("MySQL leaves SIGPIPE alone, and a write to a socket shut down under i
 }
 
 // ---- TLS (docs/backends/sql.md, "TLS") ------------------------------------------
-// The hidden [.tls] case needs the TLS servers of integration/backends.sh
-// (DISTLOCK_TEST_MYSQL_TLS_URL and the certificates of DISTLOCK_TEST_TLS_DIR);
-// ctest runs it as distlock-mysql-tests.tls, skipped when unset.
+// The handshake failures over TLS are the SQL layer's shared case
+// (tests/backends/sql/tls_test.cpp); the hidden [.tls] cases here need the TLS
+// servers too (ctest: distlock-mysql-tests.tls, skipped when unset).
 
 TEST_CASE("the TLS parameters and ssl_mode: bad values and conflicts are refused before any connection",
           "[sql][tls][input]") {
@@ -460,46 +462,6 @@ TEST_CASE("TLS required against a MySQL in clear fails typed before the login pa
     } catch (const distlock::error&) {
     }
     CHECK(fake.client_caps() != 0);
-}
-
-TEST_CASE("MySQL over TLS: verify_identity and tls=true lock; every handshake failure is typed, quick, secret-free",
-          "[.tls][sql]") {
-    const auto base = tls_base(), dir = tls_dir(), ca = distlock::test::env("DISTLOCK_TEST_TLS_CA");
-    REQUIRE(!base.empty());
-    REQUIRE(!dir.empty());
-    tls_locks(distlock::test::env("DISTLOCK_TEST_MYSQL_TLS_URL"));
-    tls_locks(base + "?tls=true&tls_ca=" + ca);
-    tls_locks(base + "?ssl_mode=verify_identity&ssl_ca=" + ca);
-    SECTION("wrong CA") {
-        tls_refused<distlock::access_denied_error>(base + "?tls=true&tls_ca=" + dir + "/other-ca.crt");
-    }
-    SECTION("host name mismatch") {
-        tls_refused<distlock::access_denied_error>(tls_must_fail("TLS_WRONG_NAME") + "?tls=true&tls_ca=" + ca);
-    }
-    SECTION("expired certificate") {
-        tls_refused<distlock::access_denied_error>(tls_must_fail("TLS_EXPIRED") + "?tls=true&tls_ca=" + ca);
-    }
-    SECTION("plaintext server where TLS is required") {
-        tls_refused<distlock::access_denied_error>(tls_must_fail("TLS_ON_PLAIN") + "?tls=true&tls_ca=" + ca);
-    }
-    SECTION("TLS server reached without TLS") {
-        tls_refused<distlock::access_denied_error>(base + "?ssl_mode=disabled");
-    }
-    SECTION("missing client certificate where one is required") {
-        const auto cert_url = distlock::test::env("DISTLOCK_TEST_MYSQL_TLS_CLIENT_CERT_URL");
-        const auto cert_base = cert_url.substr(0, cert_url.find('?')) + "?table=distlock_cert";
-        tls_locks(cert_base + "&tls=true&tls_ca=" + ca + "&tls_cert=" + dir + "/client.crt&tls_key=" + dir +
-                  "/client.key");
-        tls_refused<distlock::access_denied_error>(cert_base + "&tls=true&tls_ca=" + ca);
-    }
-    SECTION("unreadable key file") {
-        const auto what = tls_refused<distlock::invalid_argument_error>(base + "?tls=true&tls_ca=" + ca +
-                                                                        "&tls_cert=" + dir + "/client.crt&tls_key=" + dir);
-        CHECK(what.find("tls_key") != std::string::npos);
-    }
-    SECTION("wrong CA, named by the native alias") {
-        tls_refused<distlock::access_denied_error>(base + "?ssl_mode=verify_identity&ssl_ca=" + dir + "/other-ca.crt");
-    }
 }
 
 // The whole-call deadline (call_deadline.cpp) shuts the TCP socket under the

@@ -73,6 +73,10 @@ struct dialect_facts {
     // resolve unqualified names in pg_catalog only; the tests' own SQL names
     // the tables of the default schema, public, unqualified.
     std::string raw_session_setup;
+    // TLS (tls_test.cpp): the native parameter that turns TLS off, and the
+    // native alias of tls_ca.
+    std::string tls_off;       // "sslmode=disable"
+    std::string tls_ca_alias;  // "sslrootcert"
 };
 const dialect_facts& facts();
 

@@ -18,6 +18,7 @@ function(distlock_add_sql_tests dialect)
                             ${PROJECT_SOURCE_DIR}/tests/backends/sql/storage_test.cpp
                             ${PROJECT_SOURCE_DIR}/tests/backends/sql/primitives_test.cpp
                             ${PROJECT_SOURCE_DIR}/tests/backends/sql/inspect_test.cpp
+                            ${PROJECT_SOURCE_DIR}/tests/backends/sql/tls_test.cpp
                             URL_ENV DISTLOCK_TEST_${up}_URL TIMEOUT 300)
   target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests/backends/sql
                              ${PROJECT_SOURCE_DIR}/backends/sql ${PROJECT_SOURCE_DIR}/backends/${dialect})
@@ -25,4 +26,7 @@ function(distlock_add_sql_tests dialect)
     DISTLOCK_SQL_SKEW_SHIM="$<TARGET_FILE:distlock_sql_clock_skew>"
     DISTLOCK_SQL_PROBE="$<TARGET_FILE:distlock-sql-lock-probe>")
   add_dependencies(${target} distlock_sql_clock_skew distlock-sql-lock-probe)
+  # Over TLS (integration/servers/<dialect>-tls.sh): the hidden [.tls] cases, when its URL is set.
+  add_test(NAME ${target}.tls COMMAND ${target} --require-env DISTLOCK_TEST_${up}_TLS_URL "[.tls]")
+  set_tests_properties(${target}.tls PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)
 endfunction()
