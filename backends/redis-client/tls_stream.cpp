@@ -150,11 +150,12 @@ tls_options tls_from_url(spi::url& u, const std::string& backend, tls_options o,
 
 // ---- tls_context --------------------------------------------------------------
 
-std::shared_ptr<const tls_context> tls_context::make(const tls_options& o, const std::string& backend) {
+std::shared_ptr<const tls_context> tls_context::make(const tls_options& o, const std::string& backend,
+                                                     const std::string& prefix) {
     ERR_clear_error();
     SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
     if (ctx == nullptr) throw_error(errc::unavailable, backend, "cannot set up TLS: " + openssl_error());
-    std::shared_ptr<const tls_context> out(new tls_context(o, ctx));
+    std::shared_ptr<const tls_context> out(new tls_context(o, prefix, ctx));
     auto refuse = [&](const std::string& what, const std::string& file) {
         const auto why = openssl_error();
         throw_error(errc::invalid_argument, backend, "cannot use " + what + file + ": " + why, 0, why);
@@ -166,7 +167,7 @@ std::shared_ptr<const tls_context> tls_context::make(const tls_options& o, const
     if (o.verify) {
         SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
         if (!o.ca_file.empty()) {
-            if (SSL_CTX_load_verify_locations(ctx, o.ca_file.c_str(), nullptr) != 1) refuse("the CA file tls_ca=", o.ca_file);
+            if (SSL_CTX_load_verify_locations(ctx, o.ca_file.c_str(), nullptr) != 1) refuse("the CA file " + prefix + "_ca=", o.ca_file);
         } else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
             throw_error(errc::unavailable, backend, "cannot load the system's CA store: " + openssl_error());
         }
@@ -175,11 +176,11 @@ std::shared_ptr<const tls_context> tls_context::make(const tls_options& o, const
     }
     if (!o.cert_file.empty()) {
         if (SSL_CTX_use_certificate_chain_file(ctx, o.cert_file.c_str()) != 1)
-            refuse("the client certificate tls_cert=", o.cert_file);
+            refuse("the client certificate " + prefix + "_cert=", o.cert_file);
         const auto& key = o.key_file.empty() ? o.cert_file : o.key_file;
         if (SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM) != 1)
-            refuse("the client key tls_key=", key);
-        if (SSL_CTX_check_private_key(ctx) != 1) refuse("a client key that does not match tls_cert: tls_key=", key);
+            refuse("the client key " + prefix + "_key=", key);
+        if (SSL_CTX_check_private_key(ctx) != 1) refuse("a client key that does not match " + prefix + "_cert: " + prefix + "_key=", key);
     }
     return out;
 }
@@ -239,8 +240,9 @@ void tls_stream::handshake(spi::clock::time_point until, const std::string& back
             ERR_clear_error();
             throw_error(errc::access_denied, backend,
                         "the TLS certificate of " + where + " was refused: " + text +
-                            (o.ca_file.empty() ? " (verified against the system's CA store; tls_ca= names another)"
-                                               : " (verified against tls_ca=" + o.ca_file + ")"),
+                            (o.ca_file.empty()
+                                 ? " (verified against the system's CA store; " + ctx_.prefix() + "_ca= names another)"
+                                 : " (verified against " + ctx_.prefix() + "_ca=" + o.ca_file + ")"),
                         static_cast<int>(verified), text);
         }
         const unsigned long e = ERR_peek_error();

@@ -60,17 +60,22 @@ public:
     // Reads the CA file (else the system store), the client certificate and
     // key; TLS 1.2 at least. Throws invalid_argument_error naming the file
     // (never its contents) that cannot be read or does not match.
-    static std::shared_ptr<const tls_context> make(const tls_options& o, const std::string& backend);
+    // `prefix`: the parameters' names in messages ("tls", "sentinel_tls").
+    static std::shared_ptr<const tls_context> make(const tls_options& o, const std::string& backend,
+                                                   const std::string& prefix = "tls");
     ~tls_context();
     tls_context(const tls_context&) = delete;
     tls_context& operator=(const tls_context&) = delete;
 
     const tls_options& options() const noexcept { return options_; }
+    const std::string& prefix() const noexcept { return prefix_; }
     ssl_ctx_st* native() const noexcept { return ctx_; }
 
 private:
-    tls_context(tls_options o, ssl_ctx_st* ctx) : options_(std::move(o)), ctx_(ctx) {}
+    tls_context(tls_options o, std::string prefix, ssl_ctx_st* ctx)
+        : options_(std::move(o)), prefix_(std::move(prefix)), ctx_(ctx) {}
     tls_options options_;
+    std::string prefix_;
     ssl_ctx_st* ctx_;
 };
 

@@ -518,7 +518,7 @@ void register_backend(spi::registry& r) {
         const tls_options data_tls = s.ep.tls ? s.ep.tls->options() : tls_options{};
         const auto sentinel_tls = tls_from_url(u, "redis", data_tls, "sentinel_tls");
         if (!(sentinel_tls == data_tls))
-            sentinel.tls = sentinel_tls.enabled ? tls_context::make(sentinel_tls, "redis") : nullptr;
+            sentinel.tls = sentinel_tls.enabled ? tls_context::make(sentinel_tls, "redis", "sentinel_tls") : nullptr;
         for (const auto& h : u.hosts_or_throw(26379)) {
             sentinel.host = h.host;
             sentinel.port = h.port;
