@@ -535,14 +535,21 @@ void connection::fail(const std::string& what, failure kind, bool maybe_sent, in
             throw connection_failure(at + "no reply within the command timeout (" +
                                          std::to_string(ep_.command_timeout.count()) + " ms)",
                                      false, maybe_sent);
-        case failure::eof: throw connection_failure(at + "the server closed the connection", true, maybe_sent);
+        case failure::eof: throw connection_failure(at + "the server closed the connection" + plaintext_hint(), true, maybe_sent);
         case failure::refused: throw connection_failure(at + tls_->error(), false, maybe_sent, false, true);
         case failure::io:
             if (tls_ && err == EPROTO) throw connection_failure(at + tls_->error(), false, maybe_sent);
             break;
     }
     // A reset (or a write to a peer that closed) of a pooled connection is stale too.
-    throw connection_failure(at + std::strerror(err), err == ECONNRESET || err == EPIPE, maybe_sent);
+    const bool reset = err == ECONNRESET || err == EPIPE;
+    throw connection_failure(at + std::strerror(err) + (reset ? plaintext_hint() : ""), reset, maybe_sent);
+}
+
+std::string connection::plaintext_hint() const {
+    // A Redis TLS port closes a plaintext session before any reply.
+    if (tls_ || replied_) return "";
+    return " (if " + ep_.label() + " is a TLS port: rediss:// or tls=true)";
 }
 
 void connection::wait_for(short events, const char* what, bool maybe_sent) {

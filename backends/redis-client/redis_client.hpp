@@ -278,6 +278,7 @@ private:
     [[noreturn]] void fail(const std::string& what, failure kind, bool maybe_sent, int err = 0);
     void wait_for(short events, const char* what, bool maybe_sent);  // until until_, or fail
     void receive_tls(char* buf, std::size_t size);
+    std::string plaintext_hint() const;  // for a plaintext connection closed before any reply
     void check_pending();  // a partial reply that announces (or holds) more than the caps allow fails
 
     int fd_;

@@ -286,11 +286,12 @@ TEST_CASE("rediss:// to a plaintext server fails typed and quick, nothing sent i
     CHECK(raw.calls("auth") == 0);
 }
 
-TEST_CASE("redis:// to a TLS port fails typed and quick", "[redis][tls]") {
+TEST_CASE("redis:// to a TLS port fails typed and quick, and says what may be wrong", "[redis][tls]") {
     tls_server s("server");
     const auto o = lock_at("redis://:" + password + "@" + s.address() + "?lease=2s");
     INFO("shown: " << o.shown);
-    CHECK(o.code != 0);
+    CHECK(o.code == static_cast<int>(distlock::errc::unavailable));
+    CHECK(o.shown.find("is a TLS port: rediss:// or tls=true") != std::string::npos);
     CHECK(o.ms < 2500);
     CHECK(o.shown.find(password) == std::string::npos);
 }
