@@ -517,10 +517,11 @@ void connection::fail(const std::string& what, failure kind, bool maybe_sent, in
     // opened without one, or with one it does not trust, after the handshake:
     // its alert may be lost in the reset.
     if (tls_ && !replied_ && tls_->asked_for_certificate() && (kind == failure::eof || kind == failure::io)) {
-        const bool gave = !ep_.tls->options().cert_file.empty();
+        const auto& p = ep_.tls->prefix();
+        const auto& cert = ep_.tls->options().cert_file;
         throw connection_failure(at + "the TLS server asked for a client certificate and closed the connection (" +
-                                     (gave ? "it refused tls_cert=" + ep_.tls->options().cert_file
-                                           : std::string("tls_cert= and tls_key= give one")) +
+                                     (cert.empty() ? p + "_cert= and " + p + "_key= give one"
+                                                   : "it refused " + p + "_cert=" + cert) +
                                      ")",
                                  false, maybe_sent, false, true);
     }
@@ -535,7 +536,8 @@ void connection::fail(const std::string& what, failure kind, bool maybe_sent, in
             throw connection_failure(at + "no reply within the command timeout (" +
                                          std::to_string(ep_.command_timeout.count()) + " ms)",
                                      false, maybe_sent);
-        case failure::eof: throw connection_failure(at + "the server closed the connection" + plaintext_hint(), true, maybe_sent);
+        case failure::eof:
+            throw connection_failure(at + "the server closed the connection" + plaintext_hint(), true, maybe_sent);
         case failure::refused: throw connection_failure(at + tls_->error(), false, maybe_sent, false, true);
         case failure::io:
             if (tls_ && err == EPROTO) throw connection_failure(at + tls_->error(), false, maybe_sent);

@@ -167,7 +167,8 @@ std::shared_ptr<const tls_context> tls_context::make(const tls_options& o, const
     if (o.verify) {
         SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
         if (!o.ca_file.empty()) {
-            if (SSL_CTX_load_verify_locations(ctx, o.ca_file.c_str(), nullptr) != 1) refuse("the CA file " + prefix + "_ca=", o.ca_file);
+            if (SSL_CTX_load_verify_locations(ctx, o.ca_file.c_str(), nullptr) != 1)
+                refuse("the CA file " + prefix + "_ca=", o.ca_file);
         } else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
             throw_error(errc::unavailable, backend, "cannot load the system's CA store: " + openssl_error());
         }
@@ -180,7 +181,8 @@ std::shared_ptr<const tls_context> tls_context::make(const tls_options& o, const
         const auto& key = o.key_file.empty() ? o.cert_file : o.key_file;
         if (SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM) != 1)
             refuse("the client key " + prefix + "_key=", key);
-        if (SSL_CTX_check_private_key(ctx) != 1) refuse("a client key that does not match " + prefix + "_cert: " + prefix + "_key=", key);
+        if (SSL_CTX_check_private_key(ctx) != 1)
+            refuse("a client key that does not match " + prefix + "_cert: " + prefix + "_key=", key);
     }
     return out;
 }
