@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "distlock/spi/tls.hpp"
+#include "redis_client.hpp"  // plausible_host
 
 namespace distlock::backends::redis_client {
 namespace {
@@ -137,9 +138,13 @@ tls_options tls_from_url(spi::url& u, const std::string& backend, tls_options o,
     if (!o.enabled)
         throw_error(errc::invalid_argument, backend,
                     p + "_ca/" + p + "_cert/" + p + "_key/" + p + "_server_name" +
-                        (prefix == "tls" ? "/tls_insecure" : "") + " need " + p + "=true (or rediss://)");
+                        (prefix == "tls" ? "/tls_insecure need tls=true (or rediss://)"
+                                           : " need " + p + "=true (or tls=true, which they inherit)"));
     if (!o.key_file.empty() && o.cert_file.empty())
         throw_error(errc::invalid_argument, backend, p + "_key needs " + p + "_cert (the client certificate)");
+    // It goes into the ClientHello (SNI) and the verification: a host name or an address only.
+    if (!o.server_name.empty() && !plausible_host(o.server_name))
+        throw_error(errc::invalid_argument, backend, p + "_server_name must be a host name or an IP address");
     spi::tls_params files;
     files.ca = {o.ca_file, p + "_ca"};
     files.cert = {o.cert_file, p + "_cert"};

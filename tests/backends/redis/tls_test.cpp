@@ -326,12 +326,16 @@ TEST_CASE("a key file that cannot be used fails at connect with invalid_argument
 TEST_CASE("tls_* parameters without TLS are refused, and rediss:// with tls=false (no silent plaintext)", "[redis][tls]") {
     for (const std::string url : {"redis://127.0.0.1:1?tls_ca=/x", "redis://127.0.0.1:1?tls_insecure=true",
                                   "redis-cluster://127.0.0.1:1?tls_cert=/x", "redlock://127.0.0.1:1?tls_server_name=x",
-                                  "rediss://127.0.0.1:1?tls_key=/x", "rediss://127.0.0.1:1?tls=false"}) {
+                                  "rediss://127.0.0.1:1?tls_key=/x", "rediss://127.0.0.1:1?tls=false",
+                                  "rediss://127.0.0.1:1?tls_server_name=a/b", "rediss://127.0.0.1:1?tls_server_name=-x",
+                                  "redis-sentinel://127.0.0.1:1/m?tls=true&sentinel_tls_server_name=a/b",
+                                  "redis-sentinel://127.0.0.1:1/m?sentinel_tls_ca=/x"}) {
         INFO("url: " << url);
         // Known parameters, refused for what they say (not "unknown parameter").
         CHECK_THROWS_AS(distlock::connect(url), distlock::invalid_argument_error);
-        CHECK_THROWS_WITH(distlock::connect(url), Catch::Contains("need tls=true") || Catch::Contains("needs tls_cert") ||
-                                                       Catch::Contains("disagree"));
+        CHECK_THROWS_WITH(distlock::connect(url), Catch::Contains("tls=true") || Catch::Contains("needs tls_cert") ||
+                                                       Catch::Contains("disagree") ||
+                                                       Catch::Contains("_server_name must be"));
     }
 }
 
