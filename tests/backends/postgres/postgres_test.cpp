@@ -402,7 +402,10 @@ class plaintext_postgres {
 public:
     plaintext_postgres() : srv_([this](int fd) { serve(fd); }) {}
     int port() const { return srv_.port(); }
+    // What was sent, once the first connection has ended (waiting 5 s at most):
+    // the client's failure may come before the server has seen it close.
     std::string received() {
+        (void)distlock::test::eventually([&] { return ended_.load() > 0; }, 5s);
         std::lock_guard lk(mutex_);
         return got_;
     }
@@ -410,6 +413,10 @@ public:
 private:
     void serve(int fd) {
         using namespace fake_postgres;
+        struct count_end {
+            std::atomic<int>& n;
+            ~count_end() { ++n; }
+        } end{ended_};
         std::string seen;
         const bool started = read_startup(fd, &seen);
         keep(seen);
@@ -429,12 +436,13 @@ private:
     }
     std::mutex mutex_;
     std::string got_;
-    distlock::test::scripted_server srv_;
+    std::atomic<int> ended_{0};
+    distlock::test::scripted_server srv_;  // last: its threads stop before the members above go
 };
 
 }  // namespace
 
-TEST_CASE("tls=true against a PostgreSQL in clear fails typed, before the startup packet: no user, no password sent",
+TEST_CASE("tls=true against a PostgreSQL in clear fails typed, and sends no startup packet nor password",
           "[sql][tls]") {
     for (const std::string mode : {"tls=true", "sslmode=verify-full", "sslmode=require"}) {
         plaintext_postgres server;

@@ -17,6 +17,7 @@
 #include "distlock/spi/url.hpp"
 #include "sql.hpp"
 #include "support.hpp"
+#include "tcp_proxy.hpp"
 
 namespace sql_test {
 
@@ -196,6 +197,20 @@ inline std::string tls_must_fail(const std::string& name) {
     REQUIRE(!u.empty());
     return u.substr(0, u.find('?'));
 }
+
+// A proxy in front of the dialect's TLS server (tcp_proxy.hpp: to count its
+// connections, or hold its replies back), and the TLS server's URL through it
+// up to its query.
+struct tls_proxy {
+    std::string host = tls_base().substr(tls_base().find('@') + 1);
+    distlock::test::tcp_proxy proxy{host.substr(0, host.find(':')),
+                                    std::stoi(host.substr(host.find(':') + 1, host.find('/') - host.find(':') - 1))};
+    std::string base() const {
+        const auto b = tls_base();
+        const auto colon = b.find(':', b.find('@'));
+        return b.substr(0, colon) + ":" + std::to_string(proxy.port()) + b.substr(b.find('/', colon));
+    }
+};
 
 // connect(url) fails with E within 2 s, and its message shows no private key;
 // its message.
