@@ -8,6 +8,7 @@
 #include <map>
 
 #include "distlock/distlock.hpp"
+#include "distlock/spi/url.hpp"
 #include "suite.hpp"
 #include "support.hpp"
 
@@ -25,7 +26,7 @@ int before_run(const std::vector<test_case_info>& cases, std::vector<std::string
     try {
         p = connect(url);
     } catch (const std::exception& e) {
-        std::cerr << "conformance suite: cannot connect to " << url << ": " << e.what() << "\n";
+        std::cerr << "conformance suite: cannot connect to " << distlock::spi::redact_url(url) << ": " << e.what() << "\n";
         return 1;
     }
     std::cout << "conformance suite for " << p->url() << " (backend " << p->scheme() << ")\n";

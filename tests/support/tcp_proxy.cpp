@@ -192,6 +192,16 @@ int bound_socket(bool listening, int& port) {
 }
 }  // namespace
 
+bool read_exact(int fd, std::string& out, std::size_t n) {
+    out.resize(n);
+    for (std::size_t got = 0; got < n;) {
+        const auto r = ::recv(fd, out.data() + got, n - got, 0);
+        if (r <= 0) return false;
+        got += static_cast<std::size_t>(r);
+    }
+    return true;
+}
+
 std::uint16_t free_port() {
     int port = 0;
     ::close(bound_socket(false, port));

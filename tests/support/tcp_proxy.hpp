@@ -48,6 +48,10 @@ private:
 // A free TCP port on 127.0.0.1 (nothing listens there when this returns).
 std::uint16_t free_port();
 
+// Reads exactly `n` bytes of `fd` into `out` (for a fake server's handler);
+// false when the peer closed or the read failed first.
+bool read_exact(int fd, std::string& out, std::size_t n);
+
 // A socket listening on 127.0.0.1 that never accepts: the kernel completes the
 // connections (up to its backlog), nothing ever answers, as from a stopped server.
 class silent_listener {

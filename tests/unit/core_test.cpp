@@ -106,7 +106,8 @@ public:
         }
         for (std::size_t i = 0; i < hs.size(); ++i) out[i] = static_cast<fake_handle*>(hs[i])->keepalive();
     }
-    // What the server "shows" (not implemented while empty).
+    // The answer a test scripts in `inspected`; without one, the SPI's default
+    // answer of a backend that does not claim feature::inspect.
     distlock::lock_info inspect(std::string_view name, spi::lock_kind kind) override {
         return inspected ? *inspected : spi::backend::inspect(name, kind);
     }

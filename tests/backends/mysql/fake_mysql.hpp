@@ -112,15 +112,7 @@ inline int select_columns(std::string_view q) {
     return n;
 }
 
-inline bool read_exact(int fd, std::string& out, std::size_t n) {
-    out.resize(n);
-    for (std::size_t got = 0; got < n;) {
-        auto r = ::recv(fd, out.data() + got, n - got, 0);
-        if (r <= 0) return false;
-        got += static_cast<std::size_t>(r);
-    }
-    return true;
-}
+using distlock::test::read_exact;
 
 // A packet's payload; `seq` gets its sequence id.
 inline std::optional<std::string> read_packet(int fd, std::uint8_t* seq = nullptr) {

@@ -38,15 +38,7 @@ inline std::string message(char type, std::string_view body) {
     return type + be(static_cast<std::uint32_t>(body.size() + 4), 4) + std::string(body);
 }
 
-inline bool read_exact(int fd, std::string& out, std::size_t n) {
-    out.resize(n);
-    for (std::size_t got = 0; got < n;) {
-        auto r = ::recv(fd, out.data() + got, n - got, 0);
-        if (r <= 0) return false;
-        got += static_cast<std::size_t>(r);
-    }
-    return true;
-}
+using distlock::test::read_exact;
 
 inline std::uint32_t read_be32(const std::string& s, std::size_t at) {
     std::uint32_t v = 0;

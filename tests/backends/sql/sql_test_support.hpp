@@ -21,6 +21,18 @@
 
 namespace sql_test {
 
+// connect(target) is refused as a reply larger than the client asks for (the
+// caps of docs/backends/sql.md, "A broken or hostile server").
+inline void check_refused_as_too_large(const std::string& target) {
+    try {
+        (void)distlock::connect(target);
+        FAIL("connected");
+    } catch (const distlock::unavailable_error& e) {
+        INFO(e.what());
+        CHECK(std::string(e.what()).find("larger than any this client asks for") != std::string::npos);
+    }
+}
+
 namespace s = distlock::backends::sql;
 
 class raw_sql;

@@ -91,19 +91,9 @@ std::unique_ptr<peer> kazoo(const std::string& name, bool curator_patterns) {
 
 bool kazoo_available() { return ::access("/usr/lib/python3/dist-packages/kazoo/recipe/lock.py", R_OK) == 0; }
 
-}  // namespace
-
-TEST_CASE("Curator holds: distlock is excluded, then gets the lock once Curator releases", "[interop][curator]") {
-    const auto name = unique_name("cur-first");
-    auto java = curator(name);
-    auto locked = java->ask("lock");
-    REQUIRE(locked.rfind("locked ", 0) == 0);
-    const auto java_token = peer::token_of(locked);
-
-    auto p = distlock::connect(url());
-    auto m = p.mutex(name);
-    CHECK_FALSE(m.try_lock());
-    CHECK_FALSE(m.try_lock_for(300ms));
+// `m` waits while `holder` holds (its answer to "lock" was `locked`), and gets
+// the lock with a larger token once `holder` unlocks.
+void waits_until_peer_unlocks(distlock::mutex& m, peer& holder, const std::string& locked) {
     std::atomic<bool> got{false};
     std::thread waiter([&] {
         m.lock();
@@ -111,10 +101,25 @@ TEST_CASE("Curator holds: distlock is excluded, then gets the lock once Curator 
     });
     std::this_thread::sleep_for(300ms);
     CHECK_FALSE(got.load());
-    CHECK(java->ask("unlock") == "unlocked");
+    CHECK(holder.ask("unlock") == "unlocked");
     CHECK(eventually([&] { return got.load(); }, 10s));
     waiter.join();
-    CHECK(m.token() > java_token);
+    CHECK(m.token() > peer::token_of(locked));
+}
+
+}  // namespace
+
+TEST_CASE("Curator holds: distlock is excluded, then gets the lock once Curator releases", "[interop][curator]") {
+    const auto name = unique_name("cur-first");
+    auto java = curator(name);
+    auto locked = java->ask("lock");
+    REQUIRE(locked.rfind("locked ", 0) == 0);
+
+    auto p = distlock::connect(url());
+    auto m = p.mutex(name);
+    CHECK_FALSE(m.try_lock());
+    CHECK_FALSE(m.try_lock_for(300ms));
+    waits_until_peer_unlocks(m, *java, locked);
     // Now distlock holds: Curator is excluded.
     CHECK(java->ask("try 300") == "timeout");
     m.unlock();
@@ -720,17 +725,7 @@ TEST_CASE("with the same digest credentials and creator ACLs, Curator and distlo
         CHECK(owner_only(owner.acl(lock_path(name))));
         auto m = p.mutex(name);
         CHECK_FALSE(m.try_lock());  // distlock may queue in Curator's path (same identity)
-        std::atomic<bool> got{false};
-        std::thread waiter([&] {
-            m.lock();
-            got = true;
-        });
-        std::this_thread::sleep_for(300ms);
-        CHECK_FALSE(got.load());
-        CHECK(java->ask("unlock") == "unlocked");
-        CHECK(eventually([&] { return got.load(); }, 10s));
-        waiter.join();
-        CHECK(m.token() > peer::token_of(locked));
+        waits_until_peer_unlocks(m, *java, locked);
         m.unlock();
     }
 }
