@@ -14,7 +14,6 @@
 #include <cstring>
 
 #include "distlock/spi/tls.hpp"
-#include "redis_client.hpp"  // plausible_host
 
 namespace distlock::backends::redis_client {
 namespace {
@@ -116,41 +115,20 @@ int poll_ms(spi::clock::time_point until) {
 
 tls_options tls_from_url(spi::url& u, const std::string& backend, tls_options o, std::string_view prefix) {
     const std::string p(prefix);
-    bool given = false;  // a tls_* parameter other than tls= itself
-    auto text = [&](const char* suffix, std::string& out) {
-        if (auto v = u.take(p + suffix)) {
-            out = *v;
-            given = true;
-        }
-    };
-    if (auto v = u.take_bool(p)) o.enabled = *v;
-    text("_ca", o.ca_file);
-    text("_cert", o.cert_file);
-    text("_key", o.key_file);
-    text("_server_name", o.server_name);
-    if (prefix == "tls") {
-        if (auto v = u.take_bool("tls_insecure")) {
-            o.verify = !*v;
-            given = true;
-        }
-    }
-    if (!o.enabled && !given) return tls_options{};  // off (sentinel_tls=false over TLS data nodes)
-    if (!o.enabled)
-        throw_error(errc::invalid_argument, backend,
-                    p + "_ca/" + p + "_cert/" + p + "_key/" + p + "_server_name" +
-                        (prefix == "tls" ? "/tls_insecure need tls=true (or rediss://)"
-                                           : " need " + p + "=true (or tls=true, which they inherit)"));
-    if (!o.key_file.empty() && o.cert_file.empty())
-        throw_error(errc::invalid_argument, backend, p + "_key needs " + p + "_cert (the client certificate)");
-    // It goes into the ClientHello (SNI) and the verification: a host name or an address only.
-    if (!o.server_name.empty() && !plausible_host(o.server_name))
-        throw_error(errc::invalid_argument, backend, p + "_server_name must be a host name or an IP address");
-    spi::tls_params files;
-    files.ca = {o.ca_file, p + "_ca"};
-    files.cert = {o.cert_file, p + "_cert"};
-    files.key = {o.key_file, p + "_key"};
-    spi::check_tls_files(files, backend);
-    return o;
+    spi::tls_start start;
+    start.prefix = prefix;
+    start.insecure = prefix == "tls";
+    start.enabled_by = prefix == "tls" ? "rediss://" : "tls=true, which they inherit";
+    start.base.enabled = o.enabled;
+    start.base.verify = o.verify;
+    start.base.ca = {o.ca_file, p + "_ca"};
+    start.base.cert = {o.cert_file, p + "_cert"};
+    start.base.key = {o.key_file, p + "_key"};
+    start.base.server_name = o.server_name;
+    const auto t = spi::take_tls(u, backend, {}, start);
+    if (!t.enabled) return tls_options{};
+    spi::check_tls_files(t, backend);
+    return {true, t.ca.path, t.cert.path, t.key.path, t.server_name, t.verify};
 }
 
 // ---- tls_context --------------------------------------------------------------

@@ -49,9 +49,8 @@ struct tls_options {
 // (rediss:// starts enabled; the sentinels start from the data nodes'
 // settings). Throws invalid_argument_error: a tls_* parameter without TLS,
 // tls_key without tls_cert, a file that cannot be opened (spi::check_tls_files:
-// never a FIFO that would block). The same meaning as spi::take_tls(), which
-// cannot be used yet: it refuses tls_ca= without tls=true, and on rediss:// the
-// scheme says it.
+// never a FIFO that would block). spi::take_tls() reads them; this adds the
+// client layer's own checks.
 tls_options tls_from_url(spi::url& u, const std::string& backend, tls_options base,
                          std::string_view prefix = "tls");
 

@@ -108,7 +108,8 @@ TEST_CASE("tls files are checked readable at connect, named by their parameter, 
         auto u = url::parse(text);
         distlock::spi::check_tls_files(take_tls(u, "unit", aliases), "unit");
     };
-    CHECK_NOTHROW(check("unit://h?tls=true&tls_key=" + key));
+    const auto cert = s.file("cert.pem", "-----BEGIN CERTIFICATE-----\n");
+    CHECK_NOTHROW(check("unit://h?tls=true&tls_cert=" + cert + "&tls_key=" + key));
 
     auto refused = [&](const std::string& text, const std::string& param, const distlock::spi::tls_aliases& aliases = {}) {
         INFO(text);
@@ -122,18 +123,77 @@ TEST_CASE("tls files are checked readable at connect, named by their parameter, 
             CHECK(what.find("BEGIN") == std::string::npos);
         }
     };
-    refused("unit://h?tls=true&tls_key=" + s.dir + "/missing.pem", "tls_key");
+    refused("unit://h?tls=true&tls_cert=" + cert + "&tls_key=" + s.dir + "/missing.pem", "tls_key");
     refused("unit://h?tls=true&tls_ca=" + s.dir, "tls_ca");              // a directory
     refused("unit://h?sslcert=" + s.dir + "/missing.pem", "sslcert", pg_like);  // named as written
     // A FIFO would block a reader forever: refused at once, not opened for reading.
     const std::string fifo = s.dir + "/fifo";
     REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
-    refused("unit://h?tls=true&tls_key=" + fifo, "tls_key");
+    refused("unit://h?tls=true&tls_cert=" + cert + "&tls_key=" + fifo, "tls_key");
     // Unreadable by permission (not testable as root, who reads anything).
     if (::geteuid() != 0) {
         ::chmod(key.c_str(), 0);
-        refused("unit://h?tls=true&tls_key=" + key, "tls_key");
+        refused("unit://h?tls=true&tls_cert=" + cert + "&tls_key=" + key, "tls_key");
     }
+    // A key without the certificate it belongs to, in either syntax.
+    CHECK_THROWS_WITH(check("unit://h?tls=true&tls_key=" + key), Catch::Contains("tls_key: a client key needs tls_cert"));
+    CHECK_THROWS_WITH(check("unit://h?sslkey=" + key, pg_like), Catch::Contains("sslkey: a client key needs sslcert"));
+    // A key under a passphrase: the TLS libraries would prompt on the terminal.
+    // PKCS#8 and the traditional form, in the key file or in the certificate
+    // file that holds the key.
+    const auto pkcs8 = s.file("enc8.pem", "-----BEGIN ENCRYPTED PRIVATE KEY-----\nZq7\n");
+    const auto traditional =
+        s.file("enc.pem", "-----BEGIN EC PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,00\nZq7\n");
+    refused("unit://h?tls=true&tls_cert=" + cert + "&tls_key=" + pkcs8, "tls_key");
+    refused("unit://h?tls=true&tls_cert=" + cert + "&tls_key=" + traditional, "tls_key");
+    refused("unit://h?tls=true&tls_cert=" + traditional, "tls_cert");
+}
+
+TEST_CASE("tls_server_name is a host name or an IP address, nothing else", "[tls]") {
+    for (const char* name : {"db.example", "127.0.0.1", "::1", "a_b-c.example"})
+        CHECK(parse(std::string("unit://h?tls=true&tls_server_name=") + name).server_name == name);
+    // As written in the URL (percent-encoded): a/b, -x, .x, "a b", h:1, [::1], x?y, a@b.
+    for (const char* name : {"a%2Fb", "-x", ".x", "a%20b", "h%3A1", "%5B%3A%3A1%5D", "x%3Fy", "a%40b"}) {
+        INFO(name);
+        CHECK_THROWS_AS(parse(std::string("unit://h?tls=true&tls_server_name=") + name),
+                        distlock::invalid_argument_error);
+    }
+}
+
+TEST_CASE("tls_start: another prefix, a starting point, and what turns TLS on", "[tls]") {
+    using distlock::spi::tls_start;
+    // rediss:// starts enabled: tls_ca alone is fine.
+    tls_start on;
+    on.base.enabled = true;
+    on.enabled_by = "rediss://";
+    auto u = url::parse("unit://h?tls_ca=/c");
+    CHECK(take_tls(u, "unit", {}, on).ca.path == "/c");
+    // Off, a tls_* parameter names what turns TLS on.
+    u = url::parse("unit://h?tls_ca=/c");
+    tls_start off;
+    off.enabled_by = "rediss://";
+    CHECK_THROWS_WITH(take_tls(u, "unit", {}, off), Catch::Contains("need tls=true (or rediss://)"));
+    // The sentinels' parameters start from the data nodes' settings; their own override them.
+    tls_start sentinel;
+    sentinel.prefix = "sentinel_tls";
+    sentinel.insecure = false;
+    sentinel.base.enabled = true;
+    sentinel.base.ca = {"/data-ca", "tls_ca"};
+    sentinel.base.cert = {"/data-cert", "tls_cert"};
+    u = url::parse("unit://h?sentinel_tls_ca=/sentinel-ca");
+    const auto s = take_tls(u, "unit", {}, sentinel);
+    CHECK(s.ca.path == "/sentinel-ca");
+    CHECK(s.ca.param == "sentinel_tls_ca");
+    CHECK(s.cert.path == "/data-cert");
+    // sentinel_tls=false: nothing inherited; and with a parameter of its own, refused.
+    u = url::parse("unit://h?sentinel_tls=false");
+    CHECK_FALSE(take_tls(u, "unit", {}, sentinel).any());
+    u = url::parse("unit://h?sentinel_tls=false&sentinel_tls_ca=/x");
+    CHECK_THROWS_AS(take_tls(u, "unit", {}, sentinel), distlock::invalid_argument_error);
+    // No <prefix>_insecure when the backend does not read it: left for expect_all_taken().
+    u = url::parse("unit://h?sentinel_tls_insecure=true");
+    (void)take_tls(u, "unit", {}, sentinel);
+    CHECK_THROWS_AS(u.expect_all_taken(), distlock::invalid_argument_error);
 }
 
 TEST_CASE("tls_asked and tls_insecure_requested read without taking", "[tls]") {

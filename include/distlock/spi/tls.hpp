@@ -51,17 +51,31 @@ struct tls_aliases {
     std::string_view ca, cert, key, server_name;
 };
 
-// Takes tls, tls_insecure, tls_ca, tls_cert, tls_key, tls_server_name and the
-// given aliases from `u`. Throws invalid_argument_error (for `backend`) when a
-// value does not parse, when a tls_* parameter other than tls is given without
-// tls=true (the aliases are the backend's native syntax and need it not), and
-// when a parameter and its alias are both given and differ. Reads no file.
-tls_params take_tls(url& u, std::string_view backend, const tls_aliases& aliases = {});
+// Where take_tls() starts, for a backend whose URL can say more than the
+// parameters: rediss:// starts enabled; Redis's sentinels read sentinel_tls,
+// sentinel_tls_ca, ... starting from the data nodes' settings.
+struct tls_start {
+    std::string_view prefix = "tls";  // the parameters' names: <prefix>, <prefix>_ca, ...
+    tls_params base{};                // the settings before the URL's parameters apply
+    bool insecure = true;             // whether <prefix>_insecure is read
+    std::string_view enabled_by;      // what else turns TLS on, for messages: "rediss://"
+};
+
+// Takes tls, tls_insecure, tls_ca, tls_cert, tls_key, tls_server_name (named
+// after start.prefix) and the given aliases from `u`. Throws
+// invalid_argument_error (for `backend`) when a value does not parse, when a
+// tls_* parameter other than tls is given while TLS is off (the aliases are the
+// backend's native syntax and need it not), and when a parameter and its alias
+// are both given and differ. TLS off with nothing given = off, whatever
+// start.base held. Reads no file.
+tls_params take_tls(url& u, std::string_view backend, const tls_aliases& aliases = {}, const tls_start& start = {});
 
 // Throws invalid_argument_error (for `backend`) naming the parameter, and the
 // path, never the content, for each file of `p` that this process cannot open
-// for reading (missing, a directory, no permission). Call it at connect:
-// the client library would read them later with a vaguer message.
+// for reading (missing, a directory, no permission), for a key without its
+// certificate, and for an encrypted private key (the TLS libraries would
+// prompt on the terminal for its passphrase). Call it at connect: the client
+// library would read them later with a vaguer message.
 void check_tls_files(const tls_params& p, std::string_view backend);
 // The same for one file (a backend's own: PostgreSQL's sslcrl); none given = nothing.
 void check_tls_file(const tls_file& f, std::string_view backend);
