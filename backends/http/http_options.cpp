@@ -12,15 +12,13 @@ options options_from_url(spi::url& u, std::string backend, std::uint16_t default
     options o;
     o.backend = std::move(backend);
     const auto tls = spi::take_tls(u, o.backend);
-    // curl verifies the URL's host: another name would need CURLOPT_CONNECT_TO.
-    if (!tls.server_name.empty())
-        throw_error(errc::unsupported, o.backend, "tls_server_name is not supported by the HTTP layer yet");
     spi::check_tls_files(tls, o.backend);
     o.tls.enabled = tls.enabled;
     o.tls.verify = tls.verify;
     o.tls.ca_file = tls.ca.path;
     o.tls.cert_file = tls.cert.path;
     o.tls.key_file = tls.key.path;
+    o.tls.server_name = tls.server_name;
     if (auto v = u.take_duration("timeout")) {
         if (v->count() <= 0) throw_error(errc::invalid_argument, o.backend, "timeout must be positive");
         o.request_timeout = *v;
@@ -30,11 +28,13 @@ options options_from_url(spi::url& u, std::string backend, std::uint16_t default
         o.connect_timeout = *v;
     }
     for (const auto& hp : u.hosts_or_throw(default_port)) {
-        std::string host = hp.host.find(':') != std::string::npos ? "[" + hp.host + "]" : hp.host;
-        o.endpoints.push_back(std::string(o.tls.enabled ? "https://" : "http://") + host + ":" + std::to_string(hp.port));
+        o.endpoints.push_back(std::string(o.tls.enabled ? "https://" : "http://") + url_host(hp.host) + ":" +
+                              std::to_string(hp.port));
     }
     return o;
 }
+
+std::string url_host(const std::string& host) { return host.find(':') != std::string::npos ? "[" + host + "]" : host; }
 
 void check_header(const std::string& backend, std::string_view line) {
     const auto colon = line.find(':');

@@ -1,9 +1,10 @@
 // The HTTP layer's connection settings: the endpoints, timeouts, TLS and fixed
 // headers of a client, and options_from_url(): the URL parameters both
 // backends accept (timeout, connect_timeout, and the TLS parameters every
-// network backend shares: include/distlock/spi/tls.hpp; tls_server_name is
-// refused, unsupported here). No proxy: every request goes straight to an endpoint,
-// whatever the environment's http_proxy/ALL_PROXY say (client::prepare), and
+// network backend shares: include/distlock/spi/tls.hpp; tls_server_name goes
+// through CURLOPT_CONNECT_TO, client::client). No proxy: every request goes
+// straight to an endpoint, whatever the environment's http_proxy/ALL_PROXY
+// say (client::prepare), and
 // there is deliberately no proxy= parameter (a proxy would read every token
 // and password, and answer in the server's place).
 #pragma once
@@ -25,6 +26,7 @@ struct tls_options {
     std::string cert_file; // client certificate (PEM) for mutual TLS; "" = none
     std::string key_file;  // its private key (PEM); "" = in cert_file
     bool verify = true;    // false = accept any server certificate (tests only)
+    std::string server_name;  // sent in SNI and verified instead of the endpoint's host; "" = the host
 };
 
 // The most a reply may take in memory: its body, each line of a stream (an etcd
@@ -50,6 +52,9 @@ struct options {
 // token would add headers of the caller's choosing to every request. The
 // message names the header, never its value (a token).
 void check_header(const std::string& backend, std::string_view line);
+
+// A host as a URL writes it: an IPv6 address in brackets.
+std::string url_host(const std::string& host);
 
 // Reads the shared parameters from the URL and builds one endpoint per host
 // (missing ports = default_port).

@@ -11,6 +11,17 @@ namespace distlock::backends::http {
 
 using namespace detail;  // the easy-handle helpers of http_easy.hpp
 
+namespace {
+
+// An endpoint's host (an IPv6 address in brackets, as written) and port:
+// "https://[::1]:2379" -> {"[::1]", "2379"}.
+std::pair<std::string, std::string> host_port(const std::string& endpoint) {
+    const auto start = endpoint.find("://") + 3, colon = endpoint.rfind(':');
+    return {endpoint.substr(start, colon - start), endpoint.substr(colon + 1)};
+}
+
+}  // namespace
+
 // ---- share locking ------------------------------------------------------------
 struct share_access {
     static void lock(CURL*, curl_lock_data data, curl_lock_access, void* user) {
@@ -34,6 +45,18 @@ client::client(options o) : options_(std::move(o)) {
         curl_share_setopt(sh, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
     }
     share_ = sh;
+    // curl verifies the name of the URL's host: with tls_server_name, the URL
+    // names it and CURLOPT_CONNECT_TO sends the connection to the endpoint.
+    // Connections are reused per (name, connect-to) pair.
+    if (options_.tls.enabled && !options_.tls.server_name.empty()) {
+        for (const auto& endpoint : options_.endpoints) {
+            const auto [host, port] = host_port(endpoint);
+            const auto entry = url_host(options_.tls.server_name) + ":" + port + ":" + host + ":" + port;
+            curl_slist* list = curl_slist_append(nullptr, entry.c_str());
+            if (list == nullptr) throw std::bad_alloc();
+            connect_to_.push_back(list);
+        }
+    }
 }
 
 client::~client() {
@@ -42,6 +65,7 @@ client::~client() {
         curl_multi_cleanup(static_cast<CURLM*>(h.multi));
     }
     if (share_ != nullptr) curl_share_cleanup(static_cast<CURLSH*>(share_));
+    for (void* list : connect_to_) curl_slist_free_all(static_cast<curl_slist*>(list));
 }
 
 std::string client::current_endpoint() const {
@@ -111,6 +135,14 @@ void* client::build_headers(const request& r) const {
 void client::prepare(void* easy_ptr, const request& r, const std::string& endpoint, void* headers) const {
     CURL* easy = static_cast<CURL*>(easy_ptr);
     std::string url = endpoint + r.target;
+    curl_easy_setopt(easy, CURLOPT_CONNECT_TO, nullptr);
+    if (!connect_to_.empty()) {
+        const auto at = std::find(options_.endpoints.begin(), options_.endpoints.end(), endpoint);
+        if (at != options_.endpoints.end()) {
+            url = "https://" + url_host(options_.tls.server_name) + ":" + host_port(endpoint).second + r.target;
+            curl_easy_setopt(easy, CURLOPT_CONNECT_TO, connect_to_[static_cast<std::size_t>(at - options_.endpoints.begin())]);
+        }
+    }
     curl_easy_setopt(easy, CURLOPT_URL, url.c_str());  // copied by curl
     // The path as built (keys escaped by http_codec): curl must not remove "." and
     // ".." segments from it, which would send the request to another key.

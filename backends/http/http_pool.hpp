@@ -65,6 +65,9 @@ private:
     transfer_result perform(const request& r, const std::function<bool(std::string_view)>* on_line);
 
     options options_;
+    // tls.server_name given: per endpoint, the curl_slist of CURLOPT_CONNECT_TO
+    // that sends a request for https://<server_name>:<port> to the endpoint.
+    std::vector<void*> connect_to_;
     mutable std::mutex mutex_;  // guards pool_, dynamic_headers_
     std::vector<pooled> pool_;
     std::map<std::string, std::string> dynamic_headers_;

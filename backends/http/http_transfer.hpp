@@ -44,8 +44,10 @@ struct transfer_result {
     response resp;            // status and headers (and body unless streamed)
 };
 
-// Throws unavailable_error (or access_denied_error for TLS/certificate
-// problems) describing a failed transfer.
+// Throws unavailable_error describing a failed transfer; access_denied_error
+// when a TLS handshake was refused (the server's certificate by the client, or
+// the client's by the server); invalid_argument_error for a TLS file of the
+// URL's that cannot be used, or a server that does not speak HTTP.
 [[noreturn]] void throw_client_error(const std::string& backend, const std::string& what, const transfer_result& r);
 
 }  // namespace distlock::backends::http

@@ -299,7 +299,8 @@ TEST_CASE("etcd URL parameters are checked", "[etcd][input]") {
 namespace {
 
 // A private etcd member serving HTTPS (a self-signed certificate for 127.0.0.1)
-// with authentication enabled (user root, password "rootpw"), on ports 12679/12680.
+// with authentication enabled (user root, password "rootpw"), on ports
+// 12779/12780 (not those of integration/servers/etcd-tls.sh).
 class private_tls_etcd {
 public:
     private_tls_etcd() {
@@ -307,14 +308,14 @@ public:
         REQUIRE(sh("mkdir -p " + dir_ + " && openssl req -x509 -newkey rsa:2048 -nodes -keyout " + dir_ +
                    "/key.pem -out " + dir_ + "/cert.pem -days 1 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1"
                    " >/dev/null 2>&1") == 0);
-        REQUIRE(sh("etcd --name p1 --data-dir " + dir_ + "/data --listen-client-urls https://127.0.0.1:12679"
-                   " --advertise-client-urls https://127.0.0.1:12679 --cert-file " + dir_ + "/cert.pem --key-file " +
-                   dir_ + "/key.pem --listen-peer-urls http://127.0.0.1:12680 --initial-advertise-peer-urls"
-                   " http://127.0.0.1:12680 --initial-cluster p1=http://127.0.0.1:12680 --heartbeat-interval=10"
+        REQUIRE(sh("etcd --name p1 --data-dir " + dir_ + "/data --listen-client-urls https://127.0.0.1:12779"
+                   " --advertise-client-urls https://127.0.0.1:12779 --cert-file " + dir_ + "/cert.pem --key-file " +
+                   dir_ + "/key.pem --listen-peer-urls http://127.0.0.1:12780 --initial-advertise-peer-urls"
+                   " http://127.0.0.1:12780 --initial-cluster p1=http://127.0.0.1:12780 --heartbeat-interval=10"
                    " --election-timeout=100 >" + dir_ + "/log 2>&1 & echo $! > " + dir_ + "/pid") == 0);
-        REQUIRE(eventually([&] { return sh("curl -sf --cacert " + ca() + " https://127.0.0.1:12679/health | grep -q true") == 0; },
+        REQUIRE(eventually([&] { return sh("curl -sf --cacert " + ca() + " https://127.0.0.1:12779/health | grep -q true") == 0; },
                            20s));
-        const std::string ctl = "ETCDCTL_API=3 etcdctl --endpoints=https://127.0.0.1:12679 --cacert=" + ca() + " ";
+        const std::string ctl = "ETCDCTL_API=3 etcdctl --endpoints=https://127.0.0.1:12779 --cacert=" + ca() + " ";
         REQUIRE(sh(ctl + "user add root:rootpw >/dev/null && " + ctl + "user grant-role root root >/dev/null && " + ctl +
                    "auth enable >/dev/null") == 0);
     }
@@ -331,13 +332,13 @@ private:
 TEST_CASE("TLS and etcd authentication: right credentials lock, wrong ones are access denied", "[etcd][tls][auth]") {
     REQUIRE(std::system("command -v etcdctl >/dev/null && command -v openssl >/dev/null") == 0);
     private_tls_etcd etcd;
-    const std::string host = "etcd://root:rootpw@127.0.0.1:12679/tls?lease=2s&tls=true";
+    const std::string host = "etcd://root:rootpw@127.0.0.1:12779/tls?lease=2s&tls=true";
     // Unknown CA: verification fails, a typed error at once.
     CHECK_THROWS_AS(distlock::connect(host), distlock::access_denied_error);
     // Wrong password, and no credentials at all.
-    CHECK_THROWS_AS(distlock::connect("etcd://root:wrong@127.0.0.1:12679/tls?lease=2s&tls=true&tls_ca=" + etcd.ca()),
+    CHECK_THROWS_AS(distlock::connect("etcd://root:wrong@127.0.0.1:12779/tls?lease=2s&tls=true&tls_ca=" + etcd.ca()),
                     distlock::access_denied_error);
-    CHECK_THROWS_AS(distlock::connect("etcd://127.0.0.1:12679/tls?lease=2s&tls=true&tls_ca=" + etcd.ca()),
+    CHECK_THROWS_AS(distlock::connect("etcd://127.0.0.1:12779/tls?lease=2s&tls=true&tls_ca=" + etcd.ca()),
                     distlock::access_denied_error);
     // The right ones, with the CA (and, for tests only, without verification).
     for (const auto& u : {host + "&tls_ca=" + etcd.ca(), host + "&tls_insecure=true"}) {
