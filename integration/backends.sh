@@ -340,10 +340,6 @@ fi
 
 # The servers that keep nothing on disk (their scripts add themselves): "wipe" says so.
 NOTHING_ON_DISK=()
-# The servers that "up" without names leaves out (their scripts add themselves): TLS servers
-# whose client side is not there yet (issue 24), whose URLs the tests that try every URL
-# would fail on. "up NAME" starts them.
-NOT_IN_UP_ALL=()
 for f in "$HERE"/servers/*.sh; do [ -e "$f" ] && . "$f"; done
 known() { for f in "$HERE"/servers/*.sh; do [ -e "$f" ] && basename "$f" .sh; done; }
 
@@ -393,7 +389,7 @@ case "$cmd" in
   up)
     names=("$@")
     if [ ${#names[@]} -eq 0 ]; then
-        for n in $(known); do [[ " ${NOT_IN_UP_ALL[*]} " == *" $n "* ]] || names+=("$n"); done
+        for n in $(known); do names+=("$n"); done
     fi
     netns_check up
     for n in "${names[@]}"; do

@@ -12,12 +12,11 @@
 #   4  127.0.0.1:13319  no TLS (--skip-ssl): a plaintext server
 # Env ($RUN/mysql-tls.env), $CA = $RUN/tls/ca.crt:
 #   DISTLOCK_TEST_MYSQL_TLS_URL              mysql://distlock:distlock@127.0.0.1:13316/distlock?ssl_mode=verify_identity&ssl_ca=$CA&strategy=lease-table&lease=2s
-#   DISTLOCK_TEST_MYSQL_TLS_CLIENT_CERT_URL  mysql://distlock_cert:distlock@...:13316/distlock?...&ssl_cert=$RUN/tls/client.crt&ssl_key=$RUN/tls/client.key&...
+#   DISTLOCK_TEST_MYSQL_TLS_CLIENT_CERT_URL  mysql://distlock_cert:distlock@...:13316/distlock?...&ssl_cert=$RUN/tls/client.crt&ssl_key=$RUN/tls/client.key&table=distlock_cert&...
 #   DISTLOCK_TEST_MYSQL_TLS_EXPIRED_URL_MUST_FAIL      ...:13317 (must fail: expired)
 #   DISTLOCK_TEST_MYSQL_TLS_WRONG_NAME_URL_MUST_FAIL   ...:13318 (must fail: name)
 #   DISTLOCK_TEST_MYSQL_TLS_ON_PLAIN_URL_MUST_FAIL     ...:13319 (must fail: plaintext server)
 #   DISTLOCK_TEST_MYSQL_PLAIN_ON_TLS_URL_MUST_FAIL     ...:13316?ssl_mode=disabled (must fail: refused)
-NOT_IN_UP_ALL+=(mysql-tls)  # until the client has ssl_mode and ssl_ca on mysql:// (issue 24): then remove this line
 MYTLS_PORTS=(13316 13317 13318 13319)  # member N is MYTLS_PORTS[N-1]
 
 mysql_tls_install() { mysql_install; apt_ensure openssl; }
@@ -62,7 +61,7 @@ mysql_tls_spawn() {  # mysql_tls_spawn DIR [N]
     local q="ssl_mode=verify_identity&ssl_ca=$TLS_DIR/ca.crt" u="distlock:distlock@127.0.0.1" rest="strategy=lease-table&lease=2s"
     cat > "$RUN/mysql-tls.env" <<ENV
 DISTLOCK_TEST_MYSQL_TLS_URL='mysql://$u:${MYTLS_PORTS[0]}/distlock?$q&$rest'
-DISTLOCK_TEST_MYSQL_TLS_CLIENT_CERT_URL='mysql://distlock_cert:distlock@127.0.0.1:${MYTLS_PORTS[0]}/distlock?$q&ssl_cert=$TLS_DIR/client.crt&ssl_key=$TLS_DIR/client.key&$rest'
+DISTLOCK_TEST_MYSQL_TLS_CLIENT_CERT_URL='mysql://distlock_cert:distlock@127.0.0.1:${MYTLS_PORTS[0]}/distlock?$q&ssl_cert=$TLS_DIR/client.crt&ssl_key=$TLS_DIR/client.key&table=distlock_cert&$rest'
 DISTLOCK_TEST_MYSQL_TLS_EXPIRED_URL_MUST_FAIL='mysql://$u:${MYTLS_PORTS[1]}/distlock?$q&$rest'
 DISTLOCK_TEST_MYSQL_TLS_WRONG_NAME_URL_MUST_FAIL='mysql://$u:${MYTLS_PORTS[2]}/distlock?$q&$rest'
 DISTLOCK_TEST_MYSQL_TLS_ON_PLAIN_URL_MUST_FAIL='mysql://$u:${MYTLS_PORTS[3]}/distlock?$q&$rest'

@@ -15,12 +15,11 @@
 # The key files are copied to DIR/tls, owned by postgres, 0600 (the server refuses others).
 # Env ($RUN/postgres-tls.env), $CA = $RUN/tls/ca.crt:
 #   DISTLOCK_TEST_POSTGRES_TLS_URL              postgres://distlock:distlock@127.0.0.1:15442/distlock?sslmode=verify-full&sslrootcert=$CA&strategy=lease-table&lease=2s
-#   DISTLOCK_TEST_POSTGRES_TLS_CLIENT_CERT_URL  postgres://distlock_cert:distlock@...:15442/distlock?sslmode=verify-full&sslrootcert=$CA&sslcert=$RUN/tls/client.crt&sslkey=$RUN/tls/client.key&...
+#   DISTLOCK_TEST_POSTGRES_TLS_CLIENT_CERT_URL  postgres://distlock_cert:distlock@...:15442/distlock?sslmode=verify-full&sslrootcert=$CA&sslcert=$RUN/tls/client.crt&sslkey=$RUN/tls/client.key&table=distlock_cert&...
 #   DISTLOCK_TEST_POSTGRES_TLS_EXPIRED_URL_MUST_FAIL      ...:15443 verify-full (must fail: expired)
 #   DISTLOCK_TEST_POSTGRES_TLS_WRONG_NAME_URL_MUST_FAIL   ...:15444 verify-full (must fail: name)
 #   DISTLOCK_TEST_POSTGRES_TLS_ON_PLAIN_URL_MUST_FAIL     ...:15445 verify-full (must fail: plaintext server)
 #   DISTLOCK_TEST_POSTGRES_PLAIN_ON_TLS_URL_MUST_FAIL     ...:15442 sslmode=disable (must fail: refused by pg_hba)
-NOT_IN_UP_ALL+=(postgres-tls)  # until the client has sslmode and sslrootcert on postgres:// (issue 24): then remove this line
 PGTLS_PORTS=(15442 15443 15444 15445)  # member N is PGTLS_PORTS[N-1]
 
 postgres_tls_install() { postgres_install; apt_ensure openssl; }
@@ -79,7 +78,7 @@ postgres_tls_spawn() {  # postgres_tls_spawn DIR [N]
     local ca="sslrootcert=$TLS_DIR/ca.crt" vf="sslmode=verify-full" u="distlock:distlock@127.0.0.1" rest="strategy=lease-table&lease=2s"
     cat > "$RUN/postgres-tls.env" <<ENV
 DISTLOCK_TEST_POSTGRES_TLS_URL='postgres://$u:${PGTLS_PORTS[0]}/distlock?$vf&$ca&$rest'
-DISTLOCK_TEST_POSTGRES_TLS_CLIENT_CERT_URL='postgres://distlock_cert:distlock@127.0.0.1:${PGTLS_PORTS[0]}/distlock?$vf&$ca&sslcert=$TLS_DIR/client.crt&sslkey=$TLS_DIR/client.key&$rest'
+DISTLOCK_TEST_POSTGRES_TLS_CLIENT_CERT_URL='postgres://distlock_cert:distlock@127.0.0.1:${PGTLS_PORTS[0]}/distlock?$vf&$ca&sslcert=$TLS_DIR/client.crt&sslkey=$TLS_DIR/client.key&table=distlock_cert&$rest'
 DISTLOCK_TEST_POSTGRES_TLS_EXPIRED_URL_MUST_FAIL='postgres://$u:${PGTLS_PORTS[1]}/distlock?$vf&$ca&$rest'
 DISTLOCK_TEST_POSTGRES_TLS_WRONG_NAME_URL_MUST_FAIL='postgres://$u:${PGTLS_PORTS[2]}/distlock?$vf&$ca&$rest'
 DISTLOCK_TEST_POSTGRES_TLS_ON_PLAIN_URL_MUST_FAIL='postgres://$u:${PGTLS_PORTS[3]}/distlock?$vf&$ca&$rest'

@@ -22,7 +22,6 @@
 #   DISTLOCK_TEST_REDIS_PLAIN_ON_TLS_URL_MUST_FAIL   redis://...:16400?lease=2s (must fail: TLS server, no TLS)
 #   DISTLOCK_TEST_REDIS_CLUSTER_TLS_URL    redis-cluster://:tls-secret-pw@127.0.0.1:17100,...:17101,...:17102?tls=true&tls_ca=...&lease=2s
 #   DISTLOCK_TEST_REDIS_TLS_PW             tls-secret-pw
-NOT_IN_UP_ALL+=(redis-tls)  # until the client has the rediss:// scheme and tls=true on redis-cluster:// (issue 24): then remove this line
 RTLS_PW='tls-secret-pw'
 RTLS_PORTS=(16400 16401 16402 16403 16404 17100 17101 17102)  # member N is RTLS_PORTS[N-1]
 RTLS_CLUSTER=(6 7 8)

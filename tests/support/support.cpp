@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "distlock/distlock.hpp"
 #include "distlock/spi/backend.hpp"
 
 namespace distlock::test {
@@ -62,6 +63,22 @@ command_result run_command(const std::string& shell_command) {
 std::string trim_end(std::string text) {
     while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
     return text;
+}
+
+lock_outcome lock_once(const std::string& url) {
+    lock_outcome o;
+    const auto start = std::chrono::steady_clock::now();
+    try {
+        auto p = distlock::connect(url);
+        auto m = p.mutex(unique_name("lock-once"));
+        if (!m.try_lock()) o.shown = "not acquired";
+        else m.unlock();
+    } catch (const distlock::error& e) {
+        o.shown = std::string(e.what()) + " | " + e.native_message();
+        o.code = e.code().value();
+    }
+    o.ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+    return o;
 }
 
 distlock::lock_options loss_recorder::options(distlock::lock_options base) {

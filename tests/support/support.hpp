@@ -59,6 +59,16 @@ command_result run_command(const std::string& shell_command);
 // `text` without trailing newlines and spaces.
 std::string trim_end(std::string text);
 
+// What one connect + try_lock + unlock on `url` came to: for the tests of
+// refused connections (TLS handshakes), which check the error, how long it
+// took and that no secret shows.
+struct lock_outcome {
+    std::string shown;  // what() and the native message; "" = it worked
+    int code = 0;       // the errc, 0 = it worked
+    long long ms = 0;   // how long, connect included
+};
+lock_outcome lock_once(const std::string& url);
+
 // Polls `cond` every 10 ms until true or `limit` passes; returns the last value.
 template <class F>
 bool eventually(F&& cond, std::chrono::milliseconds limit) {

@@ -156,34 +156,12 @@ struct tls_sentinel {
     }
 };
 
-struct outcome {
-    std::string shown;  // what() and the native message; "" = it worked
-    int code = 0;       // the errc, 0 = it worked
-    long long ms = 0;
-};
-
-outcome lock_at(const std::string& url) {
-    outcome o;
-    const auto start = clk::now();
-    try {
-        auto p = distlock::connect(url);
-        auto m = p.mutex(unique_name("tls"));
-        if (!m.try_lock()) o.shown = "not acquired";
-        else m.unlock();
-    } catch (const distlock::error& e) {
-        o.shown = std::string(e.what()) + " | " + e.native_message();
-        o.code = e.code().value();
-    }
-    o.ms = std::chrono::duration_cast<std::chrono::milliseconds>(clk::now() - start).count();
-    return o;
-}
-
 // The failure of `url`: the error `code`, within `limit`, naming `words`, and
 // no password anywhere.
 void check_refused(const std::string& url, distlock::errc code, const std::string& words,
                    std::chrono::milliseconds limit = 1500ms) {
     INFO("url: " << distlock::spi::redact_url(url));
-    const auto o = lock_at(url);
+    const auto o = distlock::test::lock_once(url);
     INFO("shown: " << o.shown);
     CHECK(o.code == static_cast<int>(code));
     CHECK(o.shown.find(words) != std::string::npos);
@@ -235,13 +213,13 @@ TEST_CASE("rediss:// locks, excludes, and wakes a waiter through TLS pub/sub", "
     other.unlock();
     SECTION("tls=true on redis:// is the same, and localhost is verified by name") {
         const auto url = "redis://:" + password + "@" + s.address("localhost") + "?tls=true&tls_ca=" + certs()("ca.crt");
-        CHECK(lock_at(url).shown == "");
+        CHECK(distlock::test::lock_once(url).shown == "");
     }
     SECTION("redlock:// with tls=true") {
         tls_server t("server"), u("server");
         const auto url = "redlock://:" + password + "@" + s.address() + "," + t.address() + "," + u.address() +
                          "?tls=true&tls_ca=" + certs()("ca.crt");
-        CHECK(lock_at(url).shown == "");
+        CHECK(distlock::test::lock_once(url).shown == "");
     }
 }
 
@@ -259,7 +237,7 @@ TEST_CASE("a certificate for another host name is refused; tls_server_name= name
     tls_server s("wrong-name");
     check_refused(s.url(), distlock::errc::access_denied, "IP address mismatch");
     check_refused(s.url("", "localhost"), distlock::errc::access_denied, "hostname mismatch");
-    CHECK(lock_at(s.url("&tls_server_name=wrong.example")).shown == "");
+    CHECK(distlock::test::lock_once(s.url("&tls_server_name=wrong.example")).shown == "");
     tls_server right("server");
     check_refused(right.url("&tls_server_name=wrong.example"), distlock::errc::access_denied, "hostname mismatch");
 }
@@ -275,7 +253,7 @@ TEST_CASE("rediss:// to a plaintext server fails typed and quick, nothing sent i
     raw_client raw(s.server.port(), password);
     raw.cmd({"CONFIG", "RESETSTAT"});
     const auto url = "rediss://:" + password + "@127.0.0.1:" + std::to_string(s.server.port()) + "?tls_ca=" + certs()("ca.crt");
-    const auto o = lock_at(url);
+    const auto o = distlock::test::lock_once(url);
     INFO("shown: " << o.shown);
     CHECK((o.code == static_cast<int>(distlock::errc::invalid_argument) ||
            o.code == static_cast<int>(distlock::errc::unavailable)));
@@ -288,7 +266,7 @@ TEST_CASE("rediss:// to a plaintext server fails typed and quick, nothing sent i
 
 TEST_CASE("redis:// to a TLS port fails typed and quick, and says what may be wrong", "[redis][tls]") {
     tls_server s("server");
-    const auto o = lock_at("redis://:" + password + "@" + s.address() + "?lease=2s");
+    const auto o = distlock::test::lock_once("redis://:" + password + "@" + s.address() + "?lease=2s");
     INFO("shown: " << o.shown);
     CHECK(o.code == static_cast<int>(distlock::errc::unavailable));
     CHECK(o.shown.find("is a TLS port: rediss:// or tls=true") != std::string::npos);
@@ -299,7 +277,7 @@ TEST_CASE("redis:// to a TLS port fails typed and quick, and says what may be wr
 TEST_CASE("a server that requires client certificates: refused without one, served with one", "[redis][tls]") {
     tls_server s("server", true);
     check_refused(s.url(), distlock::errc::access_denied, "TLS");
-    CHECK(lock_at(s.url("&tls_cert=" + certs()("client.crt") + "&tls_key=" + certs()("client.key"))).shown == "");
+    CHECK(distlock::test::lock_once(s.url("&tls_cert=" + certs()("client.crt") + "&tls_key=" + certs()("client.key"))).shown == "");
     SECTION("the client certificate of another CA is refused too") {
         check_refused(s.url("&tls_cert=" + certs()("other-ca.crt") + "&tls_key=" + certs()("other-ca.key")),
                       distlock::errc::access_denied, "TLS");
@@ -312,7 +290,7 @@ TEST_CASE("a key file that cannot be used fails at connect with invalid_argument
     for (const std::string key : {"missing.key", "garbage.key", "encrypted.key", "server.key", ""}) {
         INFO("key: " << key);
         const auto path = key.empty() ? certs().dir : certs()(key);  // "": a directory
-        const auto o = lock_at(s.url(cert + "&tls_key=" + path));
+        const auto o = distlock::test::lock_once(s.url(cert + "&tls_key=" + path));
         INFO("shown: " << o.shown);
         CHECK(o.code == static_cast<int>(distlock::errc::invalid_argument));
         CHECK(o.shown.find("tls_key") != std::string::npos);
@@ -345,7 +323,7 @@ TEST_CASE("redis-sentinel:// over TLS: the sentinels and the master they name; s
     tls_server master("server");
     tls_sentinel sentinel(master);
     const auto ca = "&tls_ca=" + certs()("ca.crt");
-    CHECK(lock_at(sentinel.url("&tls=true" + ca)).shown == "");
+    CHECK(distlock::test::lock_once(sentinel.url("&tls=true" + ca)).shown == "");
     // The sentinels verified against another CA: refused there, before any master is asked.
     check_refused(sentinel.url("&tls=true" + ca + "&sentinel_tls_ca=" + certs()("other-ca.crt")),
                   distlock::errc::access_denied, "verified against sentinel_tls_ca=");
@@ -353,14 +331,14 @@ TEST_CASE("redis-sentinel:// over TLS: the sentinels and the master they name; s
     check_refused(sentinel.url("&tls=true&tls_ca=" + certs()("other-ca.crt") + "&sentinel_tls_ca=" + certs()("ca.crt")),
                   distlock::errc::access_denied, "verified against tls_ca=");
     // Plaintext to a TLS-only sentinel: typed, quick.
-    const auto o = lock_at(sentinel.url("&tls=true" + ca + "&sentinel_tls=false"));
+    const auto o = distlock::test::lock_once(sentinel.url("&tls=true" + ca + "&sentinel_tls=false"));
     CHECK(o.code == static_cast<int>(distlock::errc::unavailable));
     CHECK(o.shown.find(password) == std::string::npos);
 }
 
 TEST_CASE("tls_insecure=true connects to a certificate no CA vouches for", "[redis][tls]") {
     tls_server s("wrong-name");
-    CHECK(lock_at("rediss://:" + password + "@" + s.address() + "?tls_insecure=true").shown == "");
+    CHECK(distlock::test::lock_once("rediss://:" + password + "@" + s.address() + "?tls_insecure=true").shown == "");
 }
 
 TEST_CASE("one TLS handshake per pooled connection, not one per acquire", "[redis][tls][count]") {
@@ -427,7 +405,7 @@ TEST_CASE("the redis-tls servers: good URLs lock (a cluster over TLS through its
             continue;
         }
         INFO(name);
-        const auto o = lock_at(url);
+        const auto o = distlock::test::lock_once(url);
         INFO("shown: " << o.shown);
         CHECK(o.code == static_cast<int>(code));
         CHECK(o.ms < 2500);
@@ -437,7 +415,7 @@ TEST_CASE("the redis-tls servers: good URLs lock (a cluster over TLS through its
     auto no_cert = distlock::test::env("DISTLOCK_TEST_REDIS_TLS_CLIENT_CERT_URL");
     if (const auto at = no_cert.find("&tls_cert="); at != std::string::npos) {
         no_cert = no_cert.substr(0, at) + "&lease=2s";
-        const auto o = lock_at(no_cert);
+        const auto o = distlock::test::lock_once(no_cert);
         INFO("shown: " << o.shown);
         CHECK(o.code == static_cast<int>(distlock::errc::access_denied));
         CHECK(o.shown.find(pw) == std::string::npos);

@@ -526,3 +526,26 @@ TEST_CASE("TLS asked for on zk:// is unsupported, refused before any connection,
     // tls=false says what is done anyway.
     CHECK_THROWS_AS(distlock::connect("zk://127.0.0.1:1/x?tls=false"), distlock::unavailable_error);
 }
+
+// integration/servers/zookeeper-tls.sh: a server whose only client port is its
+// secureClientPort, reached in clear (the server waits for a ClientHello and
+// drops the connection): a typed error within the connect bound, no hang and
+// no fallback. The same server through the TLS tunnel runs the conformance
+// suite (conformance.zookeeper-tls-tunnel).
+TEST_CASE("a TLS-only ZooKeeper reached without TLS fails typed within connect_timeout", "[zookeeper][tls]") {
+    const auto url = distlock::test::env("DISTLOCK_TEST_ZK_PLAIN_ON_TLS_URL_MUST_FAIL");
+    if (url.empty() && distlock::test::env("DISTLOCK_REQUIRE_ALL") != "1") {
+        WARN("not applicable: DISTLOCK_TEST_ZK_PLAIN_ON_TLS_URL_MUST_FAIL is not set (integration/backends.sh up "
+             "zookeeper-tls)");
+        return;
+    }
+    REQUIRE(!url.empty());
+    const auto o = distlock::test::lock_once(url + "&connect_timeout=2s");
+    INFO("shown: " << o.shown);
+    CHECK(o.code == static_cast<int>(distlock::errc::unavailable));
+    CHECK(o.ms < 4000);
+    // Through the tunnel: served.
+    const auto tunnel = distlock::test::env("DISTLOCK_TEST_ZK_TLS_TUNNEL_URL");
+    REQUIRE(!tunnel.empty());
+    CHECK(distlock::test::lock_once(tunnel).shown == "");
+}
