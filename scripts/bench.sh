@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The server figures of docs/benchmarks.md, on this machine:
-#   scripts/bench.sh [--seconds S] [--runs N] [--primitives] [SERVER...]
+#   scripts/bench.sh [--seconds S] [--runs N] [--primitives | --tls] [SERVER...]
 # For each server (default: redis redlock mysql postgres zookeeper etcd
 # consul-emulator) it starts that server alone (integration/backends.sh), so
 # that the others' background work does not load the machine, and runs
@@ -10,16 +10,21 @@
 # measures instead, per URL and run, uncontended cycles of the mutex, of a
 # read-write lock's read and write sides and of a semaphore's permit, the
 # others as ratios to the mutex's p50 of the same run.
+# With --tls it measures each TLS URL beside its plaintext twin instead
+# (docs/benchmarks.md, "TLS"): both servers up, the two URLs in alternation,
+# each run's ratio p50 cycle / two floors, the floor taken over that URL's own
+# connection (TLS included), and how far the TLS ratio is from the plaintext one.
 # Servers this script did not start must be stopped first (backends.sh down).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-seconds=3 runs=3 servers=() primitives=0
+seconds=3 runs=3 servers=() primitives=0 tls=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --seconds) seconds=$2; shift 2 ;;
         --runs) runs=$2; shift 2 ;;
         --primitives) primitives=1; shift ;;
-        -*) echo "usage: $0 [--seconds S] [--runs N] [--primitives] [SERVER...]" >&2; exit 2 ;;
+        --tls) tls=1; shift ;;
+        -*) echo "usage: $0 [--seconds S] [--runs N] [--primitives | --tls] [SERVER...]" >&2; exit 2 ;;
         *) servers+=("$1"); shift ;;
     esac
 done
@@ -66,6 +71,48 @@ def cell(j):
 print("| %s | %s | %.1f | %s | %s | %s |" % (sys.argv[1], m["backend"], m["p50_us"], cell(r), cell(w), cell(p)))' \
         "$1" "$2" "$mutex" "$rw_read" "$rw_write" "$permit"
 }
+
+# --tls: per pair (plain server, TLS server, plaintext URL variable, TLS URL
+# variable), runs of the two URLs in alternation, one row per pair.
+tls_pairs=(
+    "redis redis-tls DISTLOCK_TEST_REDIS_URL DISTLOCK_TEST_REDIS_TLS_URL"
+    "redis redis-tls DISTLOCK_TEST_REDIS_REENTRANT_URL DISTLOCK_TEST_REDIS_TLS_REENTRANT_URL"
+    "redis-cluster redis-tls DISTLOCK_TEST_REDIS_CLUSTER_URL DISTLOCK_TEST_REDIS_CLUSTER_TLS_URL"
+    "postgres postgres-tls DISTLOCK_TEST_POSTGRES_LEASE_TABLE_URL DISTLOCK_TEST_POSTGRES_TLS_URL"
+    "mysql mysql-tls DISTLOCK_TEST_MYSQL_LEASE_TABLE_URL DISTLOCK_TEST_MYSQL_TLS_URL"
+    "etcd etcd-tls DISTLOCK_TEST_ETCD_URL DISTLOCK_TEST_ETCD_TLS_URL"
+    "zookeeper zookeeper-tls DISTLOCK_TEST_ZK_URL DISTLOCK_TEST_ZK_TLS_TUNNEL_URL")
+if [ "$tls" = 1 ]; then
+    echo "| plaintext URL | TLS URL | plaintext floor µs | TLS floor µs | plaintext p50 / 2 floors | TLS p50 / 2 floors | TLS ratio / plaintext ratio |"
+    echo "|---|---|---|---|---|---|---|"
+    for pair in "${tls_pairs[@]}"; do
+        read -r plain_server tls_server plain_var tls_var <<<"$pair"
+        [ ${#servers[@]} -eq 0 ] || [[ " ${servers[*]} " == *" $plain_server "* ]] || continue
+        integration/backends.sh up "$plain_server" "$tls_server" >/dev/null
+        (
+            set -a
+            . integration/.run/backends.env
+            set +a
+            plain=() secure=()
+            for _ in $(seq "$runs"); do
+                plain+=("$(build/bin/distlock bench --backend "${!plain_var}" --seconds "$seconds" --json --quiet)")
+                secure+=("$(build/bin/distlock bench --backend "${!tls_var}" --seconds "$seconds" --json --quiet)")
+            done
+            python3 -c '
+import json, sys
+n = int(sys.argv[1])
+plain, secure = [json.loads(t) for t in sys.argv[2:2 + n]], [json.loads(t) for t in sys.argv[2 + n:]]
+def span(values, fmt):
+    return (fmt % min(values)) + ("" if fmt % min(values) == fmt % max(values) else "-" + fmt % max(values))
+pr, tr = [j["floor_ratio"] for j in plain], [j["floor_ratio"] for j in secure]
+print("| %s | %s | %s | %s | %s | %s | %s |" % (plain[0]["backend"], secure[0]["backend"],
+      span([j["floor_rtt_us"] for j in plain], "%.0f"), span([j["floor_rtt_us"] for j in secure], "%.0f"),
+      span(pr, "%.2f"), span(tr, "%.2f"), "%.2f" % ((sum(tr) / n) / (sum(pr) / n))))' "$runs" "${plain[@]}" "${secure[@]}"
+        )
+        integration/backends.sh down >/dev/null
+    done
+    exit 0
+fi
 
 if [ "$primitives" = 1 ]; then
     echo "| server | URL | mutex p50 µs | read p50 µs (/ mutex) | write p50 µs (/ mutex) | permit of 4 p50 µs (/ mutex) |"
