@@ -65,6 +65,10 @@ if [ "$sanitize" != none ]; then
     # Redis deployments, redis-cluster runs here (the topology layer's slot
     # routing, redirections and sharded pub/sub); the sentinel lookup and the
     # reentrant strategy over either deployment run in the plain pass only.
+    # Over TLS, the client code that is distlock's own runs here (the Redis
+    # TLS transport on one server and on the cluster, PostgreSQL's TLS
+    # parameters); the URLs whose TLS is the client library's or curl's, or a
+    # tunnel's, run in the plain pass.
     ctest --test-dir "$dir" --output-on-failure -j 4 -R '^(distlock-unit-tests|distlock-cli-tests|conformance\.|package\.)' \
-        -E '(\.fence-table|conformance\.etcd-cluster|conformance\.zk-ensemble|conformance\.redis-sentinel.*|conformance\.redis-cluster-reentrant)$'
+        -E '(\.fence-table|conformance\.etcd-cluster|conformance\.zk-ensemble|conformance\.redis-sentinel.*|conformance\.redis-cluster-reentrant|conformance\.redis-tls-.*|conformance\.mysql\.tls|conformance\.etcd-tls|conformance\.zookeeper-tls-tunnel)$'
 fi
