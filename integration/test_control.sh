@@ -112,12 +112,13 @@ etcd_tls() { etcdctl --endpoints=https://127.0.0.1:12679 --cacert="$(tls_ca)" --
 
 setup() {
     case $1 in
-      redis-tls) PORTS=(16400 16401 16402 16403 16404 17100 17101 17102); persists=no
+      redis-tls) PORTS=(16400 16401 16402 16403 16404 17100 17101 17102 16405 16406 26400 26401 26402); persists=no
         put() { rt 16400 set distlock-marker m1; }
         get() { rt 16400 get distlock-marker; }
         answers() {
             [ "$(rt 16400 ping)" = PONG ] && [ "$(REDISCLI_AUTH=tls-secret-pw redis-cli -p 16404 ping)" = PONG ] &&
-                [ "$(rt 17100 CLUSTER INFO | tr -d '\r' | sed -n 's/^cluster_state://p')" = ok ]
+                [ "$(rt 17100 CLUSTER INFO | tr -d '\r' | sed -n 's/^cluster_state://p')" = ok ] &&
+                [ "$(rt 26400 SENTINEL GET-MASTER-ADDR-BY-NAME tls-master | tail -1)" = 16405 ]
         } ;;
       mysql-tls) PORTS=(13316 13317 13318 13319); persists=yes
         put() { my_tls "CREATE TABLE distlock_marker (v VARCHAR(8)); INSERT INTO distlock_marker VALUES ('m1')"; }

@@ -83,8 +83,8 @@ tls_pairs=(
     "etcd etcd-tls DISTLOCK_TEST_ETCD_URL DISTLOCK_TEST_ETCD_TLS_URL"
     "zookeeper zookeeper-tls DISTLOCK_TEST_ZK_URL DISTLOCK_TEST_ZK_TLS_TUNNEL_URL")
 if [ "$tls" = 1 ]; then
-    echo "| plaintext URL | TLS URL | plaintext floor µs | TLS floor µs | plaintext p50 / 2 floors | TLS p50 / 2 floors | TLS ratio / plaintext ratio |"
-    echo "|---|---|---|---|---|---|---|"
+    echo "| plaintext URL | TLS URL | plaintext floor µs | TLS floor µs | plaintext p50 / 2 floors | TLS p50 / 2 floors | TLS ratio / plaintext ratio | TLS p50 / plaintext p50 |"
+    echo "|---|---|---|---|---|---|---|---|"
     for pair in "${tls_pairs[@]}"; do
         read -r plain_server tls_server plain_var tls_var <<<"$pair"
         [ ${#servers[@]} -eq 0 ] || [[ " ${servers[*]} " == *" $plain_server "* ]] || continue
@@ -105,9 +105,11 @@ plain, secure = [json.loads(t) for t in sys.argv[2:2 + n]], [json.loads(t) for t
 def span(values, fmt):
     return (fmt % min(values)) + ("" if fmt % min(values) == fmt % max(values) else "-" + fmt % max(values))
 pr, tr = [j["floor_ratio"] for j in plain], [j["floor_ratio"] for j in secure]
-print("| %s | %s | %s | %s | %s | %s | %s |" % (plain[0]["backend"], secure[0]["backend"],
+mean = lambda values: sum(values) / len(values)
+print("| %s | %s | %s | %s | %s | %s | %.2f | %.2f |" % (plain[0]["backend"], secure[0]["backend"],
       span([j["floor_rtt_us"] for j in plain], "%.0f"), span([j["floor_rtt_us"] for j in secure], "%.0f"),
-      span(pr, "%.2f"), span(tr, "%.2f"), "%.2f" % ((sum(tr) / n) / (sum(pr) / n))))' "$runs" "${plain[@]}" "${secure[@]}"
+      span(pr, "%.2f"), span(tr, "%.2f"), mean(tr) / mean(pr),
+      mean([j["p50_us"] for j in secure]) / mean([j["p50_us"] for j in plain])))' "$runs" "${plain[@]}" "${secure[@]}"
         )
         integration/backends.sh down >/dev/null
     done
