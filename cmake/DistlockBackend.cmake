@@ -37,6 +37,25 @@ function(distlock_backend_option name out)
   endif()
 endfunction()
 
+# The objects of `obj` go into libdistlock, and into distlock_internal (the
+# white-box tests' static copy of the same objects) when the tests are built.
+function(distlock_library_objects obj)
+  target_sources(distlock PRIVATE $<TARGET_OBJECTS:${obj}>)
+  if(TARGET distlock_internal)
+    target_sources(distlock_internal PRIVATE $<TARGET_OBJECTS:${obj}>)
+  endif()
+endfunction()
+
+# Libraries those objects need: libdistlock links them privately,
+# distlock_internal passes them on (it is a static library). Called from the
+# directory that found them (imported targets are visible there only).
+function(distlock_library_link)
+  target_link_libraries(distlock PRIVATE ${ARGN})
+  if(TARGET distlock_internal)
+    target_link_libraries(distlock_internal PUBLIC ${ARGN})
+  endif()
+endfunction()
+
 function(distlock_add_layer name)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "SOURCES;LIBRARIES")
   set(obj distlock_layer_${name})
@@ -63,9 +82,9 @@ function(_distlock_use_layer layer)
   endif()
   get_target_property(libs ${obj} DISTLOCK_LAYER_LIBRARIES)
   if(libs)
-    target_link_libraries(distlock PRIVATE ${libs})
+    distlock_library_link(${libs})
   endif()
-  target_sources(distlock PRIVATE $<TARGET_OBJECTS:${obj}>)
+  distlock_library_objects(${obj})
   set_target_properties(${obj} PROPERTIES DISTLOCK_LAYER_USED TRUE)
 endfunction()
 
@@ -90,7 +109,7 @@ function(distlock_add_backend name)
   endif()
   if(arg_LIBRARIES)
     target_link_libraries(${obj} PRIVATE ${arg_LIBRARIES})
-    target_link_libraries(distlock PRIVATE ${arg_LIBRARIES})
+    distlock_library_link(${arg_LIBRARIES})
   endif()
   foreach(layer IN LISTS arg_LAYERS)
     if(NOT TARGET distlock_layer_${layer})
@@ -102,7 +121,7 @@ function(distlock_add_backend name)
     target_include_directories(${obj} PRIVATE $<TARGET_PROPERTY:distlock_layer_${layer},INTERFACE_INCLUDE_DIRECTORIES>)
     target_link_libraries(${obj} PRIVATE $<TARGET_PROPERTY:distlock_layer_${layer},INTERFACE_LINK_LIBRARIES>)
   endforeach()
-  target_sources(distlock PRIVATE $<TARGET_OBJECTS:${obj}>)
+  distlock_library_objects(${obj})
   set_property(GLOBAL APPEND PROPERTY DISTLOCK_ENABLED_BACKENDS ${name})
 endfunction()
 
@@ -130,4 +149,7 @@ void distlock::detail::register_builtin_backends(spi::registry& r) {
 @calls@}
 " @ONLY)
   target_sources(${target} PRIVATE ${out})
+  if(TARGET distlock_internal)
+    target_sources(distlock_internal PRIVATE ${out})
+  endif()
 endfunction()

@@ -95,7 +95,7 @@ std::unique_ptr<mutex_impl> make_mutex_impl(const std::shared_ptr<provider_state
     auto handle = backend.make_lock(request);
     if (!handle) throw_error(errc::unsupported, who, "the backend made no lock handle");
     return std::make_unique<mutex_impl>(provider, std::move(request), std::move(options), std::move(handle),
-                                        static_cast<grant_kind>(kind));
+                                        grant_kind_of(kind));
 }
 
 namespace {

@@ -41,6 +41,18 @@ std::string default_holder();
 // The kind an election's grants are asked as: leader where the backend claims
 // feature::election, else exclusive (the backend's mutex of the same name).
 spi::lock_kind leader_kind(const provider_state& provider);
+// The kind the observer is told of a grant asked as `kind` (an explicit map:
+// the two enums need not keep one order).
+constexpr grant_kind grant_kind_of(spi::lock_kind kind) noexcept {
+    switch (kind) {
+        case spi::lock_kind::exclusive: return grant_kind::exclusive;
+        case spi::lock_kind::read: return grant_kind::read;
+        case spi::lock_kind::write: return grant_kind::write;
+        case spi::lock_kind::permit: return grant_kind::permit;
+        case spi::lock_kind::leader: return grant_kind::leader;
+    }
+    return grant_kind::exclusive;
+}
 // provider::inspect and election::leader: the name checked, the backend's
 // answer with the name filled in.
 lock_info inspect(provider_state& provider, std::string_view name, spi::lock_kind kind);

@@ -181,7 +181,7 @@ capabilities effective_caps(const capabilities& declared) {
 
 namespace testing {
 void break_lock(const provider& p, std::string_view name) {
-    auto& state = *p.state();
+    auto& state = *detail::provider_access::state(p);
     detail::guarded(state.backend().name(), state.secrets(), "break_lock", [&] {
         state.check_process();
         detail::check_name(name, std::string(state.backend().name()));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "distlock/observe.hpp"
+#include "distlock/provider.hpp"
 #include "distlock/spi/backend.hpp"
 #include "callbacks.hpp"
 #include "process.hpp"
@@ -120,6 +121,13 @@ private:
     detail::scheduler scheduler_;  // after both: stopped before they go
     std::mutex gates_mutex_;
     std::unordered_map<std::string, std::weak_ptr<gate>> gates_;
+};
+
+// The one way from a provider to its state outside provider's own members
+// (which reach state_ directly): testing::break_lock and the core's white-box
+// tests. Not in a public header: a program cannot name it.
+struct provider_access {
+    static const std::shared_ptr<provider_state>& state(const provider& p) noexcept { return p.state_; }
 };
 
 }  // namespace distlock::detail

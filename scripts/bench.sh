@@ -6,7 +6,7 @@
 # that the others' background work does not load the machine, and runs
 # `distlock bench` on each of its URLs: uncontended (one thread), N runs, and
 # contended (4 processes), once. It prints one Markdown row per run; the
-# floor is measured in the same run (see README, `bench`). With --primitives it
+# floor is measured in the same run (see docs/cli.md, `bench`). With --primitives it
 # measures instead, per URL and run, uncontended cycles of the mutex, of a
 # read-write lock's read and write sides and of a semaphore's permit, the
 # others as ratios to the mutex's p50 of the same run.

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "distlock/export.hpp"
 #include "distlock/inspect.hpp"
 #include "distlock/options.hpp"
 
@@ -16,7 +17,7 @@ namespace detail {
 class mutex_impl;
 }
 
-struct election_options {
+struct DISTLOCK_API election_options {
     // What this candidate publishes while it leads: the label leader() shows
     // (on ZooKeeper, the data of Curator's LeaderLatch node, its participant
     // id; on etcd, the value of Go's concurrency.Election key, its proposal).
@@ -45,7 +46,7 @@ struct election_options {
 // etcd the keys of Go's concurrency.Election, elsewhere the backend's mutex of
 // the same name (so an election and a mutex of one name exclude each other
 // there; docs/observability.md).
-class election {
+class DISTLOCK_API election {
 public:
     election(std::unique_ptr<detail::mutex_impl> impl, std::string id) noexcept;
     election(election&&) noexcept;

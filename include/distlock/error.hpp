@@ -8,6 +8,8 @@
 #include <string>
 #include <system_error>
 
+#include "distlock/export.hpp"
+
 namespace distlock {
 
 // What went wrong, phrased as what to do next.
@@ -22,16 +24,17 @@ enum class errc {
     would_deadlock,    // this thread already holds the lock through another handle
 };
 
-const std::error_category& category() noexcept;
-std::error_code make_error_code(errc e) noexcept;
+DISTLOCK_API const std::error_category& category() noexcept;
+DISTLOCK_API std::error_code make_error_code(errc e) noexcept;
 
 // Base of every distlock exception. backend() names the backend ("redis",
 // "file", ...), empty for an error of the library itself (a URL that cannot be
-// parsed, an unknown scheme, a bad duration, a moved-from mutex); native_code()/native_message() carry the server's or the client
+// parsed, an unknown scheme, a bad duration, a moved-from mutex);
+// native_code()/native_message() carry the server's or the client
 // library's own error when there is one (0 / empty otherwise); reason() is the
 // message alone, as what() shows it between the backend's name and the native
 // code (for a caller that composes a message of its own).
-class error : public std::system_error {
+class DISTLOCK_API error : public std::system_error {
 public:
     error(errc code, std::string backend, const std::string& message, long long native_code = 0,
           std::string native_message = {});
@@ -49,17 +52,17 @@ private:
     std::string native_message_;
 };
 
-class unavailable_error : public error { public: using error::error; };
-class lock_lost_error : public error { public: using error::error; };
-class not_owner_error : public error { public: using error::error; };
-class in_doubt_error : public error { public: using error::error; };
-class invalid_argument_error : public error { public: using error::error; };
-class unsupported_error : public error { public: using error::error; };
-class access_denied_error : public error { public: using error::error; };
-class would_deadlock_error : public error { public: using error::error; };
+class DISTLOCK_API unavailable_error : public error { public: using error::error; };
+class DISTLOCK_API lock_lost_error : public error { public: using error::error; };
+class DISTLOCK_API not_owner_error : public error { public: using error::error; };
+class DISTLOCK_API in_doubt_error : public error { public: using error::error; };
+class DISTLOCK_API invalid_argument_error : public error { public: using error::error; };
+class DISTLOCK_API unsupported_error : public error { public: using error::error; };
+class DISTLOCK_API access_denied_error : public error { public: using error::error; };
+class DISTLOCK_API would_deadlock_error : public error { public: using error::error; };
 
 // Throws the subclass matching `code`.
-[[noreturn]] void throw_error(errc code, std::string backend, const std::string& message,
+[[noreturn]] DISTLOCK_API void throw_error(errc code, std::string backend, const std::string& message,
                               long long native_code = 0, std::string native_message = {});
 
 }  // namespace distlock

@@ -8,13 +8,15 @@
 #include <optional>
 #include <string>
 
+#include "distlock/export.hpp"
+
 namespace distlock {
 
 // A lock as the backend's server shows it at one moment. Each field that is
 // empty while it applies has its reason in `unknown`: what a backend cannot
 // know is declared, never guessed. `holder`, `token` and `remaining` apply
 // only to a held lock (empty and not listed when held is false).
-struct lock_info {
+struct DISTLOCK_API lock_info {
     std::string name;
     // Whether anyone holds it now. Empty = the backend cannot tell.
     std::optional<bool> held;

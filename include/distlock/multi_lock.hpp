@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "distlock/detail/deadline.hpp"
+#include "distlock/export.hpp"
 #include "distlock/shared_mutex.hpp"
 
 namespace distlock {
@@ -27,7 +29,7 @@ class multi_lock_impl;
 // own (the same lock as provider::mutex of that name), with its lease and
 // renewal; when any part is lost the whole is lost: held() turns false and
 // lock_options::on_lost runs once for that grant, naming the part.
-class multi_lock {
+class DISTLOCK_API multi_lock {
 public:
     explicit multi_lock(std::unique_ptr<detail::multi_lock_impl> impl) noexcept;
     multi_lock(multi_lock&&) noexcept;
@@ -40,11 +42,11 @@ public:
     [[nodiscard]] bool try_lock();
     template <class Rep, class Period>
     [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
-        return lock_until_steady(shared_mutex::steady_deadline(d));
+        return lock_until_steady(detail::steady_deadline(d));
     }
     template <class Clock, class Duration>
     [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
-        return lock_until_steady(shared_mutex::steady_deadline(t));
+        return lock_until_steady(detail::steady_deadline(t));
     }
     void unlock() noexcept;
 

@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include "distlock/detail/deadline.hpp"
+#include "distlock/export.hpp"
 #include "distlock/options.hpp"
 
 namespace distlock {
@@ -29,7 +31,7 @@ class mutex_impl;
 // failed release is reported through lock_options::on_error, and the server-side
 // lease (or connection drop) remains the safety net. In a forked child, unlock()
 // and the destructor do nothing: the grant stays the parent's (provider.hpp).
-class mutex {
+class DISTLOCK_API mutex {
 public:
     explicit mutex(std::unique_ptr<detail::mutex_impl> impl) noexcept;
     mutex(mutex&&) noexcept;
@@ -45,20 +47,13 @@ public:
 
     template <class Rep, class Period>
     [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
-        auto rel = std::chrono::duration_cast<std::chrono::steady_clock::duration>(d);
-        if (rel < std::chrono::steady_clock::duration::zero()) rel = {};
-        return lock_until_steady(std::chrono::steady_clock::now() + rel);
+        return lock_until_steady(detail::steady_deadline(d));
     }
 
     // Any clock is converted once to steady_clock.
     template <class Clock, class Duration>
     [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
-        if constexpr (std::is_same_v<Clock, std::chrono::steady_clock>) {
-            return lock_until_steady(
-                std::chrono::time_point_cast<std::chrono::steady_clock::duration>(t));
-        } else {
-            return try_lock_for(t - Clock::now());
-        }
+        return lock_until_steady(detail::steady_deadline(t));
     }
 
     void unlock() noexcept;

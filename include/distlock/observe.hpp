@@ -17,15 +17,16 @@
 #include <vector>
 
 #include "distlock/error.hpp"
+#include "distlock/export.hpp"
 
 namespace distlock {
 
 // ---- logs ------------------------------------------------------------------------
 
 enum class log_level { debug, info, warning, error };
-std::string_view to_string(log_level level) noexcept;
+DISTLOCK_API std::string_view to_string(log_level level) noexcept;
 
-struct log_record {
+struct DISTLOCK_API log_record {
     log_level level;
     std::string_view backend;  // the URL scheme ("redis", "zk", ...)
     std::string_view lock;     // the lock name; empty for the provider as a whole
@@ -46,18 +47,18 @@ using log_hook = std::function<void(const log_record&)>;
 // election's term of leadership is a grant of kind leader).
 enum class grant_kind { exclusive, read, write, permit, leader };
 inline constexpr std::size_t grant_kinds = 5;
-std::string_view to_string(grant_kind kind) noexcept;
+DISTLOCK_API std::string_view to_string(grant_kind kind) noexcept;
 
 enum class acquire_outcome { granted, timed_out, failed };
-std::string_view to_string(acquire_outcome outcome) noexcept;
+DISTLOCK_API std::string_view to_string(acquire_outcome outcome) noexcept;
 
 // Whether a grant had to wait for another holder: `unknown` where the backend
 // does not say (see docs/observability.md) and no thread of this provider held
 // the name before it.
 enum class contention { none, waited, unknown };
-std::string_view to_string(contention c) noexcept;
+DISTLOCK_API std::string_view to_string(contention c) noexcept;
 
-struct acquire_event {
+struct DISTLOCK_API acquire_event {
     std::string_view backend, lock;
     grant_kind kind;
     acquire_outcome outcome;
@@ -66,26 +67,26 @@ struct acquire_event {
     errc error;                     // for `failed`: the error's code
 };
 
-struct release_event {
+struct DISTLOCK_API release_event {
     std::string_view backend, lock;
     grant_kind kind;
     std::chrono::nanoseconds held;  // from the grant to the release
     bool clean;                     // false: the release failed or found the grant gone
 };
 
-struct renewal_event {
+struct DISTLOCK_API renewal_event {
     std::string_view backend;
     std::size_t batch;  // grants renewed or checked in one call of the backend
     std::size_t ok, failed, lost;
     std::chrono::nanoseconds latency;  // of that call
 };
 
-struct loss_event {
+struct DISTLOCK_API loss_event {
     std::string_view backend, lock;
     grant_kind kind;
 };
 
-struct error_event {
+struct DISTLOCK_API error_event {
     std::string_view backend, lock;
     errc code;  // unavailable, in_doubt, ...: an unlock() or renewal that failed without a loss
 };
@@ -96,7 +97,7 @@ struct error_event {
 // on_error). Never on a backend's own thread, never with distlock's locks held:
 // keep each call short and non-blocking (it delays the caller, the renewals or
 // the callbacks). Exceptions are swallowed.
-class observer {
+class DISTLOCK_API observer {
 public:
     virtual ~observer() = default;
     virtual void acquired(const acquire_event&) {}
@@ -107,7 +108,7 @@ public:
 };
 
 // What connect() may be given besides the URL.
-struct provider_options {
+struct DISTLOCK_API provider_options {
     std::shared_ptr<distlock::observer> observer;  // null = none
     log_hook log;                                  // empty = no logs
     log_level min_level = log_level::warning;      // records below it are not made at all
@@ -122,7 +123,7 @@ struct provider_options {
 // Counts every event, lock-free on the hot path (relaxed atomics); one may serve
 // several providers. Labels are the backend and the kind or outcome, never the
 // lock name (names are unbounded).
-class metrics final : public observer {
+class DISTLOCK_API metrics final : public observer {
 public:
     // Upper bounds (seconds) of the histograms' buckets; +Inf is implied.
     static constexpr std::array<double, 16> bounds{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
@@ -182,6 +183,6 @@ private:
 // contention of grants, wait and hold time histograms (seconds), renewal calls,
 // grants renewed by outcome, renewal latency histogram, losses by kind, errors
 // by code. Serve it with Content-Type "text/plain; version=0.0.4".
-std::string render_prometheus(const metrics& m, std::string_view prefix = "distlock");
+DISTLOCK_API std::string render_prometheus(const metrics& m, std::string_view prefix = "distlock");
 
 }  // namespace distlock

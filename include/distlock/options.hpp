@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "distlock/export.hpp"
+
 namespace distlock {
 
 class error;
@@ -19,13 +21,13 @@ class error;
 inline constexpr std::size_t max_name_length = 1024;
 
 // What happened to a held lock, passed to lock_options::on_lost / on_error.
-struct lock_event {
+struct DISTLOCK_API lock_event {
     std::string name;     // the lock name
     std::uint64_t token;  // fencing token of the grant concerned (0 if the backend has none)
     std::string reason;   // human-readable cause (server message included where there is one)
 };
 
-struct lock_options {
+struct DISTLOCK_API lock_options {
     // Server-side lease length. 0ms = the provider's default: the URL's `lease=`
     // parameter, else the backend's own default (30 s for lease backends). Ignored
     // by backends without leases (file, memory, row locks held by a connection).
@@ -89,9 +91,9 @@ enum class feature {
                          // every field of lock_info is unknown, "the backend does not implement inspect"
 };
 
-std::string_view to_string(feature f) noexcept;
+DISTLOCK_API std::string_view to_string(feature f) noexcept;
 
-struct capabilities {
+struct DISTLOCK_API capabilities {
     // feature -> why it does not apply. Absent = supported (but see `implements`).
     std::map<feature, std::string> unsupported;
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "distlock/election.hpp"
+#include "distlock/export.hpp"
 #include "distlock/inspect.hpp"
 #include "distlock/multi_lock.hpp"
 #include "distlock/mutex.hpp"
@@ -22,11 +23,14 @@ namespace distlock {
 
 namespace detail {
 class provider_state;
+struct provider_access;  // the library's (and its tests') way to a provider's state
 }
 namespace spi {
 class backend;
 class url;
 }
+class provider;
+DISTLOCK_API provider connect(std::string_view url, provider_options options);
 
 // A connection (or pool of connections) to one backend, made by connect().
 // Cheap to copy: copies share the connection, the renewal thread and the
@@ -46,7 +50,7 @@ class url;
 // Every call throws distlock::error subclasses (or std::bad_alloc) and nothing
 // else, whatever a backend or its client library throws; no message shows the
 // URL's password or secret parameters.
-class provider {
+class DISTLOCK_API provider {
 public:
     // A mutex for `name`. Names are arbitrary bytes, 1..max_name_length() long.
     // Throws invalid_argument_error for an empty or oversized name.
@@ -103,11 +107,9 @@ public:
     // pg_advisory_unlock), for benchmark floors. nullopt where there is none.
     [[nodiscard]] std::optional<std::chrono::nanoseconds> native_cycle() const;
 
-    // For library internals and distlock::testing.
-    const std::shared_ptr<detail::provider_state>& state() const noexcept { return state_; }
-
 private:
     friend provider connect(std::string_view url, provider_options options);
+    friend struct detail::provider_access;
     explicit provider(std::shared_ptr<detail::provider_state> state) noexcept;
 
     std::shared_ptr<detail::provider_state> state_;
@@ -121,12 +123,12 @@ private:
 // Other parameters are the backend's own (see README). Unknown schemes and unknown
 // parameters throw invalid_argument_error; an unreachable server throws
 // unavailable_error, bad credentials access_denied_error.
-[[nodiscard]] provider connect(std::string_view url);
+[[nodiscard]] DISTLOCK_API provider connect(std::string_view url);
 // The same, with an observer and a log hook (include/distlock/observe.hpp).
-[[nodiscard]] provider connect(std::string_view url, provider_options options);
+[[nodiscard]] DISTLOCK_API provider connect(std::string_view url, provider_options options);
 
 // The schemes compiled into this build and those added by register_backend(), sorted.
-[[nodiscard]] std::vector<std::string> schemes();
+[[nodiscard]] DISTLOCK_API std::vector<std::string> schemes();
 
 // Makes `scheme` known to connect(): a backend that lives outside the library's
 // tree (see include/distlock/spi/backend.hpp and docs/backend-authoring.md).
@@ -146,17 +148,17 @@ private:
 // (the built-in ones included), when it is malformed (schemes are compared in
 // lower case: a lowercase letter, then lowercase letters, digits, '+', '-' or '.';
 // at most 32 characters), or when `factory` is empty.
-void register_backend(std::string scheme,
+DISTLOCK_API void register_backend(std::string scheme,
                       std::function<std::shared_ptr<spi::backend>(spi::url&)> factory);
 
 // The version of the distlock library this program runs with ("0.1.0"), which
 // may differ from DISTLOCK_VERSION_STRING of the headers it was compiled with.
-[[nodiscard]] std::string_view version() noexcept;
+[[nodiscard]] DISTLOCK_API std::string_view version() noexcept;
 
 // Parses "250ms", "2s", "1.5s", "3m", "1h", compounds from the largest unit
 // down ("1m30s", "1h2m", "2s500ms"; units h, m or min, s, ms, us), or a bare
 // number of seconds ("1.5"). Throws invalid_argument_error on anything else or
 // on a negative value.
-[[nodiscard]] std::chrono::milliseconds parse_duration(std::string_view text);
+[[nodiscard]] DISTLOCK_API std::chrono::milliseconds parse_duration(std::string_view text);
 
 }  // namespace distlock

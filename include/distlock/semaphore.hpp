@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include "distlock/detail/deadline.hpp"
+#include "distlock/export.hpp"
 #include "distlock/shared_mutex.hpp"
 
 namespace distlock {
@@ -31,7 +33,7 @@ class semaphore_impl;
 // the one taken last. Errors are as for distlock::mutex; where the server keeps
 // the semaphore's size (feature::permit_limit), acquiring with another size than
 // the name's holders use throws invalid_argument_error.
-class semaphore {
+class DISTLOCK_API semaphore {
 public:
     explicit semaphore(std::unique_ptr<detail::semaphore_impl> impl) noexcept;
     semaphore(semaphore&&) noexcept;
@@ -44,11 +46,11 @@ public:
     [[nodiscard]] bool try_acquire();
     template <class Rep, class Period>
     [[nodiscard]] bool try_acquire_for(const std::chrono::duration<Rep, Period>& d) {
-        return acquire_until_steady(shared_mutex::steady_deadline(d));
+        return acquire_until_steady(detail::steady_deadline(d));
     }
     template <class Clock, class Duration>
     [[nodiscard]] bool try_acquire_until(const std::chrono::time_point<Clock, Duration>& t) {
-        return acquire_until_steady(shared_mutex::steady_deadline(t));
+        return acquire_until_steady(detail::steady_deadline(t));
     }
     // Gives back one permit (see above); nothing when none is held. Never throws:
     // a failed release goes to lock_options::on_error / on_lost.
@@ -68,7 +70,7 @@ private:
 
 // Holds one permit for a scope, as std::lock_guard holds a mutex: acquires in
 // the constructor (without a bound), releases in the destructor.
-class permit_guard {
+class DISTLOCK_API permit_guard {
 public:
     explicit permit_guard(semaphore& s) : semaphore_(s) { semaphore_.acquire(); }
     ~permit_guard() { semaphore_.release(); }

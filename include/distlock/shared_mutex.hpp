@@ -7,6 +7,8 @@
 #include <string>
 #include <type_traits>
 
+#include "distlock/detail/deadline.hpp"
+#include "distlock/export.hpp"
 #include "distlock/options.hpp"
 
 namespace distlock {
@@ -36,7 +38,7 @@ class shared_mutex_impl;
 // undefined). unlock_shared() must be called by the thread that locked shared,
 // as the standard requires. Errors, losses (lock_options::on_lost / on_error),
 // leases and renewal are as for distlock::mutex.
-class shared_mutex {
+class DISTLOCK_API shared_mutex {
 public:
     explicit shared_mutex(std::unique_ptr<detail::shared_mutex_impl> impl) noexcept;
     shared_mutex(shared_mutex&&) noexcept;
@@ -50,11 +52,11 @@ public:
     [[nodiscard]] bool try_lock();
     template <class Rep, class Period>
     [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
-        return lock_until_steady(false, steady_deadline(d));
+        return lock_until_steady(false, detail::steady_deadline(d));
     }
     template <class Clock, class Duration>
     [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
-        return lock_until_steady(false, steady_deadline(t));
+        return lock_until_steady(false, detail::steady_deadline(t));
     }
     void unlock() noexcept;
 
@@ -63,11 +65,11 @@ public:
     [[nodiscard]] bool try_lock_shared();
     template <class Rep, class Period>
     [[nodiscard]] bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& d) {
-        return lock_until_steady(true, steady_deadline(d));
+        return lock_until_steady(true, detail::steady_deadline(d));
     }
     template <class Clock, class Duration>
     [[nodiscard]] bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& t) {
-        return lock_until_steady(true, steady_deadline(t));
+        return lock_until_steady(true, detail::steady_deadline(t));
     }
     void unlock_shared() noexcept;
 
@@ -81,22 +83,6 @@ public:
     [[nodiscard]] std::uint64_t shared_token() const noexcept;
 
     [[nodiscard]] const std::string& name() const noexcept;
-
-    // A steady_clock deadline from a duration or any clock's time point (as
-    // mutex::try_lock_for / try_lock_until convert them).
-    template <class Rep, class Period>
-    static std::chrono::steady_clock::time_point steady_deadline(const std::chrono::duration<Rep, Period>& d) {
-        auto rel = std::chrono::duration_cast<std::chrono::steady_clock::duration>(d);
-        if (rel < std::chrono::steady_clock::duration::zero()) rel = {};
-        return std::chrono::steady_clock::now() + rel;
-    }
-    template <class Clock, class Duration>
-    static std::chrono::steady_clock::time_point steady_deadline(const std::chrono::time_point<Clock, Duration>& t) {
-        if constexpr (std::is_same_v<Clock, std::chrono::steady_clock>)
-            return std::chrono::time_point_cast<std::chrono::steady_clock::duration>(t);
-        else
-            return steady_deadline(t - Clock::now());
-    }
 
 private:
     bool lock_until_steady(bool shared, std::chrono::steady_clock::time_point deadline);

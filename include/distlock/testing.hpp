@@ -4,6 +4,7 @@
 
 #include <string_view>
 
+#include "distlock/export.hpp"
 #include "distlock/provider.hpp"
 
 namespace distlock::testing {
@@ -13,7 +14,7 @@ namespace distlock::testing {
 // its row deleted; ZooKeeper: the lock node deleted; file: the lock file
 // unlinked; ...). Holders then learn of the loss through on_lost / held().
 // Throws unsupported_error where the backend cannot (see caps()).
-void break_lock(const provider& p, std::string_view name);
+DISTLOCK_API void break_lock(const provider& p, std::string_view name);
 
 // The conformance suite, for a backend written outside distlock's tree: the
 // lock contract (exclusion between threads, connections and processes; waiting
@@ -37,6 +38,6 @@ void break_lock(const provider& p, std::string_view name);
 // is not run and is listed as NOT APPLICABLE with your reason. The
 // multi-process cases run this same program again with --conformance-helper as
 // its first argument: register the scheme before this call on every run.
-int run_conformance(int argc, char** argv);
+DISTLOCK_API int run_conformance(int argc, char** argv);
 
 }  // namespace distlock::testing

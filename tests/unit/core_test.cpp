@@ -144,7 +144,7 @@ distlock::provider fake_provider(fake_state& s, std::chrono::milliseconds lease,
     next_fake() = b;
     auto p = distlock::connect("fake://user:secret-pw-123@unit?lease=" + std::to_string(lease.count()) + "ms",
                                std::move(options));
-    if (state) *state = p.state();
+    if (state) *state = distlock::detail::provider_access::state(p);
     return p;
 }
 

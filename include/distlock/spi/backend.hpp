@@ -19,6 +19,8 @@
 // library in a header under include/.
 #pragma once
 
+#include "distlock/export.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -57,7 +59,7 @@ enum class lock_kind : std::uint8_t {
 };
 
 // What the core asks of a lock handle, resolved from lock_options and the URL.
-struct lock_request {
+struct DISTLOCK_API lock_request {
     std::string name;                  // 1..max_name_length arbitrary bytes
     lock_kind kind = lock_kind::exclusive;
     // For lock_kind::permit: the semaphore's size, >= 1. A backend with
@@ -80,7 +82,7 @@ struct lock_request {
     std::string holder;
 };
 
-struct keepalive_result {
+struct DISTLOCK_API keepalive_result {
     enum class status {
         ok,      // still held (lease extended / state verified)
         lost,    // definitely gone (reply says not ours / key or session missing)
@@ -96,7 +98,7 @@ struct keepalive_result {
 };
 
 // What acquire() returns when it took the lock.
-struct grant {
+struct DISTLOCK_API grant {
     // Fencing token of the grant (0 when the backend has none).
     std::uint64_t token;
     // When the request that took the lock was sent (or earlier): a lease granted
@@ -122,7 +124,7 @@ struct grant {
 // waits for. Thread-safe, never blocks on user code, never throws; a no-op once
 // the grant it came with was released or already reported lost, or when the
 // mutex is gone.
-class loss_sink {
+class DISTLOCK_API loss_sink {
 public:
     loss_sink() noexcept = default;  // reports nowhere
     explicit loss_sink(std::function<void(std::string reason)> report) noexcept : report_(std::move(report)) {}
@@ -144,7 +146,7 @@ private:
 //  - acquire() and release() are called by one thread at a time;
 //  - the backend's keepalive_batch() receives a handle only between a
 //    successful acquire() and the next release(), never concurrently with them.
-class lock_handle {
+class DISTLOCK_API lock_handle {
 public:
     virtual ~lock_handle() = default;
 
@@ -184,7 +186,7 @@ public:
     virtual std::chrono::milliseconds validity() const { return std::chrono::milliseconds{0}; }
 };
 
-class backend {
+class DISTLOCK_API backend {
 public:
     virtual ~backend() = default;
 
@@ -235,7 +237,7 @@ public:
 
 using factory = std::function<std::shared_ptr<backend>(url& u)>;
 
-class registry {
+class DISTLOCK_API registry {
 public:
     virtual ~registry() = default;
     // Registers a scheme. Throws invalid_argument_error if already registered.
@@ -244,7 +246,7 @@ public:
 
 // Jittered exponential backoff ("full jitter") between min and max, for
 // backends that have to poll. Not thread-safe; one per wait.
-class backoff {
+class DISTLOCK_API backoff {
 public:
     backoff(std::chrono::milliseconds min, std::chrono::milliseconds max) noexcept;
     // The next delay, never past `until`.
@@ -258,16 +260,16 @@ private:
 
 // 16 random bytes as 32 lowercase hex characters (a per-acquisition owner token),
 // from the kernel's CSPRNG (pooled per thread; never the same after a fork).
-std::string random_token();
+DISTLOCK_API std::string random_token();
 // A uniformly random duration in [lo, hi] (jitter; not for secrets).
-std::chrono::milliseconds random_between(std::chrono::milliseconds lo, std::chrono::milliseconds hi);
+DISTLOCK_API std::chrono::milliseconds random_between(std::chrono::milliseconds lo, std::chrono::milliseconds hi);
 // A random RFC 4122 version-4 UUID, 36 characters with dashes.
-std::string random_uuid();
+DISTLOCK_API std::string random_uuid();
 // SHA-256 of `data`, as raw bytes and as lowercase hex.
-std::string sha256(std::string_view data);
-std::string sha256_hex(std::string_view data);
+DISTLOCK_API std::string sha256(std::string_view data);
+DISTLOCK_API std::string sha256_hex(std::string_view data);
 // Lowercase hex of raw bytes.
-std::string to_hex(std::string_view bytes);
+DISTLOCK_API std::string to_hex(std::string_view bytes);
 
 // ASCII character classes that never depend on the process locale (std::isalnum
 // and friends do: a name must map to the same key in every process). Bytes of

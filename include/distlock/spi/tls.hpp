@@ -16,6 +16,8 @@
 // and `verify`, through tls_conflict() for the same message.
 #pragma once
 
+#include "distlock/export.hpp"
+
 #include <string>
 #include <string_view>
 
@@ -25,13 +27,13 @@ namespace distlock::spi {
 
 // A file the TLS layer reads, and the URL parameter that named it (for
 // messages: "tls_key", or the alias "sslkey"). An empty path = not given.
-struct tls_file {
+struct DISTLOCK_API tls_file {
     std::string path;
     std::string param;
     bool given() const noexcept { return !path.empty(); }
 };
 
-struct tls_params {
+struct DISTLOCK_API tls_params {
     bool enabled = false;     // tls=true (a backend may also turn it on from its mode alias)
     bool verify = true;       // false = tls_insecure=true: any certificate, any name
     tls_file ca;              // not given = the system's CA bundle
@@ -47,14 +49,14 @@ struct tls_params {
 
 // A backend's native names for tls_ca, tls_cert, tls_key and tls_server_name;
 // "" = none.
-struct tls_aliases {
+struct DISTLOCK_API tls_aliases {
     std::string_view ca, cert, key, server_name;
 };
 
 // Where take_tls() starts, for a backend whose URL can say more than the
 // parameters: rediss:// starts enabled; Redis's sentinels read sentinel_tls,
 // sentinel_tls_ca, ... starting from the data nodes' settings.
-struct tls_start {
+struct DISTLOCK_API tls_start {
     std::string_view prefix = "tls";  // the parameters' names: <prefix>, <prefix>_ca, ...
     tls_params base{};                // the settings before the URL's parameters apply
     bool insecure = true;             // whether <prefix>_insecure is read
@@ -68,7 +70,8 @@ struct tls_start {
 // backend's native syntax and need it not), and when a parameter and its alias
 // are both given and differ. TLS off with nothing given = off, whatever
 // start.base held. Reads no file.
-tls_params take_tls(url& u, std::string_view backend, const tls_aliases& aliases = {}, const tls_start& start = {});
+DISTLOCK_API tls_params take_tls(url& u, std::string_view backend, const tls_aliases& aliases = {},
+                                  const tls_start& start = {});
 
 // Throws invalid_argument_error (for `backend`) naming the parameter, and the
 // path, never the content, for each file of `p` that this process cannot open
@@ -76,22 +79,22 @@ tls_params take_tls(url& u, std::string_view backend, const tls_aliases& aliases
 // certificate, and for an encrypted private key (the TLS libraries would
 // prompt on the terminal for its passphrase). Call it at connect: the client
 // library would read them later with a vaguer message.
-void check_tls_files(const tls_params& p, std::string_view backend);
+DISTLOCK_API void check_tls_files(const tls_params& p, std::string_view backend);
 // The same for one file (a backend's own: PostgreSQL's sslcrl); none given = nothing.
-void check_tls_file(const tls_file& f, std::string_view backend);
+DISTLOCK_API void check_tls_file(const tls_file& f, std::string_view backend);
 
 // The invalid_argument_error of a tls* parameter and its native alias that
 // disagree ("tls=true and sslmode=disable disagree").
-[[noreturn]] void tls_conflict(std::string_view backend, std::string_view param, std::string_view alias);
+[[noreturn]] DISTLOCK_API void tls_conflict(std::string_view backend, std::string_view param, std::string_view alias);
 
 // Whether the URL asks for TLS in any way: tls=true, or any other tls_*
 // parameter given (a backend without TLS refuses it before take_tls()).
-bool tls_asked(const url& u);
+DISTLOCK_API bool tls_asked(const url& u);
 
 // Whether the URL says tls_insecure=true (the core's warning on connect; the
 // parameter itself stays in `u` for the backend to take). False when the value
 // does not parse: the backend's take_tls() refuses it then.
-bool tls_insecure_requested(const url& u);
+DISTLOCK_API bool tls_insecure_requested(const url& u);
 
 // What connect() logs (warning) when tls_insecure_requested().
 inline constexpr std::string_view tls_insecure_warning =

@@ -6,6 +6,8 @@
 // and connect() rejects it.
 #pragma once
 
+#include "distlock/export.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -23,19 +25,19 @@ namespace distlock::spi {
 // values of the secret parameters (token=, password=, secret= and any name
 // ending so, in any case: Token=, SENTINEL_PASSWORD=; to the next '&') as
 // "***". Every message of distlock that shows a URL shows it through this.
-std::string redact_url(std::string_view text);
+DISTLOCK_API std::string redact_url(std::string_view text);
 
 // Whether `path` has a "." or ".." segment between its '/'s ("a/../b", "/.",
 // ".."): a path a server, a client library or the kernel would resolve into
 // another one.
-bool has_dot_segment(std::string_view path) noexcept;
+DISTLOCK_API bool has_dot_segment(std::string_view path) noexcept;
 
-struct host_port {
+struct DISTLOCK_API host_port {
     std::string host;
     std::uint16_t port = 0;  // 0 = not given in the URL
 };
 
-class url {
+class DISTLOCK_API url {
 public:
     // Throws invalid_argument_error (backend "url") for anything libcurl rejects,
     // an empty scheme, a repeated parameter or a bad host list.
