@@ -18,10 +18,8 @@
 #include "common.hpp"
 #include "distlock/distlock.hpp"
 #include "distlock/spi/url.hpp"
-#include "tool.hpp"
-#if DISTLOCK_TOOL_SQL
 #include "optimistic_stock.hpp"
-#endif
+#include "tool.hpp"
 
 namespace distlock::tool {
 namespace {
@@ -130,7 +128,6 @@ std::string serve_buyers(const settings& s, int index, const std::function<attem
     return out;
 }
 
-#if DISTLOCK_TOOL_SQL
 // The optimistic strategy: no lock at all; a purchase is a version-checked
 // UPDATE of the segment's stock row, retried a bounded number of times. A
 // purchase that lost every race fails (it never oversells).
@@ -170,14 +167,6 @@ void optimistic_stock_setup(const settings& s, const std::function<long long(int
     st->create_table();
     for (int i = 0; i < s.segments; ++i) st->put(segment_name(s, i), segment_stock(i));
 }
-#else
-[[noreturn]] void no_sql_backend() {
-    throw unsupported_error(errc::unsupported, "flash-sale", "this build of distlock has no SQL backend (mysql:// or postgres://)");
-}
-std::string optimistic_app_server(const settings&, int) { no_sql_backend(); }
-std::vector<long long> optimistic_stock_left(const settings&) { no_sql_backend(); }
-void optimistic_stock_setup(const settings&, const std::function<long long(int seg)>&) { no_sql_backend(); }
-#endif
 
 // The lock strategy (or no lock at all): read the segment's stock from the
 // shared store, pause for the business work, write it back decremented, under a

@@ -1,8 +1,9 @@
 // The seed's optimistic stock update, for an application's own rows: the
 // lock-free comparison point of `distlock flash-sale --strategy optimistic`.
-// Application code, not part of the library: it runs on the library's SQL layer
-// (backends/sql: the dialects of the mysql:// and postgres:// backends, their
-// connection pool, and the compare-and-set retry of the optimistic lock strategy).
+// Application code, not part of the library: a small client of its own over
+// the database client libraries themselves (libpq for postgres://,
+// mysql-connector-c++ for mysql://; optimistic_stock_client.hpp), using only
+// libdistlock's public API (its URL parser and its errors).
 //
 // No lock is taken: read the stock and its version, then
 //   UPDATE <table> SET stock = stock - n, version = version + 1
@@ -21,12 +22,10 @@
 #include <string>
 #include <string_view>
 
-#include "sql.hpp"
-
 namespace distlock::tool {
 
 struct stock_options {
-    // The application's table. Plain identifiers only ([A-Za-z_][A-Za-z0-9_]*).
+    // The application's table. Plain identifiers only ([A-Za-z_][A-Za-z0-9_]*, at most 60).
     std::string table = "distlock_stock";
     std::string key_column = "item";
     std::string stock_column = "stock";
@@ -47,33 +46,31 @@ struct stock_result {
     int attempts = 0;            // compare-and-set statements sent
 };
 
+// One table of stock rows in one database; safe to use from several threads
+// at once (it keeps a small pool of connections).
 class optimistic_stock {
 public:
-    // Throws invalid_argument_error for a bad identifier or tries < 1.
-    optimistic_stock(std::shared_ptr<backends::sql::dialect> d, stock_options options);
+    virtual ~optimistic_stock() = default;
 
     // Creates the table if missing (for demos and tests).
-    void create_table();
+    virtual void create_table() = 0;
     // Sets the stock of `item` (creating its row), bumping its version.
-    void put(std::string_view item, std::int64_t stock);
+    virtual void put(std::string_view item, std::int64_t stock) = 0;
     // The stock of `item`, nullopt when it has no row.
-    std::optional<std::int64_t> stock(std::string_view item);
+    virtual std::optional<std::int64_t> stock(std::string_view item) = 0;
     // Takes `quantity` of `item`. Throws invalid_argument_error when the item has
     // no row, unavailable_error (etc.) when the database fails.
-    stock_result take(std::string_view item, std::int64_t quantity = 1);
-
-private:
-    std::shared_ptr<backends::sql::dialect> dialect_;
-    stock_options options_;
-    backends::sql::pool pool_;
-    backends::sql::statement create_, read_, update_, set_, insert_;
+    virtual stock_result take(std::string_view item, std::int64_t quantity = 1) = 0;
 };
 
 // Opens the helper for a mysql:// or postgres:// URL (the same URL as the lock
-// backend's; lock-only parameters are ignored, tries= and window= apply).
-// Throws invalid_argument_error (bad or non-SQL URL, bad identifier),
-// unsupported_error (that SQL backend is not in this build), unavailable_error,
-// access_denied_error.
+// backend's: tries=, window=, connect_timeout=, timeout=, schema= (postgres) and
+// the TLS parameters apply; the lock-only ones (strategy, lease, holder, table,
+// pool, fence) are ignored). Connects on first use.
+// Throws invalid_argument_error (bad or non-SQL URL, bad identifier, tries < 1),
+// unsupported_error (that database's client library is not in this build, or a
+// TLS setting its client library cannot honour), and, from the calls,
+// unavailable_error and access_denied_error.
 std::unique_ptr<optimistic_stock> open_optimistic_stock(std::string_view url, stock_options options = {});
 
 }  // namespace distlock::tool

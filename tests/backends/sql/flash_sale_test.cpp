@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "distlock/distlock.hpp"
+#include "distlock/spi/url.hpp"
 #include "optimistic_stock.hpp"
 #include "support.hpp"
 
@@ -73,6 +74,74 @@ TEST_CASE("optimistic takes never oversell and report conflicts honestly", "[sql
     bad.table = "stock; DROP TABLE x";
     for (const auto& url : sql_urls({"DISTLOCK_TEST_MYSQL_URL"}))
         CHECK_THROWS_AS(tool::open_optimistic_stock(url, bad), distlock::invalid_argument_error);
+}
+
+TEST_CASE("the optimistic stock helper's errors say what to do next", "[sql][optimistic]") {
+    namespace tool = distlock::tool;
+    using distlock::invalid_argument_error;
+    using distlock::unsupported_error;
+    // Refused before any connection: not an SQL URL, a parameter nobody takes,
+    // no tries.
+    CHECK_THROWS_AS(tool::open_optimistic_stock("postgres://u:p@127.0.0.1:1/db?bogus=1"), invalid_argument_error);
+    CHECK_THROWS_AS(tool::open_optimistic_stock("mysql://u:p@127.0.0.1:1/db?tries=0"), invalid_argument_error);
+    tool::stock_options no_tries;
+    no_tries.tries = 0;
+    CHECK_THROWS_AS(tool::open_optimistic_stock("postgres://u:p@127.0.0.1:1/db", no_tries), invalid_argument_error);
+    // The lock backend's own parameters are ignored.
+    CHECK_NOTHROW(
+        tool::open_optimistic_stock("mysql://u:p@127.0.0.1:1/db?strategy=get-lock&lease=2s&fence=table&pool=3"));
+    // TLS that the client library cannot do as asked is refused, never dropped.
+    CHECK_THROWS_AS(tool::open_optimistic_stock("mysql://u:p@127.0.0.1:1/db?ssl_mode=required"), unsupported_error);
+    CHECK_THROWS_AS(tool::open_optimistic_stock("mysql://u:p@127.0.0.1:1/db?tls=true&tls_insecure=true"),
+                    unsupported_error);
+    CHECK_THROWS_AS(tool::open_optimistic_stock("postgres://u:p@localhost:1/db?tls=true&tls_server_name=db.example"),
+                    unsupported_error);
+    // Nothing listening: unavailable (it connects on first use), and no
+    // message shows the password.
+    for (const char* url : {"postgres://u:s3cret-pw@127.0.0.1:1/db?connect_timeout=2s",
+                            "mysql://u:s3cret-pw@127.0.0.1:1/db?connect_timeout=2s"}) {
+        INFO(url);
+        auto stock = tool::open_optimistic_stock(url);
+        try {
+            (void)stock->stock("x");
+            FAIL("no error");
+        } catch (const distlock::unavailable_error& e) {
+            CHECK(std::string(e.what()).find("s3cret-pw") == std::string::npos);
+        }
+    }
+    // A wrong password: access denied, and not shown.
+    for (const auto& url : sql_urls({"DISTLOCK_TEST_MYSQL_URL", "DISTLOCK_TEST_POSTGRES_URL"})) {
+        const auto password = distlock::spi::url::parse(url).password();
+        auto wrong = url;
+        wrong.replace(wrong.find(":" + password + "@"), password.size() + 2, ":not-the-password-7@");
+        INFO(wrong);
+        try {
+            (void)tool::open_optimistic_stock(wrong)->stock("x");
+            FAIL("no error");
+        } catch (const distlock::access_denied_error& e) {
+            CHECK(std::string(e.what()).find("not-the-password-7") == std::string::npos);
+        }
+    }
+    // Over TLS where the servers are up (integration/backends.sh up postgres-tls
+    // mysql-tls): it works, and a certificate for another name is refused.
+    for (const char* var : {"DISTLOCK_TEST_POSTGRES_TLS_URL", "DISTLOCK_TEST_MYSQL_TLS_URL"}) {
+        const auto url = distlock::test::env(var);
+        if (url.empty()) continue;
+        INFO(url);
+        auto stock = tool::open_optimistic_stock(url);
+        stock->create_table();
+        const auto item = distlock::test::unique_name("tls-item");
+        stock->put(item, 3);
+        CHECK(stock->take(item).outcome == tool::stock_outcome::taken);
+        CHECK(stock->stock(item) == 2);
+    }
+    for (const char* var :
+         {"DISTLOCK_TEST_POSTGRES_TLS_WRONG_NAME_URL_MUST_FAIL", "DISTLOCK_TEST_MYSQL_TLS_WRONG_NAME_URL_MUST_FAIL"}) {
+        const auto url = distlock::test::env(var);
+        if (url.empty()) continue;
+        INFO(url);
+        CHECK_THROWS_AS(tool::open_optimistic_stock(url)->stock("x"), distlock::access_denied_error);
+    }
 }
 
 TEST_CASE("flash-sale --strategy optimistic sells exactly the stock without a lock", "[sql][flash-sale]") {
