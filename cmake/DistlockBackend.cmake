@@ -102,8 +102,9 @@ function(distlock_add_backend name)
   set(obj distlock_backend_${name})
   add_library(${obj} OBJECT ${arg_SOURCES})
   target_compile_options(${obj} PRIVATE -Wall -Wextra -Wpedantic)
+  # A layer's headers are named with their folder: "sql/sql.hpp", "http/http_pool.hpp".
   target_include_directories(${obj} PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_BINARY_DIR}/generated/include
-                             ${CMAKE_CURRENT_SOURCE_DIR} ${arg_INCLUDES})
+                             ${CMAKE_CURRENT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/backends ${arg_INCLUDES})
   if(arg_DEFINITIONS)
     target_compile_definitions(${obj} PRIVATE ${arg_DEFINITIONS})
   endif()
@@ -117,8 +118,8 @@ function(distlock_add_backend name)
                           "comes first: in a folder of DISTLOCK_LAYER_DIRS, or earlier in this one)")
     endif()
     _distlock_use_layer(${layer})
-    # The layer's include directory and usage requirements, not its objects.
-    target_include_directories(${obj} PRIVATE $<TARGET_PROPERTY:distlock_layer_${layer},INTERFACE_INCLUDE_DIRECTORIES>)
+    # The layer's usage requirements, not its objects (its headers: through
+    # backends/, with the folder).
     target_link_libraries(${obj} PRIVATE $<TARGET_PROPERTY:distlock_layer_${layer},INTERFACE_LINK_LIBRARIES>)
   endforeach()
   distlock_library_objects(${obj})

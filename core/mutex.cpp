@@ -1,6 +1,7 @@
 #include "distlock/mutex.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "boundary.hpp"
@@ -8,42 +9,6 @@
 #include "text.hpp"
 
 namespace distlock::detail {
-
-bool gate::enter(spi::deadline until, const void* who, std::string_view backend, const std::string& name,
-                 bool& queued) {
-    std::unique_lock lk(mutex_);
-    if (busy_ && owner_ == std::this_thread::get_id() && holder_ != who)
-        throw_error(errc::would_deadlock, std::string(backend),
-                    "this thread already holds lock '" + name + "' through another mutex object");
-    queued = busy_ || !queue_.empty();
-    if (queued) {
-        waiter me;
-        queue_.push_back(&me);
-        auto my_turn = [&] { return !busy_ && queue_.front() == &me; };
-        bool ok = true;
-        if (until == spi::deadline::max()) me.cv.wait(lk, my_turn);
-        else ok = me.cv.wait_until(lk, until, my_turn);
-        if (!ok) {
-            const bool was_head = queue_.front() == &me;
-            queue_.erase(std::find(queue_.begin(), queue_.end(), &me));
-            if (was_head && !busy_ && !queue_.empty()) queue_.front()->cv.notify_one();
-            return false;
-        }
-        queue_.pop_front();
-    }
-    busy_ = true;
-    owner_ = std::this_thread::get_id();
-    holder_ = who;
-    return true;
-}
-
-void gate::leave() noexcept {
-    std::lock_guard lk(mutex_);
-    busy_ = false;
-    owner_ = {};
-    holder_ = nullptr;
-    if (!queue_.empty()) queue_.front()->cv.notify_one();
-}
 
 std::shared_ptr<gate> provider_state::gate_for(const std::string& name) {
     std::lock_guard lk(gates_mutex_);
@@ -67,6 +32,24 @@ void check_name(std::string_view name, const std::string& backend) {
                         std::to_string(max_name_length) + " are allowed");
 }
 
+namespace {
+
+// The feature a grant of `kind` needs beyond a mutex, with its primitive's
+// name for messages; none for the mutex and an election's leader (the
+// backend's mutex where it has no election of its own).
+std::optional<std::pair<feature, const char*>> feature_of(spi::lock_kind kind) {
+    switch (kind) {
+        case spi::lock_kind::exclusive:
+        case spi::lock_kind::leader: return std::nullopt;
+        case spi::lock_kind::read:
+        case spi::lock_kind::write: return std::pair{feature::read_write, "read-write locks"};
+        case spi::lock_kind::permit: return std::pair{feature::semaphore, "semaphores"};
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
 std::unique_ptr<mutex_impl> make_mutex_impl(const std::shared_ptr<provider_state>& provider, std::string_view name,
                                             lock_options options, spi::lock_kind kind, std::uint32_t permits,
                                             std::string holder) {
@@ -77,18 +60,16 @@ std::unique_ptr<mutex_impl> make_mutex_impl(const std::shared_ptr<provider_state
     if (options.lease.count() < 0) throw_error(errc::invalid_argument, who, "negative lease");
     if (options.retry_min.count() < 0 || options.retry_max < options.retry_min)
         throw_error(errc::invalid_argument, who, "retry_min/retry_max out of order");
-    const auto needs = kind == spi::lock_kind::permit ? feature::semaphore : feature::read_write;
-    if (kind != spi::lock_kind::exclusive && kind != spi::lock_kind::leader && !provider->caps().supports(needs))
+    if (const auto needs = feature_of(kind); needs && !provider->caps().supports(needs->first))
         throw_error(errc::unsupported, who,
-                    std::string(kind == spi::lock_kind::permit ? "semaphores" : "read-write locks") +
-                        " are not supported: " + std::string(provider->caps().why_not(needs)));
+                    std::string(needs->second) + " are not supported: " + std::string(provider->caps().why_not(needs->first)));
     spi::lock_request request;
     request.name = std::string(name);
     request.kind = kind == spi::lock_kind::leader ? leader_kind(*provider) : kind;
     request.permits = permits;
     request.lease = options.lease.count() > 0 ? options.lease : provider->default_lease();
     request.auto_renew = options.auto_renew;
-    request.renew_interval = std::max(std::chrono::milliseconds{1}, request.lease / 3);  // the lease/3 rule, here only
+    request.renew_interval = spi::renewal_period(request.lease);
     request.retry_min = options.retry_min;
     request.retry_max = options.retry_max;
     request.holder = holder.empty() ? provider->holder() : std::move(holder);
@@ -179,30 +160,14 @@ spi::loss_sink mutex_impl::sink_for(std::uint64_t generation) {
     });
 }
 
-bool mutex_impl::lock_until(spi::deadline until) {
-    provider_->check_process();
-    auto& backend = provider_->backend();
-    const auto self = std::this_thread::get_id();
-    {
-        std::lock_guard lk(state_mutex_);
-        if (depth_ > 0 && owner_ == self) {
-            if (backend.caps().reentrant) {
-                ++depth_;
-                return true;
-            }
-            throw_error(errc::would_deadlock, std::string(backend.name()),
-                        "lock '" + request_.name + "' is already held by this thread (this backend is not reentrant)");
-        }
-    }
-    const auto started = spi::clock::now();
-    // The observer's account of this call (provider_options; nothing without one).
-    auto tell = [&](acquire_outcome outcome, contention contended, errc code) {
-        provider_->observe([&](observer& o) {
-            o.acquired(acquire_event{provider_->scheme(), request_.name, observed_kind_, outcome,
-                                     contended, spi::clock::now() - started, code});
-        });
-    };
-    auto tell_failure = [&] {
+// What the observer is told of one lock_until() (provider_options; nothing
+// without an observer).
+class mutex_impl::acquire_report {
+public:
+    explicit acquire_report(mutex_impl& m) : m_(m), started_(spi::clock::now()) {}
+    void timed_out() const { tell(acquire_outcome::timed_out, contention::waited, errc{}); }
+    // From a catch block: the error being handled.
+    void failed() const {
         errc code = errc::unavailable;
         try {
             throw;
@@ -211,67 +176,112 @@ bool mutex_impl::lock_until(spi::deadline until) {
         } catch (...) {
         }
         tell(acquire_outcome::failed, contention::unknown, code);
-    };
+    }
+    // `queued`: it waited behind another thread of this provider first.
+    void granted(bool queued, const spi::grant& g) const {
+        tell(acquire_outcome::granted,
+             queued || g.waited.value_or(false) ? contention::waited
+             : g.waited                         ? contention::none
+                                                : contention::unknown,
+             errc{});
+    }
+
+private:
+    void tell(acquire_outcome outcome, contention contended, errc code) const {
+        m_.provider_->observe([&](observer& o) {
+            o.acquired(acquire_event{m_.provider_->scheme(), m_.request_.name, m_.observed_kind_, outcome, contended,
+                                     spi::clock::now() - started_, code});
+        });
+    }
+    mutex_impl& m_;
+    spi::clock::time_point started_;
+};
+
+bool mutex_impl::lock_until(spi::deadline until) {
+    provider_->check_process();
+    if (reentered()) return true;
+    const acquire_report report(*this);
     bool queued = false;  // behind another thread of this provider
     try {
-        if (gate_ && !gate_->enter(until, this, backend.name(), request_.name, queued)) {
-            tell(acquire_outcome::timed_out, contention::waited, errc{});
+        if (gate_ && !gate_->enter(until, this, provider_->backend().name(), request_.name, queued)) {
+            report.timed_out();
             return false;
         }
     } catch (...) {
-        tell_failure();
+        report.failed();
         throw;
     }
-    const bool leased = backend.caps().supports(feature::lease_expiry);
-    // How long a grant (and each confirmed renewal) is valid from when its request
-    // was sent: the lease, or the session's for a lock held by an expiring
-    // session; 0 = until a check says otherwise (a database session, the kernel).
-    const auto validity = leased ? request_.lease : handle_->validity();
-    const bool expires = validity.count() > 0;
-    std::optional<spi::grant> granted;
+    const auto validity = grant_validity();
     std::uint64_t generation = 0;
-    auto end_acquire = [&] {
-        std::lock_guard lk(state_mutex_);
-        acquiring_ = false;
-        early_loss_.reset();
-    };
+    std::optional<spi::grant> granted;
     try {
-        for (;;) {
-            {
-                std::lock_guard lk(state_mutex_);
-                generation = ++generation_;
-                acquiring_ = true;
-                early_loss_.reset();
-            }
-            granted = handle_->acquire(until, sink_for(generation));
-            // A lease runs from when its request was sent at the latest: a reply
-            // that comes after that lease has run out is not a grant (someone else
-            // may hold the lock by now). Give it back and try again.
-            if (!granted || !expires || spi::clock::now() < granted->sent + validity) break;
-            granted.reset();
-            try {
-                handle_->release();
-            } catch (...) {  // not ours any more, most likely: nothing to give back
-            }
-            if (spi::clock::now() >= until) break;
-        }
+        granted = acquire_within(until, validity, generation);
     } catch (...) {
         end_acquire();
         if (gate_) gate_->leave();
-        tell_failure();
+        report.failed();
         throw;
     }
     if (!granted) {
         end_acquire();
         if (gate_) gate_->leave();
-        tell(acquire_outcome::timed_out, contention::waited, errc{});
+        report.timed_out();
         return false;
     }
-    tell(acquire_outcome::granted,
-         queued || granted->waited.value_or(false) ? contention::waited
-         : granted->waited                         ? contention::none
-                                                   : contention::unknown,
-         errc{});
+    report.granted(queued, *granted);
+    hold(*granted, generation, validity);
+    return true;
+}
+
+bool mutex_impl::reentered() {
+    std::lock_guard lk(state_mutex_);
+    if (depth_ == 0 || owner_ != std::this_thread::get_id()) return false;
+    auto& backend = provider_->backend();
+    if (!backend.caps().reentrant)
+        throw_error(errc::would_deadlock, std::string(backend.name()),
+                    "lock '" + request_.name + "' is already held by this thread (this backend is not reentrant)");
+    ++depth_;
+    return true;
+}
+
+// How long a grant (and each confirmed renewal) is valid from when its request
+// was sent: the lease, or the session's for a lock held by an expiring
+// session; 0 = until a check says otherwise (a database session, the kernel).
+std::chrono::milliseconds mutex_impl::grant_validity() const {
+    return provider_->backend().caps().supports(feature::lease_expiry) ? request_.lease : handle_->validity();
+}
+
+void mutex_impl::end_acquire() {
+    std::lock_guard lk(state_mutex_);
+    acquiring_ = false;
+    early_loss_.reset();
+}
+
+std::optional<spi::grant> mutex_impl::acquire_within(spi::deadline until, std::chrono::milliseconds validity,
+                                                     std::uint64_t& generation) {
+    for (;;) {
+        {
+            std::lock_guard lk(state_mutex_);
+            generation = ++generation_;
+            acquiring_ = true;
+            early_loss_.reset();
+        }
+        auto granted = handle_->acquire(until, sink_for(generation));
+        // A lease runs from when its request was sent at the latest: a reply
+        // that comes after that lease has run out is not a grant (someone else
+        // may hold the lock by now). Give it back and try again.
+        if (!granted || validity.count() == 0 || spi::clock::now() < granted->sent + validity) return granted;
+        try {
+            handle_->release();
+        } catch (...) {  // not ours any more, most likely: nothing to give back
+        }
+        if (spi::clock::now() >= until) return std::nullopt;
+    }
+}
+
+void mutex_impl::hold(const spi::grant& granted, std::uint64_t generation, std::chrono::milliseconds validity) {
+    const bool leased = provider_->backend().caps().supports(feature::lease_expiry);
+    const bool expires = validity.count() > 0;
     // Renewed (a lease with auto_renew) or checked (a lock without a lease that
     // asks for it) every `interval`; a grant that ends with time and is not
     // renewed (a lease without auto_renew, or a handle with a validity of its
@@ -282,48 +292,46 @@ bool mutex_impl::lock_until(spi::deadline until) {
     // Only a lease (or an expiring session) ends with time: a lock held by a
     // database session or the kernel stays held() however long this process was
     // paused, until a check says otherwise.
-    const auto since = expires ? granted->sent : spi::clock::now();
+    const auto since = expires ? granted.sent : spi::clock::now();
     const auto horizon = expires ? validity : request_.lease;  // failed renewals for this long = lost
     bool lost_already;
     {
         std::lock_guard lk(state_mutex_);
         acquiring_ = false;
         depth_ = 1;
-        owner_ = self;
-        token_ = granted->token;
+        owner_ = std::this_thread::get_id();
+        token_ = granted.token;
         granted_at_ = spi::clock::now();
         valid_until_ = expires ? (since + validity).time_since_epoch().count() : 0;
         lost_already = early_loss_.has_value();
         held_ = !lost_already;
-        if (lost_already) post_lost(granted->token, std::move(*early_loss_));
+        if (lost_already) post_lost(granted.token, std::move(*early_loss_));
         early_loss_.reset();
     }
-    if (watched && !lost_already) {
-        auto lost = [this, generation](std::string why) { mark_lost(generation, std::move(why)); };
-        auto failed = [this, generation, tok = granted->token](const std::string& why) {
-            std::lock_guard lk(state_mutex_);
-            if (generation != generation_ || !held_) return;
-            post_error(tok, unavailable_error(errc::unavailable, std::string(provider_->backend().name()),
-                                              "renewal of '" + request_.name + "' failed: " + why));
-        };
-        try {
-            const bool renew = interval.count() > 0;
-            auto id = provider_->scheduler().add({.handle = handle_.get(),
-                                                  .interval = renew ? interval : horizon,
-                                                  .lease = horizon,
-                                                  .renew = renew,
-                                                  .since = since,
-                                                  .lost = lost,
-                                                  .failed = failed,
-                                                  .valid_until = expires ? &valid_until_ : nullptr});
-            std::lock_guard lk(state_mutex_);
-            entry_ = id;
-        } catch (...) {  // no renewal possible (out of memory, no thread): do not keep the grant
-            unlock();
-            throw;
-        }
+    if (!watched || lost_already) return;
+    auto lost = [this, generation](std::string why) { mark_lost(generation, std::move(why)); };
+    auto failed = [this, generation, tok = granted.token](const std::string& why) {
+        std::lock_guard lk(state_mutex_);
+        if (generation != generation_ || !held_) return;
+        post_error(tok, unavailable_error(errc::unavailable, std::string(provider_->backend().name()),
+                                          "renewal of '" + request_.name + "' failed: " + why));
+    };
+    try {
+        const bool renew = interval.count() > 0;
+        auto id = provider_->scheduler().add({.handle = handle_.get(),
+                                              .interval = renew ? interval : horizon,
+                                              .lease = horizon,
+                                              .renew = renew,
+                                              .since = since,
+                                              .lost = lost,
+                                              .failed = failed,
+                                              .valid_until = expires ? &valid_until_ : nullptr});
+        std::lock_guard lk(state_mutex_);
+        entry_ = id;
+    } catch (...) {  // no renewal possible (out of memory, no thread): do not keep the grant
+        unlock();
+        throw;
     }
-    return true;
 }
 
 void mutex_impl::unlock() noexcept {

@@ -93,6 +93,21 @@ public:
     }
 
 private:
+    // lock_until(), step by step.
+    class acquire_report;
+    // Held by this thread already: counts it (a reentrant backend) and returns
+    // true, or throws would_deadlock_error; false when not held by this thread.
+    bool reentered();
+    std::chrono::milliseconds grant_validity() const;
+    // Grants from the backend until one comes within its validity (a reply after
+    // it ran out is given back) or `until` passes; `generation`: the grant's.
+    std::optional<spi::grant> acquire_within(spi::deadline until, std::chrono::milliseconds validity,
+                                             std::uint64_t& generation);
+    // The acquisition is over without a grant.
+    void end_acquire();
+    // Records the grant as held and hands it to the renewal thread.
+    void hold(const spi::grant& granted, std::uint64_t generation, std::chrono::milliseconds validity);
+
     // What a loss_sink points to: cleared (under its mutex) when the mutex_impl
     // goes, so that a backend may keep a sink as long as it likes.
     struct sink_target {

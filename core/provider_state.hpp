@@ -16,32 +16,11 @@
 #include "distlock/provider.hpp"
 #include "distlock/spi/backend.hpp"
 #include "callbacks.hpp"
+#include "gate.hpp"
 #include "process.hpp"
 #include "scheduler.hpp"
 
 namespace distlock::detail {
-
-// FIFO in-process queue for one lock name: threads of one provider that want the
-// same name wait here, and only the head of the queue talks to the server.
-class gate {
-public:
-    // Enters the gate before `until`; false on timeout. Throws
-    // would_deadlock_error when the calling thread already holds the gate through
-    // another mutex object (`who` identifies the mutex).
-    // `queued`: whether it had to wait behind another thread.
-    bool enter(spi::deadline until, const void* who, std::string_view backend, const std::string& name, bool& queued);
-    void leave() noexcept;
-
-private:
-    struct waiter {
-        std::condition_variable cv;  // each waiter has its own: a release wakes only the head
-    };
-    std::mutex mutex_;
-    std::deque<waiter*> queue_;
-    bool busy_ = false;
-    std::thread::id owner_;
-    const void* holder_ = nullptr;
-};
 
 // `declared` with every feature that must be claimed (read_write, semaphore,
 // permit_limit) and is not in `declared.implements` listed unsupported.

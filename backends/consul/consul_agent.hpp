@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "distlock/spi/backend.hpp"
-#include "http_codec.hpp"
-#include "http_json.hpp"
-#include "http_multi.hpp"
-#include "http_options.hpp"
-#include "http_pool.hpp"
-#include "http_transfer.hpp"
+#include "http/http_codec.hpp"
+#include "http/http_json.hpp"
+#include "http/http_multi.hpp"
+#include "http/http_options.hpp"
+#include "http/http_pool.hpp"
+#include "http/http_transfer.hpp"
 
 namespace distlock::backends::consul {
 
@@ -29,7 +29,7 @@ using namespace std::chrono_literals;
 using json = nlohmann::json;
 using ms = std::chrono::milliseconds;
 
-inline constexpr const char* kName = "consul";
+inline constexpr const char* kBackend = "consul";
 inline constexpr std::uint64_t kLockFlag = 0x2ddccbc058a50c18ULL;  // api/lock.go LockFlagValue
 inline constexpr std::uint64_t kSemaphoreFlag = 0xe0f69a2baa414de0ULL;  // api/semaphore.go SemaphoreFlagValue
 inline constexpr ms kMaxBlockingWait = 15s;                        // api/lock.go DefaultLockWaitTime
@@ -112,14 +112,14 @@ public:
     static void check(const http::response& r, const std::string& what, std::initializer_list<long> ok) {
         if (std::find(ok.begin(), ok.end(), r.status) != ok.end()) return;
         const std::string msg = what + ": HTTP " + std::to_string(r.status) + " " + trim(r.body);
-        if (r.status == 401 || r.status == 403) throw_error(errc::access_denied, kName, msg, r.status, trim(r.body));
-        if (r.status == 400) throw_error(errc::invalid_argument, kName, msg, r.status, trim(r.body));
+        if (r.status == 401 || r.status == 403) throw_error(errc::access_denied, kBackend, msg, r.status, trim(r.body));
+        if (r.status == 400) throw_error(errc::invalid_argument, kBackend, msg, r.status, trim(r.body));
         // Not the Consul HTTP API answering (a wrong port, another server): retrying cannot help.
         if (r.status == 404 || r.status == 405 || r.status == 501)
-            throw_error(errc::invalid_argument, kName,
+            throw_error(errc::invalid_argument, kBackend,
                         msg + ": is " + r.endpoint + " a Consul agent's HTTP API (port 8500 by default)?", r.status,
                         trim(r.body));
-        throw_error(errc::unavailable, kName, msg, r.status, trim(r.body));
+        throw_error(errc::unavailable, kBackend, msg, r.status, trim(r.body));
     }
 
     static std::string trim(std::string s) {
@@ -164,9 +164,9 @@ public:
         if (r.status == 404) return l;
         const json j = http::parse_reply(r.body);
         if (j.is_discarded() || !j.is_array() || j.empty())
-            throw_error(errc::unavailable, kName, what + ": unexpected reply", r.status, trim(r.body));
+            throw_error(errc::unavailable, kBackend, what + ": unexpected reply", r.status, trim(r.body));
         for (const auto& o : j) {
-            if (!o.is_object()) throw_error(errc::unavailable, kName, what + ": unexpected reply", r.status, trim(r.body));
+            if (!o.is_object()) throw_error(errc::unavailable, kBackend, what + ": unexpected reply", r.status, trim(r.body));
             entry e;
             e.exists = true;
             e.index = l.index;
@@ -174,7 +174,7 @@ public:
             if (auto it = o.find("Session"); it != o.end() && it->is_string()) e.session = it->get<std::string>();
             if (auto it = o.find("Value"); it != o.end() && it->is_string()) {
                 auto v = http::base64_decode(it->get<std::string>());
-                if (!v) throw_error(errc::unavailable, kName, what + ": a value that is not base64", r.status, trim(r.body));
+                if (!v) throw_error(errc::unavailable, kBackend, what + ": a value that is not base64", r.status, trim(r.body));
                 e.value = std::move(*v);
             }
             e.flags = unsigned_field(o, "Flags", r, what);
@@ -191,7 +191,7 @@ public:
         auto it = o.find(field);
         if (it == o.end() || it->is_null()) return 0;
         if (!it->is_number_unsigned())
-            throw_error(errc::unavailable, kName, what + ": unexpected reply (" + field + " is not an unsigned integer)",
+            throw_error(errc::unavailable, kBackend, what + ": unexpected reply (" + field + " is not an unsigned integer)",
                         r.status, trim(r.body));
         return it->get<std::uint64_t>();
     }
@@ -252,7 +252,7 @@ public:
         const json j = http::parse_reply(r.body);
         const auto id = j.is_object() ? j.find("ID") : j.end();
         if (j.is_discarded() || id == j.end() || !id->is_string() || !session_id(id->get<std::string>()))
-            throw_error(errc::unavailable, kName, "session create: unexpected reply", r.status, trim(r.body));
+            throw_error(errc::unavailable, kBackend, "session create: unexpected reply", r.status, trim(r.body));
         return id->get<std::string>();
     }
 

@@ -42,7 +42,7 @@ public:
         caps_.crash_release_bound = c.default_ttl + c.lock_delay.value_or(15s) + 1s;
     }
 
-    std::string_view name() const noexcept override { return kName; }
+    std::string_view name() const noexcept override { return kBackend; }
     const capabilities& caps() const noexcept override { return caps_; }
     ms default_lease() const override { return agent_.config().default_ttl; }
     std::unique_ptr<spi::lock_handle> make_lock(const spi::lock_request& r) override {
@@ -54,7 +54,7 @@ public:
             case spi::lock_kind::read:
             case spi::lock_kind::write: return consul::make_rwlock(agent_, r);
         }
-        throw_error(errc::unsupported, kName, "unknown lock kind");
+        throw_error(errc::unsupported, kBackend, "unknown lock kind");
     }
 
     std::optional<std::chrono::nanoseconds> round_trip() override {
@@ -95,22 +95,22 @@ void register_backend(spi::registry& r) {
             while (!p.empty() && p.front() == '/') p.erase(0, 1);
             while (!p.empty() && p.back() == '/') p.pop_back();
             if (!p.empty()) {
-                http::check_prefix(kName, p);
+                http::check_prefix(kBackend, p);
                 s.prefix = p;
             }
         }
         if (auto ttl = u.take_duration("ttl")) {
-            if (ttl->count() <= 0) throw_error(errc::invalid_argument, kName, "ttl must be positive");
+            if (ttl->count() <= 0) throw_error(errc::invalid_argument, kBackend, "ttl must be positive");
             s.default_ttl = *ttl;
         }
         if (auto d = u.take_duration("lock_delay")) s.lock_delay = *d;
         if (auto b = u.take("behavior")) {
             if (*b != "release" && *b != "delete")
-                throw_error(errc::invalid_argument, kName, "behavior must be release or delete");
+                throw_error(errc::invalid_argument, kBackend, "behavior must be release or delete");
             s.behavior = *b;
         }
         auto token = u.take("token");
-        auto o = http::options_from_url(u, kName, 8500);
+        auto o = http::options_from_url(u, kBackend, 8500);
         if (token && !token->empty()) o.headers.push_back("X-Consul-Token: " + *token);
         return std::make_shared<backend>(std::move(o), std::move(s));
     });

@@ -35,7 +35,7 @@ document contender::read_document(const listing& l) const {
 // data): refused, never overwritten.
 void contender::refuse_foreign(const document& d) const {
     if (d.exists && d.flags != where_.flag)
-        throw_error(errc::invalid_argument, kName,
+        throw_error(errc::invalid_argument, kBackend,
                     "key " + doc_key_ + " exists and is not a " + where_.noun + "'s (flags " + std::to_string(d.flags) +
                         ", a " + where_.noun + "'s are " + std::to_string(where_.flag) + ")");
 }
@@ -70,7 +70,7 @@ std::optional<spi::grant> contender::wait_and_acquire(spi::deadline until, spi::
                 pace.stall();
                 continue;
             }
-            if (!*made) throw_error(errc::unavailable, kName, "failed to make the contender entry " + contender_key());
+            if (!*made) throw_error(errc::unavailable, kBackend, "failed to make the contender entry " + contender_key());
             entered = true;
             index = 0;
         }
@@ -170,7 +170,7 @@ bool contender::give_back() {
         gone = rest->empty() ? agent_.cas_delete(doc_key_, d.modify_index)
                              : agent_.cas_put(doc_key_, d.modify_index, where_.flag, std::move(*rest));
     }
-    if (!gone) throw_error(errc::unavailable, kName, "could not update " + doc_key_ + " (too many concurrent writers)");
+    if (!gone) throw_error(errc::unavailable, kBackend, "could not update " + doc_key_ + " (too many concurrent writers)");
     agent_.remove(contender_key());
     return held;
 }

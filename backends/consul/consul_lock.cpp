@@ -50,7 +50,7 @@ std::optional<spi::grant> handle::wait_and_acquire(spi::deadline until, spi::dea
         entry e = agent_.read(key_, index, *wait);
         index = pace.saw(e.index, query_pace::waited_out(asked, *wait));
         if (e.exists && e.flags != kLockFlag)
-            throw_error(errc::invalid_argument, kName,
+            throw_error(errc::invalid_argument, kBackend,
                         "key " + key_ + " exists and is not a lock (flags " + std::to_string(e.flags) + ")");
         if (e.exists && !e.session.empty() && e.session != session_) {
             waited = true;

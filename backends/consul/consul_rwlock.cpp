@@ -22,7 +22,7 @@
 
 #include "consul_contender.hpp"
 #include "consul_lock.hpp"
-#include "http_json.hpp"
+#include "http/http_json.hpp"
 
 namespace distlock::backends::consul {
 namespace {
@@ -83,7 +83,7 @@ public:
     step decide(const document& d, const std::string& me) const override {
         auto s = read_state(d);
         if (!s.problem.empty())
-            throw_error(errc::invalid_argument, kName, "key " + key_ + " is not a read-write lock's: " + s.problem);
+            throw_error(errc::invalid_argument, kBackend, "key " + key_ + " is not a read-write lock's: " + s.problem);
         if (!writer_) {
             if (s.readers.count(me)) return {step::kind::held, {}};
             if (!s.writer.empty() || !s.waiting.empty()) return {step::kind::wait, {}};

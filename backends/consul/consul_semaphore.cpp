@@ -30,7 +30,7 @@
 
 #include "consul_contender.hpp"
 #include "consul_lock.hpp"
-#include "http_json.hpp"
+#include "http/http_json.hpp"
 
 namespace distlock::backends::consul {
 namespace {
@@ -94,10 +94,10 @@ public:
 
     step decide(const document& d, const std::string& me) const override {
         auto c = read_coordination(d, permits_);
-        if (!c.problem.empty()) throw_error(errc::invalid_argument, kName, "key " + key_ + " is not a semaphore's: " + c.problem);
+        if (!c.problem.empty()) throw_error(errc::invalid_argument, kBackend, "key " + key_ + " is not a semaphore's: " + c.problem);
         if (c.holders.count(me)) return {step::kind::held, {}};
         if (c.limit != static_cast<long long>(permits_) && !c.holders.empty())
-            throw_error(errc::invalid_argument, kName,
+            throw_error(errc::invalid_argument, kBackend,
                         "semaphore '" + name_ + "' is held with " + std::to_string(c.limit) + " permits (Limit of " +
                             key_ + "); this one has " + std::to_string(permits_) +
                             ": semaphore limit conflict (lock: " + std::to_string(c.limit) +

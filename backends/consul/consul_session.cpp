@@ -36,7 +36,7 @@ bool session_handle::renew_if_due(spi::deadline& now, spi::deadline& renewed, ms
         session_ = new_session();
         replaced = true;
     } else if (r.state == spi::keepalive_result::status::failed) {
-        throw_error(errc::unavailable, kName, r.message);
+        throw_error(errc::unavailable, kBackend, r.message);
     }
     renewed = now;
     now = spi::clock::now();
@@ -121,7 +121,7 @@ std::string session_handle::release_subject() const { return kind_.noun + " '" +
 
 void session_handle::release() {
     monitor_.stop();
-    if (session_.empty()) throw_error(errc::not_owner, kName, kind_.noun + " '" + request_.name + "' is not held");
+    if (session_.empty()) throw_error(errc::not_owner, kBackend, kind_.noun + " '" + request_.name + "' is not held");
     bool held = false;
     std::optional<error> failure;
     try {
@@ -133,10 +133,10 @@ void session_handle::release() {
     // A transport failure leaves the outcome unknown; any other keeps its kind (a
     // token without the right to release, a server that is not Consul's API).
     if (failure)
-        throw_error(failure->code_value() == errc::unavailable ? errc::in_doubt : failure->code_value(), kName,
+        throw_error(failure->code_value() == errc::unavailable ? errc::in_doubt : failure->code_value(), kBackend,
                     "release of " + release_subject() + ": " + failure->reason(), failure->native_code(),
                     failure->native_message());
-    if (!held) throw_error(errc::not_owner, kName, kind_.noun + " '" + request_.name + "' was lost before its release");
+    if (!held) throw_error(errc::not_owner, kBackend, kind_.noun + " '" + request_.name + "' was lost before its release");
 }
 
 }  // namespace distlock::backends::consul

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "consul_agent.hpp"
-#include "http_monitor.hpp"
+#include "http/http_monitor.hpp"
 
 namespace distlock::backends::consul {
 

@@ -13,7 +13,7 @@
 #include "distlock/spi/backend.hpp"
 #include "etcd_gateway.hpp"
 #include "etcd_lock.hpp"
-#include "http_codec.hpp"
+#include "http/http_codec.hpp"
 
 namespace distlock::backends::etcd {
 namespace {
@@ -30,7 +30,7 @@ public:
         (void)round_trip();
     }
 
-    std::string_view name() const noexcept override { return kName; }
+    std::string_view name() const noexcept override { return kBackend; }
     const capabilities& caps() const noexcept override { return caps_; }
     std::chrono::milliseconds default_lease() const override { return gateway_.config().default_ttl; }
     std::unique_ptr<spi::lock_handle> make_lock(const spi::lock_request& r) override {
@@ -67,20 +67,20 @@ void register_backend(spi::registry& r) {
             // etcd keys are bytes and nothing on the way normalises them, but a
             // prefix follows one rule on both HTTP backends (and etcd's RBAC
             // ranges and tools read it as a path).
-            http::check_prefix(kName, std::string_view(s.prefix).substr(1));
+            http::check_prefix(kBackend, std::string_view(s.prefix).substr(1));
         }
         if (auto ttl = u.take_duration("ttl")) {
-            if (ttl->count() <= 0) throw_error(errc::invalid_argument, kName, "ttl must be positive");
+            if (ttl->count() <= 0) throw_error(errc::invalid_argument, kBackend, "ttl must be positive");
             s.default_ttl = *ttl;
         }
         s.user = u.user();
         s.password = u.password();
         // etcd's authenticate request carries both as JSON (protobuf) strings,
         // which must be UTF-8; the message never shows them.
-        if (!http::valid_utf8(s.user)) throw_error(errc::invalid_argument, kName, "the user name is not valid UTF-8");
+        if (!http::valid_utf8(s.user)) throw_error(errc::invalid_argument, kBackend, "the user name is not valid UTF-8");
         if (!http::valid_utf8(s.password))
-            throw_error(errc::invalid_argument, kName, "the password is not valid UTF-8 (etcd accepts UTF-8 passwords only)");
-        auto o = http::options_from_url(u, kName, 2379);
+            throw_error(errc::invalid_argument, kBackend, "the password is not valid UTF-8 (etcd accepts UTF-8 passwords only)");
+        auto o = http::options_from_url(u, kBackend, 2379);
         return std::make_shared<backend>(std::move(o), std::move(s));
     });
 }

@@ -6,8 +6,8 @@
 #include <limits>
 
 #include "distlock/error.hpp"
-#include "http_codec.hpp"
-#include "http_json.hpp"
+#include "http/http_codec.hpp"
+#include "http/http_json.hpp"
 
 namespace distlock::backends::etcd {
 
@@ -123,7 +123,7 @@ json gateway::call(const std::string& path, const json& body, std::chrono::milli
             rq.body = body.dump();
         } catch (const json::exception&) {
             // A string that is not UTF-8 (nlohmann's message would show its bytes).
-            throw_error(errc::invalid_argument, kName, path + ": the request holds text that is not UTF-8");
+            throw_error(errc::invalid_argument, kBackend, path + ": the request holds text that is not UTF-8");
         }
         rq.timeout = timeout;
         auto resp = client_.send(rq);
@@ -133,7 +133,7 @@ json gateway::call(const std::string& path, const json& body, std::chrono::milli
             // port, another server, a path prefix in front of etcd); a 5xx may.
             const bool wrong_server = resp.status >= 400 && resp.status < 500;
             if (!wrong_server) client_.rotate_endpoint(resp.endpoint);
-            throw_error(wrong_server ? errc::invalid_argument : errc::unavailable, kName,
+            throw_error(wrong_server ? errc::invalid_argument : errc::unavailable, kBackend,
                         path + ": unexpected reply (HTTP " + std::to_string(resp.status) + ")" +
                             (wrong_server ? ": is " + resp.endpoint +
                                                 " etcd's client port (2379 by default) with the v3 JSON gateway?"
@@ -160,20 +160,20 @@ void gateway::throw_grpc(const std::string& path, int code, const std::string& m
     // etcd answers some authentication failures with INVALID_ARGUMENT.
     for (const char* auth : {"user name is empty", "authentication failed", "permission denied", "auth token"})
         if (message.find(auth) != std::string::npos)
-            throw_error(errc::access_denied, kName, path + ": " + message, code, message);
+            throw_error(errc::access_denied, kBackend, path + ": " + message, code, message);
     switch (code) {
         case 5:  // NOT_FOUND (lease not found)
         case 9:  // FAILED_PRECONDITION
             throw grpc_error(code, message);
         case 3:   // INVALID_ARGUMENT
         case 11:  // OUT_OF_RANGE
-            throw_error(errc::invalid_argument, kName, path + ": " + message, code, message);
+            throw_error(errc::invalid_argument, kBackend, path + ": " + message, code, message);
         case 7:   // PERMISSION_DENIED
         case 16:  // UNAUTHENTICATED
-            throw_error(errc::access_denied, kName, path + ": " + message, code, message);
+            throw_error(errc::access_denied, kBackend, path + ": " + message, code, message);
         default:  // UNAVAILABLE, DEADLINE_EXCEEDED, no leader, ...: another member may do better
             client_.rotate_endpoint(endpoint);
-            throw_error(errc::unavailable, kName, path + ": " + message, code, message);
+            throw_error(errc::unavailable, kBackend, path + ": " + message, code, message);
     }
 }
 
@@ -206,9 +206,9 @@ std::shared_ptr<session> gateway::session_for(std::chrono::milliseconds lease, b
             std::lock_guard m(s->mutex);
             renewed = s->renewed;
         }
-        if (spi::clock::now() - renewed < s->ttl / 3) return s;
+        if (spi::clock::now() - renewed < spi::renewal_period(s->ttl)) return s;
         if (renew(*s).state == spi::keepalive_result::status::ok) return s;
-        if (!s->dead) throw_error(errc::unavailable, kName, "cannot renew the session lease");
+        if (!s->dead) throw_error(errc::unavailable, kBackend, "cannot renew the session lease");
     }
     auto fresh = grant(ttl);
     std::lock_guard m(mutex_);
@@ -230,7 +230,7 @@ std::shared_ptr<session> gateway::grant(std::int64_t ttl) {
     const auto granted = as_i64(reply, "TTL");
     fresh->ttl = std::chrono::seconds(granted > 0 ? std::min(granted, ttl) : ttl);
     fresh->renewed = sent;
-    if (fresh->id == 0) throw_error(errc::unavailable, kName, "lease grant returned no ID");
+    if (fresh->id == 0) throw_error(errc::unavailable, kBackend, "lease grant returned no ID");
     return fresh;
 }
 
@@ -292,8 +292,7 @@ spi::keepalive_result gateway::renew(session& s) noexcept {
 }
 
 std::chrono::milliseconds gateway::renewal_timeout(const session& s) const {
-    auto third = std::chrono::duration_cast<std::chrono::milliseconds>(s.ttl) / 3;
-    return std::clamp<std::chrono::milliseconds>(third, 300ms, client_.opts().request_timeout);
+    return std::clamp<std::chrono::milliseconds>(spi::renewal_period(s.ttl), 300ms, client_.opts().request_timeout);
 }
 
 void gateway::add_orphan(session& s, const std::string& key, const std::string& value) {
@@ -312,13 +311,13 @@ void gateway::authenticate() {
     try {
         auto reply = call("/v3/auth/authenticate", json{{"name", settings_.user}, {"password", settings_.password}});
         auto token = text(reply, "token");
-        if (token.empty()) throw_error(errc::access_denied, kName, "authentication returned no token");
+        if (token.empty()) throw_error(errc::access_denied, kBackend, "authentication returned no token");
         // set_header refuses a token with a control character (it would add headers).
         client_.set_header("Authorization", token);
     } catch (const grpc_error& e) {
-        throw_error(errc::access_denied, kName, "authentication failed: " + e.reason(), e.code);
+        throw_error(errc::access_denied, kBackend, "authentication failed: " + e.reason(), e.code);
     } catch (const invalid_argument_error& e) {
-        throw_error(errc::access_denied, kName, std::string("authentication failed: ") + e.what(),
+        throw_error(errc::access_denied, kBackend, std::string("authentication failed: ") + e.what(),
                     e.native_code(), e.native_message());
     }
 }

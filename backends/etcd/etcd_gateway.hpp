@@ -20,16 +20,16 @@
 
 #include "distlock/error.hpp"
 #include "distlock/spi/backend.hpp"
-#include "http_multi.hpp"
-#include "http_options.hpp"
-#include "http_pool.hpp"
-#include "http_transfer.hpp"
+#include "http/http_multi.hpp"
+#include "http/http_options.hpp"
+#include "http/http_pool.hpp"
+#include "http/http_transfer.hpp"
 
 namespace distlock::backends::etcd {
 
 using json = nlohmann::json;
 
-inline constexpr const char* kName = "etcd";
+inline constexpr const char* kBackend = "etcd";
 
 // The gateway's JSON: 64-bit integers as strings (0 when absent or malformed),
 // bytes as base64 ("" when absent).
@@ -65,7 +65,7 @@ std::string lease_hex(std::int64_t id);
 // it is: an unavailable_error.
 struct grpc_error : unavailable_error {
     int code;
-    grpc_error(int c, const std::string& m) : unavailable_error(errc::unavailable, kName, m, c, m), code(c) {}
+    grpc_error(int c, const std::string& m) : unavailable_error(errc::unavailable, kBackend, m, c, m), code(c) {}
 };
 
 struct settings {

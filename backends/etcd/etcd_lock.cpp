@@ -9,9 +9,9 @@
 
 #include "distlock/error.hpp"
 #include "etcd_gateway.hpp"
-#include "http_codec.hpp"
-#include "http_json.hpp"
-#include "http_monitor.hpp"
+#include "http/http_codec.hpp"
+#include "http/http_json.hpp"
+#include "http/http_monitor.hpp"
 
 namespace distlock::backends::etcd {
 namespace {
@@ -143,7 +143,7 @@ std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_s
                 session_->dead = true;
                 continue;
             }
-            throw_error(errc::unavailable, kName, "acquire txn: " + e.reason(), e.code);
+            throw_error(errc::unavailable, kBackend, "acquire txn: " + e.reason(), e.code);
         } catch (const in_doubt_error&) {
             throw;
         } catch (const unavailable_error&) {
@@ -153,7 +153,7 @@ std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_s
             throw;
         }
         const auto& responses = list(reply, "responses");
-        if (responses.size() < 2) throw_error(errc::unavailable, kName, "acquire txn: short reply");
+        if (responses.size() < 2) throw_error(errc::unavailable, kBackend, "acquire txn: short reply");
         if (flag(reply, "succeeded")) {
             // Our key was created by this txn: its create revision is the
             // txn's revision, and the store was at it when we found our turn.
@@ -167,11 +167,11 @@ std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_s
                     if (!request_.auto_renew) gateway_.revoke(*session_);
                     settle_size(range_kvs(responses, 2));
                     if (round < 8) continue;
-                    throw_error(errc::unavailable, kName,
+                    throw_error(errc::unavailable, kBackend,
                                 "semaphore '" + request_.name + "': its size key keeps changing");
                 }
                 if (round < 3) continue;  // deleted meanwhile: try again
-                throw_error(errc::unavailable, kName, "acquire txn: our key vanished repeatedly");
+                throw_error(errc::unavailable, kBackend, "acquire txn: our key vanished repeatedly");
             }
             if (!where_.unique_keys) {
                 // The mutex's key on our lease, left by an earlier acquisition
@@ -180,19 +180,19 @@ std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_s
                 // revision of this acquisition.
                 gateway_.call("/v3/kv/deleterange", json{{"key", base64_encode(key_)}});
                 if (round < 3) continue;
-                throw_error(errc::unavailable, kName, "cannot replace a stale key " + key_);
+                throw_error(errc::unavailable, kBackend, "cannot replace a stale key " + key_);
             }
             if (b64d(kvs[0], "value") != value_) {  // another client's key of the same name: take another name
                 if (!request_.auto_renew) gateway_.revoke(*session_);
                 if (round < 3) continue;
-                throw_error(errc::unavailable, kName, "cannot make a key of its own under " + where_.own);
+                throw_error(errc::unavailable, kBackend, "cannot make a key of its own under " + where_.own);
             }
             revision_ = as_i64(kvs[0], "create_revision");
             token_ = as_i64(field(reply, "header"), "revision");
         }
         if (revision_ <= 0) {  // not a revision of etcd's (they start at 1): an unexpected reply
             cleanup();
-            throw_error(errc::unavailable, kName, "acquire txn: unexpected reply (no revision)");
+            throw_error(errc::unavailable, kBackend, "acquire txn: unexpected reply (no revision)");
         }
         if (granted_at_once(range_kvs(responses, 1))) return granted(lost, waited);
         waited = true;
@@ -208,7 +208,7 @@ std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_s
             // Not renewed from now on: give the lease its whole TTL from here.
             if (!request_.auto_renew && gateway_.renew(*session_).state != spi::keepalive_result::status::ok) {
                 cleanup();
-                throw_error(errc::unavailable, kName, "cannot renew the lease of '" + request_.name + "'");
+                throw_error(errc::unavailable, kBackend, "cannot renew the lease of '" + request_.name + "'");
             }
             return granted(lost, waited);
         }
@@ -275,7 +275,7 @@ void handle::settle_size(const json& size_kvs) {
     const auto holders = as_i64(field(item(responses, 1), "response_range"), "count");
     if (!now.empty() && b64d(now[0], "value") == theirs && holders > 0) {
         std::string shown = theirs.size() > 20 ? theirs.substr(0, 20) + "..." : theirs;
-        throw_error(errc::invalid_argument, kName,
+        throw_error(errc::invalid_argument, kBackend,
                     "semaphore '" + request_.name + "' is held with " + shown + " permits; this one asks for " + mine);
     }
 }
@@ -308,8 +308,7 @@ bool handle::mark_granted() {
 // Waits until every key created before ours is gone. Renews the session while
 // waiting. Transient errors are retried for a while (a leader election).
 handle::turn handle::wait_for_turn(spi::deadline until) {
-    const auto renew_every = std::max<std::chrono::milliseconds>(
-        100ms, std::chrono::duration_cast<std::chrono::milliseconds>(session_->ttl) / 3);
+    const auto renew_every = spi::renewal_period(session_->ttl, 100ms);
     auto failing_since = spi::clock::time_point{};
     const auto tolerate = std::max<std::chrono::milliseconds>(3s, std::chrono::duration_cast<std::chrono::milliseconds>(session_->ttl));
     auto last_renew = spi::clock::now();
@@ -329,7 +328,7 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
             if (now - last_renew >= renew_every) {
                 auto r = gateway_.renew(*session_);
                 if (r.state == spi::keepalive_result::status::lost) return turn::key_lost;
-                if (r.state == spi::keepalive_result::status::failed) throw_error(errc::unavailable, kName, r.message);
+                if (r.state == spi::keepalive_result::status::failed) throw_error(errc::unavailable, kBackend, r.message);
                 last_renew = spi::clock::now();
             }
             // The keys ahead of ours in the deciding range: the latest one
@@ -406,10 +405,10 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
                 return true;
             });
             unsynced_retries = unsynced ? unsynced_retries + 1 : 0;
-            if (!error.empty()) throw_error(errc::unavailable, kName, "watch: " + error);
+            if (!error.empty()) throw_error(errc::unavailable, kBackend, "watch: " + error);
             if (res.how == http::outcome::failed) {
                 gateway_.client().rotate_endpoint(res.resp.endpoint);
-                throw_error(errc::unavailable, kName, "watch stream broke: " + res.error);
+                throw_error(errc::unavailable, kBackend, "watch stream broke: " + res.error);
             }
             failing_since = {};
             if (woke || unsynced || res.how == http::outcome::timed_out)
@@ -524,7 +523,7 @@ void handle::forget_size() noexcept {
 
 void handle::release() {
     monitor_.stop();
-    if (revision_ == 0 || !session_) throw_error(errc::not_owner, kName, "lock '" + request_.name + "' is not held");
+    if (revision_ == 0 || !session_) throw_error(errc::not_owner, kBackend, "lock '" + request_.name + "' is not held");
     const auto rev = std::exchange(revision_, 0);
     json reply;
     try {
@@ -541,10 +540,10 @@ void handle::release() {
                                                               {"count_only", true}}}}})}});
     } catch (const grpc_error& e) {
         gateway_.add_orphan(*session_, key_, value_);
-        throw_error(errc::in_doubt, kName, "release: " + e.reason(), e.code);
+        throw_error(errc::in_doubt, kBackend, "release: " + e.reason(), e.code);
     } catch (const error& e) {
         gateway_.add_orphan(*session_, key_, value_);
-        throw_error(errc::in_doubt, kName, std::string("release of '") + request_.name + "': " + e.what(),
+        throw_error(errc::in_doubt, kBackend, std::string("release of '") + request_.name + "': " + e.what(),
                     e.native_code(), e.native_message());
     }
     if (!request_.auto_renew) gateway_.revoke(*session_);
@@ -553,7 +552,7 @@ void handle::release() {
         if (responses.size() >= 2 && as_i64(field(item(responses, 1), "response_range"), "count") == 0) forget_size();
     }
     if (!flag(reply, "succeeded"))
-        throw_error(errc::not_owner, kName, "lock '" + request_.name + "' was lost before its release (key " + key_ + " gone)");
+        throw_error(errc::not_owner, kBackend, "lock '" + request_.name + "' was lost before its release (key " + key_ + " gone)");
 }
 
 }  // namespace
@@ -655,7 +654,7 @@ lock_info inspect(gateway& g, std::string_view name) {
         auto ttl = g.call("/v3/lease/timetolive", json{{"ID", std::to_string(lease)}});
         info.remaining = lease_seconds(as_i64(ttl, "TTL"));
     } catch (const grpc_error& e) {  // lease not found: expired between the two reads
-        if (e.code != 5) throw_error(errc::unavailable, kName, "lease time to live: " + e.reason(), e.code);
+        if (e.code != 5) throw_error(errc::unavailable, kBackend, "lease time to live: " + e.reason(), e.code);
         info.remaining = std::chrono::milliseconds{0};
     }
     return info;
@@ -682,7 +681,7 @@ void break_lock(gateway& g, std::string_view name) {
     // Only a key of this name's directory, whatever the reply says.
     const auto key = b64d(kvs[0], "key");
     if (key.compare(0, dir.size(), dir) != 0)
-        throw_error(errc::unavailable, kName, "break_lock: the range of " + dir + " answered a key outside it");
+        throw_error(errc::unavailable, kBackend, "break_lock: the range of " + dir + " answered a key outside it");
     g.call("/v3/kv/deleterange", json{{"key", base64_encode(key)}});
 }
 

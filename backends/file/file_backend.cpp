@@ -45,13 +45,15 @@ namespace {
 
 using namespace std::chrono_literals;
 
-[[noreturn]] void throw_client_error(const std::string& what, int err) {
+constexpr const char* kBackend = "file";
+
+[[noreturn]] void throw_client_error(int err, std::string_view backend, const std::string& what) {
     // Denied; a path that names something other than a directory (a file where
     // the URL wants a directory: fix the URL); else the file system failed.
     errc code = (err == EACCES || err == EPERM || err == EROFS)                   ? errc::access_denied
                 : (err == ENOTDIR || err == EEXIST || err == ENAMETOOLONG)          ? errc::invalid_argument
                                                                                     : errc::unavailable;
-    throw_error(code, "file", what, err, std::strerror(err));
+    throw_error(code, std::string(backend), what, err, std::strerror(err));
 }
 
 class fd_guard {
@@ -104,7 +106,10 @@ std::string file_name(std::string_view name) {
 std::uint64_t read_counter(int fd) {
     char buf[32] = {};
     ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-    if (n < 0) throw_client_error("cannot read the lock file's counter", errno);
+    if (n < 0) {
+        const int error_number = errno;
+        throw_client_error(error_number, kBackend, "cannot read the lock file's counter");
+    }
     std::uint64_t value = 0;
     std::from_chars(buf, buf + n, value);  // empty or garbage = 0
     return value;
@@ -117,16 +122,24 @@ void write_counter(int fd, std::uint64_t value, bool sync, std::string_view labe
     if (!label.empty()) text.append(" ").append(label);
     text += '\n';
     if (::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()) ||
-        (!label.empty() && ::ftruncate(fd, static_cast<off_t>(text.size())) != 0))
-        throw_client_error("cannot write the lock file's counter", errno);
-    if (sync && ::fdatasync(fd) != 0) throw_client_error("fdatasync of the lock file failed", errno);
+        (!label.empty() && ::ftruncate(fd, static_cast<off_t>(text.size())) != 0)) {
+        const int error_number = errno;
+        throw_client_error(error_number, kBackend, "cannot write the lock file's counter");
+    }
+    if (sync && ::fdatasync(fd) != 0) {
+        const int error_number = errno;
+        throw_client_error(error_number, kBackend, "fdatasync of the lock file failed");
+    }
 }
 
 // The label after the counter in a lock file ("" when none: an older distlock's).
 std::string read_label(int fd) {
     char buf[320] = {};
     ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-    if (n < 0) throw_client_error("cannot read the lock file", errno);
+    if (n < 0) {
+        const int error_number = errno;
+        throw_client_error(error_number, kBackend, "cannot read the lock file");
+    }
     std::string_view text(buf, static_cast<std::size_t>(n));
     const auto space = text.find(' ');
     if (space == std::string_view::npos) return {};
@@ -145,7 +158,7 @@ std::uint64_t next_token(std::uint64_t stored) {
     return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(now).count()) + 1;
 }
 
-[[noreturn]] void refuse(const std::string& why) { throw_error(errc::access_denied, "file", why); }
+[[noreturn]] void refuse(const std::string& why) { throw_error(errc::access_denied, kBackend, why); }
 
 std::string octal(mode_t mode) {
     char text[8];
@@ -188,16 +201,23 @@ void make_directories(const std::string& path, mode_t mode) {
         struct stat st {};
         // Not ours any more (replaced since the mkdir): lock_dir refuses it.
         if (made.get() < 0 || ::fstat(made.get(), &st) != 0 || st.st_uid != ::geteuid()) return true;
-        if ((st.st_mode & 07777) != mode && ::fchmod(made.get(), mode) != 0)
-            throw_client_error("cannot set the mode of directory " + path, errno);
+        if ((st.st_mode & 07777) != mode && ::fchmod(made.get(), mode) != 0) {
+            const int error_number = errno;
+            throw_client_error(error_number, kBackend, "cannot set the mode of directory " + path);
+        }
         return true;
     };
     if (make() || errno == EEXIST) return;
     const auto slash = path.rfind('/');
-    if (errno != ENOENT || slash == 0 || slash == std::string::npos)
-        throw_client_error("cannot make directory " + path, errno);
+    if (errno != ENOENT || slash == 0 || slash == std::string::npos) {
+        const int error_number = errno;
+        throw_client_error(error_number, kBackend, "cannot make directory " + path);
+    }
     make_directories(path.substr(0, slash), mode);
-    if (!make() && errno != EEXIST) throw_client_error("cannot make directory " + path, errno);
+    if (!make() && errno != EEXIST) {
+        const int error_number = errno;
+        throw_client_error(error_number, kBackend, "cannot make directory " + path);
+    }
 }
 
 // The lock directory, held open from connect on: every file is reached relative
@@ -222,14 +242,20 @@ public:
             struct stat link {};
             if (err == ELOOP || (err == ENOTDIR && ::lstat(path_.c_str(), &link) == 0 && S_ISLNK(link.st_mode)))
                 refuse("lock directory " + path_ + " is a symbolic link: give the directory itself, whose owner is checked");
-            if (err == ENOTDIR) throw_error(errc::invalid_argument, "file", path_ + " exists and is not a directory");
-            throw_client_error("cannot open directory " + path_, err);
+            if (err == ENOTDIR) throw_error(errc::invalid_argument, kBackend, path_ + " exists and is not a directory");
+            throw_client_error(err, kBackend, "cannot open directory " + path_);
         }
         struct stat st {};
-        if (::fstat(fd_.get(), &st) != 0) throw_client_error("cannot stat directory " + path_, errno);
+        if (::fstat(fd_.get(), &st) != 0) {
+            const int error_number = errno;
+            throw_client_error(error_number, kBackend, "cannot stat directory " + path_);
+        }
         vet_directory(st);
         gid_ = st.st_gid;
-        if (::access(path_.c_str(), R_OK | W_OK | X_OK) != 0) throw_client_error("cannot write in " + path_, errno);
+        if (::access(path_.c_str(), R_OK | W_OK | X_OK) != 0) {
+            const int error_number = errno;
+            throw_client_error(error_number, kBackend, "cannot write in " + path_);
+        }
     }
 
     const std::string& path() const noexcept { return path_; }
@@ -260,7 +286,7 @@ public:
         if (::renameat(fd_.get(), from.c_str(), fd_.get(), to.c_str()) == 0) return;
         const int err = errno;
         ::unlinkat(fd_.get(), from.c_str(), 0);
-        throw_client_error("cannot replace " + path_of(to), err);
+        throw_client_error(err, kBackend, "cannot replace " + path_of(to));
     }
     void remove(const std::string& file) const noexcept { ::unlinkat(fd_.get(), file.c_str(), 0); }
 
@@ -319,14 +345,21 @@ private:
             const bool last = attempt == 8;  // a race lost this often is no race: say what failed
             fd_guard probe(::openat(fd_.get(), file.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
             if (probe.get() < 0) {
-                if (errno != ENOENT) throw_client_error("cannot open lock file " + path_of(file), errno);
+                if (errno != ENOENT) {
+                    const int error_number = errno;
+                    throw_client_error(error_number, kBackend, "cannot open lock file " + path_of(file));
+                }
                 if (!create) return std::nullopt;
                 if (auto made = make(file, flags); made.get() >= 0) return made;
                 if (errno == EEXIST && !last) continue;  // made by another meanwhile: vet that one
-                throw_client_error("cannot create lock file " + path_of(file), errno);
+                const int error_number = errno;
+                throw_client_error(error_number, kBackend, "cannot create lock file " + path_of(file));
             }
             struct stat st {};
-            if (::fstat(probe.get(), &st) != 0) throw_client_error("cannot stat " + path_of(file), errno);
+            if (::fstat(probe.get(), &st) != 0) {
+                const int error_number = errno;
+                throw_client_error(error_number, kBackend, "cannot stat " + path_of(file));
+            }
             if (st.st_nlink == 0 && !last) continue;  // replaced since the lookup
             vet(st, file);
             constexpr int how = O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
@@ -334,7 +367,8 @@ private:
             if (fd.get() < 0 && errno == ENOENT) fd.reset(::openat(fd_.get(), file.c_str(), flags | how | O_NOFOLLOW));
             if (fd.get() < 0) {
                 if (errno == ENOENT && !last) continue;
-                throw_client_error("cannot open lock file " + path_of(file), errno);
+                const int error_number = errno;
+                throw_client_error(error_number, kBackend, "cannot open lock file " + path_of(file));
             }
             if (settle(fd.get(), file, &st)) return fd;
             if (last) refuse(path_of(file) + " kept being replaced while it was opened");
@@ -346,13 +380,20 @@ private:
     // umask, or 0644 by an older distlock, is closed to others here.
     bool settle(int fd, const std::string& file, const struct stat* vetted) const {
         struct stat st {};
-        if (::fstat(fd, &st) != 0) throw_client_error("cannot stat " + path_of(file), errno);
+        if (::fstat(fd, &st) != 0) {
+            const int error_number = errno;
+            throw_client_error(error_number, kBackend, "cannot stat " + path_of(file));
+        }
         if (vetted != nullptr && (st.st_dev != vetted->st_dev || st.st_ino != vetted->st_ino)) return false;
         if (st.st_uid != ::geteuid()) return true;  // a member's file, vetted: theirs to set
-        if ((st.st_mode & 07777) != file_mode_ && ::fchmod(fd, file_mode_) != 0)
-            throw_client_error("cannot set the mode of " + path_of(file), errno);
-        if (shared() && st.st_gid != gid_ && ::fchown(fd, static_cast<uid_t>(-1), gid_) != 0)
-            throw_client_error("cannot give " + path_of(file) + " the directory's group", errno);
+        if ((st.st_mode & 07777) != file_mode_ && ::fchmod(fd, file_mode_) != 0) {
+            const int error_number = errno;
+            throw_client_error(error_number, kBackend, "cannot set the mode of " + path_of(file));
+        }
+        if (shared() && st.st_gid != gid_ && ::fchown(fd, static_cast<uid_t>(-1), gid_) != 0) {
+            const int error_number = errno;
+            throw_client_error(error_number, kBackend, "cannot give " + path_of(file) + " the directory's group");
+        }
         return true;
     }
 
@@ -402,7 +443,10 @@ public:
                     locked = true;
                     break;
                 }
-                if (errno != EWOULDBLOCK && errno != EINTR) throw_client_error("flock failed on " + dir.path_of(file), errno);
+                if (errno != EWOULDBLOCK && errno != EINTR) {
+                    const int error_number = errno;
+                    throw_client_error(error_number, kBackend, "flock failed on " + dir.path_of(file));
+                }
                 waited_ = true;
                 if (spi::clock::now() >= until) {
                     unwatch(watch);
@@ -473,7 +517,10 @@ struct sem_meta {
 sem_meta read_meta(int fd) {
     char buf[64] = {};
     ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-    if (n < 0) throw_client_error("cannot read the semaphore's file", errno);
+    if (n < 0) {
+        const int error_number = errno;
+        throw_client_error(error_number, kBackend, "cannot read the semaphore's file");
+    }
     sem_meta m;
     const char* end = buf + n;
     auto r = std::from_chars(buf, end, m.size);
@@ -483,9 +530,14 @@ sem_meta read_meta(int fd) {
 
 void write_meta(int fd, const sem_meta& m, bool sync) {
     const auto text = std::to_string(m.size) + " " + std::to_string(m.counter) + "\n";
-    if (::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()) || ::ftruncate(fd, text.size()) != 0)
-        throw_client_error("cannot write the semaphore's file", errno);
-    if (sync && ::fdatasync(fd) != 0) throw_client_error("fdatasync of the semaphore's file failed", errno);
+    if (::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()) || ::ftruncate(fd, text.size()) != 0) {
+        const int error_number = errno;
+        throw_client_error(error_number, kBackend, "cannot write the semaphore's file");
+    }
+    if (sync && ::fdatasync(fd) != 0) {
+        const int error_number = errno;
+        throw_client_error(error_number, kBackend, "fdatasync of the semaphore's file failed");
+    }
 }
 
 // Whether someone holds slot `file` (a flock that conflicts with ours);
@@ -494,7 +546,10 @@ std::optional<bool> slot_held(const lock_dir& dir, const std::string& file) {
     auto fd = dir.open_existing(file, O_RDONLY);
     if (!fd) return std::nullopt;
     if (::flock(fd->get(), LOCK_SH | LOCK_NB) == 0) return false;
-    if (errno != EWOULDBLOCK) throw_client_error("flock failed on " + dir.path_of(file), errno);
+    if (errno != EWOULDBLOCK) {
+        const int error_number = errno;
+        throw_client_error(error_number, kBackend, "flock failed on " + dir.path_of(file));
+    }
     return true;
 }
 
@@ -541,12 +596,12 @@ public:
 
     void release() override {
         fd_guard fd = std::move(fd_);
-        if (fd.get() < 0) throw_error(errc::not_owner, "file", "lock '" + name_ + "' is not held by this handle");
+        if (fd.get() < 0) throw_error(errc::not_owner, kBackend, "lock '" + name_ + "' is not held by this handle");
         bool ours = settings_.dir.names(fd.get(), held_file_);
         ::flock(fd.get(), LOCK_UN);
         fd.reset();  // the close wakes waiters (IN_CLOSE_WRITE)
         if (!ours)
-            throw_error(errc::not_owner, "file",
+            throw_error(errc::not_owner, kBackend,
                         "lock file " + settings_.dir.path_of(held_file_) + " was replaced while held: the lock was lost");
     }
 
@@ -580,7 +635,7 @@ private:
                     const auto held = slot_held(settings_.dir, paths_.slot(i));
                     if (!held) break;
                     if (*held)
-                        throw_error(errc::invalid_argument, "file",
+                        throw_error(errc::invalid_argument, kBackend,
                                     "semaphore '" + name_ + "' is held with " + std::to_string(meta.size) +
                                         " permits; this one asks for " + std::to_string(permits_));
                 }
@@ -590,7 +645,10 @@ private:
                 const auto file = paths_.slot(i);
                 fd_guard slot = settings_.dir.open_or_make(file, O_RDWR);
                 if (::flock(slot.get(), LOCK_EX | LOCK_NB) != 0) {
-                    if (errno != EWOULDBLOCK) throw_client_error("flock failed on " + settings_.dir.path_of(file), errno);
+                    if (errno != EWOULDBLOCK) {
+                        const int error_number = errno;
+                        throw_client_error(error_number, kBackend, "flock failed on " + settings_.dir.path_of(file));
+                    }
                     continue;
                 }
                 meta.counter = next_token(meta.counter);
@@ -625,7 +683,7 @@ public:
         caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::inspect};
         caps_.crash_release_bound = 0ms;
     }
-    std::string_view name() const noexcept override { return "file"; }
+    std::string_view name() const noexcept override { return kBackend; }
     const capabilities& caps() const noexcept override { return caps_; }
     std::unique_ptr<spi::lock_handle> make_lock(const spi::lock_request& r) override {
         return std::make_unique<handle>(settings_, r);
@@ -648,7 +706,10 @@ public:
             info.held = false;
             return info;
         }
-        if (errno != EWOULDBLOCK) throw_client_error("flock failed on " + settings_.dir.path_of(file), errno);
+        if (errno != EWOULDBLOCK) {
+            const int error_number = errno;
+            throw_client_error(error_number, kBackend, "flock failed on " + settings_.dir.path_of(file));
+        }
         info.held = true;
         info.token = read_counter(fd->get());
         if (auto label = read_label(fd->get()); !label.empty()) info.holder = std::move(label);
@@ -683,7 +744,10 @@ private:
         if (old && counter_inside) counter = read_counter(old->get());
         const auto tmp = file + ".break-" + spi::random_token();
         fd_guard fresh = dir.make(tmp, O_RDWR);
-        if (fresh.get() < 0) throw_client_error("cannot create " + dir.path_of(tmp), errno);
+        if (fresh.get() < 0) {
+            const int error_number = errno;
+            throw_client_error(error_number, kBackend, "cannot create " + dir.path_of(tmp));
+        }
         try {
             if (counter_inside) write_counter(fresh.get(), counter, settings_.sync);
         } catch (...) {
@@ -705,7 +769,7 @@ mode_t take_mode(spi::url& u) {
     const auto text = u.take("mode");
     if (!text || *text == "0600" || *text == "600") return 0600;
     if (*text == "0660" || *text == "660") return 0660;
-    throw_error(errc::invalid_argument, "file",
+    throw_error(errc::invalid_argument, kBackend,
                 "mode must be 0600 (the default: this user's files only) or 0660 (shared with the lock directory's "
                 "group): a lock file that others can open, they can block");
 }
@@ -715,18 +779,18 @@ mode_t take_mode(spi::url& u) {
 void register_backend(spi::registry& r) {
     r.add("file", [](spi::url& u) -> std::shared_ptr<spi::backend> {
         if (!u.hosts().empty() && u.hosts()[0].host != "localhost")
-            throw_error(errc::invalid_argument, "file", "file:// URLs name a local directory: file:///path/to/dir");
+            throw_error(errc::invalid_argument, kBackend, "file:// URLs name a local directory: file:///path/to/dir");
         if (u.path().empty() || u.path() == "/")
-            throw_error(errc::invalid_argument, "file", "file:// needs a directory: file:///path/to/dir");
+            throw_error(errc::invalid_argument, kBackend, "file:// needs a directory: file:///path/to/dir");
         // %00 decodes to a NUL, where every system call would cut the path short.
         if (u.path().find('\0') != std::string::npos)
-            throw_error(errc::invalid_argument, "file", "a file:// path cannot hold a NUL byte (%00)");
+            throw_error(errc::invalid_argument, kBackend, "a file:// path cannot hold a NUL byte (%00)");
         // The kernel would resolve them, through whatever links the path holds.
         if (spi::has_dot_segment(u.path()))
-            throw_error(errc::invalid_argument, "file", "a file:// path cannot have '.' or '..' segments: name the directory");
+            throw_error(errc::invalid_argument, kBackend, "a file:// path cannot have '.' or '..' segments: name the directory");
         const bool sync = u.take_bool("sync").value_or(false);
         const auto check = u.take_duration("check").value_or(200ms);
-        if (check.count() <= 0) throw_error(errc::invalid_argument, "file", "check must be positive");
+        if (check.count() <= 0) throw_error(errc::invalid_argument, kBackend, "check must be positive");
         const auto mode = take_mode(u);
         settings s{lock_dir(u.path(), mode), sync, check};
         return std::make_shared<backend>(std::move(s));

@@ -250,14 +250,14 @@ transfer_result client::perform(const request& r, const std::function<bool(std::
 response client::send(const request& r) {
     auto res = perform(r, nullptr);
     if (res.how != outcome::completed)
-        throw_client_error(options_.backend, std::string(r.method) + " " + r.target, res);
+        throw_client_error(res, options_.backend, std::string(r.method) + " " + r.target);
     return std::move(res.resp);
 }
 
 transfer_result client::stream_lines(const request& r, const std::function<bool(std::string_view)>& on_line) {
     auto res = perform(r, &on_line);
     if (res.how == outcome::failed && res.resp.status == 0)
-        throw_client_error(options_.backend, std::string(r.method) + " " + r.target, res);
+        throw_client_error(res, options_.backend, std::string(r.method) + " " + r.target);
     return res;
 }
 

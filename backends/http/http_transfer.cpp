@@ -49,7 +49,7 @@ std::string response::header(std::string_view name) const {
     return {};
 }
 
-void throw_client_error(const std::string& backend, const std::string& what, const transfer_result& r) {
+void throw_client_error(const transfer_result& r, const std::string& backend, const std::string& what) {
     std::string msg = what + " failed";
     if (r.how == outcome::timed_out || r.curl_code == CURLE_OPERATION_TIMEDOUT) msg += ": timed out";
     if (!r.error.empty()) msg += ": " + r.error;

@@ -48,6 +48,6 @@ struct transfer_result {
 // when a TLS handshake was refused (the server's certificate by the client, or
 // the client's by the server); invalid_argument_error for a TLS file of the
 // URL's that cannot be used, or a server that does not speak HTTP.
-[[noreturn]] void throw_client_error(const std::string& backend, const std::string& what, const transfer_result& r);
+[[noreturn]] void throw_client_error(const transfer_result& r, const std::string& backend, const std::string& what);
 
 }  // namespace distlock::backends::http

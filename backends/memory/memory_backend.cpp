@@ -16,6 +16,8 @@
 namespace distlock::backends::memory {
 namespace {
 
+constexpr const char* kBackend = "memory";
+
 // One lock: a mutex, a read-write lock or a semaphore (each primitive of a name
 // is a slot of its own, as separate keys on a server would be). A slot lives
 // only while it is held or waited for: a service that locks a new name per
@@ -119,7 +121,7 @@ public:
                 case spi::lock_kind::read: return s.grant == 0 && s.writers_waiting == 0;
                 case spi::lock_kind::permit:
                     if (!s.shared.empty() && s.limit != permits_)
-                        throw_error(errc::invalid_argument, "memory",
+                        throw_error(errc::invalid_argument, kBackend,
                                     "semaphore '" + name_ + "' is held with " + std::to_string(s.limit) +
                                         " permits; this one asks for " + std::to_string(permits_));
                     return s.shared.size() < permits_;
@@ -160,7 +162,7 @@ public:
         const auto it = table_->slots.find(key_);
         if (mine == 0 || it == table_->slots.end() ||
             (it->second.grant != mine && it->second.shared.erase(mine) == 0))
-            throw_error(errc::not_owner, "memory", "lock '" + name_ + "' is no longer held by this handle");
+            throw_error(errc::not_owner, kBackend, "lock '" + name_ + "' is no longer held by this handle");
         auto& s = it->second;
         if (s.grant == mine) {
             s.grant = 0;
@@ -189,7 +191,7 @@ public:
         };
         caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::inspect};
     }
-    std::string_view name() const noexcept override { return "memory"; }
+    std::string_view name() const noexcept override { return kBackend; }
     const capabilities& caps() const noexcept override { return caps_; }
     std::unique_ptr<spi::lock_handle> make_lock(const spi::lock_request& r) override {
         return std::make_unique<handle>(table_, r);
@@ -259,7 +261,7 @@ std::size_t space_count() {
 void register_backend(spi::registry& r) {
     r.add("memory", [](spi::url& u) -> std::shared_ptr<spi::backend> {
         if (u.hosts().size() > 1 || (!u.path().empty() && u.path() != "/"))
-            throw_error(errc::invalid_argument, "memory", "memory:// takes at most a space name: memory://[space]");
+            throw_error(errc::invalid_argument, kBackend, "memory:// takes at most a space name: memory://[space]");
         return std::make_shared<backend>(table_for(u.hosts().empty() ? std::string{} : u.hosts()[0].host));
     });
 }

@@ -26,6 +26,8 @@
 namespace distlock::backends::mysql {
 namespace {
 
+constexpr const char* kBackend = "mysql";
+
 namespace s = distlock::backends::sql;
 using namespace std::chrono_literals;
 
@@ -385,7 +387,7 @@ class dialect final : public s::dialect {
 public:
     dialect(endpoint ep, s::conn_settings cs, fence_kind f) : ep_(std::move(ep)), cs_(cs), fence_(f) {}
 
-    std::string_view name() const noexcept override { return "mysql"; }
+    std::string_view name() const noexcept override { return kBackend; }
     std::string_view native_strategy() const noexcept override { return "get-lock"; }
 
     std::unique_ptr<s::connection> connect() override {
@@ -701,29 +703,28 @@ constexpr std::string_view unverified_mode =
 // The URL's TLS parameters (spi/tls.hpp) and MySQL's own ssl_mode, ssl_ca,
 // ssl_cert, ssl_key.
 void tls_from_url(spi::url& u, endpoint& ep) {
-    constexpr const char* backend = "mysql";
-    const auto t = spi::take_tls(u, backend, {"ssl_ca", "ssl_cert", "ssl_key", ""});
+    const auto t = spi::take_tls(u, kBackend, {"ssl_ca", "ssl_cert", "ssl_key", ""});
     if (!t.server_name.empty())
-        throw_error(errc::unsupported, backend,
+        throw_error(errc::unsupported, kBackend,
                     "tls_server_name is not supported: the client library verifies the URL's host");
     std::optional<tls_mode> mode;
     if (auto m = u.take("ssl_mode")) {
         if (*m == "disabled") mode = tls_mode::disabled;
         else if (*m == "verify_identity") mode = tls_mode::verify_identity;
         else if (*m == "preferred" || *m == "required" || *m == "verify_ca")
-            throw_error(errc::unsupported, backend, "ssl_mode=" + *m + " is not supported: " + std::string(unverified_mode));
+            throw_error(errc::unsupported, kBackend, "ssl_mode=" + *m + " is not supported: " + std::string(unverified_mode));
         else
-            throw_error(errc::invalid_argument, backend,
+            throw_error(errc::invalid_argument, kBackend,
                         "unknown ssl_mode '" + *m + "' (known: disabled, preferred, required, verify_ca, verify_identity)");
     }
     if (t.enabled) {
-        if (!t.verify) throw_error(errc::unsupported, backend, "tls_insecure is not supported: " + std::string(unverified_mode));
-        if (mode && *mode != tls_mode::verify_identity) spi::tls_conflict(backend, "tls=true", "ssl_mode");
+        if (!t.verify) throw_error(errc::unsupported, kBackend, "tls_insecure is not supported: " + std::string(unverified_mode));
+        if (mode && *mode != tls_mode::verify_identity) spi::tls_conflict(kBackend, "tls=true", "ssl_mode");
         mode = tls_mode::verify_identity;
     }
-    spi::check_tls_files(t, backend);
+    spi::check_tls_files(t, kBackend);
     if ((t.ca.given() || t.cert.given() || t.key.given()) && (!mode || *mode == tls_mode::disabled))
-        throw_error(errc::invalid_argument, backend,
+        throw_error(errc::invalid_argument, kBackend,
                     "ssl_ca/ssl_cert/ssl_key need TLS: add tls=true or ssl_mode=verify_identity");
     ep.tls = mode.value_or(tls_mode::library_default);
     // tls=true without a CA: the system's bundle, as the HTTP layer's.
@@ -737,30 +738,30 @@ void tls_from_url(spi::url& u, endpoint& ep) {
 std::shared_ptr<s::dialect> make_dialect(spi::url& u, const s::conn_settings& cs) {
     endpoint ep;
     auto hosts = u.hosts_or_throw(3306);
-    if (hosts.size() != 1) throw_error(errc::invalid_argument, "mysql", "mysql:// takes one host");
+    if (hosts.size() != 1) throw_error(errc::invalid_argument, kBackend, "mysql:// takes one host");
     ep.host = hosts[0].host;
     ep.port = hosts[0].port;
     ep.user = u.user();
     ep.password = u.password();
     ep.schema = u.path().empty() ? std::string{} : u.path().substr(1);
     if (ep.schema.empty() || ep.schema.find('/') != std::string::npos)
-        throw_error(errc::invalid_argument, "mysql", "mysql:// needs a database: mysql://user:pw@host:port/db");
+        throw_error(errc::invalid_argument, kBackend, "mysql:// needs a database: mysql://user:pw@host:port/db");
     if (spi::has_dot_segment(ep.schema))
-        throw_error(errc::invalid_argument, "mysql", "the database cannot be '.' or '..'");
-    if (ep.user.empty()) throw_error(errc::invalid_argument, "mysql", "mysql:// needs a user: mysql://user:pw@host/db");
+        throw_error(errc::invalid_argument, kBackend, "the database cannot be '.' or '..'");
+    if (ep.user.empty()) throw_error(errc::invalid_argument, kBackend, "mysql:// needs a user: mysql://user:pw@host/db");
     tls_from_url(u, ep);
     auto fence = fence_kind::automatic;
     if (auto f = u.take("fence")) {
         if (*f == "sequence") fence = fence_kind::sequence;
         else if (*f == "table") fence = fence_kind::table;
-        else throw_error(errc::invalid_argument, "mysql", "unknown fence '" + *f + "' (known: sequence, table)");
+        else throw_error(errc::invalid_argument, kBackend, "unknown fence '" + *f + "' (known: sequence, table)");
     }
     return std::make_shared<dialect>(std::move(ep), cs, fence);
 }
 
 void register_backend(spi::registry& r) {
     r.add("mysql", [](spi::url& u) -> std::shared_ptr<spi::backend> {
-        auto settings = s::take_settings(u, "mysql", "get-lock");
+        auto settings = s::take_settings(u, kBackend, "get-lock");
         return s::make_backend(make_dialect(u, settings.conn), settings);
     });
 }

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "distlock/spi/url.hpp"
-#include "sql.hpp"
+#include "sql/sql.hpp"
 
 namespace distlock::backends::mysql {
 

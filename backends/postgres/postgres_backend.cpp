@@ -23,6 +23,8 @@
 namespace distlock::backends::postgres {
 namespace {
 
+constexpr const char* kBackend = "postgres";
+
 namespace s = distlock::backends::sql;
 using namespace std::chrono_literals;
 using clk = std::chrono::steady_clock;
@@ -405,7 +407,7 @@ class dialect final : public s::dialect {
 public:
     dialect(endpoint ep, s::conn_settings cs, std::string table) : ep_(std::move(ep)), cs_(cs), table_(std::move(table)) {}
 
-    std::string_view name() const noexcept override { return "postgres"; }
+    std::string_view name() const noexcept override { return kBackend; }
     std::string_view native_strategy() const noexcept override { return "advisory"; }
     std::unique_ptr<s::connection> connect() override { return std::make_unique<connection>(ep_, cs_); }
 
@@ -707,22 +709,21 @@ private:
 // the server's certificate and name have been verified, and it never falls
 // back to a connection in clear. Without any, libpq's default (prefer) stays.
 void tls_options(spi::url& u, endpoint& ep) {
-    constexpr const char* backend = "postgres";
-    const auto t = spi::take_tls(u, backend, {"sslrootcert", "sslcert", "sslkey", ""});
+    const auto t = spi::take_tls(u, kBackend, {"sslrootcert", "sslcert", "sslkey", ""});
     auto mode = u.take("sslmode");
     static constexpr std::string_view modes[] = {"disable", "allow", "prefer", "require", "verify-ca", "verify-full"};
     if (mode && std::find(std::begin(modes), std::end(modes), *mode) == std::end(modes))
-        throw_error(errc::invalid_argument, backend,
+        throw_error(errc::invalid_argument, kBackend,
                     "unknown sslmode '" + *mode + "' (known: disable, allow, prefer, require, verify-ca, verify-full)");
     if (t.enabled) {
         const std::string implied = t.verify ? "verify-full" : "require";
-        if (mode && *mode != implied) spi::tls_conflict(backend, t.verify ? "tls=true" : "tls_insecure=true", "sslmode=" + *mode);
+        if (mode && *mode != implied) spi::tls_conflict(kBackend, t.verify ? "tls=true" : "tls_insecure=true", "sslmode=" + *mode);
         mode = implied;
     }
     spi::tls_file crl;
     if (auto v = u.take("sslcrl")) crl = {*v, "sslcrl"};
-    spi::check_tls_files(t, backend);
-    spi::check_tls_file(crl, backend);
+    spi::check_tls_files(t, kBackend);
+    spi::check_tls_file(crl, kBackend);
     if (mode) ep.tls.emplace_back("sslmode", *mode);
     // tls=true without a CA: the system's bundle, as the HTTP layer's (libpq's
     // own default is ~/.postgresql/root.crt). None with tls_insecure: libpq
@@ -738,7 +739,7 @@ void tls_options(spi::url& u, endpoint& ep) {
         // when given, which must be a numeric address.
         unsigned char buf[sizeof(in6_addr)];
         if (inet_pton(AF_INET, ep.host.c_str(), buf) != 1 && inet_pton(AF_INET6, ep.host.c_str(), buf) != 1)
-            throw_error(errc::unsupported, backend,
+            throw_error(errc::unsupported, kBackend,
                         "tls_server_name needs the URL's host as a numeric address (libpq connects to it as hostaddr)");
         ep.tls.emplace_back("hostaddr", ep.host);
         ep.host = t.server_name;
@@ -750,29 +751,29 @@ void tls_options(spi::url& u, endpoint& ep) {
 std::shared_ptr<s::dialect> make_dialect(spi::url& u, const s::conn_settings& cs) {
     endpoint ep;
     auto hosts = u.hosts_or_throw(5432);
-    if (hosts.size() != 1) throw_error(errc::invalid_argument, "postgres", "postgres:// takes one host");
+    if (hosts.size() != 1) throw_error(errc::invalid_argument, kBackend, "postgres:// takes one host");
     ep.host = hosts[0].host;
     ep.port = std::to_string(hosts[0].port);
     ep.user = u.user();
     ep.password = u.password();
     ep.dbname = u.path().empty() ? std::string{} : u.path().substr(1);
     if (ep.dbname.empty() || ep.dbname.find('/') != std::string::npos)
-        throw_error(errc::invalid_argument, "postgres", "postgres:// needs a database: postgres://user:pw@host:port/db");
+        throw_error(errc::invalid_argument, kBackend, "postgres:// needs a database: postgres://user:pw@host:port/db");
     if (spi::has_dot_segment(ep.dbname))
-        throw_error(errc::invalid_argument, "postgres", "the database cannot be '.' or '..'");
+        throw_error(errc::invalid_argument, kBackend, "the database cannot be '.' or '..'");
     if (ep.user.empty())
-        throw_error(errc::invalid_argument, "postgres", "postgres:// needs a user: postgres://user:pw@host/db");
+        throw_error(errc::invalid_argument, kBackend, "postgres:// needs a user: postgres://user:pw@host/db");
     if (auto schema = u.take("schema")) ep.schema = *schema;
     tls_options(u, ep);
     if (!s::is_identifier(ep.schema, 63))
-        throw_error(errc::invalid_argument, "postgres",
+        throw_error(errc::invalid_argument, kBackend,
                     "schema '" + ep.schema + "' is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 63 characters)");
     return std::make_shared<dialect>(std::move(ep), cs, cs.table);
 }
 
 void register_backend(spi::registry& r) {
     r.add("postgres", [](spi::url& u) -> std::shared_ptr<spi::backend> {
-        auto settings = s::take_settings(u, "postgres", "advisory");
+        auto settings = s::take_settings(u, kBackend, "advisory");
         return s::make_backend(make_dialect(u, settings.conn), settings);
     });
 }

@@ -11,7 +11,7 @@
 #include <cerrno>
 #include <memory>
 
-#include "sql.hpp"
+#include "sql/sql.hpp"
 
 namespace distlock::backends::postgres {
 namespace {

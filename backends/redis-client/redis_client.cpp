@@ -53,7 +53,7 @@ std::string reply_text(const redisReply* r) {
     }
 }
 
-void throw_client_error(const std::string& backend, const redisReply* r, const std::string& context) {
+void throw_client_error(const redisReply* r, const std::string& backend, const std::string& context) {
     std::string text = reply_text(r);
     errc code = errc::unavailable;
     // An ACL that refuses a command or key inside a script is an ERR with these words.
@@ -73,7 +73,7 @@ void throw_client_error(const std::string& backend, const redisReply* r, const s
     throw_error(code, backend, context + ": " + text + hint, 0, text);
 }
 
-void throw_client_error(const std::string& backend, const std::string& context, const connection_failure& e) {
+void throw_client_error(const connection_failure& e, const std::string& backend, const std::string& context) {
     const errc code = e.not_redis() ? errc::invalid_argument : e.denied() ? errc::access_denied : errc::unavailable;
     throw_error(code, backend, context + ": " + e.what());
 }
@@ -499,13 +499,13 @@ std::unique_ptr<connection> connection::open(const endpoint& ep) {
                             "authentication as " + who + " at " + ep.label() + " failed: " + why, 0, why);
             }
             if (starts_with(r.get(), "NOAUTH") || starts_with(r.get(), "NOPERM"))
-                throw_client_error(ep.backend_name, r.get(), "SELECT " + db + " at " + ep.label());
+                throw_client_error(r.get(), ep.backend_name, "SELECT " + db + " at " + ep.label());
             std::string text = reply_text(r.get());
             throw_error(errc::invalid_argument, ep.backend_name,
                         "cannot select database " + db + " at " + ep.label() + ": " + text, 0, text);
         }
     } catch (const connection_failure& e) {
-        throw_client_error(ep.backend_name, "connection to " + ep.label() + " failed during AUTH/SELECT", e);
+        throw_client_error(e, ep.backend_name, "connection to " + ep.label() + " failed during AUTH/SELECT");
     }
     return c;
 }

@@ -187,12 +187,11 @@ private:
 
 // A connection_failure as a distlock error: invalid_argument when the server is
 // not a Redis server, access_denied when its TLS refused us, unavailable otherwise.
-[[noreturn]] void throw_client_error(const std::string& backend, const std::string& context,
-                                     const connection_failure& e);
+[[noreturn]] void throw_client_error(const connection_failure& e, const std::string& backend, const std::string& context);
 
 // Throws the distlock error matching a Redis error reply (NOAUTH/WRONGPASS/NOPERM
 // -> access_denied, WRONGTYPE -> invalid_argument, else unavailable).
-[[noreturn]] void throw_client_error(const std::string& backend, const redisReply* r, const std::string& context);
+[[noreturn]] void throw_client_error(const redisReply* r, const std::string& backend, const std::string& context);
 bool is_error(const redisReply* r) noexcept;
 std::string reply_text(const redisReply* r);
 // An integer reply, or a string / status reply read as a number; 0 for anything

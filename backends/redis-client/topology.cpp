@@ -63,7 +63,7 @@ std::string replica_shortfall(long long acked, int n, std::chrono::milliseconds 
 long long wait_replicas(connection& c, int n, std::chrono::milliseconds timeout) {
     const std::string count = std::to_string(n), ms = std::to_string(timeout.count());
     auto r = c.command({"WAIT", count, ms});
-    if (is_error(r.get())) throw_client_error(c.where().backend_name, r.get(), "WAIT");
+    if (is_error(r.get())) throw_client_error(r.get(), c.where().backend_name, "WAIT");
     return as_integer(r.get());
 }
 
@@ -250,7 +250,7 @@ sentinel_answer ask_sentinel(const endpoint& sentinel, const std::string& master
                             "the sentinels never get the URL's own, which is the data nodes' (sentinel_credentials=data "
                             "sends it to them too)";
             } else if (is_error(r.get())) {
-                throw_client_error(sentinel.backend_name, r.get(), "SENTINEL at " + sentinel.label());
+                throw_client_error(r.get(), sentinel.backend_name, "SENTINEL at " + sentinel.label());
             } else if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_STRING) {
                 out.unknown = true;
                 out.error = sentinel.label() + " knows no master of that name";
@@ -400,9 +400,9 @@ private:
             try {
                 role = candidate.run([](connection& node) { return node.command({"ROLE"}); });
             } catch (const connection_failure& e) {
-                throw_client_error(base_.backend_name, "the sentinels' master " + candidate.where().label(), e);
+                throw_client_error(e, base_.backend_name, "the sentinels' master " + candidate.where().label());
             }
-            if (is_error(role.get())) throw_client_error(base_.backend_name, role.get(), "ROLE at " + host);
+            if (is_error(role.get())) throw_client_error(role.get(), base_.backend_name, "ROLE at " + host);
             if (role->type != REDIS_REPLY_ARRAY || role->elements == 0 || reply_text(role->element[0]) != "master")
                 throw_error(errc::unavailable, base_.backend_name,
                             "the sentinels name " + candidate.where().label() + ", which is not a master yet");
@@ -611,7 +611,7 @@ private:
             pool* answered = ask_node(errors, [&, &host = host, &port = port]() -> pool* {
                 pool& node = pool_at(host, port);
                 auto reply = node.run([](connection& c) { return c.command({"CLUSTER", "SLOTS"}); });
-                if (is_error(reply.get())) throw_client_error(base_.backend_name, reply.get(), "CLUSTER SLOTS at " + host);
+                if (is_error(reply.get())) throw_client_error(reply.get(), base_.backend_name, "CLUSTER SLOTS at " + host);
                 // A node's address: host ("" or "?": the node asked) and port,
                 // or nullopt when it is none.
                 auto address_of = [&](const redisReply* n) -> std::optional<std::pair<std::string, std::uint16_t>> {

@@ -107,7 +107,7 @@ public:
                 if (asking) {
                     asking.reset();
                     auto ok = (*c)->command({"ASKING"});
-                    if (is_error(ok.get())) throw_client_error(base_.backend_name, ok.get(), "ASKING");
+                    if (is_error(ok.get())) throw_client_error(ok.get(), base_.backend_name, "ASKING");
                     (*c)->set_asking(true);
                     scope.c = &**c;
                 }

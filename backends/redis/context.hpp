@@ -13,9 +13,10 @@
 #include <utility>
 
 #include "distlock/spi/backend.hpp"
-#include "redis_client.hpp"
-#include "subscriber.hpp"
-#include "topology.hpp"
+#include "redis-client/redis_client.hpp"
+#include "strategy.hpp"  // kBackend
+#include "redis-client/subscriber.hpp"
+#include "redis-client/topology.hpp"
 
 namespace distlock::backends::redis {
 
@@ -81,9 +82,28 @@ private:
     bool quiet_ = false;  // the last wait was not ended by a message
 };
 
-// The handles of read-write locks and permits (shared_locks.cpp).
-class shared_handle : public spi::lock_handle {
+class shared_handle;
+
+// How backend::keepalive_batch groups the due handles: mutexes into one
+// renewal script per node, read-write locks and permits by their own scripts.
+// Each handle puts itself in its group (backend_handle::join), so the batch needs
+// no cast to find out what a handle is.
+struct renewal_groups {
+    std::vector<std::size_t> mutexes;  // slots of the batch
+    std::vector<std::size_t> shared;
+};
+
+// Every lock handle of this backend.
+class backend_handle : public spi::lock_handle {
 public:
+    // Adds this handle, at `slot` of the batch, to its group.
+    virtual void join(renewal_groups& groups, std::size_t slot) const = 0;
+};
+
+// The handles of read-write locks and permits (shared_locks.cpp).
+class shared_handle : public backend_handle {
+public:
+    void join(renewal_groups& groups, std::size_t slot) const override { groups.shared.push_back(slot); }
     enum class renewal { read, write, permit };
     virtual renewal renewal_kind() const noexcept = 0;
 };
@@ -113,16 +133,16 @@ std::pair<long long, long long> run_acquire_script(context& ctx, const std::stri
             key,
             [&](connection& c) {
                 auto r = acquire(c);
-                if (is_error(r.get())) throw_client_error("redis", r.get(), "acquire of '" + name + "'");
+                if (is_error(r.get())) throw_client_error(r.get(), kBackend, "acquire of '" + name + "'");
                 if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
-                    throw_error(errc::unavailable, "redis",
+                    throw_error(errc::unavailable, kBackend,
                                 "unexpected reply to the acquire script: " + reply_text(r.get()));
                 std::pair<long long, long long> result(as_integer(r->element[0]), as_integer(r->element[1]));
                 if (result.first == 1 && confirm.min_replicas > 0) {
                     const auto acked = wait_replicas(c, confirm.min_replicas, confirm.timeout);
                     if (acked < confirm.min_replicas) {
                         undo(c);
-                        throw_error(errc::unavailable, "redis",
+                        throw_error(errc::unavailable, kBackend,
                                     "the grant of '" + name + "' was " +
                                         replica_shortfall(acked, confirm.min_replicas, confirm.timeout) + "; released");
                     }
@@ -141,7 +161,7 @@ std::pair<long long, long long> run_acquire_script(context& ctx, const std::stri
             } catch (...) {
             }
         }
-        throw_error(errc::unavailable, "redis", "acquire of '" + name + "' failed: " + e.what());
+        throw_error(errc::unavailable, kBackend, "acquire of '" + name + "' failed: " + e.what());
     }
 }
 
@@ -158,15 +178,15 @@ void run_release_script(context& ctx, const std::string& key, const std::string&
     try {
         result = ctx.connections().run(key, [&](connection& c) {
             auto r = release(c);
-            if (is_error(r.get())) throw_client_error("redis", r.get(), "release of '" + name + "'");
+            if (is_error(r.get())) throw_client_error(r.get(), kBackend, "release of '" + name + "'");
             return as_integer(r.get());
         });
     } catch (const connection_failure& e) {
-        throw_error(e.maybe_sent() ? errc::in_doubt : errc::unavailable, "redis",
+        throw_error(e.maybe_sent() ? errc::in_doubt : errc::unavailable, kBackend,
                     "release of '" + name + "' failed: " + e.what() + " (the lease will expire on the server)");
     }
     if (!released(result))
-        throw_error(errc::not_owner, "redis",
+        throw_error(errc::not_owner, kBackend,
                     "lock '" + name + "' was no longer ours when released (expired or deleted on the server)");
 }
 

@@ -3,7 +3,7 @@
 // (DEL + PUBLISH on `<prefix>{<name>}:released`) and renew (PEXPIRE); the fencing
 // token is an INCR of `<prefix>{<name>}:fence` (never expires) inside the acquire
 // script, which also records the holder label in `<prefix>{<name>}:holder`.
-#include "lock_scripts.hpp"
+#include "redis-client/lock_scripts.hpp"
 #include "strategy.hpp"
 
 namespace distlock::backends::redis {

@@ -29,9 +29,9 @@
 #include <map>
 
 #include "context.hpp"
-#include "lock_scripts.hpp"
+#include "redis-client/lock_scripts.hpp"
 #include "strategy.hpp"
-#include "subscriber.hpp"
+#include "redis-client/subscriber.hpp"
 
 namespace distlock::backends::redis {
 namespace {
@@ -73,7 +73,7 @@ public:
         try {
             return topology_->run(key, std::forward<F>(f));
         } catch (const connection_failure& e) {
-            throw_client_error("redis", what + " failed", e);
+            throw_client_error(e, kBackend, what + " failed");
         }
     }
 
@@ -92,16 +92,16 @@ public:
             try {
                 node->run([](connection& c) {
                     auto r = c.command({"PING"});
-                    if (is_error(r.get())) throw_client_error("redis", r.get(), "PING at " + c.where().label());
+                    if (is_error(r.get())) throw_client_error(r.get(), kBackend, "PING at " + c.where().label());
                     return 0;
                 });
             } catch (const connection_failure& e) {
-                throw_client_error("redis", "connecting", e);
+                throw_client_error(e, kBackend, "connecting");
             }
         }
     }
 
-    std::string_view name() const noexcept override { return "redis"; }
+    std::string_view name() const noexcept override { return kBackend; }
     const capabilities& caps() const noexcept override { return caps_; }
     std::unique_ptr<spi::lock_handle> make_lock(const spi::lock_request& r) override;
     std::chrono::milliseconds default_lease() const override { return std::chrono::seconds{30}; }
@@ -111,7 +111,7 @@ public:
             auto t0 = clock::now();
             auto r = c.command({"PING"});
             auto dt = clock::now() - t0;
-            if (is_error(r.get())) throw_client_error("redis", r.get(), "PING");
+            if (is_error(r.get())) throw_client_error(r.get(), kBackend, "PING");
             return std::chrono::duration_cast<std::chrono::nanoseconds>(dt);
         });
     }
@@ -142,7 +142,7 @@ public:
         for (const auto& key : keys) {
             call("DEL", key, [&](connection& c) {
                 auto r = c.command({"DEL", key});
-                if (is_error(r.get())) throw_client_error("redis", r.get(), "DEL");
+                if (is_error(r.get())) throw_client_error(r.get(), kBackend, "DEL");
                 return 0;
             });
         }
@@ -165,10 +165,10 @@ public:
                 // A sharded channel is served by the node of its slot.
                 s = std::make_unique<subscriber>(
                     [this, channel](bool after_failure) { return topology_->endpoint_for(channel, after_failure); },
-                    true, "redis");
+                    true, kBackend);
             } else {
                 s = std::make_unique<subscriber>(
-                    [this](bool after_failure) { return topology_->endpoint_for("", after_failure); }, false, "redis");
+                    [this](bool after_failure) { return topology_->endpoint_for("", after_failure); }, false, kBackend);
             }
         }
         return *s;
@@ -204,8 +204,9 @@ private:
     std::map<std::string, std::unique_ptr<subscriber>> subscribers_;
 };
 
-class handle final : public spi::lock_handle {
+class handle final : public backend_handle {
 public:
+    void join(renewal_groups& groups, std::size_t slot) const override { groups.mutexes.push_back(slot); }
     handle(backend& b, const spi::lock_request& r)
         : backend_(b),
           request_(r),
@@ -303,7 +304,7 @@ public:
 
     void release() override {
         std::string owner = std::exchange(owner_, std::string{});
-        if (owner.empty()) throw_error(errc::not_owner, "redis", "lock '" + request_.name + "' is not held");
+        if (owner.empty()) throw_error(errc::not_owner, kBackend, "lock '" + request_.name + "' is not held");
         run_release_script(
             backend_, layout_.key, request_.name,
             [&](connection& c) { return backend_.strat().release(c, layout_, owner, lease_ms_); },
@@ -355,30 +356,29 @@ std::unique_ptr<spi::lock_handle> backend::make_lock(const spi::lock_request& r)
         case spi::lock_kind::write: return make_shared_lock(*this, r, strategy_->object_name(r.name, "rwlock"));
         case spi::lock_kind::permit: return make_shared_lock(*this, r, strategy_->object_name(r.name, "semaphore"));
     }
-    throw_error(errc::unsupported, "redis", "unknown lock kind");
+    throw_error(errc::unsupported, kBackend, "unknown lock kind");
 }
 
 void backend::keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) {
     // Read-write locks and permits: by their own scripts (shared_locks.cpp).
-    std::vector<spi::lock_handle*> mutexes;
-    std::vector<spi::keepalive_result> mutex_results;
-    std::vector<std::size_t> mutex_slots;
-    std::vector<shared_handle*> shared;
-    std::vector<spi::keepalive_result*> shared_results;
-    for (std::size_t i = 0; i < handles.size(); ++i) {
-        if (auto* s = dynamic_cast<shared_handle*>(handles[i])) {
-            shared.push_back(s);
+    // Every handle given here is one of this backend's.
+    renewal_groups groups;
+    for (std::size_t i = 0; i < handles.size(); ++i) static_cast<const backend_handle*>(handles[i])->join(groups, i);
+    if (!groups.shared.empty()) {
+        std::vector<shared_handle*> shared;
+        std::vector<spi::keepalive_result*> shared_results;
+        for (auto i : groups.shared) {
+            shared.push_back(static_cast<shared_handle*>(handles[i]));
             shared_results.push_back(&results[i]);
-        } else {
-            mutexes.push_back(handles[i]);
-            mutex_slots.push_back(i);
         }
+        renew_shared(*this, shared, shared_results);
     }
-    if (!shared.empty()) renew_shared(*this, shared, shared_results);
-    if (mutexes.empty()) return;
-    mutex_results.resize(mutexes.size());
+    if (groups.mutexes.empty()) return;
+    std::vector<spi::lock_handle*> mutexes;
+    for (auto i : groups.mutexes) mutexes.push_back(handles[i]);
+    std::vector<spi::keepalive_result> mutex_results(mutexes.size());
     renew_mutexes(mutexes, mutex_results);
-    for (std::size_t k = 0; k < mutexes.size(); ++k) results[mutex_slots[k]] = std::move(mutex_results[k]);
+    for (std::size_t k = 0; k < mutexes.size(); ++k) results[groups.mutexes[k]] = std::move(mutex_results[k]);
 }
 
 void backend::renew_mutexes(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) {
@@ -414,11 +414,11 @@ void take_common(spi::url& u, settings& s, const std::string& scheme) {
     if (strat == "plain") s.strat = strategy_name::plain;
     else if (strat == "reentrant") s.strat = strategy_name::reentrant;
     else
-        throw_error(errc::invalid_argument, "redis",
+        throw_error(errc::invalid_argument, kBackend,
                     "unknown strategy '" + strat + "' (" + scheme + ":// knows plain and reentrant)");
     if (auto prefix = u.take("prefix")) {
         if (s.strat == strategy_name::reentrant)
-            throw_error(errc::invalid_argument, "redis",
+            throw_error(errc::invalid_argument, kBackend,
                         "prefix= does not apply to strategy=reentrant (Redisson's layout uses the lock name as key)");
         s.prefix = *prefix;
     }
@@ -428,13 +428,13 @@ void take_common(spi::url& u, settings& s, const std::string& scheme) {
     const auto given = u.take_duration("replica_timeout");
     s.confirm.timeout = given.value_or(std::min(std::chrono::milliseconds{1000}, s.ep.command_timeout / 2));
     if (given && (s.confirm.timeout.count() <= 0 || s.confirm.timeout >= s.ep.command_timeout))
-        throw_error(errc::invalid_argument, "redis",
+        throw_error(errc::invalid_argument, kBackend,
                     "replica_timeout must be positive and shorter than timeout (" +
                         std::to_string(s.ep.command_timeout.count()) + " ms): WAIT blocks the connection that long");
     if (scheme != "redis") {
         s.failover_wait = u.take_duration("failover_timeout").value_or(std::chrono::milliseconds{10000});
         if (s.failover_wait.count() < 0)
-            throw_error(errc::invalid_argument, "redis", "failover_timeout must not be negative");
+            throw_error(errc::invalid_argument, kBackend, "failover_timeout must not be negative");
     }
 }
 
@@ -444,7 +444,7 @@ void take_common(spi::url& u, settings& s, const std::string& scheme) {
 std::shared_ptr<const host_filter> take_master_hosts(spi::url& u, const std::vector<endpoint>& own) {
     auto text = u.take("master_hosts");
     if (!text) return nullptr;
-    auto filter = host_filter::parse(*text, "redis");
+    auto filter = host_filter::parse(*text, kBackend);
     for (const auto& ep : own) filter.allow(ep.host, ep.port);
     return std::make_shared<const host_filter>(std::move(filter));
 }
@@ -452,16 +452,16 @@ std::shared_ptr<const host_filter> take_master_hosts(spi::url& u, const std::vec
 // redis:// and rediss:// (TLS): one server.
 std::shared_ptr<spi::backend> open_single(spi::url& u) {
     if (u.hosts().size() != 1)
-        throw_error(errc::invalid_argument, "redis",
+        throw_error(errc::invalid_argument, kBackend,
                     u.scheme() + ":// takes one host (" + u.scheme() +
                         "://[user:password@]host[:port][/db]); use redlock:// for "
                         "independent masters, redis-sentinel:// or redis-cluster:// for several nodes");
     settings s;
-    s.ep = endpoint_from_url(u, "redis", std::chrono::milliseconds{1000}, std::chrono::milliseconds{2000});
+    s.ep = endpoint_from_url(u, kBackend, std::chrono::milliseconds{1000}, std::chrono::milliseconds{2000});
     auto hosts = u.hosts_or_throw(6379);
     s.ep.host = hosts[0].host;
     s.ep.port = hosts[0].port;
-    take_common(u, s, "redis");
+    take_common(u, s, kBackend);
     return std::make_shared<backend>(std::move(s));
 }
 
@@ -479,11 +479,11 @@ void register_backend(spi::registry& r) {
         const auto slash = path.find('/');
         s.sentinel.master_name = std::string(path.substr(0, slash));
         if (s.sentinel.master_name.empty())
-            throw_error(errc::invalid_argument, "redis",
+            throw_error(errc::invalid_argument, kBackend,
                         "redis-sentinel:// needs the master's name as its path: "
                         "redis-sentinel://[user:password@]host:26379,.../<master name>[/db]");
         const auto db = slash == std::string_view::npos ? std::string_view{} : path.substr(slash + 1);
-        s.ep = endpoint_from_url(u, "redis", std::chrono::milliseconds{1000}, std::chrono::milliseconds{2000}, db);
+        s.ep = endpoint_from_url(u, kBackend, std::chrono::milliseconds{1000}, std::chrono::milliseconds{2000}, db);
         // The sentinels get their own credentials only (sentinel_user=,
         // sentinel_password=; none: no AUTH), never the data nodes' password
         // of the URL: a sentinel is often run by someone else, and one that is
@@ -498,17 +498,17 @@ void register_backend(spi::registry& r) {
         auto password = u.take("sentinel_password");
         if (credentials == "data") {
             if (user || password)
-                throw_error(errc::invalid_argument, "redis",
+                throw_error(errc::invalid_argument, kBackend,
                             "sentinel_credentials=data sends the URL's credentials to the sentinels: drop "
                             "sentinel_user= and sentinel_password=");
             sentinel.user = s.ep.user;
             sentinel.password = s.ep.password;
         } else if (credentials != "own") {
-            throw_error(errc::invalid_argument, "redis",
+            throw_error(errc::invalid_argument, kBackend,
                         "sentinel_credentials is own (sentinel_user= and sentinel_password=, the default) or data "
                         "(the URL's credentials), not '" + credentials + "'");
         } else if (user && !password) {
-            throw_error(errc::invalid_argument, "redis", "sentinel_user= needs sentinel_password=");
+            throw_error(errc::invalid_argument, kBackend, "sentinel_user= needs sentinel_password=");
         } else if (password && !password->empty()) {
             sentinel.user = user.value_or("");
             sentinel.password = *password;
@@ -516,15 +516,15 @@ void register_backend(spi::registry& r) {
         // TLS to the sentinels: the data nodes' settings unless sentinel_tls*= say
         // otherwise (sentinels often have a CA or a client certificate of their own).
         const tls_options data_tls = s.ep.tls ? s.ep.tls->options() : tls_options{};
-        const auto sentinel_tls = tls_from_url(u, "redis", data_tls, "sentinel_tls");
+        const auto sentinel_tls = tls_from_url(u, kBackend, data_tls, "sentinel_tls");
         if (!(sentinel_tls == data_tls))
-            sentinel.tls = sentinel_tls.enabled ? tls_context::make(sentinel_tls, "redis", "sentinel_tls") : nullptr;
+            sentinel.tls = sentinel_tls.enabled ? tls_context::make(sentinel_tls, kBackend, "sentinel_tls") : nullptr;
         for (const auto& h : u.hosts_or_throw(26379)) {
             sentinel.host = h.host;
             sentinel.port = h.port;
             for (const auto& other : s.sentinel.sentinels)
                 if (other.label() == sentinel.label())
-                    throw_error(errc::invalid_argument, "redis",
+                    throw_error(errc::invalid_argument, kBackend,
                                 "redis-sentinel:// lists the sentinel " + sentinel.label() +
                                     " twice: a majority of the listed sentinels must name the master (one vote each)");
             s.sentinel.sentinels.push_back(sentinel);
@@ -538,9 +538,9 @@ void register_backend(spi::registry& r) {
     r.add("redis-cluster", [](spi::url& u) -> std::shared_ptr<spi::backend> {
         settings s;
         s.where = deployment::cluster;
-        s.ep = endpoint_from_url(u, "redis", std::chrono::milliseconds{1000}, std::chrono::milliseconds{2000});
+        s.ep = endpoint_from_url(u, kBackend, std::chrono::milliseconds{1000}, std::chrono::milliseconds{2000});
         if (s.ep.db != 0)
-            throw_error(errc::invalid_argument, "redis", "a Redis Cluster has database 0 only: drop the URL's path");
+            throw_error(errc::invalid_argument, kBackend, "a Redis Cluster has database 0 only: drop the URL's path");
         for (const auto& h : u.hosts_or_throw(6379)) {
             endpoint seed = s.ep;
             seed.host = h.host;

@@ -7,7 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "lock_scripts.hpp"
+#include "redis-client/lock_scripts.hpp"
 #include "strategy.hpp"
 
 namespace distlock::backends::redis {
@@ -89,7 +89,7 @@ long current_thread_id() { return static_cast<long>(::syscall(SYS_gettid)); }
 // `<prefix>{N}` followed by a suffix without '}', which only N can produce.
 void refuse_auxiliary(std::string_view name) {
     auto refuse = [&](const std::string& what) {
-        throw_error(errc::invalid_argument, "redis",
+        throw_error(errc::invalid_argument, kBackend,
                     "lock name '" + std::string(name) + "' is refused under strategy=reentrant: it is " + what +
                         " (Redisson's layout keys locks by their bare names); choose another name");
     };

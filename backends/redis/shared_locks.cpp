@@ -31,7 +31,7 @@
 #include <thread>
 
 #include "context.hpp"
-#include "lock_scripts.hpp"
+#include "redis-client/lock_scripts.hpp"
 #include "strategy.hpp"
 
 namespace distlock::backends::redis {
@@ -332,11 +332,11 @@ public:
                 return spi::grant{static_cast<std::uint64_t>(value), sent, !first};
             }
             if (what == outcome::wrong_size)
-                throw_error(errc::invalid_argument, "redis",
+                throw_error(errc::invalid_argument, kBackend,
                             "semaphore '" + request_.name + "' has " + std::to_string(value) +
                                 " permits on the server; this one asks for " + std::to_string(request_.permits));
             if (what == outcome::not_a_semaphore)
-                throw_error(errc::invalid_argument, "redis",
+                throw_error(errc::invalid_argument, kBackend,
                             "the key of semaphore '" + request_.name + "' holds something else than a permit count");
             auto now = clock::now();
             if (now >= until) return std::nullopt;
@@ -358,7 +358,7 @@ public:
     }
 
     void release() override {
-        if (!holding_) throw_error(errc::not_owner, "redis", "lock '" + request_.name + "' is not held");
+        if (!holding_) throw_error(errc::not_owner, kBackend, "lock '" + request_.name + "' is not held");
         holding_ = false;
         run_release_script(
             ctx_, key_, request_.name, [&](connection& c) { return run_release(c); },

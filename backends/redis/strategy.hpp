@@ -13,9 +13,12 @@
 #include <string_view>
 
 #include "distlock/inspect.hpp"
-#include "redis_client.hpp"
+#include "redis-client/redis_client.hpp"
 
 namespace distlock::backends::redis {
+
+// The backend's name in errors, whatever the scheme (redis://, redis-sentinel://, redis-cluster://).
+inline constexpr const char* kBackend = "redis";
 
 using redis_client::connection;
 using redis_client::reply_ptr;
@@ -61,9 +64,9 @@ struct inspect_fields {
 
 inline inspect_fields inspect_reply(const reply_ptr& r) {
     using namespace redis_client;
-    if (is_error(r.get())) throw_client_error("redis", r.get(), "inspect");
+    if (is_error(r.get())) throw_client_error(r.get(), kBackend, "inspect");
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 5)
-        throw_error(errc::unavailable, "redis", "unexpected reply to the inspect script: " + reply_text(r.get()));
+        throw_error(errc::unavailable, kBackend, "unexpected reply to the inspect script: " + reply_text(r.get()));
     auto text = [&](std::size_t i) {
         const redisReply* e = r->element[i];
         return e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS ? std::string(e->str, e->len)

@@ -18,11 +18,13 @@
 #include <map>
 #include <thread>
 
-#include "lock_scripts.hpp"
-#include "redis_client.hpp"
+#include "redis-client/lock_scripts.hpp"
+#include "redis-client/redis_client.hpp"
 
 namespace distlock::backends::redlock {
 namespace {
+
+constexpr const char* kBackend = "redlock";
 
 using namespace redis_client;
 
@@ -79,11 +81,11 @@ bool is_ok(const redisReply* r) {
     return r != nullptr && r->type == REDIS_REPLY_STATUS && std::string_view(r->str, r->len) == "OK";
 }
 
-class redlock_backend;
+class backend;
 
 class redlock_handle final : public spi::lock_handle {
 public:
-    redlock_handle(redlock_backend& b, const spi::lock_request& r);
+    redlock_handle(backend& b, const spi::lock_request& r);
     std::optional<spi::grant> acquire(deadline until, const spi::loss_sink&) override;
     void release() override;
 
@@ -92,15 +94,15 @@ public:
     const std::string& lease_ms() const noexcept { return lease_ms_; }
 
 private:
-    redlock_backend& backend_;
+    backend& backend_;
     spi::lock_request request_;
     std::string key_, lease_ms_;
     std::string token_;  // of the current grant; "" = none
 };
 
-class redlock_backend final : public spi::backend {
+class backend final : public spi::backend {
 public:
-    explicit redlock_backend(redlock_settings s)
+    explicit backend(redlock_settings s)
         : settings_(std::move(s)),
           acquire_(acquire_lua),
           release_(release_lua),
@@ -147,14 +149,14 @@ public:
             }
             std::string why = res[i].reply ? reply_text(res[i].reply.get()) : res[i].error;
             if (res[i].code == errc::access_denied || res[i].code == errc::invalid_argument)
-                throw_error(res[i].code, "redlock", why);
-            if (res[i].reply) throw_client_error("redlock", res[i].reply.get(), "PING " + settings_.nodes[i].label());
+                throw_error(res[i].code, kBackend, why);
+            if (res[i].reply) throw_client_error(res[i].reply.get(), kBackend, "PING " + settings_.nodes[i].label());
             errors += (errors.empty() ? "" : "; ") + why;
         }
-        if (ok < quorum_) throw_error(errc::unavailable, "redlock", majority_message(ok, errors));
+        if (ok < quorum_) throw_error(errc::unavailable, kBackend, majority_message(ok, errors));
     }
 
-    std::string_view name() const noexcept override { return "redlock"; }
+    std::string_view name() const noexcept override { return kBackend; }
     const capabilities& caps() const noexcept override { return caps_; }
     std::unique_ptr<spi::lock_handle> make_lock(const spi::lock_request& r) override {
         return std::make_unique<redlock_handle>(*this, r);
@@ -168,7 +170,7 @@ public:
         auto dt = clock::now() - t0;
         std::size_t ok = 0;
         for (auto& r : res) ok += r.reply ? 1 : 0;
-        if (ok < quorum_) throw_error(errc::unavailable, "redlock", majority_message(ok, "PING failed"));
+        if (ok < quorum_) throw_error(errc::unavailable, kBackend, majority_message(ok, "PING failed"));
         return std::chrono::duration_cast<std::chrono::nanoseconds>(dt);
     }
 
@@ -183,7 +185,7 @@ public:
         auto res = exchange_all(pool_ptrs_, cmds);
         std::size_t ok = 0;
         for (auto& r : res) ok += r.reply ? 1 : 0;
-        if (ok < quorum_) throw_error(errc::unavailable, "redlock", majority_message(ok, "DEL failed"));
+        if (ok < quorum_) throw_error(errc::unavailable, kBackend, majority_message(ok, "DEL failed"));
     }
 
     std::string key_for(std::string_view lock_name) const {
@@ -226,7 +228,7 @@ private:
     friend class redlock_handle;
 };
 
-redlock_handle::redlock_handle(redlock_backend& b, const spi::lock_request& r)
+redlock_handle::redlock_handle(backend& b, const spi::lock_request& r)
     : backend_(b), request_(r), key_(b.key_for(r.name)), lease_ms_(std::to_string(r.lease.count())) {}
 
 std::optional<spi::grant> redlock_handle::acquire(deadline until, const spi::loss_sink&) {
@@ -277,9 +279,9 @@ std::optional<spi::grant> redlock_handle::acquire(deadline until, const spi::los
             // No majority could answer. Bad credentials will not heal: fail now. A
             // timeout may be a passing hiccup: give it the reference code's three
             // tries (even for try_lock) before saying the nodes are unavailable.
-            if (denied > 0) throw_error(errc::access_denied, "redlock", backend_.majority_message(n - failed, errors));
+            if (denied > 0) throw_error(errc::access_denied, kBackend, backend_.majority_message(n - failed, errors));
             if (++failed_rounds >= max_failed_rounds)
-                throw_error(errc::unavailable, "redlock", backend_.majority_message(n - failed, errors));
+                throw_error(errc::unavailable, kBackend, backend_.majority_message(n - failed, errors));
         } else {
             failed_rounds = 0;
             if (clock::now() >= until) return std::nullopt;
@@ -294,19 +296,19 @@ std::optional<spi::grant> redlock_handle::acquire(deadline until, const spi::los
 
 void redlock_handle::release() {
     std::string token = std::exchange(token_, std::string{});
-    if (token.empty()) throw_error(errc::not_owner, "redlock", "lock '" + request_.name + "' is not held");
+    if (token.empty()) throw_error(errc::not_owner, kBackend, "lock '" + request_.name + "' is not held");
     auto [deleted, failed] = backend_.release_all(key_, token);
     const auto n = backend_.pools().size();
     if (failed > n - backend_.quorum())
-        throw_error(errc::in_doubt, "redlock",
+        throw_error(errc::in_doubt, kBackend,
                     "release of '" + request_.name + "' reached only " + std::to_string(n - failed) + " of " +
                         std::to_string(n) + " nodes (the lease will expire on the others)");
     if (deleted == 0 && failed == 0)
-        throw_error(errc::not_owner, "redlock",
+        throw_error(errc::not_owner, kBackend,
                     "lock '" + request_.name + "' was no longer ours on any node when released (expired or deleted)");
 }
 
-void redlock_backend::keepalive_batch(std::span<spi::lock_handle* const> handles,
+void backend::keepalive_batch(std::span<spi::lock_handle* const> handles,
                                       std::span<spi::keepalive_result> results) {
     // One extend script per node over every due key, all nodes at once: one round.
     auto [index, keys, args] =
@@ -344,7 +346,7 @@ void redlock_backend::keepalive_batch(std::span<spi::lock_handle* const> handles
     }
 }
 
-lock_info redlock_backend::inspect(std::string_view lock_name, spi::lock_kind) {
+lock_info backend::inspect(std::string_view lock_name, spi::lock_kind) {
     // One parallel round: the read-only script on every node.
     const auto key = key_for(lock_name);
     const auto record = key + ":holder";
@@ -384,7 +386,7 @@ lock_info redlock_backend::inspect(std::string_view lock_name, spi::lock_kind) {
         o.pttls.push_back(r->elements > 1 ? as_integer(r->element[1]) : -1);
         if (state == 1 && o.label.empty()) o.label = text(3);
     }
-    if (n - failed < quorum_) throw_error(errc::unavailable, "redlock", majority_message(n - failed, errors));
+    if (n - failed < quorum_) throw_error(errc::unavailable, kBackend, majority_message(n - failed, errors));
     lock_info info;
     info.unknown.emplace("waiters",
                          "Redlock clients retry after a random delay: no node keeps a queue or a count of them");
@@ -424,7 +426,7 @@ lock_info redlock_backend::inspect(std::string_view lock_name, spi::lock_kind) {
 
 std::shared_ptr<spi::backend> make_backend(spi::url& u) {
     redlock_settings s;
-    auto base = endpoint_from_url(u, "redlock", std::chrono::milliseconds{250}, std::chrono::milliseconds{250});
+    auto base = endpoint_from_url(u, kBackend, std::chrono::milliseconds{250}, std::chrono::milliseconds{250});
     auto hosts = u.hosts_or_throw(6379);
     for (const auto& h : hosts) {
         auto ep = base;
@@ -432,21 +434,21 @@ std::shared_ptr<spi::backend> make_backend(spi::url& u) {
         ep.port = h.port;
         for (const auto& other : s.nodes)
             if (other.host == ep.host && other.port == ep.port)
-                throw_error(errc::invalid_argument, "redlock",
+                throw_error(errc::invalid_argument, kBackend,
                             "redlock:// lists " + ep.label() +
                                 " twice: its nodes must be independent Redis masters (one vote each)");
         s.nodes.push_back(ep);
     }
     if (s.nodes.size() < 3)
-        throw_error(errc::invalid_argument, "redlock",
+        throw_error(errc::invalid_argument, kBackend,
                     "redlock:// needs at least 3 independent nodes (h1:p1,h2:p2,h3:p3); got " +
                         std::to_string(s.nodes.size()));
     if (auto prefix = u.take("prefix")) s.prefix = *prefix;
     s.retry_delay = u.take_duration("retry_delay").value_or(s.retry_delay);
-    if (s.retry_delay.count() <= 0) throw_error(errc::invalid_argument, "redlock", "retry_delay must be positive");
+    if (s.retry_delay.count() <= 0) throw_error(errc::invalid_argument, kBackend, "retry_delay must be positive");
     if (auto drift = u.take_int("drift_permille", 0, 500)) s.drift_factor = static_cast<double>(*drift) / 1000.0;
     s.pool_size = static_cast<std::size_t>(u.take_int("pool", 1, 1024).value_or(4));
-    return std::make_shared<redlock_backend>(std::move(s));
+    return std::make_shared<backend>(std::move(s));
 }
 
 }  // namespace

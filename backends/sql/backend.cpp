@@ -88,7 +88,7 @@ settings take_settings(spi::url& u, std::string_view backend, std::string_view n
     return s;
 }
 
-sql_backend::sql_backend(std::shared_ptr<dialect> d, settings s)
+backend::backend(std::shared_ptr<dialect> d, settings s)
     : dialect_(d), settings_(std::move(s)), q_(d->texts(settings_.table)),
       lock_rows_{settings_.table, q_.lease_renew, q_.lease_release, q_.lease_clear},
       pool_(d, settings_.max_idle, q_.set_wait, ms(settings_.conn.timeout / 2)) {
@@ -110,7 +110,7 @@ sql_backend::sql_backend(std::shared_ptr<dialect> d, settings s)
     caps_.crash_release_bound = 0ms;  // connection drop: at once; leases: when the lease (added by callers) ends
 }
 
-void sql_backend::create_tables() {
+void backend::create_tables() {
     for (int attempt = 0;; ++attempt) {
         try {
             pool_.run([&](connection& c) {
@@ -130,7 +130,7 @@ void sql_backend::create_tables() {
     }
 }
 
-std::int64_t sql_backend::permit_key(std::string_view name) const {
+std::int64_t backend::permit_key(std::string_view name) const {
     const std::string d = spi::sha256(dialect_->key_namespace() + std::string(name));
     std::uint64_t k = 0;
     for (std::size_t i = 8; i < 16; ++i) k = (k << 8) | static_cast<unsigned char>(d[i]);
@@ -140,7 +140,7 @@ std::int64_t sql_backend::permit_key(std::string_view name) const {
 // The mutex by the URL's strategy; the read-write lock on the server's shared
 // locks where it has them (PostgreSQL), else on lease rows; the semaphore on
 // lease rows. Each primitive of a name is a lock of its own (its own key or table).
-std::unique_ptr<spi::lock_handle> sql_backend::make_lock(const spi::lock_request& r) {
+std::unique_ptr<spi::lock_handle> backend::make_lock(const spi::lock_request& r) {
     switch (r.kind) {
         case spi::lock_kind::exclusive:
         case spi::lock_kind::leader: break;  // no feature::election: never asked; else as a mutex
@@ -160,7 +160,7 @@ std::unique_ptr<spi::lock_handle> sql_backend::make_lock(const spi::lock_request
     return std::make_unique<session_handle>(*this, r, session_kind::native);
 }
 
-std::optional<std::chrono::nanoseconds> sql_backend::round_trip() {
+std::optional<std::chrono::nanoseconds> backend::round_trip() {
     try {
         return pool_.run([&](connection& c) {
             auto t0 = std::chrono::steady_clock::now();
@@ -174,7 +174,7 @@ std::optional<std::chrono::nanoseconds> sql_backend::round_trip() {
 
 // The server's named lock taken and released as a plain client does, on a key
 // of its own (no waiting, no token): the floor of `distlock bench`.
-std::optional<std::chrono::nanoseconds> sql_backend::native_cycle() {
+std::optional<std::chrono::nanoseconds> backend::native_cycle() {
     const auto key = dialect_->native_key("distlock-bench-floor/" + spi::random_token());
     try {
         return pool_.run([&](connection& c) {
@@ -193,7 +193,7 @@ std::optional<std::chrono::nanoseconds> sql_backend::native_cycle() {
 // in one statement (sql_texts::native_break). And the name's read-write lock
 // and semaphore: their rows deleted, or the sessions holding the read-write
 // lock (PostgreSQL) ended.
-void sql_backend::break_lock(std::string_view lock_name) {
+void backend::break_lock(std::string_view lock_name) {
     auto end_holder = [&](const statement& s, const value& v) {
         try {
             pool_.run([&](connection& c) { return c.exec(s, {v}); });
@@ -238,7 +238,7 @@ std::string from_hex(std::string_view hex) {
 // row, judged by the server's clock. Session strategies: the session holding
 // the native lock or the for-update row, as the server names it, and what
 // that session's name carries (PostgreSQL's application_name).
-lock_info sql_backend::inspect(std::string_view lock_name, spi::lock_kind kind) {
+lock_info backend::inspect(std::string_view lock_name, spi::lock_kind kind) {
     (void)kind;  // exclusive, or leader (asked only with feature::election, which is not claimed): the name's mutex
     lock_info info;
     const bytes n{std::string(lock_name)};
@@ -336,19 +336,14 @@ lock_info sql_backend::inspect(std::string_view lock_name, spi::lock_kind kind) 
 // and only when it renewed fewer than all, a SELECT of the owners still there).
 // Locks held by a session (session strategies, PostgreSQL's read-write lock)
 // check each session on its own.
-void sql_backend::keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) {
+void backend::keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) {
     constexpr std::size_t chunk = 1024;
-    // Lease rows by table and lease length; sessions (one ping each: each holds its own connection).
-    std::map<std::pair<const sql_texts::lease_rows*, milliseconds>, std::vector<std::size_t>> by_lease;
-    for (std::size_t i = 0; i < handles.size(); ++i) {
-        if (auto* session = dynamic_cast<session_handle*>(handles[i])) {
-            results[i] = session->check();
-            continue;
-        }
-        const auto* h = static_cast<lease_row_handle*>(handles[i]);
-        by_lease[{&h->rows(), h->lease()}].push_back(i);
-    }
-    for (const auto& [group, all] : by_lease) {
+    // Lease rows by table and lease length; sessions (one ping each: each holds
+    // its own connection). Every handle given here is one of this backend's.
+    renewal_groups groups;
+    for (std::size_t i = 0; i < handles.size(); ++i) static_cast<const backend_handle*>(handles[i])->join(groups, i);
+    for (auto i : groups.sessions) results[i] = static_cast<session_handle*>(handles[i])->check();
+    for (const auto& [group, all] : groups.lease_rows) {
         const auto& [rows, lease] = group;
         if (all.size() == 1) {  // one plain UPDATE
             results[all[0]] = static_cast<lease_row_handle*>(handles[all[0]])->renew();
@@ -391,10 +386,10 @@ void sql_backend::keepalive_batch(std::span<spi::lock_handle* const> handles, st
 std::shared_ptr<spi::backend> make_backend(std::shared_ptr<dialect> d, const settings& s) {
     // Connected first: a dialect's SQL texts may depend on the server it meets
     // (MariaDB has sequences, MySQL 8 has not). The connection joins the pool.
-    std::shared_ptr<sql_backend> b;
+    std::shared_ptr<backend> b;
     try {
         auto first = d->connect();
-        b = std::make_shared<sql_backend>(d, s);
+        b = std::make_shared<backend>(d, s);
         b->pool_.adopt(std::move(first));
     } catch (const sql_error& e) {
         throw_client_error(e, d->name(), "cannot connect");

@@ -35,6 +35,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <map>
 #include <vector>
 
 #include "sql.hpp"
@@ -71,7 +72,23 @@ struct session_name_parts {
 };
 session_name_parts parse_session_name(std::string_view name);
 
-class sql_backend;
+class backend;
+
+// How backend::keepalive_batch groups the due handles: lease rows by table and
+// lease length (one batched UPDATE each), sessions on their own (one ping
+// each). Each handle puts itself in its group (backend_handle::join), so the batch
+// needs no cast to find out what a handle is.
+struct renewal_groups {
+    std::map<std::pair<const sql_texts::lease_rows*, std::chrono::milliseconds>, std::vector<std::size_t>> lease_rows;
+    std::vector<std::size_t> sessions;
+};
+
+// Every handle of this backend.
+class backend_handle : public spi::lock_handle {
+public:
+    // Adds this handle, at `slot` of the batch, to its group.
+    virtual void join(renewal_groups& groups, std::size_t slot) const = 0;
+};
 
 // ---- grants that are lease rows ------------------------------------------------
 
@@ -81,13 +98,16 @@ class sql_backend;
 // backend), deleted at release. On a URL of a session strategy (no
 // feature::lease_expiry) it is still a lease: checked (renewed) every
 // renew_interval and valid for its lease from each confirmation.
-class lease_row_handle : public spi::lock_handle {
+class lease_row_handle : public backend_handle {
 public:
-    lease_row_handle(sql_backend& b, const spi::lock_request& r, const sql_texts::lease_rows& rows);
+    lease_row_handle(backend& b, const spi::lock_request& r, const sql_texts::lease_rows& rows);
+    void join(renewal_groups& groups, std::size_t slot) const override {
+        groups.lease_rows[{&rows_, req_.lease}].push_back(slot);
+    }
     void release() override;
     std::chrono::milliseconds check_interval() const override;
     std::chrono::milliseconds validity() const override { return req_.lease; }
-    // One renewal of the row (sql_backend::keepalive_batch batches several).
+    // One renewal of the row (backend::keepalive_batch batches several).
     spi::keepalive_result renew();
 
     const bytes& name() const noexcept { return name_; }
@@ -105,7 +125,7 @@ protected:
     std::optional<spi::grant> acquire_loop(spi::deadline until, const std::function<std::optional<spi::grant>()>& attempt,
                                            bool give_back, std::chrono::milliseconds max_pause);
 
-    sql_backend& b_;
+    backend& b_;
     spi::lock_request req_;
     const sql_texts::lease_rows& rows_;
     bytes name_;
@@ -116,7 +136,7 @@ protected:
 // lease-table and optimistic: the lease row of the lock table.
 class lease_handle final : public lease_row_handle {
 public:
-    lease_handle(sql_backend& b, const spi::lock_request& r, bool optimistic);
+    lease_handle(backend& b, const spi::lock_request& r, bool optimistic);
     std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink&) override;
 
 private:
@@ -130,7 +150,7 @@ private:
 // 0..permits-1 of the name (permit_lock.cpp).
 class permit_handle final : public lease_row_handle {
 public:
-    permit_handle(sql_backend& b, const spi::lock_request& r);
+    permit_handle(backend& b, const spi::lock_request& r);
     std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink&) override;
 
 private:
@@ -140,7 +160,7 @@ private:
 // A side of a read-write lock on lease rows (MySQL, <table>_rw; permit_lock.cpp).
 class rw_lease_handle final : public lease_row_handle {
 public:
-    rw_lease_handle(sql_backend& b, const spi::lock_request& r);
+    rw_lease_handle(backend& b, const spi::lock_request& r);
     std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink&) override;
 
 private:
@@ -154,9 +174,10 @@ private:
 // and exclusive session locks (PostgreSQL advisory locks, whatever the URL's strategy).
 enum class session_kind { row, native, read, write };
 
-class session_handle final : public spi::lock_handle {
+class session_handle final : public backend_handle {
 public:
-    session_handle(sql_backend& b, const spi::lock_request& r, session_kind kind);
+    session_handle(backend& b, const spi::lock_request& r, session_kind kind);
+    void join(renewal_groups& groups, std::size_t slot) const override { groups.sessions.push_back(slot); }
     ~session_handle() override;
     std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink&) override;
     void release() override;
@@ -176,7 +197,7 @@ private:
     attempt_result attempt(connection& c, std::chrono::milliseconds wait);
     void drop_connection() noexcept { conn_.reset(); }  // closing the session frees whatever it held
 
-    sql_backend& b_;
+    backend& b_;
     spi::lock_request req_;
     bool row_lock_;  // for-update (else a session lock of the server)
     const batch* lock_;        // session locks: take, waiting (native_lock, rw_*_lock) ...
@@ -190,9 +211,9 @@ private:
     std::unique_ptr<connection> conn_;  // the holding session while held
 };
 
-class sql_backend final : public spi::backend {
+class backend final : public spi::backend {
 public:
-    sql_backend(std::shared_ptr<dialect> d, settings s);
+    backend(std::shared_ptr<dialect> d, settings s);
 
     // Makes the tables (idempotent DDL). Two first users racing on PostgreSQL can
     // collide in CREATE TABLE IF NOT EXISTS: the loser simply tries again.

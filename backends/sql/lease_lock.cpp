@@ -11,7 +11,7 @@ namespace distlock::backends::sql {
 
 using std::chrono::milliseconds;
 
-lease_row_handle::lease_row_handle(sql_backend& b, const spi::lock_request& r, const sql_texts::lease_rows& rows)
+lease_row_handle::lease_row_handle(backend& b, const spi::lock_request& r, const sql_texts::lease_rows& rows)
     : b_(b), req_(r), rows_(rows), name_{r.name}, slot_(fence_slot(r.name)) {}
 
 milliseconds lease_row_handle::check_interval() const {
@@ -111,7 +111,7 @@ spi::keepalive_result lease_row_handle::renew() {
     }
 }
 
-lease_handle::lease_handle(sql_backend& b, const spi::lock_request& r, bool optimistic)
+lease_handle::lease_handle(backend& b, const spi::lock_request& r, bool optimistic)
     : lease_row_handle(b, r, b.lock_rows_), optimistic_(optimistic) {}
 
 std::optional<spi::grant> lease_handle::acquire(spi::deadline until, const spi::loss_sink&) {

@@ -29,7 +29,7 @@ bool has(const row& r, std::size_t i) { return r.size() > i && r[i].has_value();
 
 // ---- semaphore --------------------------------------------------------------------
 
-permit_handle::permit_handle(sql_backend& b, const spi::lock_request& r) : lease_row_handle(b, r, b.q_.permit_rows) {}
+permit_handle::permit_handle(backend& b, const spi::lock_request& r) : lease_row_handle(b, r, b.q_.permit_rows) {}
 
 std::optional<spi::grant> permit_handle::acquire(spi::deadline until, const spi::loss_sink&) {
     return b_.with_tables("acquire of a permit of '" + req_.name + "' failed",
@@ -81,7 +81,7 @@ std::optional<spi::grant> permit_handle::try_take() {
 
 // ---- read-write lock on lease rows (MySQL) --------------------------------------------
 
-rw_lease_handle::rw_lease_handle(sql_backend& b, const spi::lock_request& r)
+rw_lease_handle::rw_lease_handle(backend& b, const spi::lock_request& r)
     : lease_row_handle(b, r, b.q_.rw_rows), writer_(r.kind == spi::lock_kind::write) {}
 
 // A reader inserts its row, then looks for a writer row: there is one, it
@@ -110,7 +110,7 @@ std::optional<spi::grant> rw_lease_handle::acquire(spi::deadline until, const sp
                     throw;
                 }
             },
-            writer_, std::max(milliseconds{1}, req_.lease / 3));
+            writer_, spi::renewal_period(req_.lease));
     });
 }
 

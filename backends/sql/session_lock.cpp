@@ -13,7 +13,7 @@ using namespace std::chrono_literals;
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
-session_handle::session_handle(sql_backend& b, const spi::lock_request& r, session_kind kind)
+session_handle::session_handle(backend& b, const spi::lock_request& r, session_kind kind)
     : b_(b), req_(r), row_lock_(kind == session_kind::row), name_{r.name}, key_(b.dialect_->native_key(r.name)),
       slot_(fence_slot(r.name)), label_suffix_(session_label_suffix(r.holder)),
       row_session_name_(session_name(std::nullopt, r.holder)) {

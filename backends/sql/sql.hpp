@@ -364,7 +364,6 @@ public:
     void give_back(std::unique_ptr<connection> c) noexcept;
     // A connection made elsewhere joins the pool, its lock wait bound set as take() sets it.
     void adopt(std::unique_ptr<connection> c);
-    dialect& sql_dialect() noexcept { return *dialect_; }
 
     // Runs f(connection&) on a pooled connection; a reused idle connection that
     // turns out to be dead (closed by the server while idle) is replaced once.
@@ -398,8 +397,7 @@ private:
 // most `tries` times in all, and again only while less than `window` has passed
 // since `start` (the first attempt always runs). Returns the first value an
 // attempt returned; nullopt when every attempt lost its race. The optimistic
-// lock strategy (lease_lock.cpp) and the optimistic stock update of `distlock
-// flash-sale` (tools/optimistic_stock.cpp) both run on it.
+// lock strategy (lease_lock.cpp) runs on it.
 template <class F>
 auto retry_compare_and_set(int tries, std::chrono::milliseconds window, std::chrono::steady_clock::time_point start,
                            F&& attempt) -> decltype(attempt()) {

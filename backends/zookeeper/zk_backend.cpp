@@ -55,7 +55,7 @@ public:
         auto t0 = clock::now();
         auto o = zk_exists(s->zh, "/", false);
         auto t1 = clock::now();
-        if (o->rc != ZOK) throw_client_error(o->rc, "exists / failed");
+        if (o->rc != ZOK) throw_client_error(o->rc, kBackend, "exists / failed");
         zk_.touch(*s);
         return t1 - t0;
     }
@@ -75,12 +75,6 @@ private:
 };
 
 // ---- URL -------------------------------------------------------------------------
-
-std::string node_data() {
-    char host[256] = {};
-    ::gethostname(host, sizeof host - 1);
-    return std::string("distlock ") + host + " pid " + std::to_string(::getpid());
-}
 
 // The URL's acl= (see acl_mode): creator by default with credentials, open
 // without; creator and read need credentials (an identity to grant to).
@@ -121,7 +115,6 @@ std::shared_ptr<spi::backend> make_backend(spi::url& u) {
     s.connect_timeout = u.take_duration("connect_timeout").value_or(std::max<ms>(s.session_timeout, 5s));
     if (s.connect_timeout.count() <= 0) throw_error(errc::invalid_argument, kBackend, "connect_timeout must be positive");
     s.log_level = parse_log_level(u.take("log"));
-    s.node_data = node_data();
     if (!u.user().empty() || !u.password().empty()) s.digest = u.user() + ":" + u.password();
     s.acl = acl_from(u.take("acl"), !s.digest.empty());
     s.max_children = static_cast<std::size_t>(

@@ -159,15 +159,15 @@ bool is_connection_error(int rc) {
 }
 bool is_session_gone(int rc) { return rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE || rc == ZSESSIONMOVED; }
 
-void throw_client_error(int rc, const std::string& what) {
+void throw_client_error(int rc, std::string_view backend, const std::string& what) {
     errc code = errc::unavailable;
     if (rc == ZNOAUTH || rc == ZAUTHFAILED) code = errc::access_denied;
     else if (rc == ZBADARGUMENTS || rc == ZINVALIDACL) code = errc::invalid_argument;
-    throw_error(code, kBackend, what + ": " + zerror(rc), rc, zerror(rc));
+    throw_error(code, std::string(backend), what + ": " + zerror(rc), rc, zerror(rc));
 }
 void throw_op_error(const op& o, const std::string& what) {
     if (o.rc == kListingTooLarge) throw_error(errc::unavailable, kBackend, what + ": " + o.value);
-    throw_client_error(o.rc, what);
+    throw_client_error(o.rc, kBackend, what);
 }
 
 const ACL_vector& acl_of(acl_mode mode) {

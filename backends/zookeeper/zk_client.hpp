@@ -98,7 +98,7 @@ bool is_connection_error(int rc);
 bool is_session_gone(int rc);
 // A ZooKeeper return code as a distlock error: access_denied for ZNOAUTH and
 // ZAUTHFAILED, invalid_argument for ZBADARGUMENTS and ZINVALIDACL, else unavailable.
-[[noreturn]] void throw_client_error(int rc, const std::string& what);
+[[noreturn]] void throw_client_error(int rc, std::string_view backend, const std::string& what);
 
 // ---- one request, waited for by the calling thread -------------------------
 // The C client calls every completion exactly once (with ZCONNECTIONLOSS,

@@ -115,11 +115,11 @@ handle::handle(session_manager& zk, const spi::lock_request& r)
       dir_(dir_of(zk.config(), r.name)),
       kind_(r.kind),
       permits_(r.permits),
-      holder_(r.holder.empty() ? zk.config().node_data : r.holder) {}
+      holder_(r.holder) {}
 
 handle::~handle() { zk_.forget(*this); }
 
-std::chrono::milliseconds handle::check_interval() const { return std::max(ms(50), zk_.timeout() / 3); }
+std::chrono::milliseconds handle::check_interval() const { return spi::renewal_period(zk_.timeout(), ms(50)); }
 std::chrono::milliseconds handle::validity() const { return session_manager::loss_after(zk_.timeout()); }
 
 std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_sink& lost) {
@@ -158,7 +158,7 @@ created handle::create_node(const std::shared_ptr<session>& s, const std::string
             c.session_lost = true;
             return c;
         }
-        if (!is_connection_error(o->rc)) throw_client_error(o->rc, "cannot create a lock node under " + dir);
+        if (!is_connection_error(o->rc)) throw_client_error(o->rc, kBackend, "cannot create a lock node under " + dir);
         // Outcome unknown: the node may exist. Find it once reconnected.
         c.orphan_pid = pid;
         if (!zk_.wait_connected(*s, zk_.reconnect_limit(once ? clock::now() : until))) {
@@ -293,7 +293,7 @@ step handle::wait_turn(const std::shared_ptr<session>& s, const std::string& dir
             continue;
         }
         if (is_session_gone(o->rc)) return step::again;
-        if (!is_connection_error(o->rc)) throw_client_error(o->rc, "getData " + w.path + " failed");
+        if (!is_connection_error(o->rc)) throw_client_error(o->rc, kBackend, "getData " + w.path + " failed");
         // Connection loss: the loop waits for the reconnection.
     }
 }
@@ -419,7 +419,7 @@ step handle::take_lease(const std::shared_ptr<session>& s, const std::string& le
 
 void handle::check_permits(session& s, const std::string& leases, std::size_t others) {
     auto d = zk_get_data(s.zh, leases);
-    if (d->rc != ZOK) throw_client_error(d->rc, "getData " + leases + " failed");
+    if (d->rc != ZOK) throw_client_error(d->rc, kBackend, "getData " + leases + " failed");
     const auto stored = permits_in(d->value);
     // The size stands while the semaphore has holders; the first lease of an
     // empty semaphore (or one that only Curator clients hold) sets it.
@@ -429,7 +429,7 @@ void handle::check_permits(session& s, const std::string& leases, std::size_t ot
                         " permits; this one asks for " + std::to_string(permits_));
     if (stored == permits_) return;
     auto o = zk_set(s.zh, leases, permits_data(permits_));
-    if (o->rc != ZOK) throw_client_error(o->rc, "setData " + leases + " failed");
+    if (o->rc != ZOK) throw_client_error(o->rc, kBackend, "setData " + leases + " failed");
 }
 
 void handle::release_internal(session& s, const std::string& dir, const std::string& node,
@@ -547,7 +547,7 @@ void break_lock(session_manager& zk, std::string_view name) {
             for (const auto& k : lease_kids->children) doomed.push_back(leases + "/" + k);
         for (const auto& path : doomed) {
             auto o = zk_delete(zh, path);
-            if (o->rc != ZOK && o->rc != ZNONODE) throw_client_error(o->rc, "break_lock: delete failed");
+            if (o->rc != ZOK && o->rc != ZNONODE) throw_client_error(o->rc, kBackend, "break_lock: delete failed");
         }
     });
 }
@@ -605,7 +605,7 @@ lock_info inspect(session_manager& zk, std::string_view name, spi::lock_kind kin
         if (sync) wait_op(sync);
         const int rc = sync && sync->rc != ZOK ? sync->rc : kids->rc;
         if (is_connection_error(rc) && zk.wait_connected(*s, zk.reconnect_limit(clock::now()))) continue;
-        if (sync && sync->rc != ZOK) throw_client_error(sync->rc, "inspect: sync " + dir + " failed");
+        if (sync && sync->rc != ZOK) throw_client_error(sync->rc, kBackend, "inspect: sync " + dir + " failed");
         synced = true;
         if (kids->rc != ZOK && kids->rc != ZNONODE) throw_op_error(*kids, "inspect: getChildren " + dir + " failed");
         zk.touch(*s);
@@ -621,7 +621,7 @@ lock_info inspect(session_manager& zk, std::string_view name, spi::lock_kind kin
         auto d = zk_get_data(s->zh, dir + "/" + queue.front());
         if (d->rc == ZNONODE) continue;  // released meanwhile: look again
         if (is_connection_error(d->rc) && zk.wait_connected(*s, zk.reconnect_limit(clock::now()))) continue;
-        if (d->rc != ZOK) throw_client_error(d->rc, "inspect: getData of the holder's node failed");
+        if (d->rc != ZOK) throw_client_error(d->rc, kBackend, "inspect: getData of the holder's node failed");
         info.token = static_cast<std::uint64_t>(d->stat.czxid);
         std::string why;
         if (auto label = label_of(*d, why)) info.holder = std::move(label);

@@ -139,7 +139,7 @@ void session_manager::make_parents(session& s, const std::string& dir) {
                 pos = 0;
                 break;
             }
-            throw_client_error(o->rc, "cannot create " + sub);
+            throw_client_error(o->rc, kBackend, "cannot create " + sub);
         }
     }
 }

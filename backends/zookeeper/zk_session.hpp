@@ -35,7 +35,6 @@ struct settings {
     std::string base;  // "/distlock" by default
     ms session_timeout{10s};
     ms connect_timeout{10s};
-    std::string node_data;  // the data of a lock node whose request has no holder label (the core always gives one)
     std::string digest;     // "user:password" from the URL: digest auth of every session
     acl_mode acl = acl_mode::open;  // of every node distlock creates (acl=; creator by default with a digest)
     std::size_t max_children = kDefaultMaxChildren;  // the most children of a lock path distlock reads

@@ -3,7 +3,7 @@
 // the classes and functions of include/distlock/ (the public API and the
 // backend-author interface, spi/) marked with it are visible to programs and
 // plugins; everything else (core/, backends/) stays inside the library, as
-// libpqxx keeps include/pqxx/internal/. tests/package/check_exports.cmake
+// libpqxx keeps include/pqxx/internal/. tests/package/check_exports.py
 // holds the shared library's exported symbols to that.
 #pragma once
 

@@ -9,7 +9,7 @@
 
 #include "distlock/detail/deadline.hpp"
 #include "distlock/export.hpp"
-#include "distlock/shared_mutex.hpp"
+#include "distlock/options.hpp"
 
 namespace distlock {
 

@@ -19,8 +19,7 @@
 // library in a header under include/.
 #pragma once
 
-#include "distlock/export.hpp"
-
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -31,6 +30,7 @@
 #include <string_view>
 
 #include "distlock/error.hpp"
+#include "distlock/export.hpp"
 #include "distlock/inspect.hpp"
 #include "distlock/options.hpp"
 #include "distlock/spi/url.hpp"
@@ -270,6 +270,15 @@ DISTLOCK_API std::string sha256(std::string_view data);
 DISTLOCK_API std::string sha256_hex(std::string_view data);
 // Lowercase hex of raw bytes.
 DISTLOCK_API std::string to_hex(std::string_view bytes);
+
+// The renewal rule of every lease and session TTL: renewed every third of its
+// length (Redisson's watchdog renews its 30 s lease every 10 s), so that two
+// renewals in a row may fail before it runs out; never more often than `floor`.
+template <class Rep, class Period>
+constexpr std::chrono::milliseconds renewal_period(std::chrono::duration<Rep, Period> lease,
+                                                   std::chrono::milliseconds floor = std::chrono::milliseconds{1}) {
+    return std::max(floor, std::chrono::duration_cast<std::chrono::milliseconds>(lease) / 3);
+}
 
 // ASCII character classes that never depend on the process locale (std::isalnum
 // and friends do: a name must map to the same key in every process). Bytes of

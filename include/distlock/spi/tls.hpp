@@ -16,11 +16,10 @@
 // and `verify`, through tls_conflict() for the same message.
 #pragma once
 
-#include "distlock/export.hpp"
-
 #include <string>
 #include <string_view>
 
+#include "distlock/export.hpp"
 #include "distlock/spi/url.hpp"
 
 namespace distlock::spi {

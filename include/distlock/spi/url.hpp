@@ -6,8 +6,6 @@
 // and connect() rejects it.
 #pragma once
 
-#include "distlock/export.hpp"
-
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -15,6 +13,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "distlock/export.hpp"
 
 namespace distlock::spi {
 

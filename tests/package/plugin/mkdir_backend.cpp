@@ -34,10 +34,13 @@ using namespace std::chrono_literals;
 namespace spi = distlock::spi;
 using distlock::errc;
 
+constexpr const char* kBackend = "mkdir";
+
 // The system's error (errno) as a distlock error: what to do next.
-[[noreturn]] void throw_client_error(const std::string& what, int err) {
+[[noreturn]] void throw_client_error(int err, std::string_view backend, const std::string& what) {
     const bool denied = err == EACCES || err == EPERM || err == EROFS;
-    distlock::throw_error(denied ? errc::access_denied : errc::unavailable, "mkdir", what, err, std::strerror(err));
+    distlock::throw_error(denied ? errc::access_denied : errc::unavailable, std::string(backend), what, err,
+                          std::strerror(err));
 }
 
 // The owner token in `dir`, or nullopt when the directory or its file is gone
@@ -46,33 +49,40 @@ std::optional<std::string> read_owner(const std::string& dir) {
     const int fd = ::open((dir + "/owner").c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         if (errno == ENOENT || errno == ENOTDIR) return std::nullopt;
-        throw_client_error("cannot open " + dir + "/owner", errno);
+        const int error_number = errno;
+        throw_client_error(error_number, kBackend, "cannot open " + dir + "/owner");
     }
     char buf[64];
     const ssize_t n = ::read(fd, buf, sizeof buf);
     const int err = errno;
     ::close(fd);
-    if (n < 0) throw_client_error("cannot read " + dir + "/owner", err);
+    if (n < 0) throw_client_error(err, kBackend, "cannot read " + dir + "/owner");
     return std::string(buf, static_cast<std::size_t>(n));
 }
 
 void write_owner(const std::string& dir, const std::string& token) {
     const int fd = ::open((dir + "/owner").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) throw_client_error("cannot create " + dir + "/owner", errno);
+    if (fd < 0) {
+        const int error_number = errno;
+        throw_client_error(error_number, kBackend, "cannot create " + dir + "/owner");
+    }
     const ssize_t n = ::write(fd, token.data(), token.size());
     const int err = errno;
     ::close(fd);
     if (n != static_cast<ssize_t>(token.size()))
-        throw_client_error("cannot write " + dir + "/owner", n < 0 ? err : EIO);
+        throw_client_error(n < 0 ? err : EIO, kBackend, "cannot write " + dir + "/owner");
 }
 
 // The lock directory and what is in it, gone; false when it was not there.
 bool remove_lock(const std::string& dir) {
-    if (::unlink((dir + "/owner").c_str()) != 0 && errno != ENOENT)
-        throw_client_error("cannot remove " + dir + "/owner", errno);
+    if (::unlink((dir + "/owner").c_str()) != 0 && errno != ENOENT) {
+        const int error_number = errno;
+        throw_client_error(error_number, kBackend, "cannot remove " + dir + "/owner");
+    }
     if (::rmdir(dir.c_str()) == 0) return true;
     if (errno == ENOENT) return false;
-    throw_client_error("cannot remove " + dir, errno);
+    const int error_number = errno;
+    throw_client_error(error_number, kBackend, "cannot remove " + dir);
 }
 
 class handle final : public spi::lock_handle {
@@ -85,7 +95,10 @@ public:
     std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink& /*lost*/) override {
         spi::backoff wait(retry_min_, retry_max_);
         while (::mkdir(dir_.c_str(), 0700) != 0) {
-            if (errno != EEXIST) throw_client_error("cannot create " + dir_, errno);
+            if (errno != EEXIST) {
+                const int error_number = errno;
+                throw_client_error(error_number, kBackend, "cannot create " + dir_);
+            }
             if (!wait.sleep(until)) return std::nullopt;
         }
         auto token = spi::random_token();
@@ -103,7 +116,7 @@ public:
     void release() override {
         const auto mine = std::exchange(owner_, std::string{});
         if (read_owner(dir_) != mine)
-            distlock::throw_error(errc::not_owner, "mkdir", dir_ + " is no longer this handle's (removed out of band)");
+            distlock::throw_error(errc::not_owner, kBackend, dir_ + " is no longer this handle's (removed out of band)");
         remove_lock(dir_);
     }
 
@@ -135,7 +148,7 @@ public:
             {distlock::feature::notified_wakeup, "waiters poll mkdir(2) with the core's backoff"},
         };
     }
-    std::string_view name() const noexcept override { return "mkdir"; }
+    std::string_view name() const noexcept override { return kBackend; }
     const distlock::capabilities& caps() const noexcept override { return caps_; }
     std::unique_ptr<spi::lock_handle> make_lock(const spi::lock_request& r) override {
         return std::make_unique<handle>(dir_of(r.name), r, check_);
@@ -159,13 +172,13 @@ private:
 void register_scheme() {
     distlock::register_backend("mkdir", [](spi::url& u) -> std::shared_ptr<spi::backend> {
         if (!u.hosts().empty() || u.path().empty())
-            distlock::throw_error(errc::invalid_argument, "mkdir",
+            distlock::throw_error(errc::invalid_argument, kBackend,
                                   "mkdir:// takes a base directory: mkdir:///var/lock/app");
         const auto check = u.take_duration("check").value_or(1s);
-        if (check <= 0ms) distlock::throw_error(errc::invalid_argument, "mkdir", "check must be positive");
+        if (check <= 0ms) distlock::throw_error(errc::invalid_argument, kBackend, "check must be positive");
         std::error_code ec;
         std::filesystem::create_directories(u.path(), ec);
-        if (ec) throw_client_error("cannot create " + u.path(), ec.value());
+        if (ec) throw_client_error(ec.value(), kBackend, "cannot create " + u.path());
         return std::make_shared<backend>(u.path(), check);
     });
 }
