@@ -38,8 +38,7 @@ std::string scrub(std::string text, std::span<const std::string> secrets);
 
 // `f()`, with any exception it throws passed through rethrow_as_error().
 template <class F>
-decltype(auto) guarded(std::string_view backend, std::span<const std::string> secrets, std::string_view doing,
-                       F&& f) {
+decltype(auto) guarded(std::string_view backend, std::span<const std::string> secrets, std::string_view doing, F&& f) {
     try {
         return std::forward<F>(f)();
     } catch (...) {

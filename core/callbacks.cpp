@@ -29,8 +29,7 @@ struct callback_thread::state {
             lk.unlock();
             try {
                 fn();
-            } catch (...) {
-            }
+            } catch (...) {}
             fn = nullptr;  // whatever the callback captured goes outside the lock too
             lk.lock();
         }

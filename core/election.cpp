@@ -34,7 +34,8 @@ std::string checked_label(std::string_view label, std::string_view backend, std:
     if (label.empty() || label.size() > max_label_bytes)
         throw_error(errc::invalid_argument, who,
                     std::string(what) + " is " + std::to_string(label.size()) + " bytes; it must be 1 to 255");
-    if (has_control_byte(label)) throw_error(errc::invalid_argument, who, std::string(what) + " has a control character");
+    if (has_control_byte(label))
+        throw_error(errc::invalid_argument, who, std::string(what) + " has a control character");
     return std::string(label);
 }
 

@@ -77,8 +77,7 @@ void throw_error(errc code, std::string backend, const std::string& message, lon
             throw invalid_argument_error(code, std::move(b), message, native_code, std::move(n));
         case errc::unsupported: throw unsupported_error(code, std::move(b), message, native_code, std::move(n));
         case errc::access_denied: throw access_denied_error(code, std::move(b), message, native_code, std::move(n));
-        case errc::would_deadlock:
-            throw would_deadlock_error(code, std::move(b), message, native_code, std::move(n));
+        case errc::would_deadlock: throw would_deadlock_error(code, std::move(b), message, native_code, std::move(n));
     }
     throw error(code, std::move(b), message, native_code, std::move(n));
 }
@@ -117,10 +116,12 @@ void rethrow_as_error(std::string_view backend, std::span<const std::string> sec
     } catch (const abi::__forced_unwind&) {  // pthread_cancel: must go on unwinding
         throw;
     } catch (const std::exception& e) {
-        throw_error(errc::unavailable, std::string(backend), std::string(doing) + " failed: " + foreign_exception_text(e));
-    } catch (...) {
         throw_error(errc::unavailable, std::string(backend),
-                    std::string(doing) + " failed: an exception of an unknown type from the backend or a library it uses");
+                    std::string(doing) + " failed: " + foreign_exception_text(e));
+    } catch (...) {
+        throw_error(
+            errc::unavailable, std::string(backend),
+            std::string(doing) + " failed: an exception of an unknown type from the backend or a library it uses");
     }
 }
 

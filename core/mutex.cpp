@@ -19,7 +19,8 @@ std::shared_ptr<gate> provider_state::gate_for(const std::string& name) {
         slot = g;
     }
     if (gates_.size() > 1024) {  // forget names nobody uses any more
-        for (auto it = gates_.begin(); it != gates_.end();) it = it->second.expired() ? gates_.erase(it) : std::next(it);
+        for (auto it = gates_.begin(); it != gates_.end();)
+            it = it->second.expired() ? gates_.erase(it) : std::next(it);
     }
     return g;
 }
@@ -61,8 +62,9 @@ std::unique_ptr<mutex_impl> make_mutex_impl(const std::shared_ptr<provider_state
     if (options.retry_min.count() < 0 || options.retry_max < options.retry_min)
         throw_error(errc::invalid_argument, who, "retry_min/retry_max out of order");
     if (const auto needs = feature_of(kind); needs && !provider->caps().supports(needs->first))
-        throw_error(errc::unsupported, who,
-                    std::string(needs->second) + " are not supported: " + std::string(provider->caps().why_not(needs->first)));
+        throw_error(
+            errc::unsupported, who,
+            std::string(needs->second) + " are not supported: " + std::string(provider->caps().why_not(needs->first)));
     spi::lock_request request;
     request.name = std::string(name);
     request.kind = kind == spi::lock_kind::leader ? leader_kind(*provider) : kind;
@@ -173,8 +175,7 @@ public:
             throw;
         } catch (const error& e) {
             code = e.code_value();
-        } catch (...) {
-        }
+        } catch (...) {}
         tell(acquire_outcome::failed, contention::unknown, code);
     }
     // `queued`: it waited behind another thread of this provider first.
@@ -361,9 +362,8 @@ void mutex_impl::unlock() noexcept {
         bool* clean;
         ~tell_release() {
             self->provider_->observe([&](observer& o) {
-                o.released(release_event{self->provider_->scheme(), self->request_.name,
-                                         self->observed_kind_, spi::clock::now() - granted_at,
-                                         *clean});
+                o.released(release_event{self->provider_->scheme(), self->request_.name, self->observed_kind_,
+                                         spi::clock::now() - granted_at, *clean});
             });
         }
     } told{this, granted_at, &clean};
@@ -416,8 +416,7 @@ void mutex_impl::post(std::function<void(bool mutex_alive)> callback) noexcept {
             }
             try {
                 callback(alive);
-            } catch (...) {
-            }
+            } catch (...) {}
             std::lock_guard lk(pending->mutex);
             if (--pending->count == 0) pending->done.notify_all();
         });
@@ -444,8 +443,7 @@ void mutex_impl::post_lost(std::uint64_t token, std::string reason) noexcept {
                               "lock lost (token " + std::to_string(event.token) + "): " + event.reason);
             if (callback && mutex_alive) callback(event);
         });
-    } catch (...) {
-    }
+    } catch (...) {}
 }
 
 void mutex_impl::post_error(std::uint64_t token, const error& e) noexcept {
@@ -453,10 +451,9 @@ void mutex_impl::post_error(std::uint64_t token, const error& e) noexcept {
     try {
         // The error is made again on the callback thread, of the same subclass
         // (throw_error picks it by code), so that the callback can catch it by type.
-        post([provider = provider_, callback = options_.on_error, name = request_.name, token,
-              code = e.code_value(), backend = e.backend(), reason = scrub(e.reason(), provider_->secrets()),
-              native = e.native_code(), native_message = scrub(e.native_message(), provider_->secrets())](
-                 bool mutex_alive) {
+        post([provider = provider_, callback = options_.on_error, name = request_.name, token, code = e.code_value(),
+              backend = e.backend(), reason = scrub(e.reason(), provider_->secrets()), native = e.native_code(),
+              native_message = scrub(e.native_message(), provider_->secrets())](bool mutex_alive) {
             try {
                 throw_error(code, backend, reason, native, native_message);
             } catch (const error& err) {
@@ -465,8 +462,7 @@ void mutex_impl::post_error(std::uint64_t token, const error& e) noexcept {
                 if (callback && mutex_alive) callback(lock_event{name, token, err.what()}, err);
             }
         });
-    } catch (...) {
-    }
+    } catch (...) {}
 }
 
 }  // namespace distlock::detail

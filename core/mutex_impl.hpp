@@ -147,11 +147,11 @@ private:
     std::shared_ptr<sink_target> sink_target_;
     std::shared_ptr<pending_callbacks> pending_;
 
-    std::mutex state_mutex_;  // guards the fields below
-    std::uint64_t generation_ = 0;  // of the current grant, or of the one being acquired
-    bool acquiring_ = false;        // acquire() of grant generation_ is under way
+    std::mutex state_mutex_;                 // guards the fields below
+    std::uint64_t generation_ = 0;           // of the current grant, or of the one being acquired
+    bool acquiring_ = false;                 // acquire() of grant generation_ is under way
     std::optional<std::string> early_loss_;  // reported while acquiring
-    int depth_ = 0;  // reentrancy count of the owner thread; 0 = not held
+    int depth_ = 0;                          // reentrancy count of the owner thread; 0 = not held
     std::thread::id owner_;
     scheduler::entry_id entry_ = 0;
     std::atomic<bool> held_{false};

@@ -144,7 +144,8 @@ std::vector<metrics::backend_counts> metrics::snapshot() const {
         backend_counts c;
         c.backend = b->backend;
         for (std::size_t k = 0; k < grant_kinds; ++k)
-            for (std::size_t o = 0; o < 3; ++o) c.acquisitions[k][o] = b->acquisitions[k][o].load(std::memory_order_relaxed);
+            for (std::size_t o = 0; o < 3; ++o)
+                c.acquisitions[k][o] = b->acquisitions[k][o].load(std::memory_order_relaxed);
         for (std::size_t i = 0; i < 3; ++i) c.contended[i] = b->contended[i].load(std::memory_order_relaxed);
         c.wait = b->wait.read();
         c.hold = b->hold.read();
@@ -265,14 +266,17 @@ std::string render_prometheus(const metrics& m, std::string_view prefix) {
     for (const auto& b : all) {
         w.sample("releases_total", labels{{"backend", b.backend}, {"clean", "true"}},
                  std::to_string(b.releases - b.releases_unclean));
-        w.sample("releases_total", labels{{"backend", b.backend}, {"clean", "false"}}, std::to_string(b.releases_unclean));
+        w.sample("releases_total", labels{{"backend", b.backend}, {"clean", "false"}},
+                 std::to_string(b.releases_unclean));
     }
     w.family("renewal_calls_total", "counter", "Calls of the backend's batched renewal.");
-    for (const auto& b : all) w.sample("renewal_calls_total", labels{{"backend", b.backend}}, std::to_string(b.renewal_calls));
+    for (const auto& b : all)
+        w.sample("renewal_calls_total", labels{{"backend", b.backend}}, std::to_string(b.renewal_calls));
     w.family("renewals_total", "counter", "Grants renewed or checked, by result.");
     for (const auto& b : all) {
         w.sample("renewals_total", labels{{"backend", b.backend}, {"result", "ok"}}, std::to_string(b.renewals_ok));
-        w.sample("renewals_total", labels{{"backend", b.backend}, {"result", "failed"}}, std::to_string(b.renewals_failed));
+        w.sample("renewals_total", labels{{"backend", b.backend}, {"result", "failed"}},
+                 std::to_string(b.renewals_failed));
         w.sample("renewals_total", labels{{"backend", b.backend}, {"result", "lost"}}, std::to_string(b.renewals_lost));
     }
     w.family("renewal_seconds", "histogram", "Latency of one batched renewal call.");

@@ -8,11 +8,11 @@
 #include <utility>
 #include <vector>
 
+#include "boundary.hpp"
 #include "distlock/multi_lock.hpp"
 #include "distlock/provider.hpp"
 #include "distlock/semaphore.hpp"
 #include "distlock/shared_mutex.hpp"
-#include "boundary.hpp"
 #include "mutex_impl.hpp"
 
 namespace distlock::detail {
@@ -22,8 +22,8 @@ namespace distlock::detail {
 // goes back to the idle ones when it is released (or the taking failed).
 class grant_pool {
 public:
-    grant_pool(std::shared_ptr<provider_state> provider, std::string name, lock_options options,
-               spi::lock_kind kind, std::uint32_t permits)
+    grant_pool(std::shared_ptr<provider_state> provider, std::string name, lock_options options, spi::lock_kind kind,
+               std::uint32_t permits)
         : provider_(std::move(provider)),
           name_(std::move(name)),
           options_(std::move(options)),
@@ -144,7 +144,8 @@ private:
 
 class shared_mutex_impl {
 public:
-    shared_mutex_impl(const std::shared_ptr<provider_state>& provider, std::string_view name, const lock_options& options)
+    shared_mutex_impl(const std::shared_ptr<provider_state>& provider, std::string_view name,
+                      const lock_options& options)
         : writer_(make_mutex_impl(provider, name, options, spi::lock_kind::write, 0)),
           readers_(provider, std::string(name), options, spi::lock_kind::read, 0) {}
 
@@ -210,7 +211,8 @@ public:
             }
             if (report) report(lock_event{e.name, e.token, "part '" + e.name + "' of a multi-lock: " + e.reason});
         };
-        for (const auto& n : names_) parts_.push_back(make_mutex_impl(provider, n, options, spi::lock_kind::exclusive, 0));
+        for (const auto& n : names_)
+            parts_.push_back(make_mutex_impl(provider, n, options, spi::lock_kind::exclusive, 0));
     }
 
     bool lock_until(spi::deadline until) {
@@ -289,7 +291,8 @@ distlock::shared_mutex provider::shared_mutex(std::string_view name, lock_option
 
 distlock::semaphore provider::semaphore(std::string_view name, std::uint32_t permits, lock_options options) const {
     if (permits == 0)
-        throw_error(errc::invalid_argument, std::string(state_->backend().name()), "a semaphore needs at least 1 permit");
+        throw_error(errc::invalid_argument, std::string(state_->backend().name()),
+                    "a semaphore needs at least 1 permit");
     return detail::guarded(state_->backend().name(), state_->secrets(), "semaphore()", [&] {
         return distlock::semaphore(std::make_unique<detail::semaphore_impl>(state_, name, permits, options));
     });
@@ -337,7 +340,8 @@ void semaphore::acquire() { (void)acquire_until_steady(std::chrono::steady_clock
 bool semaphore::try_acquire() { return acquire_until_steady(std::chrono::steady_clock::now()); }
 bool semaphore::acquire_until_steady(std::chrono::steady_clock::time_point deadline) {
     if (!impl_) moved_from("semaphore");
-    return detail::guarded(impl_->backend_name(), impl_->provider().secrets(), "acquire", [&] { return impl_->acquire_until(deadline); });
+    return detail::guarded(impl_->backend_name(), impl_->provider().secrets(), "acquire",
+                           [&] { return impl_->acquire_until(deadline); });
 }
 void semaphore::release() noexcept {
     if (impl_) impl_->release();
@@ -358,7 +362,8 @@ void multi_lock::lock() { (void)lock_until_steady(std::chrono::steady_clock::tim
 bool multi_lock::try_lock() { return lock_until_steady(std::chrono::steady_clock::now()); }
 bool multi_lock::lock_until_steady(std::chrono::steady_clock::time_point deadline) {
     if (!impl_) moved_from("multi_lock");
-    return detail::guarded(impl_->backend_name(), impl_->provider().secrets(), "lock", [&] { return impl_->lock_until(deadline); });
+    return detail::guarded(impl_->backend_name(), impl_->provider().secrets(), "lock",
+                           [&] { return impl_->lock_until(deadline); });
 }
 void multi_lock::unlock() noexcept {
     if (impl_) impl_->unlock();

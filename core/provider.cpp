@@ -34,8 +34,9 @@ public:
     void add(std::string scheme, spi::factory f) override {
         if (!well_formed_scheme(scheme))
             throw_error(errc::invalid_argument, "",
-                        "'" + scheme + "' is not a URL scheme distlock can register (a lowercase letter, then "
-                        "lowercase letters, digits, '+', '-' or '.'; at most 32 characters)");
+                        "'" + scheme +
+                            "' is not a URL scheme distlock can register (a lowercase letter, then "
+                            "lowercase letters, digits, '+', '-' or '.'; at most 32 characters)");
         if (!f) throw_error(errc::invalid_argument, "", "the factory of scheme '" + scheme + "' is empty");
         std::lock_guard lk(mutex_);
         if (factories_.contains(scheme))
@@ -91,7 +92,8 @@ std::shared_ptr<detail::provider_state> connect_state(std::string_view text, pro
     if (options.holder.empty()) options.holder = holder_param ? *holder_param : detail::default_holder();
     options.holder = detail::checked_label(options.holder, u.scheme(), "holder");
     const bool insecure = spi::tls_insecure_requested(u);  // before the backend takes it
-    auto backend = detail::guarded(u.scheme(), u.secrets(), "connecting to " + u.redacted(), [&] { return (*factory)(u); });
+    auto backend =
+        detail::guarded(u.scheme(), u.secrets(), "connecting to " + u.redacted(), [&] { return (*factory)(u); });
     if (!backend)
         throw_error(errc::invalid_argument, "", "the factory of scheme '" + u.scheme() + "' returned no backend");
     u.expect_all_taken();
@@ -171,8 +173,7 @@ void provider_state::check_process() const {
 
 capabilities effective_caps(const capabilities& declared) {
     capabilities caps = declared;
-    for (auto f : {feature::read_write, feature::semaphore, feature::permit_limit, feature::election,
-                   feature::inspect})
+    for (auto f : {feature::read_write, feature::semaphore, feature::permit_limit, feature::election, feature::inspect})
         if (!caps.implements.contains(f))
             caps.unsupported.emplace(f, "the backend does not claim it (capabilities::implements)");
     return caps;

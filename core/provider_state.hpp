@@ -12,10 +12,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "callbacks.hpp"
 #include "distlock/observe.hpp"
 #include "distlock/provider.hpp"
 #include "distlock/spi/backend.hpp"
-#include "callbacks.hpp"
 #include "gate.hpp"
 #include "process.hpp"
 #include "scheduler.hpp"
@@ -73,8 +73,7 @@ public:
         if (auto* o = options_.observer.get()) {
             try {
                 tell(*o);
-            } catch (...) {
-            }
+            } catch (...) {}
         }
     }
     bool logs(log_level level) const noexcept { return options_.log && level >= options_.min_level; }
@@ -84,8 +83,7 @@ public:
         if (!logs(level)) return;
         try {
             options_.log(log_record{level, scheme_, lock, message});
-        } catch (...) {
-        }
+        } catch (...) {}
     }
 
 private:

@@ -69,8 +69,8 @@ scheduler::entry_id scheduler::add(watch w) {
     entry_id id = st.next_id++;
     ++st.adds;
     auto first = w.renew ? w.interval : w.lease;
-    st.idle_wait = std::min<clock::duration>(
-        st.idle_wait, std::max<clock::duration>(first / 2, std::chrono::milliseconds{10}));
+    st.idle_wait =
+        std::min<clock::duration>(st.idle_wait, std::max<clock::duration>(first / 2, std::chrono::milliseconds{10}));
     const auto due = w.since + first;
     st.entries.emplace(id, state::entry{w.handle, w.interval, w.lease, w.renew, due, w.since, std::move(w.lost),
                                         std::move(w.failed), w.valid_until});
@@ -158,12 +158,10 @@ void scheduler::state::run() {
             auto after = clock::now();
             if (watcher != nullptr) {
                 renewal_event ev{scheme, handles.size(), 0, 0, 0, after - sent};
-                for (const auto& r : results)
-                    ++(r.state == st::ok ? ev.ok : r.state == st::lost ? ev.lost : ev.failed);
+                for (const auto& r : results) ++(r.state == st::ok ? ev.ok : r.state == st::lost ? ev.lost : ev.failed);
                 try {
                     watcher->renewed(ev);
-                } catch (...) {
-                }
+                } catch (...) {}
             }
             lk.lock();
             for (std::size_t k = 0; k < batch.size(); ++k) {
@@ -195,8 +193,7 @@ void scheduler::state::run() {
         for (auto& c : calls) {
             try {
                 c.second();
-            } catch (...) {
-            }
+            } catch (...) {}
         }
         lk.lock();
         for (auto& c : calls) {

@@ -55,7 +55,8 @@ bool encrypted_pem(const std::string& path) {
     if (fd < 0) return false;
     std::string text;
     char buf[8192];
-    for (ssize_t n; text.size() < (1u << 20) && (n = ::read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+    for (ssize_t n; text.size() < (1u << 20) && (n = ::read(fd, buf, sizeof buf)) > 0;)
+        text.append(buf, static_cast<std::size_t>(n));
     ::close(fd);
     return text.find("-----BEGIN ENCRYPTED PRIVATE KEY-----") != std::string::npos ||
            text.find("Proc-Type: 4,ENCRYPTED") != std::string::npos;

@@ -60,8 +60,7 @@ std::string decode(std::string_view text, std::string_view what, const std::stri
 curlu_ptr parse_with_curl(const std::string& carrier, const std::string& shown) {
     curlu_ptr u(curl_url());
     if (!u) throw std::bad_alloc();
-    CURLUcode rc =
-        curl_url_set(u.get(), CURLUPART_URL, carrier.c_str(), CURLU_NON_SUPPORT_SCHEME | CURLU_PATH_AS_IS);
+    CURLUcode rc = curl_url_set(u.get(), CURLUPART_URL, carrier.c_str(), CURLU_NON_SUPPORT_SCHEME | CURLU_PATH_AS_IS);
     if (rc != CURLUE_OK) bad("cannot parse '" + shown + "': " + curl_url_strerror(rc));
     return u;
 }
@@ -186,7 +185,8 @@ url url::parse(std::string_view input) {
     if (const auto at = userinfo_end(rest); at != std::string::npos) {
         userinfo = rest.substr(0, at + 1);
         if (userinfo.find_first_of("/?#") != std::string::npos)  // a password with them (userinfo_end)
-            bad("'" + shown + "' has an '@' after a '/', '?' or '#': percent-encode '/', '?' and '#' in a password "
+            bad("'" + shown +
+                "' has an '@' after a '/', '?' or '#': percent-encode '/', '?' and '#' in a password "
                 "(%2F, %3F, %23) and '@' in a path or parameter (%40)");
         rest = rest.substr(at + 1);
     }

@@ -8,8 +8,8 @@
 #include <cstring>
 
 #include <array>
-#include <charconv>
 #include <atomic>
+#include <charconv>
 #include <cmath>
 #include <random>
 #include <thread>
@@ -92,8 +92,7 @@ unsigned fork_generation() noexcept { return fork_count.load(std::memory_order_r
 void abandon(std::shared_ptr<const void> object) noexcept {
     if (!object) return;
     auto* node = new abandoned{std::move(object), abandoned_list.load()};  // noexcept: terminates when out of memory
-    while (!abandoned_list.compare_exchange_weak(node->next, node)) {
-    }
+    while (!abandoned_list.compare_exchange_weak(node->next, node)) {}
 }
 
 }  // namespace distlock::detail

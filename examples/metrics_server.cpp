@@ -39,8 +39,7 @@ int main(int argc, char** argv) {
     int requests_left = limit != nullptr ? std::atoi(limit) : -1;
 
     auto metrics = std::make_shared<distlock::metrics>();
-    auto locks = distlock::connect(url, {.observer = metrics,
-                                         .log = [](const distlock::log_record& r) {
+    auto locks = distlock::connect(url, {.observer = metrics, .log = [](const distlock::log_record& r) {
                                              std::fprintf(stderr, "[%s] %.*s %.*s: %.*s\n",
                                                           std::string(distlock::to_string(r.level)).c_str(),
                                                           int(r.backend.size()), r.backend.data(), int(r.lock.size()),
@@ -105,7 +104,8 @@ int main(int argc, char** argv) {
             body = "try /metrics\n";
         }
         const std::string reply = "HTTP/1.1 " + status + "\r\nContent-Type: " + type +
-                                  "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+                                  "\r\nContent-Length: " + std::to_string(body.size()) +
+                                  "\r\nConnection: close\r\n\r\n" + body;
         for (std::size_t off = 0; off < reply.size();) {
             const auto w = ::send(client, reply.data() + off, reply.size() - off, MSG_NOSIGNAL);
             if (w <= 0) break;

@@ -5,11 +5,11 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <functional>
 #include <iostream>
 #include <mutex>
-#include <functional>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "common.hpp"
@@ -26,8 +26,8 @@ struct settings {
     std::string mode = "uncontended";
     std::string primitive = "mutex";  // mutex, rw (the read-write lock) or semaphore
     int threads = 1, processes = 1, floor_samples = 200;
-    int writers = 0;                  // rw: how many of each process's threads write (the others read)
-    std::uint32_t permits = 1;        // semaphore: its size  // floor_samples: contended mode, before the run
+    int writers = 0;            // rw: how many of each process's threads write (the others read)
+    std::uint32_t permits = 1;  // semaphore: its size  // floor_samples: contended mode, before the run
     double seconds = 5;
     bool json = false, quiet = false;
     bool observe = false;  // a distlock::metrics observer on each provider (its overhead is what is measured)
@@ -109,14 +109,28 @@ std::string worker(const settings& s, const std::string& run_id, int index) {
                 const bool writer = s.primitive == "rw" && t < s.writers;
                 if (s.primitive == "rw") {
                     rw.emplace(locks.shared_mutex(name));
-                    if (writer) cycle = [&] { rw->lock(); rw->unlock(); };
-                    else cycle = [&] { rw->lock_shared(); rw->unlock_shared(); };
+                    if (writer)
+                        cycle = [&] {
+                            rw->lock();
+                            rw->unlock();
+                        };
+                    else
+                        cycle = [&] {
+                            rw->lock_shared();
+                            rw->unlock_shared();
+                        };
                 } else if (s.primitive == "semaphore") {
                     sem.emplace(locks.semaphore(name, s.permits));
-                    cycle = [&] { sem->acquire(); sem->release(); };
+                    cycle = [&] {
+                        sem->acquire();
+                        sem->release();
+                    };
                 } else {
                     m.emplace(locks.mutex(name));
-                    cycle = [&] { m->lock(); m->unlock(); };
+                    cycle = [&] {
+                        m->lock();
+                        m->unlock();
+                    };
                 }
                 while (std::chrono::steady_clock::now() < until) {
                     auto t0 = std::chrono::steady_clock::now();
@@ -147,7 +161,8 @@ int run_bench(const settings& s) {
     if (s.mode != "uncontended" && s.mode != "contended")
         throw invalid_argument_error(errc::invalid_argument, "bench", "--mode is uncontended or contended");
     if (s.threads < 1) throw invalid_argument_error(errc::invalid_argument, "bench", "--threads must be at least 1");
-    if (s.processes < 1) throw invalid_argument_error(errc::invalid_argument, "bench", "--processes must be at least 1");
+    if (s.processes < 1)
+        throw invalid_argument_error(errc::invalid_argument, "bench", "--processes must be at least 1");
     if (s.seconds <= 0) throw invalid_argument_error(errc::invalid_argument, "bench", "--seconds must be positive");
     if (s.writers < 0 || s.writers > s.threads)
         throw invalid_argument_error(errc::invalid_argument, "bench", "--writers must be between 0 and --threads");
@@ -157,13 +172,14 @@ int run_bench(const settings& s) {
     require_cross_process(s.backend, s.processes, "bench");
     const std::string run_id = spi::random_token().substr(0, 10);
     if (!s.quiet)
-        std::cerr << "bench " << s.mode << " on " << printable(redact(s.backend)) << ": " << s.processes << " process(es) x " << s.threads
-                  << " thread(s) for " << s.seconds << " s\n";
+        std::cerr << "bench " << s.mode << " on " << printable(redact(s.backend)) << ": " << s.processes
+                  << " process(es) x " << s.threads << " thread(s) for " << s.seconds << " s\n";
     auto t0 = std::chrono::steady_clock::now();
     auto tick = [&] {
         if (!s.quiet) std::cerr << "  ... " << static_cast<long>(ms_since(t0) / 1000) << " s\n";
     };
-    auto reports = run_in_processes(s.processes, [&](int i) { return worker(s, run_id, i); }, tick);
+    auto reports = run_in_processes(
+        s.processes, [&](int i) { return worker(s, run_id, i); }, tick);
     std::vector<double> floor, native, reads, writes;
     for (const auto& r : reports) {
         std::size_t pos = 0;
@@ -178,12 +194,10 @@ int run_bench(const settings& s) {
     const double p50 = percentile(cycles, 50), p99 = percentile(cycles, 99);
     const double cps = static_cast<double>(cycles.size()) / s.seconds;
     auto round1 = [](double v) { return std::round(v * 10) / 10; };
-    nlohmann::json j{{"backend", redact(s.backend)},       {"mode", s.mode},
-                     {"processes", s.processes},   {"threads", s.threads},
-                     {"seconds", s.seconds},       {"cycles", cycles.size()},
-                     {"cycles_per_s", round1(cps)}, {"p50_us", round1(p50)},
-                     {"p99_us", round1(p99)}, {"primitive", s.primitive},
-                     {"observed", s.observe}};
+    nlohmann::json j{{"backend", redact(s.backend)}, {"mode", s.mode},        {"processes", s.processes},
+                     {"threads", s.threads},         {"seconds", s.seconds},  {"cycles", cycles.size()},
+                     {"cycles_per_s", round1(cps)},  {"p50_us", round1(p50)}, {"p99_us", round1(p99)},
+                     {"primitive", s.primitive},     {"observed", s.observe}};
     if (s.primitive == "rw") {
         j["writers"] = s.writers;
         j["reads"] = reads.size();
@@ -241,7 +255,8 @@ void add_bench(CLI::App& app, std::function<int()>& action) {
                     "(one permit: see --permits)")
         ->check(CLI::IsMember({"mutex", "rw", "semaphore"}))
         ->capture_default_str();
-    cmd->add_option("--writers", s->writers, "rw: threads per process that write; the others read")->capture_default_str();
+    cmd->add_option("--writers", s->writers, "rw: threads per process that write; the others read")
+        ->capture_default_str();
     cmd->add_option("--permits", s->permits, "semaphore: its number of permits")->capture_default_str();
     cmd->add_option("--threads,-t", s->threads, "Threads per process")->capture_default_str();
     cmd->add_option("--processes,-p", s->processes, "Processes")->capture_default_str();

@@ -153,10 +153,13 @@ std::string redact(const std::string& url) { return spi::redact_url(url); }
 
 void require_cross_process(const std::string& url, int processes, const char* command) {
     if (processes <= 1) return;
-    auto why = run_in_processes(1, [&](int) {
-        auto p = distlock::connect(url);
-        return std::string(p.caps().why_not(feature::cross_process));
-    }, [] {})[0];
+    auto why = run_in_processes(
+        1,
+        [&](int) {
+            auto p = distlock::connect(url);
+            return std::string(p.caps().why_not(feature::cross_process));
+        },
+        [] {})[0];
     if (!why.empty())
         throw_error(errc::invalid_argument, command,
                     std::to_string(processes) + " processes cannot share " + redact(url) + ": " + why +
@@ -211,8 +214,9 @@ void prepare_private_directory(const std::string& dir) {
     for (std::size_t at = dir.find('/', 1);; at = dir.find('/', at + 1)) {
         const std::string part = dir.substr(0, at);
         if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST)
-            throw access_denied_error(errc::access_denied, "", "cannot create the default lock directory " + part +
-                                                                   ": " + std::strerror(errno) + " (give --backend)");
+            throw access_denied_error(
+                errc::access_denied, "",
+                "cannot create the default lock directory " + part + ": " + std::strerror(errno) + " (give --backend)");
         if (at == std::string::npos) break;
     }
     if (const auto problem = not_private(dir, false); !problem.empty())
@@ -320,20 +324,23 @@ std::string read_backend_file(const std::string& path, const char* who) {
     for (;;) {
         const ssize_t r = ::read(fd, buf, sizeof buf);
         if (r < 0 && errno == EINTR) continue;
-        if (r < 0) throw invalid_argument_error(errc::invalid_argument, who, "cannot read " + what + ": " + std::strerror(errno));
+        if (r < 0)
+            throw invalid_argument_error(errc::invalid_argument, who,
+                                         "cannot read " + what + ": " + std::strerror(errno));
         if (r == 0) break;
         text.append(buf, static_cast<std::size_t>(r));
         if (text.size() > limit)
-            throw invalid_argument_error(errc::invalid_argument, who,
-                                         what + " is longer than " + std::to_string(limit) + " bytes: it holds one URL");
+            throw invalid_argument_error(
+                errc::invalid_argument, who,
+                what + " is longer than " + std::to_string(limit) + " bytes: it holds one URL");
     }
     while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
     if (text.empty()) throw invalid_argument_error(errc::invalid_argument, who, what + " is empty");
     for (std::size_t i = 0; i < text.size(); ++i)
         if (static_cast<unsigned char>(text[i]) < 0x20 || text[i] == 0x7f)
-            throw invalid_argument_error(errc::invalid_argument, who,
-                                         what + " holds a control character at byte " + std::to_string(i) +
-                                             " (one URL on one line)");
+            throw invalid_argument_error(
+                errc::invalid_argument, who,
+                what + " holds a control character at byte " + std::to_string(i) + " (one URL on one line)");
     if (redact(text) != text && (st.st_mode & 004) != 0)
         throw access_denied_error(errc::access_denied, who,
                                   what + " holds a secret and is readable by others (mode " + mode + "): chmod o-r it");
@@ -407,7 +414,8 @@ std::string redact_message(std::string text, const std::vector<std::string>& arg
     std::vector<std::string> secrets;
     for (const auto& a : args) {
         secrets.push_back(a);
-        if (const auto eq = a.find('='); a.rfind("-", 0) == 0 && eq != std::string::npos) secrets.push_back(a.substr(eq + 1));
+        if (const auto eq = a.find('='); a.rfind("-", 0) == 0 && eq != std::string::npos)
+            secrets.push_back(a.substr(eq + 1));
     }
     std::sort(secrets.begin(), secrets.end(), [](const auto& x, const auto& y) { return x.size() > y.size(); });
     for (const auto& secret : secrets) {

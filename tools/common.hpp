@@ -85,11 +85,11 @@ void prepare_private_directory(const std::string& dir);
 // PATH on the command line, else $DISTLOCK_BACKEND or $DISTLOCK_BACKEND_FILE,
 // else the default file:// directory (flash-sale, bench; see use_default()).
 struct backend_choice {
-    std::string url, file;          // the options' values
+    std::string url, file;  // the options' values
     bool url_given = false, file_given = false;
-    std::string fallback;           // the default URL, "" when none
-    std::string fallback_dir;       // its base directory, made when it is used
-    std::string fallback_problem;   // why there is no default
+    std::string fallback;          // the default URL, "" when none
+    std::string fallback_dir;      // its base directory, made when it is used
+    std::string fallback_problem;  // why there is no default
     // A default of file://<default_file_base()>/<leaf>.
     void use_default(const std::string& leaf);
     // The URL to connect to. Throws invalid_argument_error (64) or

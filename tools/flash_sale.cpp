@@ -53,8 +53,8 @@ private:
 };
 
 struct settings {
-    backend_choice source;  // --backend, --backend-file, the environment or the default directory
-    std::string backend;    // the URL, from source
+    backend_choice source;          // --backend, --backend-file, the environment or the default directory
+    std::string backend;            // the URL, from source
     std::string strategy = "lock";  // lock | optimistic (no lock: version-checked UPDATE, SQL URLs)
     int db_pool = 20;               // optimistic: statements in flight per app server (its DB pool)
     std::string name = "stock:product_01";
@@ -71,7 +71,6 @@ struct settings {
 std::string segment_name(const settings& s, int seg) {
     return s.segments == 1 ? s.name : s.name + ":seg" + std::to_string(seg);
 }
-
 
 // What one purchase attempt on one stock segment came to.
 enum class attempt { sold, segment_empty, failed };
@@ -211,13 +210,15 @@ int run_flash_sale(settings s) {
     if (s.strategy != "lock" && !optimistic)
         throw invalid_argument_error(errc::invalid_argument, "flash-sale", "--strategy is lock or optimistic");
     if (optimistic && s.no_lock)
-        throw invalid_argument_error(errc::invalid_argument, "flash-sale", "--strategy optimistic takes no lock already");
+        throw invalid_argument_error(errc::invalid_argument, "flash-sale",
+                                     "--strategy optimistic takes no lock already");
     if (!s.no_lock && !optimistic) require_cross_process(s.backend, s.processes, "flash-sale");
     if (optimistic) {
         const auto scheme = spi::url::parse(s.backend).scheme();
         if (scheme != "mysql" && scheme != "postgres")
-            throw invalid_argument_error(errc::invalid_argument, "flash-sale",
-                                         "--strategy optimistic needs a mysql:// or postgres:// URL, not " + scheme + "://");
+            throw invalid_argument_error(
+                errc::invalid_argument, "flash-sale",
+                "--strategy optimistic needs a mysql:// or postgres:// URL, not " + scheme + "://");
     }
     // Stock stores are set up and read in child processes too, so that this
     // process opens no database connection and starts no thread before fork.
@@ -229,21 +230,26 @@ int run_flash_sale(settings s) {
             for (int i = 0; i < s.segments; ++i) left += view.get(i);
             return left;
         }
-        auto out = run_in_processes(1, [&](int) {
-            std::string o;
-            for (long long left : optimistic_stock_left(s)) put_u64(o, static_cast<unsigned long long>(left));
-            return o;
-        }, {});
+        auto out = run_in_processes(1,
+                                    [&](int) {
+                                        std::string o;
+                                        for (long long left : optimistic_stock_left(s))
+                                            put_u64(o, static_cast<unsigned long long>(left));
+                                        return o;
+                                    },
+                                    {});
         long long left = 0;
         std::size_t pos = 0;
         for (int i = 0; i < s.segments; ++i) left += static_cast<long long>(get_u64(out[0], pos));
         return left;
     };
     if (optimistic) {
-        run_in_processes(1, [&](int) {
-            optimistic_stock_setup(s, segment_stock);
-            return std::string{};
-        }, {});
+        run_in_processes(1,
+                         [&](int) {
+                             optimistic_stock_setup(s, segment_stock);
+                             return std::string{};
+                         },
+                         {});
     }
     std::string temp_store;
     if (optimistic) {
@@ -261,7 +267,7 @@ int run_flash_sale(settings s) {
     if (!s.quiet)
         std::cerr << "flash sale: " << s.requests << " requests, " << s.concurrency << " buyers in flight on "
                   << s.processes << " app servers, stock " << s.stock << " in " << s.segments << " segment(s), "
-                  << (s.no_lock ? "NO LOCK"
+                  << (s.no_lock    ? "NO LOCK"
                       : optimistic ? "optimistic version-checked updates on " + printable(redact(s.backend))
                                    : "locked via " + printable(redact(s.backend)))
                   << "\n";
@@ -308,19 +314,20 @@ int run_flash_sale(settings s) {
     if (s.json) {
         std::cout << j.dump() << "\n";
     } else {
-        std::cout << (s.no_lock      ? std::string("WITHOUT a lock")
+        std::cout << (s.no_lock    ? std::string("WITHOUT a lock")
                       : optimistic ? "OPTIMISTIC, no lock (" + printable(redact(s.backend)) + ")"
                                    : "WITH distlock (" + printable(redact(s.backend)) + ")")
                   << ":\n"
-                  << "  stock " << s.stock << ", sold " << sold << ", stock left " << left << ", OVERSOLD "
-                  << oversold << (consistent ? "" : "  (sold + left != stock: lost updates)") << "\n"
+                  << "  stock " << s.stock << ", sold " << sold << ", stock left " << left << ", OVERSOLD " << oversold
+                  << (consistent ? "" : "  (sold + left != stock: lost updates)") << "\n"
                   << "  " << s.requests << " requests in " << static_cast<long>(elapsed) << " ms ("
                   << j["throughput_rps"] << " req/s), latency p50 " << j["p50_ms"] << " ms, p99 " << j["p99_ms"]
                   << " ms (requests after the sell-out are answered at once from a sold-out flag and count in"
                      " these figures)"
                   << (timeouts ? ", " + std::to_string(timeouts) +
-                                     (optimistic ? (timeouts == 1 ? " purchase lost every race" : " purchases lost every race")
-                                                 : (timeouts == 1 ? " lock timeout" : " lock timeouts"))
+                                     (optimistic
+                                          ? (timeouts == 1 ? " purchase lost every race" : " purchases lost every race")
+                                          : (timeouts == 1 ? " lock timeout" : " lock timeouts"))
                                : "")
                   << "\n";
     }
@@ -332,7 +339,8 @@ int run_flash_sale(settings s) {
 
 void add_flash_sale(CLI::App& app, std::function<int()>& action) {
     auto s = std::make_shared<settings>();
-    auto* cmd = app.add_subcommand("flash-sale", "Replay the flash-sale (秒杀) oversell scenario with or without the lock");
+    auto* cmd =
+        app.add_subcommand("flash-sale", "Replay the flash-sale (秒杀) oversell scenario with or without the lock");
     s->source.use_default("flash-sale");
     add_backend_options(cmd, s->source,
                         "Lock backend URL (default: $DISTLOCK_BACKEND, else the file:// dir shown; with --strategy "
@@ -352,7 +360,8 @@ void add_flash_sale(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--stock,-s", s->stock, "Items in stock")->capture_default_str();
     cmd->add_option("--segments", s->segments, "Split the stock into N segments, each with its own lock")
         ->capture_default_str();
-    cmd->add_option("--pause-ms", s->pause_ms, "Work between reading and writing the stock (ms)")->capture_default_str();
+    cmd->add_option("--pause-ms", s->pause_ms, "Work between reading and writing the stock (ms)")
+        ->capture_default_str();
     cmd->add_option("--wait", s->wait_s, "How long a buyer waits for the lock before giving up (30s, 1m30s, 2.5)")
         ->transform(duration_in_seconds())
         ->capture_default_str();

@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
     CLI::App app{"distlock " DISTLOCK_VERSION_STRING ": one lock interface over many coordination backends"};
     app.set_version_flag("--version", std::string("distlock ") + std::string(distlock::version()));
     app.require_subcommand(1);
-    app.failure_message([&shown](const CLI::App* a, const CLI::Error& e) { return shown(CLI::FailureMessage::simple(a, e), true); });
+    app.failure_message(
+        [&shown](const CLI::App* a, const CLI::Error& e) { return shown(CLI::FailureMessage::simple(a, e), true); });
     std::function<int()> action;
     distlock::tool::add_flash_sale(app, action);
     distlock::tool::add_bench(app, action);

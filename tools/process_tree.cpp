@@ -27,8 +27,8 @@ extern char** environ;
 namespace distlock::tool {
 namespace {
 
-bool g_ignored[NSIG] = {};             // note_inherited_signals(): ignored when this process started
-std::atomic<int> g_forward_fd{-1};     // the running guard's orders, for forward()
+bool g_ignored[NSIG] = {};          // note_inherited_signals(): ignored when this process started
+std::atomic<int> g_forward_fd{-1};  // the running guard's orders, for forward()
 
 // One record of the pipes between distlock and its guard: a kind, a value, and
 // for a start order a payload of that many bytes after it. 8 bytes are written
@@ -105,8 +105,7 @@ std::vector<pid_t> signal_descendants(int sig) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != guard) ::_exit(127);  // the guard died before the line above
     for (int sig = 1; sig < NSIG; ++sig)
-        if (sig != SIGKILL && sig != SIGSTOP)
-            ::signal(sig, g_ignored[sig] && sig != SIGPIPE ? SIG_IGN : SIG_DFL);
+        if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, g_ignored[sig] && sig != SIGPIPE ? SIG_IGN : SIG_DFL);
     sigset_t none;
     ::sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -144,8 +143,7 @@ public:
             if (n < 0 && errno != EINTR) break;
             if (children >= 0 && (p[1].revents & POLLIN)) {
                 signalfd_siginfo info;
-                while (::read(children, &info, sizeof info) > 0) {
-                }
+                while (::read(children, &info, sizeof info) > 0) {}
             }
             reap();
             if (p[0].revents != 0) {
@@ -274,9 +272,11 @@ std::vector<pid_t> descendants(pid_t root) {
     std::unordered_multimap<pid_t, pid_t> children;  // parent -> child
     if (DIR* proc = ::opendir("/proc")) {
         while (const dirent* e = ::readdir(proc)) {
-            if (!std::all_of(e->d_name, e->d_name + std::strlen(e->d_name), [](char c) { return c >= '0' && c <= '9'; }))
+            if (!std::all_of(e->d_name, e->d_name + std::strlen(e->d_name),
+                             [](char c) { return c >= '0' && c <= '9'; }))
                 continue;
-            if (const auto ppid = parent_of(e->d_name)) children.emplace(*ppid, static_cast<pid_t>(std::atol(e->d_name)));
+            if (const auto ppid = parent_of(e->d_name))
+                children.emplace(*ppid, static_cast<pid_t>(std::atol(e->d_name)));
         }
         ::closedir(proc);
     }
@@ -372,8 +372,7 @@ command_guard::~command_guard() {
 void command_guard::reap_guard() noexcept {
     if (pid_ <= 0) return;
     int status = 0;
-    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {}
     pid_ = -1;
 }
 

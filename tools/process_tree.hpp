@@ -75,8 +75,8 @@ private:
 
     std::string who_;
     pid_t pid_ = -1;
-    int orders_ = -1;   // ours to write
-    int reports_ = -1;  // ours to read
+    int orders_ = -1;      // ours to write
+    int reports_ = -1;     // ours to read
     std::string pending_;  // report bytes read, not yet returned
     bool gone_ = false;
 };

@@ -19,9 +19,9 @@
 #include <thread>
 
 #include "common.hpp"
-#include "process_tree.hpp"
 #include "distlock/distlock.hpp"
 #include "distlock/spi/url.hpp"
+#include "process_tree.hpp"
 #include "tool.hpp"
 
 namespace distlock::tool {
@@ -66,8 +66,8 @@ public:
         std::tm tm{};
         ::localtime_r(&t, &tm);
         std::ostringstream line;
-        line << std::put_time(&tm, "%H:%M:%S") << '.' << std::setw(3) << std::setfill('0') << ms << " distlock "
-             << who_ << ": " << printable(what) << "\n";  // reasons and errors quote servers
+        line << std::put_time(&tm, "%H:%M:%S") << '.' << std::setw(3) << std::setfill('0') << ms << " distlock " << who_
+             << ": " << printable(what) << "\n";  // reasons and errors quote servers
         std::lock_guard lk(mutex_);
         std::cerr << line.str() << std::flush;
     }
@@ -85,9 +85,10 @@ public:
     void operator()(const mutex& m, const event_log& log) {
         const auto until = m.valid_until();
         if (!until || (last_ && *until <= *last_)) return;
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*until - std::chrono::steady_clock::now());
-        log(std::string(last_ ? "renewed" : "lease") + " '" + m.name() + "': valid for " + std::to_string(left.count()) +
-            " ms more");
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(*until - std::chrono::steady_clock::now());
+        log(std::string(last_ ? "renewed" : "lease") + " '" + m.name() + "': valid for " +
+            std::to_string(left.count()) + " ms more");
         last_ = until;
     }
 
@@ -103,10 +104,10 @@ private:
 struct held_lock {
     explicit held_lock(provider p) : locks(std::move(p)) {}
     provider locks;
-    std::optional<mutex> m;            // the mutex NAME: plain and --write
-    std::optional<shared_mutex> rw;    // the read-write lock NAME: its read side (--shared) or write side
-    std::optional<semaphore> sem;      // --permits
-    std::optional<election> leader;    // elect
+    std::optional<mutex> m;          // the mutex NAME: plain and --write
+    std::optional<shared_mutex> rw;  // the read-write lock NAME: its read side (--shared) or write side
+    std::optional<semaphore> sem;    // --permits
+    std::optional<election> leader;  // elect
     std::uint64_t token = 0;
     bool read_side = false;  // of rw
     bool holds = false;      // everything it was to take, taken
@@ -154,17 +155,20 @@ bool take_exclusive(held_lock& h, const lock_settings& s, const lock_options& op
                     std::chrono::steady_clock::time_point deadline, const event_log& log) {
     const auto no_rw = h.locks.caps().why_not(feature::read_write);
     if (s.write && !no_rw.empty())
-        throw unsupported_error(errc::unsupported, "", "--write: the backend has no read-write lock (" + std::string(no_rw) + ")");
+        throw unsupported_error(errc::unsupported, "",
+                                "--write: the backend has no read-write lock (" + std::string(no_rw) + ")");
     const bool one_queue = no_rw.empty() && mutex_is_write_side(s.backend);
     if (!s.write || !one_queue) {
         auto& m = h.m.emplace(h.locks.mutex(s.name, opts));
         if (!(forever ? (m.lock(), true) : m.try_lock_until(deadline))) return false;
         if (!no_rw.empty()) {
-            log("the backend has no read-write lock (" + std::string(no_rw) + "): the mutex alone (no reader can exist)");
+            log("the backend has no read-write lock (" + std::string(no_rw) +
+                "): the mutex alone (no reader can exist)");
             return true;
         }
         if (one_queue) {
-            log("the mutex '" + s.name + "' is the write side of its read-write lock on this backend (one queue per name)");
+            log("the mutex '" + s.name +
+                "' is the write side of its read-write lock on this backend (one queue per name)");
             return true;
         }
     }
@@ -196,7 +200,9 @@ std::optional<held_lock> take(const lock_settings& s, const char* who, const eve
         lost.happened = true;
         log("lost (token " + std::to_string(e.token) + "): " + e.reason);
     };
-    opts.on_error = [&log](const lock_event& e, const error& err) { log("error (token " + std::to_string(e.token) + "): " + err.what()); };
+    opts.on_error = [&log](const lock_event& e, const error& err) {
+        log("error (token " + std::to_string(e.token) + "): " + err.what());
+    };
     const bool forever = s.wait == "forever";
     const auto wait = forever ? std::chrono::milliseconds{0} : parse_duration(s.wait);
     const auto deadline = std::chrono::steady_clock::now() + wait;
@@ -208,7 +214,8 @@ std::optional<held_lock> take(const lock_settings& s, const char* who, const eve
         eo.on_lost = opts.on_lost;
         eo.on_error = opts.on_error;
         auto& e = h.leader.emplace(h.locks.election(s.name, eo));
-        h.holds = forever ? (e.campaign(), true) : e.campaign(std::chrono::duration_cast<std::chrono::milliseconds>(wait));
+        h.holds =
+            forever ? (e.campaign(), true) : e.campaign(std::chrono::duration_cast<std::chrono::milliseconds>(wait));
         if (h.holds) {
             h.token = e.term();
             log("leading as '" + e.id() + "'");
@@ -257,9 +264,12 @@ std::string status_text(int status) {
 int run_command(run_settings& s) {
     const char* who = s.elect ? "elect" : "run";
     if (!s.shell.empty() && !s.command.empty())
-        throw invalid_argument_error(errc::invalid_argument, who, "give either -c 'command line' or a command, not both");
+        throw invalid_argument_error(errc::invalid_argument, who,
+                                     "give either -c 'command line' or a command, not both");
     std::vector<std::string> args = s.shell.empty() ? s.command : std::vector<std::string>{"/bin/sh", "-c", s.shell};
-    if (args.empty()) throw invalid_argument_error(errc::invalid_argument, who, "no command given (CMD ARGS... or -c 'command line')");
+    if (args.empty())
+        throw invalid_argument_error(errc::invalid_argument, who,
+                                     "no command given (CMD ARGS... or -c 'command line')");
     const auto kill_after = parse_duration(s.kill_after);
     s.backend = s.source.resolve(who);
     event_log log(who, s.verbose);
@@ -279,7 +289,8 @@ int run_command(run_settings& s) {
     else return s.conflict_exit_code;
     if (lost.happened) {  // before anything started
         held->unlock();
-        if (!s.quiet) std::cerr << "distlock " << who << ": " << what_lock(s) << " was lost before the command started\n";
+        if (!s.quiet)
+            std::cerr << "distlock " << who << ": " << what_lock(s) << " was lost before the command started\n";
         return exit_lock_lost;
     }
 
@@ -314,7 +325,8 @@ int run_command(run_settings& s) {
         if ((lost_seen || left_behind) && !termed) {
             guard.terminate();
             termed = true;
-            log(lost_seen ? "sent SIGTERM to the command's processes" : "the command left processes running: sent them SIGTERM");
+            log(lost_seen ? "sent SIGTERM to the command's processes"
+                          : "the command left processes running: sent them SIGTERM");
         }
         if (kill_at && !killed && std::chrono::steady_clock::now() >= *kill_at) {
             guard.kill();
@@ -346,8 +358,9 @@ int run_command(run_settings& s) {
     if (lost.happened) {
         if (!s.quiet) {
             std::lock_guard lk(lost.mutex);
-            std::cerr << "distlock " << who << ": " << what_lock(s) << " was lost while the command ran (" << printable(lost.reason)
-                      << "); the command and every process it started were sent " << sent << "\n";
+            std::cerr << "distlock " << who << ": " << what_lock(s) << " was lost while the command ran ("
+                      << printable(lost.reason) << "); the command and every process it started were sent " << sent
+                      << "\n";
         }
         return exit_lock_lost;
     }
@@ -401,17 +414,20 @@ void add_lock_options(CLI::App* cmd, lock_settings& s, bool primitives = true) {
         ->capture_default_str()
         ->check(CLI::Range(0, 255));
     cmd->add_flag("--quiet,-q", s.quiet, "No messages on stderr");
-    cmd->add_flag("--verbose,-v", s.verbose, "Acquire, renewal, loss, release (and the command's) events on stderr, with times");
+    cmd->add_flag("--verbose,-v", s.verbose,
+                  "Acquire, renewal, loss, release (and the command's) events on stderr, with times");
     if (!primitives) return;
-    auto* shared = cmd->add_flag("--shared", s.shared,
-                                 "Take the read side of the read-write lock NAME (readers hold it together, as flock -s; "
-                                 "a plain holder or --write keeps them out)");
+    auto* shared =
+        cmd->add_flag("--shared", s.shared,
+                      "Take the read side of the read-write lock NAME (readers hold it together, as flock -s; "
+                      "a plain holder or --write keeps them out)");
     auto* write = cmd->add_flag("--write", s.write,
                                 "Take the mutex NAME and the write side of the read-write lock NAME, as the plain form "
                                 "does, with the read-write lock's fencing token (the sequence its readers' tokens come "
                                 "from) instead of the mutex's");
-    cmd->add_option("--permits,-n", s.permits,
-                    "Take one permit of the semaphore NAME of N permits (at most N holders at once, like consul lock -n)")
+    cmd->add_option(
+           "--permits,-n", s.permits,
+           "Take one permit of the semaphore NAME of N permits (at most N holders at once, like consul lock -n)")
         ->check(CLI::Range(1u, 1000000u))
         ->excludes(shared)
         ->excludes(write);
@@ -438,7 +454,7 @@ void add_command_runner(CLI::App* cmd, std::shared_ptr<run_settings> s, std::fun
         const auto& after = args_after_dashes();
         if (!s->command.empty() && s->command[0].size() > 1 && s->command[0][0] == '-')
             throw CLI::ExtrasError(name, s->command);  // an option it does not know, before any command
-        if (!s->command.empty() && !after.empty()) {  // "CMD ARGS -- MORE": the "--" is the command's own
+        if (!s->command.empty() && !after.empty()) {   // "CMD ARGS -- MORE": the "--" is the command's own
             s->command.push_back("--");
             s->command.insert(s->command.end(), after.begin(), after.end());
         }
@@ -470,7 +486,8 @@ void add_run(CLI::App& app, std::function<int()>& action) {
     auto* cmd = app.add_subcommand("run", "Run a command only while holding a lock");
     add_lock_options(cmd, *s);
     cmd->footer(
-        std::string("Usage: distlock run --backend URL --name NAME [OPTIONS] [--] CMD ARGS...  or  ... -c 'COMMAND LINE'\n") +
+        std::string(
+            "Usage: distlock run --backend URL --name NAME [OPTIONS] [--] CMD ARGS...  or  ... -c 'COMMAND LINE'\n") +
         lock_forms_help + process_tree_help +
         "Exit status: the command's; 75 (or --conflict-exit-code) when the lock was not acquired in time; 70 when\n"
         "the lock was lost while the command ran; 127 when the command does not exist, 126 when it cannot be\n"
@@ -479,16 +496,17 @@ void add_run(CLI::App& app, std::function<int()>& action) {
     add_command_runner(cmd, s, action);
 }
 
-
 void add_elect(CLI::App& app, std::function<int()>& action) {
     auto s = std::make_shared<run_settings>();
     s->elect = true;
     auto* cmd = app.add_subcommand("elect", "Run a command only while leading an election");
     add_lock_options(cmd, *s, false);
-    cmd->add_option("--id", s->id, "This candidate's id, shown as the leader (default: the URL's holder=, else host:pid)");
+    cmd->add_option("--id", s->id,
+                    "This candidate's id, shown as the leader (default: the URL's holder=, else host:pid)");
     cmd->footer(
-        std::string("Usage: distlock elect --backend URL --name NAME [--id ID] [OPTIONS] [--] CMD ARGS...  or  ... -c 'LINE'\n"
-                    "Campaigns, runs the command once leading, resigns when it exits.\n") +
+        std::string(
+            "Usage: distlock elect --backend URL --name NAME [--id ID] [OPTIONS] [--] CMD ARGS...  or  ... -c 'LINE'\n"
+            "Campaigns, runs the command once leading, resigns when it exits.\n") +
         process_tree_help +
         "Exit status: the command's; 75 (or --conflict-exit-code) when not leading within --wait; 70 when\n"
         "leadership was lost while the command ran; 127/126 as for run; 64 bad arguments, 69 backend\n"
@@ -498,7 +516,8 @@ void add_elect(CLI::App& app, std::function<int()>& action) {
 
 void add_hold(CLI::App& app, std::function<int()>& action) {
     auto s = std::make_shared<lock_settings>();
-    auto* cmd = app.add_subcommand("hold", "Take a lock, print its name and fencing token, hold it until SIGINT/SIGTERM");
+    auto* cmd =
+        app.add_subcommand("hold", "Take a lock, print its name and fencing token, hold it until SIGINT/SIGTERM");
     add_lock_options(cmd, *s);
     cmd->footer(
         std::string(lock_forms_help) +

@@ -28,11 +28,16 @@ int show_status(const status_settings& s) {
     auto locks = connect(backend);
     const auto info = s.election ? locks.election(s.name).leader() : locks.inspect(s.name);
     if (s.json) {
-        nlohmann::json j{{"backend", redact(backend)},   {"name", info.name},
-                         {"kind", s.election ? "election" : "mutex"},
-                         {"held", or_null(info.held)},     {"holder", or_null(info.holder)},
-                         {"token", or_null(info.token)},   {"remaining_ms", info.remaining ? nlohmann::json(info.remaining->count()) : nlohmann::json(nullptr)},
-                         {"waiters", or_null(info.waiters)}, {"unknown", info.unknown}};
+        nlohmann::json j{
+            {"backend", redact(backend)},
+            {"name", info.name},
+            {"kind", s.election ? "election" : "mutex"},
+            {"held", or_null(info.held)},
+            {"holder", or_null(info.holder)},
+            {"token", or_null(info.token)},
+            {"remaining_ms", info.remaining ? nlohmann::json(info.remaining->count()) : nlohmann::json(nullptr)},
+            {"waiters", or_null(info.waiters)},
+            {"unknown", info.unknown}};
         // Labels are bytes; a holder that is not UTF-8 is replaced, never a failure.
         std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
         return 0;
@@ -42,7 +47,8 @@ int show_status(const status_settings& s) {
     // or forge a line.
     auto line = [&](const char* field, const std::string& value) {
         std::cout << field << ": " << value;
-        if (auto it = info.unknown.find(field); it != info.unknown.end()) std::cout << " (" << printable(it->second) << ")";
+        if (auto it = info.unknown.find(field); it != info.unknown.end())
+            std::cout << " (" << printable(it->second) << ")";
         std::cout << "\n";
     };
     const std::string unknown = "unknown";
@@ -62,11 +68,13 @@ int show_status(const status_settings& s) {
 
 void add_status(CLI::App& app, std::function<int()>& action) {
     auto s = std::make_shared<status_settings>();
-    auto* cmd = app.add_subcommand("status", "Show who holds a lock (or leads an election), its token, lease and waiters");
+    auto* cmd =
+        app.add_subcommand("status", "Show who holds a lock (or leads an election), its token, lease and waiters");
     add_backend_options(cmd, s->source, "Lock backend URL (default: $DISTLOCK_BACKEND)");
     cmd->add_option("--name", s->name, "Lock (or election) name")->required();
     cmd->add_flag("--election", s->election, "The leadership of the election NAME instead of the mutex NAME");
-    cmd->add_flag("--json", s->json, "One JSON object: held, holder, token, remaining_ms, waiters (null when unknown), unknown");
+    cmd->add_flag("--json", s->json,
+                  "One JSON object: held, holder, token, remaining_ms, waiters (null when unknown), unknown");
     cmd->footer(
         "Reads once and takes nothing. A field the backend cannot know is shown as unknown, with the reason.\n"
         "Exit status: 0 when shown (held or not); 64 bad arguments, 69 backend unavailable, 77 access denied.");

@@ -30,13 +30,13 @@ using json = nlohmann::json;
 using ms = std::chrono::milliseconds;
 
 inline constexpr const char* kBackend = "consul";
-inline constexpr std::uint64_t kLockFlag = 0x2ddccbc058a50c18ULL;  // api/lock.go LockFlagValue
+inline constexpr std::uint64_t kLockFlag = 0x2ddccbc058a50c18ULL;       // api/lock.go LockFlagValue
 inline constexpr std::uint64_t kSemaphoreFlag = 0xe0f69a2baa414de0ULL;  // api/semaphore.go SemaphoreFlagValue
-inline constexpr ms kMaxBlockingWait = 15s;                        // api/lock.go DefaultLockWaitTime
+inline constexpr ms kMaxBlockingWait = 15s;                             // api/lock.go DefaultLockWaitTime
 
 struct settings {
     std::string prefix = "distlock";
-    ms default_ttl{15s};  // api/lock.go DefaultLockSessionTTL
+    ms default_ttl{15s};           // api/lock.go DefaultLockSessionTTL
     std::optional<ms> lock_delay;  // nullopt = the server's default (15 s)
     std::string behavior = "release";
 };
@@ -104,8 +104,10 @@ public:
     static spi::keepalive_result renew_result(const http::transfer_result& r) {
         if (r.how != http::outcome::completed) return spi::keepalive_result::failed("session renew: " + r.error);
         if (r.resp.status == 200) return spi::keepalive_result::ok();
-        if (r.resp.status == 404) return spi::keepalive_result::lost("the Consul session expired (renew: 404 " + trim(r.resp.body) + ")");
-        return spi::keepalive_result::failed("session renew: HTTP " + std::to_string(r.resp.status) + " " + trim(r.resp.body));
+        if (r.resp.status == 404)
+            return spi::keepalive_result::lost("the Consul session expired (renew: 404 " + trim(r.resp.body) + ")");
+        return spi::keepalive_result::failed("session renew: HTTP " + std::to_string(r.resp.status) + " " +
+                                             trim(r.resp.body));
     }
 
     // Throws the typed error for an unexpected status.
@@ -132,7 +134,8 @@ public:
         std::string target = key_target(key);
         ms timeout = 0ms;
         if (index > 0) {
-            target += "?index=" + std::to_string(index) + "&wait=" + std::to_string(std::max<long long>(1, wait.count())) + "ms";
+            target += "?index=" + std::to_string(index) +
+                      "&wait=" + std::to_string(std::max<long long>(1, wait.count())) + "ms";
             timeout = wait + wait / 16 + client_.opts().request_timeout;  // the server adds up to wait/16
         }
         return parse_entry(client_.send(get(target, timeout)), "read of " + key);
@@ -166,7 +169,8 @@ public:
         if (j.is_discarded() || !j.is_array() || j.empty())
             throw_error(errc::unavailable, kBackend, what + ": unexpected reply", r.status, trim(r.body));
         for (const auto& o : j) {
-            if (!o.is_object()) throw_error(errc::unavailable, kBackend, what + ": unexpected reply", r.status, trim(r.body));
+            if (!o.is_object())
+                throw_error(errc::unavailable, kBackend, what + ": unexpected reply", r.status, trim(r.body));
             entry e;
             e.exists = true;
             e.index = l.index;
@@ -174,7 +178,9 @@ public:
             if (auto it = o.find("Session"); it != o.end() && it->is_string()) e.session = it->get<std::string>();
             if (auto it = o.find("Value"); it != o.end() && it->is_string()) {
                 auto v = http::base64_decode(it->get<std::string>());
-                if (!v) throw_error(errc::unavailable, kBackend, what + ": a value that is not base64", r.status, trim(r.body));
+                if (!v)
+                    throw_error(errc::unavailable, kBackend, what + ": a value that is not base64", r.status,
+                                trim(r.body));
                 e.value = std::move(*v);
             }
             e.flags = unsigned_field(o, "Flags", r, what);
@@ -187,12 +193,13 @@ public:
 
     // An entry's unsigned field (0 when absent); anything else than an unsigned
     // integer is an unexpected reply (never a JSON library exception).
-    static std::uint64_t unsigned_field(const json& o, const char* field, const http::response& r, const std::string& what) {
+    static std::uint64_t unsigned_field(const json& o, const char* field, const http::response& r,
+                                        const std::string& what) {
         auto it = o.find(field);
         if (it == o.end() || it->is_null()) return 0;
         if (!it->is_number_unsigned())
-            throw_error(errc::unavailable, kBackend, what + ": unexpected reply (" + field + " is not an unsigned integer)",
-                        r.status, trim(r.body));
+            throw_error(errc::unavailable, kBackend,
+                        what + ": unexpected reply (" + field + " is not an unsigned integer)", r.status, trim(r.body));
         return it->get<std::uint64_t>();
     }
 
@@ -201,7 +208,8 @@ public:
         std::string target = key_target(prefix) + "?recurse";
         ms timeout = 0ms;
         if (index > 0) {
-            target += "&index=" + std::to_string(index) + "&wait=" + std::to_string(std::max<long long>(1, wait.count())) + "ms";
+            target += "&index=" + std::to_string(index) +
+                      "&wait=" + std::to_string(std::max<long long>(1, wait.count())) + "ms";
             timeout = wait + wait / 16 + client_.opts().request_timeout;  // the server adds up to wait/16
         }
         return get(target, timeout);
@@ -213,8 +221,9 @@ public:
     // Check-and-set: PUT ...?cas=<modify_index>&flags=<flags> (modify_index 0 =
     // create only if absent); the server's true/false.
     bool cas_put(const std::string& key, std::uint64_t modify_index, std::uint64_t flags, std::string body) {
-        auto r = client_.send(put(key_target(key) + "?cas=" + std::to_string(modify_index) + "&flags=" + std::to_string(flags),
-                                  std::move(body)));
+        auto r = client_.send(
+            put(key_target(key) + "?cas=" + std::to_string(modify_index) + "&flags=" + std::to_string(flags),
+                std::move(body)));
         check(r, "check-and-set of " + key, {200});
         return trim(r.body) == "true";
     }
@@ -232,8 +241,8 @@ public:
     // kvsUnlockTxn write the request's value).
     std::optional<bool> lock_op(const std::string& key, const char* op, const std::string& session,
                                 std::uint64_t flags = kLockFlag, std::string value = {}) {
-        auto r = client_.send(put(key_target(key) + "?flags=" + std::to_string(flags) + "&" + op + "=" + session,
-                                  std::move(value)));
+        auto r = client_.send(
+            put(key_target(key) + "?flags=" + std::to_string(flags) + "&" + op + "=" + session, std::move(value)));
         if (r.status == 500 && r.body.find("invalid session") != std::string::npos) return std::nullopt;
         check(r, std::string(op) + " of " + key, {200});
         return trim(r.body) == "true";

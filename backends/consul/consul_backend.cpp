@@ -63,7 +63,8 @@ public:
         return spi::clock::now() - t0;
     }
 
-    void keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) override {
+    void keepalive_batch(std::span<spi::lock_handle* const> handles,
+                         std::span<spi::keepalive_result> results) override {
         consul::keepalive_batch(agent_, handles, results);
     }
 
@@ -77,7 +78,8 @@ public:
         const auto key = agent_.key_of(name);
         agent::check(agent_.client().send(agent::del(agent::key_target(key))), "break_lock", {200});
         for (const char* under : {"/", "~rw/"})
-            agent::check(agent_.client().send(agent::del(agent::key_target(key + under) + "?recurse")), "break_lock", {200});
+            agent::check(agent_.client().send(agent::del(agent::key_target(key + under) + "?recurse")), "break_lock",
+                         {200});
     }
 
 private:

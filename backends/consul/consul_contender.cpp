@@ -70,7 +70,8 @@ std::optional<spi::grant> contender::wait_and_acquire(spi::deadline until, spi::
                 pace.stall();
                 continue;
             }
-            if (!*made) throw_error(errc::unavailable, kBackend, "failed to make the contender entry " + contender_key());
+            if (!*made)
+                throw_error(errc::unavailable, kBackend, "failed to make the contender entry " + contender_key());
             entered = true;
             index = 0;
         }
@@ -170,7 +171,8 @@ bool contender::give_back() {
         gone = rest->empty() ? agent_.cas_delete(doc_key_, d.modify_index)
                              : agent_.cas_put(doc_key_, d.modify_index, where_.flag, std::move(*rest));
     }
-    if (!gone) throw_error(errc::unavailable, kBackend, "could not update " + doc_key_ + " (too many concurrent writers)");
+    if (!gone)
+        throw_error(errc::unavailable, kBackend, "could not update " + doc_key_ + " (too many concurrent writers)");
     agent_.remove(contender_key());
     return held;
 }

@@ -41,10 +41,10 @@ struct document {
 // What a recipe makes of the document for a contender.
 struct step {
     enum class kind {
-        held,   // the contender already holds (its admission was written)
-        write,  // admit it: check-and-set `value` (on the document's ModifyIndex), then held
-        record, // check-and-set `value` (a mark such as a waiting writer), then wait
-        wait,   // wait for the prefix to change
+        held,    // the contender already holds (its admission was written)
+        write,   // admit it: check-and-set `value` (on the document's ModifyIndex), then held
+        record,  // check-and-set `value` (a mark such as a waiting writer), then wait
+        wait,    // wait for the prefix to change
     };
     kind what = kind::wait;
     std::string value;
@@ -91,8 +91,8 @@ private:
     std::optional<std::string> examine(const http::response& resp, std::uint64_t& next_index) override;
     bool give_back() override;
     document read_document(const listing& l) const;
-    void refuse_foreign(const document& d) const;   // invalid_argument_error for another's flags
-    bool contending(const listing& l) const;          // our session holds our contender key
+    void refuse_foreign(const document& d) const;  // invalid_argument_error for another's flags
+    bool contending(const listing& l) const;       // our session holds our contender key
     std::string contender_key() const { return where_.prefix + session_; }
 
     layout where_;

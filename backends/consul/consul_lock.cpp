@@ -31,7 +31,8 @@ handle::handle(agent& a, const spi::lock_request& r)
 
 // `created`: when the session was asked for. The grant lives as long as the
 // session, whose TTL runs from its last create or renew request at the latest.
-std::optional<spi::grant> handle::wait_and_acquire(spi::deadline until, spi::deadline created, const spi::loss_sink& lost) {
+std::optional<spi::grant> handle::wait_and_acquire(spi::deadline until, spi::deadline created,
+                                                   const spi::loss_sink& lost) {
     const ms renew_every = std::max<ms>(50ms, request_.renew_interval);
     auto renewed = created;
     query_pace pace(request_.retry_min, request_.retry_max);  // also the lock-delay's backoff
@@ -96,9 +97,9 @@ std::optional<spi::grant> handle::wait_and_acquire(spi::deadline until, spi::dea
 // The monitor's blocking query on the key: answered once its index passes `index`.
 http::request handle::monitor_request(std::uint64_t index) const {
     const ms wait = kMaxBlockingWait;
-    return agent::get(target_ + "?index=" + std::to_string(std::max<std::uint64_t>(1, index)) + "&wait=" +
-                            std::to_string(wait.count()) + "ms",
-                        wait + wait / 16 + agent_.client().opts().request_timeout);
+    return agent::get(target_ + "?index=" + std::to_string(std::max<std::uint64_t>(1, index)) +
+                          "&wait=" + std::to_string(wait.count()) + "ms",
+                      wait + wait / 16 + agent_.client().opts().request_timeout);
 }
 
 // The key as the monitor's query shows it: deleted, or held by another session.
@@ -118,7 +119,9 @@ std::optional<std::string> handle::examine(const http::response& resp, std::uint
 // release= on the key, with the holder label as its value still (as api/lock.go
 // releases with its LockOptions.Value); destroying the session afterwards also
 // releases it, Behavior release, when this failed.
-bool handle::give_back() { return agent_.lock_op(key_, "release", session_, kLockFlag, request_.holder).value_or(false); }
+bool handle::give_back() {
+    return agent_.lock_op(key_, "release", session_, kLockFlag, request_.holder).value_or(false);
+}
 
 }  // namespace
 
@@ -126,17 +129,19 @@ lock_info inspect(agent& a, std::string_view name) {
     lock_info info;
     const entry e = a.read(a.key_of(name));
     info.held = e.exists && !e.session.empty();
-    info.unknown.emplace("waiters", "Consul keeps no queue: contenders wait in blocking queries, which the server "
-                                    "does not count");
+    info.unknown.emplace("waiters",
+                         "Consul keeps no queue: contenders wait in blocking queries, which the server "
+                         "does not count");
     if (!*info.held) return info;
     if (e.value.empty())
-        info.unknown.emplace("holder", "the key's value is empty: a holder that stores no label (api/lock.go and "
-                                       "`consul lock` without a LockOptions.Value)");
-    else
-        info.holder = e.value;
+        info.unknown.emplace("holder",
+                             "the key's value is empty: a holder that stores no label (api/lock.go and "
+                             "`consul lock` without a LockOptions.Value)");
+    else info.holder = e.value;
     info.token = e.modify_index;  // distlock's token: the ModifyIndex of the holder's acquire
-    info.unknown.emplace("remaining", "Consul does not show a session's time left (only its TTL), and it may keep "
-                                      "a session up to 2 x TTL after its last renewal");
+    info.unknown.emplace("remaining",
+                         "Consul does not show a session's time left (only its TTL), and it may keep "
+                         "a session up to 2 x TTL after its last renewal");
     return info;
 }
 

@@ -94,7 +94,8 @@ public:
 
     step decide(const document& d, const std::string& me) const override {
         auto c = read_coordination(d, permits_);
-        if (!c.problem.empty()) throw_error(errc::invalid_argument, kBackend, "key " + key_ + " is not a semaphore's: " + c.problem);
+        if (!c.problem.empty())
+            throw_error(errc::invalid_argument, kBackend, "key " + key_ + " is not a semaphore's: " + c.problem);
         if (c.holders.count(me)) return {step::kind::held, {}};
         if (c.limit != static_cast<long long>(permits_) && !c.holders.empty())
             throw_error(errc::invalid_argument, kBackend,

@@ -44,7 +44,7 @@ bool session_handle::renew_if_due(spi::deadline& now, spi::deadline& renewed, ms
 }
 
 std::optional<ms> session_handle::query_wait(std::uint64_t index, spi::deadline until, spi::deadline now,
-                                            spi::deadline renewed, ms renew_every) {
+                                             spi::deadline renewed, ms renew_every) {
     if (index == 0) return 0ms;
     const ms wait = std::min({std::chrono::duration_cast<ms>(until - now), kMaxBlockingWait,
                               renew_every - std::chrono::duration_cast<ms>(now - renewed)});
@@ -55,8 +55,8 @@ std::optional<ms> session_handle::query_wait(std::uint64_t index, spi::deadline 
 std::uint64_t query_pace::saw(std::uint64_t got, bool waited_out) {
     progress_ = got > last_ || waited_out;
     if (progress_) idle_ = spi::backoff(min_, max_);
-    if (got == 0) return 0;                // no index: a query that does not block
-    const bool backwards = got < last_;    // reset by the servers (a restore): start again
+    if (got == 0) return 0;              // no index: a query that does not block
+    const bool backwards = got < last_;  // reset by the servers (a restore): start again
     last_ = got;
     return backwards ? 0 : got;
 }
@@ -136,7 +136,8 @@ void session_handle::release() {
         throw_error(failure->code_value() == errc::unavailable ? errc::in_doubt : failure->code_value(), kBackend,
                     "release of " + release_subject() + ": " + failure->reason(), failure->native_code(),
                     failure->native_message());
-    if (!held) throw_error(errc::not_owner, kBackend, kind_.noun + " '" + request_.name + "' was lost before its release");
+    if (!held)
+        throw_error(errc::not_owner, kBackend, kind_.noun + " '" + request_.name + "' was lost before its release");
 }
 
 }  // namespace distlock::backends::consul

@@ -108,9 +108,9 @@ protected:
     spi::lock_request request_;
     session_kind kind_;
     std::string session_;
-    std::string monitored_session_;  // under monitor_'s lock: the session whose grant is watched
+    std::string monitored_session_;      // under monitor_'s lock: the session whose grant is watched
     std::uint64_t monitored_index_ = 0;  // under monitor_'s lock: the index the monitor's query waits on
-    http::monitor monitor_;          // last of these; stopped by the derived class's destructor
+    http::monitor monitor_;              // last of these; stopped by the derived class's destructor
 
 private:
     void on_monitor(http::transfer_result r);

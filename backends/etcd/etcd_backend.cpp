@@ -43,7 +43,8 @@ public:
         return spi::clock::now() - t0;
     }
 
-    void keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) override {
+    void keepalive_batch(std::span<spi::lock_handle* const> handles,
+                         std::span<spi::keepalive_result> results) override {
         etcd::keepalive_batch(gateway_, handles, results);
     }
     // No feature::election is claimed: the mutex's layout is Go's
@@ -77,9 +78,11 @@ void register_backend(spi::registry& r) {
         s.password = u.password();
         // etcd's authenticate request carries both as JSON (protobuf) strings,
         // which must be UTF-8; the message never shows them.
-        if (!http::valid_utf8(s.user)) throw_error(errc::invalid_argument, kBackend, "the user name is not valid UTF-8");
+        if (!http::valid_utf8(s.user))
+            throw_error(errc::invalid_argument, kBackend, "the user name is not valid UTF-8");
         if (!http::valid_utf8(s.password))
-            throw_error(errc::invalid_argument, kBackend, "the password is not valid UTF-8 (etcd accepts UTF-8 passwords only)");
+            throw_error(errc::invalid_argument, kBackend,
+                        "the password is not valid UTF-8 (etcd accepts UTF-8 passwords only)");
         auto o = http::options_from_url(u, kBackend, 2379);
         return std::make_shared<backend>(std::move(o), std::move(s));
     });

@@ -109,8 +109,7 @@ gateway::~gateway() {
         if (s->dead) continue;
         try {
             call("/v3/lease/revoke", json{{"ID", std::to_string(s->id)}}, 1000ms);
-        } catch (...) {
-        }
+        } catch (...) {}
     }
 }
 
@@ -155,8 +154,7 @@ json gateway::call(const std::string& path, const json& body, std::chrono::milli
     }
 }
 
-void gateway::throw_grpc(const std::string& path, int code, const std::string& message,
-                         const std::string& endpoint) {
+void gateway::throw_grpc(const std::string& path, int code, const std::string& message, const std::string& endpoint) {
     // etcd answers some authentication failures with INVALID_ARGUMENT.
     for (const char* auth : {"user name is empty", "authentication failed", "permission denied", "auth token"})
         if (message.find(auth) != std::string::npos)
@@ -238,8 +236,7 @@ void gateway::revoke(session& s) noexcept {
     try {
         call("/v3/lease/revoke", json{{"ID", std::to_string(s.id)}}, 2000ms);
         s.dead = true;
-    } catch (...) {
-    }
+    } catch (...) {}
 }
 
 spi::keepalive_result gateway::renew(session& s) noexcept {
@@ -317,8 +314,8 @@ void gateway::authenticate() {
     } catch (const grpc_error& e) {
         throw_error(errc::access_denied, kBackend, "authentication failed: " + e.reason(), e.code);
     } catch (const invalid_argument_error& e) {
-        throw_error(errc::access_denied, kBackend, std::string("authentication failed: ") + e.what(),
-                    e.native_code(), e.native_message());
+        throw_error(errc::access_denied, kBackend, std::string("authentication failed: ") + e.what(), e.native_code(),
+                    e.native_message());
     }
 }
 

@@ -84,12 +84,12 @@ struct session {
     // acquisition of its name on this lease, so an orphan of an earlier one must
     // never be deleted once a later one may have made the key again.
     std::mutex cleaning;
-    std::mutex mutex;                   // guards the fields below
+    std::mutex mutex;  // guards the fields below
     // Keys of ours whose deletion failed (key, value of that acquisition): deleted
     // before the next renewal, only while they still hold that value.
     std::vector<std::pair<std::string, std::string>> orphans;
-    spi::clock::time_point renewed;     // last grant or successful keepalive
-    std::atomic<bool> dead{false};      // the server said the lease is gone
+    spi::clock::time_point renewed;  // last grant or successful keepalive
+    std::atomic<bool> dead{false};   // the server said the lease is gone
 };
 
 class gateway {
@@ -107,7 +107,8 @@ public:
 
     // POSTs a JSON body and returns the JSON reply. Throws grpc_error for an
     // error reply the caller may want to handle, distlock errors otherwise.
-    json call(const std::string& path, const json& body, std::chrono::milliseconds timeout = std::chrono::milliseconds{0});
+    json call(const std::string& path, const json& body,
+              std::chrono::milliseconds timeout = std::chrono::milliseconds{0});
 
     // A watch of `key` (of every key in [key, range_end) when range_end is
     // given) from revision `from` (0 = now), streamed for `timeout`; `no_put`
@@ -141,9 +142,9 @@ private:
 
     http::client client_;
     settings settings_;
-    http::loop loop_{client_};  // after client_: stopped before it
-    std::mutex grant_mutex_;  // one grant at a time
-    std::mutex mutex_;        // guards sessions_
+    http::loop loop_{client_};                                   // after client_: stopped before it
+    std::mutex grant_mutex_;                                     // one grant at a time
+    std::mutex mutex_;                                           // guards sessions_
     std::map<std::int64_t, std::shared_ptr<session>> sessions_;  // TTL seconds -> lease
 };
 

@@ -25,9 +25,9 @@ using http::base64_encode;
 // the create-if-absent txn, which then takes another name.
 std::string unique_suffix() {
     static std::atomic<std::int64_t> last{0};
-    const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                 std::chrono::system_clock::now().time_since_epoch())
-                                 .count();
+    const std::int64_t now =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
     auto prev = last.load();
     std::int64_t mine;
     do {
@@ -72,7 +72,7 @@ private:
 
     gateway& gateway_;
     spi::lock_request request_;
-    names where_;             // where the keys of this kind go
+    names where_;  // where the keys of this kind go
     std::shared_ptr<session> session_;
     std::string key_, value_;
     std::int64_t revision_ = 0;  // our key's create revision (0 = not held)
@@ -89,8 +89,9 @@ handle::handle(gateway& g, const spi::lock_request& r)
     : gateway_(g),
       request_(r),
       where_(names_of(g.config().prefix, r.name, r.kind)),
-      monitor_(g.events(), [this](std::string_view line) { return on_monitor_line(line); },
-               [this](http::transfer_result t) { on_monitor_done(t); }) {}
+      monitor_(
+          g.events(), [this](std::string_view line) { return on_monitor_line(line); },
+          [this](http::transfer_result t) { on_monitor_done(t); }) {}
 
 std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_sink& lost) {
     const bool permit = request_.kind == spi::lock_kind::permit;
@@ -118,15 +119,15 @@ std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_s
             value_ = request_.holder;
             gateway_.forget_orphan(*session_, key_);
         }
-        json compare = json::array({{{"key", base64_encode(key_)},
-                                     {"target", "CREATE"},
-                                     {"result", "EQUAL"},
-                                     {"create_revision", "0"}}});
-        json success = json::array({{{"request_put", {{"key", base64_encode(key_)},
-                                                      {"value", base64_encode(value_)},
-                                                      {"lease", std::to_string(session_->id)}}}},
+        json compare = json::array(
+            {{{"key", base64_encode(key_)}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}}});
+        json success = json::array({{{"request_put",
+                                      {{"key", base64_encode(key_)},
+                                       {"value", base64_encode(value_)},
+                                       {"lease", std::to_string(session_->id)}}}},
                                     {{"request_range", first_range}}});
-        json failure = json::array({{{"request_range", {{"key", base64_encode(key_)}}}}, {{"request_range", first_range}}});
+        json failure =
+            json::array({{{"request_range", {{"key", base64_encode(key_)}}}}, {{"request_range", first_range}}});
         if (permit) {  // our size must be the one the semaphore is held with
             compare.push_back({{"key", base64_encode(where_.size_key)},
                                {"target", "VALUE"},
@@ -246,28 +247,30 @@ void handle::settle_size(const json& size_kvs) {
     const auto mine = std::to_string(request_.permits);
     const auto size = base64_encode(where_.size_key);
     if (size_kvs.empty()) {
-        gateway_.call("/v3/kv/txn",
-                      json{{"compare", json::array({{{"key", size}, {"target", "CREATE"}, {"result", "EQUAL"},
-                                                     {"create_revision", "0"}}})},
-                           {"success", json::array({{{"request_put", {{"key", size}, {"value", base64_encode(mine)}}}}})}});
+        gateway_.call(
+            "/v3/kv/txn",
+            json{{"compare",
+                  json::array({{{"key", size}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}}})},
+                 {"success", json::array({{{"request_put", {{"key", size}, {"value", base64_encode(mine)}}}}})}});
         return;
     }
     const auto theirs = b64d(size_kvs[0], "value");
     if (theirs == mine) return;  // changed meanwhile
     auto reply = gateway_.call(
         "/v3/kv/txn",
-        json{{"compare", json::array({{{"key", size}, {"target", "VALUE"}, {"result", "EQUAL"},
-                                       {"value", base64_encode(theirs)}},
-                                      {{"key", base64_encode(where_.blockers)},
-                                       {"range_end", base64_encode(prefix_end(where_.blockers))},
-                                       {"target", "CREATE"},
-                                       {"result", "EQUAL"},
-                                       {"create_revision", "0"}}})},
+        json{{"compare",
+              json::array({{{"key", size}, {"target", "VALUE"}, {"result", "EQUAL"}, {"value", base64_encode(theirs)}},
+                           {{"key", base64_encode(where_.blockers)},
+                            {"range_end", base64_encode(prefix_end(where_.blockers))},
+                            {"target", "CREATE"},
+                            {"result", "EQUAL"},
+                            {"create_revision", "0"}}})},
              {"success", json::array({{{"request_put", {{"key", size}, {"value", base64_encode(mine)}}}}})},
              {"failure", json::array({{{"request_range", {{"key", size}}}},
-                                      {{"request_range", {{"key", base64_encode(where_.blockers)},
-                                                          {"range_end", base64_encode(prefix_end(where_.blockers))},
-                                                          {"count_only", true}}}}})}});
+                                      {{"request_range",
+                                        {{"key", base64_encode(where_.blockers)},
+                                         {"range_end", base64_encode(prefix_end(where_.blockers))},
+                                         {"count_only", true}}}}})}});
     if (flag(reply, "succeeded")) return;
     const auto& responses = list(reply, "responses");
     if (responses.size() < 2) return;
@@ -291,15 +294,15 @@ void handle::settle_size(const json& size_kvs) {
 // mod revision, by which etcd's Go recipe orders keys.
 bool handle::mark_granted() {
     const bool own = where_.mark_key.empty();
-    auto reply = gateway_.call(
-        "/v3/kv/txn",
-        json{{"compare", json::array({{{"key", base64_encode(key_)},
-                                       {"target", "CREATE"},
-                                       {"result", "EQUAL"},
-                                       {"create_revision", std::to_string(revision_)}}})},
-             {"success", json::array({{{"request_put", {{"key", base64_encode(own ? key_ : where_.mark_key)},
-                                                        {"value", base64_encode(own ? value_ : std::string{})},
-                                                        {"lease", std::to_string(session_->id)}}}}})}});
+    auto reply = gateway_.call("/v3/kv/txn",
+                               json{{"compare", json::array({{{"key", base64_encode(key_)},
+                                                              {"target", "CREATE"},
+                                                              {"result", "EQUAL"},
+                                                              {"create_revision", std::to_string(revision_)}}})},
+                                    {"success", json::array({{{"request_put",
+                                                               {{"key", base64_encode(own ? key_ : where_.mark_key)},
+                                                                {"value", base64_encode(own ? value_ : std::string{})},
+                                                                {"lease", std::to_string(session_->id)}}}}})}});
     if (!flag(reply, "succeeded")) return false;
     token_ = as_i64(field(reply, "header"), "revision");
     return true;
@@ -310,7 +313,8 @@ bool handle::mark_granted() {
 handle::turn handle::wait_for_turn(spi::deadline until) {
     const auto renew_every = spi::renewal_period(session_->ttl, 100ms);
     auto failing_since = spi::clock::time_point{};
-    const auto tolerate = std::max<std::chrono::milliseconds>(3s, std::chrono::duration_cast<std::chrono::milliseconds>(session_->ttl));
+    const auto tolerate =
+        std::max<std::chrono::milliseconds>(3s, std::chrono::duration_cast<std::chrono::milliseconds>(session_->ttl));
     auto last_renew = spi::clock::now();
     // Watches given up in a row because they were created unsynced (see below).
     // Bounded so that steady writes cannot keep us ranging: after that many,
@@ -328,7 +332,8 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
             if (now - last_renew >= renew_every) {
                 auto r = gateway_.renew(*session_);
                 if (r.state == spi::keepalive_result::status::lost) return turn::key_lost;
-                if (r.state == spi::keepalive_result::status::failed) throw_error(errc::unavailable, kBackend, r.message);
+                if (r.state == spi::keepalive_result::status::failed)
+                    throw_error(errc::unavailable, kBackend, r.message);
                 last_renew = spi::clock::now();
             }
             // The keys ahead of ours in the deciding range: the latest one
@@ -372,11 +377,13 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
             // reply's header.revision shows it; such a watch is dropped and we
             // range again (the range, not the watch, decides).
             now = spi::clock::now();
-            auto budget = std::min(std::chrono::duration_cast<std::chrono::milliseconds>(until - now),
-                                   renew_every - std::chrono::duration_cast<std::chrono::milliseconds>(now - last_renew));
+            auto budget =
+                std::min(std::chrono::duration_cast<std::chrono::milliseconds>(until - now),
+                         renew_every - std::chrono::duration_cast<std::chrono::milliseconds>(now - last_renew));
             budget = std::max<std::chrono::milliseconds>(budget, 1ms);
-            const auto rq = whole_range ? gateway::watch(where_.blockers, after(at), budget, prefix_end(where_.blockers), true)
-                                        : gateway::watch(pred, after(at), budget);
+            const auto rq = whole_range
+                                ? gateway::watch(where_.blockers, after(at), budget, prefix_end(where_.blockers), true)
+                                : gateway::watch(pred, after(at), budget);
             std::string error;
             bool unsynced = false, woke = false;
             auto res = gateway_.client().stream_lines(rq, [&](std::string_view line) {
@@ -413,8 +420,7 @@ handle::turn handle::wait_for_turn(spi::deadline until) {
             failing_since = {};
             if (woke || unsynced || res.how == http::outcome::timed_out)
                 idle = spi::backoff(request_.retry_min, request_.retry_max);
-            else
-                idle.sleep(until);
+            else idle.sleep(until);
         } catch (const unavailable_error&) {
             now = spi::clock::now();
             if (failing_since == spi::clock::time_point{}) failing_since = now;
@@ -494,8 +500,7 @@ void handle::cleanup() noexcept {
     } catch (...) {
         try {
             gateway_.add_orphan(*session_, key_, value_);
-        } catch (...) {
-        }
+        } catch (...) {}
     }
     revision_ = 0;
 }
@@ -505,20 +510,20 @@ void handle::cleanup() noexcept {
 // next client of another size, settle_size()).
 void handle::forget_size() noexcept {
     try {
-        gateway_.call("/v3/kv/txn",
-                      json{{"compare", json::array({{{"key", base64_encode(where_.blockers)},
-                                                     {"range_end", base64_encode(prefix_end(where_.blockers))},
-                                                     {"target", "CREATE"},
-                                                     {"result", "EQUAL"},
-                                                     {"create_revision", "0"}},
-                                                    {{"key", base64_encode(where_.size_key)},
-                                                     {"target", "VALUE"},
-                                                     {"result", "EQUAL"},
-                                                     {"value", base64_encode(std::to_string(request_.permits))}}})},
-                           {"success", json::array({{{"request_delete_range", {{"key", base64_encode(where_.size_key)}}}}})}},
-                      2000ms);
-    } catch (...) {
-    }
+        gateway_.call(
+            "/v3/kv/txn",
+            json{{"compare", json::array({{{"key", base64_encode(where_.blockers)},
+                                           {"range_end", base64_encode(prefix_end(where_.blockers))},
+                                           {"target", "CREATE"},
+                                           {"result", "EQUAL"},
+                                           {"create_revision", "0"}},
+                                          {{"key", base64_encode(where_.size_key)},
+                                           {"target", "VALUE"},
+                                           {"result", "EQUAL"},
+                                           {"value", base64_encode(std::to_string(request_.permits))}}})},
+                 {"success", json::array({{{"request_delete_range", {{"key", base64_encode(where_.size_key)}}}}})}},
+            2000ms);
+    } catch (...) {}
 }
 
 void handle::release() {
@@ -529,15 +534,15 @@ void handle::release() {
     try {
         // Delete only our grant: the key with our create revision.
         reply = gateway_.call(
-            "/v3/kv/txn",
-            json{{"compare", json::array({{{"key", base64_encode(key_)},
-                                           {"target", "CREATE"},
-                                           {"result", "EQUAL"},
-                                           {"create_revision", std::to_string(rev)}}})},
-                 {"success", json::array({{{"request_delete_range", {{"key", base64_encode(key_)}}}},
-                                          {{"request_range", {{"key", base64_encode(where_.blockers)},
-                                                              {"range_end", base64_encode(prefix_end(where_.blockers))},
-                                                              {"count_only", true}}}}})}});
+            "/v3/kv/txn", json{{"compare", json::array({{{"key", base64_encode(key_)},
+                                                         {"target", "CREATE"},
+                                                         {"result", "EQUAL"},
+                                                         {"create_revision", std::to_string(rev)}}})},
+                               {"success", json::array({{{"request_delete_range", {{"key", base64_encode(key_)}}}},
+                                                        {{"request_range",
+                                                          {{"key", base64_encode(where_.blockers)},
+                                                           {"range_end", base64_encode(prefix_end(where_.blockers))},
+                                                           {"count_only", true}}}}})}});
     } catch (const grpc_error& e) {
         gateway_.add_orphan(*session_, key_, value_);
         throw_error(errc::in_doubt, kBackend, "release: " + e.reason(), e.code);
@@ -552,7 +557,8 @@ void handle::release() {
         if (responses.size() >= 2 && as_i64(field(item(responses, 1), "response_range"), "count") == 0) forget_size();
     }
     if (!flag(reply, "succeeded"))
-        throw_error(errc::not_owner, kBackend, "lock '" + request_.name + "' was lost before its release (key " + key_ + " gone)");
+        throw_error(errc::not_owner, kBackend,
+                    "lock '" + request_.name + "' was lost before its release (key " + key_ + " gone)");
 }
 
 }  // namespace
@@ -581,8 +587,9 @@ void keepalive_batch(gateway& g, std::span<spi::lock_handle* const> handles, std
         const auto to = std::min(check.size(), from + 64);
         json ops = json::array();
         for (auto k = from; k < to; ++k)
-            ops.push_back({{"request_range", {{"key", base64_encode(static_cast<handle*>(handles[check[k]])->key())},
-                                              {"keys_only", true}}}});
+            ops.push_back(
+                {{"request_range",
+                  {{"key", base64_encode(static_cast<handle*>(handles[check[k]])->key())}, {"keys_only", true}}}});
         try {
             auto* s = static_cast<handle*>(handles[check[from]])->current_session().get();
             auto reply = g.call("/v3/kv/txn", json{{"success", ops}}, g.renewal_timeout(*s));
@@ -605,10 +612,15 @@ names names_of(const std::string& prefix, std::string_view name, spi::lock_kind 
         case spi::lock_kind::read:
             return {prefix + "/" + enc + ":rw/read/", prefix + "/" + enc + ":rw/write/", {}, true, true,
                     prefix + "/" + enc + ":rw-grant"};
-        case spi::lock_kind::write: return {prefix + "/" + enc + ":rw/write/", prefix + "/" + enc + ":rw/", {}, true, false, {}};
+        case spi::lock_kind::write:
+            return {prefix + "/" + enc + ":rw/write/", prefix + "/" + enc + ":rw/", {}, true, false, {}};
         case spi::lock_kind::permit:
-            return {prefix + "/" + enc + ":sem/permit/", prefix + "/" + enc + ":sem/permit/", prefix + "/" + enc + ":sem/size",
-                    true, true, {}};
+            return {prefix + "/" + enc + ":sem/permit/",
+                    prefix + "/" + enc + ":sem/permit/",
+                    prefix + "/" + enc + ":sem/size",
+                    true,
+                    true,
+                    {}};
         case spi::lock_kind::exclusive:
         case spi::lock_kind::leader: break;  // an election is the mutex: Go's Election layout is the mutex's
     }
@@ -621,24 +633,27 @@ lock_info inspect(gateway& g, std::string_view name) {
     // The holder (the first key by create revision) and how many keys stand:
     // the range's count is of every key in the range, whatever its limit.
     auto reply = g.call("/v3/kv/range", json{{"key", base64_encode(dir)},
-                                            {"range_end", base64_encode(prefix_end(dir))},
-                                            {"sort_order", "ASCEND"},
-                                            {"sort_target", "CREATE"},
-                                            {"limit", "1"}});
+                                             {"range_end", base64_encode(prefix_end(dir))},
+                                             {"sort_order", "ASCEND"},
+                                             {"sort_target", "CREATE"},
+                                             {"limit", "1"}});
     const auto& kvs = list(reply, "kvs");
     const auto count = std::max<std::int64_t>(as_i64(reply, "count"), static_cast<std::int64_t>(kvs.size()));
     info.held = !kvs.empty();
-    info.waiters = static_cast<std::uint32_t>(std::clamp<std::int64_t>(count - 1, 0, std::numeric_limits<std::uint32_t>::max()));
+    info.waiters =
+        static_cast<std::uint32_t>(std::clamp<std::int64_t>(count - 1, 0, std::numeric_limits<std::uint32_t>::max()));
     if (kvs.empty()) return info;
     const auto& holder = kvs[0];
     auto value = b64d(holder, "value");
     if (value.empty()) {
         // Go's concurrency.Mutex (etcdctl lock) puts an empty value.
-        info.unknown.emplace("holder", "the holder's key has an empty value: a holder that stores no label "
-                                       "(Go's concurrency.Mutex, etcdctl lock)");
-        info.unknown.emplace("token", "the holder stores no label, so it is not distlock, whose token is its key's "
-                                      "mod revision; a Go concurrency.Mutex's (etcdctl lock's ETCD_LOCK_REV) is the "
-                                      "store revision when it found its turn, which etcd does not keep");
+        info.unknown.emplace("holder",
+                             "the holder's key has an empty value: a holder that stores no label "
+                             "(Go's concurrency.Mutex, etcdctl lock)");
+        info.unknown.emplace("token",
+                             "the holder stores no label, so it is not distlock, whose token is its key's "
+                             "mod revision; a Go concurrency.Mutex's (etcdctl lock's ETCD_LOCK_REV) is the "
+                             "store revision when it found its turn, which etcd does not keep");
     } else {
         info.holder = std::move(value);
         info.token = static_cast<std::uint64_t>(as_i64(holder, "mod_revision"));
@@ -671,11 +686,11 @@ void break_lock(gateway& g, std::string_view name) {
     }
     const std::string dir = names_of(g.config().prefix, name, spi::lock_kind::exclusive).own;
     auto reply = g.call("/v3/kv/range", json{{"key", base64_encode(dir)},
-                                            {"range_end", base64_encode(prefix_end(dir))},
-                                            {"sort_order", "ASCEND"},
-                                            {"sort_target", "CREATE"},
-                                            {"limit", "1"},
-                                            {"keys_only", true}});
+                                             {"range_end", base64_encode(prefix_end(dir))},
+                                             {"sort_order", "ASCEND"},
+                                             {"sort_target", "CREATE"},
+                                             {"limit", "1"},
+                                             {"keys_only", true}});
     const auto& kvs = list(reply, "kvs");
     if (kvs.empty()) return;
     // Only a key of this name's directory, whatever the reply says.

@@ -29,8 +29,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -50,9 +50,9 @@ constexpr const char* kBackend = "file";
 [[noreturn]] void throw_client_error(int err, std::string_view backend, const std::string& what) {
     // Denied; a path that names something other than a directory (a file where
     // the URL wants a directory: fix the URL); else the file system failed.
-    errc code = (err == EACCES || err == EPERM || err == EROFS)                   ? errc::access_denied
-                : (err == ENOTDIR || err == EEXIST || err == ENAMETOOLONG)          ? errc::invalid_argument
-                                                                                    : errc::unavailable;
+    errc code = (err == EACCES || err == EPERM || err == EROFS)            ? errc::access_denied
+                : (err == ENOTDIR || err == EEXIST || err == ENAMETOOLONG) ? errc::invalid_argument
+                                                                           : errc::unavailable;
     throw_error(code, std::string(backend), what, err, std::strerror(err));
 }
 
@@ -241,7 +241,8 @@ public:
             const int err = errno;  // ENOTDIR for a link too, with O_DIRECTORY
             struct stat link {};
             if (err == ELOOP || (err == ENOTDIR && ::lstat(path_.c_str(), &link) == 0 && S_ISLNK(link.st_mode)))
-                refuse("lock directory " + path_ + " is a symbolic link: give the directory itself, whose owner is checked");
+                refuse("lock directory " + path_ +
+                       " is a symbolic link: give the directory itself, whose owner is checked");
             if (err == ENOTDIR) throw_error(errc::invalid_argument, kBackend, path_ + " exists and is not a directory");
             throw_client_error(err, kBackend, "cannot open directory " + path_);
         }
@@ -276,7 +277,8 @@ public:
 
     // Whether `file` still names the file open as `fd`.
     bool names(int fd, const std::string& file) const {
-        struct stat a {}, b {};
+        struct stat a {
+        }, b{};
         if (::fstat(fd, &a) != 0 || ::fstatat(fd_.get(), file.c_str(), &b, AT_SYMLINK_NOFOLLOW) != 0) return false;
         return a.st_dev == b.st_dev && a.st_ino == b.st_ino && a.st_nlink > 0;
     }
@@ -496,8 +498,7 @@ private:
     }
     void drain() {
         char events[4096];
-        while (::read(inotify_.get(), events, sizeof events) > 0) {
-        }
+        while (::read(inotify_.get(), events, sizeof events) > 0) {}
     }
     void unwatch(int watch) {
         if (watch < 0) return;
@@ -530,7 +531,8 @@ sem_meta read_meta(int fd) {
 
 void write_meta(int fd, const sem_meta& m, bool sync) {
     const auto text = std::to_string(m.size) + " " + std::to_string(m.counter) + "\n";
-    if (::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()) || ::ftruncate(fd, text.size()) != 0) {
+    if (::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()) ||
+        ::ftruncate(fd, text.size()) != 0) {
         const int error_number = errno;
         throw_client_error(error_number, kBackend, "cannot write the semaphore's file");
     }
@@ -583,7 +585,7 @@ public:
                 auto turn = waiter_.lock(settings_.dir, paths_.rw_turn, LOCK_EX, until, wait);
                 if (!turn) return std::nullopt;
                 auto fd = waiter_.lock(settings_.dir, paths_.rw_data, kind_ == spi::lock_kind::read ? LOCK_SH : LOCK_EX,
-                                      until, wait);
+                                       until, wait);
                 if (!fd) return std::nullopt;
                 std::uint64_t token = next_token(read_counter(turn->get()));
                 write_counter(turn->get(), token, settings_.sync);
@@ -601,8 +603,9 @@ public:
         ::flock(fd.get(), LOCK_UN);
         fd.reset();  // the close wakes waiters (IN_CLOSE_WRITE)
         if (!ours)
-            throw_error(errc::not_owner, kBackend,
-                        "lock file " + settings_.dir.path_of(held_file_) + " was replaced while held: the lock was lost");
+            throw_error(
+                errc::not_owner, kBackend,
+                "lock file " + settings_.dir.path_of(held_file_) + " was replaced while held: the lock was lost");
     }
 
     std::chrono::milliseconds check_interval() const override { return settings_.check; }
@@ -610,7 +613,8 @@ public:
     // Still ours: the path still names the file we hold the lock on.
     spi::keepalive_result check() const {
         if (!settings_.dir.names(fd_.get(), held_file_))
-            return spi::keepalive_result::lost("lock file " + settings_.dir.path_of(held_file_) + " was removed or replaced");
+            return spi::keepalive_result::lost("lock file " + settings_.dir.path_of(held_file_) +
+                                               " was removed or replaced");
         return spi::keepalive_result::ok();
     }
 
@@ -688,7 +692,8 @@ public:
     std::unique_ptr<spi::lock_handle> make_lock(const spi::lock_request& r) override {
         return std::make_unique<handle>(settings_, r);
     }
-    void keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) override {
+    void keepalive_batch(std::span<spi::lock_handle* const> handles,
+                         std::span<spi::keepalive_result> results) override {
         for (std::size_t i = 0; i < handles.size(); ++i) results[i] = static_cast<const handle*>(handles[i])->check();
     }
     // The mutex's lock file: held when a shared flock of it conflicts; the
@@ -729,8 +734,7 @@ public:
         auto meta = settings_.dir.open_existing(p.sem_meta, O_RDONLY);
         const auto size = meta ? read_meta(meta->get()).size : 0;
         // The first slot never made ends them, as in take_permit.
-        for (std::uint32_t i = 0; i < size && replace(p.slot(i), false); ++i) {
-        }
+        for (std::uint32_t i = 0; i < size && replace(p.slot(i), false); ++i) {}
     }
 
 private:
@@ -787,7 +791,8 @@ void register_backend(spi::registry& r) {
             throw_error(errc::invalid_argument, kBackend, "a file:// path cannot hold a NUL byte (%00)");
         // The kernel would resolve them, through whatever links the path holds.
         if (spi::has_dot_segment(u.path()))
-            throw_error(errc::invalid_argument, kBackend, "a file:// path cannot have '.' or '..' segments: name the directory");
+            throw_error(errc::invalid_argument, kBackend,
+                        "a file:// path cannot have '.' or '..' segments: name the directory");
         const bool sync = u.take_bool("sync").value_or(false);
         const auto check = u.take_duration("check").value_or(200ms);
         if (check.count() <= 0) throw_error(errc::invalid_argument, kBackend, "check must be positive");

@@ -85,7 +85,8 @@ void check_prefix(const std::string& backend, std::string_view prefix) {
     };
     for (std::size_t start = 0;;) {
         const auto slash = prefix.find('/', start);
-        const auto segment = prefix.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+        const auto segment =
+            prefix.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
         if (segment.empty()) refuse("has an empty segment ('//', or a '/' at an end)");
         if (segment == "." || segment == "..") refuse("has a '.' or '..' segment");
         for (char c : segment)

@@ -127,10 +127,8 @@ bool retryable(CURLcode rc) {
         case CURLE_GOT_NOTHING:
         case CURLE_SEND_ERROR:
         case CURLE_RECV_ERROR:
-        case CURLE_OPERATION_TIMEDOUT:
-            return true;
-        default:
-            return false;
+        case CURLE_OPERATION_TIMEDOUT: return true;
+        default: return false;
     }
 }
 

@@ -29,10 +29,10 @@ struct sink {
     const bool* cancelled = nullptr;  // loop transfers: stop delivering once set
     std::string partial;              // an incomplete last line
     bool stopped = false;
-    bool overflow = false;            // the body, a line or the headers passed `limit`
+    bool overflow = false;  // the body, a line or the headers passed `limit`
     std::size_t limit = default_max_reply_bytes;
     std::size_t received = 0;
-    std::size_t header_bytes = 0;     // of the current response's headers
+    std::size_t header_bytes = 0;  // of the current response's headers
 
     // Delivers the complete lines in `data`; false when the callback said stop
     // or the reply passed the limit.

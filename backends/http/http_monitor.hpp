@@ -72,7 +72,7 @@ private:
     loop::id current_ = 0;  // the transfer under way (after lost(), the one that found it), 0 = none
     spi::loss_sink lost_;
     std::chrono::steady_clock::time_point began_;  // when the transfer under way started
-    int idle_ = 0;  // transfers in a row that ended soon with nothing new
+    int idle_ = 0;                                 // transfers in a row that ended soon with nothing new
 };
 
 }  // namespace distlock::backends::http

@@ -85,8 +85,8 @@ void loop::cancel(id which) {
     curl_multi_wakeup(static_cast<CURLM*>(multi_));
     lk.lock();
     cv_.wait(lk, [&] {
-        return stop_ || (running_callback_ != which &&
-                         std::find(cancels_.begin(), cancels_.end(), which) == cancels_.end());
+        return stop_ ||
+               (running_callback_ != which && std::find(cancels_.begin(), cancels_.end(), which) == cancels_.end());
     });
 }
 
@@ -112,8 +112,7 @@ void loop::finish(transfer& t, transfer_result res) {
     if (t.cancelled || !t.on_done) return;
     try {
         t.on_done(std::move(res));
-    } catch (...) {
-    }
+    } catch (...) {}
 }
 
 void loop::run() {
@@ -159,8 +158,10 @@ void loop::run() {
                 curl_easy_setopt(t->easy, CURLOPT_WRITEDATA, &t->s);
                 curl_easy_setopt(t->easy, CURLOPT_HEADERFUNCTION, &header_cb);
                 curl_easy_setopt(t->easy, CURLOPT_HEADERDATA, &t->s);
-                curl_easy_setopt(t->easy, CURLOPT_PRIVATE, reinterpret_cast<void*>(static_cast<std::uintptr_t>(t->which)));
-                if (curl_multi_add_handle(multi, t->easy) != CURLM_OK) throw std::runtime_error("curl_multi_add_handle failed");
+                curl_easy_setopt(t->easy, CURLOPT_PRIVATE,
+                                 reinterpret_cast<void*>(static_cast<std::uintptr_t>(t->which)));
+                if (curl_multi_add_handle(multi, t->easy) != CURLM_OK)
+                    throw std::runtime_error("curl_multi_add_handle failed");
                 active_.emplace(t->which, std::move(t));
             } catch (const std::exception& e) {
                 transfer_result res;
@@ -202,7 +203,8 @@ void loop::run() {
             cv_.notify_all();
             lk.unlock();
         }
-        auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(next_due - std::chrono::steady_clock::now());
+        auto wait_ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(next_due - std::chrono::steady_clock::now());
         int timeout = static_cast<int>(std::clamp<long long>(wait_ms.count(), 0, 1000));
         curl_multi_poll(multi, nullptr, 0, timeout, nullptr);
         lk.lock();

@@ -61,10 +61,10 @@ private:
     std::condition_variable cv_;
     bool stop_ = false;
     id next_id_ = 1;
-    std::map<id, std::unique_ptr<transfer>> pending_;   // waiting to be added (delay)
-    std::map<id, std::unique_ptr<transfer>> active_;    // added to the multi handle
-    std::vector<id> cancels_;                           // requested, not yet processed
-    id running_callback_ = 0;                           // id whose callback runs now
+    std::map<id, std::unique_ptr<transfer>> pending_;  // waiting to be added (delay)
+    std::map<id, std::unique_ptr<transfer>> active_;   // added to the multi handle
+    std::vector<id> cancels_;                          // requested, not yet processed
+    id running_callback_ = 0;                          // id whose callback runs now
 };
 
 }  // namespace distlock::backends::http

@@ -38,11 +38,13 @@ std::string url_host(const std::string& host) { return host.find(':') != std::st
 
 void check_header(const std::string& backend, std::string_view line) {
     const auto colon = line.find(':');
-    const std::string what = colon == std::string_view::npos ? "a header" : "the " + std::string(line.substr(0, colon)) + " header";
+    const std::string what =
+        colon == std::string_view::npos ? "a header" : "the " + std::string(line.substr(0, colon)) + " header";
     for (char c : line)
         if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
             throw_error(errc::invalid_argument, backend,
-                        what + " has a control character (CR, LF, NUL, a byte below 0x20 or 0x7F), which would "
+                        what +
+                            " has a control character (CR, LF, NUL, a byte below 0x20 or 0x7F), which would "
                             "inject headers into every request: refused");
 }
 

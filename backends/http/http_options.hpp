@@ -21,11 +21,11 @@
 namespace distlock::backends::http {
 
 struct tls_options {
-    bool enabled = false;  // https:// instead of http://
-    std::string ca_file;   // "" = the system's CA bundle
-    std::string cert_file; // client certificate (PEM) for mutual TLS; "" = none
-    std::string key_file;  // its private key (PEM); "" = in cert_file
-    bool verify = true;    // false = accept any server certificate (tests only)
+    bool enabled = false;     // https:// instead of http://
+    std::string ca_file;      // "" = the system's CA bundle
+    std::string cert_file;    // client certificate (PEM) for mutual TLS; "" = none
+    std::string key_file;     // its private key (PEM); "" = in cert_file
+    bool verify = true;       // false = accept any server certificate (tests only)
     std::string server_name;  // sent in SNI and verified instead of the endpoint's host; "" = the host
 };
 
@@ -37,12 +37,12 @@ struct tls_options {
 inline constexpr std::size_t default_max_reply_bytes = std::size_t{16} << 20;
 
 struct options {
-    std::string backend = "http";                      // name used in errors
-    std::vector<std::string> endpoints;                 // base URLs: "http://127.0.0.1:2379"
-    std::chrono::milliseconds connect_timeout{2000};    // TCP + TLS handshake bound
-    std::chrono::milliseconds request_timeout{5000};    // whole-request bound when a request gives none
+    std::string backend = "http";                     // name used in errors
+    std::vector<std::string> endpoints;               // base URLs: "http://127.0.0.1:2379"
+    std::chrono::milliseconds connect_timeout{2000};  // TCP + TLS handshake bound
+    std::chrono::milliseconds request_timeout{5000};  // whole-request bound when a request gives none
     tls_options tls;
-    std::vector<std::string> headers;                   // sent on every request ("X-Consul-Token: ...")
+    std::vector<std::string> headers;                       // sent on every request ("X-Consul-Token: ...")
     std::size_t max_reply_bytes = default_max_reply_bytes;  // see above
 };
 

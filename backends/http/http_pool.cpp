@@ -68,9 +68,7 @@ client::~client() {
     for (void* list : connect_to_) curl_slist_free_all(static_cast<curl_slist*>(list));
 }
 
-std::string client::current_endpoint() const {
-    return options_.endpoints[current_.load() % options_.endpoints.size()];
-}
+std::string client::current_endpoint() const { return options_.endpoints[current_.load() % options_.endpoints.size()]; }
 
 void client::rotate_endpoint(const std::string& failed_endpoint) {
     const auto n = options_.endpoints.size();
@@ -140,7 +138,8 @@ void client::prepare(void* easy_ptr, const request& r, const std::string& endpoi
         const auto at = std::find(options_.endpoints.begin(), options_.endpoints.end(), endpoint);
         if (at != options_.endpoints.end()) {
             url = "https://" + url_host(options_.tls.server_name) + ":" + host_port(endpoint).second + r.target;
-            curl_easy_setopt(easy, CURLOPT_CONNECT_TO, connect_to_[static_cast<std::size_t>(at - options_.endpoints.begin())]);
+            curl_easy_setopt(easy, CURLOPT_CONNECT_TO,
+                             connect_to_[static_cast<std::size_t>(at - options_.endpoints.begin())]);
         }
     }
     curl_easy_setopt(easy, CURLOPT_URL, url.c_str());  // copied by curl

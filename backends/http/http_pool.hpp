@@ -72,7 +72,7 @@ private:
     std::vector<pooled> pool_;
     std::map<std::string, std::string> dynamic_headers_;
     std::atomic<std::size_t> current_{0};
-    void* share_ = nullptr;     // CURLSH: DNS cache and TLS sessions shared by the handles
+    void* share_ = nullptr;  // CURLSH: DNS cache and TLS sessions shared by the handles
     std::mutex share_locks_[8];
     friend struct share_access;
 };

@@ -15,16 +15,14 @@ bool refused(const transfer_result& r) {
     switch (static_cast<CURLcode>(r.curl_code)) {
         case CURLE_PEER_FAILED_VERIFICATION:
         case CURLE_SSL_CIPHER:
-        case CURLE_SSL_ISSUER_ERROR:
-            return true;
+        case CURLE_SSL_ISSUER_ERROR: return true;
         case CURLE_RECV_ERROR:
         case CURLE_SEND_ERROR:
         case CURLE_SSL_CONNECT_ERROR:
-            return r.error.find("alert") != std::string::npos &&
-                   (r.error.find("certificate") != std::string::npos || r.error.find("unknown ca") != std::string::npos ||
-                    r.error.find("access denied") != std::string::npos);
-        default:
-            return false;
+            return r.error.find("alert") != std::string::npos && (r.error.find("certificate") != std::string::npos ||
+                                                                  r.error.find("unknown ca") != std::string::npos ||
+                                                                  r.error.find("access denied") != std::string::npos);
+        default: return false;
     }
 }
 
@@ -34,10 +32,8 @@ bool local_file_problem(int rc) {
     switch (static_cast<CURLcode>(rc)) {
         case CURLE_SSL_CERTPROBLEM:
         case CURLE_SSL_CACERT_BADFILE:
-        case CURLE_SSL_CRL_BADFILE:
-            return true;
-        default:
-            return false;
+        case CURLE_SSL_CRL_BADFILE: return true;
+        default: return false;
     }
 }
 
@@ -59,8 +55,8 @@ void throw_client_error(const transfer_result& r, const std::string& backend, co
     if (!r.resp.endpoint.empty())
         msg += not_http ? " (is " + r.resp.endpoint + " the " + backend + " HTTP API?)" : " (" + r.resp.endpoint + ")";
     const errc code = not_http || local_file_problem(r.curl_code) ? errc::invalid_argument
-                      : refused(r)                               ? errc::access_denied
-                                                                 : errc::unavailable;
+                      : refused(r)                                ? errc::access_denied
+                                                                  : errc::unavailable;
     throw_error(code, backend, msg, r.curl_code, curl_easy_strerror(static_cast<CURLcode>(r.curl_code)));
 }
 

@@ -13,9 +13,9 @@ namespace distlock::backends::http {
 
 struct request {
     const char* method = "GET";
-    std::string target;                     // path and query, starting with '/'
-    std::string body;                       // sent when non-empty or when method is PUT/POST
-    std::chrono::milliseconds timeout{0};   // 0 = options::request_timeout; whole transfer
+    std::string target;                    // path and query, starting with '/'
+    std::string body;                      // sent when non-empty or when method is PUT/POST
+    std::chrono::milliseconds timeout{0};  // 0 = options::request_timeout; whole transfer
     std::string content_type = "application/json";
 };
 
@@ -23,7 +23,7 @@ struct response {
     long status = 0;
     std::string body;
     std::vector<std::pair<std::string, std::string>> headers;  // names lowercased
-    std::string endpoint;                                       // base URL that answered
+    std::string endpoint;                                      // base URL that answered
 
     // Value of the first header `name` (lowercase), "" when absent.
     std::string header(std::string_view name) const;
@@ -31,17 +31,17 @@ struct response {
 
 // How a transfer ended when no complete response was the outcome.
 enum class outcome {
-    completed,   // a full HTTP response was received
-    stopped,     // the line callback asked to stop
-    timed_out,   // the request's timeout passed (for streams: the normal end of a wait)
-    failed,      // transport error (connection refused, reset, TLS failure, ...)
+    completed,  // a full HTTP response was received
+    stopped,    // the line callback asked to stop
+    timed_out,  // the request's timeout passed (for streams: the normal end of a wait)
+    failed,     // transport error (connection refused, reset, TLS failure, ...)
 };
 
 struct transfer_result {
     outcome how = outcome::failed;
-    int curl_code = 0;        // CURLcode
-    std::string error;        // curl's message, for failed
-    response resp;            // status and headers (and body unless streamed)
+    int curl_code = 0;  // CURLcode
+    std::string error;  // curl's message, for failed
+    response resp;      // status and headers (and body unless streamed)
 };
 
 // Throws unavailable_error describing a failed transfer; access_denied_error

@@ -23,13 +23,13 @@ constexpr const char* kBackend = "memory";
 // only while it is held or waited for: a service that locks a new name per
 // request leaves nothing behind.
 struct slot {
-    std::uint64_t grant = 0;    // the exclusive grant (mutex, writer) and its token, 0 = none
+    std::uint64_t grant = 0;                         // the exclusive grant (mutex, writer) and its token, 0 = none
     std::map<std::uint64_t, spi::loss_sink> shared;  // readers or permits, by grant (= token)
-    int writers_waiting = 0;    // a waiting writer holds back readers that come later
-    std::uint32_t limit = 0;    // the semaphore's size while it has holders
-    spi::loss_sink lost;        // of the exclusive grant: break_lock reports through it
-    std::string holder;         // the exclusive grant's label
-    std::uint32_t waiting = 0;  // threads inside acquire() waiting for it
+    int writers_waiting = 0;                         // a waiting writer holds back readers that come later
+    std::uint32_t limit = 0;                         // the semaphore's size while it has holders
+    spi::loss_sink lost;                             // of the exclusive grant: break_lock reports through it
+    std::string holder;                              // the exclusive grant's label
+    std::uint32_t waiting = 0;                       // threads inside acquire() waiting for it
 
     bool unused() const noexcept { return grant == 0 && shared.empty() && waiting == 0 && writers_waiting == 0; }
 };
@@ -160,8 +160,7 @@ public:
         std::lock_guard lk(table_->mutex);
         const auto mine = std::exchange(grant_, 0);
         const auto it = table_->slots.find(key_);
-        if (mine == 0 || it == table_->slots.end() ||
-            (it->second.grant != mine && it->second.shared.erase(mine) == 0))
+        if (mine == 0 || it == table_->slots.end() || (it->second.grant != mine && it->second.shared.erase(mine) == 0))
             throw_error(errc::not_owner, kBackend, "lock '" + name_ + "' is no longer held by this handle");
         auto& s = it->second;
         if (s.grant == mine) {

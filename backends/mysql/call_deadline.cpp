@@ -3,18 +3,18 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
-#include <pthread.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <condition_variable>
 #include <cstdlib>
-#include <string_view>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -102,8 +102,8 @@ std::vector<int> new_sockets(const std::set<ino_t>& before, std::uint16_t port) 
 // stopped (it sleeps while nothing is armed).
 struct watch {
     struct entry {
-        int fd = -1;                 // the call's socket (a claimed duplicate) ...
-        std::set<ino_t> before;      // ... or, for a connect, how to find it
+        int fd = -1;             // the call's socket (a claimed duplicate) ...
+        std::set<ino_t> before;  // ... or, for a connect, how to find it
         std::uint16_t port = 0;
         deadline_clock::time_point at;
         bool fired = false;

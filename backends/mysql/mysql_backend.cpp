@@ -33,8 +33,14 @@ using namespace std::chrono_literals;
 
 s::failure classify(int code, bool connecting) {
     switch (code) {
-        case 1044: case 1045: case 1095: case 1142: case 1143: case 1227: case 1698: case 1370:
-            return s::failure::access_denied;
+        case 1044:
+        case 1045:
+        case 1095:
+        case 1142:
+        case 1143:
+        case 1227:
+        case 1698:
+        case 1370: return s::failure::access_denied;
         case 1049: return s::failure::no_database;
         case 1146:  // ER_NO_SUCH_TABLE
         case 4091:  // ER_UNKNOWN_SEQUENCES (MariaDB)
@@ -43,13 +49,20 @@ s::failure classify(int code, bool connecting) {
         case 3572:  // MySQL 8 NOWAIT
             return s::failure::lock_timeout;
         case 1213: return s::failure::deadlock;
-        case 2002: case 2003: case 2005: case 2026:
-            return s::failure::cannot_connect;
-        case 1053: case 1927: case 2006: case 2013: case 2055: case 4031:
-            return connecting ? s::failure::cannot_connect : s::failure::connection_lost;
+        case 2002:
+        case 2003:
+        case 2005:
+        case 2026: return s::failure::cannot_connect;
+        case 1053:
+        case 1927:
+        case 2006:
+        case 2013:
+        case 2055:
+        case 4031: return connecting ? s::failure::cannot_connect : s::failure::connection_lost;
         default:
             // Client-side errors (2000-2999) mean the connection cannot be trusted.
-            if (code >= 2000 && code < 3000) return connecting ? s::failure::cannot_connect : s::failure::connection_lost;
+            if (code >= 2000 && code < 3000)
+                return connecting ? s::failure::cannot_connect : s::failure::connection_lost;
             return s::failure::other;
     }
 }
@@ -60,8 +73,8 @@ s::failure classify(int code, bool connecting) {
 // is required, or the server refusing this client's certificate (another
 // CA's). No retry fixes them, and no login packet was sent.
 bool tls_refusal(const std::string& msg) {
-    for (const char* what : {"certificate", "SSL is required", "self-signed", "self signed", "unable to get local issuer",
-                             "unknown ca"})
+    for (const char* what :
+         {"certificate", "SSL is required", "self-signed", "self signed", "unable to get local issuer", "unknown ca"})
         if (msg.find(what) != std::string::npos) return true;
     return false;
 }
@@ -154,22 +167,24 @@ public:
     connection(const endpoint& ep, const s::conn_settings& cs) : timeout_(cs.timeout) {
         static std::once_flag once;
         static ::sql::mysql::MySQL_Driver* driver = nullptr;
-        std::call_once(once, [] { driver = keeping_sigpipe([] { return ::sql::mysql::get_mysql_driver_instance(); }); });
+        std::call_once(once,
+                       [] { driver = keeping_sigpipe([] { return ::sql::mysql::get_mysql_driver_instance(); }); });
         ::sql::ConnectOptionsMap opts;
         const bool v6 = ep.host.find(':') != std::string::npos;
-        opts["hostName"] = ::sql::SQLString("tcp://" + (v6 ? "[" + ep.host + "]" : ep.host) + ":" + std::to_string(ep.port));
+        opts["hostName"] =
+            ::sql::SQLString("tcp://" + (v6 ? "[" + ep.host + "]" : ep.host) + ":" + std::to_string(ep.port));
         opts["userName"] = ::sql::SQLString(ep.user);
         opts["password"] = ::sql::SQLString(ep.password);
         opts["schema"] = ::sql::SQLString(ep.schema);
         opts["OPT_CONNECT_TIMEOUT"] = seconds_at_least_1(cs.connect_timeout);
         opts["OPT_READ_TIMEOUT"] = seconds_at_least_1(cs.timeout);
         opts["OPT_WRITE_TIMEOUT"] = seconds_at_least_1(cs.timeout);
-        opts["OPT_RECONNECT"] = false;          // a reconnect would silently drop a held lock
+        opts["OPT_RECONNECT"] = false;  // a reconnect would silently drop a held lock
         // Affected rows = rows changed (not matched): an upsert that finds the
         // lease held changes nothing and says 0. Every statement whose count is
         // read changes what it matches (renewals move expires_at, releases delete).
         opts["CLIENT_FOUND_ROWS"] = false;
-        opts["CLIENT_MULTI_STATEMENTS"] = true; // a batch is one query (values are rendered as literals)
+        opts["CLIENT_MULTI_STATEMENTS"] = true;  // a batch is one query (values are rendered as literals)
         opts["OPT_CHARSET_NAME"] = ::sql::SQLString("utf8mb4");
         opts["OPT_MAX_ALLOWED_PACKET"] = max_packet;
         // A server (or anything on the path, without TLS) may answer any query
@@ -180,7 +195,8 @@ public:
         tls_options(ep, opts);
         const auto until = deadline_clock::now() + cs.connect_timeout;
         const std::string where = ep.host + ":" + std::to_string(ep.port);
-        const std::string late = "no connection within connect_timeout (" + std::to_string(cs.connect_timeout.count()) + " ms)";
+        const std::string late =
+            "no connection within connect_timeout (" + std::to_string(cs.connect_timeout.count()) + " ms)";
         // No greeting at all: a server of another kind, or a stuck one (a retry may help).
         auto greeting_hint = [&](std::string msg) {
             if (msg.find("initial communication packet") != std::string::npos)
@@ -190,7 +206,8 @@ public:
         try {
             connect_turn turn(until);
             if (!turn.owns())
-                throw s::sql_error(s::failure::cannot_connect, 0, late + ": the process's other MySQL connects took it");
+                throw s::sql_error(s::failure::cannot_connect, 0,
+                                   late + ": the process's other MySQL connects took it");
             const auto before = socket_inodes();
             {
                 call_deadline watch(before, ep.port, until);
@@ -231,7 +248,8 @@ public:
             const int code = e.getErrorCode();
             const std::string msg = s::bounded_message(e.what());
             if (code == 2027)  // malformed packet: another kind of server answered
-                throw s::sql_error(s::failure::wrong_server, code, msg + " (is " + where + " a MySQL or MariaDB server?)");
+                throw s::sql_error(s::failure::wrong_server, code,
+                                   msg + " (is " + where + " a MySQL or MariaDB server?)");
             if (code == 2026 && tls_refusal(msg)) throw s::sql_error(s::failure::access_denied, code, msg);
             throw s::sql_error(classify(code, true), code, code == 2013 ? greeting_hint(msg) : msg);
         }
@@ -241,8 +259,7 @@ public:
         plain_.reset();
         try {
             if (conn_) conn_->close();
-        } catch (...) {
-        }
+        } catch (...) {}
     }
 
     // The session's database as the server names it (lower case where the
@@ -318,7 +335,8 @@ private:
                 out += c;
                 continue;
             }
-            if (next >= st.args.size()) throw s::sql_error(s::failure::other, 0, "a statement has more '?' than arguments");
+            if (next >= st.args.size())
+                throw s::sql_error(s::failure::other, 0, "a statement has more '?' than arguments");
             const auto& v = args[static_cast<std::size_t>(st.args[next++])];
             const std::string* raw = nullptr;
             if (std::holds_alternative<std::nullptr_t>(v)) out += "NULL";
@@ -327,7 +345,8 @@ private:
             else raw = &std::get<s::bytes>(v).data;
             if (raw) out += raw->empty() ? std::string("''") : hex_literal(*raw);
         }
-        if (next != st.args.size()) throw s::sql_error(s::failure::other, 0, "a statement has fewer '?' than arguments");
+        if (next != st.args.size())
+            throw s::sql_error(s::failure::other, 0, "a statement has fewer '?' than arguments");
     }
 
     // Reads a result set, capped (s::max_reply_rows, s::max_reply_bytes of
@@ -410,7 +429,9 @@ public:
     // cached block of 1000 values, and a crash skips the rest of the block), 1024
     // counter rows on MySQL 8, which has no sequences (each token is then a
     // committed row update), or where fence=table asks for them.
-    bool sequence() const noexcept { return fence_ == fence_kind::sequence || (fence_ == fence_kind::automatic && mariadb_); }
+    bool sequence() const noexcept {
+        return fence_ == fence_kind::sequence || (fence_ == fence_kind::automatic && mariadb_);
+    }
 
     s::sql_texts texts(const std::string& table) const override {
         const std::string t = "`" + table + "`", rows = "`" + table + "_rows`", fence = "`" + table + "_fence`";
@@ -449,7 +470,8 @@ public:
                  " expires_at DATETIME(6) NULL, version BIGINT NOT NULL DEFAULT 0, holder_label VARBINARY(320) NULL,"
                  " PRIMARY KEY (name)) ENGINE=InnoDB",
              {}},
-            {"CREATE TABLE IF NOT EXISTS " + rows + " (name VARBINARY(1024) NOT NULL, PRIMARY KEY (name)) ENGINE=InnoDB",
+            {"CREATE TABLE IF NOT EXISTS " + rows +
+                 " (name VARBINARY(1024) NOT NULL, PRIMARY KEY (name)) ENGINE=InnoDB",
              {}},
             seq ? s::statement{"CREATE SEQUENCE IF NOT EXISTS " + fence + " ENGINE=InnoDB", {}}
                 : s::statement{"CREATE TABLE IF NOT EXISTS " + fence +
@@ -460,9 +482,12 @@ public:
         q.rollback = {"ROLLBACK", {}};
         q.lease_acquire = drawn({
             {"INSERT INTO " + t + " (name, owner, expires_at, version, holder_label) VALUES (?, ?, " + expires + ", " +
-                 draw + ", ?) ON DUPLICATE KEY UPDATE version = IF(" + take + ", VALUES(version), version),"
-                 " owner = IF(" + take + ", VALUES(owner), owner), expires_at = IF(" + take +
-                 ", VALUES(expires_at), expires_at), holder_label = IF(" + take + ", VALUES(holder_label), holder_label)",
+                 draw + ", ?) ON DUPLICATE KEY UPDATE version = IF(" + take +
+                 ", VALUES(version), version),"
+                 " owner = IF(" +
+                 take + ", VALUES(owner), owner), expires_at = IF(" + take +
+                 ", VALUES(expires_at), expires_at), holder_label = IF(" + take +
+                 ", VALUES(holder_label), holder_label)",
              {0, 1, 2, 4}},
             mine,
         });
@@ -489,7 +514,8 @@ public:
         // A holder gives the mark back before the row, so the next one finds it
         // free; a session that ends frees both (the wait of 1 s covers the moment
         // between the two).
-        const std::string mark_key = "CONCAT('distlock#row:', LEFT(SHA2(CONCAT(" + hex_literal(namespace_) + ", ?), 256), 51))";
+        const std::string mark_key =
+            "CONCAT('distlock#row:', LEFT(SHA2(CONCAT(" + hex_literal(namespace_) + ", ?), 256), 51))";
         const s::statement mark = {"SELECT IF(FOUND_ROWS() > 0, GET_LOCK(" + mark_key + ", 1), NULL)", {0}};
         q.row_lock = {{"START TRANSACTION", {}}, {"SELECT 1 FROM " + rows + " WHERE name = ? FOR UPDATE", {0}}, mark};
         q.row_lock_nowait = {
@@ -518,30 +544,32 @@ public:
         // GET_LOCK key or a for-update row's mark (IS_USED_LOCK). MySQL keeps no
         // label beside a named lock, and counts its waiters only in
         // performance_schema.metadata_locks.
-        q.inspect_lease = {"SELECT expires_at > UTC_TIMESTAMP(6), HEX(holder_label), version,"
-                           " TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), owner FROM " + t +
-                               " WHERE name = ? AND owner IS NOT NULL",
-                           {0}};
+        q.inspect_lease = {
+            "SELECT expires_at > UTC_TIMESTAMP(6), HEX(holder_label), version,"
+            " TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), owner FROM " +
+                t + " WHERE name = ? AND owner IS NOT NULL",
+            {0}};
         q.inspect_native = {"SELECT IS_USED_LOCK(?), NULL, NULL", {0}};
         q.inspect_row = {"SELECT IS_USED_LOCK(" + mark_key + "), NULL, NULL", {0}};
-        q.no_session_label =
-            "MySQL keeps no data beside a named lock: the server names only the holding connection";
+        q.no_session_label = "MySQL keeps no data beside a named lock: the server names only the holding connection";
         q.no_native_waiters =
             "MySQL counts GET_LOCK waiters only in performance_schema.metadata_locks, which distlock does not read"
             " (off by default on MariaDB, and not readable without a grant)";
-        q.no_row_waiters = "MySQL shows row lock waits only in performance_schema/information_schema InnoDB tables,"
-                           " which distlock does not read (not readable without a grant)";
+        q.no_row_waiters =
+            "MySQL shows row lock waits only in performance_schema/information_schema InnoDB tables,"
+            " which distlock does not read (not readable without a grant)";
 
         // Semaphores and read-write locks: lease rows of tables of their own.
         // Each statement of a batch commits on its own (autocommit), so a row
         // written by one is seen by the look of any statement that starts after.
         const std::string permits = "`" + table + "_permits`", rw = "`" + table + "_rw`";
         const std::string now = "UTC_TIMESTAMP(6)";
-        q.create.push_back({"CREATE TABLE IF NOT EXISTS " + permits +
-                                " (name VARBINARY(1024) NOT NULL, slot INT UNSIGNED NOT NULL, permits INT UNSIGNED NOT NULL,"
-                                " owner VARCHAR(64) CHARACTER SET ascii NOT NULL, expires_at DATETIME(6) NOT NULL,"
-                                " version BIGINT NOT NULL, PRIMARY KEY (name, slot)) ENGINE=InnoDB",
-                            {}});
+        q.create.push_back(
+            {"CREATE TABLE IF NOT EXISTS " + permits +
+                 " (name VARBINARY(1024) NOT NULL, slot INT UNSIGNED NOT NULL, permits INT UNSIGNED NOT NULL,"
+                 " owner VARCHAR(64) CHARACTER SET ascii NOT NULL, expires_at DATETIME(6) NOT NULL,"
+                 " version BIGINT NOT NULL, PRIMARY KEY (name, slot)) ENGINE=InnoDB",
+             {}});
         q.create.push_back({"CREATE TABLE IF NOT EXISTS " + rw +
                                 " (name VARBINARY(1024) NOT NULL, holder VARCHAR(64) CHARACTER SET ascii NOT NULL,"
                                 " owner VARCHAR(64) CHARACTER SET ascii NOT NULL, expires_at DATETIME(6) NOT NULL,"
@@ -550,7 +578,8 @@ public:
         auto rows_of = [&](const std::string& name, const std::string& quoted) {
             s::sql_texts::lease_rows r;
             r.table = name;
-            r.renew = {"UPDATE " + quoted + " SET expires_at = " + expires + " WHERE name = ? AND owner = ?", {2, 0, 1}};
+            r.renew = {"UPDATE " + quoted + " SET expires_at = " + expires + " WHERE name = ? AND owner = ?",
+                       {2, 0, 1}};
             r.release = {"DELETE FROM " + quoted + " WHERE name = ? AND owner = ?", {0, 1}};
             r.clear = {"DELETE FROM " + quoted + " WHERE name = ?", {0}};
             return r;
@@ -563,25 +592,37 @@ public:
         // the token, and the size check again after the insert: of two clients
         // asking different sizes at the same moment, at least one sees the other
         // (and gives its permit back).
-        const std::string other_size = "(SELECT MAX(permits) FROM " + permits + " WHERE name = ? AND permits <> ? AND expires_at > " + now + ")";
+        const std::string other_size =
+            "(SELECT MAX(permits) FROM " + permits + " WHERE name = ? AND permits <> ? AND expires_at > " + now + ")";
         const std::string fresh = "(expires_at <= " + now + " OR owner <=> VALUES(owner))";
         s::batch permit = {
-            {"SET @distlock_n = " + other_size + ", @distlock_s = (SELECT MIN(c.s) FROM (SELECT 0 AS s UNION ALL"
-             " SELECT slot + 1 FROM " + permits + " WHERE name = ? AND expires_at > " + now + ") c WHERE c.s < ? AND"
-             " NOT EXISTS (SELECT 1 FROM " + permits + " h WHERE h.name = ? AND h.slot = c.s AND h.expires_at > " + now + "))",
+            {"SET @distlock_n = " + other_size +
+                 ", @distlock_s = (SELECT MIN(c.s) FROM (SELECT 0 AS s UNION ALL"
+                 " SELECT slot + 1 FROM " +
+                 permits + " WHERE name = ? AND expires_at > " + now +
+                 ") c WHERE c.s < ? AND"
+                 " NOT EXISTS (SELECT 1 FROM " +
+                 permits + " h WHERE h.name = ? AND h.slot = c.s AND h.expires_at > " + now + "))",
              {0, 4, 0, 4, 0}},
         };
         const std::string can_take = " WHERE @distlock_s IS NOT NULL AND @distlock_n IS NULL";
         if (!seq) permit.push_back({bump(can_take).text, {3}});
-        permit.push_back({"INSERT INTO " + permits + " (name, slot, permits, owner, expires_at, version) SELECT ?, @distlock_s, ?, ?, " +
+        permit.push_back({"INSERT INTO " + permits +
+                              " (name, slot, permits, owner, expires_at, version) SELECT ?, @distlock_s, ?, ?, " +
                               expires + ", " + draw + " FROM DUAL" + can_take +
-                              " ON DUPLICATE KEY UPDATE version = IF(" + fresh + ", VALUES(version), version),"
-                              " permits = IF(" + fresh + ", VALUES(permits), permits),"
-                              " owner = IF(" + fresh + ", VALUES(owner), owner),"
-                              " expires_at = IF(" + fresh + ", VALUES(expires_at), expires_at)",
+                              " ON DUPLICATE KEY UPDATE version = IF(" + fresh +
+                              ", VALUES(version), version),"
+                              " permits = IF(" +
+                              fresh +
+                              ", VALUES(permits), permits),"
+                              " owner = IF(" +
+                              fresh +
+                              ", VALUES(owner), owner),"
+                              " expires_at = IF(" +
+                              fresh + ", VALUES(expires_at), expires_at)",
                           {0, 4, 1, 2}});
-        permit.push_back({"SELECT (SELECT version FROM " + permits + " WHERE name = ? AND owner = ?), COALESCE(@distlock_n, " +
-                              other_size + "), @distlock_s",
+        permit.push_back({"SELECT (SELECT version FROM " + permits +
+                              " WHERE name = ? AND owner = ?), COALESCE(@distlock_n, " + other_size + "), @distlock_s",
                           {0, 1, 0, 4}});
         q.permit_acquire = std::move(permit);
         // Read-write lock [name, owner, lease_ms, slot]: a row per reader (holder =
@@ -589,10 +630,12 @@ public:
         // waiting writer holds too (version 0 until granted).
         const std::string writer_row = "name = ? AND holder = 'w'";
         s::batch read = {
-            {"INSERT INTO " + rw + " (name, holder, owner, expires_at, version) VALUES (?, ?, ?, " + expires + ", " + draw +
-                 ") ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at)",
+            {"INSERT INTO " + rw + " (name, holder, owner, expires_at, version) VALUES (?, ?, ?, " + expires + ", " +
+                 draw + ") ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at)",
              {0, 1, 1, 2}},
-            {"SET @distlock_w = (SELECT COUNT(*) FROM " + rw + " WHERE " + writer_row + " AND expires_at > " + now + ")", {0}},
+            {"SET @distlock_w = (SELECT COUNT(*) FROM " + rw + " WHERE " + writer_row + " AND expires_at > " + now +
+                 ")",
+             {0}},
             {"DELETE FROM " + rw + " WHERE name = ? AND holder = ? AND @distlock_w > 0", {0, 1}},
             {"SELECT version FROM " + rw + " WHERE name = ? AND holder = ?", {0, 1}},
         };
@@ -600,20 +643,28 @@ public:
         q.rw_read_acquire = std::move(read);
         s::batch write = {
             {"INSERT INTO " + rw + " (name, holder, owner, expires_at, version) VALUES (?, 'w', ?, " + expires +
-                 ", 0) ON DUPLICATE KEY UPDATE version = IF(" + fresh + ", IF(owner <=> VALUES(owner), version, 0), version),"
-                 " owner = IF(" + fresh + ", VALUES(owner), owner), expires_at = IF(" + fresh + ", VALUES(expires_at), expires_at)",
+                 ", 0) ON DUPLICATE KEY UPDATE version = IF(" + fresh +
+                 ", IF(owner <=> VALUES(owner), version, 0), version),"
+                 " owner = IF(" +
+                 fresh + ", VALUES(owner), owner), expires_at = IF(" + fresh + ", VALUES(expires_at), expires_at)",
              {0, 1, 2}},
-            {"SET @distlock_r = (SELECT COUNT(*) FROM " + rw + " WHERE name = ? AND holder <> 'w' AND expires_at > " + now + ")",
+            {"SET @distlock_r = (SELECT COUNT(*) FROM " + rw + " WHERE name = ? AND holder <> 'w' AND expires_at > " +
+                 now + ")",
              {0}},
         };
         const std::string mine_waiting = writer_row + " AND owner = ? AND version = 0";
         if (!seq)
-            write.push_back({"INSERT INTO " + fence + " (slot, version) SELECT ?, LAST_INSERT_ID(1) FROM DUAL WHERE"
-                             " @distlock_r = 0 AND EXISTS (SELECT 1 FROM " + rw + " WHERE " + mine_waiting + ")"
-                             " ON DUPLICATE KEY UPDATE version = LAST_INSERT_ID(version + 1)",
+            write.push_back({"INSERT INTO " + fence +
+                                 " (slot, version) SELECT ?, LAST_INSERT_ID(1) FROM DUAL WHERE"
+                                 " @distlock_r = 0 AND EXISTS (SELECT 1 FROM " +
+                                 rw + " WHERE " + mine_waiting +
+                                 ")"
+                                 " ON DUPLICATE KEY UPDATE version = LAST_INSERT_ID(version + 1)",
                              {3, 0, 1}});
-        write.push_back({"UPDATE " + rw + " SET version = " + draw + " WHERE " + mine_waiting + " AND @distlock_r = 0", {0, 1}});
-        write.push_back({"SELECT version FROM " + rw + " WHERE " + writer_row + " AND owner = ? AND version <> 0", {0, 1}});
+        write.push_back(
+            {"UPDATE " + rw + " SET version = " + draw + " WHERE " + mine_waiting + " AND @distlock_r = 0", {0, 1}});
+        write.push_back(
+            {"SELECT version FROM " + rw + " WHERE " + writer_row + " AND owner = ? AND version <> 0", {0, 1}});
         q.rw_write_acquire = std::move(write);
         return q;
     }
@@ -712,13 +763,16 @@ void tls_from_url(spi::url& u, endpoint& ep) {
         if (*m == "disabled") mode = tls_mode::disabled;
         else if (*m == "verify_identity") mode = tls_mode::verify_identity;
         else if (*m == "preferred" || *m == "required" || *m == "verify_ca")
-            throw_error(errc::unsupported, kBackend, "ssl_mode=" + *m + " is not supported: " + std::string(unverified_mode));
+            throw_error(errc::unsupported, kBackend,
+                        "ssl_mode=" + *m + " is not supported: " + std::string(unverified_mode));
         else
-            throw_error(errc::invalid_argument, kBackend,
-                        "unknown ssl_mode '" + *m + "' (known: disabled, preferred, required, verify_ca, verify_identity)");
+            throw_error(
+                errc::invalid_argument, kBackend,
+                "unknown ssl_mode '" + *m + "' (known: disabled, preferred, required, verify_ca, verify_identity)");
     }
     if (t.enabled) {
-        if (!t.verify) throw_error(errc::unsupported, kBackend, "tls_insecure is not supported: " + std::string(unverified_mode));
+        if (!t.verify)
+            throw_error(errc::unsupported, kBackend, "tls_insecure is not supported: " + std::string(unverified_mode));
         if (mode && *mode != tls_mode::verify_identity) spi::tls_conflict(kBackend, "tls=true", "ssl_mode");
         mode = tls_mode::verify_identity;
     }
@@ -748,7 +802,8 @@ std::shared_ptr<s::dialect> make_dialect(spi::url& u, const s::conn_settings& cs
         throw_error(errc::invalid_argument, kBackend, "mysql:// needs a database: mysql://user:pw@host:port/db");
     if (spi::has_dot_segment(ep.schema))
         throw_error(errc::invalid_argument, kBackend, "the database cannot be '.' or '..'");
-    if (ep.user.empty()) throw_error(errc::invalid_argument, kBackend, "mysql:// needs a user: mysql://user:pw@host/db");
+    if (ep.user.empty())
+        throw_error(errc::invalid_argument, kBackend, "mysql:// needs a user: mysql://user:pw@host/db");
     tls_from_url(u, ep);
     auto fence = fence_kind::automatic;
     if (auto f = u.take("fence")) {

@@ -36,7 +36,7 @@ s::failure classify_state(std::string_view state) {
     if (state == "40P01" || state == "40001") return s::failure::deadlock;
     if (state == "28P01" || state == "28000" || state == "42501") return s::failure::access_denied;
     if (state == "3D000" || state == "3F000") return s::failure::no_database;  // database, or schema=
-    if (state == "42P01") return s::failure::no_table;  // undefined_table
+    if (state == "42P01") return s::failure::no_table;                         // undefined_table
     if (state.substr(0, 2) == "08" || state.substr(0, 3) == "57P") return s::failure::connection_lost;
     return s::failure::other;
 }
@@ -45,8 +45,7 @@ s::failure classify_state(std::string_view state) {
 s::failure classify_connect(const std::string& msg) {
     auto has = [&](const char* what) { return msg.find(what) != std::string::npos; };
     if (has("password authentication failed") || has("no pg_hba.conf entry") || has("pg_hba.conf rejects") ||
-        has("role \"") ||
-        has("permission denied") || has("no password supplied"))
+        has("role \"") || has("permission denied") || has("no password supplied"))
         return s::failure::access_denied;
     if (has("database \"") && has("does not exist")) return s::failure::no_database;
     // TLS refused by policy, as the HTTP layer's (access_denied_error): the
@@ -54,8 +53,8 @@ s::failure classify_connect(const std::string& msg) {
     // clear where the mode requires TLS, a client certificate the server
     // wants or refuses. No retry fixes them; libpq sent no password.
     if (has("certificate verify failed") || has("does not match host name") || has("server does not support SSL") ||
-        has("requires a valid client certificate") || has("alert certificate required") ||
-        has("alert unknown ca") || has("alert bad certificate"))
+        has("requires a valid client certificate") || has("alert certificate required") || has("alert unknown ca") ||
+        has("alert bad certificate"))
         return s::failure::access_denied;
     // Another kind of server answered the startup packet (a wrong port).
     if (has("invalid response to SSL negotiation") || has("expected authentication request from server"))
@@ -85,8 +84,8 @@ constexpr const char* session_options = "-c search_path=pg_catalog,pg_temp";
 class connection final : public s::connection {
 public:
     connection(const endpoint& ep, const s::conn_settings& cs) : timeout_(cs.timeout) {
-        std::vector<const char*> keys = {"host",   "port", "user", "password", "dbname", "application_name",
-                                         "client_encoding", "options"};
+        std::vector<const char*> keys = {
+            "host", "port", "user", "password", "dbname", "application_name", "client_encoding", "options"};
         std::vector<const char*> vals = {ep.host.c_str(),   ep.port.c_str(), ep.user.c_str(), ep.password.c_str(),
                                          ep.dbname.c_str(), "distlock",      "UTF8",          session_options};
         for (const auto& [k, v] : ep.tls) {
@@ -96,7 +95,8 @@ public:
         keys.push_back(nullptr);
         vals.push_back(nullptr);
         conn_ = PQconnectStartParams(keys.data(), vals.data(), 0);
-        if (conn_ == nullptr) throw s::sql_error(s::failure::cannot_connect, 0, "libpq could not allocate a connection");
+        if (conn_ == nullptr)
+            throw s::sql_error(s::failure::cannot_connect, 0, "libpq could not allocate a connection");
         const auto until = clk::now() + cs.connect_timeout;
         for (auto st = PGRES_POLLING_WRITING;;) {
             if (st == PGRES_POLLING_OK) break;
@@ -110,9 +110,9 @@ public:
             }
             const auto late = [&] {
                 close();
-                return s::sql_error(s::failure::cannot_connect, 0,
-                                    "no connection within connect_timeout (" +
-                                        std::to_string(cs.connect_timeout.count()) + " ms)");
+                return s::sql_error(
+                    s::failure::cannot_connect, 0,
+                    "no connection within connect_timeout (" + std::to_string(cs.connect_timeout.count()) + " ms)");
             };
             // Once the socket is connected, the server's replies (the SSL
             // answer, the authentication, the session's parameters) come
@@ -133,9 +133,11 @@ public:
         relay_socket();
         if (!relay_.owns(PQsocket(conn_))) {
             close();
-            throw s::sql_error(s::failure::cannot_connect, 0, "cannot relay the connection's socket (no descriptors left?)");
+            throw s::sql_error(s::failure::cannot_connect, 0,
+                               "cannot relay the connection's socket (no descriptors left?)");
         }
-        PQsetNoticeProcessor(conn_, [](void*, const char*) {}, nullptr);  // e.g. the WARNING of a stale unlock
+        PQsetNoticeProcessor(
+            conn_, [](void*, const char*) {}, nullptr);  // e.g. the WARNING of a stale unlock
         if (PQsetnonblocking(conn_, 1) != 0) {
             close();
             throw s::sql_error(s::failure::cannot_connect, 0, "cannot make the connection non-blocking");
@@ -250,9 +252,8 @@ private:
                 lost("cannot send the query");
             preparing = key;
         }
-        const int sent = it == prepared_.end()
-                             ? PQsendQueryParams(conn_, st.text.c_str(), count, t, v, l, f, 0)
-                             : PQsendQueryPrepared(conn_, it->second.name.c_str(), count, v, l, f, 0);
+        const int sent = it == prepared_.end() ? PQsendQueryParams(conn_, st.text.c_str(), count, t, v, l, f, 0)
+                                               : PQsendQueryPrepared(conn_, it->second.name.c_str(), count, v, l, f, 0);
         if (sent != 1) lost("cannot send the query");
         return preparing;
     }
@@ -320,7 +321,8 @@ private:
                 default: {
                     const char* state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
                     std::string msg = s::bounded_message(trim(PQresultErrorMessage(res)));
-                    if (!error) error.emplace(classify_state(state ? state : ""), 0, msg.empty() ? "query failed" : msg);
+                    if (!error)
+                        error.emplace(classify_state(state ? state : ""), 0, msg.empty() ? "query failed" : msg);
                 }
             }
             PQclear(res);
@@ -405,7 +407,8 @@ std::int64_t advisory_key(std::string_view name) {
 
 class dialect final : public s::dialect {
 public:
-    dialect(endpoint ep, s::conn_settings cs, std::string table) : ep_(std::move(ep)), cs_(cs), table_(std::move(table)) {}
+    dialect(endpoint ep, s::conn_settings cs, std::string table)
+        : ep_(std::move(ep)), cs_(cs), table_(std::move(table)) {}
 
     std::string_view name() const noexcept override { return kBackend; }
     std::string_view native_strategy() const noexcept override { return "advisory"; }
@@ -449,16 +452,18 @@ public:
         };
         q.ping = {"SELECT 1", {}};
         q.rollback = {"ROLLBACK", {}};
-        q.lease_acquire = {{"INSERT INTO " + t + " AS t (name, owner, expires_at, version, holder_label) VALUES ($1, $2, " +
-                                expires + ", " + next +
-                                ", $4) ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at,"
-                                " version = EXCLUDED.version, holder_label = EXCLUDED.holder_label"
-                                " WHERE t.expires_at IS NULL OR t.expires_at <= now()"
-                                " OR t.owner = EXCLUDED.owner RETURNING version",
-                            {0, 1, 2, 4}}};
+        q.lease_acquire = {
+            {"INSERT INTO " + t + " AS t (name, owner, expires_at, version, holder_label) VALUES ($1, $2, " + expires +
+                 ", " + next +
+                 ", $4) ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at,"
+                 " version = EXCLUDED.version, holder_label = EXCLUDED.holder_label"
+                 " WHERE t.expires_at IS NULL OR t.expires_at <= now()"
+                 " OR t.owner = EXCLUDED.owner RETURNING version",
+             {0, 1, 2, 4}}};
         q.lease_renew = {"UPDATE " + t + " SET expires_at = " + expires + " WHERE name = $1 AND owner = $2", {0, 1, 2}};
         // Release and break wake the waiters of the name (one row = released).
-        const std::string notify = ") SELECT pg_notify('" + channel(table) + "', encode(sha256(name), 'hex')) FROM done";
+        const std::string notify =
+            ") SELECT pg_notify('" + channel(table) + "', encode(sha256(name), 'hex')) FROM done";
         q.lease_release = {"WITH done AS (DELETE FROM " + t + " WHERE name = $1 AND owner = $2 RETURNING name" + notify,
                            {0, 1}};
         q.lease_clear = {"WITH done AS (DELETE FROM " + t + " WHERE name = $1 RETURNING name" + notify, {0}};
@@ -476,43 +481,50 @@ public:
         // (docs/backends/sql.md, "Inspect"): set inside the locking transaction,
         // so that its ROLLBACK (release, or a failed try) sets it back.
         const std::string row_label = " AND set_config('application_name', $2, false) IS NOT NULL";
-        q.row_lock = {{"BEGIN", {}}, {"SELECT 1 FROM " + rows + " WHERE name = $1" + row_label + " FOR UPDATE", {0, 1}}};
-        q.row_lock_nowait = {
-            {"BEGIN", {}}, {"SELECT 1 FROM " + rows + " WHERE name = $1" + row_label + " FOR UPDATE NOWAIT", {0, 1}}};
+        q.row_lock = {{"BEGIN", {}},
+                      {"SELECT 1 FROM " + rows + " WHERE name = $1" + row_label + " FOR UPDATE", {0, 1}}};
+        q.row_lock_nowait = {{"BEGIN", {}},
+                             {"SELECT 1 FROM " + rows + " WHERE name = $1" + row_label + " FOR UPDATE NOWAIT", {0, 1}}};
         q.row_unlock = {{"ROLLBACK", {}}};
         q.set_wait = {"SELECT set_config('lock_timeout', $1::bigint || 'ms', false)", {0}};
         q.fence = {{"SELECT " + next, {}}};
         // A row locked FOR UPDATE carries the locking transaction's id in xmax;
         // that transaction, while it runs, holds the lock on its own id, which
         // names its session: found and ended in one statement.
-        q.row_break = {"SELECT pg_terminate_backend(l.pid) FROM " + rows + " r JOIN pg_locks l ON l.locktype ="
-                       " 'transactionid' AND l.transactionid = r.xmax AND l.mode = 'ExclusiveLock' AND l.granted"
-                       " WHERE r.name = $1",
+        q.row_break = {"SELECT pg_terminate_backend(l.pid) FROM " + rows +
+                           " r JOIN pg_locks l ON l.locktype ="
+                           " 'transactionid' AND l.transactionid = r.xmax AND l.mode = 'ExclusiveLock' AND l.granted"
+                           " WHERE r.name = $1",
                        {0}};
         // The token is drawn once the lock is held, in the same statement, which
         // also names the holding session after the grant: application_name
         // 'distlock #<token>' and ' <label>' ($2, empty when the label is not
         // printable ASCII) when the whole fits the 63 bytes PostgreSQL keeps.
         const std::string name_session =
-            " SELECT v FROM t WHERE set_config('application_name', CASE WHEN octet_length('distlock #' || v || $2) <= 63"
+            " SELECT v FROM t WHERE set_config('application_name', CASE WHEN octet_length('distlock #' || v || $2) <= "
+            "63"
             " THEN 'distlock #' || v || $2 ELSE 'distlock #' || v END, false) IS NOT NULL";
-        q.native_lock = {{"WITH t AS MATERIALIZED (SELECT " + next + " AS v FROM pg_advisory_lock($1::bigint))" +
-                              name_session,
-                          {0, 3}}};
-        q.native_try = {{"WITH l AS MATERIALIZED (SELECT pg_try_advisory_lock($1::bigint) AS ok), t AS MATERIALIZED"
-                         " (SELECT " + next + " AS v FROM l WHERE l.ok)" + name_session,
-                         {0, 3}}};
+        q.native_lock = {
+            {"WITH t AS MATERIALIZED (SELECT " + next + " AS v FROM pg_advisory_lock($1::bigint))" + name_session,
+             {0, 3}}};
+        q.native_try = {
+            {"WITH l AS MATERIALIZED (SELECT pg_try_advisory_lock($1::bigint) AS ok), t AS MATERIALIZED"
+             " (SELECT " +
+                 next + " AS v FROM l WHERE l.ok)" + name_session,
+             {0, 3}}};
         // The release gives the session its name from the connection back.
-        q.native_release = {"SELECT CASE WHEN pg_advisory_unlock($1::bigint) THEN 1 ELSE 0 END,"
-                            " set_config('application_name', 'distlock', false)",
-                            {0}};
+        q.native_release = {
+            "SELECT CASE WHEN pg_advisory_unlock($1::bigint) THEN 1 ELSE 0 END,"
+            " set_config('application_name', 'distlock', false)",
+            {0}};
         q.native_plain = {"SELECT pg_advisory_lock($1::bigint)", {0}};
         // A bigint advisory key shows in pg_locks as classid = high half, objid = low half, objsubid = 1.
-        q.native_break = {"SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted"
-                          " AND objsubid = 1 AND database = (SELECT oid FROM pg_database WHERE datname ="
-                          " current_database()) AND classid = (($1::bigint >> 32) & 4294967295)::oid"
-                          " AND objid = ($1::bigint & 4294967295)::oid",
-                          {0}};
+        q.native_break = {
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            " AND objsubid = 1 AND database = (SELECT oid FROM pg_database WHERE datname ="
+            " current_database()) AND classid = (($1::bigint >> 32) & 4294967295)::oid"
+            " AND objid = ($1::bigint & 4294967295)::oid",
+            {0}};
         // inspect: one statement each. Advisory: the granted lock of the key in
         // this database, its session's application_name, and the sessions
         // queued for it (ungranted). for-update: the row's xmax is the locking
@@ -520,30 +532,38 @@ public:
         // waiter waits on that id (holding the row's tuple lock), later ones on
         // the tuple lock.
         const std::string this_db = "database = (SELECT oid FROM pg_database WHERE datname = current_database())";
-        const std::string key_is = " AND classid = (($1::bigint >> 32) & 4294967295)::oid"
-                                   " AND objid = ($1::bigint & 4294967295)::oid";
-        q.inspect_native = {"SELECT h.pid, (SELECT a.application_name FROM pg_stat_activity a WHERE a.pid = h.pid),"
-                            " (SELECT count(DISTINCT pid) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND " +
-                                this_db + key_is + " AND NOT granted)"
-                                " FROM (SELECT 1) one LEFT JOIN (SELECT pid FROM pg_locks WHERE locktype = 'advisory'"
-                                " AND objsubid = 1 AND " + this_db + key_is + " AND granted) h ON true",
-                            {0}};
-        q.inspect_lease = {"SELECT CASE WHEN expires_at > now() THEN 1 ELSE 0 END, encode(holder_label, 'hex'), version,"
-                           " (extract(epoch FROM expires_at - now()) * 1000000)::bigint, owner FROM " + t +
-                               " WHERE name = $1 AND owner IS NOT NULL",
-                           {0}};
+        const std::string key_is =
+            " AND classid = (($1::bigint >> 32) & 4294967295)::oid"
+            " AND objid = ($1::bigint & 4294967295)::oid";
+        q.inspect_native = {
+            "SELECT h.pid, (SELECT a.application_name FROM pg_stat_activity a WHERE a.pid = h.pid),"
+            " (SELECT count(DISTINCT pid) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND " +
+                this_db + key_is +
+                " AND NOT granted)"
+                " FROM (SELECT 1) one LEFT JOIN (SELECT pid FROM pg_locks WHERE locktype = 'advisory'"
+                " AND objsubid = 1 AND " +
+                this_db + key_is + " AND granted) h ON true",
+            {0}};
+        q.inspect_lease = {
+            "SELECT CASE WHEN expires_at > now() THEN 1 ELSE 0 END, encode(holder_label, 'hex'), version,"
+            " (extract(epoch FROM expires_at - now()) * 1000000)::bigint, owner FROM " +
+                t + " WHERE name = $1 AND owner IS NOT NULL",
+            {0}};
         q.no_session_label = "";  // application_name
         q.no_native_waiters = "";
         q.no_row_waiters = "";
-        q.inspect_row = {"SELECT l.pid, (SELECT a.application_name FROM pg_stat_activity a WHERE a.pid = l.pid),"
-                         " CASE WHEN l.pid IS NULL THEN 0 ELSE (SELECT count(DISTINCT w.pid) FROM pg_locks w WHERE NOT w.granted"
-                         " AND ((w.locktype = 'transactionid' AND w.transactionid = r.xmax) OR (w.locktype = 'tuple' AND w." +
-                             this_db + " AND w.relation = '" + rows +
-                             "'::regclass AND w.page = (r.ctid::text::point)[0] AND w.tuple = (r.ctid::text::point)[1])))"
-                             " END FROM (SELECT 1) one LEFT JOIN " + rows + " r ON r.name = $1 LEFT JOIN pg_locks l"
-                             " ON l.locktype = 'transactionid' AND l.transactionid = r.xmax AND l.mode = 'ExclusiveLock'"
-                             " AND l.granted",
-                         {0}};
+        q.inspect_row = {
+            "SELECT l.pid, (SELECT a.application_name FROM pg_stat_activity a WHERE a.pid = l.pid),"
+            " CASE WHEN l.pid IS NULL THEN 0 ELSE (SELECT count(DISTINCT w.pid) FROM pg_locks w WHERE NOT w.granted"
+            " AND ((w.locktype = 'transactionid' AND w.transactionid = r.xmax) OR (w.locktype = 'tuple' AND w." +
+                this_db + " AND w.relation = '" + rows +
+                "'::regclass AND w.page = (r.ctid::text::point)[0] AND w.tuple = (r.ctid::text::point)[1])))"
+                " END FROM (SELECT 1) one LEFT JOIN " +
+                rows +
+                " r ON r.name = $1 LEFT JOIN pg_locks l"
+                " ON l.locktype = 'transactionid' AND l.transactionid = r.xmax AND l.mode = 'ExclusiveLock'"
+                " AND l.granted",
+            {0}};
 
         // Semaphores: a row per permit held. The acquisitions of a name are
         // serialized by a transaction-scoped advisory lock on the name's permit
@@ -551,25 +571,31 @@ public:
         // upsert has committed), so that the look for a free slot and the size
         // check see every permit taken before.
         const std::string permits = object(table + "_permits");
-        q.create.push_back({"CREATE TABLE IF NOT EXISTS " + permits +
-                                " (name bytea NOT NULL, slot bigint NOT NULL, permits bigint NOT NULL, owner text NOT NULL,"
-                                " expires_at timestamptz NOT NULL, version bigint NOT NULL, PRIMARY KEY (name, slot))",
-                            {}});
+        q.create.push_back(
+            {"CREATE TABLE IF NOT EXISTS " + permits +
+                 " (name bytea NOT NULL, slot bigint NOT NULL, permits bigint NOT NULL, owner text NOT NULL,"
+                 " expires_at timestamptz NOT NULL, version bigint NOT NULL, PRIMARY KEY (name, slot))",
+             {}});
         q.permit_rows.table = table + "_permits";
         q.permit_rows.renew = {"UPDATE " + permits + " SET expires_at = " + expires + " WHERE name = $1 AND owner = $2",
                                {0, 1, 2}};
         q.permit_rows.release = {
             "WITH done AS (DELETE FROM " + permits + " WHERE name = $1 AND owner = $2 RETURNING name" + notify, {0, 1}};
-        q.permit_rows.clear = {"WITH done AS (DELETE FROM " + permits + " WHERE name = $1 RETURNING name" + notify, {0}};
+        q.permit_rows.clear = {"WITH done AS (DELETE FROM " + permits + " WHERE name = $1 RETURNING name" + notify,
+                               {0}};
         // [name, owner, lease_ms, slot, permits, key]; the upsert's $3 = permits, $4 = lease_ms.
         q.permit_acquire = {
             {"SELECT pg_advisory_xact_lock($1::bigint)", {5}},
-            {"WITH held AS (SELECT slot, permits FROM " + permits + " WHERE name = $1 AND expires_at > now()),"
-             " other AS (SELECT max(permits) AS n FROM held WHERE permits <> $3),"
-             " pick AS (SELECT min(c.s) AS s FROM (SELECT 0::bigint AS s UNION ALL SELECT slot + 1 FROM held) c"
-             " WHERE c.s < $3 AND NOT EXISTS (SELECT 1 FROM held h WHERE h.slot = c.s)),"
-             " ins AS (INSERT INTO " + permits + " AS t (name, slot, permits, owner, expires_at, version)"
-             " SELECT $1, pick.s, $3, $2, now() + $4::bigint * interval '1 millisecond', " + next +
+            {"WITH held AS (SELECT slot, permits FROM " + permits +
+                 " WHERE name = $1 AND expires_at > now()),"
+                 " other AS (SELECT max(permits) AS n FROM held WHERE permits <> $3),"
+                 " pick AS (SELECT min(c.s) AS s FROM (SELECT 0::bigint AS s UNION ALL SELECT slot + 1 FROM held) c"
+                 " WHERE c.s < $3 AND NOT EXISTS (SELECT 1 FROM held h WHERE h.slot = c.s)),"
+                 " ins AS (INSERT INTO " +
+                 permits +
+                 " AS t (name, slot, permits, owner, expires_at, version)"
+                 " SELECT $1, pick.s, $3, $2, now() + $4::bigint * interval '1 millisecond', " +
+                 next +
                  " FROM pick, other WHERE pick.s IS NOT NULL AND other.n IS NULL"
                  " ON CONFLICT (name, slot) DO UPDATE SET permits = EXCLUDED.permits, owner = EXCLUDED.owner,"
                  " expires_at = EXCLUDED.expires_at, version = EXCLUDED.version"
@@ -594,11 +620,12 @@ public:
                            {0}}};
         q.rw_read_release = {"SELECT CASE WHEN pg_advisory_unlock_shared(" + halves + ") THEN 1 ELSE 0 END", {0}};
         q.rw_write_release = {"SELECT CASE WHEN pg_advisory_unlock(" + halves + ") THEN 1 ELSE 0 END", {0}};
-        q.rw_break = {"SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted"
-                      " AND objsubid = 2 AND database = (SELECT oid FROM pg_database WHERE datname ="
-                      " current_database()) AND classid = (($1::bigint >> 32) & 4294967295)::oid"
-                      " AND objid = ($1::bigint & 4294967295)::oid",
-                      {0}};
+        q.rw_break = {
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            " AND objsubid = 2 AND database = (SELECT oid FROM pg_database WHERE datname ="
+            " current_database()) AND classid = (($1::bigint >> 32) & 4294967295)::oid"
+            " AND objid = ($1::bigint & 4294967295)::oid",
+            {0}};
         return q;
     }
 
@@ -614,13 +641,18 @@ public:
         const auto r = c.exec(
             {"SELECT x.what, x.name, x.owner, current_user FROM ("
              " SELECT 'schema' AS what, quote_ident(n.nspname) AS name, pg_get_userbyid(n.nspowner) AS owner,"
-             " n.nspowner = " + me + " OR (SELECT rolsuper FROM pg_roles WHERE oid = n.nspowner)"
-             " OR n.nspowner = (SELECT datdba FROM pg_database WHERE datname = current_database())"
-             " OR pg_get_userbyid(n.nspowner) = 'pg_database_owner' AS ok FROM pg_namespace n WHERE n.nspname = $1"
-             " UNION ALL SELECT CASE WHEN c.relkind = 'S' THEN 'sequence' ELSE 'table' END,"
-             " quote_ident(n.nspname) || '.' || quote_ident(c.relname), pg_get_userbyid(c.relowner),"
-             " c.relowner = " + me + " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-             " WHERE n.nspname = $1 AND c.relname IN ($2, $3, $4, $5)) x WHERE NOT COALESCE(x.ok, false) ORDER BY 1, 2 LIMIT 1",
+             " n.nspowner = " +
+                 me +
+                 " OR (SELECT rolsuper FROM pg_roles WHERE oid = n.nspowner)"
+                 " OR n.nspowner = (SELECT datdba FROM pg_database WHERE datname = current_database())"
+                 " OR pg_get_userbyid(n.nspowner) = 'pg_database_owner' AS ok FROM pg_namespace n WHERE n.nspname = $1"
+                 " UNION ALL SELECT CASE WHEN c.relkind = 'S' THEN 'sequence' ELSE 'table' END,"
+                 " quote_ident(n.nspname) || '.' || quote_ident(c.relname), pg_get_userbyid(c.relowner),"
+                 " c.relowner = " +
+                 me +
+                 " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                 " WHERE n.nspname = $1 AND c.relname IN ($2, $3, $4, $5)) x WHERE NOT COALESCE(x.ok, false) ORDER BY "
+                 "1, 2 LIMIT 1",
              {0, 1, 2, 3, 4}},
             {ep_.schema, table, table + "_rows", table + "_fence", table + "_permits"});
         if (r.rows.empty() || r.rows[0].size() < 4) return;
@@ -683,13 +715,17 @@ public:
             args.push_back(static_cast<int>(1 + 2 * i));
             args.push_back(static_cast<int>(2 + 2 * i));
         }
-        return {{"UPDATE " + object(table) + " SET expires_at = now() + $1::bigint * interval '1 millisecond'"
-                 " WHERE name IN (" + names + ") AND owner IN (" + owners + ") RETURNING owner",
+        return {{"UPDATE " + object(table) +
+                     " SET expires_at = now() + $1::bigint * interval '1 millisecond'"
+                     " WHERE name IN (" +
+                     names + ") AND owner IN (" + owners + ") RETURNING owner",
                  args},
                 {}};
     }
 
-    s::value native_key(std::string_view name) const override { return advisory_key(key_namespace() + std::string(name)); }
+    s::value native_key(std::string_view name) const override {
+        return advisory_key(key_namespace() + std::string(name));
+    }
     std::chrono::milliseconds row_wait_resolution() const noexcept override { return 1ms; }
     std::chrono::milliseconds native_wait_resolution() const noexcept override { return 1ms; }
     bool native_wait_in_call() const noexcept override { return false; }  // lock_timeout bounds the wait
@@ -717,7 +753,8 @@ void tls_options(spi::url& u, endpoint& ep) {
                     "unknown sslmode '" + *mode + "' (known: disable, allow, prefer, require, verify-ca, verify-full)");
     if (t.enabled) {
         const std::string implied = t.verify ? "verify-full" : "require";
-        if (mode && *mode != implied) spi::tls_conflict(kBackend, t.verify ? "tls=true" : "tls_insecure=true", "sslmode=" + *mode);
+        if (mode && *mode != implied)
+            spi::tls_conflict(kBackend, t.verify ? "tls=true" : "tls_insecure=true", "sslmode=" + *mode);
         mode = implied;
     }
     spi::tls_file crl;
@@ -766,8 +803,9 @@ std::shared_ptr<s::dialect> make_dialect(spi::url& u, const s::conn_settings& cs
     if (auto schema = u.take("schema")) ep.schema = *schema;
     tls_options(u, ep);
     if (!s::is_identifier(ep.schema, 63))
-        throw_error(errc::invalid_argument, kBackend,
-                    "schema '" + ep.schema + "' is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 63 characters)");
+        throw_error(
+            errc::invalid_argument, kBackend,
+            "schema '" + ep.schema + "' is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 63 characters)");
     return std::make_shared<dialect>(std::move(ep), cs, cs.table);
 }
 

@@ -145,7 +145,8 @@ relay::fed relay::feed(clock::time_point until) noexcept {
     for (;;) {
         if (!wait_for(server_, POLLIN, until)) return fed::nothing;
         // Never more than one byte past the cap: that byte says the reply is over it.
-        const std::size_t room = static_cast<std::size_t>(s::max_reply_bytes - std::min<std::uint64_t>(fed_, s::max_reply_bytes)) + 1;
+        const std::size_t room =
+            static_cast<std::size_t>(s::max_reply_bytes - std::min<std::uint64_t>(fed_, s::max_reply_bytes)) + 1;
         const auto n = ::recv(server_, buf, std::min(chunk, room), MSG_DONTWAIT);
         if (n < 0 && (interrupted() || would_block())) continue;
         if (n <= 0) {  // the server closed the connection, or it broke: libpq reads the end

@@ -60,9 +60,9 @@ public:
 private:
     bool push() noexcept;  // to_libpq_ into the pair, what fits now; false when it is full
 
-    int server_ = -1;        // the socket to the server (libpq's, before the swap)
-    int mine_ = -1;          // the relay's end of the pair
-    int theirs_ = -1;        // libpq's descriptor, its end of the pair
+    int server_ = -1;  // the socket to the server (libpq's, before the swap)
+    int mine_ = -1;    // the relay's end of the pair
+    int theirs_ = -1;  // libpq's descriptor, its end of the pair
     ino_t theirs_inode_ = 0;
     std::string to_libpq_;   // read from the server, not yet in the pair
     std::uint64_t fed_ = 0;  // bytes read from the server since the count started

@@ -28,9 +28,8 @@ inline constexpr std::string_view hash_field_owned = "redis.call('hexists', KEYS
 inline std::string batch_renew_lua(std::string_view count, std::string_view locals, std::string_view held,
                                    std::string_view renew) {
     return "local out = {}\n"
-           "for i = 1, " + std::string(count) + " do\n" +
-           std::string(locals) +
-           "  if " + std::string(held) + " then\n" +
+           "for i = 1, " +
+           std::string(count) + " do\n" + std::string(locals) + "  if " + std::string(held) + " then\n" +
            std::string(renew) +
            "    out[i] = 1\n"
            "  else\n"

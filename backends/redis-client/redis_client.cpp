@@ -63,8 +63,7 @@ void throw_client_error(const redisReply* r, const std::string& backend, const s
         text.find("AUTH <password> called without") != std::string::npos ||
         text.find("no password is set") != std::string::npos)
         code = errc::access_denied;
-    else if (starts_with(r, "WRONGTYPE"))
-        code = errc::invalid_argument;
+    else if (starts_with(r, "WRONGTYPE")) code = errc::invalid_argument;
     // A server that wants a password the URL did not give: say where it goes.
     const std::string hint = starts_with(r, "NOAUTH")
                                  ? " (this server needs a password: redis://:PASSWORD@host:port, or "
@@ -152,7 +151,8 @@ bool host_name(std::string_view text, std::string& out) {
 bool port_number(std::string_view text, std::uint16_t& port) {
     unsigned value = 0;
     auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (text.empty() || ec != std::errc{} || p != text.data() + text.size() || value == 0 || value > 65535) return false;
+    if (text.empty() || ec != std::errc{} || p != text.data() + text.size() || value == 0 || value > 65535)
+        return false;
     port = static_cast<std::uint16_t>(value);
     return true;
 }
@@ -181,8 +181,8 @@ bool host_filter::read_entry(std::string_view text, entry& e) {
         host = text.substr(0, slash);
         const auto bits = text.substr(slash + 1);
         auto [p, ec] = std::from_chars(bits.data(), bits.data() + bits.size(), e.bits);
-        return !bits.empty() && ec == std::errc{} && p == bits.data() + bits.size() && ip_bytes(host, e.family, e.addr) &&
-               e.bits >= 0 && e.bits <= (e.family == AF_INET ? 32 : 128);
+        return !bits.empty() && ec == std::errc{} && p == bits.data() + bits.size() &&
+               ip_bytes(host, e.family, e.addr) && e.bits >= 0 && e.bits <= (e.family == AF_INET ? 32 : 128);
     }
     if (!text.empty() && text.front() == '[') {  // [IPv6] or [IPv6]:port
         const auto close = text.find(']');
@@ -192,7 +192,8 @@ bool host_filter::read_entry(std::string_view text, entry& e) {
         e.bits = 128;
         return ip_bytes(text.substr(1, close - 1), e.family, e.addr) && e.family == AF_INET6;
     }
-    if (const auto colon = text.find(':'); colon != std::string_view::npos && text.find(':', colon + 1) == std::string_view::npos) {
+    if (const auto colon = text.find(':');
+        colon != std::string_view::npos && text.find(':', colon + 1) == std::string_view::npos) {
         host = text.substr(0, colon);  // host:port (two colons or more: an IPv6 address alone)
         if (!port_number(text.substr(colon + 1), e.port)) return false;
     }
@@ -213,7 +214,8 @@ host_filter host_filter::parse(std::string_view text, const std::string& backend
         if (item.empty() || !read_entry(item, e))
             throw_error(errc::invalid_argument, backend_name,
                         "master_hosts= takes host names, IP addresses (each with an optional :port; IPv6 as "
-                        "[address]:port) and CIDR blocks, separated by commas: cannot read '" + std::string(item) + "'");
+                        "[address]:port) and CIDR blocks, separated by commas: cannot read '" +
+                            std::string(item) + "'");
         f.entries_.push_back(std::move(e));
         if (comma == std::string_view::npos) break;
         start = comma + 1;
@@ -240,7 +242,8 @@ bool host_filter::allows(std::string_view host, std::uint16_t port) const {
         for (char c : host) name += ascii_lower(c);
     for (const auto& e : entries_) {
         if (e.port != 0 && e.port != port) continue;
-        if (ip ? e.name.empty() && e.family == family && same_prefix(e.addr, addr, e.bits) : !e.name.empty() && e.name == name)
+        if (ip ? e.name.empty() && e.family == family && same_prefix(e.addr, addr, e.bits)
+               : !e.name.empty() && e.name == name)
             return true;
     }
     return false;
@@ -266,7 +269,8 @@ bool charge(const redisReadTask* t, std::size_t bytes, const char* what) {
     auto& b = budget_of(t);
     if (t->parent == nullptr) b.used = 0;
     if (bytes > max_reply_bytes - std::min(b.used, max_reply_bytes)) {
-        b.exceeded = std::string("a reply larger than ") + std::to_string(max_reply_bytes >> 20) + " MiB (" + what + ")";
+        b.exceeded =
+            std::string("a reply larger than ") + std::to_string(max_reply_bytes >> 20) + " MiB (" + what + ")";
         return false;
     }
     b.used += bytes;
@@ -519,11 +523,10 @@ void connection::fail(const std::string& what, failure kind, bool maybe_sent, in
     if (tls_ && !replied_ && tls_->asked_for_certificate() && (kind == failure::eof || kind == failure::io)) {
         const auto& p = ep_.tls->prefix();
         const auto& cert = ep_.tls->options().cert_file;
-        throw connection_failure(at + "the TLS server asked for a client certificate and closed the connection (" +
-                                     (cert.empty() ? p + "_cert= and " + p + "_key= give one"
-                                                   : "it refused " + p + "_cert=" + cert) +
-                                     ")",
-                                 false, maybe_sent, false, true);
+        throw connection_failure(
+            at + "the TLS server asked for a client certificate and closed the connection (" +
+                (cert.empty() ? p + "_cert= and " + p + "_key= give one" : "it refused " + p + "_cert=" + cert) + ")",
+            false, maybe_sent, false, true);
     }
     switch (kind) {
         case failure::protocol:
@@ -533,9 +536,9 @@ void connection::fail(const std::string& what, failure kind, bool maybe_sent, in
         case failure::too_large:
             throw connection_failure(at + "the server sent " + budget_.exceeded + ": refused", false, maybe_sent);
         case failure::timeout:
-            throw connection_failure(at + "no reply within the command timeout (" +
-                                         std::to_string(ep_.command_timeout.count()) + " ms)",
-                                     false, maybe_sent);
+            throw connection_failure(
+                at + "no reply within the command timeout (" + std::to_string(ep_.command_timeout.count()) + " ms)",
+                false, maybe_sent);
         case failure::eof:
             throw connection_failure(at + "the server closed the connection" + plaintext_hint(), true, maybe_sent);
         case failure::refused: throw connection_failure(at + tls_->error(), false, maybe_sent, false, true);
@@ -696,8 +699,7 @@ std::optional<redirect> redirect_of(const redisReply* r) {
         auto addr = space == std::string_view::npos ? std::string_view{} : rest.substr(space + 1);
         const auto colon = addr.rfind(':');
         std::uint16_t port = 0;
-        if (colon != std::string_view::npos)
-            std::from_chars(addr.data() + colon + 1, addr.data() + addr.size(), port);
+        if (colon != std::string_view::npos) std::from_chars(addr.data() + colon + 1, addr.data() + addr.size(), port);
         std::string host(addr.substr(0, colon == std::string_view::npos ? 0 : colon));
         return redirect(moved ? redirect::kind::moved : redirect::kind::ask, slot, std::move(host), port,
                         std::string(text));
@@ -766,7 +768,8 @@ std::string sha1_hex(const std::string& text) {
 
 script::script(std::string text) : text_(std::move(text)), sharded_text_(text_) {
     constexpr std::string_view plain = "redis.call('publish',", sharded = "redis.call('spublish',";
-    for (auto at = sharded_text_.find(plain); at != std::string::npos; at = sharded_text_.find(plain, at + sharded.size()))
+    for (auto at = sharded_text_.find(plain); at != std::string::npos;
+         at = sharded_text_.find(plain, at + sharded.size()))
         sharded_text_.replace(at, plain.size(), sharded);
     sha1_ = sha1_hex(text_);
     sharded_sha1_ = sha1_hex(sharded_text_);
@@ -806,7 +809,7 @@ reply_ptr script::eval(connection& c, const std::vector<std::string_view>& keys,
 // ---- exchange (one command to several servers at once) ------------------------------
 
 std::vector<exchange_result> exchange_all(const std::vector<pool*>& pools,
-                                      const std::vector<std::vector<std::string_view>>& commands) {
+                                          const std::vector<std::vector<std::string_view>>& commands) {
     const std::size_t n = pools.size();
     std::vector<exchange_result> out(n);
     std::vector<std::optional<pool::borrowed>> conns(n);

@@ -65,11 +65,11 @@ public:
 
 private:
     struct entry {
-        std::string name;           // a host name (lowercase), or "" for an address or block
-        int family = 0;             // AF_INET / AF_INET6 for an address or block
-        unsigned char addr[16]{};   // its bytes
-        int bits = 0;               // the block's prefix length (the whole address for one address)
-        std::uint16_t port = 0;     // 0 = any port
+        std::string name;          // a host name (lowercase), or "" for an address or block
+        int family = 0;            // AF_INET / AF_INET6 for an address or block
+        unsigned char addr[16]{};  // its bytes
+        int bits = 0;              // the block's prefix length (the whole address for one address)
+        std::uint16_t port = 0;    // 0 = any port
     };
     static bool read_entry(std::string_view text, entry& out);
     std::vector<entry> entries_;
@@ -187,7 +187,8 @@ private:
 
 // A connection_failure as a distlock error: invalid_argument when the server is
 // not a Redis server, access_denied when its TLS refused us, unavailable otherwise.
-[[noreturn]] void throw_client_error(const connection_failure& e, const std::string& backend, const std::string& context);
+[[noreturn]] void throw_client_error(const connection_failure& e, const std::string& backend,
+                                     const std::string& context);
 
 // Throws the distlock error matching a Redis error reply (NOAUTH/WRONGPASS/NOPERM
 // -> access_denied, WRONGTYPE -> invalid_argument, else unavailable).
@@ -278,16 +279,16 @@ private:
     void wait_for(short events, const char* what, bool maybe_sent);  // until until_, or fail
     void receive_tls(char* buf, std::size_t size);
     std::string plaintext_hint() const;  // for a plaintext connection closed before any reply
-    void check_pending();  // a partial reply that announces (or holds) more than the caps allow fails
+    void check_pending();                // a partial reply that announces (or holds) more than the caps allow fails
 
     int fd_;
     endpoint ep_;
     std::unique_ptr<tls_stream> tls_;  // null: plaintext
     redisReader* reader_ = nullptr;
     reply_budget budget_;
-    std::string out_;          // commands appended, not yet sent
-    std::size_t sent_ = 0;     // bytes of out_ already sent
-    std::size_t awaited_ = 0;  // replies of the commands appended not yet read
+    std::string out_;            // commands appended, not yet sent
+    std::size_t sent_ = 0;       // bytes of out_ already sent
+    std::size_t awaited_ = 0;    // replies of the commands appended not yet read
     clock::time_point until_{};  // the current exchange's end
     bool broken_ = false;
     bool replied_ = false;  // a reply was read (the server accepted the session)
@@ -373,12 +374,12 @@ private:
 // One command to each pool at once; the replies are awaited together until the
 // endpoints' command timeout. result[i] is the reply of pools[i], or its error.
 struct exchange_result {
-    reply_ptr reply;    // null when the node failed
-    std::string error;  // why it failed (connect refused, timeout, ...)
+    reply_ptr reply;                // null when the node failed
+    std::string error;              // why it failed (connect refused, timeout, ...)
     errc code = errc::unavailable;  // for a failure: access_denied when the node refused our credentials
     bool maybe_sent = false;
 };
 std::vector<exchange_result> exchange_all(const std::vector<pool*>& pools,
-                                      const std::vector<std::vector<std::string_view>>& commands);
+                                          const std::vector<std::vector<std::string_view>>& commands);
 
 }  // namespace distlock::backends::redis_client

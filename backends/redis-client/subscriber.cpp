@@ -11,8 +11,7 @@
 
 namespace distlock::backends::redis_client {
 
-subscriber::subscriber(endpoint ep)
-    : subscriber([ep](bool) { return ep; }, ep.sharded, ep.backend_name) {}
+subscriber::subscriber(endpoint ep) : subscriber([ep](bool) { return ep; }, ep.sharded, ep.backend_name) {}
 
 subscriber::subscriber(std::function<endpoint(bool after_failure)> locate, bool sharded, std::string backend_name)
     : locate_(std::move(locate)),
@@ -44,8 +43,7 @@ void subscriber::send_locked(const std::vector<std::string_view>& args) {
         ::shutdown(fd_, SHUT_RDWR);  // the reader thread sees the failure and reconnects
 }
 
-std::unique_ptr<subscriber::subscription> subscriber::subscribe(const std::string& channel,
-                                                                deadline confirm_until) {
+std::unique_ptr<subscriber::subscription> subscriber::subscribe(const std::string& channel, deadline confirm_until) {
     std::unique_lock lk(mutex_);
     auto& st = channels_[channel];
     ++st.refs;
@@ -159,7 +157,8 @@ void subscriber::on_reply(redisReply* r) {
     if (k == "message" || k == "smessage") {
         ++st.messages;
         const redisReply* payload = r->element[2];
-        st.recent.emplace_back(payload->type == REDIS_REPLY_STRING ? std::string(payload->str, payload->len) : std::string{});
+        st.recent.emplace_back(payload->type == REDIS_REPLY_STRING ? std::string(payload->str, payload->len)
+                                                                   : std::string{});
         if (st.recent.size() > 32) st.recent.pop_front();
     } else if (k == "sunsubscribe" && st.wanted && st.pending == 0) {
         // Not ours: the server dropped the sharded channel (its slot moved to
@@ -206,8 +205,7 @@ void subscriber::run() {
             std::unique_ptr<connection> c;
             try {
                 c = connection::open(locate_(after_failure));
-            } catch (const std::exception&) {
-            }
+            } catch (const std::exception&) {}
             lk.lock();
             if (!c) {
                 ++breaks_;
@@ -241,8 +239,7 @@ void subscriber::run() {
         if (up_) sweep_locked(true);
         if (fds[1].revents != 0) {
             char buf[64];
-            while (::read(wake_pipe_[0], buf, sizeof buf) > 0) {
-            }
+            while (::read(wake_pipe_[0], buf, sizeof buf) > 0) {}
         }
         if (stop_) break;
         if (rc < 0 || fds[0].revents == 0 || !up_) continue;

@@ -70,10 +70,10 @@ public:
 
 private:
     struct channel_state {
-        int refs = 0;           // live subscriptions
-        int pending = 0;        // SUBSCRIBE sent, confirmation not yet read
-        bool wanted = false;    // the last command sent for it was SUBSCRIBE
-        bool confirmed = false; // the server confirmed the last SUBSCRIBE
+        int refs = 0;            // live subscriptions
+        int pending = 0;         // SUBSCRIBE sent, confirmation not yet read
+        bool wanted = false;     // the last command sent for it was SUBSCRIBE
+        bool confirmed = false;  // the server confirmed the last SUBSCRIBE
         std::uint64_t messages = 0;
         std::deque<std::string> recent;  // payloads of the last messages (at most 32)
         clock::time_point idle_since{};  // refs == 0 but still subscribed (lingering)
@@ -86,8 +86,8 @@ private:
     wake wait(const std::string& channel, std::uint64_t seen, deadline until);
     void send_locked(const std::vector<std::string_view>& args);  // mutex_ held
     void run();
-    void on_reply(redisReply* r);                                   // mutex_ held
-    void drop_connection_locked(const std::string& why);           // mutex_ held
+    void on_reply(redisReply* r);                         // mutex_ held
+    void drop_connection_locked(const std::string& why);  // mutex_ held
 
     std::function<endpoint(bool)> locate_;
     std::string subscribe_, unsubscribe_;  // SUBSCRIBE / SSUBSCRIBE and their opposites
@@ -100,7 +100,7 @@ private:
     std::unique_ptr<connection> conn_;
     int fd_ = -1;
     std::chrono::milliseconds send_timeout_{0};  // the connection's command timeout
-    std::uint64_t breaks_ = 0;  // bumped whenever the connection drops
+    std::uint64_t breaks_ = 0;                   // bumped whenever the connection drops
     bool up_ = false;
     bool stop_ = false;
     int wake_pipe_[2] = {-1, -1};

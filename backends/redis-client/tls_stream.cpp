@@ -90,10 +90,8 @@ bool not_tls(unsigned long e) {
         case SSL_R_UNEXPECTED_RECORD:
         case SSL_R_UNEXPECTED_MESSAGE:
         case SSL_R_HTTP_REQUEST:
-        case SSL_R_HTTPS_PROXY_REQUEST:
-            return true;
-        default:
-            return false;
+        case SSL_R_HTTPS_PROXY_REQUEST: return true;
+        default: return false;
     }
 }
 
@@ -234,8 +232,9 @@ void tls_stream::handshake(spi::clock::time_point until, const std::string& back
         if (not_tls(e)) {
             const auto text = openssl_error();
             throw_error(errc::invalid_argument, backend,
-                        where + " does not speak TLS (" + text + "): is it a plaintext port? use redis:// there, or "
-                                "the server's tls-port",
+                        where + " does not speak TLS (" + text +
+                            "): is it a plaintext port? use redis:// there, or "
+                            "the server's tls-port",
                         0, text);
         }
         if (why == SSL_ERROR_SSL && e != 0) {

@@ -32,12 +32,12 @@ namespace distlock::backends::redis_client {
 int poll_ms(spi::clock::time_point until);
 
 struct tls_options {
-    bool enabled = false;      // TLS on every connection of the URL
-    std::string ca_file;       // PEM CA bundle; "" = the system's store
-    std::string cert_file;     // client certificate (PEM) for mutual TLS; "" = none
-    std::string key_file;      // its private key (PEM); "" = in cert_file
-    std::string server_name;   // SNI and the name verified; "" = the host connected to
-    bool verify = true;        // false (tls_insecure=true) = any certificate; tests only
+    bool enabled = false;     // TLS on every connection of the URL
+    std::string ca_file;      // PEM CA bundle; "" = the system's store
+    std::string cert_file;    // client certificate (PEM) for mutual TLS; "" = none
+    std::string key_file;     // its private key (PEM); "" = in cert_file
+    std::string server_name;  // SNI and the name verified; "" = the host connected to
+    bool verify = true;       // false (tls_insecure=true) = any certificate; tests only
 
     bool operator==(const tls_options&) const = default;
 };
@@ -51,8 +51,7 @@ struct tls_options {
 // tls_key without tls_cert, a file that cannot be opened (spi::check_tls_files:
 // never a FIFO that would block). spi::take_tls() reads them; this adds the
 // client layer's own checks.
-tls_options tls_from_url(spi::url& u, const std::string& backend, tls_options base,
-                         std::string_view prefix = "tls");
+tls_options tls_from_url(spi::url& u, const std::string& backend, tls_options base, std::string_view prefix = "tls");
 
 class tls_context {
 public:

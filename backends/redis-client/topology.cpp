@@ -16,7 +16,8 @@ int key_slot(std::string_view key) noexcept {
     for (unsigned char byte : key) {
         crc ^= static_cast<std::uint16_t>(byte << 8);
         for (int bit = 0; bit < 8; ++bit)
-            crc = (crc & 0x8000) != 0 ? static_cast<std::uint16_t>((crc << 1) ^ 0x1021) : static_cast<std::uint16_t>(crc << 1);
+            crc = (crc & 0x8000) != 0 ? static_cast<std::uint16_t>((crc << 1) ^ 0x1021)
+                                      : static_cast<std::uint16_t>(crc << 1);
     }
     return crc & 16383;
 }
@@ -42,10 +43,11 @@ pool& topology::pool_at(const std::string& host, std::uint16_t port) {
 }
 
 void topology::vouch(const std::string& host, std::uint16_t port, pool& from) {
-    throw_error(errc::access_denied, base_.backend_name,
-                from.where().label() + " sent a command elsewhere (MOVED/ASK " +
-                    (plausible_host(host) ? host + ":" + std::to_string(port) : std::string("to no valid address")) +
-                    "): only a cluster redirects, and the data nodes' credentials go to the deployment's own nodes only");
+    throw_error(
+        errc::access_denied, base_.backend_name,
+        from.where().label() + " sent a command elsewhere (MOVED/ASK " +
+            (plausible_host(host) ? host + ":" + std::to_string(port) : std::string("to no valid address")) +
+            "): only a cluster redirects, and the data nodes' credentials go to the deployment's own nodes only");
 }
 
 std::vector<topology::node_items> topology::by_node(const std::vector<std::string_view>& keys) {
@@ -231,9 +233,9 @@ private:
 // What one sentinel said of the master.
 struct sentinel_answer {
     std::optional<std::pair<std::string, std::uint16_t>> master;  // the address it names
-    bool unknown = false;  // it knows no master of that name
-    bool denied = false;   // it refused our credentials, or wants some (why: `error`)
-    std::string error;     // why it names none
+    bool unknown = false;                                         // it knows no master of that name
+    bool denied = false;  // it refused our credentials, or wants some (why: `error`)
+    std::string error;    // why it names none
 };
 
 // Asks one sentinel; never throws.
@@ -245,10 +247,11 @@ sentinel_answer ask_sentinel(const endpoint& sentinel, const std::string& master
             auto r = c->command({"SENTINEL", "get-master-addr-by-name", master_name});
             if (is_error(r.get()) && reply_text(r.get()).rfind("NOAUTH", 0) == 0) {
                 out.denied = true;
-                out.error = "the sentinel at " + sentinel.label() +
-                            " needs a password: give it as sentinel_password= (and sentinel_user= for an ACL user); "
-                            "the sentinels never get the URL's own, which is the data nodes' (sentinel_credentials=data "
-                            "sends it to them too)";
+                out.error =
+                    "the sentinel at " + sentinel.label() +
+                    " needs a password: give it as sentinel_password= (and sentinel_user= for an ACL user); "
+                    "the sentinels never get the URL's own, which is the data nodes' (sentinel_credentials=data "
+                    "sends it to them too)";
             } else if (is_error(r.get())) {
                 throw_client_error(r.get(), sentinel.backend_name, "SENTINEL at " + sentinel.label());
             } else if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_STRING) {
@@ -279,7 +282,7 @@ sentinel_answer ask_sentinel(const endpoint& sentinel, const std::string& master
 
 // The address at least `quorum` answers name, if any.
 std::optional<std::pair<std::string, std::uint16_t>> agreed(const std::vector<sentinel_answer>& answers,
-                                                             std::size_t quorum) {
+                                                            std::size_t quorum) {
     std::map<std::pair<std::string, std::uint16_t>, std::size_t> votes;
     for (const auto& a : answers)
         if (a.master && ++votes[*a.master] >= quorum) return a.master;
@@ -322,8 +325,7 @@ private:
     void quiet_find(pool* failed_one) noexcept {
         try {
             find(failed_one);
-        } catch (...) {
-        }
+        } catch (...) {}
     }
 
     // The answers of one round of asking, filled by one thread per sentinel.
@@ -414,7 +416,8 @@ private:
         std::size_t unknown = 0;
         const sentinel_answer* denied = nullptr;
         for (const auto& a : answers) {
-            seen += "; " + (a.master ? "one names " + a.master->first + ":" + std::to_string(a.master->second) : a.error);
+            seen +=
+                "; " + (a.master ? "one names " + a.master->first + ":" + std::to_string(a.master->second) : a.error);
             unknown += a.unknown ? 1 : 0;
             if (a.denied && denied == nullptr) denied = &a;
         }
@@ -450,7 +453,8 @@ public:
         for (int pass = 0; pass < 2; ++pass) {
             {
                 std::shared_lock lk(map_mutex_);
-                if (slot >= 0 && slots_[static_cast<std::size_t>(slot)] != nullptr) return *slots_[static_cast<std::size_t>(slot)];
+                if (slot >= 0 && slots_[static_cast<std::size_t>(slot)] != nullptr)
+                    return *slots_[static_cast<std::size_t>(slot)];
                 if (slot < 0 && loaded_) {
                     for (auto* p : slots_)
                         if (p != nullptr) return *p;
@@ -554,13 +558,16 @@ private:
                     const auto colon = address.rfind(':');
                     std::uint16_t port = 0;
                     if (colon == std::string_view::npos ||
-                        std::from_chars(address.data() + colon + 1, address.data() + address.size(), port).ec != std::errc{})
+                        std::from_chars(address.data() + colon + 1, address.data() + address.size(), port).ec !=
+                            std::errc{})
                         continue;
                     std::vector<std::string_view> hosts{address.substr(0, colon)};
-                    if (const auto comma = field.find(','); comma != std::string_view::npos && at != std::string_view::npos && comma > at)
+                    if (const auto comma = field.find(',');
+                        comma != std::string_view::npos && at != std::string_view::npos && comma > at)
                         hosts.push_back(field.substr(comma + 1));  // the node's announced host name
                     for (auto h : hosts)
-                        if (port != 0 && plausible_host(h)) labels.push_back(std::string(h) + ":" + std::to_string(port));
+                        if (port != 0 && plausible_host(h))
+                            labels.push_back(std::string(h) + ":" + std::to_string(port));
                 }
                 add_members(labels);
                 return;
@@ -581,8 +588,7 @@ private:
     void quiet_refresh() noexcept {
         try {
             refresh(false);
-        } catch (...) {
-        }
+        } catch (...) {}
     }
 
     // Reads the slot map (CLUSTER SLOTS) from a known master or a seed.
@@ -611,7 +617,8 @@ private:
             pool* answered = ask_node(errors, [&, &host = host, &port = port]() -> pool* {
                 pool& node = pool_at(host, port);
                 auto reply = node.run([](connection& c) { return c.command({"CLUSTER", "SLOTS"}); });
-                if (is_error(reply.get())) throw_client_error(reply.get(), base_.backend_name, "CLUSTER SLOTS at " + host);
+                if (is_error(reply.get()))
+                    throw_client_error(reply.get(), base_.backend_name, "CLUSTER SLOTS at " + host);
                 // A node's address: host ("" or "?": the node asked) and port,
                 // or nullopt when it is none.
                 auto address_of = [&](const redisReply* n) -> std::optional<std::pair<std::string, std::uint16_t>> {
@@ -628,7 +635,8 @@ private:
                     const redisReply* range = reply->element[i];
                     if (range->type != REDIS_REPLY_ARRAY || range->elements < 3) continue;
                     for (std::size_t k = 2; k < range->elements; ++k)
-                        if (auto a = address_of(range->element[k])) listed.push_back(a->first + ":" + std::to_string(a->second));
+                        if (auto a = address_of(range->element[k]))
+                            listed.push_back(a->first + ":" + std::to_string(a->second));
                     const auto master = address_of(range->element[2]);
                     if (!master) continue;
                     pool* owner = &pool_at(master->first, master->second);

@@ -121,10 +121,8 @@ public:
                                 "no server took the command (" + std::to_string(hop + 1) + " tries): " + r.what());
                 std::string to = r.host().empty() ? p->where().host : r.host();  // "": the node asked
                 if (!retry) vouch(to, r.port(), *p);  // throws access_denied_error: never followed
-                if (r.how() == redirect::kind::ask)
-                    asking.emplace(std::move(to), r.port());
-                else
-                    learn(r, *p);
+                if (r.how() == redirect::kind::ask) asking.emplace(std::move(to), r.port());
+                else learn(r, *p);
                 if (r.how() == redirect::kind::retry) pause(hop, until);
             } catch (const connection_failure& e) {
                 if (reused && e.stale() && !stale_retried) {

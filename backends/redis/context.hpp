@@ -14,9 +14,9 @@
 
 #include "distlock/spi/backend.hpp"
 #include "redis-client/redis_client.hpp"
-#include "strategy.hpp"  // kBackend
 #include "redis-client/subscriber.hpp"
 #include "redis-client/topology.hpp"
+#include "strategy.hpp"  // kBackend
 
 namespace distlock::backends::redis {
 
@@ -63,10 +63,13 @@ public:
         return redis_client::server_duration(pttl >= 0 ? pttl : 1000, lease_);
     }
     // A lease or reservation another client announced on the channel.
-    std::chrono::milliseconds announced(long long ms) const noexcept { return redis_client::server_duration(ms, lease_); }
+    std::chrono::milliseconds announced(long long ms) const noexcept {
+        return redis_client::server_duration(ms, lease_);
+    }
     // The end of the wait after a try that failed with `pttl`.
     spi::deadline wait_after(long long pttl, spi::deadline until) {
-        std::chrono::nanoseconds wait = pttl == -2 ? std::chrono::nanoseconds{0} : holder_left(pttl) + std::chrono::milliseconds{1};
+        std::chrono::nanoseconds wait =
+            pttl == -2 ? std::chrono::nanoseconds{0} : holder_left(pttl) + std::chrono::milliseconds{1};
         if (std::exchange(quiet_, true)) wait = std::max(wait, backoff_.next(until));
         const auto now = spi::clock::now();
         return until - now < wait ? until : now + wait;
@@ -158,8 +161,7 @@ std::pair<long long, long long> run_acquire_script(context& ctx, const std::stri
                     undo(c);
                     return 0;
                 });
-            } catch (...) {
-            }
+            } catch (...) {}
         }
         throw_error(errc::unavailable, kBackend, "acquire of '" + name + "' failed: " + e.what());
     }

@@ -186,9 +186,7 @@ public:
         if (r.state == 0) return info;
         set_remaining(info, r.pttl);
         switch (r.state) {
-            case 1:
-                set_recorded_holder(info, r);
-                break;
+            case 1: set_recorded_holder(info, r); break;
             case 2:
                 declare(info, "the key is a " + r.a + ", not a lock of strategy=plain (another program's key)");
                 break;
@@ -197,8 +195,9 @@ public:
                                   std::string(reserve_ms) + " ms): nobody holds it yet");
                 break;
             default:
-                declare(info, "held by a client that records no holder (not distlock, or a distlock older than "
-                              "holder records): its value is a token only");
+                declare(info,
+                        "held by a client that records no holder (not distlock, or a distlock older than "
+                        "holder records): its value is a token only");
                 break;
         }
         return info;

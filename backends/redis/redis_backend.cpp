@@ -30,8 +30,8 @@
 
 #include "context.hpp"
 #include "redis-client/lock_scripts.hpp"
-#include "strategy.hpp"
 #include "redis-client/subscriber.hpp"
+#include "strategy.hpp"
 
 namespace distlock::backends::redis {
 namespace {
@@ -132,7 +132,8 @@ public:
         // Every primitive of the name: the mutex's key, the read-write lock's hash,
         // the semaphore's count and permits.
         auto l = strategy_->layout_for(lock_name);
-        auto keys = shared_keys(strategy_->object_name(lock_name, "rwlock"), strategy_->object_name(lock_name, "semaphore"));
+        auto keys =
+            shared_keys(strategy_->object_name(lock_name, "rwlock"), strategy_->object_name(lock_name, "semaphore"));
         keys.insert(keys.begin(), l.key);
         keys.push_back(l.holder);
         std::sort(keys.begin(), keys.end());  // Redisson's layout names several objects by the name itself
@@ -208,15 +209,12 @@ class handle final : public backend_handle {
 public:
     void join(renewal_groups& groups, std::size_t slot) const override { groups.mutexes.push_back(slot); }
     handle(backend& b, const spi::lock_request& r)
-        : backend_(b),
-          request_(r),
-          layout_(b.strat().layout_for(r.name)),
-          lease_ms_(std::to_string(r.lease.count())) {}
+        : backend_(b), request_(r), layout_(b.strat().layout_for(r.name)), lease_ms_(std::to_string(r.lease.count())) {}
 
     std::optional<spi::grant> acquire(deadline until, const spi::loss_sink&) override {
         const bool queue = backend_.strat().queues();
         std::string owner = backend_.strat().new_owner(backend_.uuid());
-        std::string waiter;  // our id in the hand-off queue, once we queue (strategy=plain)
+        std::string waiter;   // our id in the hand-off queue, once we queue (strategy=plain)
         struct leave_guard {  // leaves the queue on every way out but a grant
             handle* self;
             std::string* waiter;
@@ -324,8 +322,7 @@ private:
                 backend_.strat().leave(c, layout_, waiter);
                 return 0;
             });
-        } catch (...) {
-        }
+        } catch (...) {}
     }
 
     // One acquire script: {acquired, fencing token or PTTL}.
@@ -388,18 +385,16 @@ void backend::renew_mutexes(std::span<spi::lock_handle* const> handles, std::spa
     auto [index, keys, args] = redis_client::gather_renewals<handle>(
         handles, results, [](const handle& h) -> const std::string& { return h.owner(); });
     if (index.empty()) return;
-    auto replies = topology_->run_items(strategy_->renew_script(), keys, args, 1, 2, chunk, settings_.confirm.min_replicas,
-                                        settings_.confirm.timeout);
+    auto replies = topology_->run_items(strategy_->renew_script(), keys, args, 1, 2, chunk,
+                                        settings_.confirm.min_replicas, settings_.confirm.timeout);
     for (std::size_t j = 0; j < index.size(); ++j) {
         const auto slot = index[j];
         auto* h = static_cast<handle*>(handles[slot]);
-        if (!replies[j].ok)
-            results[slot] = spi::keepalive_result::failed(replies[j].error);
-        else if (replies[j].value == 1)
-            results[slot] = spi::keepalive_result::ok();
+        if (!replies[j].ok) results[slot] = spi::keepalive_result::failed(replies[j].error);
+        else if (replies[j].value == 1) results[slot] = spi::keepalive_result::ok();
         else
-            results[slot] = spi::keepalive_result::lost("lock key '" + h->key() +
-                                                        "' no longer holds our grant (expired or deleted on the server)");
+            results[slot] = spi::keepalive_result::lost(
+                "lock key '" + h->key() + "' no longer holds our grant (expired or deleted on the server)");
     }
 }
 
@@ -506,7 +501,8 @@ void register_backend(spi::registry& r) {
         } else if (credentials != "own") {
             throw_error(errc::invalid_argument, kBackend,
                         "sentinel_credentials is own (sentinel_user= and sentinel_password=, the default) or data "
-                        "(the URL's credentials), not '" + credentials + "'");
+                        "(the URL's credentials), not '" +
+                            credentials + "'");
         } else if (user && !password) {
             throw_error(errc::invalid_argument, kBackend, "sentinel_user= needs sentinel_password=");
         } else if (password && !password->empty()) {

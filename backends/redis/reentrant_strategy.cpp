@@ -95,9 +95,10 @@ void refuse_auxiliary(std::string_view name) {
     };
     for (std::string_view prefix : {"redisson_lock_token:", "distlock_holder:", "distlock:"})
         if (name.substr(0, prefix.size()) == prefix)
-            refuse(prefix == "distlock:" ? std::string("in distlock's own key space (strategy=plain's keys)")
-                                         : "the " + std::string(prefix == "distlock_holder:" ? "holder record" : "fence key") +
-                                               " of another lock");
+            refuse(prefix == "distlock:"
+                       ? std::string("in distlock's own key space (strategy=plain's keys)")
+                       : "the " + std::string(prefix == "distlock_holder:" ? "holder record" : "fence key") +
+                             " of another lock");
     if (name.find('{') == std::string_view::npos) return;
     if (name.size() >= 2 && name.front() == '{' && name.back() == '}' &&
         name.substr(1, name.size() - 2).find('{') == std::string_view::npos)
@@ -106,7 +107,8 @@ void refuse_auxiliary(std::string_view name) {
                "semaphore's keys");
     for (std::string_view suffix : {":timeout", ":rwlock_fence", ":semaphore_fence", ":rwlock_write_waiters"})
         if (name.size() > suffix.size() && name.substr(name.size() - suffix.size()) == suffix)
-            refuse("a key of the read-write lock or semaphore '" + std::string(name.substr(0, name.size() - suffix.size())) + "'");
+            refuse("a key of the read-write lock or semaphore '" +
+                   std::string(name.substr(0, name.size() - suffix.size())) + "'");
     if (name.find(":rwlock_timeout") != std::string_view::npos) refuse("a reader's lease key of a read-write lock");
 }
 
@@ -129,7 +131,8 @@ public:
         l.key = std::string(name);
         l.channel = braced ? "redisson_lock__channel:" + std::string(name)
                            : "redisson_lock__channel:{" + std::string(name) + "}";
-        l.fence = braced ? "redisson_lock_token:" + std::string(name) : "redisson_lock_token:{" + std::string(name) + "}";
+        l.fence =
+            braced ? "redisson_lock_token:" + std::string(name) : "redisson_lock_token:{" + std::string(name) + "}";
         l.holder = braced ? "distlock_holder:" + std::string(name) : "distlock_holder:{" + std::string(name) + "}";
         return l;
     }
@@ -167,9 +170,7 @@ public:
             "held by a client that is not distlock: no fencing token is recorded with its grant (the counter at "
             "redisson_lock_token is not tied to a holder)";
         switch (r.state) {
-            case 1:
-                set_recorded_holder(info, r);
-                break;
+            case 1: set_recorded_holder(info, r); break;
             case 4:
                 info.holder = r.a;  // Redisson's "<client uuid>:<thread id>"
                 info.unknown.emplace("token", no_token);

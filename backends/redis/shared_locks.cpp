@@ -118,10 +118,14 @@ return 1
 std::string unlock_start_lua(std::string_view message, std::string_view not_ours) {
     return "local mode = redis.call('hget', KEYS[1], 'mode')\n"
            "if mode == false then\n"
-           "  redis.call('publish', ARGV[2], '" + std::string(message) + "')\n"
+           "  redis.call('publish', ARGV[2], '" +
+           std::string(message) +
+           "')\n"
            "  return -1\n"
            "end\n"
-           "if " + std::string(not_ours) + " then\n"
+           "if " +
+           std::string(not_ours) +
+           " then\n"
            "  return -1\n"
            "end\n"
            "local n = redis.call('hincrby', KEYS[1], ARGV[1], -1)\n";
@@ -403,8 +407,7 @@ private:
                 leave(c);
                 return 0;
             });
-        } catch (...) {
-        }
+        } catch (...) {}
     }
 
     bool holding_ = false;
@@ -435,7 +438,8 @@ protected:
 
     reply_ptr attempt(connection& c, bool waiting) override {
         if (!write_)
-            return lua().read_acquire.run(c, {hash_, timeout_prefix_, waiters_, fence_}, {lease_ms_, owner_, owner_ + ":write"});
+            return lua().read_acquire.run(c, {hash_, timeout_prefix_, waiters_, fence_},
+                                          {lease_ms_, owner_, owner_ + ":write"});
         static const std::string slack = std::to_string(liveness_slack.count());
         // Once listed, every later try names us, so that the grant takes us off
         // the list even when it comes from the last try, made at the deadline.
@@ -545,14 +549,12 @@ void renew_shared(context& ctx, std::span<shared_handle* const> handles, std::sp
                                                    : lua().permit_renew;
         const std::size_t keys_per = kind == renewal::read ? 2 : 1;
         const auto& confirm = ctx.confirmation();
-        auto replies = ctx.connections().run_items(s, keys, args, keys_per, 2, per_call, confirm.min_replicas,
-                                                   confirm.timeout);
+        auto replies =
+            ctx.connections().run_items(s, keys, args, keys_per, 2, per_call, confirm.min_replicas, confirm.timeout);
         for (std::size_t j = 0; j < index.size(); ++j) {
             const auto slot = index[j];
-            if (!replies[j].ok)
-                *results[slot] = spi::keepalive_result::failed(replies[j].error);
-            else if (replies[j].value == 1)
-                *results[slot] = spi::keepalive_result::ok();
+            if (!replies[j].ok) *results[slot] = spi::keepalive_result::failed(replies[j].error);
+            else if (replies[j].value == 1) *results[slot] = spi::keepalive_result::ok();
             else
                 *results[slot] = spi::keepalive_result::lost(
                     kind == renewal::permit

@@ -70,7 +70,7 @@ inline inspect_fields inspect_reply(const reply_ptr& r) {
     auto text = [&](std::size_t i) {
         const redisReply* e = r->element[i];
         return e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS ? std::string(e->str, e->len)
-                                                                                : std::string();
+                                                                              : std::string();
     };
     return {as_integer(r->element[0]), as_integer(r->element[1]), as_integer(r->element[2]), text(3), text(4)};
 }
@@ -85,9 +85,9 @@ inline std::optional<std::uint64_t> parse_token(std::string_view s) {
 
 // lock_info::remaining from a held key's PTTL (-1: the key has no expiry).
 inline void set_remaining(lock_info& info, long long pttl) {
-    if (pttl >= 0) info.remaining = redis_client::server_duration(pttl);  // shown to the caller: fit for clock arithmetic
-    else
-        info.unknown.emplace("remaining", "the key has no expiry (set without a lease by another client)");
+    if (pttl >= 0)
+        info.remaining = redis_client::server_duration(pttl);  // shown to the caller: fit for clock arithmetic
+    else info.unknown.emplace("remaining", "the key has no expiry (set without a lease by another client)");
 }
 
 // A grant whose holder record names it: the label (a) and fencing token (b)

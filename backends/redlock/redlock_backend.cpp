@@ -127,9 +127,10 @@ public:
         // one set of grants, which independent masters without replication do not
         // (Redisson itself deprecated its RedLock, and offers no multi-master
         // read-write lock or semaphore).
-        caps_.unsupported.emplace(feature::read_write,
-                                  "Redlock is a mutex algorithm over independent masters: there is no quorum recipe "
-                                  "for shared readers (Redisson deprecated its RedLock); use redis:// for read-write locks");
+        caps_.unsupported.emplace(
+            feature::read_write,
+            "Redlock is a mutex algorithm over independent masters: there is no quorum recipe "
+            "for shared readers (Redisson deprecated its RedLock); use redis:// for read-write locks");
         caps_.unsupported.emplace(feature::semaphore,
                                   "Redlock is a mutex algorithm over independent masters: there is no quorum recipe "
                                   "for counted permits; use redis:// for semaphores");
@@ -308,11 +309,10 @@ void redlock_handle::release() {
                     "lock '" + request_.name + "' was no longer ours on any node when released (expired or deleted)");
 }
 
-void backend::keepalive_batch(std::span<spi::lock_handle* const> handles,
-                                      std::span<spi::keepalive_result> results) {
+void backend::keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) {
     // One extend script per node over every due key, all nodes at once: one round.
-    auto [index, keys, args] =
-        gather_renewals<redlock_handle>(handles, results, [](const redlock_handle& h) -> const std::string& { return h.token(); });
+    auto [index, keys, args] = gather_renewals<redlock_handle>(
+        handles, results, [](const redlock_handle& h) -> const std::string& { return h.token(); });
     if (index.empty()) return;
     std::string numkeys;
     auto cmd = extend_.eval_args(keys, args, numkeys);
@@ -367,15 +367,15 @@ lock_info backend::inspect(std::string_view lock_name, spi::lock_kind) {
         const redisReply* r = res[i].reply.get();
         if (r == nullptr || is_error(r) || r->type != REDIS_REPLY_ARRAY || r->elements == 0) {
             ++failed;
-            errors += (errors.empty() ? "" : "; ") + settings_.nodes[i].label() + ": " +
-                      (r ? reply_text(r) : res[i].error);
+            errors +=
+                (errors.empty() ? "" : "; ") + settings_.nodes[i].label() + ": " + (r ? reply_text(r) : res[i].error);
             continue;
         }
         const auto state = as_integer(r->element[0]);
         auto text = [&](std::size_t k) {
             const redisReply* e = k < r->elements ? r->element[k] : nullptr;
             return e && (e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS) ? std::string(e->str, e->len)
-                                                                                           : std::string();
+                                                                                         : std::string();
         };
         if (state == 0) {
             ++free;
@@ -407,9 +407,8 @@ lock_info backend::inspect(std::string_view lock_name, spi::lock_kind) {
         // The grant lasts while a majority keeps the key: the quorum-th longest PTTL
         // (-1: no expiry there).
         auto& p = o.pttls;
-        std::sort(p.begin(), p.end(), [](long long a, long long b) {
-            return (a < 0 ? LLONG_MAX : a) > (b < 0 ? LLONG_MAX : b);
-        });
+        std::sort(p.begin(), p.end(),
+                  [](long long a, long long b) { return (a < 0 ? LLONG_MAX : a) > (b < 0 ? LLONG_MAX : b); });
         if (p[quorum_ - 1] >= 0) info.remaining = server_duration(p[quorum_ - 1]);  // fit for clock arithmetic
         else info.unknown.emplace("remaining", "the key has no expiry on a majority of nodes (set without a lease)");
         return info;
@@ -440,9 +439,9 @@ std::shared_ptr<spi::backend> make_backend(spi::url& u) {
         s.nodes.push_back(ep);
     }
     if (s.nodes.size() < 3)
-        throw_error(errc::invalid_argument, kBackend,
-                    "redlock:// needs at least 3 independent nodes (h1:p1,h2:p2,h3:p3); got " +
-                        std::to_string(s.nodes.size()));
+        throw_error(
+            errc::invalid_argument, kBackend,
+            "redlock:// needs at least 3 independent nodes (h1:p1,h2:p2,h3:p3); got " + std::to_string(s.nodes.size()));
     if (auto prefix = u.take("prefix")) s.prefix = *prefix;
     s.retry_delay = u.take_duration("retry_delay").value_or(s.retry_delay);
     if (s.retry_delay.count() <= 0) throw_error(errc::invalid_argument, kBackend, "retry_delay must be positive");

@@ -89,7 +89,9 @@ settings take_settings(spi::url& u, std::string_view backend, std::string_view n
 }
 
 backend::backend(std::shared_ptr<dialect> d, settings s)
-    : dialect_(d), settings_(std::move(s)), q_(d->texts(settings_.table)),
+    : dialect_(d),
+      settings_(std::move(s)),
+      q_(d->texts(settings_.table)),
       lock_rows_{settings_.table, q_.lease_renew, q_.lease_release, q_.lease_clear},
       pool_(d, settings_.max_idle, q_.set_wait, ms(settings_.conn.timeout / 2)) {
     name_ = std::string(d->name());
@@ -100,8 +102,9 @@ backend::backend(std::shared_ptr<dialect> d, settings s)
         };
     } else if (q_.listen.text.empty()) {
         caps_.unsupported = {
-            {feature::notified_wakeup, "this server has no notifications: waiters poll the lease row with jittered "
-                                       "backoff (retry_min..retry_max)"},
+            {feature::notified_wakeup,
+             "this server has no notifications: waiters poll the lease row with jittered "
+             "backoff (retry_min..retry_max)"},
         };
     }
     // Read-write locks (PostgreSQL: advisory shared/exclusive locks; MySQL: lease
@@ -265,16 +268,18 @@ lock_info backend::inspect(std::string_view lock_name, spi::lock_kind kind) {
             const bool too_long = row[1] && row[1]->size() > 2 * (owner.size() + 255);
             const std::string stored = row[1] && !too_long ? from_hex(*row[1]) : std::string{};
             if (!row[1])
-                info.unknown.emplace("holder", "the lease row has no label: its holder is a distlock from before holder"
-                                               " labels, or a client that writes none");
+                info.unknown.emplace("holder",
+                                     "the lease row has no label: its holder is a distlock from before holder"
+                                     " labels, or a client that writes none");
             else if (too_long)
-                info.unknown.emplace("holder", "the lease row's label is longer than any a holder can have (255 bytes):"
-                                               " not written by distlock");
+                info.unknown.emplace("holder",
+                                     "the lease row's label is longer than any a holder can have (255 bytes):"
+                                     " not written by distlock");
             else if (stored.size() <= owner.size() || stored.compare(0, owner.size(), owner) != 0)
-                info.unknown.emplace("holder", "the lease row's label was written by an earlier grant: its holder is a"
-                                               " distlock from before holder labels, which leaves the label alone");
-            else
-                info.holder = stored.substr(owner.size());
+                info.unknown.emplace("holder",
+                                     "the lease row's label was written by an earlier grant: its holder is a"
+                                     " distlock from before holder labels, which leaves the label alone");
+            else info.holder = stored.substr(owner.size());
             return info;
         }
         const bool row_lock = settings_.strategy == strategy::for_update;
@@ -310,16 +315,15 @@ lock_info backend::inspect(std::string_view lock_name, spi::lock_kind kind) {
         if (!parts.distlock)
             why = "the holding session (" + session + ") is not distlock's (application_name '" + app +
                   "'), and another client stores no label beside the lock";
-        else if (!parts.labelled)
-            why = "the holding session (" + session + ") is a distlock from before holder labels";
+        else if (!parts.labelled) why = "the holding session (" + session + ") is a distlock from before holder labels";
         if (!info.holder)
             info.unknown.emplace("holder", !why.empty() ? why
                                                         : "the holder's label is not printable ASCII or does not fit"
                                                           " the 63 bytes of application_name");
         if (!info.token)
-            info.unknown.emplace("token", row_lock ? no_token
-                                                   : !why.empty() ? why
-                                                                  : "the holding session's name carries no token");
+            info.unknown.emplace("token", row_lock       ? no_token
+                                          : !why.empty() ? why
+                                                         : "the holding session's name carries no token");
     } catch (const sql_error& e) {
         if (e.kind() != failure::no_table) throw_client_error(e, name_, what);
         lock_info gone;  // the lock tables are gone: nothing of this layout is held

@@ -30,12 +30,12 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <map>
 #include <vector>
 
 #include "sql.hpp"
@@ -65,10 +65,10 @@ std::string session_label_suffix(const std::string& label);
 // The whole name for a token (nullopt: "#-"), the label left out when it does not fit.
 std::string session_name(std::optional<std::uint64_t> token, const std::string& label);
 struct session_name_parts {
-    bool distlock = false;                // a name of this form ("distlock" alone included)
-    bool labelled = false;                // "distlock #...": a distlock with holder labels
-    std::optional<std::uint64_t> token;   // "#<token>"
-    std::optional<std::string> label;     // the label, when it was in the name
+    bool distlock = false;               // a name of this form ("distlock" alone included)
+    bool labelled = false;               // "distlock #...": a distlock with holder labels
+    std::optional<std::uint64_t> token;  // "#<token>"
+    std::optional<std::string> label;    // the label, when it was in the name
 };
 session_name_parts parse_session_name(std::string_view name);
 
@@ -122,8 +122,9 @@ protected:
     // them (PostgreSQL), else sleeps a jittered backoff of at most `max_pause`.
     // When it does not grant, or throws, nothing of this acquisition is left:
     // its rows are deleted (`give_back`: always; else only after an error).
-    std::optional<spi::grant> acquire_loop(spi::deadline until, const std::function<std::optional<spi::grant>()>& attempt,
-                                           bool give_back, std::chrono::milliseconds max_pause);
+    std::optional<spi::grant> acquire_loop(spi::deadline until,
+                                           const std::function<std::optional<spi::grant>()>& attempt, bool give_back,
+                                           std::chrono::milliseconds max_pause);
 
     backend& b_;
     spi::lock_request req_;
@@ -199,15 +200,15 @@ private:
 
     backend& b_;
     spi::lock_request req_;
-    bool row_lock_;  // for-update (else a session lock of the server)
-    const batch* lock_;        // session locks: take, waiting (native_lock, rw_*_lock) ...
-    const batch* try_;         // ... not waiting
+    bool row_lock_;      // for-update (else a session lock of the server)
+    const batch* lock_;  // session locks: take, waiting (native_lock, rw_*_lock) ...
+    const batch* try_;   // ... not waiting
     const statement* release_;
     bytes name_;
     value key_;
     std::int64_t slot_;
-    std::string label_suffix_;      // native locks: " <label>" for the session's name, or "" (session_label_suffix)
-    std::string row_session_name_;  // for-update: the session's name while it holds the row
+    std::string label_suffix_;          // native locks: " <label>" for the session's name, or "" (session_label_suffix)
+    std::string row_session_name_;      // for-update: the session's name while it holds the row
     std::unique_ptr<connection> conn_;  // the holding session while held
 };
 

@@ -35,8 +35,7 @@ std::optional<spi::grant> lease_row_handle::acquire_loop(spi::deadline until,
             listener->exec(b_.q_.unlisten);
             (void)listener->wait_notifications(spi::clock::now());  // drop what came meanwhile
             b_.pool_.give_back(std::move(listener));
-        } catch (...) {
-        }
+        } catch (...) {}
         listener.reset();
     };
     // The last statement may have taken a row before its reply was lost, or a
@@ -44,8 +43,7 @@ std::optional<spi::grant> lease_row_handle::acquire_loop(spi::deadline until,
     auto give_rows_back = [&]() noexcept {
         try {
             b_.pool_.run([&](connection& c) { return c.exec(rows_.release, {name_, owner}); });
-        } catch (...) {
-        }
+        } catch (...) {}
         owner_.clear();
     };
     try {
@@ -102,8 +100,9 @@ void lease_row_handle::release() {
 
 spi::keepalive_result lease_row_handle::renew() {
     try {
-        auto affected =
-            b_.pool_.run([&](connection& c) { return c.exec(rows_.renew, {name_, owner_, ms(req_.lease)}).affected; });
+        auto affected = b_.pool_.run([&](connection& c) {
+            return c.exec(rows_.renew, {name_, owner_, ms(req_.lease)}).affected;
+        });
         if (affected == 0) return spi::keepalive_result::lost("the lease row of '" + req_.name + "' is no longer ours");
         return spi::keepalive_result::ok();
     } catch (const std::exception& e) {
@@ -125,8 +124,9 @@ std::optional<spi::grant> lease_handle::try_upsert() {
     try {
         const auto sent = spi::clock::now();  // the lease runs from the server's NOW() at best
         auto token = b_.pool_.run([&](connection& c) {
-            return run_for_token(c, b_.q_.lease_acquire,
-                                 {name_, owner_, ms(req_.lease), slot_, bytes{holder_label_value(owner_, req_.holder)}});
+            return run_for_token(
+                c, b_.q_.lease_acquire,
+                {name_, owner_, ms(req_.lease), slot_, bytes{holder_label_value(owner_, req_.holder)}});
         });
         if (!token) return std::nullopt;
         return spi::grant{*token, sent};

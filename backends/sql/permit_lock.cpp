@@ -32,8 +32,10 @@ bool has(const row& r, std::size_t i) { return r.size() > i && r[i].has_value();
 permit_handle::permit_handle(backend& b, const spi::lock_request& r) : lease_row_handle(b, r, b.q_.permit_rows) {}
 
 std::optional<spi::grant> permit_handle::acquire(spi::deadline until, const spi::loss_sink&) {
-    return b_.with_tables("acquire of a permit of '" + req_.name + "' failed",
-                          [&] { return acquire_loop(until, [&] { return try_take(); }, false, req_.retry_max); });
+    return b_.with_tables("acquire of a permit of '" + req_.name + "' failed", [&] {
+        return acquire_loop(
+            until, [&] { return try_take(); }, false, req_.retry_max);
+    });
 }
 
 // One statement batch takes the lowest slot of the name that no unexpired row
@@ -101,8 +103,9 @@ std::optional<spi::grant> rw_lease_handle::acquire(spi::deadline until, const sp
             [&]() -> std::optional<spi::grant> {
                 try {
                     const auto sent = spi::clock::now();
-                    auto token = b_.pool_.run(
-                        [&](connection& c) { return run_for_token(c, steps, {name_, owner_, ms(req_.lease), slot_}); });
+                    auto token = b_.pool_.run([&](connection& c) {
+                        return run_for_token(c, steps, {name_, owner_, ms(req_.lease), slot_});
+                    });
                     if (!token) return std::nullopt;
                     return spi::grant{*token, sent};
                 } catch (const sql_error& e) {

@@ -14,8 +14,13 @@ using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
 session_handle::session_handle(backend& b, const spi::lock_request& r, session_kind kind)
-    : b_(b), req_(r), row_lock_(kind == session_kind::row), name_{r.name}, key_(b.dialect_->native_key(r.name)),
-      slot_(fence_slot(r.name)), label_suffix_(session_label_suffix(r.holder)),
+    : b_(b),
+      req_(r),
+      row_lock_(kind == session_kind::row),
+      name_{r.name},
+      key_(b.dialect_->native_key(r.name)),
+      slot_(fence_slot(r.name)),
+      label_suffix_(session_label_suffix(r.holder)),
       row_session_name_(session_name(std::nullopt, r.holder)) {
     const auto& q = b.q_;
     switch (kind) {
@@ -150,18 +155,20 @@ void session_handle::release() {
         } else {
             auto r = c->exec(*release_, {key_});
             if (r.rows.empty() || r.rows[0].empty() || !r.rows[0][0] || *r.rows[0][0] != "1")
-                throw_error(errc::not_owner, b_.name_, "the server says '" + req_.name + "' was not held by this session");
+                throw_error(errc::not_owner, b_.name_,
+                            "the server says '" + req_.name + "' was not held by this session");
         }
     } catch (const sql_error& e) {
         // The session is gone (killed, server restarted): the server released the
         // lock when it ended, maybe long before this release. That is a loss.
         if (e.kind() == failure::connection_lost)
             throw_error(errc::not_owner, b_.name_,
-                        "the session holding '" + req_.name + "' was gone at release: the server had released the lock (" +
-                            e.what() + ")");
+                        "the session holding '" + req_.name +
+                            "' was gone at release: the server had released the lock (" + e.what() + ")");
         // Otherwise the session is closed below, which frees the lock once the
         // server sees the connection end.
-        throw_client_error(e, b_.name_, "release of '" + req_.name + "' failed (closing the session releases it)", true);
+        throw_client_error(e, b_.name_, "release of '" + req_.name + "' failed (closing the session releases it)",
+                           true);
     }
     b_.pool_.give_back(std::move(c));
 }

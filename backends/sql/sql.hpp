@@ -195,21 +195,22 @@ struct sql_texts {
     // empty texts elsewhere): lease_release and lease_clear notify `listen`'s
     // channel with the lowercase hex SHA-256 of the name as payload.
     statement listen, unlisten;
-    batch opt_insert;     // [name, owner, lease_ms, slot, label] -> the token when it made the row, no value when one exists
-    statement opt_read;   // [name] -> row (version, free 1/0) or none
-    batch opt_update;     // [name, owner, lease_ms, slot, version, label] -> the token when it won the compare-and-set
+    batch
+        opt_insert;  // [name, owner, lease_ms, slot, label] -> the token when it made the row, no value when one exists
+    statement opt_read;  // [name] -> row (version, free 1/0) or none
+    batch opt_update;    // [name, owner, lease_ms, slot, version, label] -> the token when it won the compare-and-set
 
     // Row locks (for-update) on the second table.
-    statement row_ensure;            // [name]: create the lockable row if missing
+    statement row_ensure;  // [name]: create the lockable row if missing
     // [name, session name (backend.hpp: session_name; PostgreSQL sets it as
     // application_name inside the transaction)]: opens a transaction and locks the row (waiting within the session's
     // bound, or not at all) -> "1" when locked (and marked, where row_break needs
     // a mark), another value when the mark could not be taken, none when there is
     // no row.
     batch row_lock, row_lock_nowait;
-    batch row_unlock;                // [name]: releases a row lock (and its mark): ROLLBACK
-    statement set_wait;              // [wait_ms]: the session's lock wait bound
-    batch fence;                     // [slot] -> a new token, committed on its own
+    batch row_unlock;    // [name]: releases a row lock (and its mark): ROLLBACK
+    statement set_wait;  // [wait_ms]: the session's lock wait bound
+    batch fence;         // [slot] -> a new token, committed on its own
 
     // Native named locks (get-lock, advisory) with the token drawn under the lock
     // in the same round trip: [key, wait_ms, slot, label suffix (session_label_suffix:
@@ -223,17 +224,17 @@ struct sql_texts {
     // ...), never by an id read first and ended later: by then that session may
     // have released the name and hold another lock. A failure that names no
     // session (MySQL 1094, unknown thread) means nobody held it.
-    statement native_break;    // [key]: the native lock's holder
-    statement row_break;       // [name]: the session whose transaction holds the for-update row
+    statement native_break;  // [key]: the native lock's holder
+    statement row_break;     // [name]: the session whose transaction holds the for-update row
 
     // ---- read-write locks and semaphores (docs/backends/sql.md, "Read-write lock and semaphore")
     // A lease table other than the lock table, whose rows (name, owner, expires_at)
     // are renewed, released and broken as the lease rows of the lock table are.
     struct lease_rows {
-        std::string table;    // the table's name (unquoted); empty: this dialect has no such rows
-        statement renew;      // [name, owner, lease_ms] -> affected 1 = still ours
-        statement release;    // [name, owner] -> affected >= 1 = was ours; deletes the owner's rows of the name
-        statement clear;      // [name]: break_lock, deletes every row of the name
+        std::string table;  // the table's name (unquoted); empty: this dialect has no such rows
+        statement renew;    // [name, owner, lease_ms] -> affected 1 = still ours
+        statement release;  // [name, owner] -> affected >= 1 = was ours; deletes the owner's rows of the name
+        statement clear;    // [name]: break_lock, deletes every row of the name
     };
     // Semaphores: a row per permit held, in <table>_permits, its slot 0..permits-1
     // the primary key with the name. permit_acquire [name, owner, lease_ms, slot,
@@ -267,7 +268,7 @@ struct sql_texts {
     // for it or NULL where the server does not count them).
     statement inspect_native, inspect_row;
     // Why a field is unknown where the statements above return NULL for it.
-    std::string no_session_label;              // the holder's label of a session lock
+    std::string no_session_label;  // the holder's label of a session lock
     std::string no_native_waiters, no_row_waiters;
 };
 
@@ -287,7 +288,7 @@ struct conn_settings {
 class dialect {
 public:
     virtual ~dialect() = default;
-    virtual std::string_view name() const noexcept = 0;            // "mysql", "postgres"
+    virtual std::string_view name() const noexcept = 0;             // "mysql", "postgres"
     virtual std::string_view native_strategy() const noexcept = 0;  // "get-lock", "advisory"
     // A new session: autocommit on, read committed, client-side timeouts set.
     // Throws sql_error (cannot_connect, access_denied, no_database, ...).
@@ -416,9 +417,9 @@ struct settings {
     sql::strategy strategy = strategy::lease_table;
     std::string table = "distlock_locks";  // a plain identifier; "<table>_rows" holds for-update's rows
     conn_settings conn;
-    int tries = 3;                              // optimistic: compare-and-set attempts per try ...
-    std::chrono::milliseconds window{100};      // ... within this window (the seed's defaults)
-    std::size_t max_idle = 8;                   // idle connections kept per provider
+    int tries = 3;                          // optimistic: compare-and-set attempts per try ...
+    std::chrono::milliseconds window{100};  // ... within this window (the seed's defaults)
+    std::size_t max_idle = 8;               // idle connections kept per provider
 };
 
 // Takes the SQL layer's URL parameters (strategy, table, connect_timeout,

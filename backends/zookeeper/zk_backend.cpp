@@ -38,7 +38,7 @@ public:
         // <path>/leases) are supported: see zk_lock.cpp.
         // Elections are Curator's LeaderLatch (zk_lock.cpp).
         caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::election,
-                             feature::inspect};
+                            feature::inspect};
         caps_.crash_release_bound = timeout + timeout / 2;
         caps_.reentrant = true;
     }
@@ -60,7 +60,8 @@ public:
         return t1 - t0;
     }
 
-    void keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) override {
+    void keepalive_batch(std::span<spi::lock_handle* const> handles,
+                         std::span<spi::keepalive_result> results) override {
         keepalive_locks(zk_, handles, results);
     }
     lock_info inspect(std::string_view name, spi::lock_kind kind) override {
@@ -113,7 +114,8 @@ std::shared_ptr<spi::backend> make_backend(spi::url& u) {
     if (s.session_timeout < 100ms || s.session_timeout > 24h)
         throw_error(errc::invalid_argument, kBackend, "session_timeout must be between 100ms and 24h");
     s.connect_timeout = u.take_duration("connect_timeout").value_or(std::max<ms>(s.session_timeout, 5s));
-    if (s.connect_timeout.count() <= 0) throw_error(errc::invalid_argument, kBackend, "connect_timeout must be positive");
+    if (s.connect_timeout.count() <= 0)
+        throw_error(errc::invalid_argument, kBackend, "connect_timeout must be positive");
     s.log_level = parse_log_level(u.take("log"));
     if (!u.user().empty() || !u.password().empty()) s.digest = u.user() + ":" + u.password();
     s.acl = acl_from(u.take("acl"), !s.digest.empty());

@@ -128,7 +128,8 @@ int parse_log_level(const std::optional<std::string>& value) {
                                                    {"info", ZOO_LOG_LEVEL_INFO},
                                                    {"debug", ZOO_LOG_LEVEL_DEBUG}};
     auto it = levels.find(*value);
-    if (it == levels.end()) throw_error(errc::invalid_argument, kBackend, "log must be off, error, warn, info or debug");
+    if (it == levels.end())
+        throw_error(errc::invalid_argument, kBackend, "log must be off, error, warn, info or debug");
     return it->second;
 }
 
@@ -154,9 +155,7 @@ log_level_use::~log_level_use() {
     apply_levels();
 }
 
-bool is_connection_error(int rc) {
-    return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT || rc == ZCLOSING;
-}
+bool is_connection_error(int rc) { return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT || rc == ZCLOSING; }
 bool is_session_gone(int rc) { return rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE || rc == ZSESSIONMOVED; }
 
 void throw_client_error(int rc, std::string_view backend, const std::string& what) {
@@ -275,8 +274,8 @@ op_ptr zk_children(zhandle_t* zh, const std::string& path, std::size_t max_child
     if (count > max_children || bytes > kMaxListingBytes) {
         o->rc = kListingTooLarge;
         o->value = count > max_children
-                       ? std::to_string(count) + " children, more than distlock reads (max_children=" +
-                             std::to_string(max_children) + ")"
+                       ? std::to_string(count) +
+                             " children, more than distlock reads (max_children=" + std::to_string(max_children) + ")"
                        : "the children's names exceed " + std::to_string(kMaxListingBytes >> 20) +
                              " MiB, more than distlock reads";
         o->value += "; refused: a client may be flooding the lock path (see the acl= parameter)";
@@ -326,8 +325,8 @@ zhandle_t* zk_init(const std::string& hosts, watcher_fn watcher, ms session_time
     // pipes that appear across the call are its two ends. (One that another
     // thread makes at the same moment would be marked too.)
     const auto before = inheritable(S_IFIFO);
-    zhandle_t* zh = zookeeper_init2(hosts.c_str(), watcher, static_cast<int>(session_timeout.count()), nullptr,
-                                    context, 0, log_sink_for(log_level));
+    zhandle_t* zh = zookeeper_init2(hosts.c_str(), watcher, static_cast<int>(session_timeout.count()), nullptr, context,
+                                    0, log_sink_for(log_level));
     const int err = errno;
     if (zh)
         for (const auto& p : inheritable(S_IFIFO))

@@ -36,9 +36,8 @@ inline constexpr const char* kBackend = "zookeeper";
 
 // ---- process-wide counters (read by tests through read_counters()) ----------
 struct atomic_counters {
-    std::atomic<std::uint64_t> sessions_opened{0}, lock_nodes_created{0}, children_reads{0},
-        predecessor_watches{0}, predecessor_wakeups{0}, node_events{0}, protected_recoveries{0}, disconnections{0},
-        inspect_requests{0};
+    std::atomic<std::uint64_t> sessions_opened{0}, lock_nodes_created{0}, children_reads{0}, predecessor_watches{0},
+        predecessor_wakeups{0}, node_events{0}, protected_recoveries{0}, disconnections{0}, inspect_requests{0};
 };
 atomic_counters& stats();
 

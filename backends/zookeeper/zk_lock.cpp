@@ -46,7 +46,7 @@ enum class step { held, again, timeout };
 
 // What create_node() made.
 struct created {
-    std::string node;        // full path; empty when session_lost
+    std::string node;  // full path; empty when session_lost
     std::uint64_t czxid = 0;
     op_ptr listing;          // the children of the directory, asked right behind the create
     spi::deadline listed{};  // when the create (and that listing) was sent
@@ -136,7 +136,8 @@ created handle::create_node(const std::shared_ptr<session>& s, const std::string
     const auto prefix = node_prefix(uuid, lock_name);
     const auto pid = protected_id(uuid);
     for (int tries = 0;; ++tries) {
-        if (tries > 10) throw_error(errc::unavailable, kBackend, "cannot create a node under " + dir + " for '" + name_ + "'");
+        if (tries > 10)
+            throw_error(errc::unavailable, kBackend, "cannot create a node under " + dir + " for '" + name_ + "'");
         // The listing rides in the same round trip: the server answers a
         // session's requests in order, so it already shows our new node.
         c.listed = clock::now();
@@ -194,7 +195,7 @@ created handle::create_node(const std::shared_ptr<session>& s, const std::string
 std::optional<spi::grant> handle::acquire_queue(spi::deadline until, const spi::loss_sink& lost) {
     const bool once = until <= clock::now();
     const bool reader = kind_ == spi::lock_kind::read;
-    const std::string_view lock_name = reader                               ? kReadName
+    const std::string_view lock_name = reader                            ? kReadName
                                        : kind_ == spi::lock_kind::write  ? kWriteName
                                        : kind_ == spi::lock_kind::leader ? kLatchName
                                                                          : kMutexName;
@@ -568,7 +569,8 @@ std::optional<std::string> label_of(const op& o, std::string& why) {
     bool control = size > 255 || o.value.size() != size;
     for (unsigned char c : o.value) control = control || c < 0x20 || c == 0x7F;
     if (control) {
-        why = "the holder's node data (" + std::to_string(size) + " bytes) is not a label: binary or longer than 255 bytes";
+        why = "the holder's node data (" + std::to_string(size) +
+              " bytes) is not a label: binary or longer than 255 bytes";
         return std::nullopt;
     }
     return o.value;
@@ -593,7 +595,8 @@ lock_info inspect(session_manager& zk, std::string_view name, spi::lock_kind kin
     // needs no second sync.
     bool synced = false;
     for (int tries = 0;; ++tries) {
-        if (tries > 10) throw_error(errc::unavailable, kBackend, "the holder of '" + std::string(name) + "' kept changing");
+        if (tries > 10)
+            throw_error(errc::unavailable, kBackend, "the holder of '" + std::string(name) + "' kept changing");
         lock_info info;
         op_ptr sync;
         if (!synced) {

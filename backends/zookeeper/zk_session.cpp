@@ -66,8 +66,9 @@ std::shared_ptr<session> session_manager::open_session() {  // under mu_
         // Sent with the handshake of every (re)connection of this session. A
         // digest is never refused as such: wrong credentials just do not match
         // an ACL, and the requests that need them fail with ZNOAUTH.
-        zoo_add_auth(s->zh, "digest", settings_.digest.data(), static_cast<int>(settings_.digest.size()),
-                     [](int, const void*) {}, nullptr);
+        zoo_add_auth(
+            s->zh, "digest", settings_.digest.data(), static_cast<int>(settings_.digest.size()),
+            [](int, const void*) {}, nullptr);
     }
     return s;
 }
@@ -199,8 +200,7 @@ std::tuple<std::string, std::uint64_t, bool> session_manager::unregister_held(he
 }
 void session_manager::forget(held_node& h) {
     std::lock_guard lk(mu_);
-    for (auto it = held_.begin(); it != held_.end();)
-        it = it->second == &h ? held_.erase(it) : std::next(it);
+    for (auto it = held_.begin(); it != held_.end();) it = it->second == &h ? held_.erase(it) : std::next(it);
 }
 
 std::optional<spi::keepalive_result> session_manager::local_check(held_node& h, std::shared_ptr<session>& out,
@@ -309,8 +309,7 @@ void session_manager::upkeep_loop() {
             lk.unlock();
             try {
                 run_cleanups(s);
-            } catch (...) {
-            }
+            } catch (...) {}
             s.reset();
             lk.lock();
             continue;
@@ -395,8 +394,8 @@ void with_separate_session(const settings& s, ms session_timeout, const std::str
     zhandle_t* zh = zk_init(s.hosts, watcher, session_timeout, &pr, s.log_level);
     if (!zh) throw_error(errc::unavailable, kBackend, "zookeeper_init failed for " + what);
     if (!s.digest.empty())
-        zoo_add_auth(zh, "digest", s.digest.data(), static_cast<int>(s.digest.size()),
-                     [](int, const void*) {}, nullptr);
+        zoo_add_auth(
+            zh, "digest", s.digest.data(), static_cast<int>(s.digest.size()), [](int, const void*) {}, nullptr);
     struct closer {
         zhandle_t* zh;
         ~closer() { zookeeper_close(zh); }

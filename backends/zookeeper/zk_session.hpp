@@ -35,7 +35,7 @@ struct settings {
     std::string base;  // "/distlock" by default
     ms session_timeout{10s};
     ms connect_timeout{10s};
-    std::string digest;     // "user:password" from the URL: digest auth of every session
+    std::string digest;             // "user:password" from the URL: digest auth of every session
     acl_mode acl = acl_mode::open;  // of every node distlock creates (acl=; creator by default with a digest)
     std::size_t max_children = kDefaultMaxChildren;  // the most children of a lock path distlock reads
     int log_level = 0;  // log=: the C client's lines of this provider's sessions shown up to it (0 = none)
@@ -150,7 +150,7 @@ private:
     std::shared_ptr<session> open_session();  // under mu_
     static std::string disconnected_reason(const session& s);
 
-    void lose(held_node& h, std::string why);                // under mu_
+    void lose(held_node& h, std::string why);                  // under mu_
     void lose_all(std::uint64_t gen, const std::string& why);  // under mu_
     // ---- the upkeep thread: the disconnection deadline and cleanups ----
     void upkeep_loop();
@@ -161,8 +161,8 @@ private:
     std::atomic<bool> containers_{true};
 
     std::mutex mu_;
-    std::condition_variable wake_;         // session state changes, watch events
-    std::condition_variable upkeep_cv_;    // work for the upkeep thread
+    std::condition_variable wake_;       // session state changes, watch events
+    std::condition_variable upkeep_cv_;  // work for the upkeep thread
     std::shared_ptr<session> current_;
     std::uint64_t next_gen_ = 0;
     std::uint64_t session_events_ = 0;

@@ -52,18 +52,42 @@ private:
     std::string native_message_;
 };
 
-class DISTLOCK_API unavailable_error : public error { public: using error::error; };
-class DISTLOCK_API lock_lost_error : public error { public: using error::error; };
-class DISTLOCK_API not_owner_error : public error { public: using error::error; };
-class DISTLOCK_API in_doubt_error : public error { public: using error::error; };
-class DISTLOCK_API invalid_argument_error : public error { public: using error::error; };
-class DISTLOCK_API unsupported_error : public error { public: using error::error; };
-class DISTLOCK_API access_denied_error : public error { public: using error::error; };
-class DISTLOCK_API would_deadlock_error : public error { public: using error::error; };
+class DISTLOCK_API unavailable_error : public error {
+public:
+    using error::error;
+};
+class DISTLOCK_API lock_lost_error : public error {
+public:
+    using error::error;
+};
+class DISTLOCK_API not_owner_error : public error {
+public:
+    using error::error;
+};
+class DISTLOCK_API in_doubt_error : public error {
+public:
+    using error::error;
+};
+class DISTLOCK_API invalid_argument_error : public error {
+public:
+    using error::error;
+};
+class DISTLOCK_API unsupported_error : public error {
+public:
+    using error::error;
+};
+class DISTLOCK_API access_denied_error : public error {
+public:
+    using error::error;
+};
+class DISTLOCK_API would_deadlock_error : public error {
+public:
+    using error::error;
+};
 
 // Throws the subclass matching `code`.
 [[noreturn]] DISTLOCK_API void throw_error(errc code, std::string backend, const std::string& message,
-                              long long native_code = 0, std::string native_message = {});
+                                           long long native_code = 0, std::string native_message = {});
 
 }  // namespace distlock
 

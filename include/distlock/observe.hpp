@@ -62,9 +62,9 @@ struct DISTLOCK_API acquire_event {
     std::string_view backend, lock;
     grant_kind kind;
     acquire_outcome outcome;
-    contention contended;           // for `granted`
+    contention contended;             // for `granted`
     std::chrono::nanoseconds waited;  // from the call to its return
-    errc error;                     // for `failed`: the error's code
+    errc error;                       // for `failed`: the error's code
 };
 
 struct DISTLOCK_API release_event {
@@ -127,7 +127,7 @@ class DISTLOCK_API metrics final : public observer {
 public:
     // Upper bounds (seconds) of the histograms' buckets; +Inf is implied.
     static constexpr std::array<double, 16> bounds{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                                                   0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,     10};
+                                                   0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10};
 
     struct histogram {
         std::array<std::uint64_t, bounds.size() + 1> buckets{};  // per bucket (not cumulative); last = +Inf
@@ -143,7 +143,7 @@ public:
         histogram wait, hold, renewal_latency;
         std::uint64_t renewal_calls = 0, renewal_grants = 0, renewals_ok = 0, renewals_failed = 0, renewals_lost = 0;
         std::uint64_t releases = 0, releases_unclean = 0;
-        std::array<std::uint64_t, grant_kinds> losses{};  // by kind
+        std::array<std::uint64_t, grant_kinds> losses{};     // by kind
         std::vector<std::pair<errc, std::uint64_t>> errors;  // failed acquisitions and failed unlock/renewals, by code
     };
     std::vector<backend_counts> snapshot() const;

@@ -24,11 +24,11 @@ namespace distlock {
 namespace detail {
 class provider_state;
 struct provider_access;  // the library's (and its tests') way to a provider's state
-}
+}  // namespace detail
 namespace spi {
 class backend;
 class url;
-}
+}  // namespace spi
 class provider;
 DISTLOCK_API provider connect(std::string_view url, provider_options options);
 
@@ -148,8 +148,7 @@ private:
 // (the built-in ones included), when it is malformed (schemes are compared in
 // lower case: a lowercase letter, then lowercase letters, digits, '+', '-' or '.';
 // at most 32 characters), or when `factory` is empty.
-DISTLOCK_API void register_backend(std::string scheme,
-                      std::function<std::shared_ptr<spi::backend>(spi::url&)> factory);
+DISTLOCK_API void register_backend(std::string scheme, std::function<std::shared_ptr<spi::backend>(spi::url&)> factory);
 
 // The version of the distlock library this program runs with ("0.1.0"), which
 // may differ from DISTLOCK_VERSION_STRING of the headers it was compiled with.

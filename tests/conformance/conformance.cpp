@@ -458,8 +458,14 @@ TEST_CASE("names with odd bytes lock independently", "[contract][input]") {
     auto b = connect_under_test();
     const std::string base = unique_name("odd");
     const std::vector<std::string> names = {
-        base + std::string("\0nul", 4), base + "/slash/../x", base + "'; DROP TABLE locks; --", base + "\\back\"quote",
-        base + " space\ttab\nline",    base + "\xe9\x94\x81 \xf0\x9f\x94\x92", base + "%2F%00", base + "{braces}*?[]",
+        base + std::string("\0nul", 4),
+        base + "/slash/../x",
+        base + "'; DROP TABLE locks; --",
+        base + "\\back\"quote",
+        base + " space\ttab\nline",
+        base + "\xe9\x94\x81 \xf0\x9f\x94\x92",
+        base + "%2F%00",
+        base + "{braces}*?[]",
     };
     std::vector<distlock::mutex> held;
     for (const auto& n : names) {

@@ -22,10 +22,10 @@
 #include <clocale>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
-#include <shared_mutex>
 #include <fstream>
 #include <iostream>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -139,8 +139,7 @@ std::unique_ptr<child_process> run_helper(std::vector<std::string> args) {
 
 void raise_max(std::atomic<int>& max, int now) {
     int seen = max.load();
-    while (now > seen && !max.compare_exchange_weak(seen, now)) {
-    }
+    while (now > seen && !max.compare_exchange_weak(seen, now)) {}
 }
 
 void critical_section::pass(std::chrono::microseconds pause) {
@@ -202,8 +201,7 @@ int distlock::test::conformance_helper(int argc, char** argv) try {
             m.lock();
             std::printf("locked\n");
             std::fflush(stdout);
-            for (std::string line; std::getline(std::cin, line);) {
-            }
+            for (std::string line; std::getline(std::cin, line);) {}
             m.unlock();
             return 0;
         }

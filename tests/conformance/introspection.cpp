@@ -86,7 +86,8 @@ TEST_CASE("inspect shows a lock nobody holds as free, and knows whether it is he
     if (info.waiters) CHECK(*info.waiters == 0u);
 }
 
-TEST_CASE("inspect shows the holder's label, token and lease, and the lock free after release", "[inspect][needs:inspect]") {
+TEST_CASE("inspect shows the holder's label, token and lease, and the lock free after release",
+          "[inspect][needs:inspect]") {
     const auto who = label("inspect-holder");
     auto holder_side = connect_as(who);
     CHECK(holder_side.holder() == who);
@@ -219,7 +220,8 @@ TEST_CASE("candidates of separate providers never lead at once", "[election][exc
     CHECK(disagreements == 0);
 }
 
-TEST_CASE("processes never lead at once, and each sees itself as leader", "[election][exclusion][needs:cross_process]") {
+TEST_CASE("processes never lead at once, and each sees itself as leader",
+          "[election][exclusion][needs:cross_process]") {
     constexpr int procs = 3;
     counted_processes run("elect", procs, {"elect", backend_url(), unique_name("elect-procs"), "", "4"});
     const auto& c = run.counters();
@@ -265,7 +267,8 @@ TEST_CASE("a leader learns when its leadership is removed on the server",
     auto e = p.election(name, o);
     REQUIRE(e.campaign(10s));
     distlock::testing::break_lock(p, name);
-    CHECK(eventually([&] { return lost.load() == 1; }, std::max<std::chrono::milliseconds>(p.default_lease() * 3, 10s)));
+    CHECK(
+        eventually([&] { return lost.load() == 1; }, std::max<std::chrono::milliseconds>(p.default_lease() * 3, 10s)));
     CHECK_FALSE(e.is_leader());
     e.resign();
     CHECK(lost == 1);
@@ -302,6 +305,6 @@ TEST_CASE("a grant is reported contended only when it waited for another client"
     REQUIRE(got);
     mine.unlock();
     CHECK(grants(distlock::contention::none) == (says ? 1u : 0u));  // never "none" after waiting
-    if (says) CHECK(grants(distlock::contention::waited) == 1);  // a backend that tells, tells both ways
+    if (says) CHECK(grants(distlock::contention::waited) == 1);     // a backend that tells, tells both ways
     else WARN(observed.scheme() << " does not say whether a grant waited (contention unknown)");
 }

@@ -48,17 +48,16 @@ using distlock::test::connect_under_test;
 std::vector<std::string> odd_names_around(const std::string& x) {
     const std::string nul(1, '\0');
     return {
-        "./" + x,         "../" + x,        x + "/..",        x + "/.",         "a/../" + x,      x + "/",
-        x + "//",         "//" + x,         "/" + x,          x + ".",          x + "..",         x + "\\",
-        "\\" + x,         x + "\\..",       ".\\" + x,        nul + x,          x + nul,          x + nul + "..",
-        "%2e%2e/" + x,    "%2E/" + x,       x + "%2f..",      x + "/%2e%2e",    "..%2f" + x,      x + "/./",
-        "./" + x + "/.",  x + "/../" + x,   x + "%00",        x + "?",          x + "#",          x + "?recurse",
+        "./" + x,        "../" + x,      x + "/..",     x + "/.",   "a/../" + x, x + "/",        x + "//",    "//" + x,
+        "/" + x,         x + ".",        x + "..",      x + "\\",   "\\" + x,    x + "\\..",     ".\\" + x,   nul + x,
+        x + nul,         x + nul + "..", "%2e%2e/" + x, "%2E/" + x, x + "%2f..", x + "/%2e%2e",  "..%2f" + x, x + "/./",
+        "./" + x + "/.", x + "/../" + x, x + "%00",     x + "?",    x + "#",     x + "?recurse",
     };
 }
 std::vector<std::string> odd_names_at_the_root() {
     const std::string nul(1, '\0');
-    return {".",   "..",  "...", "/",   "//",    "./",    "../",      "\\",   "%2e%2e", "%2E",     "%2e",
-            "%2F", nul,   ".." + nul, "./..", "../..", "/..",     "?",    "#",      "?recurse", "*"};
+    return {".",   "..", "...",      "/",    "//",    "./",  "../", "\\", "%2e%2e",   "%2E", "%2e",
+            "%2F", nul,  ".." + nul, "./..", "../..", "/..", "?",   "#",  "?recurse", "*"};
 }
 
 // Whether a fresh connection can take `name` now (and gives it back).
@@ -123,7 +122,8 @@ TEST_CASE("break_lock and inspect of names that a server or library may normalis
 
 // ---- locales -------------------------------------------------------------------------
 
-TEST_CASE("a name is the same lock whatever the process locale", "[contract][locale][needs:cross_process][needs:locale]") {
+TEST_CASE("a name is the same lock whatever the process locale",
+          "[contract][locale][needs:cross_process][needs:locale]") {
     // This process runs in the "C" locale; the helper sets each locale this
     // machine has for bytes >= 0x80 (Latin-1, made with localedef, where 0xE9 is
     // a letter and 0xC9 its upper case; C.UTF-8). A name mapped with
@@ -161,9 +161,9 @@ TEST_CASE("a name is the same lock whatever the process locale", "[contract][loc
     const auto& loc = locales.front();
     std::vector<std::pair<std::string, std::string>> env;
     if (!loc.locpath.empty()) env.emplace_back("LOCPATH", loc.locpath);
-    distlock::test::child_process holder(
-        {"/proc/self/exe", distlock::test::conformance_helper_flag, "hold-in-locale", backend_url(), loc.name, e_latin1},
-        distlock::test::child_options{.env = env, .stdin_pipe = true});
+    distlock::test::child_process holder({"/proc/self/exe", distlock::test::conformance_helper_flag, "hold-in-locale",
+                                          backend_url(), loc.name, e_latin1},
+                                         distlock::test::child_options{.env = env, .stdin_pipe = true});
     REQUIRE(holder.read_line(60s) == "locked");
     CHECK_FALSE(a.mutex(e_latin1).try_lock());
     CHECK(free_now(a, E_latin1));
@@ -324,8 +324,7 @@ TEST_CASE("a forked child's unlock, destructors and exit leave its parent's lock
                 try {
                     (void)a->mutex(name + "-child");
                     wrong |= 2;  // the parent's provider (its connections) usable there
-                } catch (const distlock::invalid_argument_error&) {
-                }
+                } catch (const distlock::invalid_argument_error&) {}
                 a.reset();
                 return wrong;
             },

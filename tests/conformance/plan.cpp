@@ -26,7 +26,8 @@ int before_run(const std::vector<test_case_info>& cases, std::vector<std::string
     try {
         p = connect(url);
     } catch (const std::exception& e) {
-        std::cerr << "conformance suite: cannot connect to " << distlock::spi::redact_url(url) << ": " << e.what() << "\n";
+        std::cerr << "conformance suite: cannot connect to " << distlock::spi::redact_url(url) << ": " << e.what()
+                  << "\n";
         return 1;
     }
     std::cout << "conformance suite for " << p->url() << " (backend " << p->scheme() << ")\n";
@@ -40,8 +41,9 @@ int before_run(const std::vector<test_case_info>& cases, std::vector<std::string
     };
     for (const auto& [feat, reason] : p->caps().unsupported) exclude(std::string(to_string(feat)), reason);
     if (test_locales().empty())
-        exclude("locale", "this machine has no locale but C for bytes >= 0x80 (no C.UTF-8, and no localedef with "
-                          "/usr/share/i18n to make a Latin-1 one)");
+        exclude("locale",
+                "this machine has no locale but C for bytes >= 0x80 (no C.UTF-8, and no localedef with "
+                "/usr/share/i18n to make a Latin-1 one)");
     for (const auto& [name, reasons] : why) {
         std::cout << "  NOT APPLICABLE: " << name << "\n";
         for (const auto& r : reasons) std::cout << "      (" << r << ")\n";

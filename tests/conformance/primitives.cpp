@@ -55,9 +55,9 @@ std::chrono::milliseconds crash_bound(const provider& p) {
 namespace {
 
 using distlock::test::connect_under_test;
-using distlock::test::run_helper;
 using distlock::test::counted_processes;
 using distlock::test::crash_bound;
+using distlock::test::run_helper;
 using distlock::test::temp_path;
 using distlock::test::token_in;
 
@@ -109,18 +109,18 @@ TEST_CASE("readers of several connections hold a read-write lock at once", "[rw]
     REQUIRE(r2.try_lock_shared_for(10s));  // beside r1
     CHECK(r1.held_shared());
     CHECK(r2.held_shared());
-    CHECK_FALSE(w.try_lock());              // a writer is kept out by readers
+    CHECK_FALSE(w.try_lock());  // a writer is kept out by readers
     CHECK_FALSE(w.try_lock_for(300ms));
     r1.unlock_shared();
-    CHECK_FALSE(w.try_lock());              // r2 still reads
+    CHECK_FALSE(w.try_lock());  // r2 still reads
     r2.unlock_shared();
     CHECK_FALSE(r2.held_shared());
     REQUIRE(w.try_lock_for(10s));
     CHECK(w.held());
-    CHECK_FALSE(r1.try_lock_shared());      // a writer keeps readers out
+    CHECK_FALSE(r1.try_lock_shared());  // a writer keeps readers out
     CHECK_FALSE(r2.try_lock_shared_for(300ms));
     auto w2 = a.shared_mutex(name);
-    CHECK_FALSE(w2.try_lock());             // and writers
+    CHECK_FALSE(w2.try_lock());  // and writers
     w.unlock();
     CHECK_FALSE(w.held());
     REQUIRE(r1.try_lock_shared_for(10s));
@@ -249,7 +249,8 @@ TEST_CASE("a writer waiting behind a stream of readers gets in", "[rw][policy][n
     CHECK(errors.all() == "");
 }
 
-TEST_CASE("a crashed reader or writer is released", "[rw][crash][needs:read_write][needs:cross_process][needs:crash_release]") {
+TEST_CASE("a crashed reader or writer is released",
+          "[rw][crash][needs:read_write][needs:cross_process][needs:crash_release]") {
     auto p = connect_under_test();
     // Both at once (each on a name of its own), so that their bounds run together.
     struct crashed {
@@ -405,13 +406,15 @@ TEST_CASE("threads of several connections never exceed the permits", "[semaphore
 TEST_CASE("processes never hold more permits than the semaphore has",
           "[semaphore][needs:semaphore][needs:cross_process]") {
     constexpr int procs = 4, rounds = 10;
-    counted_processes run("sem", procs, {"permits", backend_url(), unique_name("sem-procs"), "", std::to_string(rounds), "2"});
+    counted_processes run("sem", procs,
+                          {"permits", backend_url(), unique_name("sem-procs"), "", std::to_string(rounds), "2"});
     const auto& c = run.counters();
     CHECK(c.max_holders.load() <= 2);
     CHECK(c.rounds.load() == procs * rounds);
-    }
+}
 
-TEST_CASE("a SIGKILLed holder's permit comes back", "[semaphore][crash][needs:semaphore][needs:cross_process][needs:crash_release]") {
+TEST_CASE("a SIGKILLed holder's permit comes back",
+          "[semaphore][crash][needs:semaphore][needs:cross_process][needs:crash_release]") {
     auto p = connect_under_test();
     const auto name = unique_name("sem-crash");
     auto holder = run_helper({"hold-permit", backend_url(), name, "1"});

@@ -55,8 +55,8 @@ namespace distlock::test {
 struct holder_counters {
     std::atomic<int> readers, writers, holders;              // inside now
     std::atomic<int> max_readers, max_writers, max_holders;  // most seen at once
-    std::atomic<int> violations;  // a writer beside anyone, a reader beside a writer
-    std::atomic<long> rounds;     // critical sections completed
+    std::atomic<int> violations;                             // a writer beside anyone, a reader beside a writer
+    std::atomic<long> rounds;                                // critical sections completed
 };
 
 // Raises `max` to `now` if it is lower (the most holders seen at once).

@@ -64,7 +64,7 @@ extern "C" void on_stop_signal(int) { g_stop.store(true); }
 
 // CLOCK_MONOTONIC by the system call itself (never the vDSO or a wrapped libc).
 std::int64_t mono_ns() {
-    struct timespec ts{};
+    struct timespec ts {};
     syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &ts);
     return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
@@ -72,8 +72,10 @@ std::int64_t mono_ns() {
 // Sleeps on CLOCK_MONOTONIC by the system call (libfaketime cannot stretch it).
 void sleep_ms(std::int64_t ms) {
     if (ms <= 0) return;
-    struct timespec req{static_cast<time_t>(ms / 1000), static_cast<long>((ms % 1000) * 1000000)};
-    struct timespec rem{};
+    struct timespec req {
+        static_cast<time_t>(ms / 1000), static_cast<long>((ms % 1000) * 1000000)
+    };
+    struct timespec rem {};
     while (syscall(SYS_clock_nanosleep, CLOCK_MONOTONIC, 0, &req, &rem) != 0) {
         if (errno != EINTR) return;
         req = rem;
@@ -330,7 +332,8 @@ options parse(int argc, char** argv) {
             try {
                 std::size_t used = 0;
                 if constexpr (std::is_same_v<std::decay_t<decltype(out)>, double>) out = std::stod(v, &used);
-                else if constexpr (std::is_same_v<std::decay_t<decltype(out)>, std::uint64_t>) out = std::stoull(v, &used);
+                else if constexpr (std::is_same_v<std::decay_t<decltype(out)>, std::uint64_t>)
+                    out = std::stoull(v, &used);
                 else out = static_cast<std::decay_t<decltype(out)>>(std::stol(v, &used));
                 if (used != v.size()) throw std::invalid_argument(v);
             } catch (const std::exception&) {
@@ -371,7 +374,8 @@ options parse(int argc, char** argv) {
 }
 
 std::string history_path(const std::string& pattern, const std::string& w, int k, int threads) {
-    if (auto at = pattern.find("{w}"); at != std::string::npos) return pattern.substr(0, at) + w + pattern.substr(at + 3);
+    if (auto at = pattern.find("{w}"); at != std::string::npos)
+        return pattern.substr(0, at) + w + pattern.substr(at + 3);
     if (threads <= 1) return pattern;
     const auto slash = pattern.rfind('/');
     const auto dot = pattern.rfind('.');
@@ -409,9 +413,10 @@ public:
         {
             const auto& caps = p.caps();
             json_line c;
-            for (auto f : {distlock::feature::fencing, distlock::feature::lease_expiry, distlock::feature::crash_release,
-                           distlock::feature::loss_detection, distlock::feature::cross_process,
-                           distlock::feature::notified_wakeup, distlock::feature::break_lock})
+            for (auto f :
+                 {distlock::feature::fencing, distlock::feature::lease_expiry, distlock::feature::crash_release,
+                  distlock::feature::loss_detection, distlock::feature::cross_process,
+                  distlock::feature::notified_wakeup, distlock::feature::break_lock})
                 c.boolean(distlock::to_string(f), caps.supports(f));
             std::string caps_json = c.done();
             caps_json.pop_back();  // the newline
@@ -431,8 +436,8 @@ public:
             emit("lost", json_line().unum("token", e.token).str("reason", e.reason));
         };
         lo.on_error = [this](const distlock::lock_event& e, const distlock::error& err) {
-            emit("error", json_line().unum("token", e.token).str("reason", e.reason).str("errc",
-                                                                                     errc_name(err.code_value())));
+            emit("error",
+                 json_line().unum("token", e.token).str("reason", e.reason).str("errc", errc_name(err.code_value())));
         };
         grant_source m(p, o_, std::move(lo));
 
@@ -444,8 +449,8 @@ public:
             try {
                 ok = m.try_lock_for(std::chrono::milliseconds(o_.wait_ms));
             } catch (const distlock::error& e) {
-                emit("acquire", json_line().str("phase", "unknown").str("errc", errc_name(e.code_value())).str(
-                                    "error", e.what()));
+                emit("acquire",
+                     json_line().str("phase", "unknown").str("errc", errc_name(e.code_value())).str("error", e.what()));
                 sleep_ms(100);  // a server that refuses at once must not flood the history
                 continue;
             } catch (const std::exception& e) {
@@ -575,9 +580,9 @@ void break_lock_loop(const options& o, std::int64_t end_ns) {
     std::uniform_real_distribution<double> jitter(0.5, 1.5);
     while (!g_stop.load() && (end_ns == 0 || mono_ns() < end_ns)) {
         // Sleep in slices so that SIGTERM ends the loop soon.
-        const std::int64_t wake =
-            mono_ns() + static_cast<std::int64_t>(o.break_lock_every_ms * 1e6 * jitter(rng));
-        while (!g_stop.load() && mono_ns() < wake) sleep_ms(std::min<std::int64_t>(50, (wake - mono_ns()) / 1000000 + 1));
+        const std::int64_t wake = mono_ns() + static_cast<std::int64_t>(o.break_lock_every_ms * 1e6 * jitter(rng));
+        while (!g_stop.load() && mono_ns() < wake)
+            sleep_ms(std::min<std::int64_t>(50, (wake - mono_ns()) / 1000000 + 1));
         if (g_stop.load() || (end_ns != 0 && mono_ns() >= end_ns)) break;
         json_line j;
         j.num("t", mono_ns()).str("ev", "break-lock").str("by", o.id).str("lock", o.lock);
@@ -598,7 +603,7 @@ void break_lock_loop(const options& o, std::int64_t end_ns) {
 int main(int argc, char** argv) {
     const options o = parse(argc, argv);
 
-    struct sigaction sa{};
+    struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;

@@ -32,9 +32,9 @@ namespace {
 constexpr std::string_view mark = "Zq7";
 
 constexpr std::string_view secret_names[] = {
-    "token",    "Token",    "TOKEN",    "password",          "PASSWORD",          "Password",
-    "secret",   "SECRET",   "sEcReT",   "sentinel_password", "Sentinel_Password", "SENTINEL_PASSWORD",
-    "tok%65n",  "TOK%45N",  "pass%57ord", "x_Secret",        "api-TOKEN",         "%74oken",
+    "token",   "Token",   "TOKEN",      "password",          "PASSWORD",          "Password",
+    "secret",  "SECRET",  "sEcReT",     "sentinel_password", "Sentinel_Password", "SENTINEL_PASSWORD",
+    "tok%65n", "TOK%45N", "pass%57ord", "x_Secret",          "api-TOKEN",         "%74oken",
 };
 
 void require_hidden(std::string_view what, std::string_view where, const std::string& url) {

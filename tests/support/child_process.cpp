@@ -43,10 +43,8 @@ std::vector<char*> pointers_to(std::vector<std::string>& strings) {
 
 // In the forked child: makes `fd` the descriptor `target`, open across exec.
 void install(int fd, int target) {
-    if (fd == target)
-        ::fcntl(fd, F_SETFD, 0);
-    else
-        ::dup2(fd, target);
+    if (fd == target) ::fcntl(fd, F_SETFD, 0);
+    else ::dup2(fd, target);
 }
 
 void close_fd(int& fd) {
@@ -83,10 +81,8 @@ child_process::child_process(const std::vector<std::string>& argv, child_options
     if (pid_ == 0) {
         if (in[0] >= 0) install(in[0], 0);
         install(out[1], 1);
-        if (env_ptrs.empty())
-            ::execvp(arg_ptrs[0], arg_ptrs.data());
-        else
-            ::execvpe(arg_ptrs[0], arg_ptrs.data(), env_ptrs.data());
+        if (env_ptrs.empty()) ::execvp(arg_ptrs[0], arg_ptrs.data());
+        else ::execvpe(arg_ptrs[0], arg_ptrs.data(), env_ptrs.data());
         ::_exit(127);
     }
     ::close(out[1]);
@@ -120,8 +116,7 @@ bool child_process::say(const std::string& line) {
             ok = false;
             if (errno == EPIPE && !sigismember(&old, SIGPIPE)) {
                 const timespec none{0, 0};
-                while (::sigtimedwait(&pipe_set, nullptr, &none) < 0 && errno == EINTR) {
-                }
+                while (::sigtimedwait(&pipe_set, nullptr, &none) < 0 && errno == EINTR) {}
             }
             break;
         }

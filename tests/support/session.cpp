@@ -49,11 +49,11 @@ int run_per_url(const std::vector<std::string>& urls, const std::vector<char*>& 
         int status = 0;
         ::waitpid(pid, &status, 0);
         bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        std::cout << (ok ? "PASSED " : "FAILED ") << distlock::spi::redact_url(url) << "\n";  // CI logs are read by many
+        std::cout << (ok ? "PASSED " : "FAILED ") << distlock::spi::redact_url(url)
+                  << "\n";  // CI logs are read by many
         failed += ok ? 0 : 1;
     }
-    std::cout << urls.size() - static_cast<std::size_t>(failed) << " backend URL(s) passed, " << failed
-              << " failed\n";
+    std::cout << urls.size() - static_cast<std::size_t>(failed) << " backend URL(s) passed, " << failed << " failed\n";
     return failed == 0 ? 0 : 1;
 }
 
@@ -70,7 +70,8 @@ int distlock::test::run_session(int argc, char** argv) {
             if (a == "--require-env" && distlock::test::env(v.c_str()).empty()) {
                 bool strict = distlock::test::env("DISTLOCK_REQUIRE_ALL") == "1";
                 std::cerr << v << " is not set: start the servers with integration/backends.sh up and source "
-                          << "integration/.run/backends.env" << (strict ? " (required: failing)" : " (skipped)") << "\n";
+                          << "integration/.run/backends.env" << (strict ? " (required: failing)" : " (skipped)")
+                          << "\n";
                 return strict ? 1 : 77;
             }
             if (a == "--backend") urls.push_back(v);
@@ -96,8 +97,8 @@ int distlock::test::run_session(int argc, char** argv) {
     std::vector<std::string> exclusions;
     std::vector<distlock::test::test_case_info> cases;
     for (const auto& tc : Catch::getAllTestCasesSorted(session.config()))
-        cases.push_back({tc.getTestCaseInfo().name,
-                         {tc.getTestCaseInfo().tags.begin(), tc.getTestCaseInfo().tags.end()}});
+        cases.push_back(
+            {tc.getTestCaseInfo().name, {tc.getTestCaseInfo().tags.begin(), tc.getTestCaseInfo().tags.end()}});
     if (int early = distlock::test::before_run(cases, exclusions); early != 0) return early;
     if (!exclusions.empty()) {
         auto& cfg = session.configData();

@@ -106,8 +106,7 @@ private:
         try {
             std::lock_guard lk(mutex_);
             text_ += what + "\n";
-        } catch (...) {
-        }
+        } catch (...) {}
     }
     mutable std::mutex mutex_;
     std::string text_;

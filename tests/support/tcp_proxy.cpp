@@ -1,8 +1,8 @@
 #include "tcp_proxy.hpp"
 
 #include <arpa/inet.h>
-#include <netinet/in.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -305,7 +305,7 @@ bool scripted_server::send_all(int fd, std::string_view data) { return write_all
 
 std::optional<std::string> scripted_server::read_line(int fd) {
     std::string line;
-    for (char c; ;) {
+    for (char c;;) {
         if (::recv(fd, &c, 1, 0) != 1) return std::nullopt;
         if (c == '\n') return line;
         line += c;

@@ -7,20 +7,20 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
-#include <atomic>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 
+#include "child_process.hpp"
 #include "distlock/distlock.hpp"
 #include "distlock/spi/url.hpp"
 #include "distlock/testing.hpp"
-#include "child_process.hpp"
 #include "support.hpp"
 
 using namespace std::chrono_literals;
@@ -44,7 +44,8 @@ distlock::test::command_result run(const std::string& args) {
 
 std::string lock_dir() {
     static const std::string dir = [] {
-        auto d = std::filesystem::temp_directory_path() / ("distlock-cli-" + distlock::test::unique_name("t").substr(2));
+        auto d =
+            std::filesystem::temp_directory_path() / ("distlock-cli-" + distlock::test::unique_name("t").substr(2));
         std::filesystem::create_directories(d);
         return d.string();
     }();
@@ -111,8 +112,8 @@ TEST_CASE("run takes a command with options of its own without --, a shell line 
 
 TEST_CASE("the default lock directory of flash-sale and bench is not under /tmp", "[cli]") {
     for (const char* sub : {"flash-sale", "bench"}) {
-        auto help = distlock::test::run_command("env -u DISTLOCK_BACKEND XDG_RUNTIME_DIR= " + cli() +
-                                                " " + sub + " --help");
+        auto help =
+            distlock::test::run_command("env -u DISTLOCK_BACKEND XDG_RUNTIME_DIR= " + cli() + " " + sub + " --help");
         INFO(help.out);
         const auto at = help.out.find("--backend TEXT=file://");
         REQUIRE(at != std::string::npos);
@@ -128,12 +129,12 @@ TEST_CASE("DISTLOCK_BACKEND is the default backend, and durations read alike eve
     CHECK(r.status == 0);
     CHECK(r.out == "from-env\n");
     CHECK(run("run --backend " + url + " --name env --wait 1m30s -- true").status == 0);
-    CHECK(run("flash-sale --backend " + url + " --processes 1 --requests 20 --stock 5 --wait 1m30s --quiet").status == 0);
+    CHECK(run("flash-sale --backend " + url + " --processes 1 --requests 20 --stock 5 --wait 1m30s --quiet").status ==
+          0);
     CHECK(run("flash-sale --backend " + url + " --processes 1 --requests 20 --stock 5 --wait 2.5 --quiet").status == 0);
     CHECK(run("bench --backend memory:// --seconds 300ms --quiet").status == 0);
     CHECK(run("flash-sale --backend " + url + " --wait soon").status == 64);
-    auto v = distlock::test::run_command(cli() + " run --backend " + url +
-                                         " --name verbose --verbose -- true 2>&1");
+    auto v = distlock::test::run_command(cli() + " run --backend " + url + " --name verbose --verbose -- true 2>&1");
     CHECK(v.status == 0);
     for (const char* event : {"acquiring 'verbose'", "acquired 'verbose', fencing token", "started true",
                               "the command exited with status 0", "released 'verbose'",
@@ -163,7 +164,8 @@ TEST_CASE("a command that ignores SIGTERM after the lock is lost gets SIGKILL af
     });
     const auto t0 = std::chrono::steady_clock::now();
     // exec: sleep itself ignores SIGTERM (an ignored signal stays ignored across exec).
-    auto r = run("run --backend '" + url + "' --name stubborn --kill-after 300ms -- sh -c 'trap \"\" TERM; exec sleep 30'");
+    auto r =
+        run("run --backend '" + url + "' --name stubborn --kill-after 300ms -- sh -c 'trap \"\" TERM; exec sleep 30'");
     const auto took = std::chrono::steady_clock::now() - t0;
     breaker.join();
     CHECK(r.status == 70);
@@ -176,23 +178,23 @@ TEST_CASE("every documented exit status, for every subcommand", "[cli][exit]") {
     CHECK(status("--help") == 0);
     CHECK(status("run --help") == 0);
     // 64: bad arguments, whatever the argument parser's own codes would be.
-    CHECK(status("") == 64);                                              // no subcommand
-    CHECK(status("flash-sale --bogus 10s") == 64);                        // an option it does not know
-    CHECK(status("flash-sale --wait soon") == 64);                        // not a duration
-    CHECK(status("flash-sale --processes many") == 64);                   // not a number
+    CHECK(status("") == 64);                             // no subcommand
+    CHECK(status("flash-sale --bogus 10s") == 64);       // an option it does not know
+    CHECK(status("flash-sale --wait soon") == 64);       // not a duration
+    CHECK(status("flash-sale --processes many") == 64);  // not a number
     CHECK(status("bench --backend memory:// --mode sideways") == 64);
     CHECK(status("bench --backend memory:// --seconds 0") == 64);
     CHECK(status("run --backend file:///tmp/x --bogus --name n -- true") == 64);  // an option run does not know
-    CHECK(status("run --name n -- true") == 64);                          // no --backend
-    CHECK(status("run --backend nosuch://x --name a -- true") == 64);     // unknown scheme
+    CHECK(status("run --name n -- true") == 64);                                  // no --backend
+    CHECK(status("run --backend nosuch://x --name a -- true") == 64);             // unknown scheme
     CHECK(status("schemes --bogus") == 64);
     // 77: access denied (a directory nobody may create, even root).
     CHECK(status("run --backend file:///sys/distlock-denied --name a -- true") == 77);
     CHECK(status("flash-sale --backend file:///sys/distlock-denied --processes 1 --requests 5") == 77);
     // 126 / 127: the command cannot run, said on stderr.
     const auto url = "file://" + lock_dir();
-    auto missing = distlock::test::run_command(cli() + " run --backend " + url +
-                                               " --name exec -- /nonexistent/cmd 2>&1");
+    auto missing =
+        distlock::test::run_command(cli() + " run --backend " + url + " --name exec -- /nonexistent/cmd 2>&1");
     CHECK(missing.status == 127);
     CHECK(missing.out.find("cannot execute /nonexistent/cmd: No such file or directory") != std::string::npos);
     CHECK(status("run --backend " + url + " --name exec -- /etc/passwd") == 126);
@@ -223,8 +225,7 @@ TEST_CASE("every documented exit status, for every subcommand", "[cli][exit]") {
 
 TEST_CASE("flash-sale and bench refuse processes that the backend cannot exclude", "[cli]") {
     // memory:// locks live in one process: two processes would both "hold" and oversell.
-    auto both = distlock::test::run_command(cli() +
-                                            " flash-sale --backend memory:// --processes 2 --quiet 2>&1");
+    auto both = distlock::test::run_command(cli() + " flash-sale --backend memory:// --processes 2 --quiet 2>&1");
     CHECK(both.status == 64);
     CHECK(both.out.find("2 processes cannot share memory://") != std::string::npos);
     CHECK(both.out.find("in-process") != std::string::npos);  // the backend's own reason
@@ -257,8 +258,10 @@ TEST_CASE("a file:// token never repeats after its lock file is deleted", "[cli]
 TEST_CASE("a locked flash sale sells exactly the stock", "[cli][flash-sale]") {
     const auto url = "file://" + lock_dir();
     for (int segments : {1, 3}) {
-        auto r = run("flash-sale --backend " + url + " --json --quiet --requests 300 --concurrency 40 --stock 25 "
-                     "--segments " + std::to_string(segments));
+        auto r = run("flash-sale --backend " + url +
+                     " --json --quiet --requests 300 --concurrency 40 --stock 25 "
+                     "--segments " +
+                     std::to_string(segments));
         INFO(r.out);
         REQUIRE(r.status == 0);
         auto j = nlohmann::json::parse(r.out);
@@ -294,13 +297,15 @@ TEST_CASE("bench --observe measures with a metrics observer attached", "[cli][be
     CHECK(j["cycles"].get<long>() > 0);
 }
 
-TEST_CASE("run --shared reads beside other readers, --write alone, --permits N holds one of N", "[cli][run][primitives]") {
+TEST_CASE("run --shared reads beside other readers, --write alone, --permits N holds one of N",
+          "[cli][run][primitives]") {
     const auto url = "file://" + lock_dir();
     auto locks = distlock::connect(url);
     {
         auto rw = locks.shared_mutex("report");
         rw.lock_shared();  // another reader
-        auto r = run("run --backend " + url + " --name report --shared --wait 5s -- sh -c 'echo $DISTLOCK_FENCING_TOKEN'");
+        auto r =
+            run("run --backend " + url + " --name report --shared --wait 5s -- sh -c 'echo $DISTLOCK_FENCING_TOKEN'");
         CHECK(r.status == 0);
         CHECK(std::stoull(r.out) > rw.shared_token());  // tokens of one sequence
         CHECK(run("run --backend " + url + " --name report --write --wait 200ms -- true").status == 75);
@@ -321,7 +326,7 @@ TEST_CASE("run --shared reads beside other readers, --write alone, --permits N h
         CHECK(run("run --backend " + url + " --name pool --permits 2 --wait 5s -- true").status == 0);  // the second
         REQUIRE(sem.try_acquire());
         CHECK(run("run --backend " + url + " -n 2 --name pool --wait 200ms -- true").status == 75);  // none left
-        CHECK(run("run --backend " + url + " -n 3 --name pool --wait 1s -- true").status == 64);  // another size
+        CHECK(run("run --backend " + url + " -n 3 --name pool --wait 1s -- true").status == 64);     // another size
         sem.release();
         sem.release();
     }
@@ -347,14 +352,17 @@ TEST_CASE("bench measures read-write and semaphore cycles", "[cli][bench][primit
     CHECK(j["reads"].get<long>() > 0);
     CHECK(j["writes"].get<long>() > 0);
     CHECK(j["cycles"].get<long>() == j["reads"].get<long>() + j["writes"].get<long>());
-    auto sem = run("bench --backend memory:// --seconds 300ms --quiet --json --primitive semaphore --permits 3 --mode contended --threads 4");
+    auto sem =
+        run("bench --backend memory:// --seconds 300ms --quiet --json --primitive semaphore --permits 3 --mode "
+            "contended --threads 4");
     REQUIRE(sem.status == 0);
     auto k = nlohmann::json::parse(sem.out);
     CHECK(k["primitive"] == "semaphore");
     CHECK(k["permits"] == 3);
     CHECK(k["cycles"].get<long>() > 0);
     CHECK(run("bench --backend memory:// --seconds 300ms --quiet --writers 1").status == 64);  // not rw
-    CHECK(run("bench --backend memory:// --seconds 300ms --quiet --primitive rw --writers 3").status == 64);  // > threads
+    CHECK(run("bench --backend memory:// --seconds 300ms --quiet --primitive rw --writers 3").status ==
+          64);  // > threads
     CHECK(run("bench --backend memory:// --seconds 300ms --quiet --primitive lock").status != 0);
 }
 
@@ -391,9 +399,10 @@ TEST_CASE("status shows the holder's label and token, as text and JSON, and a fr
     // A password never shows, even in JSON's backend field.
     const auto schemes = run("schemes").out;
     if (schemes.find("redis") != std::string::npos) {
-        auto r = distlock::test::run_command(cli() +
-                                             " status --backend 'redis://:hunter2-secret@127.0.0.1:1?connect_timeout=200ms'"
-                                             " --name x --json 2>&1");
+        auto r =
+            distlock::test::run_command(cli() +
+                                        " status --backend 'redis://:hunter2-secret@127.0.0.1:1?connect_timeout=200ms'"
+                                        " --name x --json 2>&1");
         CHECK(r.status == 69);
         CHECK(r.out.find("hunter2-secret") == std::string::npos);
     }
@@ -401,7 +410,8 @@ TEST_CASE("status shows the holder's label and token, as text and JSON, and a fr
 
 TEST_CASE("elect runs the command while leading, with the term, and exits 75 when another leads", "[cli][elect]") {
     const auto url = "file://" + lock_dir();
-    auto r = run("elect --backend " + url + " --name leader-job --id cli-a -- sh -c 'echo term=$DISTLOCK_FENCING_TOKEN; "
+    auto r = run("elect --backend " + url +
+                 " --name leader-job --id cli-a -- sh -c 'echo term=$DISTLOCK_FENCING_TOKEN; "
                  "exit 4'");
     CHECK(r.status == 4);
     REQUIRE(r.out.rfind("term=", 0) == 0);
@@ -419,8 +429,8 @@ TEST_CASE("elect runs the command while leading, with the term, and exits 75 whe
     CHECK(shown["kind"] == "election");
     e.resign();
     // While the command runs, status names it as the leader.
-    auto inner = run("elect --backend " + url + " --name leader-job --id cli-b -- " + cli() +
-                     " status --backend " + url + " --name leader-job --election");
+    auto inner = run("elect --backend " + url + " --name leader-job --id cli-b -- " + cli() + " status --backend " +
+                     url + " --name leader-job --election");
     CHECK(inner.status == 0);
     CHECK(inner.out.find("holder: cli-b\n") != std::string::npos);
     CHECK(run("elect --backend " + url + " --name leader-job --id 'bad\tid' -- true").status == 64);
@@ -608,10 +618,10 @@ TEST_CASE("run stops background children after the lock is lost: sleep 300 & sle
     const auto dir = fresh_dir("tree");
     const auto url = "file://" + lock_dir() + "?check=50ms";
     survivors left;
-    distlock::test::child_process run_cmd(
-        {cli(), "run", "--backend", url, "--name", "bg", "--kill-after", "500ms", "-c",
-         "sleep 300 >/dev/null 2>&1 & echo $! > " + dir + "/a; sleep 301 >/dev/null 2>&1 & echo $! > " + dir +
-             "/b; wait"});
+    distlock::test::child_process run_cmd({cli(), "run", "--backend", url, "--name", "bg", "--kill-after", "500ms",
+                                           "-c",
+                                           "sleep 300 >/dev/null 2>&1 & echo $! > " + dir +
+                                               "/a; sleep 301 >/dev/null 2>&1 & echo $! > " + dir + "/b; wait"});
     const pid_t a = pid_in(dir + "/a"), b = pid_in(dir + "/b");
     left.pids = {a, b};
     REQUIRE(a > 0);
@@ -633,13 +643,20 @@ TEST_CASE("run stops a setsid'ed and a double-forked grandchild after the lock i
     survivors left;
     // setsid: a session of its own; setsid -f: a session of its own and
     // re-parented (its parent exits at once); ( ... & ): a plain double fork.
-    distlock::test::child_process run_cmd(
-        {cli(), "run", "--backend", url, "--name", "escape", "--kill-after", "500ms", "-c",
-         "setsid sleep 300 >/dev/null 2>&1 & echo $! > " + dir + "/setsid; "
-         "setsid -f sh -c 'echo $$ > " + dir + "/detached; exec sleep 301' >/dev/null 2>&1; "
-         "(sleep 302 >/dev/null 2>&1 & echo $! > " + dir + "/orphan); "
-         "sh -c 'trap \"\" TERM; echo $$ > " + dir + "/stubborn; exec setsid sleep 303' >/dev/null 2>&1 & "
-         "wait"});
+    distlock::test::child_process run_cmd({cli(), "run", "--backend", url, "--name", "escape", "--kill-after", "500ms",
+                                           "-c",
+                                           "setsid sleep 300 >/dev/null 2>&1 & echo $! > " + dir +
+                                               "/setsid; "
+                                               "setsid -f sh -c 'echo $$ > " +
+                                               dir +
+                                               "/detached; exec sleep 301' >/dev/null 2>&1; "
+                                               "(sleep 302 >/dev/null 2>&1 & echo $! > " +
+                                               dir +
+                                               "/orphan); "
+                                               "sh -c 'trap \"\" TERM; echo $$ > " +
+                                               dir +
+                                               "/stubborn; exec setsid sleep 303' >/dev/null 2>&1 & "
+                                               "wait"});
     const pid_t s = pid_in(dir + "/setsid"), d = pid_in(dir + "/detached"), o = pid_in(dir + "/orphan"),
                 st = pid_in(dir + "/stubborn");
     left.pids = {s, d, o, st};
@@ -686,11 +703,14 @@ TEST_CASE("processes a command left behind are stopped before its lock is releas
     const auto dir = fresh_dir("left-behind");
     const auto url = "file://" + lock_dir();
     survivors left;
-    distlock::test::child_process run_cmd(
-        {cli(), "run", "--backend", url, "--name", "left-behind", "--kill-after", "1500ms", "-c",
-         "sleep 300 >/dev/null 2>&1 & echo $! > " + dir + "/plain; "
-         "sh -c 'trap \"\" TERM; echo $$ > " + dir + "/stubborn; exec sleep 301' >/dev/null 2>&1 & "
-         "sleep 0.2; exit 5"});
+    distlock::test::child_process run_cmd({cli(), "run", "--backend", url, "--name", "left-behind", "--kill-after",
+                                           "1500ms", "-c",
+                                           "sleep 300 >/dev/null 2>&1 & echo $! > " + dir +
+                                               "/plain; "
+                                               "sh -c 'trap \"\" TERM; echo $$ > " +
+                                               dir +
+                                               "/stubborn; exec sleep 301' >/dev/null 2>&1 & "
+                                               "sleep 0.2; exit 5"});
     const pid_t plain = pid_in(dir + "/plain"), stubborn = pid_in(dir + "/stubborn");
     left.pids = {plain, stubborn};
     REQUIRE(plain > 0);
@@ -712,12 +732,15 @@ TEST_CASE("the command's whole tree dies when distlock is killed with SIGKILL", 
         DYNAMIC_SECTION(sub) {
             const auto dir = fresh_dir("sigkill");
             survivors left;
-            distlock::test::child_process run_cmd(
-                {cli(), sub, "--backend", "file://" + lock_dir(), "--name", distlock::test::unique_name("sigkill"),
-                 "-c",
-                 "sleep 300 >/dev/null 2>&1 & echo $! > " + dir + "/child; "
-                 "setsid -f sh -c 'echo $$ > " + dir + "/detached; exec sleep 301' >/dev/null 2>&1; "
-                 "echo $$ > " + dir + "/shell; wait"});
+            distlock::test::child_process run_cmd({cli(), sub, "--backend", "file://" + lock_dir(), "--name",
+                                                   distlock::test::unique_name("sigkill"), "-c",
+                                                   "sleep 300 >/dev/null 2>&1 & echo $! > " + dir +
+                                                       "/child; "
+                                                       "setsid -f sh -c 'echo $$ > " +
+                                                       dir +
+                                                       "/detached; exec sleep 301' >/dev/null 2>&1; "
+                                                       "echo $$ > " +
+                                                       dir + "/shell; wait"});
             const pid_t child = pid_in(dir + "/child"), detached = pid_in(dir + "/detached"),
                         shell = pid_in(dir + "/shell");
             left.pids = {child, detached, shell};
@@ -744,10 +767,11 @@ TEST_CASE("should the guard process itself be killed, distlock stops what it lef
     const auto dir = fresh_dir("guard");
     const auto name = distlock::test::unique_name("guard");
     survivors left;
-    distlock::test::child_process run_cmd(
-        {cli(), "run", "--backend", "file://" + lock_dir(), "--name", name, "-c",
-         "setsid -f sh -c 'echo $$ > " + dir + "/detached; exec sleep 301' >/dev/null 2>&1; "
-         "sleep 300 >/dev/null 2>&1 & echo $! > " + dir + "/child; echo $$ > " + dir + "/shell; wait"});
+    distlock::test::child_process run_cmd({cli(), "run", "--backend", "file://" + lock_dir(), "--name", name, "-c",
+                                           "setsid -f sh -c 'echo $$ > " + dir +
+                                               "/detached; exec sleep 301' >/dev/null 2>&1; "
+                                               "sleep 300 >/dev/null 2>&1 & echo $! > " +
+                                               dir + "/child; echo $$ > " + dir + "/shell; wait"});
     const pid_t detached = pid_in(dir + "/detached"), child = pid_in(dir + "/child"), shell = pid_in(dir + "/shell");
     left.pids = {detached, child, shell};
     REQUIRE(shell > 0);
@@ -764,7 +788,8 @@ TEST_CASE("should the guard process itself be killed, distlock stops what it lef
     CHECK(*status != 0);
     for (pid_t p : left.pids) CHECK_FALSE(alive(p));
     // And the lock was released after them.
-    CHECK(spawn_cli({"run", "--backend", "file://" + lock_dir(), "--name", name, "--wait", "0", "--", "true"}).status == 0);
+    CHECK(spawn_cli({"run", "--backend", "file://" + lock_dir(), "--name", name, "--wait", "0", "--", "true"}).status ==
+          0);
 }
 
 TEST_CASE("the command inherits no password-bearing DISTLOCK_BACKEND; --backend-file keeps the URL out of ps",
@@ -836,7 +861,8 @@ TEST_CASE("--backend-file refuses a file others may change or read, and never sh
     const auto n = distlock::test::unique_name("bf");
     // One line, its newline dropped.
     CHECK(attempt({"run", "--backend-file", write("ok", good + "\n", mine), "--name", n, "--", "true"}).status == 0);
-    CHECK(attempt({"run", "--backend-file", write("crlf", good + "\r\n", mine), "--name", n, "--", "true"}).status == 0);
+    CHECK(attempt({"run", "--backend-file", write("crlf", good + "\r\n", mine), "--name", n, "--", "true"}).status ==
+          0);
     // A secret readable by others; anything writable by group or others.
     auto r = attempt({"status", "--backend-file", write("world", secret, mine | p::others_read), "--name", n});
     CHECK(r.status == 77);
@@ -851,7 +877,8 @@ TEST_CASE("--backend-file refuses a file others may change or read, and never sh
     CHECK(r.status == 69);
     // Not one URL on one line; too long; empty; not a regular file; missing.
     CHECK(attempt({"status", "--backend-file", write("two", secret + "\n" + good, mine), "--name", n}).status == 64);
-    CHECK(attempt({"status", "--backend-file", write("long", std::string(20000, 'a'), mine), "--name", n}).status == 64);
+    CHECK(attempt({"status", "--backend-file", write("long", std::string(20000, 'a'), mine), "--name", n}).status ==
+          64);
     CHECK(attempt({"status", "--backend-file", write("empty", "\n", mine), "--name", n}).status == 64);
     REQUIRE(::mkfifo((dir + "/fifo").c_str(), 0600) == 0);
     CHECK(attempt({"status", "--backend-file", dir + "/fifo", "--name", n}).status == 64);  // not waiting for a writer
@@ -865,7 +892,8 @@ TEST_CASE("--backend-file refuses a file others may change or read, and never sh
         CHECK(r.err.find("another user") != std::string::npos);
     }
     // One source at a time.
-    CHECK(attempt({"status", "--backend", good, "--backend-file", write("both", good, mine), "--name", n}).status == 64);
+    CHECK(attempt({"status", "--backend", good, "--backend-file", write("both", good, mine), "--name", n}).status ==
+          64);
     CHECK(attempt({"status", "--name", n}, {{{"DISTLOCK_BACKEND", good}, {"DISTLOCK_BACKEND_FILE", dir + "/ok"}}})
               .status == 64);
     // The command line wins over the environment.
@@ -890,12 +918,12 @@ TEST_CASE("the command inherits no descriptor above 2", "[cli][run][fd]") {
     for (const auto& url : urls) {
         INFO(distlock::spi::redact_url(url));
         // fd 5 is open in distlock (inherited from us, as a caller's stray descriptor would be).
-        auto r = spawn_cli({"run", "--backend", url, "--name", distlock::test::unique_name("fd"), "--", "sh", "-c",
-                            "ls /proc/$$/fd"},
-                           {{}, {}, [] {
-                                const int fd = ::open("/dev/null", O_RDONLY);
-                                ::dup2(fd, 5);
-                            }});
+        auto r = spawn_cli(
+            {"run", "--backend", url, "--name", distlock::test::unique_name("fd"), "--", "sh", "-c", "ls /proc/$$/fd"},
+            {{}, {}, [] {
+                 const int fd = ::open("/dev/null", O_RDONLY);
+                 ::dup2(fd, 5);
+             }});
         INFO(r.err);
         REQUIRE(r.status == 0);
         CHECK(r.out == "0\n1\n2\n");
@@ -976,7 +1004,8 @@ TEST_CASE("readers and a plain holder of one name exclude each other, on every b
             }
             if (!locks.caps().why_not(distlock::feature::cross_process).empty()) {
                 std::lock_guard lk(report_mutex);
-                skipped.push_back(var + " (" + std::string(locks.caps().why_not(distlock::feature::cross_process)) + ")");
+                skipped.push_back(var + " (" + std::string(locks.caps().why_not(distlock::feature::cross_process)) +
+                                  ")");
                 return;
             }
             const auto name = distlock::test::unique_name("rw");
@@ -1074,8 +1103,8 @@ TEST_CASE("the default lock directory is never one another user can create or en
         const auto r = distlock::test::run_command("runuser -u nobody -- mkdir " + planted + " 2>&1");
         we_planted = r.status == 0;
     }
-    auto r = spawn_cli({"flash-sale", "--processes", "1", "--requests", "5", "--stock", "2", "--quiet",
-                        "--name", distlock::test::unique_name("default")},
+    auto r = spawn_cli({"flash-sale", "--processes", "1", "--requests", "5", "--stock", "2", "--quiet", "--name",
+                        distlock::test::unique_name("default")},
                        {{}, {"DISTLOCK_BACKEND", "DISTLOCK_BACKEND_FILE", "XDG_RUNTIME_DIR"}});
     CHECK(r.status == 0);
     if (we_planted) {
@@ -1089,9 +1118,17 @@ TEST_CASE("the default lock directory is never one another user can create or en
     CHECK((st.st_mode & 077) == 0);
     // A user without a usable XDG_RUNTIME_DIR or HOME has no default: told to give --backend.
     const auto as_nobody = [](const std::vector<std::string>& args) {
-        std::vector<std::string> all{"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                                     "/usr/bin/env", "-u", "XDG_RUNTIME_DIR", "-u", "DISTLOCK_BACKEND",
-                                     "HOME=/nonexistent", cli()};
+        std::vector<std::string> all{"/usr/bin/setpriv",
+                                     "--reuid=65534",
+                                     "--regid=65534",
+                                     "--clear-groups",
+                                     "/usr/bin/env",
+                                     "-u",
+                                     "XDG_RUNTIME_DIR",
+                                     "-u",
+                                     "DISTLOCK_BACKEND",
+                                     "HOME=/nonexistent",
+                                     cli()};
         all.insert(all.end(), args.begin(), args.end());
         return spawn(all);
     };
@@ -1115,8 +1152,8 @@ TEST_CASE("no argument is echoed with its password, in any parse error", "[cli][
     const std::vector<std::vector<std::string>> cases{
         {"status", "--backend", url, "--name", "n", "redis://:hunter2-stray@127.0.0.1:1"},  // not expected
         {"redis://:hunter2-stray@127.0.0.1:1"},                                             // not a subcommand
-        {"status", "--backend", url, "--name", "n", "--bogus=redis://:hunter2-stray@h"},   // unknown option
-        {"flash-sale", "--wait", "redis://:hunter2-stray@h"},                              // not a duration
+        {"status", "--backend", url, "--name", "n", "--bogus=redis://:hunter2-stray@h"},    // unknown option
+        {"flash-sale", "--wait", "redis://:hunter2-stray@h"},                               // not a duration
         {"run", "--backend", url, "--name", "n", "--wait", "redis://:hunter2-stray@h", "--", "true"},
         {"status", "--backend", url, "--name", "n", "postgres://u@h/db?password=hunter2-stray"},
         {"bench", "--processes", "redis://u:hunter2-stray@h"},
@@ -1177,8 +1214,8 @@ std::string url_path(const std::string& path) {
     static constexpr char hex[] = "0123456789ABCDEF";
     std::string out;
     for (unsigned char c : path) {
-        if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '/' || c == '-' || c == '_' ||
-            c == '.') {
+        if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '/' || c == '-' ||
+            c == '_' || c == '.') {
             out += static_cast<char>(c);
         } else {
             out += '%';
@@ -1195,7 +1232,8 @@ const std::string hostile_text = "x\x1b]0;pwned\a\x1b[2J\nwaiters: 0";
 
 }  // namespace
 
-TEST_CASE("status and run show a hostile name, holder label and loss reason escaped, never raw", "[cli][status][escape]") {
+TEST_CASE("status and run show a hostile name, holder label and loss reason escaped, never raw",
+          "[cli][status][escape]") {
     const auto dir = fresh_dir("escape");
     const auto url = "file://" + dir;
     // A name echoed back (the library takes any bytes as a name): the same
@@ -1222,7 +1260,10 @@ TEST_CASE("status and run show a hostile name, holder label and loss reason esca
     m.lock();
     {
         std::ofstream f(dir + "/planted.lock", std::ios::binary | std::ios::trunc);  // the same inode, still locked
-        f << m.token() << " evil\x1b]0;pwned\a\x1b[2J\x1b[31mFAKE\x1b[0m\rwaiters: 0\x0bheld: no\x9b" "2J\xc2\x9b" "2J\n";
+        f << m.token()
+          << " evil\x1b]0;pwned\a\x1b[2J\x1b[31mFAKE\x1b[0m\rwaiters: 0\x0bheld: no\x9b"
+             "2J\xc2\x9b"
+             "2J\n";
     }
     r = spawn_cli({"status", "--backend", url, "--name", "planted"});
     INFO(r.out << r.err);
@@ -1253,7 +1294,8 @@ TEST_CASE("status and run show a hostile name, holder label and loss reason esca
     CHECK(lines_starting(r.err, "waiters: 0") == 0);
 }
 
-TEST_CASE("flash-sale --store writes only a regular file of its own, with one link, made 0600", "[cli][flash-sale][store]") {
+TEST_CASE("flash-sale --store writes only a regular file of its own, with one link, made 0600",
+          "[cli][flash-sale][store]") {
     const auto dir = fresh_dir("store");
     const auto backend = "file://" + lock_dir();
     auto sale = [&](const std::string& store) {
@@ -1284,7 +1326,8 @@ TEST_CASE("flash-sale --store writes only a regular file of its own, with one li
     const auto open_file = dir + "/0666";
     { std::ofstream(open_file, std::ios::binary) << ""; }
     std::filesystem::permissions(open_file, std::filesystem::perms::all & ~std::filesystem::perms::owner_exec &
-                                                ~std::filesystem::perms::group_exec & ~std::filesystem::perms::others_exec);
+                                                ~std::filesystem::perms::group_exec &
+                                                ~std::filesystem::perms::others_exec);
     r = sale(open_file);
     CHECK(r.status == 77);
     CHECK(r.err.find("writable by group or others") != std::string::npos);

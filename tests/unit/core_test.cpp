@@ -64,7 +64,8 @@ public:
     }
     void release() override {
         ++s_.releases;
-        if (s_.release_error != distlock::errc{}) distlock::throw_error(s_.release_error, "fake", "scripted release failure");
+        if (s_.release_error != distlock::errc{})
+            distlock::throw_error(s_.release_error, "fake", "scripted release failure");
     }
     std::chrono::milliseconds check_interval() const override { return interval_; }
     std::chrono::milliseconds validity() const override { return s_.validity; }
@@ -133,9 +134,8 @@ distlock::provider fake_provider(fake_state& s, std::chrono::milliseconds lease,
                                  std::shared_ptr<distlock::detail::provider_state>* state = nullptr,
                                  distlock::provider_options options = {}) {
     static const bool registered = [] {
-        distlock::register_backend("fake", [](spi::url&) -> std::shared_ptr<spi::backend> {
-            return std::exchange(next_fake(), nullptr);
-        });
+        distlock::register_backend(
+            "fake", [](spi::url&) -> std::shared_ptr<spi::backend> { return std::exchange(next_fake(), nullptr); });
         return true;
     }();
     REQUIRE(registered);
@@ -369,7 +369,7 @@ TEST_CASE("a loss that unlock() finds is reported once, through on_lost and not 
     s.release_error = distlock::errc::in_doubt;
     m.unlock();
     CHECK(errors.load() == 1);  // told before unlock() returned
-    CHECK(in_doubt.load());  // the subclass, made again on the callback thread
+    CHECK(in_doubt.load());     // the subclass, made again on the callback thread
     CHECK(lost.load() == 0);
 }
 
@@ -421,7 +421,7 @@ TEST_CASE("held() stays true on a backend without a lease, however long past the
 
 TEST_CASE("a lock held by an expiring session is held() only while its session is confirmed", "[held]") {
     fake_state s;
-    s.validity = 270ms;  // a ZooKeeper-like session: no per-lock lease, but it expires unseen
+    s.validity = 270ms;                       // a ZooKeeper-like session: no per-lock lease, but it expires unseen
     auto p = fake_provider(s, 300ms, false);  // checks every 100 ms
     std::atomic<int> lost{0};
     distlock::lock_options o;
@@ -429,7 +429,7 @@ TEST_CASE("a lock held by an expiring session is held() only while its session i
     auto m = p.mutex("session", o);
     m.lock();
     std::this_thread::sleep_for(500ms);
-    CHECK(m.held());  // each check confirmed the session
+    CHECK(m.held());                       // each check confirmed the session
     REQUIRE(m.valid_until().has_value());  // the session's validity, as last confirmed
     CHECK(*m.valid_until() > spi::clock::now());
     {
@@ -545,7 +545,7 @@ TEST_CASE("a grant with a validity of its own that nothing checks is reported lo
     CHECK(distlock::test::eventually([&] { return lost.load() == 1; }, 3s));
     CHECK_FALSE(m.held());
     std::this_thread::sleep_for(300ms);
-    CHECK(lost.load() == 1);  // once
+    CHECK(lost.load() == 1);          // once
     CHECK(s.keepalives.load() == 0);  // watched, never renewed
     m.unlock();
 }
@@ -927,21 +927,22 @@ TEST_CASE("schemes registered from many threads at once are each kept once", "[r
         CHECK(std::find(names.begin(), names.end(), "unit-own-" + std::to_string(t)) != names.end());
 }
 
-TEST_CASE("the observer is told of every renewal call with its outcomes, and the log hook of failures and losses, "
-          "without the URL's password",
-          "[observe][scheduler]") {
+TEST_CASE(
+    "the observer is told of every renewal call with its outcomes, and the log hook of failures and losses, "
+    "without the URL's password",
+    "[observe][scheduler]") {
     fake_state s;
     auto m = std::make_shared<distlock::metrics>();
     std::mutex logs_mutex;
     std::vector<std::string> logs;
-    distlock::provider_options options{
-        .observer = m,
-        .log = [&](const distlock::log_record& r) {
-            std::lock_guard lk(logs_mutex);
-            logs.push_back(std::string(distlock::to_string(r.level)) + " " + std::string(r.lock) + ": " +
-                           std::string(r.message));
-        },
-        .min_level = distlock::log_level::debug};
+    distlock::provider_options options{.observer = m,
+                                       .log =
+                                           [&](const distlock::log_record& r) {
+                                               std::lock_guard lk(logs_mutex);
+                                               logs.push_back(std::string(distlock::to_string(r.level)) + " " +
+                                                              std::string(r.lock) + ": " + std::string(r.message));
+                                           },
+                                       .min_level = distlock::log_level::debug};
     auto p = fake_provider(s, 300ms, true, nullptr, nullptr, std::move(options));
     auto a = p.mutex("renewed-a");
     auto b = p.mutex("renewed-b");
@@ -1019,8 +1020,7 @@ void destroy_everything_from_the_first_on_lost(distlock::provider p, const std::
         world* mine = alive.exchange(nullptr);
         if (mine == nullptr) return;  // the world is gone already (the code before called us)
         (void)distlock::test::eventually(
-            [&] { return std::none_of(mine->locks.begin(), mine->locks.end(), [](auto& m) { return m.held(); }); },
-            5s);
+            [&] { return std::none_of(mine->locks.begin(), mine->locks.end(), [](auto& m) { return m.held(); }); }, 5s);
         delete mine;  // every mutex, then the last copy of the provider, on the callback thread
         destroyed = true;
     };
@@ -1043,13 +1043,12 @@ void destroy_everything_from_the_first_on_lost(distlock::provider p, const std::
 
 }  // namespace
 
-TEST_CASE("an on_lost that destroys every mutex and the provider while other losses are queued is safe",
-          "[lifetime]") {
+TEST_CASE("an on_lost that destroys every mutex and the provider while other losses are queued is safe", "[lifetime]") {
     auto seen = std::make_shared<loss_counter>();
     SECTION("memory://, each lock broken") {
         const auto space = "memory://lifetime-" + spi::random_token().substr(0, 12);
-        auto p = distlock::connect(space, {.observer = seen, .log = {}, .min_level = distlock::log_level::warning,
-                                           .holder = {}});
+        auto p = distlock::connect(
+            space, {.observer = seen, .log = {}, .min_level = distlock::log_level::warning, .holder = {}});
         auto breaker = distlock::connect(space);
         destroy_everything_from_the_first_on_lost(std::move(p), seen, [&](const std::vector<std::string>& names) {
             for (const auto& n : names) distlock::testing::break_lock(breaker, n);
@@ -1112,8 +1111,7 @@ TEST_CASE("a provider whose last user goes away on its renewal thread is safe", 
     CHECK(s.releases.load() == 1);  // the mutex's destructor released it
 }
 
-TEST_CASE("a forked child never releases its parent's grant nor waits for the parent's threads",
-          "[lifetime][fork]") {
+TEST_CASE("a forked child never releases its parent's grant nor waits for the parent's threads", "[lifetime][fork]") {
     fake_state s;
     auto p = std::make_optional(fake_provider(s, 1s));
     auto m = std::make_optional(p->mutex("forked"));
@@ -1139,8 +1137,7 @@ TEST_CASE("a forked child never releases its parent's grant nor waits for the pa
         try {
             (void)p->mutex("other");
             status |= 2;  // the parent's connections must not be used
-        } catch (const distlock::invalid_argument_error&) {
-        }
+        } catch (const distlock::invalid_argument_error&) {}
         p.reset();
         if (s.releases.load() != releases_before) status |= 4;
         ::_exit(status);
@@ -1198,10 +1195,11 @@ std::string etcd_post(const std::string& base, const std::string& path, const st
     curl_easy_setopt(c, CURLOPT_URL, url.c_str());
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, body.c_str());
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 5000L);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, +[](char* p, std::size_t n, std::size_t k, void* out) {
-        static_cast<std::string*>(out)->append(p, n * k);
-        return n * k;
-    });
+    curl_easy_setopt(
+        c, CURLOPT_WRITEFUNCTION, +[](char* p, std::size_t n, std::size_t k, void* out) {
+            static_cast<std::string*>(out)->append(p, n * k);
+            return n * k;
+        });
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &reply);
     const auto rc = curl_easy_perform(c);
     curl_easy_cleanup(c);
@@ -1226,9 +1224,9 @@ TEST_CASE("etcd: a session lease revoked out of band loses every lock at once; t
                                {.observer = seen, .log = {}, .min_level = distlock::log_level::warning, .holder = {}});
     destroy_everything_from_the_first_on_lost(std::move(p), seen, [&](const std::vector<std::string>&) {
         std::string end = prefix + "0";  // the range [prefix/, prefix0): every key under prefix/
-        const auto keys = etcd_post(base, "/v3/kv/range",
-                                    R"({"key":")" + base64(prefix + "/") + R"(","range_end":")" + base64(end) +
-                                        R"(","keys_only":false})");
+        const auto keys = etcd_post(
+            base, "/v3/kv/range",
+            R"({"key":")" + base64(prefix + "/") + R"(","range_end":")" + base64(end) + R"(","keys_only":false})");
         std::set<std::string> leases;
         static const std::regex lease(R"re("lease":"([0-9]+)")re");
         for (std::sregex_iterator it(keys.begin(), keys.end(), lease), last; it != last; ++it) leases.insert((*it)[1]);
@@ -1291,7 +1289,8 @@ TEST_CASE("a loss reason reaches on_lost with control bytes escaped and cut to 5
     auto p = fake_provider(s, 10s, false, &b);
     auto m = p.mutex("told", rec.options());
     for (const auto& [server_text, expected] : std::vector<std::pair<std::string, std::string>>{
-             {"key gone: \x1b]0;pwned\a\x1b[2J\nwaiters: 0\r\x7f", "key gone: \\x1b]0;pwned\\x07\\x1b[2J\\x0awaiters: 0\\x0d\\x7f"},
+             {"key gone: \x1b]0;pwned\a\x1b[2J\nwaiters: 0\r\x7f",
+              "key gone: \\x1b]0;pwned\\x07\\x1b[2J\\x0awaiters: 0\\x0d\\x7f"},
              {"\xc3\xa9t\xc3\xa9 ok", "\xc3\xa9t\xc3\xa9 ok"}}) {
         m.lock();
         b->last->lose(server_text);

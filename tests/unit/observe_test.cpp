@@ -136,7 +136,7 @@ TEST_CASE("the metrics observer counts a known sequence of operations exactly", 
     auto a = p.mutex(name);
     auto b = p.mutex(name);
 
-    a.lock();  // granted at once
+    a.lock();                                                        // granted at once
     std::thread([&] { CHECK_FALSE(b.try_lock_for(20ms)); }).join();  // timed out behind a
     std::atomic<bool> got{false};
     std::thread waiter([&] {
@@ -216,7 +216,8 @@ TEST_CASE("a failed acquisition is counted by its error code", "[observe]") {
     CHECK_THROWS_AS(two.acquire(), distlock::invalid_argument_error);  // another size on one name
     four.release();
     const auto s = m->snapshot().at(0);
-    CHECK(s.acquisitions[std::size_t(distlock::grant_kind::permit)][std::size_t(distlock::acquire_outcome::failed)] == 1);
+    CHECK(s.acquisitions[std::size_t(distlock::grant_kind::permit)][std::size_t(distlock::acquire_outcome::failed)] ==
+          1);
     REQUIRE(s.errors.size() == 1);
     CHECK(s.errors[0].first == distlock::errc::invalid_argument);
     CHECK(s.errors[0].second == 1);
@@ -227,17 +228,17 @@ TEST_CASE("a failed acquisition is counted by its error code", "[observe]") {
 
 TEST_CASE("the Prometheus format checker itself rejects what the format forbids", "[observe]") {
     CHECK(check_format("# TYPE a_total counter\na_total 1\n") == "");
-    CHECK(check_format("a_total 1\n") != "");                                  // no TYPE
-    CHECK(check_format("# TYPE a counter\na 1\n") != "");                      // counter without _total
+    CHECK(check_format("a_total 1\n") != "");                                     // no TYPE
+    CHECK(check_format("# TYPE a counter\na 1\n") != "");                         // counter without _total
     CHECK(check_format("# TYPE a_total counter\na_total{x=\"\\q\"} 1\n") != "");  // bad escape
-    CHECK(check_format("# TYPE a_total counter\na_total{1x=\"v\"} 1\n") != "");  // bad label name
-    CHECK(check_format("# TYPE a_total counter\na_total one\n") != "");        // bad value
+    CHECK(check_format("# TYPE a_total counter\na_total{1x=\"v\"} 1\n") != "");   // bad label name
+    CHECK(check_format("# TYPE a_total counter\na_total one\n") != "");           // bad value
     CHECK(check_format("# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n") !=
           "");  // not cumulative
     CHECK(check_format("# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 2\nh_sum 1\nh_count 3\n") !=
           "");  // _count differs
     CHECK(check_format("# TYPE a_total counter\na_total 1\n# TYPE b_total counter\nb_total 1\na_total 2\n") !=
-          "");  // split family
+          "");                                                       // split family
     CHECK(check_format("# TYPE a_total counter\na_total 1") != "");  // no final line feed
 }
 
@@ -282,7 +283,8 @@ TEST_CASE("the log hook gets losses and errors with the lock's name; nothing goe
         CHECK(backend == "memory");
         if (level == distlock::log_level::info && lock.empty() && message.find("connected to memory://") == 0)
             connected = true;
-        if (level == distlock::log_level::warning && lock == "the-lock-name" && message.find("lock lost") == 0) lost = true;
+        if (level == distlock::log_level::warning && lock == "the-lock-name" && message.find("lock lost") == 0)
+            lost = true;
     }
     CHECK(connected);
     CHECK(lost);

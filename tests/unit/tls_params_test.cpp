@@ -52,7 +52,8 @@ TEST_CASE("no TLS parameter means no TLS, verification on", "[tls]") {
 }
 
 TEST_CASE("every TLS parameter is read under its own name", "[tls]") {
-    const auto p = parse("unit://h?tls=true&tls_ca=/c.pem&tls_cert=/cert.pem&tls_key=/k.pem&tls_server_name=db.example");
+    const auto p =
+        parse("unit://h?tls=true&tls_ca=/c.pem&tls_cert=/cert.pem&tls_key=/k.pem&tls_server_name=db.example");
     CHECK(p.enabled);
     CHECK(p.verify);
     CHECK(p.ca.path == "/c.pem");
@@ -65,8 +66,8 @@ TEST_CASE("every TLS parameter is read under its own name", "[tls]") {
 }
 
 TEST_CASE("tls_* parameters without tls=true are refused", "[tls]") {
-    for (const char* q : {"tls_ca=/c", "tls_cert=/c", "tls_key=/k", "tls_server_name=n", "tls_insecure=true",
-                          "tls=false&tls_ca=/c"}) {
+    for (const char* q :
+         {"tls_ca=/c", "tls_cert=/c", "tls_key=/k", "tls_server_name=n", "tls_insecure=true", "tls=false&tls_ca=/c"}) {
         INFO(q);
         CHECK_THROWS_AS(parse(std::string("unit://h?") + q), distlock::invalid_argument_error);
     }
@@ -111,7 +112,8 @@ TEST_CASE("tls files are checked readable at connect, named by their parameter, 
     const auto cert = s.file("cert.pem", "-----BEGIN CERTIFICATE-----\n");
     CHECK_NOTHROW(check("unit://h?tls=true&tls_cert=" + cert + "&tls_key=" + key));
 
-    auto refused = [&](const std::string& text, const std::string& param, const distlock::spi::tls_aliases& aliases = {}) {
+    auto refused = [&](const std::string& text, const std::string& param,
+                       const distlock::spi::tls_aliases& aliases = {}) {
         INFO(text);
         try {
             check(text, aliases);
@@ -124,7 +126,7 @@ TEST_CASE("tls files are checked readable at connect, named by their parameter, 
         }
     };
     refused("unit://h?tls=true&tls_cert=" + cert + "&tls_key=" + s.dir + "/missing.pem", "tls_key");
-    refused("unit://h?tls=true&tls_ca=" + s.dir, "tls_ca");              // a directory
+    refused("unit://h?tls=true&tls_ca=" + s.dir, "tls_ca");                     // a directory
     refused("unit://h?sslcert=" + s.dir + "/missing.pem", "sslcert", pg_like);  // named as written
     // A FIFO would block a reader forever: refused at once, not opened for reading.
     const std::string fifo = s.dir + "/fifo";
@@ -136,7 +138,8 @@ TEST_CASE("tls files are checked readable at connect, named by their parameter, 
         refused("unit://h?tls=true&tls_cert=" + cert + "&tls_key=" + key, "tls_key");
     }
     // A key without the certificate it belongs to, in either syntax.
-    CHECK_THROWS_WITH(check("unit://h?tls=true&tls_key=" + key), Catch::Contains("tls_key: a client key needs tls_cert"));
+    CHECK_THROWS_WITH(check("unit://h?tls=true&tls_key=" + key),
+                      Catch::Contains("tls_key: a client key needs tls_cert"));
     CHECK_THROWS_WITH(check("unit://h?sslkey=" + key, pg_like), Catch::Contains("sslkey: a client key needs sslcert"));
     // A key under a passphrase: the TLS libraries would prompt on the terminal.
     // PKCS#8 and the traditional form, in the key file or in the certificate

@@ -29,29 +29,29 @@ constexpr const char* marker = "Zq7";
 const std::vector<std::string>& passwords() {
     static const std::vector<std::string> list = {
         "Zq7plain",
-        "Zq7a@Zq7b",                               // '@' unescaped
-        "Zq7a:Zq7b",                               // ':'
-        "Zq7a/Zq7b",                               // '/'
-        "Zq7a#Zq7b",                               // '#'
-        "Zq7a%Zq7b",                               // a lone '%'
-        "Zq7a%40Zq7b%3AZq7c%2FZq7d%23Zq7e%25",     // every special character percent-encoded
-        "Zq7a@Zq7b:Zq7c/Zq7d#Zq7e%Zq7f",           // all of them unescaped
-        "Zq7%zz",                                   // a bad escape
-        "Zq7\xc3\xa9t\xc3\xa9",                    // UTF-8
-        "Zq7 sp Zq7ace",                            // a space
+        "Zq7a@Zq7b",                            // '@' unescaped
+        "Zq7a:Zq7b",                            // ':'
+        "Zq7a/Zq7b",                            // '/'
+        "Zq7a#Zq7b",                            // '#'
+        "Zq7a%Zq7b",                            // a lone '%'
+        "Zq7a%40Zq7b%3AZq7c%2FZq7d%23Zq7e%25",  // every special character percent-encoded
+        "Zq7a@Zq7b:Zq7c/Zq7d#Zq7e%Zq7f",        // all of them unescaped
+        "Zq7%zz",                               // a bad escape
+        "Zq7\xc3\xa9t\xc3\xa9",                 // UTF-8
+        "Zq7 sp Zq7ace",                        // a space
         "Zq7a@@Zq7b",
-        "Zq7a/Zq7b@Zq7c",                           // '/' before an '@' in the password
+        "Zq7a/Zq7b@Zq7c",  // '/' before an '@' in the password
         "Zq7a#Zq7b@Zq7c:Zq7d",
-        "Zq7\xff\xfe\x80",                          // bytes that are not UTF-8
-        "Zq7\xc3(Zq7\xe9",                           // a broken UTF-8 sequence, a Latin-1 byte
-        "Zq7%FF%C3%28",                                 // the same percent-encoded
+        "Zq7\xff\xfe\x80",  // bytes that are not UTF-8
+        "Zq7\xc3(Zq7\xe9",  // a broken UTF-8 sequence, a Latin-1 byte
+        "Zq7%FF%C3%28",     // the same percent-encoded
     };
     return list;
 }
 
 const std::vector<std::string>& schemes() {
-    static const std::vector<std::string> list = {"redis",  "redlock", "mysql", "postgres", "zk",
-                                                  "etcd",   "consul",  "file",  "memory",   "nosuch"};
+    static const std::vector<std::string> list = {"redis", "redlock", "mysql", "postgres", "zk",
+                                                  "etcd",  "consul",  "file",  "memory",   "nosuch"};
     return list;
 }
 
@@ -59,39 +59,39 @@ const std::vector<std::string>& schemes() {
 // valid, last group), so that every error path of the parser is taken.
 const std::vector<std::string>& templates() {
     static const std::vector<std::string> list = {
-        "{s}://user:{p}@host:99999",                   // port out of range
-        "{s}://user:{p}@host:abc",                     // port not a number
-        "{s}://user:{p}@host:0/x",                     // port 0
-        "{s}://user:{p}@h1:1,,h2:2",                   // empty host in a list
-        "{s}://user:{p}@h1:1,h2:99999",                // bad port in a list
-        "{s}://user:{p}@h1:1,h2/x:2",                  // a path in a listed host
-        "{s}://user:{p}@h:1/0#frag",                   // a fragment
-        "{s}://user:{p}@h:1?a=1&a=2",                  // a parameter twice
-        "{s}://user:{p}@h:1?=x",                       // an empty parameter name
-        "{s}://user:{p}@h:1/0?prefix=a@b",             // '@' in a parameter
-        "{s}://user:{p}@[::1:6379",                    // an unclosed IPv6 bracket
-        "{s}://user:{p}@:6379",                        // no host
-        "{s}://user:{p}@h ost:1",                      // a space in the host
-        "{s}://user:{p}@h\x01:1",                      // a control character
-        "{s}://user:{p}@",                             // nothing after the user info
-        "{s}://:{p}@h:1,,",                            // no user, empty hosts
-        "{s}:/user:{p}@h:1",                           // one slash
-        "{s}:user:{p}@h:1",                            // no slashes
-        "user:{p}@h:1",                                // no scheme at all
-        "://user:{p}@h:1",                             // empty scheme
-        "{s}://h:1?token={p}&token=x",                 // a secret parameter, given twice
-        "{s}://h:1?password={p}#frag",                 // a secret parameter and a fragment
-        "{s}://h:1?secret={p}&&=",                     // a secret parameter, then an empty name
-        "{s}://h:1?tok%65n={p}&x=1&x=2",               // an encoded secret parameter name
-        "{s}://h:99999?lease=2s&token={p}",            // a secret parameter after an error's cause
-        "{s}://user:{p}@h:1/0?lease=2s",               // valid: must parse, redacted
-        "{s}://user:{p}@h1:1,h2:2,h3:3/base",          // valid host list
-        "{s}://h:1/0?token={p}&lease=2s",              // valid, secret parameter
-        "{s}://h:1/0?Token={p}&lease=2s",              // secret parameter names in any case
+        "{s}://user:{p}@host:99999",           // port out of range
+        "{s}://user:{p}@host:abc",             // port not a number
+        "{s}://user:{p}@host:0/x",             // port 0
+        "{s}://user:{p}@h1:1,,h2:2",           // empty host in a list
+        "{s}://user:{p}@h1:1,h2:99999",        // bad port in a list
+        "{s}://user:{p}@h1:1,h2/x:2",          // a path in a listed host
+        "{s}://user:{p}@h:1/0#frag",           // a fragment
+        "{s}://user:{p}@h:1?a=1&a=2",          // a parameter twice
+        "{s}://user:{p}@h:1?=x",               // an empty parameter name
+        "{s}://user:{p}@h:1/0?prefix=a@b",     // '@' in a parameter
+        "{s}://user:{p}@[::1:6379",            // an unclosed IPv6 bracket
+        "{s}://user:{p}@:6379",                // no host
+        "{s}://user:{p}@h ost:1",              // a space in the host
+        "{s}://user:{p}@h\x01:1",              // a control character
+        "{s}://user:{p}@",                     // nothing after the user info
+        "{s}://:{p}@h:1,,",                    // no user, empty hosts
+        "{s}:/user:{p}@h:1",                   // one slash
+        "{s}:user:{p}@h:1",                    // no slashes
+        "user:{p}@h:1",                        // no scheme at all
+        "://user:{p}@h:1",                     // empty scheme
+        "{s}://h:1?token={p}&token=x",         // a secret parameter, given twice
+        "{s}://h:1?password={p}#frag",         // a secret parameter and a fragment
+        "{s}://h:1?secret={p}&&=",             // a secret parameter, then an empty name
+        "{s}://h:1?tok%65n={p}&x=1&x=2",       // an encoded secret parameter name
+        "{s}://h:99999?lease=2s&token={p}",    // a secret parameter after an error's cause
+        "{s}://user:{p}@h:1/0?lease=2s",       // valid: must parse, redacted
+        "{s}://user:{p}@h1:1,h2:2,h3:3/base",  // valid host list
+        "{s}://h:1/0?token={p}&lease=2s",      // valid, secret parameter
+        "{s}://h:1/0?Token={p}&lease=2s",      // secret parameter names in any case
         "{s}://h:1/0?PASSWORD={p}",
         "{s}://h:1/0?Sentinel_Password={p}&x=1&x=2",
         "{s}://h:1/0?sEcReT={p}#frag",
-        "{s}://h:1/0?TOK%45N={p}&lease=soon",          // encoded, upper case, then a bad value
+        "{s}://h:1/0?TOK%45N={p}&lease=soon",  // encoded, upper case, then a bad value
     };
     return list;
 }
@@ -101,17 +101,17 @@ const std::vector<std::string>& templates() {
 // a path: then nothing in front of it is user info).
 const std::vector<std::string>& user_alone_templates() {
     static const std::vector<std::string> list = {
-        "{s}://{p}@host:6379/0?lease=2s",              // valid
-        "{s}://{p}@h1:1,h2:2,h3:3/base",               // valid host list
-        "{s}://{p}@host:99999",                        // port out of range
-        "{s}://{p}@h1:1,,h2:2",                        // empty host in a list
-        "{s}://{p}@h:1?a=1&a=2",                       // a parameter twice
-        "{s}://{p}@h:1?lease=soon",                    // a bad value
-        "{s}://{p}@h:1/0#frag",                        // a fragment
-        "{s}://{p}@",                                  // nothing after it
-        "{s}://{p}@h:1?bogus=1",                       // unknown parameter (connect)
-        "{s}://{p}@h:1/0?prefix=a@b",                  // another '@', in the query
-        "{s}://{p}@h:1/x@y?lease=soon",                // another '@', in the path
+        "{s}://{p}@host:6379/0?lease=2s",  // valid
+        "{s}://{p}@h1:1,h2:2,h3:3/base",   // valid host list
+        "{s}://{p}@host:99999",            // port out of range
+        "{s}://{p}@h1:1,,h2:2",            // empty host in a list
+        "{s}://{p}@h:1?a=1&a=2",           // a parameter twice
+        "{s}://{p}@h:1?lease=soon",        // a bad value
+        "{s}://{p}@h:1/0#frag",            // a fragment
+        "{s}://{p}@",                      // nothing after it
+        "{s}://{p}@h:1?bogus=1",           // unknown parameter (connect)
+        "{s}://{p}@h:1/0?prefix=a@b",      // another '@', in the query
+        "{s}://{p}@h:1/x@y?lease=soon",    // another '@', in the path
     };
     return list;
 }
@@ -151,8 +151,8 @@ TEST_CASE("no URL error, redacted form or provider URL shows any piece of a pass
                             CHECK(std::string(e.what()).find(marker) == std::string::npos);
                         }
                     }
-                    for (auto key : {"token", "password", "secret", "Token", "PASSWORD", "Sentinel_Password",
-                                     "sEcReT"}) {
+                    for (auto key :
+                         {"token", "password", "secret", "Token", "PASSWORD", "Sentinel_Password", "sEcReT"}) {
                         try {
                             (void)u.take_int(key, 0, 1);
                         } catch (const distlock::error& e) {
@@ -170,7 +170,7 @@ TEST_CASE("no URL error, redacted form or provider URL shows any piece of a pass
     }
     INFO(parsed << " parsed, " << rejected << " rejected");
     CHECK(parsed + rejected == tried);
-    CHECK(parsed > 100);    // the valid group (and more) parsed...
+    CHECK(parsed > 100);     // the valid group (and more) parsed...
     CHECK(rejected > 2000);  // ...and the malformed ones were rejected, each with a message checked above
 }
 
@@ -187,10 +187,10 @@ TEST_CASE("connect() errors show no secret either, whichever layer throws", "[ur
         "redlock://u:Zq7p@h1:1,,h2:2",
         "etcd://u:Zq7p%40w@h:1?lease=-1s",
         "consul://h:1?token=Zq7t&lease=0s",
-        "memory://Zq7alone@space?bogus=1",             // a password alone as the user info
+        "memory://Zq7alone@space?bogus=1",  // a password alone as the user info
         "redis://Zq7alone@127.0.0.1:1?lease=soon",
         "file://Zq7alone@/tmp/x?bogus=1",
-        "memory://space?Token=Zq7x&bogus=1",           // secret names in any case
+        "memory://space?Token=Zq7x&bogus=1",  // secret names in any case
         "consul://h:1?TOKEN=Zq7t&lease=0s",
         "redis://127.0.0.1:1?Sentinel_Password=Zq7s&lease=soon",
     };
@@ -215,9 +215,9 @@ TEST_CASE("redact_url hides the password and secret values, keeps the rest as wr
     CHECK(redact_url("redis://alice@h") == "redis://***@h");
     CHECK(redact_url("redis://s3cr3t@h1:1,h2:2/0?lease=2s") == "redis://***@h1:1,h2:2/0?lease=2s");
     CHECK(redact_url("mysql://root@db:3306/app") == "mysql://***@db:3306/app");
-    CHECK(redact_url("redis://@h") == "redis://@h");  // nothing to hide
-    CHECK(redact_url("file:///var/lock/app@1") == "file:///var/lock/app@1");  // a path, not user info
-    CHECK(redact_url("redis://h/0?prefix=a@b") == "redis://h/0?prefix=a@b");  // a query, not user info
+    CHECK(redact_url("redis://@h") == "redis://@h");                                 // nothing to hide
+    CHECK(redact_url("file:///var/lock/app@1") == "file:///var/lock/app@1");         // a path, not user info
+    CHECK(redact_url("redis://h/0?prefix=a@b") == "redis://h/0?prefix=a@b");         // a query, not user info
     CHECK(redact_url("redis://pw@h/0?prefix=a@b") == "redis://***@h/0?prefix=a@b");  // user info, and an '@' later
     CHECK(distlock::spi::url::parse("redis://pw@h/0?prefix=a@b").user() == "pw");
     // Secret parameter names in any case.
@@ -225,11 +225,12 @@ TEST_CASE("redact_url hides the password and secret values, keeps the rest as wr
     CHECK(redact_url("redis://h?PASSWORD=a&Sentinel_Password=b") == "redis://h?PASSWORD=***&Sentinel_Password=***");
     CHECK(redact_url("redis://h?TOK%45N=a") == "redis://h?TOK%45N=***");
     CHECK(redact_url("consul://h:8500/p?token=abc&ttl=10s") == "consul://h:8500/p?token=***&ttl=10s");
-    CHECK(redact_url("etcd://h?password=a&b=2&secret=c#f") == "etcd://h?password=***&b=2&secret=***");  // to the next &: a value may hold #
+    CHECK(redact_url("etcd://h?password=a&b=2&secret=c#f") ==
+          "etcd://h?password=***&b=2&secret=***");                              // to the next &: a value may hold #
     CHECK(redact_url("etcd://h?tls_key=/k.pem") == "etcd://h?tls_key=/k.pem");  // key paths are not secrets
     CHECK(redact_url("no-scheme:pw@host") == "no-scheme:***@host");
     CHECK(redact_url("redis://h?prefix=a@b") == "redis://h?prefix=a@b");  // no ':' before: nothing to hide
-    CHECK(redact_url("redis://u:p@w?x@h:1") == "redis://u:***@h:1");     // '@' and '?' in the password
+    CHECK(redact_url("redis://u:p@w?x@h:1") == "redis://u:***@h:1");      // '@' and '?' in the password
 }
 
 TEST_CASE("a password whose '/', '?' or '#' would move the host is refused, not misread", "[url][secrets]") {
@@ -274,17 +275,17 @@ namespace {
 // Where the "throwing" backend throws, and what.
 enum class hook { none, factory, make_lock, acquire, release, keepalive, inspect, break_lock, round_trip };
 enum class what {
-    library,       // a std::runtime_error whose message quotes the password (a library's own error)
-    quoting,       // a distlock::error whose message quotes the password (a server's message, say)
-    out_of_memory, // std::bad_alloc: passes as it is
-    not_standard,  // an int
+    library,        // a std::runtime_error whose message quotes the password (a library's own error)
+    quoting,        // a distlock::error whose message quotes the password (a server's message, say)
+    out_of_memory,  // std::bad_alloc: passes as it is
+    not_standard,   // an int
 };
 // Read by the renewal thread too: atomics (the password is set by the
 // factory, before any thread of the provider runs).
 struct script {
     std::atomic<hook> where{hook::none};
     std::atomic<what> kind{what::library};
-    std::string password;          // what the URL gave
+    std::string password;           // what the URL gave
     std::atomic<bool> lose{false};  // keepalives say lost, quoting the password
 };
 script& scripted() {
@@ -333,9 +334,9 @@ public:
                          std::span<distlock::spi::keepalive_result> out) override {
         maybe_throw(hook::keepalive);
         for (std::size_t i = 0; i < hs.size(); ++i)
-            out[i] = scripted().lose ? distlock::spi::keepalive_result::lost("session of " + scripted().password +
-                                                                              " expired")
-                                     : distlock::spi::keepalive_result::ok();
+            out[i] = scripted().lose
+                         ? distlock::spi::keepalive_result::lost("session of " + scripted().password + " expired")
+                         : distlock::spi::keepalive_result::ok();
     }
     distlock::lock_info inspect(std::string_view, distlock::spi::lock_kind) override {
         maybe_throw(hook::inspect);
@@ -392,7 +393,7 @@ void expect_typed(hook where, what kind, const std::function<void()>& call, cons
         CHECK(e.native_message().find(marker) == std::string::npos);
         CHECK(e.reason().find(marker) == std::string::npos);
         if (kind == what::library) CHECK(text.find("std::runtime_error") != std::string::npos);  // says what it was
-        if (kind == what::quoting) CHECK(e.code_value() == distlock::errc::access_denied);    // keeps its type
+        if (kind == what::quoting) CHECK(e.code_value() == distlock::errc::access_denied);       // keeps its type
     } catch (...) {
         threw = true;
         FAIL("an exception that is not a distlock::error escaped");
@@ -407,32 +408,56 @@ TEST_CASE("no exception but distlock::error (and std::bad_alloc) leaves the publ
           "[secrets][boundary]") {
     for (auto kind : {what::library, what::quoting, what::out_of_memory, what::not_standard}) {
         INFO("kind " << static_cast<int>(kind));
-        expect_typed(hook::factory, kind, [] { (void)throwing_provider(); }, "connect");
+        expect_typed(
+            hook::factory, kind, [] { (void)throwing_provider(); }, "connect");
         auto p = throwing_provider();
-        expect_typed(hook::make_lock, kind, [&] { (void)p.mutex("m"); }, "provider::mutex");
-        expect_typed(hook::make_lock, kind, [&] { (void)p.shared_mutex("m"); }, "provider::shared_mutex");
-        expect_typed(hook::make_lock, kind, [&] { (void)p.semaphore("m", 2); }, "provider::semaphore");
-        expect_typed(hook::make_lock, kind, [&] { (void)p.multi_lock({"m", "n"}); }, "provider::multi_lock");
-        expect_typed(hook::make_lock, kind, [&] { (void)p.election("m"); }, "provider::election");
-        expect_typed(hook::inspect, kind, [&] { (void)p.inspect("m"); }, "provider::inspect");
-        expect_typed(hook::round_trip, kind, [&] { (void)p.round_trip(); }, "provider::round_trip");
-        expect_typed(hook::round_trip, kind, [&] { (void)p.native_cycle(); }, "provider::native_cycle");
-        expect_typed(hook::break_lock, kind, [&] { distlock::testing::break_lock(p, "m"); }, "testing::break_lock");
+        expect_typed(
+            hook::make_lock, kind, [&] { (void)p.mutex("m"); }, "provider::mutex");
+        expect_typed(
+            hook::make_lock, kind, [&] { (void)p.shared_mutex("m"); }, "provider::shared_mutex");
+        expect_typed(
+            hook::make_lock, kind, [&] { (void)p.semaphore("m", 2); }, "provider::semaphore");
+        expect_typed(
+            hook::make_lock, kind,
+            [&] {
+                (void)p.multi_lock({"m", "n"});
+            },
+            "provider::multi_lock");
+        expect_typed(
+            hook::make_lock, kind, [&] { (void)p.election("m"); }, "provider::election");
+        expect_typed(
+            hook::inspect, kind, [&] { (void)p.inspect("m"); }, "provider::inspect");
+        expect_typed(
+            hook::round_trip, kind, [&] { (void)p.round_trip(); }, "provider::round_trip");
+        expect_typed(
+            hook::round_trip, kind, [&] { (void)p.native_cycle(); }, "provider::native_cycle");
+        expect_typed(
+            hook::break_lock, kind, [&] { distlock::testing::break_lock(p, "m"); }, "testing::break_lock");
         auto m = p.mutex("m");
-        expect_typed(hook::acquire, kind, [&] { m.lock(); }, "mutex::lock");
-        expect_typed(hook::acquire, kind, [&] { (void)m.try_lock(); }, "mutex::try_lock");
-        expect_typed(hook::acquire, kind, [&] { (void)m.try_lock_for(10ms); }, "mutex::try_lock_for");
+        expect_typed(
+            hook::acquire, kind, [&] { m.lock(); }, "mutex::lock");
+        expect_typed(
+            hook::acquire, kind, [&] { (void)m.try_lock(); }, "mutex::try_lock");
+        expect_typed(
+            hook::acquire, kind, [&] { (void)m.try_lock_for(10ms); }, "mutex::try_lock_for");
         auto rw = p.shared_mutex("rw");
-        expect_typed(hook::acquire, kind, [&] { rw.lock(); }, "shared_mutex::lock");
-        expect_typed(hook::acquire, kind, [&] { rw.lock_shared(); }, "shared_mutex::lock_shared");
+        expect_typed(
+            hook::acquire, kind, [&] { rw.lock(); }, "shared_mutex::lock");
+        expect_typed(
+            hook::acquire, kind, [&] { rw.lock_shared(); }, "shared_mutex::lock_shared");
         auto sem = p.semaphore("s", 2);
-        expect_typed(hook::acquire, kind, [&] { sem.acquire(); }, "semaphore::acquire");
+        expect_typed(
+            hook::acquire, kind, [&] { sem.acquire(); }, "semaphore::acquire");
         auto all = p.multi_lock({"a", "b"});
-        expect_typed(hook::acquire, kind, [&] { all.lock(); }, "multi_lock::lock");
+        expect_typed(
+            hook::acquire, kind, [&] { all.lock(); }, "multi_lock::lock");
         auto e = p.election("e");
-        expect_typed(hook::acquire, kind, [&] { e.campaign(); }, "election::campaign");
-        expect_typed(hook::acquire, kind, [&] { (void)e.campaign(10ms); }, "election::campaign(timeout)");
-        expect_typed(hook::inspect, kind, [&] { (void)e.leader(); }, "election::leader");
+        expect_typed(
+            hook::acquire, kind, [&] { e.campaign(); }, "election::campaign");
+        expect_typed(
+            hook::acquire, kind, [&] { (void)e.campaign(10ms); }, "election::campaign(timeout)");
+        expect_typed(
+            hook::inspect, kind, [&] { (void)e.leader(); }, "election::leader");
         // Nothing is left held by the failed calls.
         CHECK_FALSE(m.held());
         CHECK_FALSE(all.held());

@@ -21,8 +21,7 @@ template <class Clock, class Duration>
 std::chrono::steady_clock::time_point steady_deadline(const std::chrono::time_point<Clock, Duration>& t) {
     if constexpr (std::is_same_v<Clock, std::chrono::steady_clock>)
         return std::chrono::time_point_cast<std::chrono::steady_clock::duration>(t);
-    else
-        return steady_deadline(t - Clock::now());
+    else return steady_deadline(t - Clock::now());
 }
 
 }  // namespace distlock::detail

@@ -60,13 +60,13 @@ enum class lock_kind : std::uint8_t {
 
 // What the core asks of a lock handle, resolved from lock_options and the URL.
 struct DISTLOCK_API lock_request {
-    std::string name;                  // 1..max_name_length arbitrary bytes
+    std::string name;  // 1..max_name_length arbitrary bytes
     lock_kind kind = lock_kind::exclusive;
     // For lock_kind::permit: the semaphore's size, >= 1. A backend with
     // feature::permit_limit refuses (invalid_argument_error from acquire()) a
     // request whose size differs from the one the server holds for the name.
     std::uint32_t permits = 0;
-    std::chrono::milliseconds lease;   // > 0, resolved (option, else URL lease=, else backend default)
+    std::chrono::milliseconds lease;  // > 0, resolved (option, else URL lease=, else backend default)
     // Lease locks (feature::lease_expiry): whether the core renews the lease
     // through backend::keepalive_batch() every `renew_interval`; without it the
     // grant simply expires (and is reported lost) when its lease has passed.
@@ -132,8 +132,7 @@ public:
         if (!report_) return;
         try {
             report_(std::move(reason));
-        } catch (...) {
-        }
+        } catch (...) {}
     }
 
 private:
@@ -216,8 +215,7 @@ public:
     // all). The core calls it only for handles that need it: lease locks with
     // auto_renew, and locks whose check_interval() is not 0. The default
     // reports every handle lost: a backend with such locks must override it.
-    virtual void keepalive_batch(std::span<lock_handle* const> handles,
-                                 std::span<keepalive_result> results);
+    virtual void keepalive_batch(std::span<lock_handle* const> handles, std::span<keepalive_result> results);
 
     // provider::inspect and election::leader: the lock of `name` and `kind`
     // (exclusive, or leader for a backend that claims feature::election) as

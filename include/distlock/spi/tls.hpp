@@ -70,7 +70,7 @@ struct DISTLOCK_API tls_start {
 // are both given and differ. TLS off with nothing given = off, whatever
 // start.base held. Reads no file.
 DISTLOCK_API tls_params take_tls(url& u, std::string_view backend, const tls_aliases& aliases = {},
-                                  const tls_start& start = {});
+                                 const tls_start& start = {});
 
 // Throws invalid_argument_error (for `backend`) naming the parameter, and the
 // path, never the content, for each file of `p` that this process cannot open

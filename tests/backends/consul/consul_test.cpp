@@ -3,10 +3,10 @@
 // (DISTLOCK_TEST_CONSUL_URL) when DISTLOCK_CONSUL_TESTS_REAL=1. Tests that need a server
 // configured differently (ACLs, Consul's 10 s minimum TTL) start their own
 // emulator.
-#include <nlohmann/json.hpp>
+#include <arpa/inet.h>
 #include <signal.h>
 #include <unistd.h>
-#include <arpa/inet.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -15,6 +15,7 @@
 #include <optional>
 #include <thread>
 
+#include "../http/fake_http_server.hpp"
 #include "child_process.hpp"
 #include "distlock/distlock.hpp"
 #include "distlock/spi/backend.hpp"
@@ -26,7 +27,6 @@
 #include "http/http_transfer.hpp"
 #include "support.hpp"
 #include "tcp_proxy.hpp"
-#include "../http/fake_http_server.hpp"
 
 using namespace std::chrono_literals;
 using distlock::test::eventually;
@@ -67,8 +67,9 @@ public:
     http::response call(const char* method, const std::string& target, const std::string& body = {}) {
         http::request r;
         r.method = method;
-        r.target = target + (token_.empty() ? "" : std::string(target.find('?') == std::string::npos ? "?" : "&") +
-                                                       "token=" + token_);
+        r.target =
+            target +
+            (token_.empty() ? "" : std::string(target.find('?') == std::string::npos ? "?" : "&") + "token=" + token_);
         r.body = body;
         return client_.send(r);
     }
@@ -85,14 +86,17 @@ public:
         for (auto& e : json::parse(r.body)) out[e["Key"].get<std::string>()] = e;
         return out;
     }
-    std::string semaphore_prefix(const std::string& name) const { return prefix_ + "/" + http::encode_name(name) + "/"; }
+    std::string semaphore_prefix(const std::string& name) const {
+        return prefix_ + "/" + http::encode_name(name) + "/";
+    }
     // The decoded value of an entry.
     static std::string value_of(const json& e) {
         if (!e.contains("Value") || e["Value"].is_null()) return {};
         return http::base64_decode(e["Value"].get<std::string>()).value_or("(not base64)");
     }
     std::string new_session(const std::string& behavior) {
-        auto r = call("PUT", "/v1/session/create", json{{"Name", "test"}, {"TTL", "10s"}, {"Behavior", behavior}}.dump());
+        auto r =
+            call("PUT", "/v1/session/create", json{{"Name", "test"}, {"TTL", "10s"}, {"Behavior", behavior}}.dump());
         REQUIRE(r.status == 200);
         return json::parse(r.body)["ID"].get<std::string>();
     }
@@ -358,7 +362,8 @@ TEST_CASE("an unreachable agent is unavailable at once", "[consul][input]") {
     CHECK(clk::now() - t0 < 10s);
 }
 
-TEST_CASE("a URL that points at another HTTP server than Consul is a bad argument, not 'retry later'", "[consul][input]") {
+TEST_CASE("a URL that points at another HTTP server than Consul is a bad argument, not 'retry later'",
+          "[consul][input]") {
     // A plain HTTP server answers GET with 404 (which connect() accepts: a missing
     // prefix) and PUT with 501: the first session create says what is wrong.
     const int port = distlock::test::free_port();
@@ -443,7 +448,8 @@ TEST_CASE("a hung agent: the holder is told of the loss within its lease, and un
     again.unlock();
 }
 
-TEST_CASE("a URL that points at a server that does not speak HTTP is a bad argument, not 'retry later'", "[consul][input]") {
+TEST_CASE("a URL that points at a server that does not speak HTTP is a bad argument, not 'retry later'",
+          "[consul][input]") {
     distlock::test::wrong_server other("-ERR unknown command\r\n");  // HTTP/0.9 to curl, which refuses it
     try {
         (void)distlock::connect("consul://" + other.address() + "/x");
@@ -473,8 +479,9 @@ TEST_CASE("a release the agent refuses keeps its kind (access denied), not 'in d
 
 // ---- the semaphore (api/semaphore.go's layout) -----------------------------------
 
-TEST_CASE("a permit is a contender key held by its session and an entry in .lock's Holders, as api/semaphore.go writes them",
-          "[consul][semaphore]") {
+TEST_CASE(
+    "a permit is a contender key held by its session and an entry in .lock's Holders, as api/semaphore.go writes them",
+    "[consul][semaphore]") {
     auto p = distlock::connect(url());
     agent consul(url());
     const auto name = unique_name("sem-layout/odd name");
@@ -540,7 +547,8 @@ TEST_CASE("a holder whose session is destroyed is told of its loss and pruned fr
     CHECK(consul.semaphore_keys(name).empty());
 }
 
-TEST_CASE("a Go client's holder written by hand counts, and is pruned once its session is gone", "[consul][semaphore]") {
+TEST_CASE("a Go client's holder written by hand counts, and is pruned once its session is gone",
+          "[consul][semaphore]") {
     auto p = distlock::connect(url());
     agent consul(url());
     const auto name = unique_name("sem-interop");
@@ -550,9 +558,9 @@ TEST_CASE("a Go client's holder written by hand counts, and is pruned once its s
     auto contender = consul.call("PUT", "/v1/kv/" + http::escape_path(prefix + go) + "?acquire=" + go +
                                             "&flags=" + std::to_string(kSemaphoreFlag));
     REQUIRE(contender.body.find("true") != std::string::npos);
-    auto admitted = consul.call("PUT", "/v1/kv/" + http::escape_path(prefix + ".lock") + "?cas=0&flags=" +
-                                           std::to_string(kSemaphoreFlag),
-                                "{\"Limit\":1,\"Holders\":{\"" + go + "\":true}}");
+    auto admitted = consul.call(
+        "PUT", "/v1/kv/" + http::escape_path(prefix + ".lock") + "?cas=0&flags=" + std::to_string(kSemaphoreFlag),
+        "{\"Limit\":1,\"Holders\":{\"" + go + "\":true}}");
     REQUIRE(admitted.body.find("true") != std::string::npos);
     auto s = p.semaphore(name, 1);
     CHECK_FALSE(s.try_acquire());
@@ -827,7 +835,8 @@ TEST_CASE("inspect of keys held by other Consul clients: api/lock.go without a v
     SECTION("api/lock.go (consul lock) without LockOptions.Value: held, no label, its ModifyIndex") {
         const auto name = unique_name("inspect-go-lock");
         const auto session = consul.new_session("release");
-        auto r = consul.call("PUT", consul.key_path(name) + "?flags=" + std::to_string(kLockFlag) + "&acquire=" + session);
+        auto r =
+            consul.call("PUT", consul.key_path(name) + "?flags=" + std::to_string(kLockFlag) + "&acquire=" + session);
         REQUIRE(r.status == 200);
         REQUIRE(r.body.find("true") != std::string::npos);
         auto info = observer.inspect(name);
@@ -996,12 +1005,14 @@ distlock::test::fake_http_server hostile_agent(
 }  // namespace
 
 TEST_CASE("a session ID that is not one is refused: nothing is sent with it", "[consul][hostile]") {
-    for (const std::string& id : std::vector<std::string>{"../../v1/kv/", "x&recurse", "a/b", "", std::string(200, 'a')}) {
+    for (const std::string& id :
+         std::vector<std::string>{"../../v1/kv/", "x&recurse", "a/b", "", std::string(200, 'a')}) {
         INFO("ID '" << id << "'");
-        auto server = hostile_agent([&](const distlock::test::fake_request& rq, int) -> std::optional<distlock::test::fake_reply> {
-            if (rq.target == "/v1/session/create") return distlock::test::fake_reply{200, json{{"ID", id}}.dump()};
-            return distlock::test::fake_reply{200, "true"};
-        });
+        auto server = hostile_agent(
+            [&](const distlock::test::fake_request& rq, int) -> std::optional<distlock::test::fake_reply> {
+                if (rq.target == "/v1/session/create") return distlock::test::fake_reply{200, json{{"ID", id}}.dump()};
+                return distlock::test::fake_reply{200, "true"};
+            });
         auto p = distlock::connect("consul://" + server.address() + "/h?lease=2s");
         auto m = p.mutex("n");
         CHECK_THROWS_AS(m.try_lock(), distlock::unavailable_error);
@@ -1015,19 +1026,25 @@ TEST_CASE("malformed or mistyped replies of the agent are typed distlock errors,
           "[consul][hostile]") {
     const std::vector<std::string> kv_bodies{
         "[{\"Key\":\"h/n\",\"Flags\":\"3304740253564472344\",\"Session\":\"s\"}]",  // Flags a string
-        "[{\"Key\":\"h/n\",\"Flags\":-1}]",                                        // negative
+        "[{\"Key\":\"h/n\",\"Flags\":-1}]",                                         // negative
         "[{\"Key\":\"h/n\",\"ModifyIndex\":1.5}]",                                  // not an integer
         "[{\"Key\":\"h/n\",\"LockIndex\":{}}]",                                     // an object
         "[{\"Key\":\"h/n\",\"Value\":\"not base64!\"}]",
-        "[\"a\"]", "{}", "[]", "[{", "\xff\xfe", "null"};
+        "[\"a\"]",
+        "{}",
+        "[]",
+        "[{",
+        "\xff\xfe",
+        "null"};
     for (const auto& body : kv_bodies) {
         INFO("KV reply " << body);
-        auto server = hostile_agent([&](const distlock::test::fake_request& rq, int) -> std::optional<distlock::test::fake_reply> {
-            if (rq.target == "/v1/session/create")
-                return distlock::test::fake_reply{200, "{\"ID\":\"0b5c2f8e-1c1e-4f7a-9d1e-3c2b1a0f9e8d\"}"};
-            if (rq.method == "GET") return distlock::test::fake_reply{200, body, {"X-Consul-Index: 5"}};
-            return distlock::test::fake_reply{200, "true"};
-        });
+        auto server = hostile_agent(
+            [&](const distlock::test::fake_request& rq, int) -> std::optional<distlock::test::fake_reply> {
+                if (rq.target == "/v1/session/create")
+                    return distlock::test::fake_reply{200, "{\"ID\":\"0b5c2f8e-1c1e-4f7a-9d1e-3c2b1a0f9e8d\"}"};
+                if (rq.method == "GET") return distlock::test::fake_reply{200, body, {"X-Consul-Index: 5"}};
+                return distlock::test::fake_reply{200, "true"};
+            });
         auto p = distlock::connect("consul://" + server.address() + "/h?lease=2s");
         try {
             (void)p.inspect("n");
@@ -1040,16 +1057,18 @@ TEST_CASE("malformed or mistyped replies of the agent are typed distlock errors,
     }
 }
 
-TEST_CASE("an agent that answers an endless body is unavailable at once, not a growing process", "[consul][hostile][caps]") {
+TEST_CASE("an agent that answers an endless body is unavailable at once, not a growing process",
+          "[consul][hostile][caps]") {
     // Bounded at 64 MiB, so that the code before (no cap) times out instead of eating the memory.
-    distlock::test::fake_http_server server([](const distlock::test::fake_request&, int fd)
-                                                -> std::optional<distlock::test::fake_reply> {
-        if (!distlock::test::scripted_server::send_all(fd, "HTTP/1.1 200 OK\r\nX-Consul-Index: 1\r\n\r\n[")) return std::nullopt;
-        const std::string chunk(64 * 1024, ' ');
-        for (int i = 0; i < 1024; ++i)
-            if (!distlock::test::scripted_server::send_all(fd, chunk)) break;
-        return std::nullopt;
-    });
+    distlock::test::fake_http_server server(
+        [](const distlock::test::fake_request&, int fd) -> std::optional<distlock::test::fake_reply> {
+            if (!distlock::test::scripted_server::send_all(fd, "HTTP/1.1 200 OK\r\nX-Consul-Index: 1\r\n\r\n["))
+                return std::nullopt;
+            const std::string chunk(64 * 1024, ' ');
+            for (int i = 0; i < 1024; ++i)
+                if (!distlock::test::scripted_server::send_all(fd, chunk)) break;
+            return std::nullopt;
+        });
     auto t0 = clk::now();
     try {
         (void)distlock::connect("consul://" + server.address() + "/h?timeout=20s");
@@ -1067,9 +1086,10 @@ TEST_CASE("the proxy environment is ignored: the token goes to the agent only, n
     distlock::test::fake_http_server proxy([](const distlock::test::fake_request&, int) {
         return distlock::test::fake_reply{404, ""};
     });
-    auto agent = hostile_agent([](const distlock::test::fake_request&, int) -> std::optional<distlock::test::fake_reply> {
-        return distlock::test::fake_reply{404, "", {"X-Consul-Index: 3"}};
-    });
+    auto agent =
+        hostile_agent([](const distlock::test::fake_request&, int) -> std::optional<distlock::test::fake_reply> {
+            return distlock::test::fake_reply{404, "", {"X-Consul-Index: 3"}};
+        });
     distlock::test::proxy_environment env("http://" + proxy.address());
     {
         auto p = distlock::connect("consul://" + agent.address() + "/h?token=s3cr3t-consul-token");
@@ -1110,9 +1130,10 @@ TEST_CASE("a KV document or a reply nested deeper than 64 levels is refused: nev
 
     // An agent whose listing nests a million levels: unexpected reply (a guard:
     // nothing recursed over a listing before either).
-    auto server = hostile_agent([&](const distlock::test::fake_request&, int) -> std::optional<distlock::test::fake_reply> {
-        return distlock::test::fake_reply{200, nested(1000000), {"X-Consul-Index: 5"}};
-    });
+    auto server =
+        hostile_agent([&](const distlock::test::fake_request&, int) -> std::optional<distlock::test::fake_reply> {
+            return distlock::test::fake_reply{200, nested(1000000), {"X-Consul-Index: 5"}};
+        });
     auto hostile = distlock::connect("consul://" + server.address() + "/h");
     CHECK_THROWS_AS((void)hostile.inspect("n"), distlock::unavailable_error);
 }
@@ -1134,19 +1155,26 @@ distlock::test::fake_http_server spinning_agent(std::atomic<int>& gets, std::str
         if (rq.method == "GET" && rq.target.rfind("/v1/kv/h/n/?", 0) == 0) {  // a semaphore's listing: full
             ++gets;
             const auto b64 = [](const std::string& v) { return http::base64_encode(v); };
-            const json entries = json::array(
-                {{{"Key", "h/n/.lock"}, {"Flags", kSemaphoreFlag}, {"ModifyIndex", 7},
-                  {"Value", b64(R"({"Limit":1,"Holders":{"another-session":true}})")}},
-                 {{"Key", "h/n/another-session"}, {"Flags", kSemaphoreFlag}, {"Session", "another-session"}, {"ModifyIndex", 6}},
-                 {{"Key", std::string("h/n/") + kSessionId}, {"Flags", kSemaphoreFlag}, {"Session", kSessionId}, {"ModifyIndex", 7}}});
+            const json entries = json::array({{{"Key", "h/n/.lock"},
+                                               {"Flags", kSemaphoreFlag},
+                                               {"ModifyIndex", 7},
+                                               {"Value", b64(R"({"Limit":1,"Holders":{"another-session":true}})")}},
+                                              {{"Key", "h/n/another-session"},
+                                               {"Flags", kSemaphoreFlag},
+                                               {"Session", "another-session"},
+                                               {"ModifyIndex", 6}},
+                                              {{"Key", std::string("h/n/") + kSessionId},
+                                               {"Flags", kSemaphoreFlag},
+                                               {"Session", kSessionId},
+                                               {"ModifyIndex", 7}}});
             std::vector<std::string> headers;
             if (!index.empty()) headers.push_back("X-Consul-Index: " + index);
             return distlock::test::fake_reply{200, entries.dump(), headers};
         }
         if (rq.method == "GET" && rq.target.rfind("/v1/kv/h/n", 0) == 0) {
             ++gets;
-            const json e{{"Key", "h/n"}, {"Flags", kLockFlag}, {"Session", ours ? kSessionId : "another-session"},
-                         {"Value", nullptr}, {"ModifyIndex", 7}, {"LockIndex", 1}};
+            const json e{{"Key", "h/n"},     {"Flags", kLockFlag}, {"Session", ours ? kSessionId : "another-session"},
+                         {"Value", nullptr}, {"ModifyIndex", 7},   {"LockIndex", 1}};
             std::vector<std::string> headers;
             if (!index.empty()) headers.push_back("X-Consul-Index: " + index);
             return distlock::test::fake_reply{200, json::array({e}).dump(), headers};

@@ -40,8 +40,7 @@ struct leader_killed {
         try {
             ctl("start " + member);
             ctl("wait " + member + " 60");
-        } catch (...) {
-        }
+        } catch (...) {}
     }
 };
 
@@ -99,8 +98,7 @@ TEST_CASE("killing the leader while a lock is held never yields two holders", "[
     }
 }
 
-TEST_CASE("threads of two providers keep a counter exact while the leader is killed and restarted",
-          "[etcd][cluster]") {
+TEST_CASE("threads of two providers keep a counter exact while the leader is killed and restarted", "[etcd][cluster]") {
     auto a = distlock::connect(url());
     auto b = distlock::connect(url());
     const auto name = unique_name("leader-counter");
@@ -122,8 +120,7 @@ TEST_CASE("threads of two providers keep a counter exact while the leader is kil
                 }
                 int now = ++inside;
                 int seen = max_inside.load();
-                while (now > seen && !max_inside.compare_exchange_weak(seen, now)) {
-                }
+                while (now > seen && !max_inside.compare_exchange_weak(seen, now)) {}
                 long v = counter;
                 std::this_thread::sleep_for(5ms);
                 counter = v + 1;
@@ -166,7 +163,8 @@ TEST_CASE("a hung member (SIGSTOP) does not cost the holder its lock", "[etcd][c
     } resume_member{pid};
     // Three leases: renewals time out on the hung member after TTL/3 and move on.
     bool always_held = true;
-    for (auto until = clk::now() + 6s; clk::now() < until; std::this_thread::sleep_for(50ms)) always_held &= holder.held();
+    for (auto until = clk::now() + 6s; clk::now() < until; std::this_thread::sleep_for(50ms))
+        always_held &= holder.held();
     CHECK(always_held);
     CHECK(rec.lost() == 0);
     auto other = b.mutex(name);

@@ -38,10 +38,9 @@ public:
         auto d = dir(name);
         auto end = d;
         end.back() = static_cast<char>(end.back() + 1);
-        auto reply = call("/v3/kv/range", {{"key", b64(d)},
-                                           {"range_end", b64(end)},
-                                           {"sort_order", "ASCEND"},
-                                           {"sort_target", "CREATE"}});
+        auto reply =
+            call("/v3/kv/range",
+                 {{"key", b64(d)}, {"range_end", b64(end)}, {"sort_order", "ASCEND"}, {"sort_target", "CREATE"}});
         return reply.value("kvs", nlohmann::json::array());
     }
 
@@ -58,10 +57,9 @@ public:
     nlohmann::json under(const std::string& prefix) {
         auto end = prefix;
         end.back() = static_cast<char>(end.back() + 1);
-        auto reply = call("/v3/kv/range", {{"key", b64(prefix)},
-                                           {"range_end", b64(end)},
-                                           {"sort_order", "ASCEND"},
-                                           {"sort_target", "CREATE"}});
+        auto reply =
+            call("/v3/kv/range",
+                 {{"key", b64(prefix)}, {"range_end", b64(end)}, {"sort_order", "ASCEND"}, {"sort_target", "CREATE"}});
         return reply.value("kvs", nlohmann::json::array());
     }
 

@@ -1,7 +1,7 @@
 // etcd:// specific behaviour, checked on the server itself (one member,
 // DISTLOCK_TEST_ETCD_URL from integration/servers/etcd.sh).
-#include <catch2/catch.hpp>
 #include <signal.h>
+#include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "../http/fake_http_server.hpp"
 #include "child_process.hpp"
 #include "distlock/distlock.hpp"
 #include "distlock/spi/backend.hpp"
@@ -22,7 +23,6 @@
 #include "etcd_support.hpp"
 #include "support.hpp"
 #include "tcp_proxy.hpp"
-#include "../http/fake_http_server.hpp"
 
 using namespace std::chrono_literals;
 using distlock::test::etcd_direct;
@@ -45,7 +45,8 @@ std::string endpoint() { return "http://" + base().substr(7); }
 
 }  // namespace
 
-TEST_CASE("the holder's key is <prefix>/<encoded name>/<lease hex>; uncontended, the token is its create revision", "[etcd]") {
+TEST_CASE("the holder's key is <prefix>/<encoded name>/<lease hex>; uncontended, the token is its create revision",
+          "[etcd]") {
     auto p = distlock::connect(url());
     etcd_direct etcd(url());
     const auto name = unique_name("layout/odd name");
@@ -231,7 +232,8 @@ TEST_CASE("a holder learns of its key's deletion at once, not at its next keepal
     auto again = p.mutex(name);
     again.lock();
     etcd_direct etcd(url());
-    for (int i = 0; i < 20; ++i) etcd.call("/v3/kv/put", {{"key", etcd_direct::b64(etcd.dir(name) + "zz-unrelated")}, {"value", "eA=="}});
+    for (int i = 0; i < 20; ++i)
+        etcd.call("/v3/kv/put", {{"key", etcd_direct::b64(etcd.dir(name) + "zz-unrelated")}, {"value", "eA=="}});
     etcd.call("/v3/kv/deleterange", {{"key", etcd_direct::b64(etcd.dir(name) + "zz-unrelated")}});
     std::this_thread::sleep_for(500ms);
     CHECK(again.held());
@@ -246,7 +248,8 @@ TEST_CASE("etcdctl lock and distlock exclude each other on the same directory", 
     const auto dir = etcd.dir(name);
     const std::string go_name = dir.substr(0, dir.size() - 1);  // Go's Mutex appends the '/'
     // etcdctl (Go's concurrency.Mutex) holds for 2 s while we try.
-    std::string cmd = "ETCDCTL_API=3 etcdctl --endpoints=" + endpoint() + " lock '" + go_name + "' sleep 2 >/dev/null 2>&1 &";
+    std::string cmd =
+        "ETCDCTL_API=3 etcdctl --endpoints=" + endpoint() + " lock '" + go_name + "' sleep 2 >/dev/null 2>&1 &";
     REQUIRE(std::system(cmd.c_str()) == 0);
     REQUIRE(eventually([&] { return etcd.keys(name).size() == 1; }, 10s));
     auto m = p.mutex(name);
@@ -259,8 +262,8 @@ TEST_CASE("etcdctl lock and distlock exclude each other on the same directory", 
                           "' echo got >/dev/null 2>&1";
     CHECK(std::system(blocked.c_str()) != 0);
     m.unlock();
-    std::string free_cmd = "ETCDCTL_API=3 timeout 10 etcdctl --endpoints=" + endpoint() + " lock '" + go_name +
-                           "' true >/dev/null 2>&1";
+    std::string free_cmd =
+        "ETCDCTL_API=3 timeout 10 etcdctl --endpoints=" + endpoint() + " lock '" + go_name + "' true >/dev/null 2>&1";
     CHECK(std::system(free_cmd.c_str()) == 0);
 }
 
@@ -306,18 +309,23 @@ public:
     private_tls_etcd() {
         dir_ = "/tmp/distlock-etcd-tls-" + distlock::spi::random_token().substr(0, 8);
         REQUIRE(sh("mkdir -p " + dir_ + " && openssl req -x509 -newkey rsa:2048 -nodes -keyout " + dir_ +
-                   "/key.pem -out " + dir_ + "/cert.pem -days 1 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1"
+                   "/key.pem -out " + dir_ +
+                   "/cert.pem -days 1 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1"
                    " >/dev/null 2>&1") == 0);
-        REQUIRE(sh("etcd --name p1 --data-dir " + dir_ + "/data --listen-client-urls https://127.0.0.1:12779"
-                   " --advertise-client-urls https://127.0.0.1:12779 --cert-file " + dir_ + "/cert.pem --key-file " +
-                   dir_ + "/key.pem --listen-peer-urls http://127.0.0.1:12780 --initial-advertise-peer-urls"
+        REQUIRE(sh("etcd --name p1 --data-dir " + dir_ +
+                   "/data --listen-client-urls https://127.0.0.1:12779"
+                   " --advertise-client-urls https://127.0.0.1:12779 --cert-file " +
+                   dir_ + "/cert.pem --key-file " + dir_ +
+                   "/key.pem --listen-peer-urls http://127.0.0.1:12780 --initial-advertise-peer-urls"
                    " http://127.0.0.1:12780 --initial-cluster p1=http://127.0.0.1:12780 --heartbeat-interval=10"
-                   " --election-timeout=100 >" + dir_ + "/log 2>&1 & echo $! > " + dir_ + "/pid") == 0);
-        REQUIRE(eventually([&] { return sh("curl -sf --cacert " + ca() + " https://127.0.0.1:12779/health | grep -q true") == 0; },
-                           20s));
+                   " --election-timeout=100 >" +
+                   dir_ + "/log 2>&1 & echo $! > " + dir_ + "/pid") == 0);
+        REQUIRE(eventually(
+            [&] { return sh("curl -sf --cacert " + ca() + " https://127.0.0.1:12779/health | grep -q true") == 0; },
+            20s));
         const std::string ctl = "ETCDCTL_API=3 etcdctl --endpoints=https://127.0.0.1:12779 --cacert=" + ca() + " ";
-        REQUIRE(sh(ctl + "user add root:rootpw >/dev/null && " + ctl + "user grant-role root root >/dev/null && " + ctl +
-                   "auth enable >/dev/null") == 0);
+        REQUIRE(sh(ctl + "user add root:rootpw >/dev/null && " + ctl + "user grant-role root root >/dev/null && " +
+                   ctl + "auth enable >/dev/null") == 0);
     }
     ~private_tls_etcd() { sh("kill -9 $(cat " + dir_ + "/pid) 2>/dev/null; sleep 0.2; rm -rf " + dir_); }
     std::string ca() const { return dir_ + "/cert.pem"; }
@@ -355,7 +363,8 @@ TEST_CASE("TLS and etcd authentication: right credentials lock, wrong ones are a
     }
 }
 
-TEST_CASE("a URL that points at a server that does not speak HTTP is a bad argument, not 'retry later'", "[etcd][input]") {
+TEST_CASE("a URL that points at a server that does not speak HTTP is a bad argument, not 'retry later'",
+          "[etcd][input]") {
     distlock::test::wrong_server other("-ERR unknown command\r\n");  // HTTP/0.9 to curl, which refuses it
     try {
         (void)distlock::connect("etcd://" + other.address() + "/x");
@@ -425,7 +434,7 @@ TEST_CASE("a read grant, a write grant and a permit are the keys of etcd's rwmut
     REQUIRE(size.size() == 1);
     CHECK(etcd_direct::unb64(size[0]["value"]) == "3");
     CHECK(etcd_direct::num(size[0], "lease") == 0);  // it outlives the holders' sessions
-    CHECK(etcd.under(sem).size() == 3);               // two permits and the size, nothing else
+    CHECK(etcd.under(sem).size() == 3);              // two permits and the size, nothing else
     s.release();
     CHECK(etcd.under(sem).size() == 2);
     s.release();
@@ -608,16 +617,16 @@ TEST_CASE("tokens strictly increase across hand-offs between distlock and etcdct
     const auto name = unique_name("interop-tokens");
     const auto dir = etcd.dir(name);
     const std::string go_name = dir.substr(0, dir.size() - 1);
-    const auto work = std::filesystem::temp_directory_path() /
-                      ("distlock-etcdctl-" + distlock::spi::random_token().substr(0, 8));
+    const auto work =
+        std::filesystem::temp_directory_path() / ("distlock-etcdctl-" + distlock::spi::random_token().substr(0, 8));
     std::filesystem::create_directories(work);
     const auto log = (work / "holders").string(), script = (work / "hold.sh").string(),
                finished = (work / "done").string();
     // While etcdctl holds the lock: append its ETCD_LOCK_REV to the log.
     std::ofstream(script) << "echo \"etcdctl $ETCD_LOCK_REV\" >> " << log << "\nsleep 0.03\n";
-    const std::string loop = "(for i in $(seq " + std::to_string(etcdctl_rounds) + "); do ETCDCTL_API=3 etcdctl --endpoints=" +
-                             endpoint() + " lock '" + go_name + "' sh " + script + " || echo failed >> " + log +
-                             "; done; touch " + finished + ") >/dev/null 2>&1 &";
+    const std::string loop = "(for i in $(seq " + std::to_string(etcdctl_rounds) +
+                             "); do ETCDCTL_API=3 etcdctl --endpoints=" + endpoint() + " lock '" + go_name + "' sh " +
+                             script + " || echo failed >> " + log + "; done; touch " + finished + ") >/dev/null 2>&1 &";
     REQUIRE(std::system(loop.c_str()) == 0);
     auto m = p.mutex(name);
     int ours = 0;
@@ -655,8 +664,8 @@ TEST_CASE("tokens strictly increase across hand-offs between distlock and etcdct
     CHECK(all.find("failed") == std::string::npos);
     CHECK(etcdctl_holds == etcdctl_rounds);
     CHECK(ours > 0);
-    CHECK(handoffs >= 20);        // the two tools really took turns
-    CHECK(increasing == pairs);   // every holder's number above the previous holder's
+    CHECK(handoffs >= 20);       // the two tools really took turns
+    CHECK(increasing == pairs);  // every holder's number above the previous holder's
     std::filesystem::remove_all(work);
 }
 
@@ -688,7 +697,8 @@ std::string go_name_of(etcd_direct& etcd, const std::string& name) {
     return dir.substr(0, dir.size() - 1);
 }
 
-const char* const kRange = R"(grpc_server_started_total{grpc_method="Range",grpc_service="etcdserverpb.KV",grpc_type="unary"})";
+const char* const kRange =
+    R"(grpc_server_started_total{grpc_method="Range",grpc_service="etcdserverpb.KV",grpc_type="unary"})";
 const char* const kTimeToLive =
     R"(grpc_server_started_total{grpc_method="LeaseTimeToLive",grpc_service="etcdserverpb.Lease",grpc_type="unary"})";
 const char* const kWrites[] = {
@@ -894,7 +904,8 @@ TEST_CASE("the names '.' and '..' stay inside the prefix on etcd too (keys are b
             REQUIRE(m.try_lock());
             auto keys = etcd.keys(name);
             REQUIRE(keys.size() == 1);
-            CHECK(etcd_direct::unb64(keys[0]["key"]).rfind(prefix + "/" + distlock::backends::http::encode_name(name) + "/", 0) == 0);
+            CHECK(etcd_direct::unb64(keys[0]["key"])
+                      .rfind(prefix + "/" + distlock::backends::http::encode_name(name) + "/", 0) == 0);
             auto sem = p.semaphore(name, 2);
             REQUIRE(sem.try_acquire());
             auto rw = p.shared_mutex(name);
@@ -927,7 +938,8 @@ TEST_CASE("an etcd prefix with a '.', '..' or empty segment is refused at connec
     }
 }
 
-TEST_CASE("a user name or password that is not UTF-8 is refused, without its bytes in the message", "[etcd][auth][input]") {
+TEST_CASE("a user name or password that is not UTF-8 is refused, without its bytes in the message",
+          "[etcd][auth][input]") {
     // Before: nlohmann threw type_error.316 ("invalid UTF-8 byte at index 1: 0xFF"),
     // which is no distlock::error, and named the byte.
     for (std::string userinfo : {"root:p%FFw", "root:%C3%28", "root:%ED%A0%80", "r%FFot:pw", "root:%F4%90%80%80"}) {
@@ -964,12 +976,15 @@ void typed_or_nothing(F&& f) {
 // else gets `{}`; authenticate answers `token`.
 distlock::test::fake_http_server fake_etcd(std::map<std::string, std::string> replies) {
     return distlock::test::fake_http_server(
-        [replies = std::move(replies)](const distlock::test::fake_request& rq, int) -> std::optional<distlock::test::fake_reply> {
+        [replies = std::move(replies)](const distlock::test::fake_request& rq,
+                                       int) -> std::optional<distlock::test::fake_reply> {
             auto it = replies.find(rq.target);
-            if (it != replies.end()) return distlock::test::fake_reply{it->second.rfind("!400", 0) == 0 ? 400 : 200,
-                                                                       it->second.rfind("!400", 0) == 0 ? it->second.substr(4) : it->second};
+            if (it != replies.end())
+                return distlock::test::fake_reply{it->second.rfind("!400", 0) == 0 ? 400 : 200,
+                                                  it->second.rfind("!400", 0) == 0 ? it->second.substr(4) : it->second};
             if (rq.target == "/v3/lease/grant") return distlock::test::fake_reply{200, R"({"ID":"7","TTL":"2"})"};
-            if (rq.target == "/v3/lease/keepalive") return distlock::test::fake_reply{200, R"({"result":{"ID":"7","TTL":"2"}})"};
+            if (rq.target == "/v3/lease/keepalive")
+                return distlock::test::fake_reply{200, R"({"result":{"ID":"7","TTL":"2"}})"};
             return distlock::test::fake_reply{200, "{}"};
         });
 }
@@ -991,7 +1006,8 @@ TEST_CASE("malformed or mistyped replies of etcd are typed distlock errors, neve
         "\xff\xfe"};
     for (const auto& txn : txns) {
         INFO("txn reply " << txn);
-        auto server = fake_etcd({{"/v3/kv/txn", txn}, {"/v3/kv/range", R"({"kvs":[{"create_revision":[]}],"count":{}})"}});
+        auto server =
+            fake_etcd({{"/v3/kv/txn", txn}, {"/v3/kv/range", R"({"kvs":[{"create_revision":[]}],"count":{}})"}});
         auto p = distlock::connect("etcd://" + server.address() + "/h?lease=2s");
         for (auto kind : {0, 1, 2}) {
             typed_or_nothing([&] {
@@ -1008,18 +1024,20 @@ TEST_CASE("malformed or mistyped replies of etcd are typed distlock errors, neve
             });
         }
     }
-    for (std::string range : {R"({"kvs":"x"})", R"({"kvs":[1]})", R"({"kvs":[{"value":{},"lease":"abc"}],"count":[]})",
-                              R"({"kvs":[{"key":5,"lease":{}}]})", R"([])", R"(!400{"message":{}})",
-                              R"(!400{"code":9,"message":"failed precondition"})", R"(!400{"code":5,"message":"not found"})"}) {
+    for (std::string range :
+         {R"({"kvs":"x"})", R"({"kvs":[1]})", R"({"kvs":[{"value":{},"lease":"abc"}],"count":[]})",
+          R"({"kvs":[{"key":5,"lease":{}}]})", R"([])", R"(!400{"message":{}})",
+          R"(!400{"code":9,"message":"failed precondition"})", R"(!400{"code":5,"message":"not found"})"}) {
         INFO("range reply " << range);
         // The connect probe is a range too: answered well, then the hostile ones.
         std::atomic<int> ranges{0};
-        distlock::test::fake_http_server server([&](const distlock::test::fake_request& rq, int) -> std::optional<distlock::test::fake_reply> {
-            if (rq.target == "/v3/kv/range" && ranges++ > 0)
-                return distlock::test::fake_reply{range.rfind("!400", 0) == 0 ? 400 : 200,
-                                                  range.rfind("!400", 0) == 0 ? range.substr(4) : range};
-            return distlock::test::fake_reply{200, R"({"header":{"revision":"1"}})"};
-        });
+        distlock::test::fake_http_server server(
+            [&](const distlock::test::fake_request& rq, int) -> std::optional<distlock::test::fake_reply> {
+                if (rq.target == "/v3/kv/range" && ranges++ > 0)
+                    return distlock::test::fake_reply{range.rfind("!400", 0) == 0 ? 400 : 200,
+                                                      range.rfind("!400", 0) == 0 ? range.substr(4) : range};
+                return distlock::test::fake_reply{200, R"({"header":{"revision":"1"}})"};
+            });
         auto p = distlock::connect("etcd://" + server.address() + "/h?lease=2s");
         typed_or_nothing([&] { (void)p.inspect("n"); });
         typed_or_nothing([&] { distlock::testing::break_lock(p, "n"); });
@@ -1028,8 +1046,8 @@ TEST_CASE("malformed or mistyped replies of etcd are typed distlock errors, neve
 
 TEST_CASE("break_lock deletes no key outside the name's directory, whatever the range answers", "[etcd][hostile]") {
     const std::string elsewhere = "/elsewhere/precious";
-    auto server = fake_etcd(
-        {{"/v3/kv/range", R"({"kvs":[{"key":")" + etcd_direct::b64(elsewhere) + R"(","create_revision":"3"}],"count":"1"})"}});
+    auto server = fake_etcd({{"/v3/kv/range", R"({"kvs":[{"key":")" + etcd_direct::b64(elsewhere) +
+                                                  R"(","create_revision":"3"}],"count":"1"})"}});
     auto p = distlock::connect("etcd://" + server.address() + "/h?lease=2s");
     CHECK_THROWS_AS(distlock::testing::break_lock(p, "n"), distlock::unavailable_error);
     for (const auto& rq : server.requests()) {
@@ -1054,7 +1072,8 @@ TEST_CASE("an auth token with a control character is refused: no header is injec
     }
 }
 
-TEST_CASE("the proxy environment is ignored: the password goes to etcd only, never to a proxy", "[etcd][hostile][proxy]") {
+TEST_CASE("the proxy environment is ignored: the password goes to etcd only, never to a proxy",
+          "[etcd][hostile][proxy]") {
     // A proxy named by http_proxy or ALL_PROXY would read the authenticate body
     // (user and password) and the token (and could answer as etcd): libcurl
     // obeys them unless told not to.
@@ -1137,14 +1156,16 @@ TEST_CASE("a keepalive reply or a watch line nested a million levels deep is a t
         if (rq.target == "/v3/lease/keepalive") return distlock::test::fake_reply{200, deep};
         if (rq.target == "/v3/watch") return distlock::test::fake_reply{200, deep + "\n"};
         // The holder's acquire is granted at once; the waiter's finds a key ahead of its own.
-        const std::string first = rq.body.find(etcd_direct::b64(held_dir).substr(0, 8)) != std::string::npos ? "5" : "1";
+        const std::string first =
+            rq.body.find(etcd_direct::b64(held_dir).substr(0, 8)) != std::string::npos ? "5" : "1";
         if (rq.target == "/v3/kv/txn")
             return distlock::test::fake_reply{
-                200, R"({"succeeded":true,"header":{"revision":"5"},"responses":[{},{"response_range":{"kvs":[{"key":")" +
-                         other + R"(","create_revision":")" + first + R"("}]}}]})"};
+                200,
+                R"({"succeeded":true,"header":{"revision":"5"},"responses":[{},{"response_range":{"kvs":[{"key":")" +
+                    other + R"(","create_revision":")" + first + R"("}]}}]})"};
         if (rq.target == "/v3/kv/range")
-            return distlock::test::fake_reply{
-                200, R"({"header":{"revision":"5"},"kvs":[{"key":")" + other + R"(","create_revision":"1"}],"count":"1"})"};
+            return distlock::test::fake_reply{200, R"({"header":{"revision":"5"},"kvs":[{"key":")" + other +
+                                                       R"(","create_revision":"1"}],"count":"1"})"};
         return distlock::test::fake_reply{200, R"({"header":{"revision":"5"}})"};
     });
     for (std::string which : {"watch", "keepalive"}) {
@@ -1174,28 +1195,33 @@ constexpr const char* kInt64Max = "9223372036854775807";
 distlock::test::fake_http_server scripted_member(
     std::string revision, std::string ttl,
     std::function<std::optional<distlock::test::fake_reply>(const distlock::test::fake_request&)> answer = {}) {
-    return distlock::test::fake_http_server([=](const distlock::test::fake_request& rq,
-                                               int) -> std::optional<distlock::test::fake_reply> {
-        if (answer)
-            if (auto r = answer(rq)) return r;
-        const std::string other = etcd_direct::b64("/h/waited/0");
-        if (rq.target == "/v3/lease/grant") return distlock::test::fake_reply{200, R"({"ID":"7","TTL":")" + ttl + R"("})"};
-        if (rq.target == "/v3/lease/keepalive")
-            return distlock::test::fake_reply{200, R"({"result":{"ID":"7","TTL":")" + ttl + R"("}})"};
-        if (rq.target == "/v3/lease/timetolive") return distlock::test::fake_reply{200, R"({"ID":"7","TTL":")" + ttl + R"("})"};
-        const bool held = rq.body.find(etcd_direct::b64("/h/held/").substr(0, 8)) != std::string::npos;
-        const std::string kv = R"({"key":")" + other + R"(","create_revision":")" + (held ? revision : "1") +
-                               R"(","mod_revision":")" + revision + R"(","lease":"7","value":")" + etcd_direct::b64("x") + R"("})";
-        if (rq.target == "/v3/kv/txn")
-            return distlock::test::fake_reply{200, R"({"succeeded":true,"header":{"revision":")" + revision +
-                                                       R"("},"responses":[{},{"response_range":{"kvs":[)" + kv + "]}}]}"};
-        if (rq.target == "/v3/kv/range")
-            return distlock::test::fake_reply{200, R"({"header":{"revision":")" + revision + R"("},"kvs":[)" + kv + R"(],"count":"1"})"};
-        if (rq.target == "/v3/watch")  // a put of the watched key, then the stream ends
-            return distlock::test::fake_reply{200, R"({"result":{"events":[{"type":"PUT","kv":{"mod_revision":")" + revision +
-                                                       "\"}}]}}\n"};
-        return distlock::test::fake_reply{200, R"({"header":{"revision":")" + revision + R"("}})"};
-    });
+    return distlock::test::fake_http_server(
+        [=](const distlock::test::fake_request& rq, int) -> std::optional<distlock::test::fake_reply> {
+            if (answer)
+                if (auto r = answer(rq)) return r;
+            const std::string other = etcd_direct::b64("/h/waited/0");
+            if (rq.target == "/v3/lease/grant")
+                return distlock::test::fake_reply{200, R"({"ID":"7","TTL":")" + ttl + R"("})"};
+            if (rq.target == "/v3/lease/keepalive")
+                return distlock::test::fake_reply{200, R"({"result":{"ID":"7","TTL":")" + ttl + R"("}})"};
+            if (rq.target == "/v3/lease/timetolive")
+                return distlock::test::fake_reply{200, R"({"ID":"7","TTL":")" + ttl + R"("})"};
+            const bool held = rq.body.find(etcd_direct::b64("/h/held/").substr(0, 8)) != std::string::npos;
+            const std::string kv = R"({"key":")" + other + R"(","create_revision":")" + (held ? revision : "1") +
+                                   R"(","mod_revision":")" + revision + R"(","lease":"7","value":")" +
+                                   etcd_direct::b64("x") + R"("})";
+            if (rq.target == "/v3/kv/txn")
+                return distlock::test::fake_reply{200, R"({"succeeded":true,"header":{"revision":")" + revision +
+                                                           R"("},"responses":[{},{"response_range":{"kvs":[)" + kv +
+                                                           "]}}]}"};
+            if (rq.target == "/v3/kv/range")
+                return distlock::test::fake_reply{
+                    200, R"({"header":{"revision":")" + revision + R"("},"kvs":[)" + kv + R"(],"count":"1"})"};
+            if (rq.target == "/v3/watch")  // a put of the watched key, then the stream ends
+                return distlock::test::fake_reply{
+                    200, R"({"result":{"events":[{"type":"PUT","kv":{"mod_revision":")" + revision + "\"}}]}}\n"};
+            return distlock::test::fake_reply{200, R"({"header":{"revision":")" + revision + R"("}})"};
+        });
 }
 
 }  // namespace
@@ -1241,13 +1267,13 @@ TEST_CASE("a member that ends every watch at once makes neither a waiter nor a h
     // and the held lock's monitor watched again at once for as long as the lock
     // was held.
     std::atomic<int> watches{0}, ranges{0};
-    auto server = scripted_member("5", "10", [&](const distlock::test::fake_request& rq)
-                                                 -> std::optional<distlock::test::fake_reply> {
-        if (rq.target == "/v3/kv/range") ++ranges;
-        if (rq.target != "/v3/watch") return std::nullopt;
-        ++watches;
-        return distlock::test::fake_reply{200, ""};
-    });
+    auto server = scripted_member(
+        "5", "10", [&](const distlock::test::fake_request& rq) -> std::optional<distlock::test::fake_reply> {
+            if (rq.target == "/v3/kv/range") ++ranges;
+            if (rq.target != "/v3/watch") return std::nullopt;
+            ++watches;
+            return distlock::test::fake_reply{200, ""};
+        });
     auto p = distlock::connect("etcd://" + server.address() + "/h?lease=10s");
     ranges = 0;
     auto waiter = p.mutex("waited");

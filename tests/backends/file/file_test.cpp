@@ -178,8 +178,8 @@ void chown_to(const fs::path& p, uid_t uid, gid_t gid) { REQUIRE(::lchown(p.c_st
 int distlock::test::before_run(const std::vector<test_case_info>& cases, std::vector<std::string>& exclusions) {
     std::vector<gid_t> groups(static_cast<std::size_t>(std::max(0, ::getgroups(0, nullptr))));
     groups.resize(static_cast<std::size_t>(std::max(0, ::getgroups(static_cast<int>(groups.size()), groups.data()))));
-    const bool in_nogroup = ::getegid() == nobody_gid ||
-                            std::find(groups.begin(), groups.end(), nobody_gid) != groups.end();
+    const bool in_nogroup =
+        ::getegid() == nobody_gid || std::find(groups.begin(), groups.end(), nobody_gid) != groups.end();
     if (is_root() && !in_nogroup) return 0;
     exclusions.push_back("~[other-user]");
     for (const auto& c : cases)
@@ -266,7 +266,7 @@ TEST_CASE("a semaphore's stored size bounds no loop: a huge one is answered at o
     auto done = std::make_shared<std::promise<std::string>>();
     auto answer = done->get_future();
     std::thread([&p, done] {  // one open() per stored slot took hours: bounded by a timeout
-        std::string result;  // set once nothing of p is in use any more
+        std::string result;   // set once nothing of p is in use any more
         try {
             bool got = false;
             {
@@ -279,7 +279,8 @@ TEST_CASE("a semaphore's stored size bounds no loop: a huge one is answered at o
             result = std::string("error: ") + e.what();
         }
         done->set_value(result);
-    }).detach();
+    })
+        .detach();
     if (answer.wait_for(10s) != std::future_status::ready) {
         std::cerr << "FAILED: a semaphore with a stored size of 4000000000 still runs after 10 s\n";
         std::_Exit(1);  // the thread cannot be stopped: end the program, failed
@@ -495,7 +496,7 @@ TEST_CASE("a literal name sha256-<hex> and the long name hashed to it are two lo
     CHECK(other.try_lock());
     if (other.held()) other.unlock();
     held.unlock();
-    CHECK(fs::exists(d.locks / (literal + ".lock")));             // the hashed name's file, as before
+    CHECK(fs::exists(d.locks / (literal + ".lock")));                    // the hashed name's file, as before
     CHECK(fs::exists(d.locks / ("%73" + literal.substr(1) + ".lock")));  // the literal one's, escaped
 }
 

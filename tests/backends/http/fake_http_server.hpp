@@ -42,8 +42,7 @@ class fake_http_server {
 public:
     using handler = std::function<std::optional<fake_reply>(const fake_request&, int fd)>;
 
-    explicit fake_http_server(handler answer)
-        : answer_(std::move(answer)), server_([this](int fd) { serve(fd); }) {}
+    explicit fake_http_server(handler answer) : answer_(std::move(answer)), server_([this](int fd) { serve(fd); }) {}
 
     // "127.0.0.1:<port>"
     std::string address() const { return server_.address(); }
@@ -55,8 +54,8 @@ public:
 
     // A reply's bytes, with Content-Length.
     static std::string format(const fake_reply& r) {
-        std::string out = "HTTP/1.1 " + std::to_string(r.status) + " X\r\nContent-Length: " +
-                          std::to_string(r.body.size()) + "\r\n";
+        std::string out =
+            "HTTP/1.1 " + std::to_string(r.status) + " X\r\nContent-Length: " + std::to_string(r.body.size()) + "\r\n";
         for (const auto& h : r.headers) out += h + "\r\n";
         return out + "\r\n" + r.body;
     }
@@ -127,14 +126,12 @@ private:
 class proxy_environment {
 public:
     explicit proxy_environment(const std::string& proxy_url) {
-        for (const char* name : {"http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy",
-                                 "NO_PROXY"}) {
+        for (const char* name :
+             {"http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"}) {
             const char* old = std::getenv(name);
             saved_.emplace_back(name, old == nullptr ? std::nullopt : std::optional<std::string>(old));
-            if (std::string_view(name) == "no_proxy" || std::string_view(name) == "NO_PROXY")
-                ::unsetenv(name);
-            else
-                ::setenv(name, proxy_url.c_str(), 1);
+            if (std::string_view(name) == "no_proxy" || std::string_view(name) == "NO_PROXY") ::unsetenv(name);
+            else ::setenv(name, proxy_url.c_str(), 1);
         }
     }
     ~proxy_environment() {

@@ -3,13 +3,13 @@
 // inject headers, replies that never end, servers that trickle, peers that
 // close, and the descriptors a child process would inherit. Each fake server
 // is a distlock::test::scripted_server (through fake_http_server.hpp).
-#include <catch2/catch.hpp>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <catch2/catch.hpp>
 
 #include <clocale>
 #include <cstdlib>
@@ -76,7 +76,8 @@ TEST_CASE("the names '.' and '..' are encoded whole; other dots are kept", "[htt
     CHECK(http::encode_name("%2E%2E") == "%252E%252E");
     // Still injective on the lookalikes of a dot segment.
     std::set<std::string> seen;
-    for (std::string n : {".", "..", "%2E", "%2E%2E", "%252E", ". ", "..."}) CHECK(seen.insert(http::encode_name(n)).second);
+    for (std::string n : {".", "..", "%2E", "%2E%2E", "%252E", ". ", "..."})
+        CHECK(seen.insert(http::encode_name(n)).second);
     // As a URL path: curl_easy_escape keeps '.', so a dot segment could only come from the name.
     CHECK(http::escape_path("p/" + http::encode_name("..")) == "p/%252E%252E");
 }
@@ -87,7 +88,8 @@ TEST_CASE("name mapping does not depend on the process locale", "[http][names]")
     // the C locale. Build one (localedef, half a second) in a temporary directory.
     const auto dir = std::filesystem::temp_directory_path() / ("distlock-locale-" + distlock::spi::random_token());
     std::filesystem::create_directories(dir);
-    const std::string made = "localedef -i fr_FR -f ISO-8859-1 " + (dir / "fr_FR.ISO-8859-1").string() + " >/dev/null 2>&1";
+    const std::string made =
+        "localedef -i fr_FR -f ISO-8859-1 " + (dir / "fr_FR.ISO-8859-1").string() + " >/dev/null 2>&1";
     const bool built = std::system(made.c_str()) == 0;
     ::setenv("LOCPATH", dir.c_str(), 1);
     const char* set = built ? std::setlocale(LC_ALL, "fr_FR.ISO-8859-1") : nullptr;
@@ -105,8 +107,8 @@ TEST_CASE("name mapping does not depend on the process locale", "[http][names]")
 }
 
 TEST_CASE("a key prefix with an empty, '.' or '..' segment, or a control character, is refused", "[http][names]") {
-    for (const std::string& bad : std::vector<std::string>{"..", ".", "a/..", "a/../b", "./a", "a//b", "/a", "a/", "", std::string("a\0b", 3), "a\nb",
-                            "a\x7f"}) {
+    for (const std::string& bad : std::vector<std::string>{"..", ".", "a/..", "a/../b", "./a", "a//b", "/a", "a/", "",
+                                                           std::string("a\0b", 3), "a\nb", "a\x7f"}) {
         INFO("prefix '" << bad << "'");
         try {
             http::check_prefix("test", bad);
@@ -242,7 +244,8 @@ TEST_CASE("connections to the server are close-on-exec, and so is every descript
     fake_http_server server([](const fake_request&, int) { return fake_reply{200, "\"leader\""}; });
     std::set<int> before;  // without the listing's own descriptor, whose number is free again after it
     for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd"))
-        if (std::error_code ec; std::filesystem::read_symlink(entry.path(), ec).string().find("/fd") == std::string::npos)
+        if (std::error_code ec;
+            std::filesystem::read_symlink(entry.path(), ec).string().find("/fd") == std::string::npos)
             before.insert(std::stoi(entry.path().filename().string()));
     http::client c(opts(server.address()));
     c.send(get("/v1/status/leader"));  // the connection stays in the pool, open
@@ -383,7 +386,8 @@ TEST_CASE("only http and https are spoken, and a redirect is not followed", "[ht
 TEST_CASE("a reply nested deeper than 64 levels is refused before it is parsed; brackets in strings do not count",
           "[http][json]") {
     const auto nested = [](int depth, const std::string& inner = "") {
-        return std::string(static_cast<std::size_t>(depth), '[') + inner + std::string(static_cast<std::size_t>(depth), ']');
+        return std::string(static_cast<std::size_t>(depth), '[') + inner +
+               std::string(static_cast<std::size_t>(depth), ']');
     };
     CHECK(http::json_depth_within(nested(64), 64));
     CHECK_FALSE(http::json_depth_within(nested(65), 64));

@@ -71,7 +71,8 @@ TEST_CASE("encoded names keep safe bytes, escape the rest and never contain a sl
     CHECK(http::encode_name("%") == "%25");
     // Injective on a set of lookalikes.
     std::set<std::string> seen;
-    for (std::string n : {"a/b", "a%2Fb", "a%252Fb", "a b", "a+b", "a%20b"}) CHECK(seen.insert(http::encode_name(n)).second);
+    for (std::string n : {"a/b", "a%2Fb", "a%252Fb", "a b", "a+b", "a%20b"})
+        CHECK(seen.insert(http::encode_name(n)).second);
     CHECK(http::escape_path("a b/c%d") == "a%20b/c%25d");
 }
 
@@ -143,12 +144,13 @@ TEST_CASE("the loop runs requests concurrently and cancels a watch synchronously
 
     const auto key = "/http-test/" + distlock::spi::random_token();
     std::atomic<int> lines{0}, done{0};
-    auto id = loop.start(post("/v3/watch", {{"create_request", {{"key", b64(key)}}}}, 30s),
-                         [&](std::string_view) {
-                             ++lines;
-                             return true;
-                         },
-                         [&](http::transfer_result) { ++done; });
+    auto id = loop.start(
+        post("/v3/watch", {{"create_request", {{"key", b64(key)}}}}, 30s),
+        [&](std::string_view) {
+            ++lines;
+            return true;
+        },
+        [&](http::transfer_result) { ++done; });
     REQUIRE(eventually([&] { return lines.load() >= 1; }, 5s));  // "created"
     c.send(post("/v3/kv/put", {{"key", b64(key)}, {"value", b64("v")}}));
     REQUIRE(eventually([&] { return lines.load() >= 2; }, 5s));  // the event
@@ -166,14 +168,15 @@ TEST_CASE("a delayed transfer waits for its delay and a cancelled one never call
     std::atomic<int> done{0};
     auto t0 = clk::now();
     std::atomic<long long> took{0};
-    loop.start(post("/v3/kv/range", {{"key", b64("x")}}), nullptr,
-               [&](http::transfer_result r) {
-                   took = std::chrono::duration_cast<std::chrono::milliseconds>(clk::now() - t0).count();
-                   done += r.how == http::outcome::completed ? 1 : 100;
-               },
-               300ms);
-    auto never = loop.start(post("/v3/kv/range", {{"key", b64("y")}}), nullptr, [&](http::transfer_result) { done += 1000; },
-                            200ms);
+    loop.start(
+        post("/v3/kv/range", {{"key", b64("x")}}), nullptr,
+        [&](http::transfer_result r) {
+            took = std::chrono::duration_cast<std::chrono::milliseconds>(clk::now() - t0).count();
+            done += r.how == http::outcome::completed ? 1 : 100;
+        },
+        300ms);
+    auto never = loop.start(
+        post("/v3/kv/range", {{"key", b64("y")}}), nullptr, [&](http::transfer_result) { done += 1000; }, 200ms);
     loop.cancel(never);
     REQUIRE(eventually([&] { return done.load() != 0; }, 5s));
     std::this_thread::sleep_for(300ms);

@@ -54,7 +54,7 @@ TEST_CASE("break_lock reports the loss to the holder through its sink, once", "[
     CHECK(losses[0].token == token);
     CHECK(losses[0].reason.find("break_lock") != std::string::npos);
     auto other = distlock::connect("memory://breaks").mutex(name);  // another provider: m still has its turn here
-    CHECK(other.try_lock());  // free again, with a higher token
+    CHECK(other.try_lock());                                        // free again, with a higher token
     CHECK(other.token() > token);
     other.unlock();
     m.unlock();  // finds the grant gone: not reported again

@@ -10,11 +10,11 @@
 #include <sys/socket.h>
 
 #include <atomic>
-#include <mutex>
-#include <cstdio>
-#include <cstdlib>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -55,15 +55,15 @@ inline std::string greeting() {
     std::string p;
     p += '\x0a';
     p += std::string("5.5.5-10.11.0-MariaDB-fake") + '\0';
-    p += le(42, 4);                      // connection id
-    p += "abcdefgh";                     // auth-plugin-data part 1
+    p += le(42, 4);   // connection id
+    p += "abcdefgh";  // auth-plugin-data part 1
     p += '\0';
     p += le(caps & 0xffff, 2);
-    p += '\x2d';                         // utf8mb4_general_ci
-    p += le(0x0002, 2);                  // status: autocommit
+    p += '\x2d';         // utf8mb4_general_ci
+    p += le(0x0002, 2);  // status: autocommit
     p += le(caps >> 16, 2);
-    p += static_cast<char>(21);          // auth-plugin-data length
-    p += std::string(10, '\0');          // reserved
+    p += static_cast<char>(21);               // auth-plugin-data length
+    p += std::string(10, '\0');               // reserved
     p += std::string("ijklmnopqrst") + '\0';  // auth-plugin-data part 2
     p += std::string("mysql_native_password") + '\0';
     return packet(0, p);
@@ -148,8 +148,7 @@ struct script {
 
 class server {
 public:
-    explicit server(script s)
-        : script_(std::move(s)), srv_([this](int fd) { serve(fd); }) {}
+    explicit server(script s) : script_(std::move(s)), srv_([this](int fd) { serve(fd); }) {}
     int port() const { return srv_.port(); }
     // Replies trickled so far (started).
     int trickled() const { return trickled_.load(); }
@@ -171,10 +170,11 @@ private:
             return;
         const auto login = read_packet(fd);
         if (!login || !scripted_server::send_all(fd, ok(2))) return;  // any login is fine
-        if (login->size() >= 4) caps_ = static_cast<std::uint32_t>(static_cast<unsigned char>((*login)[0])) |
-                                        static_cast<std::uint32_t>(static_cast<unsigned char>((*login)[1])) << 8 |
-                                        static_cast<std::uint32_t>(static_cast<unsigned char>((*login)[2])) << 16 |
-                                        static_cast<std::uint32_t>(static_cast<unsigned char>((*login)[3])) << 24;
+        if (login->size() >= 4)
+            caps_ = static_cast<std::uint32_t>(static_cast<unsigned char>((*login)[0])) |
+                    static_cast<std::uint32_t>(static_cast<unsigned char>((*login)[1])) << 8 |
+                    static_cast<std::uint32_t>(static_cast<unsigned char>((*login)[2])) << 16 |
+                    static_cast<std::uint32_t>(static_cast<unsigned char>((*login)[3])) << 24;
         bool trickled = false, infile = false;
         while (auto cmd = read_packet(fd)) {
             if (cmd->empty() || (*cmd)[0] == '\x01') return;  // COM_QUIT
@@ -184,9 +184,8 @@ private:
                 trickled = true;
                 ++trickled_;
                 std::uint8_t seq = 1;
-                const std::string reply = q.rfind("SELECT", 0) == 0
-                                              ? rows_of(seq, select_columns(q), 1, "1", 0x0002)
-                                              : ok(1, std::string(script_.reply_bytes, 'x'));
+                const std::string reply = q.rfind("SELECT", 0) == 0 ? rows_of(seq, select_columns(q), 1, "1", 0x0002)
+                                                                    : ok(1, std::string(script_.reply_bytes, 'x'));
                 if (!scripted_server::trickle(fd, reply, script_.gap)) return;
                 continue;
             }
@@ -234,8 +233,7 @@ private:
             if (q.rfind("SELECT", 0) == 0 || q.rfind("SHOW", 0) == 0)
                 out += odd ? rows_of(seq, select_columns(q), script_.odd_rows, script_.odd_cell, status)
                            : rows_of(seq, select_columns(q), 1, "1", status);
-            else
-                out += ok(seq++, {}, status);
+            else out += ok(seq++, {}, status);
         }
         return out;
     }

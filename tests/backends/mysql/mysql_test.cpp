@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "child_process.hpp"
 #include "distlock/distlock.hpp"
 #include "distlock/spi/backend.hpp"
-#include "child_process.hpp"
 #include "distlock/testing.hpp"
 #include "fake_mysql.hpp"
 #include "mysql_dialect.hpp"
@@ -55,21 +55,28 @@ const dialect_facts& sql_test::facts() {
         .kill = "KILL ?",
         // The key and the holder's mark as the server computes them (the named
         // lock 'distlock:' + 55, or 'distlock#row:' + 51 hex digits of the digest).
-        .native_holder = [](raw_sql& db, const std::string& name) {
-            return db.scalar("SELECT IS_USED_LOCK(CONCAT('distlock:', LEFT(SHA2(CONCAT(CAST(DATABASE() AS BINARY), X'00', ?, X'00', ?),"
-                             " 256), 55)))",
-                             {db.table(), s::bytes{name}});
-        },
-        .row_holder = [](raw_sql& db, const std::string& name) {
-            return db.scalar("SELECT IS_USED_LOCK(CONCAT('distlock#row:', LEFT(SHA2(CONCAT(CAST(DATABASE() AS BINARY), X'00', ?, X'00',"
-                             " ?), 256), 51)))",
-                             {db.table(), s::bytes{name}});
-        },
+        .native_holder =
+            [](raw_sql& db, const std::string& name) {
+                return db.scalar(
+                    "SELECT IS_USED_LOCK(CONCAT('distlock:', LEFT(SHA2(CONCAT(CAST(DATABASE() AS BINARY), X'00', ?, "
+                    "X'00', ?),"
+                    " 256), 55)))",
+                    {db.table(), s::bytes{name}});
+            },
+        .row_holder =
+            [](raw_sql& db, const std::string& name) {
+                return db.scalar(
+                    "SELECT IS_USED_LOCK(CONCAT('distlock#row:', LEFT(SHA2(CONCAT(CAST(DATABASE() AS BINARY), X'00', "
+                    "?, X'00',"
+                    " ?), 256), 51)))",
+                    {db.table(), s::bytes{name}});
+            },
         .fence_object = "TABLE",
         .count_unit = "statements",
         .server_count = [](raw_sql& db) -> std::int64_t {
-            auto n = db.scalar("SELECT SELECT_COMMANDS + UPDATE_COMMANDS + OTHER_COMMANDS FROM"
-                               " information_schema.USER_STATISTICS WHERE USER = 'distlock_count'");
+            auto n = db.scalar(
+                "SELECT SELECT_COMMANDS + UPDATE_COMMANDS + OTHER_COMMANDS FROM"
+                " information_schema.USER_STATISTICS WHERE USER = 'distlock_count'");
             return n ? std::stoll(*n) : 0;
         },
         // get-lock: SELECT IF(GET_LOCK(), NEXTVAL(), NULL); SELECT RELEASE_LOCK().
@@ -89,10 +96,11 @@ const dialect_facts& sql_test::facts() {
                           " expires_at DATETIME(6) NULL, version BIGINT NOT NULL DEFAULT 0, holder BIGINT NULL,"
                           " PRIMARY KEY (name)) ENGINE=InnoDB",
                           "CREATE TABLE {t}_rows (name VARBINARY(1024) NOT NULL, PRIMARY KEY (name)) ENGINE=InnoDB"},
-        .previous_tables = {"CREATE TABLE {t} (name VARBINARY(1024) NOT NULL, owner VARCHAR(64) CHARACTER SET ascii NULL,"
-                            " expires_at DATETIME(6) NULL, version BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (name))"
-                            " ENGINE=InnoDB",
-                            "CREATE TABLE {t}_rows (name VARBINARY(1024) NOT NULL, PRIMARY KEY (name)) ENGINE=InnoDB"},
+        .previous_tables =
+            {"CREATE TABLE {t} (name VARBINARY(1024) NOT NULL, owner VARCHAR(64) CHARACTER SET ascii NULL,"
+             " expires_at DATETIME(6) NULL, version BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (name))"
+             " ENGINE=InnoDB",
+             "CREATE TABLE {t}_rows (name VARBINARY(1024) NOT NULL, PRIMARY KEY (name)) ENGINE=InnoDB"},
         .in_an_hour = "UTC_TIMESTAMP(6) + INTERVAL 1 HOUR",
         .an_hour_ago = "UTC_TIMESTAMP(6) - INTERVAL 1 HOUR",
         // permit: [SET @n, @s; INSERT ... SELECT ... NEXTVAL() ... ON DUPLICATE KEY; SELECT token, size]; DELETE.
@@ -148,9 +156,11 @@ TEST_CASE("GET_LOCK keys are the ones the server's own SQL computes, in the data
                           "Upper/" + distlock::spi::random_token().substr(0, 8), prefix + std::string(900, 'x')}) {
         auto m = p.mutex(n);
         REQUIRE(m.try_lock());
-        auto key = db.scalar("SELECT CONCAT('distlock:', LEFT(SHA2(CONCAT(CAST(DATABASE() AS BINARY), X'00', 'distlock_locks', X'00', ?),"
-                             " 256), 55))",
-                             {s::bytes{n}});
+        auto key = db.scalar(
+            "SELECT CONCAT('distlock:', LEFT(SHA2(CONCAT(CAST(DATABASE() AS BINARY), X'00', 'distlock_locks', X'00', "
+            "?),"
+            " 256), 55))",
+            {s::bytes{n}});
         REQUIRE(key.has_value());
         CHECK(*key == documented_get_lock_key(n));
         CHECK(db.scalar("SELECT IS_USED_LOCK(?)", {*key}).has_value());
@@ -168,9 +178,10 @@ TEST_CASE("a waiting writer that is gone stops holding readers back once its row
     raw_sql db(url);
     const auto name = unique_name("gone-writer");
     // The row a writer process killed while waiting leaves: version 0, a lease of 4 s.
-    db.run("INSERT INTO distlock_locks_rw (name, holder, owner, expires_at, version) VALUES (?, 'w', ?,"
-           " UTC_TIMESTAMP(6) + INTERVAL 4 SECOND, 0)",
-           {s::bytes{name}, std::string("a-killed-writer")});
+    db.run(
+        "INSERT INTO distlock_locks_rw (name, holder, owner, expires_at, version) VALUES (?, 'w', ?,"
+        " UTC_TIMESTAMP(6) + INTERVAL 4 SECOND, 0)",
+        {s::bytes{name}, std::string("a-killed-writer")});
     auto reader = p.shared_mutex(name);
     CHECK_FALSE(reader.try_lock_shared());
     CHECK_FALSE(reader.try_lock_shared_for(500ms));
@@ -390,7 +401,8 @@ TEST_CASE("a server that asks for a file of the client's (LOAD DATA LOCAL INFILE
     CHECK(fake.infile_reply().empty());
 }
 
-TEST_CASE("MySQL leaves SIGPIPE alone, and a write to a socket shut down under it raises none", "[sql][hostile][sigpipe]") {
+TEST_CASE("MySQL leaves SIGPIPE alone, and a write to a socket shut down under it raises none",
+          "[sql][hostile][sigpipe]") {
     // In a process of its own (the client library starts once per process),
     // with SIGPIPE at its default: a reply trickled past timeout makes the
     // socket shut down; closing the connection then writes to it (COM_QUIT).
@@ -415,9 +427,9 @@ TEST_CASE("MySQL leaves SIGPIPE alone, and a write to a socket shut down under i
 TEST_CASE("the TLS parameters and ssl_mode: bad values and conflicts are refused before any connection",
           "[sql][tls][input]") {
     const std::string base = "mysql://u:p@127.0.0.1:1/db?";
-    for (const char* q : {"ssl_mode=bogus", "tls=true&ssl_mode=disabled", "tls_ca=/x",
-                          "tls=true&tls_ca=/a&ssl_ca=/b", "ssl_mode=verify_identity&ssl_key=/nonexistent/key.pem",
-                          "tls=true&tls_cert=/nonexistent", "ssl_ca=/etc/hostname", "ssl_mode=disabled&ssl_ca=/etc/hostname"}) {
+    for (const char* q : {"ssl_mode=bogus", "tls=true&ssl_mode=disabled", "tls_ca=/x", "tls=true&tls_ca=/a&ssl_ca=/b",
+                          "ssl_mode=verify_identity&ssl_key=/nonexistent/key.pem", "tls=true&tls_cert=/nonexistent",
+                          "ssl_ca=/etc/hostname", "ssl_mode=disabled&ssl_ca=/etc/hostname"}) {
         INFO(q);
         CHECK_THROWS_AS(distlock::connect(base + q), distlock::invalid_argument_error);
     }
@@ -430,8 +442,7 @@ TEST_CASE("the TLS parameters and ssl_mode: bad values and conflicts are refused
     }
 }
 
-TEST_CASE("TLS required against a MySQL in clear fails typed, and sends no login packet",
-          "[sql][tls]") {
+TEST_CASE("TLS required against a MySQL in clear fails typed, and sends no login packet", "[sql][tls]") {
     for (const std::string mode : {"tls=true", "ssl_mode=verify_identity"}) {
         INFO(mode);
         fake_mysql::script how;
@@ -447,8 +458,7 @@ TEST_CASE("TLS required against a MySQL in clear fails typed, and sends no login
     try {
         (void)distlock::connect("mysql://someone:Zq7-pw@127.0.0.1:" + std::to_string(fake.port()) +
                                 "/db?connect_timeout=2s");
-    } catch (const distlock::error&) {
-    }
+    } catch (const distlock::error&) {}
     CHECK(fake.client_caps() != 0);
 }
 

@@ -76,7 +76,11 @@ inline std::int64_t resident_bytes() {
 
 // An ErrorResponse (SQLSTATE XX000) whose message is `text`.
 inline std::string error(const std::string& text) {
-    return message('E', std::string("SERROR\0" "CXX000\0" "M", 15) + text + std::string("\0\0", 2));
+    return message('E', std::string("SERROR\0"
+                                    "CXX000\0"
+                                    "M",
+                                    15) +
+                            text + std::string("\0\0", 2));
 }
 
 enum class answer {
@@ -102,7 +106,8 @@ public:
     // open, silent.
     explicit server(answer what, std::int64_t limit = std::int64_t{256} << 20)
         : what_(what), limit_(limit), srv_([this](int fd) { serve(fd); }) {}
-    explicit server(rows_spec rows) : what_(answer::many_rows), limit_(0), rows_(std::move(rows)), srv_([this](int fd) { serve(fd); }) {}
+    explicit server(rows_spec rows)
+        : what_(answer::many_rows), limit_(0), rows_(std::move(rows)), srv_([this](int fd) { serve(fd); }) {}
     int port() const { return srv_.port(); }
     // Bytes of an endless answer sent so far (all connections).
     std::int64_t sent() const { return sent_.load(); }
@@ -116,16 +121,27 @@ private:
         if (what_ == answer::startup_error) return (void)scripted_server::send_all(fd, error(std::string(20000, 'y')));
         // After AuthenticationOk, an error said to be 512 MiB long, sent as it goes.
         if (what_ == answer::endless_startup_error)
-            return stream(fd, message('R', be(0, 4)) + 'E' + be(512u << 20, 4) + std::string("SFATAL\0" "M", 8),
+            return stream(fd,
+                          message('R', be(0, 4)) + 'E' + be(512u << 20, 4) +
+                              std::string("SFATAL\0"
+                                          "M",
+                                          8),
                           std::string(1 << 20, 'y'));
-        const std::string hello =
-            message('R', be(0, 4)) +  // AuthenticationOk
-            message('S', std::string("server_version\0" "15.0\0", 20)) +
-            message('S', std::string("client_encoding\0" "UTF8\0", 21)) +
-            message('S', std::string("standard_conforming_strings\0" "on\0", 31)) +
-            message('S', std::string("integer_datetimes\0" "on\0", 21)) +
-            message('K', be(4242, 4) + be(7, 4)) +  // BackendKeyData
-            message('Z', "I");                       // ReadyForQuery
+        const std::string hello = message('R', be(0, 4)) +  // AuthenticationOk
+                                  message('S', std::string("server_version\0"
+                                                           "15.0\0",
+                                                           20)) +
+                                  message('S', std::string("client_encoding\0"
+                                                           "UTF8\0",
+                                                           21)) +
+                                  message('S', std::string("standard_conforming_strings\0"
+                                                           "on\0",
+                                                           31)) +
+                                  message('S', std::string("integer_datetimes\0"
+                                                           "on\0",
+                                                           21)) +
+                                  message('K', be(4242, 4) + be(7, 4)) +  // BackendKeyData
+                                  message('Z', "I");                      // ReadyForQuery
         if (!scripted_server::send_all(fd, hello)) return;
         char any[4096];
         if (::recv(fd, any, sizeof any, 0) <= 0) return;  // the first statement (some of it)
@@ -135,17 +151,19 @@ private:
         }
         // ParseComplete, BindComplete (libpq takes either for what it sent),
         // bytea columns, then DataRows: 1 MiB each without end, or rows_.
-        const std::string field = std::string("x\0", 2) + be(0, 4) + be(0, 2) + be(17, 4) + be(0xffff, 2) +
-                                  be(0xffffffff, 4) + be(0, 2);
+        const std::string field =
+            std::string("x\0", 2) + be(0, 4) + be(0, 2) + be(17, 4) + be(0xffff, 2) + be(0xffffffff, 4) + be(0, 2);
         const auto described = [&](int columns) {
             std::string fields;
             for (int c = 0; c < columns; ++c) fields += field;
-            return message('1', "") + message('2', "") + message('T', be(static_cast<std::uint32_t>(columns), 2) + fields);
+            return message('1', "") + message('2', "") +
+                   message('T', be(static_cast<std::uint32_t>(columns), 2) + fields);
         };
         if (what_ == answer::many_rows) {
             std::string cells;
             for (int c = 0; c < rows_.columns; ++c)
-                cells += rows_.cell ? be(static_cast<std::uint32_t>(rows_.cell->size()), 4) + *rows_.cell : be(0xffffffff, 4);
+                cells += rows_.cell ? be(static_cast<std::uint32_t>(rows_.cell->size()), 4) + *rows_.cell
+                                    : be(0xffffffff, 4);
             const std::string row = message('D', be(static_cast<std::uint32_t>(rows_.columns), 2) + cells);
             std::string reply = described(rows_.columns);
             for (std::size_t r = 0; r < rows_.rows; ++r) reply += row;
@@ -173,8 +191,7 @@ private:
 
     static void hold(int fd) {
         char any[4096];
-        while (::recv(fd, any, sizeof any, 0) > 0) {
-        }
+        while (::recv(fd, any, sizeof any, 0) > 0) {}
     }
 
     answer what_;

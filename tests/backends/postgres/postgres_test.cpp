@@ -32,8 +32,7 @@ namespace {
 // table's namespace.
 std::int64_t documented_advisory_key(const std::string& name, const std::string& schema = "public",
                                      const std::string& table = "distlock_locks") {
-    const std::string space =
-        schema == "public" && table == "distlock_locks" ? "" : schema + '\0' + table + '\0';
+    const std::string space = schema == "public" && table == "distlock_locks" ? "" : schema + '\0' + table + '\0';
     auto d = distlock::spi::sha256(space + name);
     std::uint64_t k = 0;
     for (int i = 0; i < 8; ++i) k = (k << 8) | static_cast<unsigned char>(d[static_cast<std::size_t>(i)]);
@@ -49,18 +48,22 @@ const dialect_facts& sql_test::facts() {
         .native = "advisory",
         .make_dialect = &distlock::backends::postgres::make_dialect,
         .kill = "SELECT pg_terminate_backend(CAST(? AS integer))",
-        .native_holder = [](raw_sql& db, const std::string& name) {
-            const auto key = static_cast<std::uint64_t>(documented_advisory_key(name, "public", db.table()));
-            return db.scalar("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted"
-                             " AND classid::bigint = ? AND objid::bigint = ?",
-                             {static_cast<std::int64_t>(key >> 32), static_cast<std::int64_t>(key & 0xffffffffu)});
-        },
+        .native_holder =
+            [](raw_sql& db, const std::string& name) {
+                const auto key = static_cast<std::uint64_t>(documented_advisory_key(name, "public", db.table()));
+                return db.scalar(
+                    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted"
+                    " AND classid::bigint = ? AND objid::bigint = ?",
+                    {static_cast<std::int64_t>(key >> 32), static_cast<std::int64_t>(key & 0xffffffffu)});
+            },
         // The row's xmax is the locking transaction, whose own lock names its session.
-        .row_holder = [](raw_sql& db, const std::string& name) {
-            return db.scalar("SELECT l.pid FROM distlock_locks_rows r JOIN pg_locks l ON l.locktype = 'transactionid'"
-                             " AND l.transactionid = r.xmax AND l.granted WHERE r.name = ?",
-                             {s::bytes{name}});
-        },
+        .row_holder =
+            [](raw_sql& db, const std::string& name) {
+                return db.scalar(
+                    "SELECT l.pid FROM distlock_locks_rows r JOIN pg_locks l ON l.locktype = 'transactionid'"
+                    " AND l.transactionid = r.xmax AND l.granted WHERE r.name = ?",
+                    {s::bytes{name}});
+            },
         .fence_object = "SEQUENCE",
         .count_unit = "transactions",
         .server_count = [](raw_sql& db) -> std::int64_t {
@@ -69,8 +72,9 @@ const dialect_facts& sql_test::facts() {
             while (*db.scalar("SELECT numbackends FROM pg_stat_database WHERE datname = 'distlock_count'") != "0" &&
                    std::chrono::steady_clock::now() < until)
                 std::this_thread::sleep_for(std::chrono::milliseconds(20));
-            return std::stoll(*db.scalar("SELECT xact_commit + xact_rollback FROM pg_stat_database"
-                                         " WHERE datname = 'distlock_count'"));
+            return std::stoll(
+                *db.scalar("SELECT xact_commit + xact_rollback FROM pg_stat_database"
+                           " WHERE datname = 'distlock_count'"));
         },
         // advisory: SELECT nextval() FROM pg_advisory_lock(); SELECT pg_advisory_unlock().
         // lease-table, optimistic: INSERT ... nextval() ... RETURNING version; DELETE (notifying).
@@ -127,8 +131,7 @@ TEST_CASE("advisory keys of hashed names are the ones the server's own SQL compu
     }
 }
 
-TEST_CASE("PostgreSQL lease waiters are woken by the release's notification, not by their next poll",
-          "[sql][notify]") {
+TEST_CASE("PostgreSQL lease waiters are woken by the release's notification, not by their next poll", "[sql][notify]") {
     for (const std::string strategy : {"lease-table", "optimistic"}) {
         DYNAMIC_SECTION("strategy " << strategy) {
             const auto url = url_of(strategy);
@@ -185,31 +188,37 @@ struct tenant_cleanup {
         try {
             raw_sql db(tenant_url(role, ""));
             for (const auto& st : statements) db.run(st);
-        } catch (...) {
-        }
+        } catch (...) {}
     }
 };
 
-std::string table_name(const std::string& what) { return "dl_" + what + "_" + distlock::spi::random_token().substr(0, 10); }
+std::string table_name(const std::string& what) {
+    return "dl_" + what + "_" + distlock::spi::random_token().substr(0, 10);
+}
 
 }  // namespace
 
-TEST_CASE("a lock table another role planted first in public, with a trigger, is refused by name; the trigger never runs",
-          "[sql][tenants]") {
+TEST_CASE(
+    "a lock table another role planted first in public, with a trigger, is refused by name; the trigger never runs",
+    "[sql][tenants]") {
     const auto t = table_name("planted");
-    tenant_cleanup mine{"distlock_tenant_a", {"DROP TABLE IF EXISTS public." + t + "_rows", "DROP SEQUENCE IF EXISTS public." + t +
-                                                  "_fence", "DROP TABLE IF EXISTS public." + t + "_permits"}};
-    tenant_cleanup theirs{"distlock_tenant_b", {"DROP TABLE IF EXISTS public." + t, "DROP TABLE IF EXISTS public." + t + "_log",
-                                                    "DROP FUNCTION IF EXISTS public." + t + "_spy()"}};
+    tenant_cleanup mine{"distlock_tenant_a",
+                        {"DROP TABLE IF EXISTS public." + t + "_rows", "DROP SEQUENCE IF EXISTS public." + t + "_fence",
+                         "DROP TABLE IF EXISTS public." + t + "_permits"}};
+    tenant_cleanup theirs{"distlock_tenant_b",
+                          {"DROP TABLE IF EXISTS public." + t, "DROP TABLE IF EXISTS public." + t + "_log",
+                           "DROP FUNCTION IF EXISTS public." + t + "_spy()"}};
     {
         // Another tenant plants the lock table (the layout distlock makes), open
         // to everyone, with a trigger that records whoever writes to it.
         raw_sql b(tenant_url("distlock_tenant_b", ""));
-        b.run("CREATE TABLE public." + t + " (name bytea PRIMARY KEY, owner text, expires_at timestamptz,"
+        b.run("CREATE TABLE public." + t +
+              " (name bytea PRIMARY KEY, owner text, expires_at timestamptz,"
               " version bigint NOT NULL DEFAULT 0, holder_label bytea)");
         b.run("CREATE TABLE public." + t + "_log (who text)");
-        b.run("CREATE FUNCTION public." + t + "_spy() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO public." +
-              t + "_log VALUES (current_user); RETURN NULL; END $$");
+        b.run("CREATE FUNCTION public." + t +
+              "_spy() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO public." + t +
+              "_log VALUES (current_user); RETURN NULL; END $$");
         b.run("CREATE TRIGGER spy AFTER INSERT OR UPDATE OR DELETE ON public." + t +
               " FOR EACH STATEMENT EXECUTE FUNCTION public." + t + "_spy()");
         b.run("GRANT ALL ON public." + t + ", public." + t + "_log TO PUBLIC");
@@ -238,19 +247,23 @@ TEST_CASE("distlock's sessions resolve functions and operators in pg_catalog: on
     const auto log = table_name("oplog");
     // ||(bigint, text) matches `$1::bigint || 'ms'` (the lock wait bound every
     // new session sets) better than the built-in ||(anynonarray, text).
-    tenant_cleanup theirs{"distlock_tenant_b", {"DROP OPERATOR IF EXISTS public.|| (bigint, text)",
-                                                    "DROP FUNCTION IF EXISTS public." + log + "_cat(bigint, text)",
-                                                    "DROP TABLE IF EXISTS public." + log}};
-    tenant_cleanup mine{"distlock_tenant_a", {"DROP TABLE IF EXISTS public." + t, "DROP TABLE IF EXISTS public." + t + "_rows",
-                                                  "DROP SEQUENCE IF EXISTS public." + t + "_fence",
-                                                  "DROP TABLE IF EXISTS public." + t + "_permits"}};
+    tenant_cleanup theirs{
+        "distlock_tenant_b",
+        {"DROP OPERATOR IF EXISTS public.|| (bigint, text)",
+         "DROP FUNCTION IF EXISTS public." + log + "_cat(bigint, text)", "DROP TABLE IF EXISTS public." + log}};
+    tenant_cleanup mine{
+        "distlock_tenant_a",
+        {"DROP TABLE IF EXISTS public." + t, "DROP TABLE IF EXISTS public." + t + "_rows",
+         "DROP SEQUENCE IF EXISTS public." + t + "_fence", "DROP TABLE IF EXISTS public." + t + "_permits"}};
     {
         raw_sql b(tenant_url("distlock_tenant_b", ""));
         b.run("DROP OPERATOR IF EXISTS public.|| (bigint, text)");
         b.run("CREATE TABLE public." + log + " (who text)");
         b.run("GRANT INSERT, SELECT ON public." + log + " TO PUBLIC");
-        b.run("CREATE FUNCTION public." + log + "_cat(bigint, text) RETURNS text LANGUAGE plpgsql AS $$ BEGIN"
-              " INSERT INTO public." + log + " VALUES (current_user); RETURN $1::text OPERATOR(pg_catalog.||) $2; END $$");
+        b.run("CREATE FUNCTION public." + log +
+              "_cat(bigint, text) RETURNS text LANGUAGE plpgsql AS $$ BEGIN"
+              " INSERT INTO public." +
+              log + " VALUES (current_user); RETURN $1::text OPERATOR(pg_catalog.||) $2; END $$");
         b.run("CREATE OPERATOR public.|| (LEFTARG = bigint, RIGHTARG = text, FUNCTION = public." + log + "_cat)");
         // The operator takes a session with the default search_path ("$user", public): the test is sound.
         raw_sql probe(tenant_url("distlock_tenant_a", ""));
@@ -272,12 +285,14 @@ TEST_CASE("distlock's sessions resolve functions and operators in pg_catalog: on
 TEST_CASE("schema= keeps every object in that schema: two schemas never share a lock, a table or a channel",
           "[sql][tenants]") {
     const auto t = table_name("schema");
-    tenant_cleanup a_drop{"distlock_tenant_a", {"DROP TABLE IF EXISTS tenant_a." + t, "DROP TABLE IF EXISTS tenant_a." + t + "_rows",
-                                                    "DROP SEQUENCE IF EXISTS tenant_a." + t + "_fence",
-                                                    "DROP TABLE IF EXISTS tenant_a." + t + "_permits"}};
-    tenant_cleanup b_drop{"distlock_tenant_b", {"DROP TABLE IF EXISTS tenant_b." + t, "DROP TABLE IF EXISTS tenant_b." + t + "_rows",
-                                                    "DROP SEQUENCE IF EXISTS tenant_b." + t + "_fence",
-                                                    "DROP TABLE IF EXISTS tenant_b." + t + "_permits"}};
+    tenant_cleanup a_drop{
+        "distlock_tenant_a",
+        {"DROP TABLE IF EXISTS tenant_a." + t, "DROP TABLE IF EXISTS tenant_a." + t + "_rows",
+         "DROP SEQUENCE IF EXISTS tenant_a." + t + "_fence", "DROP TABLE IF EXISTS tenant_a." + t + "_permits"}};
+    tenant_cleanup b_drop{
+        "distlock_tenant_b",
+        {"DROP TABLE IF EXISTS tenant_b." + t, "DROP TABLE IF EXISTS tenant_b." + t + "_rows",
+         "DROP SEQUENCE IF EXISTS tenant_b." + t + "_fence", "DROP TABLE IF EXISTS tenant_b." + t + "_permits"}};
     for (const std::string strategy : {"lease-table", "advisory", "for-update"}) {
         DYNAMIC_SECTION(strategy) {
             const auto query = "strategy=" + strategy + "&table=" + t + "&lease=5s";
@@ -293,9 +308,9 @@ TEST_CASE("schema= keeps every object in that schema: two schemas never share a 
             CHECK(db.scalar("SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE"
                             " n.nspname = 'tenant_a' AND c.relname IN (?, ?, ?, ?)",
                             {t, t + "_rows", t + "_fence", t + "_permits"}) == std::optional<std::string>("4"));
-            CHECK(db.scalar("SELECT count(*) FROM pg_class WHERE relkind IN ('r', 'S') AND relname LIKE ?", {t + "%"}) ==
-                  std::optional<std::string>("8"));  // four of each tenant's
-            distlock::testing::break_lock(b, name);  // tenant_b's holder only
+            CHECK(db.scalar("SELECT count(*) FROM pg_class WHERE relkind IN ('r', 'S') AND relname LIKE ?",
+                            {t + "%"}) == std::optional<std::string>("8"));  // four of each tenant's
+            distlock::testing::break_lock(b, name);                          // tenant_b's holder only
             CHECK(eventually([&] { return !mb.held(); }, 5s));
             CHECK(ma.held());
             ma.unlock();
@@ -315,7 +330,8 @@ TEST_CASE("a schema another ordinary role owns is refused; schema= is an identif
     }
     const auto url = url_of("lease-table");
     CHECK_THROWS_AS(distlock::connect(with_query(url, "schema=a;b")), distlock::invalid_argument_error);
-    CHECK_THROWS_AS(distlock::connect(with_query(url, "schema=" + std::string(64, 's'))), distlock::invalid_argument_error);
+    CHECK_THROWS_AS(distlock::connect(with_query(url, "schema=" + std::string(64, 's'))),
+                    distlock::invalid_argument_error);
     CHECK_THROWS_AS(distlock::connect(with_query(url, "schema=no_such_schema_here")), distlock::invalid_argument_error);
 }
 
@@ -335,7 +351,8 @@ constexpr std::int64_t kMemorySlack = 1;
 constexpr std::int64_t kMemorySlack = 1;
 #endif
 
-TEST_CASE("a server that streams a reply past 16 MiB is cut off as it arrives and not at the deadline", "[sql][hostile]") {
+TEST_CASE("a server that streams a reply past 16 MiB is cut off as it arrives and not at the deadline",
+          "[sql][hostile]") {
     // libpq keeps a whole result (or error) before handing it over: without a
     // cap, the process grows by what the server sends until the deadline.
     using fake_postgres::answer;
@@ -346,8 +363,7 @@ TEST_CASE("a server that streams a reply past 16 MiB is cut off as it arrives an
         // message (within connect_timeout, 30 s).
         DYNAMIC_SECTION((rows ? "rows" : "startup error")) {
             fake_postgres::server fake(what);
-            const auto target =
-                with_port(url_of("lease-table"), fake.port()) + "&connect_timeout=30s&timeout=30s";
+            const auto target = with_port(url_of("lease-table"), fake.port()) + "&connect_timeout=30s&timeout=30s";
             const auto t0 = clk::now();
             check_refused_as_too_large(target);
             CHECK(clk::now() - t0 < 3s);
@@ -464,17 +480,17 @@ TEST_CASE("tls=true against a PostgreSQL in clear fails typed, and sends no star
     try {
         (void)distlock::connect("postgres://someone:Zq7-pw-secret@127.0.0.1:" + std::to_string(server.port()) +
                                 "/db?connect_timeout=2s");
-    } catch (const distlock::error&) {
-    }
+    } catch (const distlock::error&) {}
     CHECK(server.received().find("Zq7-pw-secret") != std::string::npos);
 }
 
 TEST_CASE("the TLS parameters and sslmode: bad values and conflicts are refused before any connection",
           "[sql][tls][input]") {
     const std::string base = "postgres://u:p@127.0.0.1:1/db?";
-    for (const char* q : {"sslmode=bogus", "tls=true&sslmode=disable", "tls=true&sslmode=require",
-                          "tls=true&tls_insecure=true&sslmode=verify-full", "tls_ca=/x", "tls=true&tls_ca=/a&sslrootcert=/b",
-                          "sslkey=/nonexistent/key.pem", "sslcrl=/nonexistent/crl.pem", "tls=true&tls_cert=/nonexistent"}) {
+    for (const char* q :
+         {"sslmode=bogus", "tls=true&sslmode=disable", "tls=true&sslmode=require",
+          "tls=true&tls_insecure=true&sslmode=verify-full", "tls_ca=/x", "tls=true&tls_ca=/a&sslrootcert=/b",
+          "sslkey=/nonexistent/key.pem", "sslcrl=/nonexistent/crl.pem", "tls=true&tls_cert=/nonexistent"}) {
         INFO(q);
         CHECK_THROWS_AS(distlock::connect(base + q), distlock::invalid_argument_error);
     }
@@ -496,7 +512,7 @@ TEST_CASE("PostgreSQL over TLS: tls_server_name verifies another name; tls_insec
               .find("does not match host name") != std::string::npos);
     // Past the handshake: the server has no such role (its login refuses), the certificate passed.
     const auto what = tls_refused<distlock::access_denied_error>(wrong_name + "?tls=true&tls_ca=" + ca +
-                                                             "&tls_server_name=wrong.example");
+                                                                 "&tls_server_name=wrong.example");
     CHECK(what.find("password authentication failed") != std::string::npos);
     std::vector<std::string> warnings;
     distlock::provider_options o;

@@ -59,12 +59,11 @@ std::string sentinel_url(const std::string& params) {
 }
 
 // The password and ports of the servers, read from their URLs, for redis-cli.
-std::string password_of(const std::string& url) {
-    return distlock::spi::url::parse(url).password();
-}
+std::string password_of(const std::string& url) { return distlock::spi::url::parse(url).password(); }
 
 std::string redis_cli(const std::string& password, const std::string& port, const std::string& command) {
-    auto r = distlock::test::run_command("redis-cli --no-auth-warning -a '" + password + "' -p " + port + " " + command);
+    auto r =
+        distlock::test::run_command("redis-cli --no-auth-warning -a '" + password + "' -p " + port + " " + command);
     REQUIRE(r.status == 0);
     return distlock::test::trim_end(r.out);
 }
@@ -94,15 +93,17 @@ struct restore_master {
 struct resume_all {
     std::vector<std::string> ports;
     ~resume_all() {
-        for (const auto& p : ports) distlock::test::run_command(need("DISTLOCK_TEST_REDIS_SENTINEL_CTL") + " resume " + p);
+        for (const auto& p : ports)
+            distlock::test::run_command(need("DISTLOCK_TEST_REDIS_SENTINEL_CTL") + " resume " + p);
     }
 };
 
 }  // namespace
 
-TEST_CASE("sentinel: a master killed before its replicas got the grant gives the lock twice without min_replicas; "
-          "the first holder is told",
-          "[redis-sentinel][failover]") {
+TEST_CASE(
+    "sentinel: a master killed before its replicas got the grant gives the lock twice without min_replicas; "
+    "the first holder is told",
+    "[redis-sentinel][failover]") {
     sentinel_ctl("wait-replicas 2 20");
     const auto name = unique_name("failover-plain");
     // A long lease: the first holder still believes it holds when the new master answers.
@@ -241,9 +242,10 @@ TEST_CASE("sentinel: a failover while a client waits: it gets the lock from the 
     mb.unlock();
 }
 
-TEST_CASE("cluster: a slot migrated during a hold keeps the lock, never two holders; waiters are woken by sharded "
-          "pub/sub at the slot's node",
-          "[redis-cluster][migration]") {
+TEST_CASE(
+    "cluster: a slot migrated during a hold keeps the lock, never two holders; waiters are woken by sharded "
+    "pub/sub at the slot's node",
+    "[redis-cluster][migration]") {
     cluster_ctl("wait-ok 20");
     const auto url = need("DISTLOCK_TEST_REDIS_CLUSTER_URL");
     const auto password = password_of(url);
@@ -271,7 +273,9 @@ TEST_CASE("cluster: a slot migrated during a hold keeps the lock, never two hold
         std::string slot, home;
         bool moved = false;
         ~move_back() {
-            if (moved) distlock::test::run_command(need("DISTLOCK_TEST_REDIS_CLUSTER_CTL") + " migrate-slot " + slot + " " + home);
+            if (moved)
+                distlock::test::run_command(need("DISTLOCK_TEST_REDIS_CLUSTER_CTL") + " migrate-slot " + slot + " " +
+                                            home);
         }
     } back{slot, home};
     int both = 0, refused = 0;
@@ -313,7 +317,9 @@ TEST_CASE("cluster: a slot migrated during a hold keeps the lock, never two hold
     std::thread waiter([&] { got = mb.try_lock_for(10s) ? 1 : 0; });
     const auto channel = "distlock:{" + name + "}:released";
     bool subscribed = distlock::test::eventually(
-        [&] { return redis_cli(password, other, "pubsub shardnumsub '" + channel + "'").find("\n1") != std::string::npos; },
+        [&] {
+            return redis_cli(password, other, "pubsub shardnumsub '" + channel + "'").find("\n1") != std::string::npos;
+        },
         3000ms);
     CHECK(subscribed);
     ma.unlock();
@@ -371,8 +377,9 @@ TEST_CASE("redis-sentinel:// and redis-cluster:// refuse bad input with typed er
                     distlock::invalid_argument_error);
     CHECK(message_of("redis-cluster://:wrong-pw-1234@" + cluster_hosts.substr(cluster_hosts.find('@') + 1))
               .find("wrong-pw-1234") == std::string::npos);
-    CHECK_THROWS_AS(distlock::connect("redis-cluster://:wrong-pw-1234@" + cluster_hosts.substr(cluster_hosts.find('@') + 1)),
-                    distlock::access_denied_error);
+    CHECK_THROWS_AS(
+        distlock::connect("redis-cluster://:wrong-pw-1234@" + cluster_hosts.substr(cluster_hosts.find('@') + 1)),
+        distlock::access_denied_error);
 }
 
 TEST_CASE("min_replicas more than the replicas there are: the grant is refused, naming the count, and released",
@@ -409,7 +416,8 @@ TEST_CASE("min_replicas costs one WAIT per grant and nothing else: counted by th
     };
     constexpr int cycles = 20;
     for (const bool confirmed : {false, true}) {
-        auto p = distlock::connect(sentinel_url(confirmed ? "lease=30s&min_replicas=1&replica_timeout=500ms" : "lease=30s"));
+        auto p =
+            distlock::connect(sentinel_url(confirmed ? "lease=30s&min_replicas=1&replica_timeout=500ms" : "lease=30s"));
         auto m = p.mutex(unique_name("count"));
         m.lock();  // scripts loaded, connections made
         m.unlock();
@@ -424,9 +432,10 @@ TEST_CASE("min_replicas costs one WAIT per grant and nothing else: counted by th
     }
 }
 
-TEST_CASE("cluster: the master of a held lock's slot killed: with min_replicas=1 its replica takes over with the "
-          "grant, the lock is kept and nobody else gets it",
-          "[redis-cluster][failover][min_replicas]") {
+TEST_CASE(
+    "cluster: the master of a held lock's slot killed: with min_replicas=1 its replica takes over with the "
+    "grant, the lock is kept and nobody else gets it",
+    "[redis-cluster][failover][min_replicas]") {
     cluster_ctl("wait-ok 30");
     const auto url = need("DISTLOCK_TEST_REDIS_CLUSTER_URL");
     const auto password = password_of(url);

@@ -2,8 +2,8 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <sys/prctl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,7 +19,8 @@
 namespace distlock::test {
 
 redis_server::redis_server(std::vector<std::string> config) : port_(free_port()) {
-    dir_ = (std::filesystem::temp_directory_path() / ("distlock-redis-test-" + spi::random_token().substr(0, 10))).string();
+    dir_ = (std::filesystem::temp_directory_path() / ("distlock-redis-test-" + spi::random_token().substr(0, 10)))
+               .string();
     std::filesystem::create_directories(dir_);
     std::ofstream conf(dir_ + "/redis.conf");
     conf << "port " << port_ << "\nbind 127.0.0.1\ndir " << dir_ << "\nlogfile " << dir_
@@ -38,8 +39,7 @@ redis_server::~redis_server() {
     try {
         if (paused_) resume();
         kill();
-    } catch (...) {
-    }
+    } catch (...) {}
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
 }

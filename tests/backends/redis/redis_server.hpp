@@ -34,11 +34,11 @@ public:
     std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
     pid_t pid() const noexcept { return pid_; }
 
-    void start();  // (again) on the same port and dir; waits until it answers
-    void stop();   // SIGTERM, wait
-    void kill();   // SIGKILL, wait (no shutdown work: a crash)
-    void pause();  // SIGSTOP: accepts connections, answers nothing
-    void resume(); // SIGCONT
+    void start();   // (again) on the same port and dir; waits until it answers
+    void stop();    // SIGTERM, wait
+    void kill();    // SIGKILL, wait (no shutdown work: a crash)
+    void pause();   // SIGSTOP: accepts connections, answers nothing
+    void resume();  // SIGCONT
 
 private:
     std::uint16_t port_;

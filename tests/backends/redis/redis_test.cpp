@@ -103,7 +103,8 @@ TEST_CASE("reentrant layout is Redisson's: hash field uuid:thread with a count, 
     REQUIRE(all->type == REDIS_REPLY_ARRAY);
     REQUIRE(all->elements == 2);  // exactly one field
     const std::string field(all->element[0]->str, all->element[0]->len);
-    CHECK(std::regex_match(field, std::regex("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}:[0-9]+")));
+    CHECK(std::regex_match(field,
+                           std::regex("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}:[0-9]+")));
     CHECK(std::string(all->element[1]->str, all->element[1]->len) == "1");
     const auto pttl = raw.integer({"PTTL", name});
     CHECK(pttl > 0);
@@ -258,8 +259,9 @@ TEST_CASE("read-write lock layout is Redisson's: mode, owner fields, rwlock_time
     }
 }
 
-TEST_CASE("Redisson's readers share our read lock, its writer blocks ours, and its write unlock message wakes our waiter",
-          "[redis][redisson][rw]") {
+TEST_CASE(
+    "Redisson's readers share our read lock, its writer blocks ours, and its write unlock message wakes our waiter",
+    "[redis][redisson][rw]") {
     auto p = distlock::connect(shared_url("/1?strategy=reentrant"));
     raw_client raw(shared_port(), {}, 1);
     const auto name = unique_name("rw-peer");
@@ -346,8 +348,7 @@ TEST_CASE("a waiting writer is listed among the write waiters and holds back our
     reader.unlock_shared();
 }
 
-TEST_CASE("a waiting writer that died holds our readers back only until its entry expires",
-          "[redis][rw][policy]") {
+TEST_CASE("a waiting writer that died holds our readers back only until its entry expires", "[redis][rw][policy]") {
     auto p = distlock::connect(shared_url("/1?strategy=reentrant"));
     raw_client raw(shared_port(), {}, 1);
     const auto name = unique_name("rw-dead-writer");
@@ -361,7 +362,7 @@ TEST_CASE("a waiting writer that died holds our readers back only until its entr
     auto waited = ms(clk::now() - t0);
     INFO("waited " << waited << " ms");
     CHECK(waited >= 500);
-    CHECK(waited < 10000);  // at the entry's expiry, not at the deadline
+    CHECK(waited < 10000);                        // at the entry's expiry, not at the deadline
     CHECK(raw.integer({"ZCARD", waiters}) == 0);  // the expired entry was dropped
     rw.unlock_shared();
 }
@@ -389,7 +390,8 @@ TEST_CASE("break_lock removes a read-write lock and a semaphore: readers, writer
             raw_client raw(shared_port(), {}, plain ? 0 : 1);
             // strategy=reentrant keeps every primitive of a name at the name (as
             // Redisson does): one name each.
-            const auto rname = unique_name("break-rw"), wname = unique_name("break-w"), sname = unique_name("break-sem");
+            const auto rname = unique_name("break-rw"), wname = unique_name("break-w"),
+                       sname = unique_name("break-sem");
             auto reader = p.shared_mutex(rname, rec.options());
             auto writer = p.shared_mutex(wname, rec.options());
             auto sem = p.semaphore(sname, 2, rec.options());
@@ -503,7 +505,7 @@ TEST_CASE("a permit held by Redisson counts against ours, and its release messag
     raw.cmd({"ZADD", timeouts, std::to_string(server_ms(raw) + 20000), java_id});
     auto a = p.semaphore(name, 2);
     auto b = p.semaphore(name, 2);
-    REQUIRE(a.try_acquire());  // the second permit
+    REQUIRE(a.try_acquire());      // the second permit
     CHECK_FALSE(b.try_acquire());  // Java's and ours: both taken
     CHECK(raw.string({"GET", name}) == "0");
     CHECK(raw.integer({"ZCARD", timeouts}) == 2);
@@ -760,7 +762,7 @@ TEST_CASE("renewals of many held locks go out as one script in one round trip", 
             for (auto& r : results) CHECK(r.state == distlock::spi::keepalive_result::status::ok);
             INFO(raw.string({"INFO", "commandstats"}));
             CHECK(raw.calls("evalsha") + raw.calls("eval") == 1);  // ten renewals, one script
-            CHECK(raw.integer({"PTTL", key(names[3])}) > 2000);   // renewed to the full lease
+            CHECK(raw.integer({"PTTL", key(names[3])}) > 2000);    // renewed to the full lease
             // One key deleted: that one is lost, the others still fine.
             raw.cmd({"DEL", key(names[5])});
             backend->keepalive_batch(raw_handles, results);
@@ -900,8 +902,8 @@ TEST_CASE("a URL that points at a server of another kind is a bad argument, not 
 }
 
 TEST_CASE("a wrong password or ACL user gives access_denied_error; right ones work", "[redis][auth]") {
-    redis_server server({"requirepass s3cret", "user alice on >alicepw ~* &* +@all",
-                         "user reader on >readerpw ~* &* +@read +ping"});
+    redis_server server(
+        {"requirepass s3cret", "user alice on >alicepw ~* &* +@all", "user reader on >readerpw ~* &* +@read +ping"});
     const auto at = server.address();
     CHECK_THROWS_AS(distlock::connect("redis://:Xyzzy42@" + at), distlock::access_denied_error);
     CHECK_THROWS_AS(distlock::connect("redis://" + at), distlock::access_denied_error);  // NOAUTH
@@ -914,9 +916,9 @@ TEST_CASE("a wrong password or ACL user gives access_denied_error; right ones wo
     CHECK_THROWS_AS(distlock::connect("redis://bob:alicepw@" + at), distlock::access_denied_error);
     // The first node refuses the password (the others are the same server by
     // another name, and a closed port).
-    CHECK_THROWS_AS(distlock::connect("redlock://:wrong@" + at + ",localhost:" + std::to_string(server.port()) +
-                                      ",127.0.0.1:1"),
-                    distlock::access_denied_error);
+    CHECK_THROWS_AS(
+        distlock::connect("redlock://:wrong@" + at + ",localhost:" + std::to_string(server.port()) + ",127.0.0.1:1"),
+        distlock::access_denied_error);
     try {
         (void)distlock::connect("redis://:Xyzzy42@" + at);
         FAIL("connected with a wrong password");
@@ -1055,9 +1057,7 @@ TEST_CASE("a waiter across a server restart: unavailable while it is down, then 
         while (clk::now() < until) {
             try {
                 if (m.try_lock_for(until - clk::now())) {
-                    got_after = released ? ms(clk::now().time_since_epoch() -
-                                              clk::duration(release_time.load()))
-                                         : -2;
+                    got_after = released ? ms(clk::now().time_since_epoch() - clk::duration(release_time.load())) : -2;
                     m.unlock();
                 }
                 return;
@@ -1082,8 +1082,7 @@ TEST_CASE("a waiter across a server restart: unavailable while it is down, then 
     CHECK(got_after.load() < 10000);  // woken by the hand-off, not by the 30 s lease
 }
 
-TEST_CASE("a quick restart without persistence is reported to the holder at its next renewal",
-          "[redis][restart]") {
+TEST_CASE("a quick restart without persistence is reported to the holder at its next renewal", "[redis][restart]") {
     redis_server server;
     const auto url = "redis://" + server.address() + "?lease=1500ms";
     loss_recorder rec;  // before the providers: their callback threads call it until they end
@@ -1196,7 +1195,8 @@ TEST_CASE("inspect shows another connection's grant: label, token, lease left, w
           "[redis][inspect]") {
     for (std::string strategy : {"plain", "reentrant"}) {
         DYNAMIC_SECTION("strategy=" << strategy) {
-            const auto base = strategy == "plain" ? shared_url("?lease=5s") : shared_url("/1?strategy=reentrant&lease=5s");
+            const auto base =
+                strategy == "plain" ? shared_url("?lease=5s") : shared_url("/1?strategy=reentrant&lease=5s");
             const auto label = "inspect-url-" + distlock::spi::random_token().substr(0, 8);
             auto holder_side = distlock::connect(base + "&holder=" + label);
             CHECK(holder_side.holder() == label);

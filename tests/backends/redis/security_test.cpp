@@ -13,12 +13,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <poll.h>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <map>
 #include <mutex>
-#include <poll.h>
 #include <thread>
 
 #include "distlock/distlock.hpp"
@@ -114,8 +114,7 @@ struct fake_sentinel {
                   if (require_auth && !authed) return "-NOAUTH Authentication required.\r\n";
                   if (name == "PING") return "+PONG\r\n";
                   if (name == "SENTINEL" && master_port == 0) return "*-1\r\n";
-                  if (name == "SENTINEL")
-                      return "*2\r\n" + bulk("127.0.0.1") + bulk(std::to_string(master_port));
+                  if (name == "SENTINEL") return "*2\r\n" + bulk("127.0.0.1") + bulk(std::to_string(master_port));
                   return "-ERR unknown command\r\n";
               })(fd);
           }) {}
@@ -153,7 +152,9 @@ struct recording_node {
     scripted_server server;
 
     explicit recording_node(std::string script = "-ERR not a node of yours\r\n", answer_fn more = nullptr)
-        : script_reply(std::move(script)), extra(std::move(more)), server(fake_redis([this](const std::vector<std::string>& cmd) {
+        : script_reply(std::move(script)),
+          extra(std::move(more)),
+          server(fake_redis([this](const std::vector<std::string>& cmd) {
               {
                   std::lock_guard lk(mutex);
                   seen.push_back(cmd);
@@ -188,7 +189,8 @@ int slot_of(std::string_view key) {
     unsigned crc = 0;
     for (unsigned char byte : key) {
         crc ^= byte << 8;
-        for (int bit = 0; bit < 8; ++bit) crc = (crc & 0x8000) != 0 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+        for (int bit = 0; bit < 8; ++bit)
+            crc = (crc & 0x8000) != 0 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
     }
     return static_cast<int>(crc & 16383);
 }
@@ -205,7 +207,8 @@ struct fake_cluster_node {
 
     explicit fake_cluster_node(std::string script_reply, std::vector<std::uint16_t> also_listed = {},
                                std::uint16_t slots_owner = 0, bool slots_once = false)
-        : node(std::move(script_reply), [this, also_listed, slots_owner, slots_once](const std::vector<std::string>& cmd) {
+        : node(std::move(script_reply), [this, also_listed, slots_owner,
+                                         slots_once](const std::vector<std::string>& cmd) {
               if ((upper(cmd.at(0)) == "EVALSHA" || upper(cmd.at(0)) == "EVAL") && cmd.size() > 3) {
                   auto reply = node.script_reply;
                   if (auto at = reply.find("{slot}"); at != std::string::npos)
@@ -219,10 +222,11 @@ struct fake_cluster_node {
               if (upper(cmd[1]) == "SLOTS" && slots_once && ++slots_asked > 1) return std::string("-ERR busy\r\n");
               if (upper(cmd[1]) == "SLOTS")
                   return "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n" + bulk("127.0.0.1") + ":" + std::to_string(owner) +
-                         "\r\n" + bulk(id(owner)) ;
+                         "\r\n" + bulk(id(owner));
               if (upper(cmd[1]) == "NODES") {
-                  std::string text = id(self) + " 127.0.0.1:" + std::to_string(self) + "@" + std::to_string(self + 10000) +
-                                     " myself,master - 0 0 1 connected" + (owner == self ? " 0-16383" : "") + "\n";
+                  std::string text = id(self) + " 127.0.0.1:" + std::to_string(self) + "@" +
+                                     std::to_string(self + 10000) + " myself,master - 0 0 1 connected" +
+                                     (owner == self ? " 0-16383" : "") + "\n";
                   std::vector<std::uint16_t> others = also_listed;
                   if (owner != self) others.push_back(owner);
                   for (auto port : others)
@@ -255,7 +259,8 @@ struct scripted_redis {
               if (name == "SUBSCRIBE" || name == "UNSUBSCRIBE") {
                   std::string out;
                   for (std::size_t i = 1; i < cmd.size(); ++i)
-                      out += "*3\r\n" + bulk(name == "SUBSCRIBE" ? "subscribe" : "unsubscribe") + bulk(cmd[i]) + ":1\r\n";
+                      out +=
+                          "*3\r\n" + bulk(name == "SUBSCRIBE" ? "subscribe" : "unsubscribe") + bulk(cmd[i]) + ":1\r\n";
                   return out;
               }
               return "-ERR unknown command\r\n";
@@ -330,13 +335,15 @@ struct trickling_relay {
                   if (::poll(fds, 2, -1) < 0) break;
                   if (fds[0].revents != 0) {
                       const ssize_t n = ::recv(client, buf, sizeof buf, 0);
-                      if (n <= 0 || !scripted_server::send_all(up, std::string_view(buf, static_cast<std::size_t>(n)))) break;
+                      if (n <= 0 || !scripted_server::send_all(up, std::string_view(buf, static_cast<std::size_t>(n))))
+                          break;
                   }
                   if (fds[1].revents != 0) {
                       const ssize_t n = ::recv(up, buf, sizeof buf, 0);
                       if (n <= 0) break;
                       const std::string_view data(buf, static_cast<std::size_t>(n));
-                      if (!(trickle ? scripted_server::trickle(client, data, gap) : scripted_server::send_all(client, data)))
+                      if (!(trickle ? scripted_server::trickle(client, data, gap)
+                                    : scripted_server::send_all(client, data)))
                           break;
                   }
               }
@@ -463,8 +470,8 @@ TEST_CASE("the data password goes only to a master a majority of the sentinels n
         CHECK(impostor.server.accepted() == 0);
         // Inside it, the majority's master works: by address, by CIDR, by name.
         CHECK(works(url({a.server.address(), b.server.address()}, "&master_hosts=" + data.address())));
-        CHECK(works(url({h1.server.address(), a.server.address(), b.server.address()},
-                        "&master_hosts=10.1.2.3,127.0.0.0/8")));
+        CHECK(works(
+            url({h1.server.address(), a.server.address(), b.server.address()}, "&master_hosts=10.1.2.3,127.0.0.0/8")));
         CHECK(works(url({a.server.address(), b.server.address(), h1.server.address()}, "&master_hosts=::1,127.0.0.1")));
         CHECK(impostor.server.accepted() == 0);
     }
@@ -477,7 +484,8 @@ TEST_CASE("the data password goes only to a master a majority of the sentinels n
                             distlock::invalid_argument_error);
         }
         // A sentinel listed twice would vote twice.
-        CHECK_THROWS_AS(distlock::connect(url({a.server.address(), a.server.address()})), distlock::invalid_argument_error);
+        CHECK_THROWS_AS(distlock::connect(url({a.server.address(), a.server.address()})),
+                        distlock::invalid_argument_error);
         // redis:// has no other node to bound.
         CHECK_THROWS_AS(distlock::connect("redis://:" + data_pw + "@" + data.address() + "?master_hosts=127.0.0.1"),
                         distlock::invalid_argument_error);
@@ -539,11 +547,10 @@ TEST_CASE("strategy=reentrant refuses a name that is another lock's auxiliary ke
     redis_server server;
     auto p = distlock::connect("redis://" + server.address() + "?strategy=reentrant&lease=5s");
     const std::string victim = unique_name("victim");
-    for (const std::string& name :
-         {"distlock_holder:{" + victim + "}", "redisson_lock_token:{" + victim + "}", "{" + victim + "}",
-          "{" + victim + "}:timeout", "{" + victim + "}:rwlock_fence", "{" + victim + "}:semaphore_fence",
-          "{" + victim + "}:rwlock_write_waiters", "{" + victim + "}:abc:1:rwlock_timeout:1",
-          "distlock:{" + victim + "}"}) {
+    for (const std::string& name : {"distlock_holder:{" + victim + "}", "redisson_lock_token:{" + victim + "}",
+                                    "{" + victim + "}", "{" + victim + "}:timeout", "{" + victim + "}:rwlock_fence",
+                                    "{" + victim + "}:semaphore_fence", "{" + victim + "}:rwlock_write_waiters",
+                                    "{" + victim + "}:abc:1:rwlock_timeout:1", "distlock:{" + victim + "}"}) {
         INFO("name: " << name);
         CHECK_THROWS_AS(p.mutex(name).try_lock(), distlock::invalid_argument_error);
         CHECK_THROWS_AS(p.shared_mutex(name).try_lock(), distlock::invalid_argument_error);
@@ -584,8 +591,9 @@ TEST_CASE("strategy=plain: no name reaches a key of another name", "[redis][name
     };
     const auto before = snapshot();
     REQUIRE(before.size() >= 6);
-    for (const std::string& name : {v + "}:fence", v + "}:holder", v + "}:queue", v + "}:waiters", v + "}",
-                                    v + "}:rwlock", v + "}:semaphore", v + "}:rwlock:timeout", "{" + v, v + "}:released"}) {
+    for (const std::string& name :
+         {v + "}:fence", v + "}:holder", v + "}:queue", v + "}:waiters", v + "}", v + "}:rwlock", v + "}:semaphore",
+          v + "}:rwlock:timeout", "{" + v, v + "}:released"}) {
         INFO("name: " << name);
         auto hm = p.mutex(name);
         CHECK(hm.try_lock());
@@ -609,8 +617,7 @@ TEST_CASE("strategy=plain: no name reaches a key of another name", "[redis][name
 
 // ---- bounded against a broken or hostile server -------------------------------------------
 
-TEST_CASE("a server that trickles a reply a byte at a time cannot hold a call past its timeout",
-          "[redis][deadline]") {
+TEST_CASE("a server that trickles a reply a byte at a time cannot hold a call past its timeout", "[redis][deadline]") {
     SECTION("connect: the PING's reply") {
         scripted_server trickler([](int fd) {
             while (auto cmd = read_command(fd))
@@ -668,7 +675,8 @@ TEST_CASE("replies are capped before they are allocated: a huge array, bulk stri
             if (!read_command(fd) || !scripted_server::send_all(fd, head)) return;
             sent += head.size();
             const std::string chunk(1 << 20, 'a');
-            while (stream && sent < (std::size_t{600} << 20) && scripted_server::send_all(fd, chunk)) sent += chunk.size();
+            while (stream && sent < (std::size_t{600} << 20) && scripted_server::send_all(fd, chunk))
+                sent += chunk.size();
         };
     };
     struct hostile {
@@ -678,7 +686,8 @@ TEST_CASE("replies are capped before they are allocated: a huge array, bulk stri
         const char* says;
     };
     for (const auto& h : {hostile{"a multi-bulk of 2^31 - 1 elements", "*2147483647\r\n", false, "2147483647 elements"},
-                          hostile{"arrays nested to allocate 8 MB per 11 bytes", "*1048576\r\n*1048576\r\n*1048576\r\n", false, "larger than"},
+                          hostile{"arrays nested to allocate 8 MB per 11 bytes", "*1048576\r\n*1048576\r\n*1048576\r\n",
+                                  false, "larger than"},
                           hostile{"a 512 MB bulk string", "$536870912\r\n", true, "536870912 bytes"},
                           hostile{"a status line that never ends", "+", true, "does not end"},
                           hostile{"an array header that never ends", "*1", true, "does not end"}}) {
@@ -781,9 +790,12 @@ TEST_CASE("durations from a server or a publisher never overflow the clock: PTTL
         });
         const std::string channel = "distlock:{" + name + "}:released";
         REQUIRE(distlock::test::eventually(
-            [&] { return raw.cmd({"PUBSUB", "NUMSUB", channel})->element[1]->integer > 0; }, 2000ms));
-        for (const std::string msg : {"t x 9223372036854775807", "h x 9223372036854775807",
-                                      "t x -9223372036854775808", "h x 99999999999999999999"}) {
+            [&] {
+                return raw.cmd({"PUBSUB", "NUMSUB", channel})->element[1]->integer > 0;
+            },
+            2000ms));
+        for (const std::string msg : {"t x 9223372036854775807", "h x 9223372036854775807", "t x -9223372036854775808",
+                                      "h x 99999999999999999999"}) {
             raw.cmd({"PUBLISH", channel, msg});
             std::this_thread::sleep_for(50ms);
         }
@@ -804,8 +816,8 @@ TEST_CASE("durations from a server or a publisher never overflow the clock: PTTL
         std::vector<std::unique_ptr<scripted_redis>> nodes;
         std::string hosts;
         for (int i = 0; i < 3; ++i) {
-            nodes.push_back(std::make_unique<scripted_redis>("*4\r\n:1\r\n:9223372036854775807\r\n" + bulk(std::string(40, 'f')) +
-                                                             bulk("x")));
+            nodes.push_back(std::make_unique<scripted_redis>("*4\r\n:1\r\n:9223372036854775807\r\n" +
+                                                             bulk(std::string(40, 'f')) + bulk("x")));
             hosts += (hosts.empty() ? "" : ",") + nodes.back()->address();
         }
         auto r = distlock::connect("redlock://" + hosts + "?timeout=500ms");
@@ -851,8 +863,9 @@ TEST_CASE("an AUTH refusal or any error reply that repeats the password never pu
     SECTION("a real redis-server with no password set") {
         trio servers;
         const auto& server = servers.a;
-        for (const auto& url : {"redis://:" + pw + "@" + server.address(), "redis://" + pw + "@" + server.address(),
-                                "redis://alice:" + pw + "@" + server.address(), "redlock://:" + pw + "@" + servers.hosts()}) {
+        for (const auto& url :
+             {"redis://:" + pw + "@" + server.address(), "redis://" + pw + "@" + server.address(),
+              "redis://alice:" + pw + "@" + server.address(), "redlock://:" + pw + "@" + servers.hosts()}) {
             INFO("url: " << distlock::spi::redact_url(url));
             const auto shown = failure_of(url);
             CHECK(shown != "");
@@ -991,9 +1004,11 @@ TEST_CASE("a Redis ACL user confined by the documented rules runs the whole lock
     // strategy=reentrant, names under app:, the documented patterns for them.
     trio servers(
         {"user plain on >plain-pw resetkeys ~distlock:* resetchannels &distlock:* &redisson_rwlock:distlock:* "
-         "&redisson_sc:distlock:* " + acl_commands,
+         "&redisson_sc:distlock:* " +
+             acl_commands,
          "user app on >app-pw resetkeys ~app:* ~{app:* ~redisson_lock_token:{app:* ~distlock_holder:{app:* "
-         "resetchannels &redisson_lock__channel:{app:* &redisson_rwlock:{app:* &redisson_sc:{app:* " + acl_commands,
+         "resetchannels &redisson_lock__channel:{app:* &redisson_rwlock:{app:* &redisson_sc:{app:* " +
+             acl_commands,
          "user narrow on >narrow-pw resetkeys ~distlock:* resetchannels &distlock:* " + acl_commands + " -hset"});
     const auto& server = servers.a;
     const auto at = "@" + server.address();

@@ -82,9 +82,9 @@ int main(int argc, char** argv) {
     }
     std::thread server([listener] {
         int c = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-        ::shutdown(c, SHUT_WR);  // FIN: the client's side is now in CLOSE_WAIT
+        ::shutdown(c, SHUT_WR);                                       // FIN: the client's side is now in CLOSE_WAIT
         std::this_thread::sleep_for(std::chrono::milliseconds(300));  // its write fills the window
-        ::close(c);  // data unread: a reset
+        ::close(c);                                                   // data unread: a reset
     });
     rc::endpoint ep;
     ep.port = ntohs(a.sin_port);

@@ -8,9 +8,9 @@
 // Every failure is typed, quick and secret-free; the handshake is paid once per
 // pooled connection. Skipped (77) when redis-server was built without TLS or
 // openssl is missing.
-#include <sys/stat.h>
-#include <sys/socket.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -34,9 +34,7 @@ namespace {
 
 const std::string password = "tls-secret-pw-91c3";
 
-bool run(const std::string& command) {
-    return distlock::test::run_command(command + " >/dev/null 2>&1").status == 0;
-}
+bool run(const std::string& command) { return distlock::test::run_command(command + " >/dev/null 2>&1").status == 0; }
 
 // The certificates, made once per run in a directory of their own.
 struct certificates {
@@ -55,9 +53,10 @@ struct certificates {
         // A certificate for `names` (subjectAltName) signed by `issuer`, valid `days`.
         auto leaf = [&](const std::string& name, const std::string& issuer, const std::string& alt, int days,
                         const std::string& usage) {
-            std::ofstream(dir + "/" + name + ".ext") << (alt.empty() ? "" : "subjectAltName=" + alt + "\n")
-                                                     << "extendedKeyUsage=" << usage << "\n";
-            return key(name) && run(d + "openssl req -new -key " + name + ".key -out " + name + ".csr -subj /CN=" + name) &&
+            std::ofstream(dir + "/" + name + ".ext")
+                << (alt.empty() ? "" : "subjectAltName=" + alt + "\n") << "extendedKeyUsage=" << usage << "\n";
+            return key(name) &&
+                   run(d + "openssl req -new -key " + name + ".key -out " + name + ".csr -subj /CN=" + name) &&
                    run(d + "openssl x509 -req -in " + name + ".csr -CA " + issuer + ".crt -CAkey " + issuer +
                        ".key -CAcreateserial -out " + name + ".crt -days " + std::to_string(days) + " -extfile " +
                        name + ".ext");
@@ -133,7 +132,8 @@ struct tls_sentinel {
     std::uint16_t port = free_port();
     std::string dir;
     explicit tls_sentinel(const tls_server& master) {
-        dir = (std::filesystem::temp_directory_path() / ("distlock-tls-sentinel-" + unique_name("s").substr(2))).string();
+        dir =
+            (std::filesystem::temp_directory_path() / ("distlock-tls-sentinel-" + unique_name("s").substr(2))).string();
         std::filesystem::create_directories(dir);
         std::ofstream(dir + "/sentinel.conf")
             << "port 0\ntls-port " << port << "\ntls-cert-file " << certs()("server.crt") << "\ntls-key-file "
@@ -184,8 +184,8 @@ int distlock::test::before_run(const std::vector<test_case_info>&, std::vector<s
     try {
         tls_server probe("server");
     } catch (const std::exception& e) {
-        std::cout << "not applicable: this redis-server does not start with tls-port (built without TLS?): "
-                  << e.what() << "\n";
+        std::cout << "not applicable: this redis-server does not start with tls-port (built without TLS?): " << e.what()
+                  << "\n";
         return 77;
     }
     return 0;
@@ -212,7 +212,8 @@ TEST_CASE("rediss:// locks, excludes, and wakes a waiter through TLS pub/sub", "
     release.join();
     other.unlock();
     SECTION("tls=true on redis:// is the same, and localhost is verified by name") {
-        const auto url = "redis://:" + password + "@" + s.address("localhost") + "?tls=true&tls_ca=" + certs()("ca.crt");
+        const auto url =
+            "redis://:" + password + "@" + s.address("localhost") + "?tls=true&tls_ca=" + certs()("ca.crt");
         CHECK(distlock::test::lock_once(url).shown == "");
     }
     SECTION("redlock:// with tls=true") {
@@ -232,8 +233,7 @@ TEST_CASE("a server certificate from another CA is refused: access_denied, quick
     }
 }
 
-TEST_CASE("a certificate for another host name is refused; tls_server_name= names the one to verify",
-          "[redis][tls]") {
+TEST_CASE("a certificate for another host name is refused; tls_server_name= names the one to verify", "[redis][tls]") {
     tls_server s("wrong-name");
     check_refused(s.url(), distlock::errc::access_denied, "IP address mismatch");
     check_refused(s.url("", "localhost"), distlock::errc::access_denied, "hostname mismatch");
@@ -252,7 +252,8 @@ TEST_CASE("rediss:// to a plaintext server fails typed and quick, nothing sent i
     tls_server s("server");
     raw_client raw(s.server.port(), password);
     raw.cmd({"CONFIG", "RESETSTAT"});
-    const auto url = "rediss://:" + password + "@127.0.0.1:" + std::to_string(s.server.port()) + "?tls_ca=" + certs()("ca.crt");
+    const auto url =
+        "rediss://:" + password + "@127.0.0.1:" + std::to_string(s.server.port()) + "?tls_ca=" + certs()("ca.crt");
     const auto o = distlock::test::lock_once(url);
     INFO("shown: " << o.shown);
     CHECK((o.code == static_cast<int>(distlock::errc::invalid_argument) ||
@@ -277,7 +278,8 @@ TEST_CASE("redis:// to a TLS port fails typed and quick, and says what may be wr
 TEST_CASE("a server that requires client certificates: refused without one, served with one", "[redis][tls]") {
     tls_server s("server", true);
     check_refused(s.url(), distlock::errc::access_denied, "TLS");
-    CHECK(distlock::test::lock_once(s.url("&tls_cert=" + certs()("client.crt") + "&tls_key=" + certs()("client.key"))).shown == "");
+    CHECK(distlock::test::lock_once(s.url("&tls_cert=" + certs()("client.crt") + "&tls_key=" + certs()("client.key")))
+              .shown == "");
     SECTION("the client certificate of another CA is refused too") {
         check_refused(s.url("&tls_cert=" + certs()("other-ca.crt") + "&tls_key=" + certs()("other-ca.key")),
                       distlock::errc::access_denied, "TLS");
@@ -301,7 +303,8 @@ TEST_CASE("a key file that cannot be used fails at connect with invalid_argument
     check_refused(s.url("&tls_ca=" + certs()("missing.crt")), distlock::errc::invalid_argument, "tls_ca");
 }
 
-TEST_CASE("tls_* parameters without TLS are refused, and rediss:// with tls=false (no silent plaintext)", "[redis][tls]") {
+TEST_CASE("tls_* parameters without TLS are refused, and rediss:// with tls=false (no silent plaintext)",
+          "[redis][tls]") {
     for (const std::string url : {"redis://127.0.0.1:1?tls_ca=/x", "redis://127.0.0.1:1?tls_insecure=true",
                                   "redis-cluster://127.0.0.1:1?tls_cert=/x", "redlock://127.0.0.1:1?tls_server_name=x",
                                   "rediss://127.0.0.1:1?tls_key=/x", "rediss://127.0.0.1:1?tls=false",
@@ -312,14 +315,15 @@ TEST_CASE("tls_* parameters without TLS are refused, and rediss:// with tls=fals
         // Known parameters, refused for what they say (not "unknown parameter").
         CHECK_THROWS_AS(distlock::connect(url), distlock::invalid_argument_error);
         CHECK_THROWS_WITH(distlock::connect(url), Catch::Contains("tls=true") || Catch::Contains("needs tls_cert") ||
-                                                       Catch::Contains("disagree") ||
-                                                       Catch::Contains("_server_name must be"));
+                                                      Catch::Contains("disagree") ||
+                                                      Catch::Contains("_server_name must be"));
     }
 }
 
-TEST_CASE("redis-sentinel:// over TLS: the sentinels and the master they name; sentinel_tls_* apply to the "
-          "sentinels only",
-          "[redis][tls][sentinel]") {
+TEST_CASE(
+    "redis-sentinel:// over TLS: the sentinels and the master they name; sentinel_tls_* apply to the "
+    "sentinels only",
+    "[redis][tls][sentinel]") {
     tls_server master("server");
     tls_sentinel sentinel(master);
     const auto ca = "&tls_ca=" + certs()("ca.crt");
@@ -368,9 +372,10 @@ TEST_CASE("a TLS write to a server that closed never raises SIGPIPE: a typed err
 
 // ---- the TLS servers of integration/backends.sh (redis-tls), when they are up --------------
 
-TEST_CASE("the redis-tls servers: good URLs lock (a cluster over TLS through its slot map), every must-fail URL "
-          "fails typed, quick and secret-free",
-          "[redis][tls][servers]") {
+TEST_CASE(
+    "the redis-tls servers: good URLs lock (a cluster over TLS through its slot map), every must-fail URL "
+    "fails typed, quick and secret-free",
+    "[redis][tls][servers]") {
     const auto pw = distlock::test::env("DISTLOCK_TEST_REDIS_TLS_PW");
     if (distlock::test::env("DISTLOCK_TEST_REDIS_TLS_URL").empty() || pw.empty()) {
         WARN("not applicable: DISTLOCK_TEST_REDIS_TLS_URL is not set (integration/backends.sh up redis-tls)");

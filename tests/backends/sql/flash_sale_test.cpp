@@ -147,9 +147,10 @@ TEST_CASE("the optimistic stock helper's errors say what to do next", "[sql][opt
 TEST_CASE("flash-sale --strategy optimistic sells exactly the stock without a lock", "[sql][flash-sale]") {
     for (const auto& url : sql_urls({"DISTLOCK_TEST_MYSQL_URL", "DISTLOCK_TEST_POSTGRES_URL"})) {
         for (int segments : {1, 4}) {
-            auto j = flash_sale("--strategy optimistic --backend '" + url + "' --requests 400 --concurrency 60 "
-                                "--stock 40 --segments " + std::to_string(segments) + " --name " +
-                                distlock::test::unique_name("opt"));
+            auto j = flash_sale("--strategy optimistic --backend '" + url +
+                                "' --requests 400 --concurrency 60 "
+                                "--stock 40 --segments " +
+                                std::to_string(segments) + " --name " + distlock::test::unique_name("opt"));
             CHECK(j["oversold"] == 0);
             CHECK(j["consistent"] == true);
             CHECK(j["strategy"] == "optimistic");
@@ -165,8 +166,9 @@ TEST_CASE("a locked flash sale over every SQL strategy sells exactly the stock",
                                      "DISTLOCK_TEST_MYSQL_OPTIMISTIC_URL", "DISTLOCK_TEST_MYSQL_GET_LOCK_URL",
                                      "DISTLOCK_TEST_POSTGRES_FOR_UPDATE_URL", "DISTLOCK_TEST_POSTGRES_LEASE_TABLE_URL",
                                      "DISTLOCK_TEST_POSTGRES_OPTIMISTIC_URL", "DISTLOCK_TEST_POSTGRES_ADVISORY_URL"})) {
-        auto j = flash_sale("--backend '" + url + "' --requests 200 --concurrency 40 --stock 20 --pause-ms 0.2 --name " +
-                            distlock::test::unique_name("locked"));
+        auto j =
+            flash_sale("--backend '" + url + "' --requests 200 --concurrency 40 --stock 20 --pause-ms 0.2 --name " +
+                       distlock::test::unique_name("locked"));
         CHECK(j["sold"] == 20);
         CHECK(j["oversold"] == 0);
         CHECK(j["stock_left"] == 0);

@@ -336,7 +336,8 @@ TEST_CASE("long and non-ASCII labels: whole in lease rows; on PostgreSQL session
     }
 }
 
-TEST_CASE("a lease row's label longer than any holder can have is not passed on by inspect", "[sql][inspect][hostile]") {
+TEST_CASE("a lease row's label longer than any holder can have is not passed on by inspect",
+          "[sql][inspect][hostile]") {
     // Whoever can write the lock table can store anything in holder_label: a
     // label is 1 to 255 bytes, and a longer one was not written by distlock.
     const auto url = url_of("lease-table");

@@ -38,14 +38,16 @@ std::int64_t rw_sessions(raw_sql& db, const std::string& name, const std::string
     const auto d = distlock::spi::sha256(name);
     std::uint64_t k = 0;
     for (int i = 0; i < 8; ++i) k = (k << 8) | static_cast<unsigned char>(d[static_cast<std::size_t>(i)]);
-    return std::stoll(*db.scalar("SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND granted"
-                                 " AND mode = ? AND classid::bigint = ? AND objid::bigint = ?",
-                                 {mode, static_cast<std::int64_t>(k >> 32), static_cast<std::int64_t>(k & 0xffffffffu)}));
+    return std::stoll(
+        *db.scalar("SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND granted"
+                   " AND mode = ? AND classid::bigint = ? AND objid::bigint = ?",
+                   {mode, static_cast<std::int64_t>(k >> 32), static_cast<std::int64_t>(k & 0xffffffffu)}));
 }
 
 }  // namespace
 
-TEST_CASE("semaphores and read-write locks leave no row behind once released, on every strategy", "[sql][primitives][storage]") {
+TEST_CASE("semaphores and read-write locks leave no row behind once released, on every strategy",
+          "[sql][primitives][storage]") {
     for (const auto& strategy : every_strategy) {
         DYNAMIC_SECTION("strategy " << strategy) {
             const auto url = url_of(strategy);
@@ -58,9 +60,10 @@ TEST_CASE("semaphores and read-write locks leave no row behind once released, on
                 REQUIRE(a.try_acquire_for(5s));
                 REQUIRE(b.try_acquire_for(5s));
                 CHECK(count_rows(db, "distlock_locks_permits", name) == "3");
-                CHECK(*db.scalar("SELECT COUNT(DISTINCT slot) FROM distlock_locks_permits WHERE name = ? AND permits = 3"
-                                 " AND slot < 3",
-                                 {s::bytes{name}}) == "3");
+                CHECK(
+                    *db.scalar("SELECT COUNT(DISTINCT slot) FROM distlock_locks_permits WHERE name = ? AND permits = 3"
+                               " AND slot < 3",
+                               {s::bytes{name}}) == "3");
                 CHECK_FALSE(b.try_acquire());
                 a.release();
                 a.release();
@@ -100,7 +103,8 @@ TEST_CASE("semaphores and read-write locks leave no row behind once released, on
     }
 }
 
-TEST_CASE("a semaphore asked with another size is refused, naming both sizes, and leaves nothing", "[sql][primitives][input]") {
+TEST_CASE("a semaphore asked with another size is refused, naming both sizes, and leaves nothing",
+          "[sql][primitives][input]") {
     const auto url = url_of("lease-table");
     auto a = distlock::connect(url);
     auto b = distlock::connect(url);
@@ -162,7 +166,8 @@ TEST_CASE("holders of two sizes racing for a free semaphore are never granted to
     CHECK(refused.load() > 0);  // the sizes did meet
 }
 
-TEST_CASE("a waiting writer holds later readers back; one that gives up lets them in at once", "[sql][primitives][policy]") {
+TEST_CASE("a waiting writer holds later readers back; one that gives up lets them in at once",
+          "[sql][primitives][policy]") {
     for (const auto& strategy : {std::string("lease-table"), facts().native}) {
         DYNAMIC_SECTION("strategy " << strategy) {
             const auto url = url_of(strategy);
@@ -255,7 +260,8 @@ TEST_CASE("names with quotes, NUL and bytes that are not UTF-8 are bound in the 
     }
 }
 
-TEST_CASE("break_lock takes a name's permits and read-write lock too; their holders are told", "[sql][primitives][break]") {
+TEST_CASE("break_lock takes a name's permits and read-write lock too; their holders are told",
+          "[sql][primitives][break]") {
     for (const auto& strategy : {std::string("lease-table"), facts().native}) {
         DYNAMIC_SECTION("strategy " << strategy) {
             const auto url = url_of(strategy);
@@ -296,8 +302,8 @@ TEST_CASE("the semaphore and read-write tables are made at start and their expir
                facts().an_hour_ago + ", 2)",
            {s::bytes{"crashed"}, std::string("a-crashed-holder")});
     if (rw_in_rows())
-        db.run("INSERT INTO " + db.quote(table + "_rw") + " (name, holder, owner, expires_at, version) VALUES (?, 'w', ?, " +
-                   facts().an_hour_ago + ", 0)",
+        db.run("INSERT INTO " + db.quote(table + "_rw") +
+                   " (name, holder, owner, expires_at, version) VALUES (?, 'w', ?, " + facts().an_hour_ago + ", 0)",
                {s::bytes{"crashed"}, std::string("a-crashed-writer")});
     auto p = distlock::connect(url);  // a second start: the expired rows go, the held one stays
     CHECK(*db.scalar("SELECT COUNT(*) FROM " + permits) == "1");
@@ -313,7 +319,8 @@ TEST_CASE("many names taken once each as permits and read-write locks leave no r
     for (const auto& strategy : {std::string("lease-table"), facts().native}) {
         DYNAMIC_SECTION("strategy " << strategy) {
             const auto table = "dl_prim_bounded_" + distlock::spi::random_token().substr(0, 8);
-            auto p = distlock::connect(with_query(url_of(strategy), "strategy=" + strategy + "&lease=30s&table=" + table));
+            auto p =
+                distlock::connect(with_query(url_of(strategy), "strategy=" + strategy + "&lease=30s&table=" + table));
             raw_sql db(url_of(strategy));
             const auto base = unique_name("prim-once");
             constexpr int names = 500;

@@ -3,10 +3,10 @@
 // transactions of a database of its own on PostgreSQL: see the dialect's
 // facts) and the client's round trips, per uncontended lock()+unlock() and for
 // the batched renewal of 1,000 held leases.
-#include <thread>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "distlock/distlock.hpp"
@@ -171,7 +171,8 @@ TEST_CASE("inspect costs exactly one statement and one round trip on every strat
                 return settled_count(monitor) - before;
             };
             const std::int64_t expected = many - few;  // MariaDB: one statement; PostgreSQL: one transaction
-            const auto fewest = fewest_difference([&] { return inspects(few); }, [&] { return inspects(many); }, expected);
+            const auto fewest =
+                fewest_difference([&] { return inspects(few); }, [&] { return inspects(many); }, expected);
             INFO(facts().count_unit << " per inspect: " << double(fewest) / (many - few));
             CHECK(fewest == expected);
         }

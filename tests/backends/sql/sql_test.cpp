@@ -96,8 +96,7 @@ TEST_CASE("lock names with quotes, semicolons, backslashes, NUL and multi-byte c
                     CHECK(*db.scalar("SELECT COUNT(*) FROM distlock_locks_rows WHERE name = ?", {s::bytes{n}}) == "1");
                 else if (strategy == facts().native)
                     CHECK(facts().native_holder(db, n).has_value());  // no row: the server's own lock
-                else
-                    CHECK(*db.scalar("SELECT COUNT(*) FROM distlock_locks WHERE name = ?", {s::bytes{n}}) == "1");
+                else CHECK(*db.scalar("SELECT COUNT(*) FROM distlock_locks WHERE name = ?", {s::bytes{n}}) == "1");
             }
             for (auto& m : held) m.unlock();
             for (const auto& n : names) {
@@ -134,7 +133,7 @@ TEST_CASE("a holder whose session is killed on the server is told it lost the lo
             CHECK(eventually([&] { return !holder.held(); }, 5s));
             CHECK(rec.wait_lost(1, 2s));
             CHECK_FALSE(rec.wait_lost(2, 200ms));  // and only once
-            holder.unlock();  // never throws, never frees the new holder's lock
+            holder.unlock();                       // never throws, never frees the new holder's lock
             CHECK(waiter.held());
             CHECK_FALSE(a.mutex(name).try_lock());
             waiter.unlock();
@@ -222,7 +221,8 @@ TEST_CASE("URL parameters are validated: strategy, table identifier, durations",
     CHECK_THROWS_AS(distlock::connect(with_query(url, "strategy=redlock")), distlock::invalid_argument_error);
     for (const std::string other_native : {"get-lock", "advisory"})  // the other dialect's
         if (other_native != native)
-            CHECK_THROWS_AS(distlock::connect(with_query(url, "strategy=" + other_native)), distlock::invalid_argument_error);
+            CHECK_THROWS_AS(distlock::connect(with_query(url, "strategy=" + other_native)),
+                            distlock::invalid_argument_error);
     CHECK_THROWS_AS(distlock::connect(with_query(url, "table=locks;drop")), distlock::invalid_argument_error);
     CHECK_THROWS_AS(distlock::connect(with_query(url, "table=1abc")), distlock::invalid_argument_error);
     CHECK_THROWS_AS(distlock::connect(with_query(url, "tries=0")), distlock::invalid_argument_error);
@@ -263,11 +263,10 @@ TEST_CASE("tables are created on first use, by racing first users too, under the
     drop_lock_tables(db, table);
 }
 
-TEST_CASE("lock tables dropped under a running provider are created again by the next acquisition",
-          "[sql][ddl]") {
+TEST_CASE("lock tables dropped under a running provider are created again by the next acquisition", "[sql][ddl]") {
     // As when the database is re-created, or restored from a dump without them.
-    for (const auto& strategy : {std::string("lease-table"), std::string("optimistic"), std::string("for-update"),
-                                 std::string(native)}) {
+    for (const auto& strategy :
+         {std::string("lease-table"), std::string("optimistic"), std::string("for-update"), std::string(native)}) {
         INFO(strategy);
         const auto table = "dl_gone_" + distlock::spi::random_token().substr(0, 10);
         auto p = distlock::connect(with_query(url_of(strategy), "strategy=" + strategy + "&lease=2s&table=" + table));
@@ -293,8 +292,8 @@ TEST_CASE("native locks show on the server under their documented key; long name
     const auto prefix = unique_name("long");
     const std::vector<std::string> names = {
         "orders/" + distlock::spi::random_token().substr(0, 8),  // plain: used as it is by GET_LOCK
-        "Upper/" + distlock::spi::random_token().substr(0, 8),    // hashed (case)
-        prefix + std::string(900, 'x') + "1",                     // 64+ bytes sharing a long prefix
+        "Upper/" + distlock::spi::random_token().substr(0, 8),   // hashed (case)
+        prefix + std::string(900, 'x') + "1",                    // 64+ bytes sharing a long prefix
         prefix + std::string(900, 'x') + "2",
     };
     std::vector<distlock::mutex> held;
@@ -347,8 +346,8 @@ TEST_CASE("break_lock of a released name leaves alone the session that held it, 
             auto b = p.mutex(second);
             REQUIRE(b.try_lock());
             REQUIRE(holder_session(db, strategy, second) == session);  // the same pooled session
-            distlock::testing::break_lock(p, first);  // nobody holds `first`
-            std::this_thread::sleep_for(1s);          // past several liveness checks (lease/3)
+            distlock::testing::break_lock(p, first);                   // nobody holds `first`
+            std::this_thread::sleep_for(1s);                           // past several liveness checks (lease/3)
             CHECK(b.held());
             CHECK_FALSE(distlock::connect(url).mutex(second).try_lock());
             b.unlock();

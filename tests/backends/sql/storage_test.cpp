@@ -2,9 +2,9 @@
 // the lock table holds only the locks held now; tokens of a name still only
 // increase across the removal of its row; tables of the earlier layout are
 // migrated (sql_test_support.hpp: the dialect's facts).
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
-#include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,12 +30,14 @@ std::int64_t rows_of(raw_sql& db, const std::string& table) {
 // issue's 100,000 (docs/backends/sql.md has the run: under a minute on MariaDB).
 TEST_CASE("names locked once each leave no row behind; native locks never write one", "[sql][storage]") {
     const auto many = distlock::test::env("DISTLOCK_TEST_STORAGE_NAMES");
-    for (const auto& [strategy, names] : {std::pair<std::string, int>{"lease-table", many.empty() ? 10000 : std::stoi(many)},
-                                          {"optimistic", 2000},
-                                          {facts().native, 2000}}) {
+    for (const auto& [strategy, names] :
+         {std::pair<std::string, int>{"lease-table", many.empty() ? 10000 : std::stoi(many)},
+          {"optimistic", 2000},
+          {facts().native, 2000}}) {
         DYNAMIC_SECTION(strategy << ", " << names << " names") {
             const auto table = "dl_bounded_" + distlock::spi::random_token().substr(0, 10);
-            auto p = distlock::connect(with_query(url_of(strategy), "strategy=" + strategy + "&lease=30s&table=" + table));
+            auto p =
+                distlock::connect(with_query(url_of(strategy), "strategy=" + strategy + "&lease=30s&table=" + table));
             raw_sql db(url_of(strategy));
             const auto base = unique_name("once");
             constexpr int threads = 4;
@@ -63,8 +65,8 @@ TEST_CASE("names locked once each leave no row behind; native locks never write 
 
 TEST_CASE("tokens of a name keep increasing across the removal of its row, by release or by break_lock",
           "[sql][storage]") {
-    for (const auto& strategy : {std::string("lease-table"), std::string("optimistic"), std::string("for-update"),
-                                 facts().native}) {
+    for (const auto& strategy :
+         {std::string("lease-table"), std::string("optimistic"), std::string("for-update"), facts().native}) {
         DYNAMIC_SECTION("strategy " << strategy) {
             auto p = distlock::connect(url_of(strategy));
             auto other = distlock::connect(url_of(strategy));
@@ -83,8 +85,7 @@ TEST_CASE("tokens of a name keep increasing across the removal of its row, by re
                     CHECK(distlock::test::eventually([&] { return !m.held(); }, 5s));
                     try {
                         m.unlock();
-                    } catch (const distlock::error&) {
-                    }
+                    } catch (const distlock::error&) {}
                 }
                 CHECK(*db.scalar("SELECT COUNT(*) FROM distlock_locks WHERE name = ?", {s::bytes{name}}) == "0");
             }
@@ -108,8 +109,8 @@ TEST_CASE("tables of the earlier layout are migrated: tokens above every version
     db.run("INSERT INTO " + t + " (name, owner, expires_at, version) VALUES (?, ?, " + facts().in_an_hour + ", 7000)",
            {s::bytes{"held"}, std::string("an-old-client")});
     db.run("INSERT INTO " + db.quote(table + "_rows") + " (name) VALUES (?)", {s::bytes{"row"}});
-    for (const auto& strategy : {std::string("lease-table"), std::string("optimistic"), std::string("for-update"),
-                                 facts().native}) {
+    for (const auto& strategy :
+         {std::string("lease-table"), std::string("optimistic"), std::string("for-update"), facts().native}) {
         INFO(strategy);
         auto p = distlock::connect(with_query(url_of(strategy), "strategy=" + strategy + "&lease=30s&table=" + table));
         CHECK(*db.scalar("SELECT COUNT(*) FROM " + t + " WHERE owner IS NULL") == "0");  // the free row is gone

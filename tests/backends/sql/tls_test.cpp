@@ -33,9 +33,7 @@ TEST_CASE("over TLS, tls=true and the native mode lock; every handshake failure 
     SECTION("plaintext server where TLS is required") {
         tls_refused<distlock::access_denied_error>(tls_must_fail("TLS_ON_PLAIN") + "?tls=true&tls_ca=" + ca);
     }
-    SECTION("TLS server reached without TLS") {
-        tls_refused<distlock::access_denied_error>(base + "?" + f.tls_off);
-    }
+    SECTION("TLS server reached without TLS") { tls_refused<distlock::access_denied_error>(base + "?" + f.tls_off); }
     SECTION("missing client certificate where one is required") {
         const auto cert_url = distlock::test::env(("DISTLOCK_TEST_" + f.env + "_TLS_CLIENT_CERT_URL").c_str());
         REQUIRE(!cert_url.empty());
@@ -51,10 +49,11 @@ TEST_CASE("over TLS, tls=true and the native mode lock; every handshake failure 
                                      "/other-client.key");
     }
     SECTION("unreadable key file") {
-        const auto what = tls_refused<distlock::invalid_argument_error>(base + "?tls=true&tls_ca=" + ca + "&tls_cert=" +
-                                                                        dir + "/client.crt&tls_key=" + dir);
+        const auto what = tls_refused<distlock::invalid_argument_error>(
+            base + "?tls=true&tls_ca=" + ca + "&tls_cert=" + dir + "/client.crt&tls_key=" + dir);
         CHECK(what.find("tls_key") != std::string::npos);
-        tls_refused<distlock::invalid_argument_error>(base + "?tls=true&tls_ca=" + ca + "&tls_key=" + dir + "/none.key");
+        tls_refused<distlock::invalid_argument_error>(base + "?tls=true&tls_ca=" + ca + "&tls_key=" + dir +
+                                                      "/none.key");
     }
 }
 

@@ -129,8 +129,7 @@ TEST_CASE("with credentials, a mutex's lock path and node are the creator's: oth
     m.unlock();
 }
 
-TEST_CASE("with credentials, read-write lock, semaphore and election nodes are the creator's too",
-          "[zookeeper][acl]") {
+TEST_CASE("with credentials, read-write lock, semaphore and election nodes are the creator's too", "[zookeeper][acl]") {
     auto p = distlock::connect(url_as(kOwner, base()));
     zk_test::raw_zk owner(hosts());
     owner.add_digest(kOwner);
@@ -165,7 +164,7 @@ TEST_CASE("with credentials, read-write lock, semaphore and election nodes are t
         others.check_locked_out(leases, lease, "x-lease-0000000000");
         for (auto* s : {&others.anonymous, &others.intruder}) {
             CHECK(s->create_ephemeral(locks + "/x-lock-0000000000") == ZNOAUTH);  // the internal mutex
-            CHECK(s->write(leases, zkb::permits_data(99)) == ZNOAUTH);           // the stored size
+            CHECK(s->write(leases, zkb::permits_data(99)) == ZNOAUTH);            // the stored size
         }
         sem.release();
     }
@@ -319,8 +318,9 @@ TEST_CASE("clients of one identity share a lock; another identity or an anonymou
     mb.unlock();
 }
 
-TEST_CASE("under an open base path, a lock path another identity made first is access_denied to the owner, never shared",
-          "[zookeeper][acl]") {
+TEST_CASE(
+    "under an open base path, a lock path another identity made first is access_denied to the owner, never shared",
+    "[zookeeper][acl]") {
     const auto name = unique_name("acl-squat");
     auto squatter = distlock::connect(url_as(kIntruder, base())).mutex(name);
     REQUIRE(squatter.try_lock());  // its lock path is creator-only: the squatter's
@@ -483,7 +483,7 @@ std::map<int, std::pair<dev_t, ino_t>> open_fds() {
     std::map<int, std::pair<dev_t, ino_t>> out;
     for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
         int fd = std::stoi(e.path().filename().string());
-        struct stat st{};
+        struct stat st {};
         if (::fstat(fd, &st) == 0) out[fd] = {st.st_dev, st.st_ino};
     }
     return out;
@@ -500,7 +500,7 @@ TEST_CASE("the C client's socket and wake-up pipe are close-on-exec", "[zookeepe
     for (const auto& [fd, id] : open_fds()) {
         auto it = before.find(fd);
         if (it != before.end() && it->second == id) continue;
-        struct stat st{};
+        struct stat st {};
         if (::fstat(fd, &st) != 0) continue;  // the directory iterator's own
         if (S_ISSOCK(st.st_mode)) ++socks;
         if (!S_ISSOCK(st.st_mode) && !S_ISFIFO(st.st_mode)) continue;

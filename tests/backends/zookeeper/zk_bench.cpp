@@ -125,9 +125,10 @@ int main(int argc, char** argv) try {
     const auto base = zk_test::base_of(url);
     const auto run = distlock::spi::random_token().substr(0, 8);
     auto p = distlock::connect(url);
-    std::printf("zk:// benchmark against %s: %d cycles and %d handoffs in %d interleaved rounds after a warm-up round "
-                "(microseconds)\n\n",
-                p.url().c_str(), cycles, handoffs, rounds);
+    std::printf(
+        "zk:// benchmark against %s: %d cycles and %d handoffs in %d interleaved rounds after a warm-up round "
+        "(microseconds)\n\n",
+        p.url().c_str(), cycles, handoffs, rounds);
     std::printf("| %-34s | %8s | %8s | %8s | %8s | %6s |\n", "operation", "p50", "p90", "p99", "mean", "n");
     std::printf("|%s|%s|%s|%s|%s|%s|\n", std::string(36, '-').c_str(), std::string(10, '-').c_str(),
                 std::string(10, '-').c_str(), std::string(10, '-').c_str(), std::string(10, '-').c_str(),
@@ -178,7 +179,8 @@ int main(int argc, char** argv) try {
             if (!warmup) mine.push_back(us(clk::now() - t0));
         }
         if (cur) {
-            for (auto [cmd, out] : {std::pair{std::string("samples "), &theirs}, std::pair{std::string("floor "), &java_floor}}) {
+            for (auto [cmd, out] :
+                 {std::pair{std::string("samples "), &theirs}, std::pair{std::string("floor "), &java_floor}}) {
                 cur->say(cmd + std::to_string(per_round));
                 std::istringstream in(cur->line());
                 std::string word;
@@ -245,11 +247,11 @@ int main(int argc, char** argv) try {
     row("distlock -> distlock handoff", handoff);
     row(cur ? "distlock -> Curator handoff" : "distlock -> Curator (no --curator)", to_curator);
     auto c = distlock::backends::zookeeper::read_counters();
-    std::printf("\nclient counters: %llu lock nodes created, %llu getChildren, %llu predecessor watches set, %llu "
-                "predecessor wake-ups\n",
-                static_cast<unsigned long long>(c.lock_nodes_created), static_cast<unsigned long long>(c.children_reads),
-                static_cast<unsigned long long>(c.predecessor_watches),
-                static_cast<unsigned long long>(c.predecessor_wakeups));
+    std::printf(
+        "\nclient counters: %llu lock nodes created, %llu getChildren, %llu predecessor watches set, %llu "
+        "predecessor wake-ups\n",
+        static_cast<unsigned long long>(c.lock_nodes_created), static_cast<unsigned long long>(c.children_reads),
+        static_cast<unsigned long long>(c.predecessor_watches), static_cast<unsigned long long>(c.predecessor_wakeups));
     return 0;
 } catch (const std::exception& e) {
     std::cerr << "distlock-zk-bench: " << e.what() << "\n";

@@ -151,8 +151,7 @@ TEST_CASE("killing the leader under contention never yields two holders", "[zook
                 grant g{i, m.token(), clk::now(), {}, false};
                 int now_inside = ++inside;
                 int seen = max_inside.load();
-                while (now_inside > seen && !max_inside.compare_exchange_weak(seen, now_inside)) {
-                }
+                while (now_inside > seen && !max_inside.compare_exchange_weak(seen, now_inside)) {}
                 // Work in small steps, stopping as soon as the lock is reported lost.
                 for (int step = 0; step < 10 && m.held(); ++step) std::this_thread::sleep_for(3ms);
                 g.lost = !m.held();
@@ -167,7 +166,8 @@ TEST_CASE("killing the leader under contention never yields two holders", "[zook
     // Counts, not rates: wait for the grants however slow the machine is.
     auto granted_since = [&](clk::time_point t) {
         std::lock_guard lk(grants_mutex);
-        return static_cast<std::size_t>(std::count_if(grants.begin(), grants.end(), [&](const grant& g) { return g.from > t; }));
+        return static_cast<std::size_t>(
+            std::count_if(grants.begin(), grants.end(), [&](const grant& g) { return g.from > t; }));
     };
     const bool warmed_up = distlock::test::eventually([&] { return granted_since(clk::time_point{}) > 10; }, 60s);
     const std::size_t before_kill = granted_since(clk::time_point{});
@@ -251,7 +251,8 @@ TEST_CASE("inspect and leader() on another server see every grant and release th
         REQUIRE(e.campaign(5s));
         for (auto& p : inspectors) leader_missed += p.election(name + "-e").leader().held != std::optional<bool>(true);
         e.resign();
-        for (auto& p : inspectors) resigned_missed += p.election(name + "-e").leader().held != std::optional<bool>(false);
+        for (auto& p : inspectors)
+            resigned_missed += p.election(name + "-e").leader().held != std::optional<bool>(false);
     }
     INFO(rounds << " rounds, holder on server " << lead);
     CHECK(rounds >= 20);

@@ -64,7 +64,7 @@ TEST_CASE("inspect of a lock nobody holds: free, no waiters, a sync and one getC
     auto p = distlock::connect(url());
     const auto name = unique_name("insp-free");
     auto before = inspect_requests();
-    auto info = p.inspect(name);  // the lock path does not even exist
+    auto info = p.inspect(name);              // the lock path does not even exist
     CHECK(inspect_requests() - before == 2);  // sync + getChildren, pipelined: one round trip
     CHECK(info.name == name);
     CHECK(info.held == std::optional<bool>(false));
@@ -154,7 +154,8 @@ TEST_CASE("provider_options::holder labels the node; a node without data or with
     };
     for (const auto& s : {sample{"192.0.2.7", "192.0.2.7"}, sample{"", std::nullopt},
                           sample{std::string("\x0a\x00\x00\x01", 4), std::nullopt}}) {
-        const auto node = raw.create_sequential(lock_dir(name) + "/_c_" + distlock::spi::random_uuid() + "-lock-", s.data);
+        const auto node =
+            raw.create_sequential(lock_dir(name) + "/_c_" + distlock::spi::random_uuid() + "-lock-", s.data);
         REQUIRE_FALSE(node.empty());
         Stat st{};
         REQUIRE(raw.stat(node, st) == ZOK);
@@ -292,7 +293,8 @@ TEST_CASE("grant::waited of a mutex: false at the first try, true after waiting 
     CHECK(c[1] == distlock::contention::waited);
 }
 
-TEST_CASE("a resigning leader wakes one candidate, not all (each watches its predecessor)", "[zookeeper][election][herd]") {
+TEST_CASE("a resigning leader wakes one candidate, not all (each watches its predecessor)",
+          "[zookeeper][election][herd]") {
     constexpr int candidates = 6;
     const auto name = unique_name("latch-herd");
     zk_test::raw_zk raw(zk_test::hosts_of(url()));
@@ -314,8 +316,7 @@ TEST_CASE("a resigning leader wakes one candidate, not all (each watches its pre
             current = i;
             int now = ++leading;
             int seen = most.load();
-            while (now > seen && !most.compare_exchange_weak(seen, now)) {
-            }
+            while (now > seen && !most.compare_exchange_weak(seen, now)) {}
             ++terms;
             while (allowed.load() < terms.load()) std::this_thread::sleep_for(1ms);
             --leading;

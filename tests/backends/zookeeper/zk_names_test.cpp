@@ -31,8 +31,8 @@ TEST_CASE("dot segments cannot escape the base path", "[zookeeper][names]") {
 
 TEST_CASE("distinct names map to distinct segments", "[zookeeper][names]") {
     std::set<std::string> seen;
-    const std::vector<std::string> names = {"a/b", "a%2Fb", "a%252Fb", ".", "%2E", "..", std::string("\0", 1), "%00",
-                                            "a b", "a%20b"};
+    const std::vector<std::string> names = {"a/b", "a%2Fb", "a%252Fb", ".", "%2E", "..", std::string("\0", 1),
+                                            "%00", "a b",   "a%20b"};
     for (const auto& n : names) CHECK(seen.insert(encode_segment(n)).second);
 }
 
@@ -166,7 +166,8 @@ TEST_CASE("a reader waits only for a write node before it, and watches the neare
     CHECK(t.watch == "m-lock-0000000001");
     // The holders: a writer alone, or the readers before the first writer.
     CHECK(holders_of(q) == std::vector<std::string>{"a-__READ__0000000001"});
-    CHECK(holders_of({"b-__WRIT__0000000002", "c-__READ__0000000003"}) == std::vector<std::string>{"b-__WRIT__0000000002"});
+    CHECK(holders_of({"b-__WRIT__0000000002", "c-__READ__0000000003"}) ==
+          std::vector<std::string>{"b-__WRIT__0000000002"});
     CHECK(holders_of({"leases", "locks"}).empty());
 }
 

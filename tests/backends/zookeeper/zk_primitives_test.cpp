@@ -93,8 +93,9 @@ std::uint64_t wakeups() { return zkb::read_counters().predecessor_wakeups; }
 
 }  // namespace
 
-TEST_CASE("read-write lock nodes are Curator's: _c_<uuid>-__WRIT__ / __READ__<10 digits>, ephemeral, czxid as the token",
-          "[zookeeper][layout][rw]") {
+TEST_CASE(
+    "read-write lock nodes are Curator's: _c_<uuid>-__WRIT__ / __READ__<10 digits>, ephemeral, czxid as the token",
+    "[zookeeper][layout][rw]") {
     auto a = distlock::connect(url());
     auto b = distlock::connect(url());
     zk_test::raw_zk raw(zk_test::hosts_of(url()));
@@ -136,8 +137,9 @@ TEST_CASE("read-write lock nodes are Curator's: _c_<uuid>-__WRIT__ / __READ__<10
     CHECK(raw.children(dir).empty());
 }
 
-TEST_CASE("a permit is Curator's lease node <path>/leases/_c_<uuid>-lease-<10 digits>; the internal mutex is given back",
-          "[zookeeper][layout][semaphore]") {
+TEST_CASE(
+    "a permit is Curator's lease node <path>/leases/_c_<uuid>-lease-<10 digits>; the internal mutex is given back",
+    "[zookeeper][layout][semaphore]") {
     auto a = distlock::connect(url());
     zk_test::raw_zk raw(zk_test::hosts_of(url()));
     const auto name = unique_name("sem-layout");
@@ -171,8 +173,9 @@ TEST_CASE("a permit is Curator's lease node <path>/leases/_c_<uuid>-lease-<10 di
     CHECK(raw.children(dir + "/leases").empty());
 }
 
-TEST_CASE("a read-write lock wakes only the waiters a release concerns: readers behind the writer, then the writer alone",
-          "[zookeeper][herd][rw]") {
+TEST_CASE(
+    "a read-write lock wakes only the waiters a release concerns: readers behind the writer, then the writer alone",
+    "[zookeeper][herd][rw]") {
     zk_test::raw_zk raw(zk_test::hosts_of(url()));
     const auto name = unique_name("rw-herd");
     const auto dir = lock_dir(name);

@@ -45,8 +45,8 @@ public:
     int remove(const std::string& path) { return zoo_delete(zh_, path.c_str(), -1); }
     // Digest authentication ("user:password") for the requests that follow.
     void add_digest(const std::string& credentials) {
-        zoo_add_auth(zh_, "digest", credentials.data(), static_cast<int>(credentials.size()), [](int, const void*) {},
-                     nullptr);
+        zoo_add_auth(
+            zh_, "digest", credentials.data(), static_cast<int>(credentials.size()), [](int, const void*) {}, nullptr);
     }
     int create_persistent(const std::string& path) {
         return zoo_create(zh_, path.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, nullptr, 0);

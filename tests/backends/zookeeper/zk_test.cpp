@@ -220,8 +220,7 @@ TEST_CASE("a holder keeps the lock across several session timeouts", "[zookeeper
     other.unlock();
 }
 
-TEST_CASE("a lock node deleted right after the grant is reported lost by the first keepalive",
-          "[zookeeper][loss]") {
+TEST_CASE("a lock node deleted right after the grant is reported lost by the first keepalive", "[zookeeper][loss]") {
     loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto a = distlock::connect(url());
     zk_test::raw_zk raw(zk_test::hosts_of(url()));
@@ -243,8 +242,7 @@ TEST_CASE("a lock node deleted right after the grant is reported lost by the fir
     holder.unlock();
 }
 
-TEST_CASE("a lock node deleted behind the holder's back is reported lost through its watch",
-          "[zookeeper][loss]") {
+TEST_CASE("a lock node deleted behind the holder's back is reported lost through its watch", "[zookeeper][loss]") {
     loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto a = distlock::connect(url());
     zk_test::raw_zk raw(zk_test::hosts_of(url()));
@@ -508,8 +506,8 @@ TEST_CASE("connection problems and bad URLs are typed errors", "[zookeeper][inpu
 // a connection attempt would be unavailable_error, not unsupported_error).
 TEST_CASE("TLS asked for on zk:// is unsupported, refused before any connection, pointing to the tunnel",
           "[zookeeper][input][tls]") {
-    for (const char* q : {"tls=true", "tls=true&tls_ca=/nonexistent", "tls_ca=/nonexistent", "tls=true&tls_insecure=true",
-                          "tls_server_name=zk.example"}) {
+    for (const char* q : {"tls=true", "tls=true&tls_ca=/nonexistent", "tls_ca=/nonexistent",
+                          "tls=true&tls_insecure=true", "tls_server_name=zk.example"}) {
         INFO(q);
         const auto t0 = clk::now();
         try {
@@ -535,8 +533,9 @@ TEST_CASE("TLS asked for on zk:// is unsupported, refused before any connection,
 TEST_CASE("a TLS-only ZooKeeper reached without TLS fails typed within connect_timeout", "[zookeeper][tls]") {
     const auto url = distlock::test::env("DISTLOCK_TEST_ZK_PLAIN_ON_TLS_URL_MUST_FAIL");
     if (url.empty() && distlock::test::env("DISTLOCK_REQUIRE_ALL") != "1") {
-        WARN("not applicable: DISTLOCK_TEST_ZK_PLAIN_ON_TLS_URL_MUST_FAIL is not set (integration/backends.sh up "
-             "zookeeper-tls)");
+        WARN(
+            "not applicable: DISTLOCK_TEST_ZK_PLAIN_ON_TLS_URL_MUST_FAIL is not set (integration/backends.sh up "
+            "zookeeper-tls)");
         return;
     }
     REQUIRE(!url.empty());

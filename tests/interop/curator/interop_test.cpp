@@ -288,7 +288,7 @@ void update_record(const std::string& file, const std::function<void(long*)>& ch
     std::lock_guard guard(record_mutex);
     int fd = ::open(file.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) throw std::runtime_error("cannot open " + file);
-    struct flock fl{};
+    struct flock fl {};
     fl.l_type = F_WRLCK;
     fl.l_whence = SEEK_SET;
     if (::fcntl(fd, F_SETLKW, &fl) != 0) {
@@ -314,7 +314,8 @@ std::vector<long> read_record(const std::string& file) {
     return v;
 }
 std::string record_file(const std::string& name) {
-    auto f = (std::filesystem::temp_directory_path() / ("distlock-interop-" + name.substr(name.rfind(':') + 1))).string();
+    auto f =
+        (std::filesystem::temp_directory_path() / ("distlock-interop-" + name.substr(name.rfind(':') + 1))).string();
     std::ofstream(f) << "0 0 0 0\n";
     return f;
 }
@@ -358,7 +359,7 @@ TEST_CASE("Curator's and distlock's readers read together and keep writers of bo
     CHECK_FALSE(writer.try_lock());
     CHECK(writer_java->ask("wtry 300") == "timeout");
     CHECK(java->ask("runlock") == "unlocked");
-    CHECK_FALSE(writer.try_lock());               // distlock's reader still reads
+    CHECK_FALSE(writer.try_lock());  // distlock's reader still reads
     CHECK(writer_java->ask("wtry 300") == "timeout");
     CHECK(java->ask("rtry 3000").rfind("locked ", 0) == 0);  // Curator reads beside distlock's reader
     reader.unlock_shared();
@@ -384,7 +385,7 @@ TEST_CASE("a distlock writer waiting behind a Curator reader holds back Curator 
         rw.unlock();
     });
     REQUIRE(eventually([&] { return raw.children(lock_path(name)).size() == 2; }, 10s));  // the writer is queued
-    CHECK(later->ask("rtry 500") == "timeout");  // behind the waiting writer
+    CHECK(later->ask("rtry 500") == "timeout");                                           // behind the waiting writer
     CHECK_FALSE(got.load());
     CHECK(first->ask("runlock") == "unlocked");
     CHECK(eventually([&] { return got.load(); }, 10s));
@@ -440,7 +441,8 @@ TEST_CASE("Curator and distlock reading and writing in turn never overlap a writ
     std::filesystem::remove(file);
 }
 
-TEST_CASE("Curator's and distlock's leases count together against one semaphore size", "[interop][curator][semaphore]") {
+TEST_CASE("Curator's and distlock's leases count together against one semaphore size",
+          "[interop][curator][semaphore]") {
     const auto name = unique_name("cur-sem");
     auto java = curator(name);
     auto leased = java->ask("lease 2 5000");
@@ -527,9 +529,10 @@ bool curator_leads(peer& java) {
 
 }  // namespace
 
-TEST_CASE("inspect of a lock Curator holds shows Curator's node data (its IP address) and its czxid; distlock's label "
-          "is ignored by Curator",
-          "[interop][curator][inspect]") {
+TEST_CASE(
+    "inspect of a lock Curator holds shows Curator's node data (its IP address) and its czxid; distlock's label "
+    "is ignored by Curator",
+    "[interop][curator][inspect]") {
     const auto name = unique_name("cur-inspect");
     auto java = curator(name);
     auto locked = java->ask("lock");
@@ -630,9 +633,10 @@ TEST_CASE("Curator's LeaderLatch leads: a distlock candidate waits and sees Cura
     CHECK(java2->ask("await 10000") == "leader");
 }
 
-TEST_CASE("distlock leads: Curator's LeaderLatch does not lead and names distlock's id; after resign Curator leads, "
-          "never both at once",
-          "[interop][curator][election]") {
+TEST_CASE(
+    "distlock leads: Curator's LeaderLatch does not lead and names distlock's id; after resign Curator leads, "
+    "never both at once",
+    "[interop][curator][election]") {
     const auto name = unique_name("latch-dl");
     auto p = distlock::connect(url());
     distlock::election_options o;
@@ -730,8 +734,9 @@ TEST_CASE("with the same digest credentials and creator ACLs, Curator and distlo
     }
 }
 
-TEST_CASE("a Curator client of another identity, or without credentials, can neither take nor block a creator-only lock",
-          "[interop][curator][acl]") {
+TEST_CASE(
+    "a Curator client of another identity, or without credentials, can neither take nor block a creator-only lock",
+    "[interop][curator][acl]") {
     // Under a base path of the owner's (under an open one, another identity
     // could make a free lock's path first: see docs/backends/zookeeper.md).
     zk_test::raw_zk owner(zk_test::hosts_of(url()));

@@ -116,7 +116,8 @@ public:
     void release() override {
         const auto mine = std::exchange(owner_, std::string{});
         if (read_owner(dir_) != mine)
-            distlock::throw_error(errc::not_owner, kBackend, dir_ + " is no longer this handle's (removed out of band)");
+            distlock::throw_error(errc::not_owner, kBackend,
+                                  dir_ + " is no longer this handle's (removed out of band)");
         remove_lock(dir_);
     }
 
@@ -154,7 +155,8 @@ public:
         return std::make_unique<handle>(dir_of(r.name), r, check_);
     }
     // The one renewal hook: here, one liveness check per held lock.
-    void keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) override {
+    void keepalive_batch(std::span<spi::lock_handle* const> handles,
+                         std::span<spi::keepalive_result> results) override {
         for (std::size_t i = 0; i < handles.size(); ++i) results[i] = static_cast<const handle*>(handles[i])->check();
     }
     void break_lock(std::string_view name) override { remove_lock(dir_of(name)); }
