@@ -16,6 +16,8 @@ while [ $# -gt 0 ]; do
 done
 . scripts/lib.sh
 ensure_packages "${CORE_PACKAGES[@]}" "${BACKEND_PACKAGES[@]}" "${FAULT_PACKAGES[@]}"
+# The code's one format (.clang-format), first: seconds, and a failure says which files.
+scripts/format.sh --check
 # -g1 (line tables only): the tests need no more, and the build is CI's longest step.
 DISTLOCK_CONFIGURE_ARGS=-DDISTLOCK_EXTRA_COMPILE_OPTIONS=-g1 configure_and_build build ""
 
