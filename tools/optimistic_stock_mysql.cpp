@@ -13,8 +13,6 @@
 #include <cppconn/statement.h>
 #include <mysql_connection.h>
 #include <mysql_driver.h>
-#include <openssl/x509.h>
-#include <signal.h>
 
 #include <algorithm>
 #include <map>
@@ -70,27 +68,11 @@ int seconds_at_least_1(std::chrono::milliseconds d) {
     return static_cast<int>(std::max<long long>(1, (d.count() + 999) / 1000));
 }
 
-// The client library sets SIGPIPE to SIG_IGN for the whole process when it
-// starts (it sends with MSG_NOSIGNAL and needs it not), and children inherit an
-// ignored signal across exec: `f`, which may start it, leaves the process's
-// SIGPIPE disposition as it found it.
-template <class F>
-auto keeping_sigpipe(F&& f) {
-    struct sigaction before {};
-    ::sigaction(SIGPIPE, nullptr, &before);
-    struct restore {
-        const struct sigaction& before;
-        ~restore() {
-            struct sigaction now {};
-            ::sigaction(SIGPIPE, nullptr, &now);
-            if (now.sa_handler == SIG_IGN && before.sa_handler != SIG_IGN) ::sigaction(SIGPIPE, &before, nullptr);
-        }
-    } r{before};
-    return f();
-}
-
 ::sql::mysql::MySQL_Driver* driver() {
-    static ::sql::mysql::MySQL_Driver* d = keeping_sigpipe([] { return ::sql::mysql::get_mysql_driver_instance(); });
+    // The client library sets SIGPIPE to SIG_IGN for the process when it starts;
+    // the CLI ignores it from its start anyway (main.cpp), and `run` gives its
+    // command the default disposition (process_tree.cpp).
+    static ::sql::mysql::MySQL_Driver* d = ::sql::mysql::get_mysql_driver_instance();
     return d;
 }
 
@@ -122,7 +104,7 @@ public:
             if (!s.tls_key.empty()) opts["sslKey"] = ::sql::SQLString(s.tls_key);
         }
         try {
-            conn_.reset(keeping_sigpipe([&] { return driver()->connect(opts); }));
+            conn_.reset(driver()->connect(opts));
             std::unique_ptr<::sql::Statement> st(conn_->createStatement());
             // No row lock wait outlasts a call.
             st->execute("SET SESSION innodb_lock_wait_timeout = " + std::to_string(seconds_at_least_1(lock_wait)));
@@ -223,44 +205,13 @@ private:
     settings s_;
 };
 
-constexpr std::string_view unverified_mode =
-    "the client library (MariaDB Connector/C) enforces TLS only when it verifies the server's certificate and name: "
-    "use ssl_mode=verify_identity (tls=true), or disabled to say that clear is meant";
-
-// The URL's TLS parameters as the mysql:// backend reads them: tls=true is
-// ssl_mode=verify_identity, with the system's CA bundle unless
-// tls_ca/ssl_ca names one; the modes that do not verify are refused.
+// The URL's TLS parameters as the mysql:// backend reads them (spi/tls.hpp).
 void take_tls(spi::url& u, settings& s) {
-    const auto t = spi::take_tls(u, backend, {"ssl_ca", "ssl_cert", "ssl_key", ""});
-    if (!t.server_name.empty())
-        throw_error(errc::unsupported, backend,
-                    "tls_server_name is not supported: the client library verifies the URL's host");
-    std::optional<bool> verify;  // ssl_mode: verify_identity (true) or disabled (false)
-    if (auto m = u.take("ssl_mode")) {
-        if (*m == "disabled") verify = false;
-        else if (*m == "verify_identity") verify = true;
-        else if (*m == "preferred" || *m == "required" || *m == "verify_ca")
-            throw_error(errc::unsupported, backend,
-                        "ssl_mode=" + *m + " is not supported: " + std::string(unverified_mode));
-        else
-            throw_error(
-                errc::invalid_argument, backend,
-                "unknown ssl_mode '" + *m + "' (known: disabled, preferred, required, verify_ca, verify_identity)");
-    }
-    if (t.enabled) {
-        if (!t.verify)
-            throw_error(errc::unsupported, backend, "tls_insecure is not supported: " + std::string(unverified_mode));
-        if (verify && !*verify) spi::tls_conflict(backend, "tls=true", "ssl_mode");
-        verify = true;
-    }
-    spi::check_tls_files(t, backend);
-    s.tls = verify.value_or(false);
-    if ((t.ca.given() || t.cert.given() || t.key.given()) && !s.tls)
-        throw_error(errc::invalid_argument, backend,
-                    "ssl_ca/ssl_cert/ssl_key need TLS: add tls=true or ssl_mode=verify_identity");
-    s.tls_ca = t.ca.given() ? t.ca.path : s.tls ? X509_get_default_cert_file() : "";
-    s.tls_cert = t.cert.path;
-    s.tls_key = t.key.path;
+    auto t = spi::take_mariadb_tls(u, backend);
+    s.tls = t.tls == spi::mariadb_tls::mode::verify_identity;
+    s.tls_ca = std::move(t.ca);
+    s.tls_cert = std::move(t.cert);
+    s.tls_key = std::move(t.key);
 }
 
 }  // namespace

@@ -2,9 +2,7 @@
 // over libpq: one connection per session, each statement one PQsendQueryParams
 // with $1..$n parameters, the connect and each call bounded by the URL's
 // connect_timeout and timeout.
-#include <arpa/inet.h>
 #include <libpq-fe.h>
-#include <openssl/x509.h>
 #include <poll.h>
 
 #include <algorithm>
@@ -225,46 +223,8 @@ private:
     settings s_;
 };
 
-// The URL's TLS parameters as libpq's keywords, as the postgres:// backend
-// reads them: tls=true is sslmode=verify-full (with the system's CA bundle
-// unless tls_ca/sslrootcert names one), tls_insecure=true sslmode=require;
-// sslmode, sslrootcert, sslcert, sslkey and sslcrl are libpq's own. Without
-// any, libpq's default (prefer) stays.
-void take_tls(spi::url& u, settings& s) {
-    const auto t = spi::take_tls(u, backend, {"sslrootcert", "sslcert", "sslkey", ""});
-    auto mode = u.take("sslmode");
-    static constexpr std::string_view modes[] = {"disable", "allow", "prefer", "require", "verify-ca", "verify-full"};
-    if (mode && std::find(std::begin(modes), std::end(modes), *mode) == std::end(modes))
-        throw_error(errc::invalid_argument, backend,
-                    "unknown sslmode '" + *mode + "' (known: disable, allow, prefer, require, verify-ca, verify-full)");
-    if (t.enabled) {
-        const std::string implied = t.verify ? "verify-full" : "require";
-        if (mode && *mode != implied)
-            spi::tls_conflict(backend, t.verify ? "tls=true" : "tls_insecure=true", "sslmode=" + *mode);
-        mode = implied;
-    }
-    spi::tls_file crl;
-    if (auto v = u.take("sslcrl")) crl = {*v, "sslcrl"};
-    spi::check_tls_files(t, backend);
-    spi::check_tls_file(crl, backend);
-    if (mode) s.tls.emplace_back("sslmode", *mode);
-    const bool insecure = t.enabled && !t.verify;
-    const std::string ca = insecure ? "" : t.ca.given() ? t.ca.path : t.enabled ? X509_get_default_cert_file() : "";
-    if (!ca.empty()) s.tls.emplace_back("sslrootcert", ca);
-    if (t.cert.given()) s.tls.emplace_back("sslcert", t.cert.path);
-    if (t.key.given()) s.tls.emplace_back("sslkey", t.key.path);
-    if (crl.given()) s.tls.emplace_back("sslcrl", crl.path);
-    if (!t.server_name.empty()) {
-        // libpq verifies (and sends in SNI) `host`, and connects to `hostaddr`,
-        // which must then be a numeric address.
-        unsigned char buf[sizeof(in6_addr)];
-        if (inet_pton(AF_INET, s.ep.host.c_str(), buf) != 1 && inet_pton(AF_INET6, s.ep.host.c_str(), buf) != 1)
-            throw_error(errc::unsupported, backend,
-                        "tls_server_name needs the URL's host as a numeric address (libpq connects to it as hostaddr)");
-        s.tls.emplace_back("hostaddr", s.ep.host);
-        s.ep.host = t.server_name;
-    }
-}
+// The URL's TLS parameters as the postgres:// backend reads them (spi/tls.hpp).
+void take_tls(spi::url& u, settings& s) { s.tls = spi::take_libpq_tls(u, backend, s.ep.host); }
 
 }  // namespace
 

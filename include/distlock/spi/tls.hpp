@@ -18,6 +18,8 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "distlock/export.hpp"
 #include "distlock/spi/url.hpp"
@@ -99,5 +101,35 @@ DISTLOCK_API bool tls_insecure_requested(const url& u);
 inline constexpr std::string_view tls_insecure_warning =
     "tls_insecure=true: the server's certificate and name are not verified (for tests only): anyone on the path "
     "can read and change this provider's traffic, credentials included";
+
+// ---- database clients ------------------------------------------------------------
+// The URL's TLS parameters as the two database client libraries take them, as
+// docs/backends/sql.md ("TLS") says: for the postgres:// and mysql:// backends,
+// and for an application's own client of the same database over the same URL
+// (the CLI's optimistic stock helper), so that a URL means the same to both.
+
+// libpq's connection keywords: tls=true is sslmode=verify-full (with the
+// system's CA bundle unless tls_ca/sslrootcert names one), tls_insecure=true
+// sslmode=require; sslmode, sslrootcert, sslcert, sslkey and sslcrl are libpq's
+// own. Without any, nothing (libpq's default, prefer). With tls_server_name,
+// `host` becomes that name (libpq verifies and sends in SNI its `host`) and the
+// URL's host, which must then be a numeric address, goes in hostaddr.
+DISTLOCK_API std::vector<std::pair<std::string, std::string>> take_libpq_tls(url& u, std::string_view backend,
+                                                                             std::string& host);
+
+// MariaDB Connector/C's: tls=true is ssl_mode=verify_identity, with the
+// system's CA bundle unless tls_ca/ssl_ca names one. The modes that do not
+// verify (preferred, required, verify_ca, tls_insecure) are refused: the
+// library enforces TLS only when it verifies. tls_server_name is refused.
+struct DISTLOCK_API mariadb_tls {
+    enum class mode {
+        library_default,  // nothing said: the library's default (no TLS)
+        disabled,         // ssl_mode=disabled: clear is meant
+        verify_identity,  // TLS, the chain and the host name verified
+    };
+    mode tls = mode::library_default;
+    std::string ca, cert, key;  // "" = none
+};
+DISTLOCK_API mariadb_tls take_mariadb_tls(url& u, std::string_view backend);
 
 }  // namespace distlock::spi
