@@ -65,7 +65,7 @@ function(distlock_add_layer name)
   # Not built by itself: only as part of libdistlock, once a backend uses it.
   add_library(${obj} OBJECT EXCLUDE_FROM_ALL ${arg_SOURCES})
   set_target_properties(${obj} PROPERTIES CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
-  target_compile_options(${obj} PRIVATE -Wall -Wextra -Wpedantic)
+  target_compile_options(${obj} PRIVATE -Wall -Wextra -Wpedantic -Werror=switch)
   target_include_directories(${obj} PUBLIC ${PROJECT_SOURCE_DIR}/backends/${name}
                              PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_BINARY_DIR}/generated/include)
   if(arg_LIBRARIES)
@@ -103,7 +103,7 @@ function(distlock_add_backend name)
   set(obj distlock_backend_${name})
   add_library(${obj} OBJECT ${arg_SOURCES})
   set_target_properties(${obj} PROPERTIES CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
-  target_compile_options(${obj} PRIVATE -Wall -Wextra -Wpedantic)
+  target_compile_options(${obj} PRIVATE -Wall -Wextra -Wpedantic -Werror=switch)
   # A layer's headers are named with their folder: "sql/sql.hpp", "http/http_pool.hpp".
   target_include_directories(${obj} PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_BINARY_DIR}/generated/include
                              ${CMAKE_CURRENT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/backends ${arg_INCLUDES})

@@ -98,10 +98,41 @@ metrics::per_backend& metrics::of(std::string_view backend) {
     return *backends_.back();
 }
 
+namespace {
+
+// A kind's row in the metrics' arrays, which grant_kinds sizes. A kind added to
+// grant_kind fails this switch (-Werror=switch) until it has a case here, and
+// its case, in the form of the others, fails to compile until grant_kinds
+// (observe.hpp) counts it.
+template <std::size_t Row>
+constexpr std::size_t row() noexcept {
+    static_assert(Row < grant_kinds, "raise distlock::grant_kinds (observe.hpp) to count every grant_kind");
+    return Row;
+}
+constexpr std::size_t row_of(grant_kind kind) noexcept {
+    switch (kind) {
+        case grant_kind::exclusive: return row<0>();
+        case grant_kind::read: return row<1>();
+        case grant_kind::write: return row<2>();
+        case grant_kind::permit: return row<3>();
+        case grant_kind::leader: return row<4>();
+    }
+    return grant_kinds;  // not a grant_kind
+}
+// The rendering names row k after grant_kind value k: so each kind's row is its
+// value, and grant_kinds counts no more kinds than there are.
+constexpr bool rows_follow_the_enum() noexcept {
+    for (std::size_t k = 0; k < grant_kinds; ++k)
+        if (row_of(static_cast<grant_kind>(k)) != k) return false;
+    return true;
+}
+static_assert(rows_follow_the_enum(), "grant_kinds and the rows of row_of() must follow grant_kind's values");
+
+}  // namespace
+
 void metrics::acquired(const acquire_event& e) {
     auto& b = of(e.backend);
-    b.acquisitions[static_cast<std::size_t>(e.kind)][static_cast<std::size_t>(e.outcome)].fetch_add(
-        1, std::memory_order_relaxed);
+    b.acquisitions[row_of(e.kind)][static_cast<std::size_t>(e.outcome)].fetch_add(1, std::memory_order_relaxed);
     b.wait.add(e.waited);
     if (e.outcome == acquire_outcome::granted)
         b.contended[static_cast<std::size_t>(e.contended)].fetch_add(1, std::memory_order_relaxed);
@@ -126,7 +157,7 @@ void metrics::renewed(const renewal_event& e) {
 }
 
 void metrics::lost(const loss_event& e) {
-    of(e.backend).losses[static_cast<std::size_t>(e.kind)].fetch_add(1, std::memory_order_relaxed);
+    of(e.backend).losses[row_of(e.kind)].fetch_add(1, std::memory_order_relaxed);
 }
 
 void metrics::failed(const error_event& e) {

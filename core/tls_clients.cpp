@@ -79,7 +79,8 @@ mariadb_tls take_mariadb_tls(url& u, std::string_view backend) {
         if (*v == "disabled") m = mode::disabled;
         else if (*v == "verify_identity") m = mode::verify_identity;
         else if (*v == "preferred" || *v == "required" || *v == "verify_ca")
-            throw_error(errc::unsupported, name, "ssl_mode=" + *v + " is not supported: " + std::string(unverified_mode));
+            throw_error(errc::unsupported, name,
+                        "ssl_mode=" + *v + " is not supported: " + std::string(unverified_mode));
         else
             throw_error(
                 errc::invalid_argument, name,

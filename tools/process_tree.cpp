@@ -47,28 +47,22 @@ int record_value(const char* in) noexcept {
     return v;
 }
 
-bool write_all(int fd, const char* data, std::size_t size) noexcept {
+// Repeats `io` (::read or ::write) until `size` bytes went; false at end of
+// file or on an error.
+template <class Io, class Byte>
+bool all_of(Io io, int fd, Byte* data, std::size_t size) noexcept {
     while (size > 0) {
-        const ssize_t w = ::write(fd, data, size);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return false;
-        data += w;
-        size -= static_cast<std::size_t>(w);
+        const ssize_t n = io(fd, data, size);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return false;
+        data += n;
+        size -= static_cast<std::size_t>(n);
     }
     return true;
 }
 
-// false at end of file or on an error.
-bool read_all(int fd, char* data, std::size_t size) noexcept {
-    while (size > 0) {
-        const ssize_t r = ::read(fd, data, size);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return false;
-        data += r;
-        size -= static_cast<std::size_t>(r);
-    }
-    return true;
-}
+bool write_all(int fd, const char* data, std::size_t size) noexcept { return all_of(::write, fd, data, size); }
+bool read_all(int fd, char* data, std::size_t size) noexcept { return all_of(::read, fd, data, size); }
 
 void say(const std::string& line) noexcept { (void)write_all(2, line.data(), line.size()); }
 
