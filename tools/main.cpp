@@ -1,4 +1,4 @@
-// distlock: the command-line tool (flash-sale, bench, run, hold, elect, status, schemes).
+// distlock: the command-line tool. Its subcommands are listed in tool.hpp.
 #include <fcntl.h>
 #include <signal.h>
 
@@ -68,12 +68,7 @@ int main(int argc, char** argv) {
     app.failure_message(
         [&shown](const CLI::App* a, const CLI::Error& e) { return shown(CLI::FailureMessage::simple(a, e), true); });
     std::function<int()> action;
-    distlock::tool::add_flash_sale(app, action);
-    distlock::tool::add_bench(app, action);
-    distlock::tool::add_run(app, action);
-    distlock::tool::add_hold(app, action);
-    distlock::tool::add_elect(app, action);
-    distlock::tool::add_status(app, action);
+    for (auto add : distlock::tool::subcommands) add(app, action);
     app.add_subcommand("schemes", "List the backend URL schemes of this build")->callback([&action] {
         action = [] {
             for (const auto& s : distlock::schemes()) std::cout << s << "\n";

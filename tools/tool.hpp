@@ -20,10 +20,15 @@ struct backend_choice;
 // the default shown is b.fallback.
 void add_backend_options(CLI::App* cmd, backend_choice& b, const std::string& url_help);
 
+using add_subcommand = void (*)(CLI::App& app, std::function<int()>& action);
 void add_flash_sale(CLI::App& app, std::function<int()>& action);
 void add_bench(CLI::App& app, std::function<int()>& action);
 void add_run(CLI::App& app, std::function<int()>& action);
 void add_hold(CLI::App& app, std::function<int()>& action);
 void add_elect(CLI::App& app, std::function<int()>& action);
 void add_status(CLI::App& app, std::function<int()>& action);
+// Every subcommand, in the order --help lists them: main() adds each (then
+// `schemes`, written inline). A new subcommand is a file of its own, a line
+// above and one here (docs/contributing.md).
+inline constexpr add_subcommand subcommands[] = {add_flash_sale, add_bench, add_run, add_hold, add_elect, add_status};
 }  // namespace distlock::tool

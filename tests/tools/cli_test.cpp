@@ -14,6 +14,7 @@
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -1169,6 +1170,38 @@ TEST_CASE("no argument is echoed with its password, in any parse error", "[cli][
     const auto stray = spawn_cli(cases[0]);
     CHECK(stray.status == 64);
     CHECK(stray.err.find("redis://:***@127.0.0.1:1") != std::string::npos);  // shown, redacted
+}
+
+// The subcommands as `distlock --help` lists them: a new one is covered by the
+// case below with no edit here.
+std::vector<std::string> listed_subcommands() {
+    const auto help = run("--help");
+    REQUIRE(help.status == 0);
+    std::vector<std::string> names;
+    std::istringstream in(help.out);
+    bool listing = false;
+    for (std::string line; std::getline(in, line);) {
+        if (line == "Subcommands:") listing = true;
+        else if (listing && line.rfind("  ", 0) == 0 && line.size() > 2 && line[2] != ' ')
+            names.push_back(line.substr(2, line.find(' ', 2) - 2));
+        else if (listing) break;
+    }
+    return names;
+}
+
+TEST_CASE("every subcommand --help lists answers --help, and refuses an unknown option with 64, unechoed",
+          "[cli][exit][secret]") {
+    const auto names = listed_subcommands();
+    for (const char* known : {"flash-sale", "bench", "run", "hold", "elect", "status", "schemes"})
+        CHECK(std::find(names.begin(), names.end(), known) != names.end());
+    for (const auto& n : names) {
+        INFO(n);
+        CHECK(run(n + " --help").status == 0);
+        const auto r = spawn_cli({n, "--bogus=redis://:hunter2-stray@h"});
+        CHECK(r.status == 64);
+        CHECK(r.err.find("hunter2-stray") == std::string::npos);
+        CHECK(r.out.find("hunter2-stray") == std::string::npos);
+    }
 }
 
 TEST_CASE("distlock loads no shared library from the directory it is run in", "[cli][rpath]") {
