@@ -1,3 +1,5 @@
+// etcd's v3 JSON gateway (etcd_gateway.hpp): the readers of its JSON replies, the
+// calls and their errors, watch requests, authentication and the sessions' leases.
 #include "etcd_gateway.hpp"
 
 #include <algorithm>
@@ -66,6 +68,15 @@ std::string error_text(const json& error) {
     std::string out = error.is_string() ? error.get<std::string>() : text(error, "message");
     if (out.empty()) out = "an error reply without a message";
     return out.substr(0, 300);
+}
+
+const json& range_kvs(const json& responses, std::size_t i) {
+    return list(field(item(responses, i), "response_range"), "kvs");
+}
+
+const json& message_result(const json& msg) {
+    const json& result = field(msg, "result");
+    return result.is_null() ? msg : result;
 }
 
 std::chrono::seconds lease_seconds(std::int64_t ttl) {
