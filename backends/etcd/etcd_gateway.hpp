@@ -139,8 +139,11 @@ public:
     void forget_orphan(session& s, const std::string& key);
 
 private:
+    [[noreturn]] void throw_not_gateway(const std::string& path, const http::response& resp);
     [[noreturn]] void throw_grpc(const std::string& path, int code, const std::string& message,
                                  const std::string& endpoint);
+    void delete_orphans(session& s);
+    spi::keepalive_result keepalive(session& s);
     std::shared_ptr<session> grant(std::int64_t ttl);
     void authenticate();
 

@@ -24,6 +24,12 @@ json none_under(const std::string& p) {
     return compare;
 }
 
+// A compare that holds while the size key `key` says `permits`.
+json size_is(const std::string& key, const std::string& permits) {
+    return json{
+        {"key", base64_encode(key)}, {"target", "VALUE"}, {"result", "EQUAL"}, {"value", base64_encode(permits)}};
+}
+
 class permit_handle final : public queue {
 public:
     permit_handle(gateway& g, const spi::lock_request& r) : queue(g, r) {}
@@ -44,6 +50,7 @@ private:
     void released(const json& responses) noexcept override;
 
     void settle_size(const json& size_kvs);
+    void take_over_size(const std::string& theirs);
     void forget_size() noexcept;
 };
 
@@ -61,10 +68,7 @@ queue::place permit_handle::place_of(const json& ahead) const {
 // Our size must be the one the semaphore is held with: the failure branch
 // reads the size key third.
 void permit_handle::guard(json& compare, json& failure) const {
-    compare.push_back({{"key", base64_encode(where().size_key)},
-                       {"target", "VALUE"},
-                       {"result", "EQUAL"},
-                       {"value", base64_encode(std::to_string(request().permits))}});
+    compare.push_back(size_is(where().size_key, std::to_string(request().permits)));
     failure.push_back({{"request_range", {{"key", base64_encode(where().size_key)}}}});
 }
 
@@ -97,12 +101,17 @@ void permit_handle::settle_size(const json& size_kvs) {
         return;
     }
     const auto theirs = b64d(size_kvs[0], "value");
-    if (theirs == mine) return;  // changed meanwhile
+    if (theirs != mine) take_over_size(theirs);  // else changed meanwhile
+}
+
+// The size key says `theirs`: put ours when no permit key is left; refuses
+// ours while a key of that size stands.
+void permit_handle::take_over_size(const std::string& theirs) {
+    const auto mine = std::to_string(request().permits);
+    const auto size = base64_encode(where().size_key);
     auto reply = gate().call(
         "/v3/kv/txn",
-        json{{"compare",
-              json::array({{{"key", size}, {"target", "VALUE"}, {"result", "EQUAL"}, {"value", base64_encode(theirs)}},
-                           none_under(where().blockers)})},
+        json{{"compare", json::array({size_is(where().size_key, theirs), none_under(where().blockers)})},
              {"success", json::array({{{"request_put", {{"key", size}, {"value", base64_encode(mine)}}}}})},
              {"failure",
               json::array({{{"request_range", {{"key", size}}}}, {{"request_range", count_of(where().blockers)}}})}});
@@ -126,10 +135,7 @@ void permit_handle::forget_size() noexcept {
         gate().call(
             "/v3/kv/txn",
             json{{"compare", json::array({none_under(where().blockers),
-                                          {{"key", base64_encode(where().size_key)},
-                                           {"target", "VALUE"},
-                                           {"result", "EQUAL"},
-                                           {"value", base64_encode(std::to_string(request().permits))}}})},
+                                          size_is(where().size_key, std::to_string(request().permits))})},
                  {"success", json::array({{{"request_delete_range", {{"key", base64_encode(where().size_key)}}}}})}},
             2000ms);
     } catch (...) {}

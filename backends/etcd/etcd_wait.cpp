@@ -17,6 +17,45 @@ namespace distlock::backends::etcd {
 using namespace std::chrono_literals;
 using http::base64_encode;
 
+namespace {
+
+// What one watch of the keys ahead of ours saw, message by message.
+struct watch_seen {
+    bool wake_on_put;        // a put of the watched key wakes us too
+    bool may_drop_unsynced;  // an unsynced watch is dropped (see queue::watch_ahead())
+    std::int64_t at;         // the revision of the range the watch follows
+    std::string error{};
+    bool unsynced = false, woke = false;
+
+    // One message of the stream: false to end the watch.
+    bool on_line(std::string_view line) {
+        const json msg = http::parse_reply(line);
+        if (msg.is_discarded() || !msg.is_object()) {
+            error = "unexpected reply (a line of the stream that is not a watch message)";
+            return false;
+        }
+        if (msg.contains("error")) {
+            error = error_text(field(msg, "error"));
+            return false;
+        }
+        const json& result = message_result(msg);
+        if (flag(result, "canceled")) return false;  // compacted etc.: range again
+        for (const auto& ev : list(result, "events")) {
+            if (wake_on_put || text(ev, "type") == "DELETE") {
+                woke = true;
+                return false;
+            }
+        }
+        if (flag(result, "created") && may_drop_unsynced && as_i64(field(result, "header"), "revision") > at) {
+            unsynced = true;
+            return false;
+        }
+        return true;
+    }
+};
+
+}  // namespace
+
 // The wait's state from one round to the next.
 struct queue::waiting {
     std::chrono::milliseconds renew_every;
@@ -110,40 +149,15 @@ bool queue::watch_ahead(waiting& w, const place& p, std::int64_t at, std::chrono
     const auto rq = p.whole_range
                         ? gateway::watch(where_.blockers, after(at), budget, prefix_end(where_.blockers), true)
                         : gateway::watch(p.watch, after(at), budget);
-    std::string error;
-    bool unsynced = false, woke = false;
-    auto res = gateway_.client().stream_lines(rq, [&](std::string_view line) {
-        const json msg = http::parse_reply(line);
-        if (msg.is_discarded() || !msg.is_object()) {
-            error = "unexpected reply (a line of the stream that is not a watch message)";
-            return false;
-        }
-        if (msg.contains("error")) {
-            error = error_text(field(msg, "error"));
-            return false;
-        }
-        const json& result = message_result(msg);
-        if (flag(result, "canceled")) return false;  // compacted etc.: range again
-        for (const auto& ev : list(result, "events")) {
-            if (p.wake_on_put || text(ev, "type") == "DELETE") {
-                woke = true;
-                return false;
-            }
-        }
-        if (flag(result, "created") && w.unsynced_retries < waiting::max_unsynced_retries &&
-            as_i64(field(result, "header"), "revision") > at) {
-            unsynced = true;
-            return false;
-        }
-        return true;
-    });
-    w.unsynced_retries = unsynced ? w.unsynced_retries + 1 : 0;
-    if (!error.empty()) throw_error(errc::unavailable, kBackend, "watch: " + error);
+    watch_seen seen{p.wake_on_put, w.unsynced_retries < waiting::max_unsynced_retries, at};
+    auto res = gateway_.client().stream_lines(rq, [&](std::string_view line) { return seen.on_line(line); });
+    w.unsynced_retries = seen.unsynced ? w.unsynced_retries + 1 : 0;
+    if (!seen.error.empty()) throw_error(errc::unavailable, kBackend, "watch: " + seen.error);
     if (res.how == http::outcome::failed) {
         gateway_.client().rotate_endpoint(res.resp.endpoint);
         throw_error(errc::unavailable, kBackend, "watch stream broke: " + res.error);
     }
-    return woke || unsynced || res.how == http::outcome::timed_out;
+    return seen.woke || seen.unsynced || res.how == http::outcome::timed_out;
 }
 
 }  // namespace distlock::backends::etcd
