@@ -1,3 +1,5 @@
+// etcd's v3 JSON gateway (etcd_gateway.hpp): the readers of its JSON replies, the
+// calls and their errors, watch requests, authentication and the sessions' leases.
 #include "etcd_gateway.hpp"
 
 #include <algorithm>
@@ -68,6 +70,15 @@ std::string error_text(const json& error) {
     return out.substr(0, 300);
 }
 
+const json& range_kvs(const json& responses, std::size_t i) {
+    return list(field(item(responses, i), "response_range"), "kvs");
+}
+
+const json& message_result(const json& msg) {
+    const json& result = field(msg, "result");
+    return result.is_null() ? msg : result;
+}
+
 std::chrono::seconds lease_seconds(std::int64_t ttl) {
     return std::chrono::seconds(std::clamp<std::int64_t>(ttl, 0, kMaxLeaseSeconds));
 }
@@ -127,18 +138,7 @@ json gateway::call(const std::string& path, const json& body, std::chrono::milli
         rq.timeout = timeout;
         auto resp = client_.send(rq);
         json j = http::parse_reply(resp.body);
-        if (j.is_discarded() || !j.is_object()) {
-            // Not etcd's JSON gateway answering: a 4xx will not heal by retrying (a wrong
-            // port, another server, a path prefix in front of etcd); a 5xx may.
-            const bool wrong_server = resp.status >= 400 && resp.status < 500;
-            if (!wrong_server) client_.rotate_endpoint(resp.endpoint);
-            throw_error(wrong_server ? errc::invalid_argument : errc::unavailable, kBackend,
-                        path + ": unexpected reply (HTTP " + std::to_string(resp.status) + ")" +
-                            (wrong_server ? ": is " + resp.endpoint +
-                                                " etcd's client port (2379 by default) with the v3 JSON gateway?"
-                                          : std::string{}),
-                        resp.status, resp.body.substr(0, 200));
-        }
+        if (j.is_discarded() || !j.is_object()) throw_not_gateway(path, resp);
         const json& err = field(j, "error");
         if (resp.status == 200 && !err.is_string()) return j;
         int code = static_cast<int>(as_i64(j, "code"));
@@ -152,6 +152,19 @@ json gateway::call(const std::string& path, const json& body, std::chrono::milli
         }
         throw_grpc(path, code, message, resp.endpoint);
     }
+}
+
+void gateway::throw_not_gateway(const std::string& path, const http::response& resp) {
+    // Not etcd's JSON gateway answering: a 4xx will not heal by retrying (a wrong
+    // port, another server, a path prefix in front of etcd); a 5xx may.
+    const bool wrong_server = resp.status >= 400 && resp.status < 500;
+    if (!wrong_server) client_.rotate_endpoint(resp.endpoint);
+    throw_error(
+        wrong_server ? errc::invalid_argument : errc::unavailable, kBackend,
+        path + ": unexpected reply (HTTP " + std::to_string(resp.status) + ")" +
+            (wrong_server ? ": is " + resp.endpoint + " etcd's client port (2379 by default) with the v3 JSON gateway?"
+                          : std::string{}),
+        resp.status, resp.body.substr(0, 200));
 }
 
 void gateway::throw_grpc(const std::string& path, int code, const std::string& message, const std::string& endpoint) {
@@ -241,51 +254,60 @@ void gateway::revoke(session& s) noexcept {
 
 spi::keepalive_result gateway::renew(session& s) noexcept {
     try {
-        std::vector<std::pair<std::string, std::string>> orphans;
-        std::unique_lock cleaning(s.cleaning);
-        {
-            std::lock_guard lk(s.mutex);
-            orphans = s.orphans;
-        }
-        for (const auto& [key, value] : orphans) {
-            call("/v3/kv/txn",
-                 json{{"compare", json::array({{{"key", base64_encode(key)},
-                                                {"target", "VALUE"},
-                                                {"result", "EQUAL"},
-                                                {"value", base64_encode(value)}}})},
-                      {"success", json::array({{{"request_delete_range", {{"key", base64_encode(key)}}}}})}},
-                 renewal_timeout(s));
-            std::lock_guard lk(s.mutex);
-            auto it = std::find(s.orphans.begin(), s.orphans.end(), std::make_pair(key, value));
-            if (it != s.orphans.end()) s.orphans.erase(it);
-        }
-        cleaning.unlock();
-        auto sent = spi::clock::now();
-        http::request rq;
-        rq.method = "POST";
-        rq.target = "/v3/lease/keepalive";
-        rq.body = json{{"ID", std::to_string(s.id)}}.dump();
-        rq.timeout = renewal_timeout(s);
-        auto resp = client_.send(rq);
-        json j = http::parse_reply(resp.body);
-        if (j.is_discarded() || !j.is_object() || resp.status != 200)
-            return spi::keepalive_result::failed("lease keepalive: unexpected reply (HTTP " +
-                                                 std::to_string(resp.status) + ")");
-        if (j.contains("error")) {
-            client_.rotate_endpoint(resp.endpoint);
-            return spi::keepalive_result::failed("lease keepalive: " + error_text(field(j, "error")));
-        }
-        const json& result = j.contains("result") ? field(j, "result") : j;
-        if (as_i64(result, "TTL") <= 0) {
-            s.dead = true;
-            return spi::keepalive_result::lost("the session lease " + lease_hex(s.id) + " has expired");
-        }
-        std::lock_guard lk(s.mutex);
-        s.renewed = sent;
-        return spi::keepalive_result::ok();
+        delete_orphans(s);
+        return keepalive(s);
     } catch (const std::exception& e) {
         return spi::keepalive_result::failed(e.what());
     }
+}
+
+// Each orphan key, only while it still holds the value of its acquisition.
+void gateway::delete_orphans(session& s) {
+    std::vector<std::pair<std::string, std::string>> orphans;
+    std::unique_lock cleaning(s.cleaning);
+    {
+        std::lock_guard lk(s.mutex);
+        orphans = s.orphans;
+    }
+    for (const auto& [key, value] : orphans) {
+        call("/v3/kv/txn",
+             json{{"compare", json::array({{{"key", base64_encode(key)},
+                                            {"target", "VALUE"},
+                                            {"result", "EQUAL"},
+                                            {"value", base64_encode(value)}}})},
+                  {"success", json::array({{{"request_delete_range", {{"key", base64_encode(key)}}}}})}},
+             renewal_timeout(s));
+        std::lock_guard lk(s.mutex);
+        auto it = std::find(s.orphans.begin(), s.orphans.end(), std::make_pair(key, value));
+        if (it != s.orphans.end()) s.orphans.erase(it);
+    }
+}
+
+// One keepalive of the session's lease.
+spi::keepalive_result gateway::keepalive(session& s) {
+    auto sent = spi::clock::now();
+    http::request rq;
+    rq.method = "POST";
+    rq.target = "/v3/lease/keepalive";
+    rq.body = json{{"ID", std::to_string(s.id)}}.dump();
+    rq.timeout = renewal_timeout(s);
+    auto resp = client_.send(rq);
+    json j = http::parse_reply(resp.body);
+    if (j.is_discarded() || !j.is_object() || resp.status != 200)
+        return spi::keepalive_result::failed("lease keepalive: unexpected reply (HTTP " + std::to_string(resp.status) +
+                                             ")");
+    if (j.contains("error")) {
+        client_.rotate_endpoint(resp.endpoint);
+        return spi::keepalive_result::failed("lease keepalive: " + error_text(field(j, "error")));
+    }
+    const json& result = j.contains("result") ? field(j, "result") : j;
+    if (as_i64(result, "TTL") <= 0) {
+        s.dead = true;
+        return spi::keepalive_result::lost("the session lease " + lease_hex(s.id) + " has expired");
+    }
+    std::lock_guard lk(s.mutex);
+    s.renewed = sent;
+    return spi::keepalive_result::ok();
 }
 
 std::chrono::milliseconds gateway::renewal_timeout(const session& s) const {

@@ -49,6 +49,10 @@ std::string text(const json& j, const char* key);
 // An error reply's error (a string, or the {"message": ...} object of a watch
 // stream's error), in at most 300 bytes: never dump() of what the server sent.
 std::string error_text(const json& error);
+// The kvs of the range response at `i` of a txn's responses ([] when absent).
+const json& range_kvs(const json& responses, std::size_t i);
+// A watch stream's message: the gateway wraps it in "result" (older ones did not).
+const json& message_result(const json& msg);
 // etcd's longest lease (MaxLeaseTTL: 9,000,000,000 s, about 285 years). A
 // reply's TTL past it is not etcd's, and would overflow chrono arithmetic.
 inline constexpr std::int64_t kMaxLeaseSeconds = 9'000'000'000;
@@ -135,8 +139,11 @@ public:
     void forget_orphan(session& s, const std::string& key);
 
 private:
+    [[noreturn]] void throw_not_gateway(const std::string& path, const http::response& resp);
     [[noreturn]] void throw_grpc(const std::string& path, int code, const std::string& message,
                                  const std::string& endpoint);
+    void delete_orphans(session& s);
+    spi::keepalive_result keepalive(session& s);
     std::shared_ptr<session> grant(std::int64_t ttl);
     void authenticate();
 

@@ -33,6 +33,11 @@
 // Semaphore: a permit is granted when its key is among the first `permits` by
 // create revision; the size is kept in a key and another size is refused while
 // any permit key stands. See docs/backends/etcd.md.
+//
+// The files: the key layout (etcd_layout), the queue engine every recipe runs
+// on (etcd_queue, its wait in etcd_wait.cpp), one driver per order
+// (etcd_mutex, etcd_rwlock, etcd_semaphore), the renewal of held keys
+// (etcd_keepalive), inspect and break_lock (etcd_inspect).
 #pragma once
 
 #include <memory>
@@ -46,40 +51,28 @@ namespace distlock::backends::etcd {
 
 class gateway;
 
-// Where the keys of one primitive of a name go. `enc` is the name encoded
-// ([A-Za-z0-9._-] kept, other bytes as %XX, "." and ".." escaped whole, so
-// never ':' nor '/'):
-//   mutex      <prefix>/<enc>/<lease hex>
-//   rw lock    <prefix>/<enc>:rw/read/<ns>, <prefix>/<enc>:rw/write/<ns>
-//   semaphore  <prefix>/<enc>:sem/permit/<ns>, size in <prefix>/<enc>:sem/size
-// and <prefix>/<enc>:rw-grant, put (on the reader's lease) when a reader that
-// waited is granted: its revision is that grant's token.
-// An encoded name has no ':', so no name's mutex directory is a prefix of
-// another primitive's keys, and no two primitives share a key.
-struct names {
-    std::string own;       // the directory our key is created in
-    std::string blockers;  // the range whose keys older than ours keep us waiting
-    std::string size_key;  // the semaphore's size key (permits only)
-    bool unique_keys;      // <own><unique ns> (false: <own><lease hex>, the mutex)
-    bool marked;           // a grant that waited is marked by a write (its token): mutexes, reads, permits
-    std::string mark_key;  // the key that write puts (empty: our own key)
-};
-names names_of(const std::string& prefix, std::string_view name, spi::lock_kind kind);
-
-// A lock of the recipe, on the gateway's sessions.
+// A lock of the recipe of r.kind, on the gateway's sessions (etcd_lock.cpp).
 std::unique_ptr<spi::lock_handle> make_lock(gateway& g, const spi::lock_request& r);
+// The drivers over the queue engine (etcd_queue.hpp), one per order: one
+// holder at a time, for the mutex, the election and a writer (etcd_mutex.cpp);
+// a reader (etcd_rwlock.cpp); a permit of the semaphore (etcd_semaphore.cpp).
+std::unique_ptr<spi::lock_handle> make_exclusive(gateway& g, const spi::lock_request& r);
+std::unique_ptr<spi::lock_handle> make_read_lock(gateway& g, const spi::lock_request& r);
+std::unique_ptr<spi::lock_handle> make_semaphore(gateway& g, const spi::lock_request& r);
 
 // One keepalive per lease, then one txn that checks every held key exists with
 // its create revision (a key deleted by an operator = the lock is lost).
-// `handles` are make_lock()'s.
+// `handles` are make_lock()'s (etcd_keepalive.cpp).
 void keepalive_batch(gateway& g, std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results);
 
 // The mutex of `name` as the server shows it (spi::backend::inspect): one
 // range of its directory (the first key by create revision, and the count),
-// then the holder lease's time to live when the holder's key has a lease.
+// then the holder lease's time to live when the holder's key has a lease
+// (etcd_inspect.cpp, as break_lock).
 lock_info inspect(gateway& g, std::string_view name);
 
-// Deletes the key of the name's holder (the first by create revision), if any.
+// Deletes the key of the name's holder (the first by create revision), if any,
+// and every key of the name's read-write lock and semaphore.
 void break_lock(gateway& g, std::string_view name);
 
 }  // namespace distlock::backends::etcd
