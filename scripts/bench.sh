@@ -14,17 +14,21 @@
 # (docs/benchmarks.md, "TLS"): both servers up, the two URLs in alternation,
 # each run's ratio p50 cycle / two floors, the floor taken over that URL's own
 # connection (TLS included), and how far the TLS ratio is from the plaintext one.
+# With --compare OLD it measures each URL with OLD (another build's distlock
+# tool, e.g. of the commit before a refactoring) beside this build's, the two in
+# alternation, and prints per URL both p50 / 2 floors ratios and new / old.
 # Servers this script did not start must be stopped first (backends.sh down).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-seconds=3 runs=3 servers=() primitives=0 tls=0
+seconds=3 runs=3 servers=() primitives=0 tls=0 old=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --seconds) seconds=$2; shift 2 ;;
         --runs) runs=$2; shift 2 ;;
         --primitives) primitives=1; shift ;;
         --tls) tls=1; shift ;;
-        -*) echo "usage: $0 [--seconds S] [--runs N] [--primitives | --tls] [SERVER...]" >&2; exit 2 ;;
+        --compare) old=$2; shift 2 ;;
+        -*) echo "usage: $0 [--seconds S] [--runs N] [--primitives | --tls | --compare OLD_DISTLOCK] [SERVER...]" >&2; exit 2 ;;
         *) servers+=("$1"); shift ;;
     esac
 done
@@ -116,6 +120,46 @@ print("| %s | %s | %s | %s | %s | %s | %.2f | %.2f |" % (plain[0]["backend"], se
     exit 0
 fi
 
+# The distinct backend URLs of a server that is up (its env file also has other
+# facts; the statement-count test's URL is the lease-table one under another user).
+server_urls() {  # server_urls SERVER
+    grep -v '^DISTLOCK_TEST_[A-Z]*_COUNT_URL=' "integration/.run/$1.env" |
+        sed -n "s/^DISTLOCK_TEST_[A-Z0-9_]*_URL='\{0,1\}\([a-z]*:\/\/[^']*\)'\{0,1\}$/\1/p" | sort -u
+}
+
+if [ -n "$old" ]; then
+    [ -x "$old" ] || { echo "--compare: $old is not an executable" >&2; exit 2; }
+    echo "| server | URL | old p50 / 2 floors | new p50 / 2 floors | new / old (mean ratios) |"
+    echo "|---|---|---|---|---|"
+    for s in "${servers[@]}"; do
+        integration/backends.sh up "$s" >/dev/null
+        mapfile -t urls < <(server_urls "$s")
+        for url in "${urls[@]}"; do
+            before=() after=()
+            for _ in $(seq "$runs"); do
+                before+=("$("$old" bench --backend "$url" --seconds "$seconds" --json --quiet)")
+                after+=("$(build/bin/distlock bench --backend "$url" --seconds "$seconds" --json --quiet)")
+            done
+            python3 -c '
+import json, sys
+n = int(sys.argv[2])
+old, new = [json.loads(t) for t in sys.argv[3:3 + n]], [json.loads(t) for t in sys.argv[3 + n:]]
+if old[0]["floor_ratio"] is None:
+    print("| %s | %s | no floor | no floor | %.2f (p50) |" % (sys.argv[1], new[0]["backend"],
+          sum(j["p50_us"] for j in new) / sum(j["p50_us"] for j in old)))
+    sys.exit(0)
+def span(values):
+    lo, hi = "%.2f" % min(values), "%.2f" % max(values)
+    return lo if lo == hi else lo + "-" + hi
+o, w = [j["floor_ratio"] for j in old], [j["floor_ratio"] for j in new]
+print("| %s | %s | %s | %s | %.2f |" % (sys.argv[1], new[0]["backend"], span(o), span(w), (sum(w) / n) / (sum(o) / n)))' \
+                "$s" "$runs" "${before[@]}" "${after[@]}"
+        done
+        integration/backends.sh down >/dev/null
+    done
+    exit 0
+fi
+
 if [ "$primitives" = 1 ]; then
     echo "| server | URL | mutex p50 µs | read p50 µs (/ mutex) | write p50 µs (/ mutex) | permit of 4 p50 µs (/ mutex) |"
     echo "|---|---|---|---|---|---|"
@@ -125,10 +169,7 @@ else
 fi
 for s in "${servers[@]}"; do
     integration/backends.sh up "$s" >/dev/null
-    # Each distinct backend URL of that server (its env file also has other facts).
-    # (The statement-count test's URL is the lease-table one under another user.)
-    mapfile -t urls < <(grep -v '^DISTLOCK_TEST_[A-Z]*_COUNT_URL=' "integration/.run/$s.env" |
-        sed -n "s/^DISTLOCK_TEST_[A-Z0-9_]*_URL='\{0,1\}\([a-z]*:\/\/[^']*\)'\{0,1\}$/\1/p" | sort -u)
+    mapfile -t urls < <(server_urls "$s")
     for url in "${urls[@]}"; do
         if [ "$primitives" = 1 ]; then
             for _ in $(seq "$runs"); do primitives_row "$s" "$url"; done
