@@ -66,6 +66,22 @@ bool read_all(int fd, char* data, std::size_t size) noexcept { return all_of(::r
 
 void say(const std::string& line) noexcept { (void)write_all(2, line.data(), line.size()); }
 
+// Reaps every child that has ended, each passed to `reaped`; false once none is
+// left (ECHILD), true while some still run.
+template <class Reaped>
+bool reap_ended(Reaped&& reaped) {
+    for (;;) {
+        int status = 0;
+        const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+        if (pid > 0) {
+            reaped(pid, status);
+            continue;
+        }
+        if (pid < 0 && errno == EINTR) continue;
+        return !(pid < 0 && errno == ECHILD);
+    }
+}
+
 // The parent of `pid` from /proc/<pid>/stat ("pid (comm) state ppid ..."; comm
 // may hold spaces and parentheses, so the fields are read after the last ')').
 std::optional<pid_t> parent_of(const char* pid) {
@@ -171,20 +187,11 @@ private:
 
     // Reaps what has ended; once the command was started and nothing is left, reports gone and exits.
     void reap() {
-        for (;;) {
-            int status = 0;
-            const pid_t pid = ::waitpid(-1, &status, WNOHANG);
-            if (pid > 0) {
-                reaped(pid, status);
-                continue;
-            }
-            if (pid < 0 && errno == EINTR) continue;
-            if (pid < 0 && errno == ECHILD && command_ >= 0) {  // started (or failed to), and all gone
-                report(command_guard::report::gone, 0);
-                send();
-                ::_exit(0);
-            }
-            break;
+        if (!reap_ended([this](pid_t pid, int status) { reaped(pid, status); }) &&
+            command_ >= 0) {  // started (or failed to), and all gone
+            report(command_guard::report::gone, 0);
+            send();
+            ::_exit(0);
         }
         send();
     }
@@ -296,17 +303,7 @@ void kill_all_descendants(const std::string& who, const std::function<void(pid_t
             if (named.insert(pid).second)
                 say("distlock " + who + ": cannot stop process " + std::to_string(pid) +
                     " (it changed its user: Operation not permitted); waiting for it to exit\n");
-        for (;;) {
-            int status = 0;
-            const pid_t pid = ::waitpid(-1, &status, WNOHANG);
-            if (pid > 0) {
-                reaped(pid, status);
-                continue;
-            }
-            if (pid < 0 && errno == EINTR) continue;
-            if (pid < 0 && errno == ECHILD) return;  // nothing left: a subreaper has every orphan of its tree
-            break;
-        }
+        if (!reap_ended(reaped)) return;  // nothing left: a subreaper has every orphan of its tree
         // A process just killed takes a moment to die; then back off to 100 ms
         // for one that cannot be killed (EPERM, or stuck in the kernel).
         ::usleep(static_cast<useconds_t>(std::min(1000 << std::min(round, 7), 100000)));
