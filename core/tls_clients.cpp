@@ -105,4 +105,11 @@ mariadb_tls take_mariadb_tls(url& u, std::string_view backend) {
     return out;
 }
 
+bool mariadb_tls_refused(std::string_view client_message) noexcept {
+    for (std::string_view what :
+         {"certificate", "SSL is required", "self-signed", "self signed", "unable to get local issuer", "unknown ca"})
+        if (client_message.find(what) != std::string_view::npos) return true;
+    return false;
+}
+
 }  // namespace distlock::spi

@@ -54,16 +54,6 @@ errc failure(int code) {
 // the server's shutdown and kill notices.
 bool session_gone(int code) { return (code >= 2000 && code < 3000) || code == 1053 || code == 1927 || code == 4031; }
 
-// A TLS handshake (2026) refused by policy: the server's certificate (another
-// CA's, expired, another name), a server in clear, or this client's
-// certificate refused. No retry fixes them.
-bool tls_refusal(const std::string& msg) {
-    for (const char* what :
-         {"certificate", "SSL is required", "self-signed", "self signed", "unable to get local issuer", "unknown ca"})
-        if (msg.find(what) != std::string::npos) return true;
-    return false;
-}
-
 int seconds_at_least_1(std::chrono::milliseconds d) {
     return static_cast<int>(std::max<long long>(1, (d.count() + 999) / 1000));
 }
@@ -112,7 +102,7 @@ public:
             const int code = e.getErrorCode();
             std::string msg = e.what();
             errc c = failure(code);
-            if (code == 2026 && tls_refusal(msg)) c = errc::access_denied;
+            if (code == 2026 && spi::mariadb_tls_refused(msg)) c = errc::access_denied;
             if (code == 2027) {  // a malformed packet: another kind of server answered
                 c = errc::invalid_argument;
                 msg += " (is " + where + " a MySQL or MariaDB server?)";

@@ -131,5 +131,11 @@ struct DISTLOCK_API mariadb_tls {
     std::string ca, cert, key;  // "" = none
 };
 DISTLOCK_API mariadb_tls take_mariadb_tls(url& u, std::string_view backend);
+// Whether the message of a failed TLS handshake (CR_SSL_CONNECTION_ERROR, 2026)
+// of MariaDB Connector/C says it was refused by policy: the server's
+// certificate (another CA's, expired, another name), a server in clear where
+// TLS is required, or the server refusing this client's certificate. No retry
+// fixes them (access_denied_error), and no login packet was sent.
+DISTLOCK_API bool mariadb_tls_refused(std::string_view client_message) noexcept;
 
 }  // namespace distlock::spi
