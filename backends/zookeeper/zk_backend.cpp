@@ -7,8 +7,14 @@
 //   zk_session   the provider's session: watcher (losses go to the grants'
 //                loss sinks), reconnection, guaranteed deletes, the upkeep
 //                thread (disconnection deadline, cleanups)
-//   zk_lock      the recipes: mutex, read-write lock, semaphore, election
-//                (Curator's node layouts, protected mode), inspect
+//   zk_held      the session's registry of held grants, keyed by handle
+//   zk_lock      a lock kind's recipe (Curator's node layouts)
+//   zk_queue     the queue engine (Curator's LockInternals): protected-mode
+//                create, the wait for a turn, release
+//   zk_queue_drivers  the orders of the mutex, read-write lock and election
+//   zk_queue_lock     the mutex, read-write lock and election handle
+//   zk_semaphore the semaphore (InterProcessSemaphoreV2)
+//   zk_keepalive, zk_inspect, zk_break_lock  the backend's other lock calls
 //   zk_names     lock names as paths, the order of lock nodes, counters
 //   zk_backend   this file: the spi::backend, the URL, the registration
 #include <unistd.h>
@@ -35,8 +41,8 @@ public:
         // The server expires a silent session after its timeout, rounded up to its tick.
         // Read-write locks (Curator's InterProcessReadWriteLock: FIFO by sequence)
         // and semaphores (InterProcessSemaphoreV2; the size kept in the data of
-        // <path>/leases) are supported: see zk_lock.cpp.
-        // Elections are Curator's LeaderLatch (zk_lock.cpp).
+        // <path>/leases) are supported: see zk_semaphore.cpp.
+        // Elections are Curator's LeaderLatch (zk_queue_drivers.cpp).
         caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::election,
                             feature::inspect};
         caps_.crash_release_bound = timeout + timeout / 2;

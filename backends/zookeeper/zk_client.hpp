@@ -1,6 +1,6 @@
 // zk:// internals: the thin layer over the ZooKeeper C client (multi-threaded
-// flavour) that the session layer (zk_session.hpp) and the lock recipe
-// (zk_lock.cpp) build on. Never included outside backends/zookeeper/.
+// flavour) that the session layer (zk_session.hpp) and the lock recipes
+// (zk_queue.hpp) build on. Never included outside backends/zookeeper/.
 //
 //  - error translation: throw_client_error() and the two classes of return codes
 //    the callers branch on (connection trouble, session gone)

@@ -1,5 +1,7 @@
-// zk:// internals: the lock recipe (zk_lock.cpp) as the backend (zk_backend.cpp)
-// uses it. Never included outside backends/zookeeper/.
+// zk:// internals: the lock recipes as the backend (zk_backend.cpp) uses them:
+// a handle per lock kind (zk_lock.cpp), their keepalive (zk_keepalive.cpp),
+// inspect (zk_inspect.cpp) and break_lock (zk_break_lock.cpp). Never included
+// outside backends/zookeeper/.
 #pragma once
 
 #include <memory>

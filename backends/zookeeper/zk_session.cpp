@@ -179,36 +179,26 @@ void session_manager::wait_event(waiter& w, session& s, spi::deadline until) {
     else wake_.wait_until(lk, until, ready);
 }
 
-void session_manager::register_held(held_node& h, const std::string& node, std::uint64_t gen, std::uint64_t czxid,
-                                    spi::loss_sink sink) {
+grant_id session_manager::new_grant_id() {
     std::lock_guard lk(mu_);
-    h.node_ = node;
-    h.gen_ = gen;
-    h.czxid_ = czxid;
-    h.lost_ = false;
-    h.sink_ = std::move(sink);
-    held_[node] = &h;
+    return held_.next_id();
 }
-std::tuple<std::string, std::uint64_t, bool> session_manager::unregister_held(held_node& h) {
+void session_manager::register_held(grant_id id, held_grant g) {
     std::lock_guard lk(mu_);
-    auto node = std::exchange(h.node_, {});
-    if (!node.empty()) {
-        auto it = held_.find(node);
-        if (it != held_.end() && it->second == &h) held_.erase(it);
-    }
-    return {node, h.gen_, h.lost_};
+    held_.add(id, std::move(g));
 }
-void session_manager::forget(held_node& h) {
+held_grant session_manager::unregister_held(grant_id id) {
     std::lock_guard lk(mu_);
-    for (auto it = held_.begin(); it != held_.end();) it = it->second == &h ? held_.erase(it) : std::next(it);
+    return held_.remove(id);
 }
 
-std::optional<spi::keepalive_result> session_manager::local_check(held_node& h, std::shared_ptr<session>& out,
+std::optional<spi::keepalive_result> session_manager::local_check(grant_id id, std::shared_ptr<session>& out,
                                                                   std::string& node, std::uint64_t& czxid) {
     std::lock_guard lk(mu_);
-    if (h.node_.empty()) return spi::keepalive_result::lost("not held");
-    if (h.lost_) return spi::keepalive_result::lost("the lock was lost");
-    if (!current_ || current_->gen != h.gen_ || current_->expired)
+    const auto* h = held_.find(id);
+    if (!h) return spi::keepalive_result::lost("not held");
+    if (h->lost) return spi::keepalive_result::lost("the lock was lost");
+    if (!current_ || current_->gen != h->gen || current_->expired)
         return spi::keepalive_result::lost("the ZooKeeper session that held the lock expired");
     auto& s = *current_;
     if (!s.connected) {
@@ -217,13 +207,13 @@ std::optional<spi::keepalive_result> session_manager::local_check(held_node& h, 
         return spi::keepalive_result::failed("disconnected from ZooKeeper; the session may still be alive");
     }
     out = current_;
-    node = h.node_;
-    czxid = h.czxid_;
+    node = h->node;
+    czxid = h->czxid;
     return std::nullopt;
 }
-void session_manager::mark_lost(held_node& h) {
+void session_manager::mark_lost(grant_id id) {
     std::lock_guard lk(mu_);
-    h.lost_ = true;
+    if (auto* h = held_.find(id)) h->lost = true;
 }
 
 // Called on the completion thread by session_watcher: never blocks.
@@ -269,9 +259,8 @@ void session_manager::on_event(session& s, int type, int state, const char* path
     }
     if (woke) stats().predecessor_wakeups++;
     if (type == ZOO_DELETED_EVENT) {
-        auto it = held_.find(p);
-        if (it != held_.end() && it->second->gen_ == s.gen)
-            lose(*it->second, "the lock node " + p + " was deleted on the server");
+        auto* h = held_.find_node(p);
+        if (h && h->gen == s.gen) lose(*h, "the lock node " + p + " was deleted on the server");
     }
     if (woke) wake_.notify_all();
 }
@@ -287,15 +276,16 @@ std::string session_manager::disconnected_reason(const session& s) {
 // A grant is lost: the sink records it and queues the user's on_lost for the
 // core's callback thread, so calling it here, under mu_ and on the completion
 // thread, never waits for user code.
-void session_manager::lose(held_node& h, std::string why) {  // under mu_
-    if (h.lost_) return;
-    h.lost_ = true;
-    h.sink_(std::move(why));
+void session_manager::lose(held_grant& h, std::string why) {  // under mu_
+    if (h.lost) return;
+    h.lost = true;
+    h.sink(std::move(why));
 }
 
 void session_manager::lose_all(std::uint64_t gen, const std::string& why) {  // under mu_
-    for (const auto& [path, h] : held_)
-        if (h->gen_ == gen) lose(*h, why);
+    held_.for_each([&](held_grant& h) {
+        if (h.gen == gen) lose(h, why);
+    });
 }
 
 // ---- the upkeep thread: the disconnection deadline and cleanups --------------
@@ -343,8 +333,9 @@ void session_manager::run_cleanups(const std::shared_ptr<session>& s) {
         for (auto& c : cleanups_)
             if (c.gen == s->gen) todo.push_back(std::move(c));
         cleanups_.clear();
-        for (const auto& [path, h] : held_)
-            if (h->gen_ == s->gen && h->lost_) lost_nodes.push_back(path);
+        held_.for_each([&](const held_grant& h) {
+            if (h.gen == s->gen && h.lost) lost_nodes.push_back(h.node);
+        });
     }
     std::vector<cleanup> again;
     for (auto& c : todo) {

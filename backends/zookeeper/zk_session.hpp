@@ -1,5 +1,5 @@
 // zk:// internals: the ZooKeeper session of a provider, what Curator's framework
-// does for its recipes (zk_lock.cpp). Never included outside backends/zookeeper/.
+// does for its recipes (zk_queue.hpp). Never included outside backends/zookeeper/.
 //
 // One zhandle (one session) per provider. Its watcher runs on the C client's
 // completion thread and never blocks: it updates the session state, wakes the
@@ -14,17 +14,16 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "zk_client.hpp"
+#include "zk_held.hpp"
 
 namespace distlock::backends::zookeeper {
 
@@ -67,17 +66,6 @@ struct session {
 struct cleanup {
     std::uint64_t gen;
     std::string path, dir, prefix;
-};
-
-// A recipe's grant as the session sees it: the node held on one session, which
-// is lost when the node is deleted, the session expires or stays disconnected
-// too long. The fields are guarded by session_manager::mu_.
-struct held_node {
-    std::string node_;  // full path of our lock node while held
-    std::uint64_t gen_ = 0;
-    std::uint64_t czxid_ = 0;
-    bool lost_ = false;
-    spi::loss_sink sink_;  // the core's, for this grant
 };
 
 class session_manager {
@@ -130,18 +118,17 @@ public:
     // Waits until the watch of `w` fired, the session changed state, or `until`.
     void wait_event(waiter& w, session& s, spi::deadline until);
 
-    // The grants of held nodes, watched for loss (reported through `sink`).
-    void register_held(held_node& h, const std::string& node, std::uint64_t gen, std::uint64_t czxid,
-                       spi::loss_sink sink);
-    // Forgets h's grant; returns {node, gen, lost}.
-    std::tuple<std::string, std::uint64_t, bool> unregister_held(held_node& h);
-    // Before h goes away: forgets it.
-    void forget(held_node& h);
-    // Keepalive check of one held node without a round trip: lost, failed or ok
+    // The held grants (zk_held.hpp), watched for loss (reported through their
+    // sinks): each handle's under the id it got here.
+    grant_id new_grant_id();
+    void register_held(grant_id id, held_grant g);
+    // Forgets the grant of `id` and returns it (an empty one when none is held).
+    held_grant unregister_held(grant_id id);
+    // Keepalive check of one held grant without a round trip: lost, failed or ok
     // (nullopt: ask the server about `node` on `out`).
-    std::optional<spi::keepalive_result> local_check(held_node& h, std::shared_ptr<session>& out, std::string& node,
+    std::optional<spi::keepalive_result> local_check(grant_id id, std::shared_ptr<session>& out, std::string& node,
                                                      std::uint64_t& czxid);
-    void mark_lost(held_node& h);
+    void mark_lost(grant_id id);
 
     // Called on the completion thread by the session watcher: never blocks.
     void on_event(session& s, int type, int state, const char* path);
@@ -150,7 +137,7 @@ private:
     std::shared_ptr<session> open_session();  // under mu_
     static std::string disconnected_reason(const session& s);
 
-    void lose(held_node& h, std::string why);                  // under mu_
+    void lose(held_grant& h, std::string why);                 // under mu_
     void lose_all(std::uint64_t gen, const std::string& why);  // under mu_
     // ---- the upkeep thread: the disconnection deadline and cleanups ----
     void upkeep_loop();
@@ -168,7 +155,7 @@ private:
     std::uint64_t session_events_ = 0;
     std::uint64_t reconnected_gen_ = 0;  // a (re)connection of this session wants cleanups run
     std::unordered_multimap<std::string, waiter*> waiters_;
-    std::map<std::string, held_node*> held_;  // lock node path -> holder
+    held_registry held_;
     std::vector<cleanup> cleanups_;
     bool stop_ = false;
     std::thread upkeep_;

@@ -6,14 +6,9 @@
 //    session and a session of another digest user get NOAUTH deleting a
 //    holder's node or creating a node beside it; acl=read lets anyone read;
 //    acl=open is the open ACL of before; clients of one identity share a lock;
-//  - a lock path flooded with children is refused with a typed error, at once;
-//  - the C client's socket and pipe are close-on-exec, and it never sends
-//    without MSG_NOSIGNAL.
+//  - a lock path flooded with children is refused with a typed error, at once.
+// (The C client's descriptors and sends: zk_fd_test.cpp.)
 // Server-side state is read and tampered with through the C client directly.
-#include <dlfcn.h>
-#include <fcntl.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 #include <zookeeper/zookeeper.h>
@@ -21,7 +16,6 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
-#include <filesystem>
 #include <map>
 #include <thread>
 
@@ -37,19 +31,6 @@ using clk = std::chrono::steady_clock;
 using distlock::test::eventually;
 using distlock::test::unique_name;
 namespace zkb = distlock::backends::zookeeper;
-
-// ---- every send() of the process, for the MSG_NOSIGNAL check -----------------
-// Defined in the executable, this send() is the one the ZooKeeper C client's
-// calls resolve to (the executable comes first in the lookup scope); it forwards
-// to sendto(), a different symbol, and counts sends without MSG_NOSIGNAL.
-namespace {
-std::atomic<long> g_sends{0}, g_sends_without_nosignal{0};
-}
-extern "C" ssize_t send(int fd, const void* buf, size_t len, int flags) {
-    g_sends++;
-    if (!(flags & MSG_NOSIGNAL)) g_sends_without_nosignal++;
-    return ::sendto(fd, buf, len, flags, nullptr, 0);
-}
 
 namespace {
 
@@ -472,54 +453,4 @@ TEST_CASE("getData replies are bounded: a holder node with 900 kB of data shows 
         CHECK_FALSE(p.mutex(name).try_lock());
     }
     keeper.remove(dir);
-}
-
-// ---- the C client's descriptors and sends -------------------------------------------
-
-namespace {
-
-// Open descriptors of this process: fd -> (device, inode).
-std::map<int, std::pair<dev_t, ino_t>> open_fds() {
-    std::map<int, std::pair<dev_t, ino_t>> out;
-    for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
-        int fd = std::stoi(e.path().filename().string());
-        struct stat st {};
-        if (::fstat(fd, &st) == 0) out[fd] = {st.st_dev, st.st_ino};
-    }
-    return out;
-}
-
-}  // namespace
-
-TEST_CASE("the C client's socket and wake-up pipe are close-on-exec", "[zookeeper][fd]") {
-    const auto before = open_fds();
-    auto p = distlock::connect(url());
-    auto m = p.mutex(unique_name("cloexec"));
-    REQUIRE(m.try_lock());
-    int socks = 0, checked = 0;
-    for (const auto& [fd, id] : open_fds()) {
-        auto it = before.find(fd);
-        if (it != before.end() && it->second == id) continue;
-        struct stat st {};
-        if (::fstat(fd, &st) != 0) continue;  // the directory iterator's own
-        if (S_ISSOCK(st.st_mode)) ++socks;
-        if (!S_ISSOCK(st.st_mode) && !S_ISFIFO(st.st_mode)) continue;
-        ++checked;
-        INFO("fd " << fd << (S_ISSOCK(st.st_mode) ? " (socket)" : " (pipe)"));
-        CHECK((::fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0);
-    }
-    CHECK(socks >= 1);
-    CHECK(checked >= 3);  // the session's socket and the two ends of its pipe
-    m.unlock();
-}
-
-TEST_CASE("the C client sends with MSG_NOSIGNAL: a peer that went away cannot raise SIGPIPE", "[zookeeper][fd]") {
-    const auto sends = g_sends.load();
-    const auto bare = g_sends_without_nosignal.load();
-    auto p = distlock::connect(url());
-    auto m = p.mutex(unique_name("nosignal"));
-    REQUIRE(m.try_lock());
-    m.unlock();
-    CHECK(g_sends.load() > sends + 3);  // the interposed send() saw the client's sends
-    CHECK(g_sends_without_nosignal.load() == bare);
 }
