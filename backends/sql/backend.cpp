@@ -2,7 +2,6 @@
 // the strategy chosen per lock, the batch renewal of lease rows, break_lock.
 #include <algorithm>
 #include <map>
-#include <thread>
 #include <utility>
 
 #include "backend.hpp"
@@ -88,19 +87,13 @@ settings take_settings(spi::url& u, std::string_view backend, std::string_view n
     return s;
 }
 
-backend::backend(std::shared_ptr<dialect> d, settings s)
-    : dialect_(d),
-      settings_(std::move(s)),
-      q_(d->texts(settings_.table)),
-      lock_rows_{settings_.table, q_.lease_renew, q_.lease_release, q_.lease_clear},
-      pool_(d, settings_.max_idle, q_.set_wait, ms(settings_.conn.timeout / 2)) {
-    name_ = std::string(d->name());
-    if (session_held()) {
+backend::backend(std::shared_ptr<dialect> d, settings s) : ctx_(std::move(d), std::move(s)) {
+    if (ctx_.session_held()) {
         caps_.unsupported = {
             {feature::lease_expiry,
              "no lease: the lock lasts as long as the session that holds it (released when the connection ends)"},
         };
-    } else if (q_.listen.text.empty()) {
+    } else if (ctx_.texts().listen.text.empty()) {
         caps_.unsupported = {
             {feature::notified_wakeup,
              "this server has no notifications: waiters poll the lease row with jittered "
@@ -113,33 +106,6 @@ backend::backend(std::shared_ptr<dialect> d, settings s)
     caps_.crash_release_bound = 0ms;  // connection drop: at once; leases: when the lease (added by callers) ends
 }
 
-void backend::create_tables() {
-    for (int attempt = 0;; ++attempt) {
-        try {
-            pool_.run([&](connection& c) {
-                for (const auto& s : q_.create) c.exec(s);
-                dialect_->migrate(c, settings_.table);
-                return 0;
-            });
-            return;
-        } catch (const sql_error& e) {
-            // The first statement of a provider: a connection or login failure is that, not a table problem.
-            const bool connecting = e.kind() == failure::cannot_connect || e.kind() == failure::access_denied ||
-                                    e.kind() == failure::no_database || e.kind() == failure::wrong_server;
-            if (e.fatal() || connecting || attempt >= 2)
-                throw_client_error(e, name_, connecting ? "cannot connect" : "cannot create the lock tables");
-            std::this_thread::sleep_for(20ms);
-        }
-    }
-}
-
-std::int64_t backend::permit_key(std::string_view name) const {
-    const std::string d = spi::sha256(dialect_->key_namespace() + std::string(name));
-    std::uint64_t k = 0;
-    for (std::size_t i = 8; i < 16; ++i) k = (k << 8) | static_cast<unsigned char>(d[i]);
-    return static_cast<std::int64_t>(k);
-}
-
 // The mutex by the URL's strategy; the read-write lock on the server's shared
 // locks where it has them (PostgreSQL), else on lease rows; the semaphore on
 // lease rows. Each primitive of a name is a lock of its own (its own key or table).
@@ -147,47 +113,47 @@ std::unique_ptr<spi::lock_handle> backend::make_lock(const spi::lock_request& r)
     switch (r.kind) {
         case spi::lock_kind::exclusive:
         case spi::lock_kind::leader: break;  // no feature::election: never asked; else as a mutex
-        case spi::lock_kind::permit: return std::make_unique<permit_handle>(*this, r);
+        case spi::lock_kind::permit: return std::make_unique<permit_handle>(ctx_, r);
         case spi::lock_kind::read:
         case spi::lock_kind::write:
-            if (!q_.rw_rows.table.empty()) return std::make_unique<rw_lease_handle>(*this, r);
+            if (!ctx_.texts().rw_rows.table.empty()) return std::make_unique<rw_lease_handle>(ctx_, r);
             return std::make_unique<session_handle>(
-                *this, r, r.kind == spi::lock_kind::read ? session_kind::read : session_kind::write);
+                ctx_, r, r.kind == spi::lock_kind::read ? session_kind::read : session_kind::write);
     }
-    switch (settings_.strategy) {
-        case strategy::lease_table: return std::make_unique<lease_handle>(*this, r, false);
-        case strategy::optimistic: return std::make_unique<lease_handle>(*this, r, true);
-        case strategy::for_update: return std::make_unique<session_handle>(*this, r, session_kind::row);
+    switch (ctx_.settings().strategy) {
+        case strategy::lease_table: return std::make_unique<lease_handle>(ctx_, r, false);
+        case strategy::optimistic: return std::make_unique<lease_handle>(ctx_, r, true);
+        case strategy::for_update: return std::make_unique<session_handle>(ctx_, r, session_kind::row);
         case strategy::native: break;
     }
-    return std::make_unique<session_handle>(*this, r, session_kind::native);
+    return std::make_unique<session_handle>(ctx_, r, session_kind::native);
 }
 
 std::optional<std::chrono::nanoseconds> backend::round_trip() {
     try {
-        return pool_.run([&](connection& c) {
+        return ctx_.pool().run([&](connection& c) {
             auto t0 = std::chrono::steady_clock::now();
-            c.exec(q_.ping);
+            c.exec(ctx_.texts().ping);
             return std::chrono::steady_clock::now() - t0;
         });
     } catch (const sql_error& e) {
-        throw_client_error(e, name_, "SELECT 1 failed");
+        throw_client_error(e, ctx_.name(), "SELECT 1 failed");
     }
 }
 
 // The server's named lock taken and released as a plain client does, on a key
 // of its own (no waiting, no token): the floor of `distlock bench`.
 std::optional<std::chrono::nanoseconds> backend::native_cycle() {
-    const auto key = dialect_->native_key("distlock-bench-floor/" + spi::random_token());
+    const auto key = ctx_.dialect().native_key("distlock-bench-floor/" + spi::random_token());
     try {
-        return pool_.run([&](connection& c) {
+        return ctx_.pool().run([&](connection& c) {
             auto t0 = std::chrono::steady_clock::now();
-            c.exec(q_.native_plain, {key});
-            c.exec(q_.native_release, {key});
+            c.exec(ctx_.texts().native_plain, {key});
+            c.exec(ctx_.texts().native_release, {key});
             return std::chrono::steady_clock::now() - t0;
         });
     } catch (const sql_error& e) {
-        throw_client_error(e, name_, "the native lock pair failed");
+        throw_client_error(e, ctx_.name(), "the native lock pair failed");
     }
 }
 
@@ -199,21 +165,23 @@ std::optional<std::chrono::nanoseconds> backend::native_cycle() {
 void backend::break_lock(std::string_view lock_name) {
     auto end_holder = [&](const statement& s, const value& v) {
         try {
-            pool_.run([&](connection& c) { return c.exec(s, {v}); });
+            ctx_.pool().run([&](connection& c) { return c.exec(s, {v}); });
         } catch (const sql_error& e) {
             if (e.fatal() || e.kind() == failure::access_denied) throw;  // else: nobody held it
         }
     };
     try {
         bytes n{std::string(lock_name)};
-        if (!session_held()) pool_.run([&](connection& c) { return c.exec(q_.lease_clear, {n}); });
-        else if (settings_.strategy == strategy::for_update) end_holder(q_.row_break, n);
-        else end_holder(q_.native_break, dialect_->native_key(n.data));
-        pool_.run([&](connection& c) { return c.exec(q_.permit_rows.clear, {n}); });
-        if (!q_.rw_rows.table.empty()) pool_.run([&](connection& c) { return c.exec(q_.rw_rows.clear, {n}); });
-        else if (!q_.rw_break.text.empty()) end_holder(q_.rw_break, dialect_->native_key(n.data));
+        if (!ctx_.session_held()) ctx_.pool().run([&](connection& c) { return c.exec(ctx_.texts().lease_clear, {n}); });
+        else if (ctx_.settings().strategy == strategy::for_update) end_holder(ctx_.texts().row_break, n);
+        else end_holder(ctx_.texts().native_break, ctx_.dialect().native_key(n.data));
+        ctx_.pool().run([&](connection& c) { return c.exec(ctx_.texts().permit_rows.clear, {n}); });
+        if (!ctx_.texts().rw_rows.table.empty())
+            ctx_.pool().run([&](connection& c) { return c.exec(ctx_.texts().rw_rows.clear, {n}); });
+        else if (!ctx_.texts().rw_break.text.empty())
+            end_holder(ctx_.texts().rw_break, ctx_.dialect().native_key(n.data));
     } catch (const sql_error& e) {
-        throw_client_error(e, name_, "break_lock failed");
+        throw_client_error(e, ctx_.name(), "break_lock failed");
     }
 }
 
@@ -247,12 +215,12 @@ lock_info backend::inspect(std::string_view lock_name, spi::lock_kind kind) {
     const bytes n{std::string(lock_name)};
     const std::string what = "inspect of '" + n.data + "' failed";
     try {
-        if (!session_held()) {
-            info.unknown.emplace("waiters", q_.listen.text.empty()
+        if (!ctx_.session_held()) {
+            info.unknown.emplace("waiters", ctx_.texts().listen.text.empty()
                                                 ? "waiters poll the lease row with backoff: the server keeps no count"
                                                 : "waiters LISTEN on the lock table's channel, shared by every name:"
                                                   " the server keeps no count per lock");
-            const auto r = pool_.run([&](connection& c) { return c.exec(q_.inspect_lease, {n}); });
+            const auto r = ctx_.pool().run([&](connection& c) { return c.exec(ctx_.texts().inspect_lease, {n}); });
             if (r.rows.empty() || r.rows[0].size() < 5 || !r.rows[0][0] || *r.rows[0][0] != "1") {
                 info.held = false;  // no row, or its lease has ended
                 return info;
@@ -282,14 +250,15 @@ lock_info backend::inspect(std::string_view lock_name, spi::lock_kind kind) {
             else info.holder = stored.substr(owner.size());
             return info;
         }
-        const bool row_lock = settings_.strategy == strategy::for_update;
-        const auto r = pool_.run([&](connection& c) {
-            return row_lock ? c.exec(q_.inspect_row, {n}) : c.exec(q_.inspect_native, {dialect_->native_key(n.data)});
+        const bool row_lock = ctx_.settings().strategy == strategy::for_update;
+        const auto r = ctx_.pool().run([&](connection& c) {
+            return row_lock ? c.exec(ctx_.texts().inspect_row, {n})
+                            : c.exec(ctx_.texts().inspect_native, {ctx_.dialect().native_key(n.data)});
         });
         const row none{std::nullopt, std::nullopt, std::nullopt};
         const row& got = r.rows.empty() || r.rows[0].size() < 3 ? none : r.rows[0];
         if (got[2]) info.waiters = static_cast<std::uint32_t>(std::min<std::uint64_t>(to_uint64(*got[2]), UINT32_MAX));
-        else info.unknown.emplace("waiters", row_lock ? q_.no_row_waiters : q_.no_native_waiters);
+        else info.unknown.emplace("waiters", row_lock ? ctx_.texts().no_row_waiters : ctx_.texts().no_native_waiters);
         if (!got[0]) {
             info.held = false;
             return info;
@@ -300,8 +269,8 @@ lock_info backend::inspect(std::string_view lock_name, spi::lock_kind kind) {
         const std::string no_token =
             row_lock ? "for-update draws the token on another connection once the row is locked, and stores it nowhere"
                      : "";
-        if (!q_.no_session_label.empty()) {
-            info.unknown.emplace("holder", q_.no_session_label + " (connection " + session + ")");
+        if (!ctx_.texts().no_session_label.empty()) {
+            info.unknown.emplace("holder", ctx_.texts().no_session_label + " (connection " + session + ")");
             info.unknown.emplace("token", row_lock ? no_token
                                                    : "the native lock keeps no data beside it: the token is drawn from"
                                                      " the fence counter and stored nowhere per name");
@@ -325,7 +294,7 @@ lock_info backend::inspect(std::string_view lock_name, spi::lock_kind kind) {
                                           : !why.empty() ? why
                                                          : "the holding session's name carries no token");
     } catch (const sql_error& e) {
-        if (e.kind() != failure::no_table) throw_client_error(e, name_, what);
+        if (e.kind() != failure::no_table) throw_client_error(e, ctx_.name(), what);
         lock_info gone;  // the lock tables are gone: nothing of this layout is held
         gone.held = false;
         gone.unknown.emplace("waiters", "the lock tables do not exist (yet)");
@@ -361,10 +330,10 @@ void backend::keepalive_batch(std::span<spi::lock_handle* const> handles, std::s
                 args.emplace_back(h->name());
                 args.emplace_back(h->owner());
             }
-            const auto q = dialect_->lease_renew_batch(rows->table, part.size());
+            const auto q = ctx_.dialect().lease_renew_batch(rows->table, part.size());
             try {
                 // nullopt: every one was renewed; else the owners that were.
-                auto renewed = pool_.run([&](connection& c) -> std::optional<std::vector<std::string>> {
+                auto renewed = ctx_.pool().run([&](connection& c) -> std::optional<std::vector<std::string>> {
                     auto r = c.exec(q.renew, args);
                     if (r.affected == part.size()) return std::nullopt;
                     if (!q.which.text.empty()) r = c.exec(q.which, args);
@@ -394,11 +363,11 @@ std::shared_ptr<spi::backend> make_backend(std::shared_ptr<dialect> d, const set
     try {
         auto first = d->connect();
         b = std::make_shared<backend>(d, s);
-        b->pool_.adopt(std::move(first));
+        b->ctx_.pool().adopt(std::move(first));
     } catch (const sql_error& e) {
         throw_client_error(e, d->name(), "cannot connect");
     }
-    b->create_tables();
+    b->ctx_.create_tables();
     return b;
 }
 

@@ -1,18 +1,18 @@
 // lease-table and optimistic: a lease row of the lock table, taken by one
 // upsert (lease-table) or by an insert, else the seed's read-then-compare-and-set
 // on its version (optimistic), renewed by the owner token and deleted at
-// release. See backend.hpp.
+// release. See handles.hpp.
 #include <algorithm>
 #include <utility>
 
-#include "backend.hpp"
+#include "handles.hpp"
 
 namespace distlock::backends::sql {
 
 using std::chrono::milliseconds;
 
-lease_row_handle::lease_row_handle(backend& b, const spi::lock_request& r, const sql_texts::lease_rows& rows)
-    : b_(b), req_(r), rows_(rows), name_{r.name}, slot_(fence_slot(r.name)) {}
+lease_row_handle::lease_row_handle(context& c, const spi::lock_request& r, const sql_texts::lease_rows& rows)
+    : ctx_(c), req_(r), rows_(rows), name_{r.name}, slot_(fence_slot(r.name)) {}
 
 milliseconds lease_row_handle::check_interval() const {
     return req_.auto_renew ? std::max(milliseconds{1}, req_.renew_interval) : milliseconds{0};
@@ -28,13 +28,13 @@ std::optional<spi::grant> lease_row_handle::acquire_loop(spi::deadline until,
     // and tries again when the name is released (or after the backoff, which
     // still catches leases that simply expire).
     std::unique_ptr<connection> listener;
-    const std::string my_payload = b_.q_.listen.text.empty() ? std::string{} : spi::sha256_hex(req_.name);
+    const std::string my_payload = ctx_.texts().listen.text.empty() ? std::string{} : spi::sha256_hex(req_.name);
     auto stop_listening = [&]() noexcept {
         if (!listener) return;
         try {
-            listener->exec(b_.q_.unlisten);
+            listener->exec(ctx_.texts().unlisten);
             (void)listener->wait_notifications(spi::clock::now());  // drop what came meanwhile
-            b_.pool_.give_back(std::move(listener));
+            ctx_.pool().give_back(std::move(listener));
         } catch (...) {}
         listener.reset();
     };
@@ -42,7 +42,7 @@ std::optional<spi::grant> lease_row_handle::acquire_loop(spi::deadline until,
     // waiting writer holds its row: give it back (best effort; a lease expires anyway).
     auto give_rows_back = [&]() noexcept {
         try {
-            b_.pool_.run([&](connection& c) { return c.exec(rows_.release, {name_, owner}); });
+            ctx_.pool().run([&](connection& c) { return c.exec(rows_.release, {name_, owner}); });
         } catch (...) {}
         owner_.clear();
     };
@@ -56,8 +56,8 @@ std::optional<spi::grant> lease_row_handle::acquire_loop(spi::deadline until,
             }
             if (spi::clock::now() >= until) break;
             if (!my_payload.empty() && !listener) {
-                listener = b_.pool_.take().detach();
-                listener->exec(b_.q_.listen);
+                listener = ctx_.pool().take().detach();
+                listener->exec(ctx_.texts().listen);
                 continue;  // a release between the last try and LISTEN would be missed: try again now
             }
             if (!listener) {
@@ -72,7 +72,7 @@ std::optional<spi::grant> lease_row_handle::acquire_loop(spi::deadline until,
         stop_listening();
         give_rows_back();
         if (e.kind() == failure::no_table) throw;  // acquire() creates the tables again
-        throw_client_error(e, b_.name_, "acquire of '" + req_.name + "' failed");
+        throw_client_error(e, ctx_.name(), "acquire of '" + req_.name + "' failed");
     } catch (...) {
         stop_listening();
         give_rows_back();
@@ -86,21 +86,22 @@ std::optional<spi::grant> lease_row_handle::acquire_loop(spi::deadline until,
 
 void lease_row_handle::release() {
     const std::string owner = std::exchange(owner_, {});
-    if (owner.empty()) throw_error(errc::not_owner, b_.name_, "lock '" + req_.name + "' is not held by this handle");
+    if (owner.empty()) throw_error(errc::not_owner, ctx_.name(), "lock '" + req_.name + "' is not held by this handle");
     std::uint64_t affected = 0;
     try {
-        affected = b_.pool_.run([&](connection& c) { return c.exec(rows_.release, {name_, owner}).affected; });
+        affected = ctx_.pool().run([&](connection& c) { return c.exec(rows_.release, {name_, owner}).affected; });
     } catch (const sql_error& e) {
-        throw_client_error(e, b_.name_, "release of '" + req_.name + "' failed (the lease expires on its own)", true);
+        throw_client_error(e, ctx_.name(), "release of '" + req_.name + "' failed (the lease expires on its own)",
+                           true);
     }
     if (affected == 0)
-        throw_error(errc::not_owner, b_.name_,
+        throw_error(errc::not_owner, ctx_.name(),
                     "lock '" + req_.name + "' was no longer ours at release (lease expired and taken, or broken)");
 }
 
 spi::keepalive_result lease_row_handle::renew() {
     try {
-        auto affected = b_.pool_.run([&](connection& c) {
+        auto affected = ctx_.pool().run([&](connection& c) {
             return c.exec(rows_.renew, {name_, owner_, ms(req_.lease)}).affected;
         });
         if (affected == 0) return spi::keepalive_result::lost("the lease row of '" + req_.name + "' is no longer ours");
@@ -110,11 +111,11 @@ spi::keepalive_result lease_row_handle::renew() {
     }
 }
 
-lease_handle::lease_handle(backend& b, const spi::lock_request& r, bool optimistic)
-    : lease_row_handle(b, r, b.lock_rows_), optimistic_(optimistic) {}
+lease_handle::lease_handle(context& c, const spi::lock_request& r, bool optimistic)
+    : lease_row_handle(c, r, c.lock_rows()), optimistic_(optimistic) {}
 
 std::optional<spi::grant> lease_handle::acquire(spi::deadline until, const spi::loss_sink&) {
-    return b_.with_tables("acquire of '" + req_.name + "' failed", [&] {
+    return ctx_.with_tables("acquire of '" + req_.name + "' failed", [&] {
         return acquire_loop(
             until, [&] { return optimistic_ ? try_compare_and_set() : try_upsert(); }, false, req_.retry_max);
     });
@@ -123,9 +124,9 @@ std::optional<spi::grant> lease_handle::acquire(spi::deadline until, const spi::
 std::optional<spi::grant> lease_handle::try_upsert() {
     try {
         const auto sent = spi::clock::now();  // the lease runs from the server's NOW() at best
-        auto token = b_.pool_.run([&](connection& c) {
+        auto token = ctx_.pool().run([&](connection& c) {
             return run_for_token(
-                c, b_.q_.lease_acquire,
+                c, ctx_.texts().lease_acquire,
                 {name_, owner_, ms(req_.lease), slot_, bytes{holder_label_value(owner_, req_.holder)}});
         });
         if (!token) return std::nullopt;
@@ -142,24 +143,25 @@ std::optional<spi::grant> lease_handle::try_upsert() {
 // once, at most `tries` times within `window`. A lease held by someone else is
 // "busy".
 std::optional<spi::grant> lease_handle::try_compare_and_set() {
-    const auto& s = b_.settings_;
+    const auto& s = ctx_.settings();
     const auto start = spi::clock::now();
-    return b_.pool_.run([&](connection& c) -> std::optional<spi::grant> {
+    return ctx_.pool().run([&](connection& c) -> std::optional<spi::grant> {
         // Per attempt: nullopt = lost the race; a value = done (granted, or nullopt when busy).
         auto done = retry_compare_and_set(s.tries, s.window, start, [&]() -> std::optional<std::optional<spi::grant>> {
             try {
                 auto sent = spi::clock::now();  // of the statement that takes the lease
                 const bytes label{holder_label_value(owner_, req_.holder)};
-                if (auto token = run_for_token(c, b_.q_.opt_insert, {name_, owner_, ms(req_.lease), slot_, label}))
+                if (auto token =
+                        run_for_token(c, ctx_.texts().opt_insert, {name_, owner_, ms(req_.lease), slot_, label}))
                     return spi::grant{*token, sent};
-                auto r = c.exec(b_.q_.opt_read, {name_});
+                auto r = c.exec(ctx_.texts().opt_read, {name_});
                 if (r.rows.empty()) return std::nullopt;  // released meanwhile: try again
                 const auto& row = r.rows[0];
                 if (!row[1] || *row[1] != "1") return std::optional<spi::grant>{};  // held by its owner
                 const auto version = to_int64(*row[0]);
                 sent = spi::clock::now();
-                if (auto token =
-                        run_for_token(c, b_.q_.opt_update, {name_, owner_, ms(req_.lease), slot_, version, label}))
+                if (auto token = run_for_token(c, ctx_.texts().opt_update,
+                                               {name_, owner_, ms(req_.lease), slot_, version, label}))
                     return spi::grant{*token, sent};
             } catch (const sql_error& e) {
                 if (e.kind() != failure::deadlock && e.kind() != failure::lock_timeout) throw;

@@ -1,12 +1,12 @@
 // Semaphores and the MySQL read-write lock: grants that are lease rows of
 // tables of their own (<table>_permits, <table>_rw), taken in one round trip,
 // renewed by their owner token with the lock table's leases, deleted at
-// release. See backend.hpp and docs/backends/sql.md ("Read-write lock and
+// release. See handles.hpp and docs/backends/sql.md ("Read-write lock and
 // semaphore").
 #include <algorithm>
 #include <utility>
 
-#include "backend.hpp"
+#include "handles.hpp"
 
 namespace distlock::backends::sql {
 
@@ -29,10 +29,10 @@ bool has(const row& r, std::size_t i) { return r.size() > i && r[i].has_value();
 
 // ---- semaphore --------------------------------------------------------------------
 
-permit_handle::permit_handle(backend& b, const spi::lock_request& r) : lease_row_handle(b, r, b.q_.permit_rows) {}
+permit_handle::permit_handle(context& c, const spi::lock_request& r) : lease_row_handle(c, r, c.texts().permit_rows) {}
 
 std::optional<spi::grant> permit_handle::acquire(spi::deadline until, const spi::loss_sink&) {
-    return b_.with_tables("acquire of a permit of '" + req_.name + "' failed", [&] {
+    return ctx_.with_tables("acquire of a permit of '" + req_.name + "' failed", [&] {
         return acquire_loop(
             until, [&] { return try_take(); }, false, req_.retry_max);
     });
@@ -44,14 +44,15 @@ std::optional<spi::grant> permit_handle::acquire(spi::deadline until, const spi:
 // insert (MySQL; PostgreSQL serializes the acquisitions of a name) is a race
 // lost to a winner: look again at once.
 std::optional<spi::grant> permit_handle::try_take() {
-    const auto key = b_.permit_key(req_.name);
+    const auto key = ctx_.permit_key(req_.name);
     const std::int64_t permits = req_.permits;
     for (int race = 0; race < 64; ++race) {
         const auto sent = spi::clock::now();
         std::optional<row> r;
         try {
-            r = b_.pool_.run([&](connection& c) -> std::optional<row> {
-                auto results = c.exec_batch(b_.q_.permit_acquire, {name_, owner_, ms(req_.lease), slot_, permits, key});
+            r = ctx_.pool().run([&](connection& c) -> std::optional<row> {
+                auto results =
+                    c.exec_batch(ctx_.texts().permit_acquire, {name_, owner_, ms(req_.lease), slot_, permits, key});
                 const row* last = last_row(results);
                 if (!last) return std::nullopt;
                 return *last;
@@ -67,11 +68,11 @@ std::optional<spi::grant> permit_handle::try_take() {
             const std::string other = *(*r)[1];
             if (has(*r, 0)) {
                 try {
-                    b_.pool_.run([&](connection& c) { return c.exec(rows_.release, {name_, owner_}); });
+                    ctx_.pool().run([&](connection& c) { return c.exec(rows_.release, {name_, owner_}); });
                 } catch (const sql_error&) {  // its lease ends on its own
                 }
             }
-            throw_error(errc::invalid_argument, b_.name_,
+            throw_error(errc::invalid_argument, ctx_.name(),
                         "semaphore '" + req_.name + "' is held with " + other + " permits; this one asks for " +
                             std::to_string(req_.permits) + " (every user of a semaphore must give the same size)");
         }
@@ -83,8 +84,8 @@ std::optional<spi::grant> permit_handle::try_take() {
 
 // ---- read-write lock on lease rows (MySQL) --------------------------------------------
 
-rw_lease_handle::rw_lease_handle(backend& b, const spi::lock_request& r)
-    : lease_row_handle(b, r, b.q_.rw_rows), writer_(r.kind == spi::lock_kind::write) {}
+rw_lease_handle::rw_lease_handle(context& c, const spi::lock_request& r)
+    : lease_row_handle(c, r, c.texts().rw_rows), writer_(r.kind == spi::lock_kind::write) {}
 
 // A reader inserts its row, then looks for a writer row: there is one, it
 // deletes its row again (busy). A writer takes the name's writer row (unless
@@ -96,14 +97,14 @@ rw_lease_handle::rw_lease_handle(backend& b, const spi::lock_request& r)
 // A waiting writer's row is a lease too: it is refreshed by every try (at most
 // lease/3 apart) and deleted when the writer gives up.
 std::optional<spi::grant> rw_lease_handle::acquire(spi::deadline until, const spi::loss_sink&) {
-    const auto& steps = writer_ ? b_.q_.rw_write_acquire : b_.q_.rw_read_acquire;
-    return b_.with_tables("acquire of read-write lock '" + req_.name + "' failed", [&] {
+    const auto& steps = writer_ ? ctx_.texts().rw_write_acquire : ctx_.texts().rw_read_acquire;
+    return ctx_.with_tables("acquire of read-write lock '" + req_.name + "' failed", [&] {
         return acquire_loop(
             until,
             [&]() -> std::optional<spi::grant> {
                 try {
                     const auto sent = spi::clock::now();
-                    auto token = b_.pool_.run([&](connection& c) {
+                    auto token = ctx_.pool().run([&](connection& c) {
                         return run_for_token(c, steps, {name_, owner_, ms(req_.lease), slot_});
                     });
                     if (!token) return std::nullopt;

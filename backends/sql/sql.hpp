@@ -2,7 +2,7 @@
 //
 // The four lock strategies (for-update, lease-table, optimistic, and the
 // server's native named lock: get-lock / advisory) are written once
-// (backend.hpp: backend.cpp, lease_lock.cpp, session_lock.cpp) over the small
+// (backend.hpp, handles.hpp: lease_lock.cpp, session_lock.cpp, permit_lock.cpp) over the small
 // interface below. A dialect supplies only
 //   - a connection: statements with bound parameters, the server-side session id,
 //     errors classified into `failure` kinds;
@@ -202,7 +202,7 @@ struct sql_texts {
 
     // Row locks (for-update) on the second table.
     statement row_ensure;  // [name]: create the lockable row if missing
-    // [name, session name (backend.hpp: session_name; PostgreSQL sets it as
+    // [name, session name (handles.hpp: session_name; PostgreSQL sets it as
     // application_name inside the transaction)]: opens a transaction and locks the row (waiting within the session's
     // bound, or not at all) -> "1" when locked (and marked, where row_break needs
     // a mark), another value when the mark could not be taken, none when there is
