@@ -73,18 +73,6 @@ s::failure classify(int code, bool connecting) {
     }
 }
 
-// A TLS handshake (CR_SSL_CONNECTION_ERROR, 2026) refused by policy, as the
-// HTTP layer's and PostgreSQL's (access_denied_error): the server's
-// certificate (wrong CA, expired, another name), a server in clear where TLS
-// is required, or the server refusing this client's certificate (another
-// CA's). No retry fixes them, and no login packet was sent.
-bool tls_refusal(const std::string& msg) {
-    for (const char* what :
-         {"certificate", "SSL is required", "self-signed", "self signed", "unable to get local issuer", "unknown ca"})
-        if (msg.find(what) != std::string::npos) return true;
-    return false;
-}
-
 int seconds_at_least_1(std::chrono::milliseconds d) {
     return static_cast<int>(std::max<long long>(1, (d.count() + 999) / 1000));
 }
@@ -133,12 +121,12 @@ struct claimed_socket {
 // in in clear). OPT_SSL_MODE is not used: Connector/C 3.3 does not know
 // MYSQL_OPT_SSL_MODE.
 void tls_options(const endpoint& ep, ::sql::ConnectOptionsMap& opts) {
-    if (ep.tls != tls_mode::verify_identity) return;
+    if (ep.tls.tls != spi::mariadb_tls::mode::verify_identity) return;
     opts["sslEnforce"] = true;
     opts["sslVerify"] = true;
-    if (!ep.tls_ca.empty()) opts["sslCA"] = ::sql::SQLString(ep.tls_ca);
-    if (!ep.tls_cert.empty()) opts["sslCert"] = ::sql::SQLString(ep.tls_cert);
-    if (!ep.tls_key.empty()) opts["sslKey"] = ::sql::SQLString(ep.tls_key);
+    if (!ep.tls.ca.empty()) opts["sslCA"] = ::sql::SQLString(ep.tls.ca);
+    if (!ep.tls.cert.empty()) opts["sslCert"] = ::sql::SQLString(ep.tls.cert);
+    if (!ep.tls.key.empty()) opts["sslKey"] = ::sql::SQLString(ep.tls.key);
 }
 
 class connection final : public s::connection {
@@ -231,7 +219,7 @@ public:
             if (code == 2027)  // malformed packet: another kind of server answered
                 throw s::sql_error(s::failure::wrong_server, code,
                                    msg + " (is " + where + " a MySQL or MariaDB server?)");
-            if (code == 2026 && tls_refusal(msg)) throw s::sql_error(s::failure::access_denied, code, msg);
+            if (code == 2026 && spi::mariadb_tls_refused(msg)) throw s::sql_error(s::failure::access_denied, code, msg);
             throw s::sql_error(classify(code, true), code, code == 2013 ? greeting_hint(msg) : msg);
         }
     }

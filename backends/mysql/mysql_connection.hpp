@@ -8,22 +8,15 @@
 #include <string>
 #include <string_view>
 
+#include "distlock/spi/tls.hpp"
 #include "sql/sql.hpp"
 
 namespace distlock::backends::mysql {
 
-// ssl_mode= as MariaDB Connector/C 3.3 can do it (docs/backends/sql.md, "TLS").
-enum class tls_mode {
-    library_default,  // nothing said: this client library's default (no TLS)
-    disabled,
-    verify_identity,  // TLS, the chain and the host name verified (tls=true)
-};
-
 struct endpoint {
     std::string host, user, password, schema;
     std::uint16_t port = 3306;
-    tls_mode tls = tls_mode::library_default;
-    std::string tls_ca, tls_cert, tls_key;  // "" = none
+    spi::mariadb_tls tls;  // ssl_mode= as MariaDB Connector/C 3.3 can do it (docs/backends/sql.md, "TLS")
 };
 
 // A string literal of any bytes, every byte as it is (NUL included): X'..'.

@@ -15,7 +15,7 @@ struct endpoint {
     std::string host, port, user, password, dbname;
     std::string schema = "public";  // where every object distlock makes or uses lives (schema=)
     // libpq's TLS keywords (sslmode, sslrootcert, hostaddr...) with their
-    // values, from the URL's TLS parameters (tls_options()); none = libpq's
+    // values, from the URL's TLS parameters (spi::take_libpq_tls()); none = libpq's
     // defaults (sslmode=prefer).
     std::vector<std::pair<std::string, std::string>> tls;
 };
