@@ -1,5 +1,5 @@
 // redis:// internals: what the backend (redis_backend.cpp) gives the recipes of
-// the read-write lock and the semaphore (shared_locks.cpp): its connections, its
+// the read-write lock and the semaphore (shared_lock.hpp): its connections, its
 // pub/sub subscriber and the owner ids of new grants; and how every lock handle
 // of both (mutex, read-write lock, semaphore) runs its acquire and release
 // scripts. Never included outside backends/redis/.
@@ -103,7 +103,7 @@ public:
     virtual void join(renewal_groups& groups, std::size_t slot) const = 0;
 };
 
-// The handles of read-write locks and permits (shared_locks.cpp).
+// The handles of read-write locks and permits (shared_lock.hpp).
 class shared_handle : public backend_handle {
 public:
     void join(renewal_groups& groups, std::size_t slot) const override { groups.shared.push_back(slot); }

@@ -112,7 +112,7 @@ public:
     // The Redisson object name of the read-write lock (`what` = "rwlock") or the
     // semaphore (`what` = "semaphore") of a lock name: the main key of Redisson's
     // layout, from which its other keys and its channel are derived
-    // (shared_locks.cpp). strategy=reentrant: the name itself, as in Redisson;
+    // (shared_lock.hpp). strategy=reentrant: the name itself, as in Redisson;
     // strategy=plain: `<prefix>{<name>}:<what>`, beside the mutex's keys.
     virtual std::string object_name(std::string_view name, std::string_view what) const = 0;
     // The owner of a new grant: a random token, or Redisson's "<uuid>:<thread id>"
