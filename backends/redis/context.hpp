@@ -111,9 +111,10 @@ public:
     virtual renewal renewal_kind() const noexcept = 0;
 };
 
-// A lock handle of lock_kind read, write or permit for the Redisson object
-// `object` (strategy::object_name).
-std::unique_ptr<spi::lock_handle> make_shared_lock(context& ctx, const spi::lock_request& r, std::string object);
+// The read-write lock's handle of `object` (rw_lock.cpp), and a permit's of the
+// semaphore `object` (semaphore.cpp).
+std::unique_ptr<spi::lock_handle> make_rw_handle(context& ctx, const spi::lock_request& r, std::string object);
+std::unique_ptr<spi::lock_handle> make_permit_handle(context& ctx, const spi::lock_request& r, std::string object);
 
 // How every lock handle runs its scripts (`name`: the lock's name, for errors).
 

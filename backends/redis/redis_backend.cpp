@@ -339,8 +339,8 @@ std::unique_ptr<spi::lock_handle> backend::make_lock(const spi::lock_request& r)
         case spi::lock_kind::exclusive:
         case spi::lock_kind::leader: return std::make_unique<handle>(*this, r);
         case spi::lock_kind::read:
-        case spi::lock_kind::write: return make_shared_lock(*this, r, strategy_->object_name(r.name, "rwlock"));
-        case spi::lock_kind::permit: return make_shared_lock(*this, r, strategy_->object_name(r.name, "semaphore"));
+        case spi::lock_kind::write: return make_rw_handle(*this, r, strategy_->object_name(r.name, "rwlock"));
+        case spi::lock_kind::permit: return make_permit_handle(*this, r, strategy_->object_name(r.name, "semaphore"));
     }
     throw_error(errc::unsupported, kBackend, "unknown lock kind");
 }

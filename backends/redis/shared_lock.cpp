@@ -84,11 +84,6 @@ void handle_base::give_up() noexcept {
     } catch (...) {}
 }
 
-std::unique_ptr<spi::lock_handle> make_shared_lock(context& ctx, const spi::lock_request& r, std::string object) {
-    if (r.kind == spi::lock_kind::permit) return make_permit_handle(ctx, r, std::move(object));
-    return make_rw_handle(ctx, r, std::move(object));
-}
-
 std::vector<std::string> shared_keys(const std::string& rwlock, const std::string& semaphore) {
     return {rwlock, semaphore, permit_timeouts_key(semaphore)};
 }

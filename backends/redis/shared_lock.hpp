@@ -90,10 +90,6 @@ private:
     bool holding_ = false;
 };
 
-// The handles of each recipe (lock_kind read or write; permit).
-std::unique_ptr<spi::lock_handle> make_rw_handle(context& ctx, const spi::lock_request& r, std::string object);
-std::unique_ptr<spi::lock_handle> make_permit_handle(context& ctx, const spi::lock_request& r, std::string object);
-
 // The batch renewal scripts of read grants and write grants (rw_lock.cpp) and
 // of permits (semaphore.cpp): topology::run_items' reply form, one 1 (renewed)
 // or 0 (gone) per grant.

@@ -219,7 +219,8 @@ TEST_CASE("a stale handle's unlock after its lock was broken never frees the nex
     auto next = b.mutex(name);
     std::atomic<bool> got{false};
     distlock::test::thread_errors errors;
-    std::thread waiter([&] { errors.run([&] { got = next.try_lock_for(lease_of(b) + 10s); }); });
+    std::jthread waiter(  // joined however the case ends (a throwing break_lock: a failure, not an abort)
+        [&] { errors.run([&] { got = next.try_lock_for(lease_of(b) + 10s); }); });
     std::this_thread::sleep_for(200ms);
     distlock::testing::break_lock(a, name);
     waiter.join();
