@@ -127,20 +127,26 @@ server_urls() {  # server_urls SERVER
         sed -n "s/^DISTLOCK_TEST_[A-Z0-9_]*_URL='\{0,1\}\([a-z]*:\/\/[^']*\)'\{0,1\}$/\1/p" | sort -u
 }
 
-if [ -n "$old" ]; then
-    [ -x "$old" ] || { echo "--compare: $old is not an executable" >&2; exit 2; }
-    echo "| server | URL | old p50 / 2 floors | new p50 / 2 floors | new / old (mean ratios) |"
-    echo "|---|---|---|---|---|"
+# for_each_url FUNCTION: each server up alone, FUNCTION SERVER URL for each of
+# its URLs, the server down again.
+for_each_url() {
+    local s url urls
     for s in "${servers[@]}"; do
         integration/backends.sh up "$s" >/dev/null
         mapfile -t urls < <(server_urls "$s")
-        for url in "${urls[@]}"; do
-            before=() after=()
-            for _ in $(seq "$runs"); do
-                before+=("$("$old" bench --backend "$url" --seconds "$seconds" --json --quiet)")
-                after+=("$(build/bin/distlock bench --backend "$url" --seconds "$seconds" --json --quiet)")
-            done
-            python3 -c '
+        for url in "${urls[@]}"; do "$1" "$s" "$url"; done
+        integration/backends.sh down >/dev/null
+    done
+}
+
+# --compare: OLD and this build in alternation on one URL, one row.
+compare_row() {  # compare_row SERVER URL
+    local before=() after=()
+    for _ in $(seq "$runs"); do
+        before+=("$("$old" bench --backend "$2" --seconds "$seconds" --json --quiet)")
+        after+=("$(build/bin/distlock bench --backend "$2" --seconds "$seconds" --json --quiet)")
+    done
+    python3 -c '
 import json, sys
 n = int(sys.argv[2])
 old, new = [json.loads(t) for t in sys.argv[3:3 + n]], [json.loads(t) for t in sys.argv[3 + n:]]
@@ -153,10 +159,27 @@ def span(values):
     return lo if lo == hi else lo + "-" + hi
 o, w = [j["floor_ratio"] for j in old], [j["floor_ratio"] for j in new]
 print("| %s | %s | %s | %s | %.2f |" % (sys.argv[1], new[0]["backend"], span(o), span(w), (sum(w) / n) / (sum(o) / n)))' \
-                "$s" "$runs" "${before[@]}" "${after[@]}"
-        done
-        integration/backends.sh down >/dev/null
+        "$1" "$runs" "${before[@]}" "${after[@]}"
+}
+
+# The default: N uncontended runs and one contended, one row each.
+figures_rows() {  # figures_rows SERVER URL
+    for _ in $(seq "$runs"); do
+        row "$1" uncontended "$(build/bin/distlock bench --backend "$2" --seconds "$seconds" --json --quiet)"
     done
+    row "$1" "contended, 4 processes" \
+        "$(build/bin/distlock bench --backend "$2" --mode contended --processes 4 --seconds "$seconds" --json --quiet)"
+}
+
+primitives_rows() {  # primitives_rows SERVER URL
+    for _ in $(seq "$runs"); do primitives_row "$1" "$2"; done
+}
+
+if [ -n "$old" ]; then
+    [ -x "$old" ] || { echo "--compare: $old is not an executable" >&2; exit 2; }
+    echo "| server | URL | old p50 / 2 floors | new p50 / 2 floors | new / old (mean ratios) |"
+    echo "|---|---|---|---|---|"
+    for_each_url compare_row
     exit 0
 fi
 
@@ -167,19 +190,4 @@ else
     echo "| server | URL | mode | cycles/s | p50 µs | p99 µs | floor µs | p50 / 2 floors | native µs | p50 / native |"
     echo "|---|---|---|---|---|---|---|---|---|---|"
 fi
-for s in "${servers[@]}"; do
-    integration/backends.sh up "$s" >/dev/null
-    mapfile -t urls < <(server_urls "$s")
-    for url in "${urls[@]}"; do
-        if [ "$primitives" = 1 ]; then
-            for _ in $(seq "$runs"); do primitives_row "$s" "$url"; done
-            continue
-        fi
-        for _ in $(seq "$runs"); do
-            row "$s" uncontended "$(build/bin/distlock bench --backend "$url" --seconds "$seconds" --json --quiet)"
-        done
-        row "$s" "contended, 4 processes" \
-            "$(build/bin/distlock bench --backend "$url" --mode contended --processes 4 --seconds "$seconds" --json --quiet)"
-    done
-    integration/backends.sh down >/dev/null
-done
+if [ "$primitives" = 1 ]; then for_each_url primitives_rows; else for_each_url figures_rows; fi
