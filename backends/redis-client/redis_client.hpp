@@ -198,6 +198,10 @@ std::string reply_text(const redisReply* r);
 // An integer reply, or a string / status reply read as a number; 0 for anything
 // else (no reply, nil, an error, an array).
 long long as_integer(const redisReply* r) noexcept;
+// Whether `r` is an error reply whose text begins with `prefix` ("NOSCRIPT", "NOAUTH").
+bool error_starts_with(const redisReply* r, std::string_view prefix);
+// The redirection an error reply asks for, if any (see `redirect`).
+std::optional<redirect> redirect_of(const redisReply* r);
 
 // What one reply may make the client allocate, whatever the server says: its
 // strings plus a redisReply per element (max_reply_bytes), and elements per
