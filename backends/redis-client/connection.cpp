@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "redis_client.hpp"
+#include "connection.hpp"
 #include "reply_caps.hpp"
 #include "socket_io.hpp"
 

@@ -3,7 +3,7 @@
 #include <charconv>
 
 #include "distlock/spi/tls.hpp"
-#include "redis_client.hpp"
+#include "endpoint.hpp"
 
 namespace distlock::backends::redis_client {
 

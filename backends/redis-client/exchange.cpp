@@ -7,9 +7,11 @@
 #include <cstring>
 #include <optional>
 
-#include "redis_client.hpp"
+#include "exchange.hpp"
 
 namespace distlock::backends::redis_client {
+
+using namespace std::chrono_literals;
 
 std::vector<exchange_result> exchange_all(const std::vector<pool*>& pools,
                                           const std::vector<std::vector<std::string_view>>& commands) {

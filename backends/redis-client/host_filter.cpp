@@ -8,7 +8,7 @@
 #include <charconv>
 #include <cstring>
 
-#include "redis_client.hpp"
+#include "endpoint.hpp"
 
 namespace distlock::backends::redis_client {
 

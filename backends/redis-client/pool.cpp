@@ -1,6 +1,6 @@
 // The Redis client layer (redis_client.hpp): the idle connections of one
 // endpoint.
-#include "redis_client.hpp"
+#include "pool.hpp"
 
 namespace distlock::backends::redis_client {
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <charconv>
 
-#include "redis_client.hpp"
+#include "replies.hpp"
 
 namespace distlock::backends::redis_client {
 

@@ -1,12 +1,12 @@
 // The Redis client layer, inside (connection.cpp only): hiredis's reply reader
-// behind the caps of redis_client.hpp (max_reply_bytes, max_reply_elements).
+// behind the caps of connection.hpp (max_reply_bytes, max_reply_elements).
 #pragma once
 
 #include <hiredis/hiredis.h>
 
 #include <optional>
 
-#include "redis_client.hpp"
+#include "connection.hpp"
 
 namespace distlock::backends::redis_client {
 

@@ -2,7 +2,7 @@
 // a fallback to EVAL, in its plain and sharded (SPUBLISH) forms.
 #include <openssl/evp.h>
 
-#include "redis_client.hpp"
+#include "script.hpp"
 
 namespace distlock::backends::redis_client {
 

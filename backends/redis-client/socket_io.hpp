@@ -1,8 +1,8 @@
 // The Redis client layer, inside (connection.cpp only): the TCP socket of a
-// connection (format_command() and send_all() are in redis_client.hpp).
+// connection (format_command() and send_all() are in connection.hpp).
 #pragma once
 
-#include "redis_client.hpp"
+#include "connection.hpp"
 
 namespace distlock::backends::redis_client {
 
