@@ -1,0 +1,68 @@
+// file:// (file_backend.cpp): a lock handle: the mutex's lock file, the
+// read-write lock through its turnstile, release, and the check that the file
+// held is still the one the name names. The semaphore is in semaphore.cpp.
+#include "handle.hpp"
+
+#include <sys/file.h>
+
+#include "lock_files.hpp"
+
+namespace distlock::backends::file {
+
+using namespace std::chrono_literals;
+
+std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_sink&) {
+    spi::backoff wait(1ms, retry_max_);
+    (void)waiter_.take_waited();
+    switch (kind_) {
+        case spi::lock_kind::exclusive:
+        case spi::lock_kind::leader: {  // leader: not asked (no feature::election)
+            auto fd = waiter_.lock(settings_.dir, paths_.mutex, LOCK_EX, until, wait);
+            if (!fd) return std::nullopt;
+            std::uint64_t token = next_token(read_counter(fd->get()));
+            write_counter(fd->get(), token, settings_.sync, holder_);
+            return hold(std::move(*fd), paths_.mutex, token);
+        }
+        case spi::lock_kind::read:
+        case spi::lock_kind::write: {
+            // Through the turnstile: a writer keeps it while it waits for the
+            // readers inside to leave, so readers that come after it wait.
+            auto turn = waiter_.lock(settings_.dir, paths_.rw_turn, LOCK_EX, until, wait);
+            if (!turn) return std::nullopt;
+            auto fd = waiter_.lock(settings_.dir, paths_.rw_data, kind_ == spi::lock_kind::read ? LOCK_SH : LOCK_EX,
+                                   until, wait);
+            if (!fd) return std::nullopt;
+            std::uint64_t token = next_token(read_counter(turn->get()));
+            write_counter(turn->get(), token, settings_.sync);
+            return hold(std::move(*fd), paths_.rw_data, token);
+        }
+        case spi::lock_kind::permit: return take_permit(until, wait);
+    }
+    return std::nullopt;
+}
+
+void handle::release() {
+    fd_guard fd = std::move(fd_);
+    if (fd.get() < 0) throw_error(errc::not_owner, kBackend, "lock '" + name_ + "' is not held by this handle");
+    bool ours = settings_.dir.names(fd.get(), held_file_);
+    ::flock(fd.get(), LOCK_UN);
+    fd.reset();  // the close wakes waiters (IN_CLOSE_WRITE)
+    if (!ours)
+        throw_error(errc::not_owner, kBackend,
+                    "lock file " + settings_.dir.path_of(held_file_) + " was replaced while held: the lock was lost");
+}
+
+spi::keepalive_result handle::check() const {
+    if (!settings_.dir.names(fd_.get(), held_file_))
+        return spi::keepalive_result::lost("lock file " + settings_.dir.path_of(held_file_) +
+                                           " was removed or replaced");
+    return spi::keepalive_result::ok();
+}
+
+spi::grant handle::hold(fd_guard fd, const std::string& file, std::uint64_t token) {
+    fd_ = std::move(fd);
+    held_file_ = file;
+    return spi::grant{token, spi::clock::now(), waiter_.take_waited()};  // no lease: the kernel holds it
+}
+
+}  // namespace distlock::backends::file

@@ -1,0 +1,59 @@
+// file:// (file_backend.cpp), inside: the backend's settings and its lock
+// handle (handle.cpp; its semaphore in semaphore.cpp).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "file_waiter.hpp"
+#include "lock_dir.hpp"
+#include "lock_files.hpp"
+
+namespace distlock::backends::file {
+
+struct settings {
+    lock_dir dir;
+    bool sync = false;
+    std::chrono::milliseconds check{200};
+};
+
+class handle final : public spi::lock_handle {
+public:
+    handle(const settings& s, const spi::lock_request& r)
+        : settings_(s),
+          name_(r.name),
+          paths_(paths_of(r.name)),
+          holder_(r.holder),
+          kind_(r.kind),
+          permits_(r.permits),
+          retry_max_(r.retry_max) {}
+
+    std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink&) override;
+    void release() override;
+
+    std::chrono::milliseconds check_interval() const override { return settings_.check; }
+
+    // Still ours: the path still names the file we hold the lock on.
+    spi::keepalive_result check() const;
+
+private:
+    spi::grant hold(fd_guard fd, const std::string& file, std::uint64_t token);
+    // Under the meta file's lock: check the size, then take the first free slot
+    // of 0..permits-1 and count the grant; else wait for a close in the directory.
+    std::optional<spi::grant> take_permit(spi::deadline until, spi::backoff& wait);
+
+    const settings& settings_;
+    std::string name_;
+    paths paths_;
+    std::string holder_;
+    spi::lock_kind kind_;
+    std::uint32_t permits_;
+    std::chrono::milliseconds retry_max_;
+    file_waiter waiter_;
+    fd_guard fd_;
+    std::string held_file_;
+};
+
+}  // namespace distlock::backends::file
