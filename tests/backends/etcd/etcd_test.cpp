@@ -1260,6 +1260,31 @@ TEST_CASE("a lease granted longer than asked is renewed as asked", "[etcd][hosti
                         [](const auto& rq) { return rq.target == "/v3/lease/keepalive"; }) >= 1);
 }
 
+TEST_CASE("a session lease under 3 s is reused without a keepalive until a third of it has passed",
+          "[etcd][hostile][count]") {
+    // A third of a 2 s lease counted in whole seconds was 0 s: each acquisition
+    // renewed the session first, a keepalive round trip per lock. A third is
+    // 666 ms: acquisitions in quick succession send none (one per 666 ms at
+    // most, should this machine be slow).
+    auto server = scripted_member("5", "2");
+    auto p = distlock::connect("etcd://" + server.address() + "/h?lease=2s");
+    auto m = p.mutex("held");
+    REQUIRE(m.try_lock());  // the session lease granted
+    m.unlock();
+    const auto before = server.requests().size();
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < 5; ++i) {
+        REQUIRE(m.try_lock());
+        m.unlock();
+    }
+    const auto allowed = (std::chrono::steady_clock::now() - start) / 666ms;
+    const auto seen = server.requests();
+    const auto keepalives = std::count_if(seen.begin() + static_cast<std::ptrdiff_t>(before), seen.end(),
+                                          [](const auto& rq) { return rq.target == "/v3/lease/keepalive"; });
+    INFO("keepalives " << keepalives << ", allowed " << allowed);
+    CHECK(keepalives <= allowed);
+}
+
 TEST_CASE("a member that ends every watch at once makes neither a waiter nor a holder's monitor spin",
           "[etcd][hostile][spin]") {
     // The stream ends at once with nothing in it: before, the waiter ranged and
