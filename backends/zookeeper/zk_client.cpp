@@ -12,9 +12,11 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <string_view>
 
 #include "zk_names.hpp"
 
@@ -305,9 +307,22 @@ std::vector<std::pair<int, ino_t>> inheritable(mode_t type) {
         for (; *c >= '0' && *c <= '9' && fd < (1 << 24); ++c) fd = fd * 10 + (*c - '0');
         if (*c != '\0' || fd == own) continue;
         const int flags = ::fcntl(fd, F_GETFD);
-        struct stat st {};
-        if (flags < 0 || (flags & FD_CLOEXEC) || ::fstat(fd, &st) != 0 || (st.st_mode & S_IFMT) != type) continue;
-        out.emplace_back(fd, st.st_ino);
+        if (flags < 0 || (flags & FD_CLOEXEC)) continue;
+        // The kind and inode from the link ("pipe:[123]", "socket:[456]"), not
+        // fstat(): the descriptor may be the C client's thread's, made or closed
+        // meanwhile, and the link names it without touching it.
+        char link[64];
+        const std::string path = "/proc/self/fd/" + std::to_string(fd);
+        const ssize_t n = ::readlink(path.c_str(), link, sizeof link - 1);
+        if (n <= 0) continue;
+        const std::string_view target(link, static_cast<std::size_t>(n));
+        const std::string_view kind = type == S_IFIFO ? "pipe:[" : type == S_IFSOCK ? "socket:[" : "";
+        if (kind.empty() || target.substr(0, kind.size()) != kind || target.back() != ']') continue;
+        ino_t inode = 0;
+        const auto digits = target.substr(kind.size(), target.size() - kind.size() - 1);
+        const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), inode);
+        if (ec != std::errc{} || end != digits.data() + digits.size()) continue;
+        out.emplace_back(fd, inode);
     }
     ::closedir(d);
     return out;
