@@ -51,15 +51,26 @@ paths paths_of(std::string_view name) {
     return {base, stem + ".rw", stem + ".rw-turn", stem + ".sem"};
 }
 
-std::uint64_t read_counter(int fd) {
-    char buf[32] = {};
-    ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+namespace {
+
+// The first bytes of a lock file (at most N - 1: the rest is never read).
+template <std::size_t N>
+std::string_view read_head(int fd, char (&buf)[N], const char* what) {
+    const ssize_t n = ::pread(fd, buf, N - 1, 0);
     if (n < 0) {
         const int error_number = errno;
-        throw_client_error(error_number, kBackend, "cannot read the lock file's counter");
+        throw_client_error(error_number, kBackend, what);
     }
+    return {buf, static_cast<std::size_t>(n)};
+}
+
+}  // namespace
+
+std::uint64_t read_counter(int fd) {
+    char buf[32] = {};
+    const auto text = read_head(fd, buf, "cannot read the lock file's counter");
     std::uint64_t value = 0;
-    std::from_chars(buf, buf + n, value);  // empty or garbage = 0
+    std::from_chars(text.data(), text.data() + text.size(), value);  // empty or garbage = 0
     return value;
 }
 
@@ -80,12 +91,7 @@ void write_counter(int fd, std::uint64_t value, bool sync, std::string_view labe
 
 std::string read_label(int fd) {
     char buf[320] = {};
-    ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-    if (n < 0) {
-        const int error_number = errno;
-        throw_client_error(error_number, kBackend, "cannot read the lock file");
-    }
-    std::string_view text(buf, static_cast<std::size_t>(n));
+    auto text = read_head(fd, buf, "cannot read the lock file");
     const auto space = text.find(' ');
     if (space == std::string_view::npos) return {};
     text.remove_prefix(space + 1);
