@@ -192,7 +192,8 @@ TEST_CASE("a waiting writer that is gone stops holding readers back once its row
     const bool got = reader.try_lock_shared_for(30s);
     if (!got) {
         const auto rows = db.scalar(
-            "SELECT GROUP_CONCAT(CONCAT(holder, ' ', version, ' ', expires_at)) FROM distlock_locks_rw WHERE name = ?",
+            "SELECT GROUP_CONCAT(CONCAT(IF(holder = 'w', 'writer', 'reader'), ' ', version, ' ', expires_at)) FROM "
+            "distlock_locks_rw WHERE name = ?",
             {s::bytes{name}});
         UNSCOPED_INFO("server time " << db.scalar("SELECT UTC_TIMESTAMP(6)").value_or("?")
                                      << ", rows of the name: " << rows.value_or("none"));
