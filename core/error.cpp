@@ -27,6 +27,7 @@ public:
             case errc::unsupported: return "not supported by this backend";
             case errc::access_denied: return "access denied";
             case errc::would_deadlock: return "would deadlock";
+            case errc::cancelled: return "cancelled";
         }
         return "unknown distlock error";
     }
@@ -78,6 +79,7 @@ void throw_error(errc code, std::string backend, const std::string& message, lon
         case errc::unsupported: throw unsupported_error(code, std::move(b), message, native_code, std::move(n));
         case errc::access_denied: throw access_denied_error(code, std::move(b), message, native_code, std::move(n));
         case errc::would_deadlock: throw would_deadlock_error(code, std::move(b), message, native_code, std::move(n));
+        case errc::cancelled: throw cancelled_error(code, std::move(b), message, native_code, std::move(n));
     }
     throw error(code, std::move(b), message, native_code, std::move(n));
 }

@@ -57,6 +57,7 @@ std::string_view errc_name(errc e) noexcept {
         case errc::unsupported: return "unsupported";
         case errc::access_denied: return "access_denied";
         case errc::would_deadlock: return "would_deadlock";
+        case errc::cancelled: return "cancelled";
     }
     return "other";
 }

@@ -22,6 +22,7 @@ enum class errc {
     unsupported,       // the backend cannot do this at all
     access_denied,     // authentication or authorisation failed: do not retry until fixed
     would_deadlock,    // this thread already holds the lock through another handle
+    cancelled,         // an asynchronous acquisition was cancelled before it was granted: nothing is held
 };
 
 DISTLOCK_API const std::error_category& category() noexcept;
@@ -81,6 +82,10 @@ public:
     using error::error;
 };
 class DISTLOCK_API would_deadlock_error : public error {
+public:
+    using error::error;
+};
+class DISTLOCK_API cancelled_error : public error {
 public:
     using error::error;
 };

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "distlock/async.hpp"
 #include "distlock/detail/deadline.hpp"
 #include "distlock/export.hpp"
 #include "distlock/options.hpp"
@@ -58,6 +59,33 @@ public:
 
     void unlock() noexcept;
 
+    // Asynchronous forms (include/distlock/async.hpp): take the lock within a
+    // timeout (a duration) or by a deadline (a time point of any clock)
+    // without holding a thread while waiting. `stop` cancels a pending
+    // acquisition (the handler then gets cancelled_error). An object has one
+    // grant at a time: asking again while it holds or is acquiring completes
+    // with would_deadlock_error.
+    template <class Timeout>
+    void async_lock(const Timeout& timeout, acquire_handler handler, std::stop_token stop = {}) {
+        async_lock_steady(detail::steady_deadline(timeout), std::move(handler), std::move(stop));
+    }
+    // Releases on a provider's worker, then calls `handler` (if any) there.
+    void async_unlock(release_handler handler = {});
+    // co_await m.lock_async(5s): true when granted, false on timeout; throws
+    // distlock::error (cancelled_error once `stop` is triggered). The coroutine
+    // resumes on `resume_on` when given, else on the provider's worker.
+    template <class Timeout>
+    [[nodiscard]] detail::acquire_awaitable lock_async(const Timeout& timeout, std::stop_token stop = {},
+                                                       executor resume_on = {}) {
+        return {[this, until = detail::steady_deadline(timeout), stop = std::move(stop)](acquire_handler h) {
+                    async_lock_steady(until, std::move(h), stop);
+                },
+                std::move(resume_on)};
+    }
+    [[nodiscard]] detail::release_awaitable unlock_async(executor resume_on = {}) {
+        return {[this](release_handler h) { async_unlock(std::move(h)); }, std::move(resume_on)};
+    }
+
     // True while this object holds the lock, it has not been reported lost, and
     // (for a lease) the last confirmed renewal is less than a lease old. So it
     // turns false on time even while a renewal is stuck in the network; it turns
@@ -81,6 +109,8 @@ public:
 
 private:
     bool lock_until_steady(std::chrono::steady_clock::time_point deadline);
+    void async_lock_steady(std::chrono::steady_clock::time_point deadline, acquire_handler handler,
+                           std::stop_token stop);
     std::unique_ptr<detail::mutex_impl> impl_;
 };
 

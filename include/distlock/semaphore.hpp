@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "distlock/async.hpp"
 #include "distlock/detail/deadline.hpp"
 #include "distlock/export.hpp"
 #include "distlock/options.hpp"
@@ -56,6 +57,26 @@ public:
     // a failed release goes to lock_options::on_error / on_lost.
     void release() noexcept;
 
+    // Asynchronous forms (as mutex's; include/distlock/async.hpp). A permit
+    // taken asynchronously belongs to no thread: async_release() (or release()
+    // from a thread holding no permit of its own) gives back the one taken last.
+    template <class Timeout>
+    void async_acquire(const Timeout& timeout, acquire_handler handler, std::stop_token stop = {}) {
+        async_acquire_steady(detail::steady_deadline(timeout), std::move(handler), std::move(stop));
+    }
+    void async_release(release_handler handler = {});
+    template <class Timeout>
+    [[nodiscard]] detail::acquire_awaitable acquire_async(const Timeout& timeout, std::stop_token stop = {},
+                                                          executor resume_on = {}) {
+        return {[this, until = detail::steady_deadline(timeout), stop = std::move(stop)](acquire_handler h) {
+                    async_acquire_steady(until, std::move(h), stop);
+                },
+                std::move(resume_on)};
+    }
+    [[nodiscard]] detail::release_awaitable release_async(executor resume_on = {}) {
+        return {[this](release_handler h) { async_release(std::move(h)); }, std::move(resume_on)};
+    }
+
     // Permits this object holds now and has not lost.
     [[nodiscard]] std::size_t held() const noexcept;
     // Fencing token of the permit the calling thread took last (0: none, or no tokens).
@@ -65,6 +86,8 @@ public:
 
 private:
     bool acquire_until_steady(std::chrono::steady_clock::time_point deadline);
+    void async_acquire_steady(std::chrono::steady_clock::time_point deadline, acquire_handler handler,
+                              std::stop_token stop);
     std::unique_ptr<detail::semaphore_impl> impl_;
 };
 

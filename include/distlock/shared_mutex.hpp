@@ -7,6 +7,7 @@
 #include <string>
 #include <type_traits>
 
+#include "distlock/async.hpp"
 #include "distlock/detail/deadline.hpp"
 #include "distlock/export.hpp"
 #include "distlock/options.hpp"
@@ -73,6 +74,37 @@ public:
     }
     void unlock_shared() noexcept;
 
+    // Asynchronous forms of both sides (as mutex's; include/distlock/async.hpp).
+    // A read grant taken asynchronously belongs to no thread:
+    // async_unlock_shared() (or unlock_shared() from a thread holding no read
+    // grant of its own) gives back the one taken last.
+    template <class Timeout>
+    void async_lock(const Timeout& timeout, acquire_handler handler, std::stop_token stop = {}) {
+        async_lock_steady(false, detail::steady_deadline(timeout), std::move(handler), std::move(stop));
+    }
+    template <class Timeout>
+    void async_lock_shared(const Timeout& timeout, acquire_handler handler, std::stop_token stop = {}) {
+        async_lock_steady(true, detail::steady_deadline(timeout), std::move(handler), std::move(stop));
+    }
+    void async_unlock(release_handler handler = {}) { async_release(false, std::move(handler)); }
+    void async_unlock_shared(release_handler handler = {}) { async_release(true, std::move(handler)); }
+    template <class Timeout>
+    [[nodiscard]] detail::acquire_awaitable lock_async(const Timeout& timeout, std::stop_token stop = {},
+                                                       executor resume_on = {}) {
+        return awaitable(false, detail::steady_deadline(timeout), std::move(stop), std::move(resume_on));
+    }
+    template <class Timeout>
+    [[nodiscard]] detail::acquire_awaitable lock_shared_async(const Timeout& timeout, std::stop_token stop = {},
+                                                              executor resume_on = {}) {
+        return awaitable(true, detail::steady_deadline(timeout), std::move(stop), std::move(resume_on));
+    }
+    [[nodiscard]] detail::release_awaitable unlock_async(executor resume_on = {}) {
+        return {[this](release_handler h) { async_release(false, std::move(h)); }, std::move(resume_on)};
+    }
+    [[nodiscard]] detail::release_awaitable unlock_shared_async(executor resume_on = {}) {
+        return {[this](release_handler h) { async_release(true, std::move(h)); }, std::move(resume_on)};
+    }
+
     // The write side is held by this object and not lost (as mutex::held()).
     [[nodiscard]] bool held() const noexcept;
     // The calling thread holds a read grant through this object, not lost.
@@ -86,6 +118,16 @@ public:
 
 private:
     bool lock_until_steady(bool shared, std::chrono::steady_clock::time_point deadline);
+    void async_lock_steady(bool shared, std::chrono::steady_clock::time_point deadline, acquire_handler handler,
+                           std::stop_token stop);
+    void async_release(bool shared, release_handler handler);
+    detail::acquire_awaitable awaitable(bool shared, std::chrono::steady_clock::time_point deadline,
+                                        std::stop_token stop, executor resume_on) {
+        return {[this, shared, deadline, stop = std::move(stop)](acquire_handler h) {
+                    async_lock_steady(shared, deadline, std::move(h), stop);
+                },
+                std::move(resume_on)};
+    }
     std::unique_ptr<detail::shared_mutex_impl> impl_;
 };
 

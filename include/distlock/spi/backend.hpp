@@ -139,6 +139,36 @@ private:
     std::function<void(std::string)> report_;
 };
 
+// Where a backend tells a waiting asynchronous acquisition that the lock may
+// have become free (a release or expiry the server announced: a pub/sub
+// message, a watch event, a NOTIFY, an inotify event). Calling it only marks
+// the waiter ready and queues one attempt on the core's workers: cheap, from
+// any thread, under the backend's own locks, never blocks, never throws; a
+// wake-up that finds nothing free costs one attempt, a missed one only delay
+// (the core still retries on its own timer).
+class DISTLOCK_API wake_sink {
+public:
+    wake_sink() noexcept = default;  // wakes nobody
+    explicit wake_sink(std::function<void()> wake) noexcept : wake_(std::move(wake)) {}
+    void operator()() const noexcept {
+        if (!wake_) return;
+        try {
+            wake_();
+        } catch (...) {}
+    }
+
+private:
+    std::function<void()> wake_;
+};
+
+// What lock_handle::watch_releases() returns: the backend calls its wake_sink
+// until this is destroyed (its destructor unsubscribes, and a wake-up under way
+// may still arrive while it runs, never after it returned).
+class DISTLOCK_API wake_subscription {
+public:
+    virtual ~wake_subscription() = default;
+};
+
 // One per grant at a time: a distlock::mutex has one; a shared_mutex one for
 // its writer and one per thread reading at once; a semaphore one per permit
 // held at once. Threading contract (kept by the core):
@@ -183,6 +213,23 @@ public:
     // session, the kernel); ignored for backends with feature::lease_expiry,
     // whose grants are valid for lock_request::lease.
     virtual std::chrono::milliseconds validity() const { return std::chrono::milliseconds{0}; }
+
+    // Asynchronous waits (mutex::async_lock, semaphore::async_acquire, ...)
+    // hold no thread: the core takes the lock by one-attempt calls,
+    // acquire(now, lost), on its bounded pool of workers, and between attempts
+    // the waiter is only an entry in a queue and a timer. A backend that hears
+    // of releases from its server returns a subscription here, for the whole
+    // wait: it calls `wake` each time the lock of this handle's name and kind
+    // may have become free, and the core makes an attempt at once. The core
+    // subscribes before the first attempt, so a release between an attempt and
+    // the wait is not missed. Called by one thread at a time, like acquire().
+    // Default: nullptr, and the core polls with jittered backoff between the
+    // request's retry_min and retry_max. Subscriptions must be multiplexed: many
+    // waiting handles share the backend's connections and threads.
+    virtual std::unique_ptr<wake_subscription> watch_releases(wake_sink wake) {
+        (void)wake;
+        return nullptr;
+    }
 };
 
 class DISTLOCK_API backend {
