@@ -203,8 +203,8 @@ private:
             else if (now >= until_) timed_out = true;
             else if (woken_) again = true;  // a release came during the attempt
             else {
-                const auto delay = subscription_ ? std::chrono::nanoseconds(safety_poll(m_.request_))
-                                                 : backoff_.next(until_);
+                const auto delay =
+                    subscription_ ? std::chrono::nanoseconds(safety_poll(m_.request_)) : backoff_.next(until_);
                 const auto when = std::min(until_, now + delay);
                 phase_ = phase::parked;
                 timer_ = provider_->engine().at(when, [self = shared_from_this()] { self->timer_fired(); });

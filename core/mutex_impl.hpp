@@ -191,8 +191,8 @@ private:
     std::atomic<std::uint64_t> token_{0};
     spi::clock::time_point granted_at_{};  // under state_mutex_: when the current grant was given
     std::atomic<std::chrono::steady_clock::rep> valid_until_{0};  // 0: no lease to watch
-    async_work async_;                                              // under state_mutex_
-    std::condition_variable async_idle_;                            // async_ became empty
+    async_work async_;                                            // under state_mutex_
+    std::condition_variable async_idle_;                          // async_ became empty
 };
 
 }  // namespace distlock::detail

@@ -420,8 +420,7 @@ void shared_mutex::async_lock_steady(bool shared, std::chrono::steady_clock::tim
 }
 void shared_mutex::async_release(bool shared, release_handler handler) {
     if (!impl_) moved_from("shared_mutex");
-    detail::guarded(impl_->backend_name(), impl_->provider().secrets(),
-                    shared ? "async_unlock_shared" : "async_unlock",
+    detail::guarded(impl_->backend_name(), impl_->provider().secrets(), shared ? "async_unlock_shared" : "async_unlock",
                     [&] { impl_->async_release(shared, std::move(handler)); });
 }
 void shared_mutex::unlock() noexcept {

@@ -32,7 +32,9 @@ struct pending {
     std::promise<outcome> promise;
     std::future<outcome> future = promise.get_future();
     distlock::acquire_handler handler() {
-        return [this](std::exception_ptr e, bool g) { promise.set_value({std::move(e), g, std::this_thread::get_id()}); };
+        return [this](std::exception_ptr e, bool g) {
+            promise.set_value({std::move(e), g, std::this_thread::get_id()});
+        };
     }
     bool ready() { return future.wait_for(0s) == std::future_status::ready; }
     outcome get() {
