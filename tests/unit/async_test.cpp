@@ -355,7 +355,8 @@ TEST_CASE("ten thousand pending async acquisitions hold a bounded number of thre
     std::this_thread::sleep_for(100ms);
     const auto during = thread_count();
     INFO("threads before " << before << ", with " << n << " pending " << during);
-    CHECK(during <= before + 4);
+    CHECK(during <= before + 6);  // the provider's four workers, and room for its renewal and callback threads
+    CHECK(during <= 16);          // the issue's bound for the whole process
     CHECK(granted == 0);
     holder.unlock();
     for (int i = 0; i < 600 && granted + failed < n; ++i) std::this_thread::sleep_for(100ms);
