@@ -49,8 +49,7 @@ release_feed::release_feed(gateway& g)
 
 release_feed::~release_feed() { monitor_.stop(); }
 
-std::unique_ptr<spi::wake_subscription> release_feed::subscribe(spi::wake_sink wake,
-                                                                std::shared_ptr<watcher>& out) {
+std::unique_ptr<spi::wake_subscription> release_feed::subscribe(spi::wake_sink wake, std::shared_ptr<watcher>& out) {
     auto w = std::make_shared<watcher>();
     w->sink = std::move(wake);
     out = w;
@@ -75,8 +74,7 @@ void release_feed::unsubscribe(const std::shared_ptr<watcher>& w) {
     // The stream ends with its current transfer when nobody is left (on_done).
 }
 
-void release_feed::blocked_by(const std::shared_ptr<watcher>& w, std::vector<std::string> keys,
-                              std::int64_t revision) {
+void release_feed::blocked_by(const std::shared_ptr<watcher>& w, std::vector<std::string> keys, std::int64_t revision) {
     bool now;
     {
         std::lock_guard lk(mu_);

@@ -55,9 +55,9 @@ std::vector<std::string> holding(std::vector<std::string> children) {
 // Whether the lock of a queue may have become free from `before` to `now`.
 bool released(const std::vector<std::string>& before, const std::vector<std::string>& now) {
     const auto held = holding(before);
-    return holding(now).empty() ||
-           std::any_of(held.begin(), held.end(),
-                       [&](const std::string& h) { return std::find(now.begin(), now.end(), h) == now.end(); });
+    return holding(now).empty() || std::any_of(held.begin(), held.end(), [&](const std::string& h) {
+               return std::find(now.begin(), now.end(), h) == now.end();
+           });
 }
 
 }  // namespace
@@ -160,7 +160,8 @@ namespace {
 
 class subscription final : public spi::wake_subscription {
 public:
-    subscription(std::shared_ptr<release_watches::core> c, std::vector<std::pair<std::string, std::shared_ptr<subscriber>>> subs)
+    subscription(std::shared_ptr<release_watches::core> c,
+                 std::vector<std::pair<std::string, std::shared_ptr<subscriber>>> subs)
         : core_(std::move(c)), subs_(std::move(subs)) {}
     ~subscription() override {
         for (auto& [dir, s] : subs_) {

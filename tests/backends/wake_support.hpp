@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -289,31 +290,40 @@ inline void kind_woken(opener open, spi::lock_kind kind, std::uint32_t permits,
 }
 inline void each_kind_woken(opener open, const std::string& url) {
     SECTION("a writer waits for a reader") {
-        kind_woken(open, spi::lock_kind::write, 0, [](const provider& p, const std::string& n) {
-            auto rw = std::make_shared<shared_mutex>(p.shared_mutex(n));
-            rw->lock_shared();
-            return std::function<void()>([rw] { rw->unlock_shared(); });
-        }, url);
+        kind_woken(
+            open, spi::lock_kind::write, 0,
+            [](const provider& p, const std::string& n) {
+                auto rw = std::make_shared<shared_mutex>(p.shared_mutex(n));
+                rw->lock_shared();
+                return std::function<void()>([rw] { rw->unlock_shared(); });
+            },
+            url);
     }
     SECTION("a reader waits for a writer") {
-        kind_woken(open, spi::lock_kind::read, 0, [](const provider& p, const std::string& n) {
-            auto rw = std::make_shared<shared_mutex>(p.shared_mutex(n));
-            rw->lock();
-            return std::function<void()>([rw] { rw->unlock(); });
-        }, url);
+        kind_woken(
+            open, spi::lock_kind::read, 0,
+            [](const provider& p, const std::string& n) {
+                auto rw = std::make_shared<shared_mutex>(p.shared_mutex(n));
+                rw->lock();
+                return std::function<void()>([rw] { rw->unlock(); });
+            },
+            url);
     }
     SECTION("a permit waits for one of two") {
-        kind_woken(open, spi::lock_kind::permit, 2, [&url](const provider& p, const std::string& n) {
-            auto s1 = std::make_shared<semaphore>(p.semaphore(n, 2));
-            auto s2 = std::make_shared<semaphore>(p.semaphore(n, 2));
-            s1->acquire();
-            s2->acquire();
-            // A rival's failed attempts wake nobody.
-            auto q = connect(url);
-            auto rival = q.semaphore(n, 2);
-            for (int i = 0; i < 3; ++i) REQUIRE_FALSE(rival.try_acquire());
-            return std::function<void()>([s1, s2] { s1->release(); });
-        }, url);
+        kind_woken(
+            open, spi::lock_kind::permit, 2,
+            [&url](const provider& p, const std::string& n) {
+                auto s1 = std::make_shared<semaphore>(p.semaphore(n, 2));
+                auto s2 = std::make_shared<semaphore>(p.semaphore(n, 2));
+                s1->acquire();
+                s2->acquire();
+                // A rival's failed attempts wake nobody.
+                auto q = connect(url);
+                auto rival = q.semaphore(n, 2);
+                for (int i = 0; i < 3; ++i) REQUIRE_FALSE(rival.try_acquire());
+                return std::function<void()>([s1, s2] { s1->release(); });
+            },
+            url);
     }
 }
 
@@ -366,6 +376,7 @@ inline void thousand_share(opener open, const std::string& url) {
         hs.push_back(b->make_lock(request(prefix + "-" + std::to_string(i))));
         subs.push_back(hs.back()->watch_releases(woken.sink()));
     }
+    std::printf("1000 subscriptions: %+d threads, %+d sockets\n", threads() - threads0, sockets() - sockets0);
     CHECK(threads() - threads0 <= 1);
     CHECK(sockets() - sockets0 <= 1);
     holder = other.mutex(prefix + "-999");

@@ -19,7 +19,9 @@ void register_backend(spi::registry& r);
 namespace {
 
 std::string url() { return distlock::test::env("DISTLOCK_TEST_ZK_URL"); }
-std::shared_ptr<spi::backend> open() { return wake::open_backend(distlock::backends::zookeeper::register_backend, url()); }
+std::shared_ptr<spi::backend> open() {
+    return wake::open_backend(distlock::backends::zookeeper::register_backend, url());
+}
 
 }  // namespace
 
