@@ -143,11 +143,13 @@ struct outcome {
 // other one that is parked (its first attempt failed) when the holder lets
 // go. Returns how many were granted before that waiter's first safety poll
 // could have fired (its async_lock call + kPoll): only a release event can
-// do that.
+// do that (waiters that are not woken get none). The whole chain must also
+// take less than `rounds` polls (a coarse bound: each round sleeps 100 ms).
 inline int chained_handoffs(const provider& a, const provider& b, const std::string& name, int rounds) {
     auto holder = std::make_unique<distlock::mutex>(a.mutex(name, slow_poll()));
     holder->lock();
     int early = 0;
+    const auto began = clk::now();
     for (int i = 0; i < rounds; ++i) {
         const provider& next = i % 2 == 0 ? b : a;
         auto waiter = std::make_unique<distlock::mutex>(next.mutex(name, slow_poll()));
@@ -168,6 +170,8 @@ inline int chained_handoffs(const provider& a, const provider& b, const std::str
         holder = std::move(waiter);
     }
     holder->unlock();
+    CHECK(clk::now() - began < rounds * kPoll);
+    std::printf("%d of %d hand-offs before the waiter's first safety poll\n", early, rounds);
     return early;
 }
 
@@ -222,19 +226,20 @@ inline void many_waiters(const provider& a, const provider& b, const std::string
 // ---- the checks, each run by the backends' own test programs ---------------
 using opener = std::shared_ptr<spi::backend> (*)();
 
-// The wake-ups of a subscription after its first failed attempt has settled:
-// a backend that cannot vouch for that attempt (its event stream was not up
-// yet) wakes it once; from then on only a release may.
+// How many wake-ups a subscription may get that no release caused: 0, or 1
+// for a backend that cannot vouch for the attempt a waiter made before its
+// event stream was up (etcd's feed wakes such a waiter once, when the stream
+// starts). Set by the test program.
+inline int unvouched_wakes = 0;
+
+// The wake-ups so far of a subscription whose lock is still held elsewhere.
 inline int settled(const counter& woken) {
     std::this_thread::sleep_for(300ms);
     const int n = woken.value();
-    CHECK(n <= 1);
+    CHECK(n <= unvouched_wakes);
     return n;
 }
 
-// A subscribed handle is woken by a release of its lock, and not by another
-// name's nor by the failed attempts of other waiters (their nodes or keys come
-// and go): waiters never wake each other in a loop.
 inline void woken_by_release_only(opener open, const std::string& url) {
     auto b = open();
     auto other = connect(url);
@@ -248,7 +253,7 @@ inline void woken_by_release_only(opener open, const std::string& url) {
     auto sub = h->watch_releases(woken.sink());
     REQUIRE(sub);
     attempt_fails(*h);
-    const int first = settled(woken);
+    settled(woken);
     {
         auto x = other.mutex(elsewhere);
         x.lock();
@@ -259,10 +264,9 @@ inline void woken_by_release_only(opener open, const std::string& url) {
     for (int i = 0; i < 5; ++i) REQUIRE_FALSE(rival.try_lock());
     attempt_fails(*h);
     std::this_thread::sleep_for(500ms);
-    CHECK(woken.value() == first);
-
+    const int before = settled(woken);
     holder.unlock();
-    REQUIRE(eventually([&] { return woken.value() > first; }, 10s));
+    REQUIRE(eventually([&] { return woken.value() > before; }, 10s));
     REQUIRE(h->acquire(clk::now(), spi::loss_sink{}).has_value());
     h->release();
 }
@@ -280,11 +284,10 @@ inline void kind_woken(opener open, spi::lock_kind kind, std::uint32_t permits,
     counter woken;
     auto sub = h->watch_releases(woken.sink());
     attempt_fails(*h);
-    const int first = settled(woken);
-    std::this_thread::sleep_for(300ms);
-    CHECK(woken.value() == first);
+    settled(woken);
+    const int before = settled(woken);
     let_go();
-    REQUIRE(eventually([&] { return woken.value() > first; }, 10s));
+    REQUIRE(eventually([&] { return woken.value() > before; }, 10s));
     REQUIRE(h->acquire(clk::now(), spi::loss_sink{}).has_value());
     h->release();
 }
