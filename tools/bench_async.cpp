@@ -255,6 +255,7 @@ std::string many_names(const bench_settings& s, const std::string& run_id, holde
         report);
     const auto t0 = steady::now();
     holding.release();
+    report["holders_release_ms"] = round1(ms_since(t0));  // in this process: its own unlocks; else a word to the holder
     set->waiters.wait_until(t0 + completion_bound, [&](const outcomes& o) { return o.completed() >= s.waiters; });
     report["all_granted_ms"] = round1(ms_since(t0));
     finish(set, s.waiters, report);

@@ -4,9 +4,12 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 
 #include "common.hpp"
 
@@ -30,6 +33,27 @@ char receive(int fd, std::chrono::seconds bound, const char* waiting_for) {
                              std::to_string(bound.count()) + " s");
 }
 
+// Runs work(i) for each of `n` indices on up to 32 threads (the holder
+// process's threads are not measured: this only shortens the setup); throws
+// the first failure.
+void for_each_parallel(std::size_t n, const std::function<void(std::size_t)>& work) {
+    const std::size_t threads = std::min<std::size_t>(32, n);
+    std::mutex mu;
+    std::exception_ptr failure;
+    std::vector<std::thread> pool;
+    for (std::size_t t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] {
+            try {
+                for (std::size_t i = t; i < n; i += threads) work(i);
+            } catch (...) {
+                std::lock_guard lk(mu);
+                if (!failure) failure = std::current_exception();
+            }
+        });
+    for (auto& th : pool) th.join();
+    if (failure) std::rethrow_exception(failure);
+}
+
 }  // namespace
 
 holder_channel::holder_channel() {
@@ -47,14 +71,14 @@ void hold_in_process(const std::string& url, const std::vector<std::string>& nam
     try {
         auto locks = connect(url);
         held.reserve(names.size());
-        for (const auto& name : names) {
-            held.push_back(locks.mutex(name));
-            if (!held.back().try_lock_for(bound))
-                throw std::runtime_error("bench: the holder process could not take '" + name + "'");
-        }
+        for (const auto& name : names) held.push_back(locks.mutex(name));
+        for_each_parallel(held.size(), [&](std::size_t i) {
+            if (!held[i].try_lock_for(bound))
+                throw std::runtime_error("bench: the holder process could not take '" + names[i] + "'");
+        });
         send(ch.held[1], 'h');
         receive(ch.go[0], std::chrono::seconds(3600), "measuring process");
-        for (auto& m : held) m.unlock();
+        for_each_parallel(held.size(), [&](std::size_t i) { held[i].unlock(); });
     } catch (...) {
         send(ch.held[1], 'e');  // the reason is the worker's line on stderr
         throw;

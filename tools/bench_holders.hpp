@@ -25,8 +25,9 @@ struct holder_channel {
     holder_channel& operator=(const holder_channel&) = delete;
 };
 
-// The holder process: takes each of `names` (failing after `bound`), says so,
-// waits for the word to release them all, releases them and returns.
+// The holder process: takes each of `names` (failing after `bound`; 32 threads
+// at once), says so, waits for the word to release them all, releases them
+// (32 at once) and returns.
 void hold_in_process(const std::string& url, const std::vector<std::string>& names, holder_channel& ch,
                      std::chrono::seconds bound);
 
