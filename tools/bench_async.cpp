@@ -161,7 +161,8 @@ void finish(std::unique_ptr<waiting_set>& set, int n, json& report) {
     });
     const auto o = set->waiters.now();
     report["outcomes"] = outcomes_json(o);
-    report["stuck"] = all ? 0 : n - o.completed();
+    report["stuck"] = n - o.completed();            // acquisitions without an outcome after the bound
+    report["unreleased"] = o.granted - o.released;  // grants whose async_unlock had not completed by then
     if (!all) (void)set.release();
 }
 
@@ -335,6 +336,9 @@ std::string pending_text(const json& part) {
     for (const char* k : {"timed_out", "failed"})
         if (o[k].get<long>() > 0) line += "; " + o[k].dump() + " " + k;
     if (part["stuck"].get<long>() > 0) line += "; " + part["stuck"].dump() + " never completed";
+    if (part["unreleased"].get<long>() > 0)
+        line += "; " + part["unreleased"].dump() + " grants not released " + "within " +
+                std::to_string(completion_bound.count()) + " s";
     if (part["completed_early"].get<long>() > 0)
         line += "; " + part["completed_early"].dump() + " completed before the release (not pending)";
     return line;
@@ -439,7 +443,8 @@ int run_async_bench(const bench_settings& s) {
     // completed, fail the run (the figures are printed first).
     for (const json* p : {&one, &many})
         if ((*p)["completed_early"].get<long>() > 0 || (*p)["stuck"].get<long>() > 0 ||
-            (*p)["outcomes"]["failed"].get<long>() > 0 || (*p)["outcomes"]["timed_out"].get<long>() > 0)
+            (*p)["unreleased"].get<long>() > 0 || (*p)["outcomes"]["failed"].get<long>() > 0 ||
+            (*p)["outcomes"]["timed_out"].get<long>() > 0)
             return 1;
     return 0;
 }

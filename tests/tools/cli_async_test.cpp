@@ -35,6 +35,7 @@ void check_pending_part(const nlohmann::json& part, long waiters) {
     }
     CHECK(part["completed_early"] == 0);
     CHECK(part["stuck"] == 0);
+    CHECK(part["unreleased"] == 0);
     CHECK(part["rss_per_waiter_bytes"].is_number_integer());
     CHECK(part["object_rss_per_waiter_bytes"].is_number_integer());
     const auto& o = part["outcomes"];
