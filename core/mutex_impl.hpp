@@ -89,6 +89,13 @@ public:
     void cancel_async_work() noexcept;
     // unlock() on a worker, then `handler` (if any) there.
     void async_unlock(release_handler handler);
+    // Queues `handler(error, granted)` on a worker: an outcome known at once.
+    void complete(acquire_handler handler, std::exception_ptr error, bool granted);
+    // This object holds a grant (lost or not) that was not released.
+    bool leading() noexcept {
+        std::lock_guard lk(state_mutex_);
+        return depth_ > 0;
+    }
     // Held, not reported lost, and (for a renewed or leased grant) within the
     // lease as last confirmed: false while a renewal is stuck past the lease,
     // true again if it then succeeds. Never in a forked child (the grant is
@@ -191,8 +198,8 @@ private:
     std::atomic<std::uint64_t> token_{0};
     spi::clock::time_point granted_at_{};  // under state_mutex_: when the current grant was given
     std::atomic<std::chrono::steady_clock::rep> valid_until_{0};  // 0: no lease to watch
-    async_work async_;                                              // under state_mutex_
-    std::condition_variable async_idle_;                            // async_ became empty
+    async_work async_;                                            // under state_mutex_
+    std::condition_variable async_idle_;                          // async_ became empty
 };
 
 }  // namespace distlock::detail
