@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "bench.hpp"
 #include "common.hpp"
 #include "distlock/distlock.hpp"
 #include "distlock/spi/backend.hpp"
@@ -20,18 +21,7 @@
 namespace distlock::tool {
 namespace {
 
-struct settings {
-    backend_choice source;  // --backend, --backend-file, the environment or the default directory
-    std::string backend;    // the URL, from source
-    std::string mode = "uncontended";
-    std::string primitive = "mutex";  // mutex, rw (the read-write lock) or semaphore
-    int threads = 1, processes = 1, floor_samples = 200;
-    int writers = 0;            // rw: how many of each process's threads write (the others read)
-    std::uint32_t permits = 1;  // semaphore: its size  // floor_samples: contended mode, before the run
-    double seconds = 5;
-    bool json = false, quiet = false;
-    bool observe = false;  // a distlock::metrics observer on each provider (its overhead is what is measured)
-};
+using settings = bench_settings;
 
 // The floors are measured beside the cycles, under the same load: the
 // backend's cheapest round trip and, where the server has its own lock (SQL),
@@ -158,6 +148,7 @@ std::string worker(const settings& s, const std::string& run_id, int index) {
 }
 
 int run_bench(const settings& s) {
+    if (s.async) return run_async_bench(s);
     if (s.mode != "uncontended" && s.mode != "contended")
         throw invalid_argument_error(errc::invalid_argument, "bench", "--mode is uncontended or contended");
     if (s.threads < 1) throw invalid_argument_error(errc::invalid_argument, "bench", "--threads must be at least 1");
@@ -247,19 +238,24 @@ void add_bench(CLI::App& app, std::function<int()>& action) {
     auto* cmd = app.add_subcommand("bench", "Measure acquire+release cycles against the backend's round-trip floor");
     s->source.use_default("bench");
     add_backend_options(cmd, s->source, "Lock backend URL (default: $DISTLOCK_BACKEND, else the file:// dir shown)");
-    cmd->add_option("--mode", s->mode, "uncontended (a name per thread) or contended (one name)")
-        ->check(CLI::IsMember({"uncontended", "contended"}))
+    auto* mode = cmd->add_option("--mode", s->mode, "uncontended (a name per thread) or contended (one name)")
+                     ->check(CLI::IsMember({"uncontended", "contended"}))
+                     ->capture_default_str();
+    auto* primitive =
+        cmd->add_option(
+               "--primitive", s->primitive,
+               "What each cycle takes and gives back: mutex, rw (a read-write lock: see --writers) or semaphore "
+               "(one permit: see --permits)")
+            ->check(CLI::IsMember({"mutex", "rw", "semaphore"}))
+            ->capture_default_str();
+    auto* writers = cmd->add_option("--writers", s->writers, "rw: threads per process that write; the others read")
+                        ->capture_default_str();
+    auto* permits = cmd->add_option("--permits", s->permits, "semaphore: its number of permits")->capture_default_str();
+    cmd->add_option("--threads,-t", s->threads,
+                    "Threads per process (--async: threads of the synchronous hand-off measured beside, default 4)")
+        ->each([s](const std::string&) { s->threads_given = true; })
         ->capture_default_str();
-    cmd->add_option("--primitive", s->primitive,
-                    "What each cycle takes and gives back: mutex, rw (a read-write lock: see --writers) or semaphore "
-                    "(one permit: see --permits)")
-        ->check(CLI::IsMember({"mutex", "rw", "semaphore"}))
-        ->capture_default_str();
-    cmd->add_option("--writers", s->writers, "rw: threads per process that write; the others read")
-        ->capture_default_str();
-    cmd->add_option("--permits", s->permits, "semaphore: its number of permits")->capture_default_str();
-    cmd->add_option("--threads,-t", s->threads, "Threads per process")->capture_default_str();
-    cmd->add_option("--processes,-p", s->processes, "Processes")->capture_default_str();
+    auto* processes = cmd->add_option("--processes,-p", s->processes, "Processes")->capture_default_str();
     cmd->add_option("--seconds", s->seconds, "Duration of the measurement (5, 10s, 1m30s)")
         ->transform(duration_in_seconds())
         ->capture_default_str();
@@ -267,8 +263,26 @@ void add_bench(CLI::App& app, std::function<int()>& action) {
                     "Contended mode: round trips measured for the floor before the run (per process); more are taken"
                     " now and then during it. Uncontended, each cycle is followed by one")
         ->capture_default_str();
-    cmd->add_flag("--observe", s->observe,
-                  "Attach a distlock::metrics observer to each provider (to measure what observing costs)");
+    auto* observe =
+        cmd->add_flag("--observe", s->observe,
+                      "Attach a distlock::metrics observer to each provider (to measure what observing costs)");
+    auto* async =
+        cmd->add_flag(
+               "--async", s->async,
+               "Asynchronous waiters: --waiters pending acquisitions of one name, then of as many names, with the "
+               "process's threads, TCP connections and RSS per waiter while they wait; then the hand-off latency "
+               "along a chain of them beside the synchronous contended hand-off (--threads threads), in one run")
+            ->excludes(mode)
+            ->excludes(primitive)
+            ->excludes(writers)
+            ->excludes(permits)
+            ->excludes(processes)
+            ->excludes(observe);
+    cmd->add_option("--waiters", s->waiters, "--async: pending acquisitions")->needs(async)->capture_default_str();
+    cmd->add_option("--handoffs", s->handoffs,
+                    "--async: hand-offs measured per chain, at most (each chain also stops after --seconds)")
+        ->needs(async)
+        ->capture_default_str();
     cmd->add_flag("--json", s->json, "Print one JSON object");
     cmd->add_flag("--quiet,-q", s->quiet, "No progress on stderr");
     cmd->callback([s, &action] {

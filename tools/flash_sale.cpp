@@ -18,6 +18,7 @@
 #include "common.hpp"
 #include "distlock/distlock.hpp"
 #include "distlock/spi/url.hpp"
+#include "flash_sale_async.hpp"
 #include "optimistic_stock.hpp"
 #include "tool.hpp"
 
@@ -60,6 +61,7 @@ struct settings {
     std::string name = "stock:product_01";
     std::string store_path;
     bool no_lock = false;
+    bool async = false;  // the buyers are coroutines waiting with lock_async(), not threads
     int processes = 2, concurrency = 200, requests = 1000, segments = 1;
     long long stock = 50;
     double pause_ms = 1.0;
@@ -72,6 +74,28 @@ std::string segment_name(const settings& s, int seg) {
     return s.segments == 1 ? s.name : s.name + ":seg" + std::to_string(seg);
 }
 
+// The segment request r of app server `index` tries first.
+int first_segment(const settings& s, int r, int index) {
+    return static_cast<int>((static_cast<unsigned>(r) * 2654435761u + index) % s.segments);
+}
+
+// How many requests app server `index` serves, and how many of them at once.
+int request_share(const settings& s, int index) {
+    return s.requests / s.processes + (index < s.requests % s.processes ? 1 : 0);
+}
+int buyer_share(const settings& s, int index) {
+    return std::max(1, s.concurrency / s.processes + (index < s.concurrency % s.processes ? 1 : 0));
+}
+
+// An app server's report to the parent.
+std::string sale_report(unsigned long long sold, unsigned long long failed, const std::vector<double>& latencies) {
+    std::string out;
+    put_u64(out, sold);
+    put_u64(out, failed);
+    put_doubles(out, latencies);
+    return out;
+}
+
 // What one purchase attempt on one stock segment came to.
 enum class attempt { sold, segment_empty, failed };
 
@@ -82,8 +106,8 @@ enum class attempt { sold, segment_empty, failed };
 // flag), so the requests after the sell-out are cheap. Reports sold, failed and
 // the latency of every request.
 std::string serve_buyers(const settings& s, int index, const std::function<attempt(int seg)>& buy) {
-    const int share = s.requests / s.processes + (index < s.requests % s.processes ? 1 : 0);
-    const int buyers = std::max(1, s.concurrency / s.processes + (index < s.concurrency % s.processes ? 1 : 0));
+    const int share = request_share(s, index);
+    const int buyers = buyer_share(s, index);
     std::vector<std::atomic<bool>> sold_out(static_cast<std::size_t>(s.segments));
     std::atomic<int> next{0};
     std::atomic<unsigned long long> sold{0}, failed{0};
@@ -95,7 +119,7 @@ std::string serve_buyers(const settings& s, int index, const std::function<attem
         try {
             for (int r; (r = next++) < share;) {
                 auto t0 = std::chrono::steady_clock::now();
-                const int first = static_cast<int>((static_cast<unsigned>(r) * 2654435761u + index) % s.segments);
+                const int first = first_segment(s, r, index);
                 for (int k = 0; k < s.segments; ++k) {
                     const int seg = (first + k) % s.segments;
                     if (sold_out[static_cast<std::size_t>(seg)].load()) continue;
@@ -120,11 +144,7 @@ std::string serve_buyers(const settings& s, int index, const std::function<attem
     for (int b = 0; b < buyers; ++b) threads.emplace_back(buyer);
     for (auto& t : threads) t.join();
     if (!failure.empty()) throw std::runtime_error(failure);
-    std::string out;
-    put_u64(out, sold.load());
-    put_u64(out, failed.load());
-    put_doubles(out, latencies);
-    return out;
+    return sale_report(sold.load(), failed.load(), latencies);
 }
 
 // The optimistic strategy: no lock at all; a purchase is a version-checked
@@ -180,6 +200,19 @@ std::string app_server(const settings& s, int index) {
     }
     const auto pause = std::chrono::duration<double, std::milli>(s.pause_ms);
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(s.wait_s));
+    if (s.async) {
+        sale_plan plan{request_share(s, index),
+                       buyer_share(s, index),
+                       s.segments,
+                       pause,
+                       wait,
+                       [&](int r) { return first_segment(s, r, index); },
+                       [&](int seg) { return segment_name(s, seg); },
+                       [&](int seg) { return stock.get(seg); },
+                       [&](int seg, long long left) { stock.set(seg, left); }};
+        auto res = serve_buyers_async(*locks, plan);
+        return sale_report(res.sold, res.failed, res.latencies_ms);
+    }
     return serve_buyers(s, index, [&](int seg) {
         std::unique_lock<distlock::mutex> guard;
         if (!s.no_lock) {
@@ -212,6 +245,9 @@ int run_flash_sale(settings s) {
     if (optimistic && s.no_lock)
         throw invalid_argument_error(errc::invalid_argument, "flash-sale",
                                      "--strategy optimistic takes no lock already");
+    if (s.async && (optimistic || s.no_lock))
+        throw invalid_argument_error(errc::invalid_argument, "flash-sale",
+                                     "--async is for the lock strategy: its buyers wait for the lock asynchronously");
     if (!s.no_lock && !optimistic) require_cross_process(s.backend, s.processes, "flash-sale");
     if (optimistic) {
         const auto scheme = spi::url::parse(s.backend).scheme();
@@ -270,7 +306,7 @@ int run_flash_sale(settings s) {
                   << (s.no_lock    ? "NO LOCK"
                       : optimistic ? "optimistic version-checked updates on " + printable(redact(s.backend))
                                    : "locked via " + printable(redact(s.backend)))
-                  << "\n";
+                  << (s.async ? ", asynchronous buyers (coroutines on one thread per app server)" : "") << "\n";
     auto t0 = std::chrono::steady_clock::now();
     auto tick = [&] {
         if (s.quiet) return;
@@ -297,6 +333,7 @@ int run_flash_sale(settings s) {
     nlohmann::json j{{"backend", s.no_lock ? "none" : redact(s.backend)},
                      {"strategy", s.no_lock ? "none" : s.strategy},
                      {"locked", !s.no_lock && !optimistic},
+                     {"async", s.async},
                      {"processes", s.processes},
                      {"concurrency", s.concurrency},
                      {"segments", s.segments},
@@ -314,9 +351,10 @@ int run_flash_sale(settings s) {
     if (s.json) {
         std::cout << j.dump() << "\n";
     } else {
-        std::cout << (s.no_lock    ? std::string("WITHOUT a lock")
-                      : optimistic ? "OPTIMISTIC, no lock (" + printable(redact(s.backend)) + ")"
-                                   : "WITH distlock (" + printable(redact(s.backend)) + ")")
+        std::cout << (s.no_lock ? std::string("WITHOUT a lock")
+                      : optimistic
+                          ? "OPTIMISTIC, no lock (" + printable(redact(s.backend)) + ")"
+                          : "WITH distlock (" + printable(redact(s.backend)) + (s.async ? ", async" : "") + ")")
                   << ":\n"
                   << "  stock " << s.stock << ", sold " << sold << ", stock left " << left << ", OVERSOLD " << oversold
                   << (consistent ? "" : "  (sold + left != stock: lost updates)") << "\n"
@@ -353,6 +391,9 @@ void add_flash_sale(CLI::App& app, std::function<int()>& action) {
     cmd->add_option("--db-pool", s->db_pool, "optimistic: updates in flight per app server (its database pool)")
         ->capture_default_str();
     cmd->add_flag("--no-lock", s->no_lock, "Run without any lock (shows the oversell)");
+    cmd->add_flag("--async", s->async,
+                  "Buyers wait for the lock asynchronously (C++20 coroutines on one event-loop thread per app server, "
+                  "with lock_async) instead of a thread each");
     cmd->add_option("--processes,-p", s->processes, "App server processes")->capture_default_str();
     cmd->add_option("--concurrency,-c", s->concurrency, "Purchase requests in flight at once (all processes)")
         ->capture_default_str();
