@@ -2,6 +2,7 @@
 // mutex's grant machinery (mutex_impl: one backend handle, its renewal, its
 // loss reports), one grant per reader thread, per permit or per part.
 #include <algorithm>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -31,20 +32,24 @@ public:
           permits_(permits),
           first_(make_mutex_impl(provider_, name_, options_, kind_, permits_)) {}
 
-    // Every grant still held is released by its mutex_impl's destructor.
+    // Every grant still held is released by its mutex_impl's destructor; the
+    // asynchronous acquisitions and releases under way are cancelled and
+    // waited for first (each settles its object back into the pool).
+    ~grant_pool() {
+        if (provider_->forked()) return;
+        std::vector<mutex_impl*> busy;
+        {
+            std::lock_guard lk(mutex_);
+            for (auto& impl : pending_) busy.push_back(impl.get());
+        }
+        for (auto* impl : busy) impl->cancel_async_work();
+        std::unique_lock lk(mutex_);
+        settled_.wait(lk, [&] { return pending_.empty(); });
+    }
 
     bool take(spi::deadline until) {
         provider_->check_process();  // before the pool's mutex (process.hpp)
-        std::unique_ptr<mutex_impl> impl;
-        {
-            std::lock_guard lk(mutex_);
-            if (first_) impl = std::move(first_);
-            else if (!idle_.empty()) {
-                impl = std::move(idle_.back());
-                idle_.pop_back();
-            }
-        }
-        if (!impl) impl = make_mutex_impl(provider_, name_, options_, kind_, permits_);
+        auto impl = next_impl();
         bool ok = false;
         try {
             ok = impl->lock_until(until);
@@ -59,6 +64,53 @@ public:
         std::lock_guard lk(mutex_);
         held_.push_back({std::this_thread::get_id(), std::move(impl)});
         return true;
+    }
+
+    // take(), without a thread: the grant, once given, belongs to no thread.
+    void take_async(spi::deadline until, acquire_handler handler, std::stop_token stop) {
+        provider_->check_process();
+        auto impl = next_impl();
+        auto* raw = impl.get();
+        {
+            std::lock_guard lk(mutex_);
+            pending_.push_back(std::move(impl));
+        }
+        try {
+            raw->async_lock_until(until, std::move(handler), std::move(stop),
+                                  [this, raw](bool granted) { settle(raw, granted); });
+        } catch (...) {
+            settle(raw, false);
+            throw;
+        }
+    }
+
+    // release(), on a worker: the last grant taken asynchronously, else (with
+    // `any_thread`) the one taken last; `handler` when it is over (at once,
+    // on a worker, when there was none).
+    void release_async(bool any_thread, release_handler handler) {
+        provider_->check_process();
+        mutex_impl* raw = nullptr;
+        {
+            std::lock_guard lk(mutex_);
+            auto it = std::find_if(held_.rbegin(), held_.rend(),
+                                   [](const held_grant& g) { return g.thread == std::thread::id{}; });
+            if (it == held_.rend() && any_thread && !held_.empty()) it = held_.rbegin();
+            if (it != held_.rend()) {
+                raw = it->impl.get();
+                pending_.push_back(std::move(it->impl));
+                held_.erase(std::next(it).base());
+            }
+        }
+        if (!raw) {
+            provider_->engine().post([provider = provider_, handler = std::move(handler)] {
+                if (handler) handler();
+            });
+            return;
+        }
+        raw->async_unlock([this, raw, handler = std::move(handler)] {
+            settle(raw, false);
+            if (handler) handler();
+        });
     }
 
     // Releases the grant the calling thread took last; with `any_thread`, else
@@ -123,6 +175,34 @@ private:
         const auto self = std::this_thread::get_id();
         return std::find_if(held_.rbegin(), held_.rend(), [&](const held_grant& g) { return g.thread == self; });
     }
+    // An idle object (the constructor's first, else one given back), else a new one.
+    std::unique_ptr<mutex_impl> next_impl() {
+        std::unique_ptr<mutex_impl> impl;
+        {
+            std::lock_guard lk(mutex_);
+            if (first_) impl = std::move(first_);
+            else if (!idle_.empty()) {
+                impl = std::move(idle_.back());
+                idle_.pop_back();
+            }
+        }
+        if (!impl) impl = make_mutex_impl(provider_, name_, options_, kind_, permits_);
+        return impl;
+    }
+    // An asynchronous acquisition or release of `raw` is over: it is held
+    // (by no thread) or idle again.
+    void settle(mutex_impl* raw, bool granted) noexcept {
+        std::lock_guard lk(mutex_);
+        const auto it = std::find_if(pending_.begin(), pending_.end(), [&](const auto& p) { return p.get() == raw; });
+        if (it == pending_.end()) return;
+        try {
+            if (granted) held_.push_back({std::thread::id{}, std::move(*it)});
+            else idle_.push_back(std::move(*it));
+        } catch (...) {  // out of memory: the object goes (its destructor releases the grant)
+        }
+        pending_.erase(it);
+        settled_.notify_all();  // under the lock: the pool may go as soon as it is free
+    }
     void give_back(std::unique_ptr<mutex_impl> impl) noexcept {
         try {
             std::lock_guard lk(mutex_);
@@ -140,6 +220,9 @@ private:
     std::unique_ptr<mutex_impl> first_;  // made by the constructor: a bad name or option throws there
     std::vector<std::unique_ptr<mutex_impl>> idle_;
     std::vector<held_grant> held_;  // in the order taken
+    // Objects of asynchronous acquisitions and releases under way.
+    std::vector<std::unique_ptr<mutex_impl>> pending_;
+    std::condition_variable settled_;  // pending_ shrank
 };
 
 class shared_mutex_impl {
@@ -156,6 +239,14 @@ public:
                         "this thread already holds read-write lock '" + readers_.name() +
                             "' through this object; asking for it again would wait for itself");
         return shared ? readers_.take(until) : writer_->lock_until(until);
+    }
+    void async_lock(bool shared, spi::deadline until, acquire_handler handler, std::stop_token stop) {
+        if (shared) readers_.take_async(until, std::move(handler), std::move(stop));
+        else writer_->async_lock_until(until, std::move(handler), std::move(stop));
+    }
+    void async_release(bool shared, release_handler handler) {
+        if (shared) readers_.release_async(false, std::move(handler));
+        else writer_->async_unlock(std::move(handler));
     }
     void unlock() noexcept { writer_->unlock(); }
     void unlock_shared() noexcept { (void)readers_.release(false); }
@@ -178,6 +269,10 @@ public:
                    const lock_options& options)
         : permits_(provider, std::string(name), options, spi::lock_kind::permit, permits) {}
     bool acquire_until(spi::deadline until) { return permits_.take(until); }
+    void async_acquire(spi::deadline until, acquire_handler handler, std::stop_token stop) {
+        permits_.take_async(until, std::move(handler), std::move(stop));
+    }
+    void async_release(release_handler handler) { permits_.release_async(true, std::move(handler)); }
     void release() noexcept { (void)permits_.release(true); }
     std::size_t held() const noexcept { return permits_.count_held(); }
     std::uint64_t token() const noexcept { return permits_.mine_token(); }
@@ -317,6 +412,17 @@ bool shared_mutex::lock_until_steady(bool shared, std::chrono::steady_clock::tim
     return detail::guarded(impl_->backend_name(), impl_->provider().secrets(), shared ? "lock_shared" : "lock",
                            [&] { return impl_->lock_until(shared, deadline); });
 }
+void shared_mutex::async_lock_steady(bool shared, std::chrono::steady_clock::time_point deadline,
+                                     acquire_handler handler, std::stop_token stop) {
+    if (!impl_) moved_from("shared_mutex");
+    detail::guarded(impl_->backend_name(), impl_->provider().secrets(), shared ? "async_lock_shared" : "async_lock",
+                    [&] { impl_->async_lock(shared, deadline, std::move(handler), std::move(stop)); });
+}
+void shared_mutex::async_release(bool shared, release_handler handler) {
+    if (!impl_) moved_from("shared_mutex");
+    detail::guarded(impl_->backend_name(), impl_->provider().secrets(), shared ? "async_unlock_shared" : "async_unlock",
+                    [&] { impl_->async_release(shared, std::move(handler)); });
+}
 void shared_mutex::unlock() noexcept {
     if (impl_) impl_->unlock();
 }
@@ -342,6 +448,17 @@ bool semaphore::acquire_until_steady(std::chrono::steady_clock::time_point deadl
     if (!impl_) moved_from("semaphore");
     return detail::guarded(impl_->backend_name(), impl_->provider().secrets(), "acquire",
                            [&] { return impl_->acquire_until(deadline); });
+}
+void semaphore::async_acquire_steady(std::chrono::steady_clock::time_point deadline, acquire_handler handler,
+                                     std::stop_token stop) {
+    if (!impl_) moved_from("semaphore");
+    detail::guarded(impl_->backend_name(), impl_->provider().secrets(), "async_acquire",
+                    [&] { impl_->async_acquire(deadline, std::move(handler), std::move(stop)); });
+}
+void semaphore::async_release(release_handler handler) {
+    if (!impl_) moved_from("semaphore");
+    detail::guarded(impl_->backend_name(), impl_->provider().secrets(), "async_release",
+                    [&] { impl_->async_release(std::move(handler)); });
 }
 void semaphore::release() noexcept {
     if (impl_) impl_->release();
