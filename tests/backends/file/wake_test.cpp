@@ -2,13 +2,10 @@
 // by another provider wakes the waiters of that name only (mutex, each side of
 // the read-write lock), break_lock wakes them too, failed attempts of waiters
 // wake nobody, no wake-up comes after the subscription ended, and 1,000
-// watched names share one inotify descriptor and one thread. The semaphore has
-// no subscription (the core polls).
-#include <catch2/catch.hpp>
-#include <filesystem>
-
-#include "distlock/spi/backend.hpp"
-#include "support.hpp"
+// watched names share one inotify descriptor and one thread; async_lock hands
+// off with one attempt per wake-up. The semaphore has no subscription (the
+// core polls).
+#include "wake_support.hpp"
 
 namespace distlock::backends::file {
 void register_backend(spi::registry&);
@@ -20,6 +17,7 @@ using distlock::test::unique_name;
 using clk = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 namespace spi = distlock::spi;
+using namespace wake_support;
 
 namespace {
 
@@ -41,38 +39,14 @@ public:
     spi::factory factory;
 };
 
-// A provider of its own on `dir`.
-std::shared_ptr<spi::backend> provider(const wake_dir& dir) {
+// A backend of its own on `url`'s directory.
+std::shared_ptr<spi::backend> make_backend(const std::string& url) {
     capture_registry r;
     distlock::backends::file::register_backend(r);
-    auto u = spi::url::parse("file://" + dir.path.string());
+    auto u = spi::url::parse(url);
     return r.factory(u);
 }
-
-spi::lock_request request(const std::string& name, spi::lock_kind kind = spi::lock_kind::exclusive) {
-    spi::lock_request r;
-    r.name = name;
-    r.kind = kind;
-    r.permits = kind == spi::lock_kind::permit ? 1 : 0;
-    r.lease = 10s;
-    return r;
-}
-
-struct wake_count {
-    std::atomic<int> n{0};
-    spi::wake_sink sink() {
-        return spi::wake_sink([this] { n.fetch_add(1); });
-    }
-};
-
-std::size_t thread_count() {
-    return static_cast<std::size_t>(std::distance(fs::directory_iterator("/proc/self/task"), {}));
-}
-std::size_t fd_count() { return static_cast<std::size_t>(std::distance(fs::directory_iterator("/proc/self/fd"), {})); }
-
-const char* kind_name(spi::lock_kind k) {
-    return k == spi::lock_kind::read ? "read" : k == spi::lock_kind::write ? "write" : "exclusive";
-}
+std::shared_ptr<spi::backend> provider(const wake_dir& dir) { return make_backend("file://" + dir.path.string()); }
 
 }  // namespace
 
@@ -82,27 +56,12 @@ TEST_CASE("watch_releases: another provider's release of the name wakes the watc
         DYNAMIC_SECTION(kind_name(kind)) {
             wake_dir dir;
             auto holder = provider(dir), watcher = provider(dir);
-            const auto name = unique_name("wake"), other = unique_name("wake-other");
+            const auto name = unique_name("wake");
             const auto holds = kind == spi::lock_kind::read ? spi::lock_kind::write : kind;
-            auto held = holder->make_lock(request(name, holds));
-            auto held_other = holder->make_lock(request(other, holds));
-            REQUIRE(held->acquire(clk::now() + 5s, {}));
-            REQUIRE(held_other->acquire(clk::now() + 5s, {}));
-            auto waiting = watcher->make_lock(request(name, kind));
-            wake_count woken;
-            auto sub = waiting->watch_releases(woken.sink());
-            REQUIRE(sub != nullptr);
-            CHECK_FALSE(waiting->acquire(clk::now(), {}));  // one attempt: held
-            held_other->release();  // its event comes first on the one inotify queue
-            held->release();
-            REQUIRE(eventually([&] { return woken.n.load() >= 1; }, 5s));
-            CHECK(woken.n.load() == 1);
-            auto grant = waiting->acquire(clk::now(), {});
-            REQUIRE(grant.has_value());
+            auto waiting = check_release_wakes(*holder, *watcher, holds, kind, name, unique_name("wake-other"));
             // Taken quietly, held for real: another provider cannot take it.
             auto again = holder->make_lock(request(name, holds));
             CHECK_FALSE(again->acquire(clk::now(), {}));
-            sub.reset();
             waiting->release();
             CHECK(again->acquire(clk::now(), {}));
             again->release();
@@ -110,8 +69,7 @@ TEST_CASE("watch_releases: another provider's release of the name wakes the watc
     }
 }
 
-TEST_CASE("watch_releases: waiters' failed attempts wake nobody; no wake-up after the subscription ended",
-          "[file][async][wake]") {
+TEST_CASE("watch_releases: waiters' failed attempts wake nobody", "[file][async][wake]") {
     wake_dir dir;
     auto holder = provider(dir), watcher = provider(dir);
     const auto name = unique_name("quiet"), marker = unique_name("marker");
@@ -120,11 +78,10 @@ TEST_CASE("watch_releases: waiters' failed attempts wake nobody; no wake-up afte
     REQUIRE(held->acquire(clk::now() + 5s, {}));
     REQUIRE(held_marker->acquire(clk::now() + 5s, {}));
     auto a = watcher->make_lock(request(name)), b = watcher->make_lock(request(name));
-    auto dropped = watcher->make_lock(request(name)), m = watcher->make_lock(request(marker));
-    wake_count a_woken, b_woken, dropped_woken, m_woken;
+    auto m = watcher->make_lock(request(marker));
+    wake_count a_woken, b_woken, m_woken;
     auto a_sub = a->watch_releases(a_woken.sink());
     auto b_sub = b->watch_releases(b_woken.sink());
-    auto dropped_sub = dropped->watch_releases(dropped_woken.sink());
     auto m_sub = m->watch_releases(m_woken.sink());
     for (int i = 0; i < 10; ++i) {
         CHECK_FALSE(a->acquire(clk::now(), {}));
@@ -134,10 +91,14 @@ TEST_CASE("watch_releases: waiters' failed attempts wake nobody; no wake-up afte
     REQUIRE(eventually([&] { return m_woken.n.load() == 1; }, 5s));
     CHECK(a_woken.n.load() == 0);
     CHECK(b_woken.n.load() == 0);
-    dropped_sub.reset();
     held->release();
     REQUIRE(eventually([&] { return a_woken.n.load() == 1 && b_woken.n.load() == 1; }, 5s));
-    CHECK(dropped_woken.n.load() == 0);
+}
+
+TEST_CASE("watch_releases: no wake-up after the subscription is destroyed", "[file][async][wake]") {
+    wake_dir dir;
+    auto holder = provider(dir), watcher = provider(dir);
+    check_no_wake_after_end(*holder, *watcher, unique_name("wake-gone"));
 }
 
 TEST_CASE("watch_releases: break_lock wakes the waiters of the name", "[file][async][wake]") {
@@ -162,24 +123,10 @@ TEST_CASE("watch_releases: 1,000 watched names share one inotify descriptor and 
     auto holder = provider(dir), watcher = provider(dir);
     const auto threads = thread_count(), fds = fd_count();
     const auto prefix = unique_name("many");
-    constexpr int n = 1000;
-    std::vector<std::unique_ptr<spi::lock_handle>> handles;
-    std::vector<std::unique_ptr<spi::wake_subscription>> subs;
-    std::vector<wake_count> woken(n);
-    for (int i = 0; i < n; ++i) {
-        handles.push_back(watcher->make_lock(request(prefix + "-" + std::to_string(i))));
-        subs.push_back(handles.back()->watch_releases(woken[i].sink()));
-        REQUIRE(subs.back() != nullptr);
-    }
+    many_watchers many(*watcher, prefix, 1000);
     CHECK(thread_count() - threads <= 1);  // the watcher's thread
     CHECK(fd_count() - fds <= 3);          // its inotify descriptor and its stop pipe
-    auto held = holder->make_lock(request(prefix + "-7"));
-    REQUIRE(held->acquire(clk::now() + 5s, {}));
-    held->release();
-    REQUIRE(eventually([&] { return woken[7].n.load() == 1; }, 5s));
-    int total = 0;
-    for (auto& w : woken) total += w.n.load();
-    CHECK(total == 1);
+    many.check_one_woken(*holder, prefix);
 }
 
 TEST_CASE("watch_releases: a semaphore permit has no subscription (the core polls)", "[file][async][wake]") {
@@ -187,4 +134,37 @@ TEST_CASE("watch_releases: a semaphore permit has no subscription (the core poll
     auto watcher = provider(dir);
     auto h = watcher->make_lock(request(unique_name("permit"), spi::lock_kind::permit));
     CHECK(h->watch_releases(spi::wake_sink{}) == nullptr);
+}
+
+TEST_CASE("async_lock hands off after a release with one attempt per wake-up", "[file][async][wake][e2e]") {
+    wake_dir dir;
+    const auto url = "file://" + dir.path.string();
+    register_counting("count-file", [url] { return make_backend(url); });
+    auto holder = distlock::connect(url), waiter = distlock::connect("count-file://x");
+    check_event_handoff(holder, waiter, unique_name("handoff"));
+}
+
+TEST_CASE("the semaphore's async wait polls: the count sees it (the control of the case above)",
+          "[file][async][wake][e2e]") {
+    wake_dir dir;
+    const auto url = "file://" + dir.path.string();
+    register_counting("count-file-sem", [url] { return make_backend(url); });
+    auto holder = distlock::connect(url), waiter = distlock::connect("count-file-sem://x");
+    const auto name = unique_name("sem-poll");
+    distlock::lock_options opts;
+    opts.retry_min = 50ms;
+    opts.retry_max = 50ms;
+    auto held = holder.semaphore(name, 1, opts);
+    REQUIRE(held.try_acquire());
+    auto waiting = waiter.semaphore(name, 1, opts);
+    std::promise<bool> outcome;
+    waiting.async_acquire(30s, [&](std::exception_ptr, bool granted) { outcome.set_value(granted); });
+    REQUIRE(eventually([&] { return attempts_of(name) >= 1; }, 10s));
+    std::this_thread::sleep_for(500ms);
+    CHECK(attempts_of(name) >= 4);  // polled every 50 ms: what check_event_handoff would catch
+    held.release();
+    auto f = outcome.get_future();
+    REQUIRE(f.wait_for(10s) == std::future_status::ready);
+    CHECK(f.get());
+    waiting.release();
 }
