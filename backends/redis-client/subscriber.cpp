@@ -57,7 +57,10 @@ std::unique_ptr<subscriber::listener> subscriber::listen(const std::string& chan
     const auto id = ++next_listener_;
     channels_[channel].listeners.emplace(id, std::move(f));  // before SUBSCRIBE: no message is missed
     auto l = std::make_unique<listener>(*this, channel, id);
-    subscribe_locked(lk, channel, confirm_until);
+    auto& st = subscribe_locked(lk, channel, confirm_until);
+    // Not confirmed in time: the confirmation, when it comes, wakes the
+    // listeners (a message before it was not heard).
+    if (!st.confirmed) st.broke = true;
     return l;
 }
 

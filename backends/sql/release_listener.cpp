@@ -43,7 +43,8 @@ std::unique_ptr<spi::wake_subscription> release_listener::watch(std::string payl
     if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
     cv_.notify_all();
     // LISTEN before the first attempt, so that a release after it is not missed.
-    cv_.wait_for(lk, ctx_.settings().conn.timeout, [&] { return listening_ || stop_; });
+    // Not in time: the LISTEN, when it comes, wakes every waiter.
+    if (!cv_.wait_for(lk, ctx_.settings().conn.timeout, [&] { return listening_ || stop_; })) missed_ = true;
     return sub;
 }
 
@@ -115,7 +116,7 @@ void release_listener::run() {
             }
             retry = 10ms;
             listening_ = true;
-            if (std::exchange(broke, false)) wake_all();
+            if (std::exchange(broke, false) | std::exchange(missed_, false)) wake_all();
             cv_.notify_all();
         }
         lk.unlock();

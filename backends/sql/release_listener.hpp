@@ -57,6 +57,7 @@ private:
     std::size_t count_ = 0;  // entries of waiters_'s maps
     std::uint64_t next_id_ = 0;
     bool listening_ = false;
+    bool missed_ = false;  // a watch() returned before the session LISTENed
     bool stop_ = false;
     std::thread thread_;  // started by the first watch()
 };

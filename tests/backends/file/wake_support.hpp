@@ -87,9 +87,9 @@ inline std::unique_ptr<spi::lock_handle> check_release_wakes(spi::backend& holde
     auto sub = waiting->watch_releases(woken.sink());
     REQUIRE(sub != nullptr);
     CHECK_FALSE(waiting->acquire(clk::now(), {}));  // one attempt: held
-    held_other->release();                           // its event comes first
+    held_other->release();                          // its event comes first
     held->release();
-    REQUIRE(distlock::test::eventually([&] { return woken.n.load() >= 1; }, 5s));
+    REQUIRE(distlock::test::eventually([&] { return woken.n.load() >= 1; }, 20s));
     CHECK(woken.n.load() == 1);
     REQUIRE(waiting->acquire(clk::now(), {}));  // the attempt the wake-up asks for
     return waiting;
@@ -106,7 +106,7 @@ inline void check_no_wake_after_end(spi::backend& holder, spi::backend& watcher,
     auto dropped_sub = dropped->watch_releases(dropped_woken.sink());
     dropped_sub.reset();
     held->release();
-    REQUIRE(distlock::test::eventually([&] { return kept_woken.n.load() >= 1; }, 5s));
+    REQUIRE(distlock::test::eventually([&] { return kept_woken.n.load() >= 1; }, 20s));
     CHECK(dropped_woken.n.load() == 0);  // the same event
 }
 
@@ -127,7 +127,7 @@ struct many_watchers {
         auto held = holder.make_lock(request(prefix + "-7"));
         REQUIRE(held->acquire(std::chrono::steady_clock::now() + 5s, {}));
         held->release();
-        REQUIRE(distlock::test::eventually([&] { return woken[7].n.load() == 1; }, 5s));
+        REQUIRE(distlock::test::eventually([&] { return woken[7].n.load() == 1; }, 20s));
         int total = 0;
         for (auto& w : woken) total += w.n.load();
         CHECK(total == 1);
@@ -203,8 +203,8 @@ inline void register_counting(const std::string& scheme, std::function<std::shar
 // provider of it) waits for it by async_lock. The waiter makes one attempt,
 // then none while the lock stays held (a poll by retry_max = 50 ms would make
 // about ten in the half second it is held), and one more, granted, when the
-// release is announced: one attempt per wake-up. The safety poll (2 s with a
-// 60 s lease) stays out of the way.
+// release is announced: one attempt per wake-up. The core's safety poll (2 s
+// with a 60 s lease) is allowed for, should the machine be that slow.
 inline void check_event_handoff(const distlock::provider& holder, const distlock::provider& waiter,
                                 const std::string& name) {
     distlock::lock_options opts;
@@ -219,14 +219,19 @@ inline void check_event_handoff(const distlock::provider& holder, const distlock
         if (error) outcome.set_exception(error);
         else outcome.set_value(granted);
     });
-    REQUIRE(distlock::test::eventually([&] { return attempts_of(name) >= 1; }, 10s));
+    REQUIRE(distlock::test::eventually([&] { return attempts_of(name) >= 1; }, 30s));
+    const auto first = std::chrono::steady_clock::now();
+    // The core's safety polls (one per 2 s) since the first attempt: none
+    // unless the machine is so loaded that the half second lasts 2 s.
+    const auto safety_polls = [&] { return static_cast<int>((std::chrono::steady_clock::now() - first) / 2s); };
     std::this_thread::sleep_for(500ms);
-    CHECK(attempts_of(name) == 1);  // no polling while held
+    CHECK(attempts_of(name) <= 1 + safety_polls());  // no polling while held
     held.unlock();
     auto f = outcome.get_future();
-    REQUIRE(f.wait_for(10s) == std::future_status::ready);
+    REQUIRE(f.wait_for(30s) == std::future_status::ready);
     CHECK(f.get());
-    CHECK(attempts_of(name) == 2);  // one attempt per wake-up
+    CHECK(attempts_of(name) >= 2);
+    CHECK(attempts_of(name) <= 2 + safety_polls());  // one attempt per wake-up
     waiting.unlock();
 }
 

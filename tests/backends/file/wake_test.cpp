@@ -88,11 +88,11 @@ TEST_CASE("watch_releases: waiters' failed attempts wake nobody", "[file][async]
         CHECK_FALSE(b->acquire(clk::now(), {}));
     }
     held_marker->release();  // an event queued after every one the attempts could have made
-    REQUIRE(eventually([&] { return m_woken.n.load() == 1; }, 5s));
+    REQUIRE(eventually([&] { return m_woken.n.load() == 1; }, 20s));
     CHECK(a_woken.n.load() == 0);
     CHECK(b_woken.n.load() == 0);
     held->release();
-    REQUIRE(eventually([&] { return a_woken.n.load() == 1 && b_woken.n.load() == 1; }, 5s));
+    REQUIRE(eventually([&] { return a_woken.n.load() == 1 && b_woken.n.load() == 1; }, 20s));
 }
 
 TEST_CASE("watch_releases: no wake-up after the subscription is destroyed", "[file][async][wake]") {
@@ -111,7 +111,7 @@ TEST_CASE("watch_releases: break_lock wakes the waiters of the name", "[file][as
     wake_count woken;
     auto sub = waiting->watch_releases(woken.sink());
     watcher->break_lock(name);  // a fresh file renamed into place
-    REQUIRE(eventually([&] { return woken.n.load() >= 1; }, 5s));
+    REQUIRE(eventually([&] { return woken.n.load() >= 1; }, 20s));
     CHECK(waiting->acquire(clk::now(), {}).has_value());  // the fresh file is free
     sub.reset();
     waiting->release();
@@ -159,7 +159,7 @@ TEST_CASE("the semaphore's async wait polls: the count sees it (the control of t
     auto waiting = waiter.semaphore(name, 1, opts);
     std::promise<bool> outcome;
     waiting.async_acquire(30s, [&](std::exception_ptr, bool granted) { outcome.set_value(granted); });
-    REQUIRE(eventually([&] { return attempts_of(name) >= 1; }, 10s));
+    REQUIRE(eventually([&] { return attempts_of(name) >= 1; }, 30s));
     std::this_thread::sleep_for(500ms);
     CHECK(attempts_of(name) >= 4);  // polled every 50 ms: what check_event_handoff would catch
     held.release();

@@ -63,23 +63,23 @@ TEST_CASE("watch_releases: a LISTEN session that is killed is made again, and wa
     auto waiting = watcher->make_lock(request(name));
     wake_count woken;
     auto sub = waiting->watch_releases(woken.sink());
-    REQUIRE(eventually([&] { return listening_sessions(db) == 1; }, 5s));
+    REQUIRE(eventually([&] { return listening_sessions(db) == 1; }, 20s));
     const auto pid =
         db.scalar("SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND pid <> pg_backend_pid()");
     REQUIRE(pid);
     db.kill(std::stoll(*pid));
     // Back (another session): the waiters are told that a release may have gone unheard.
-    REQUIRE(eventually([&] { return woken.n.load() == 1; }, 10s));
-    REQUIRE(eventually([&] { return listening_sessions(db) == 1; }, 5s));
+    REQUIRE(eventually([&] { return woken.n.load() == 1; }, 30s));
+    REQUIRE(eventually([&] { return listening_sessions(db) == 1; }, 20s));
     held->release();
-    REQUIRE(eventually([&] { return woken.n.load() == 2; }, 5s));
+    REQUIRE(eventually([&] { return woken.n.load() == 2; }, 20s));
 }
 
 TEST_CASE("watch_releases: 1,000 watched names share one LISTEN session and one thread",
           "[postgres][async][wake][bounded]") {
     raw_sql db(url_of("lease-table"));
     auto holder = provider("lease-table"), watcher = provider("lease-table");
-    REQUIRE(eventually([&] { return listening_sessions(db) == 0; }, 5s));  // other cases' providers are gone
+    REQUIRE(eventually([&] { return listening_sessions(db) == 0; }, 20s));  // other cases' providers are gone
     const auto threads = thread_count(), sockets = socket_count();
     const auto prefix = unique_name("wake-many");
     many_watchers many(*watcher, prefix, 1000);
@@ -89,7 +89,7 @@ TEST_CASE("watch_releases: 1,000 watched names share one LISTEN session and one 
     many.check_one_woken(*holder, prefix);
     many.subs.clear();
     // The session is closed a while after its last waiter left.
-    CHECK(eventually([&] { return listening_sessions(db) == 0; }, 10s));
+    CHECK(eventually([&] { return listening_sessions(db) == 0; }, 30s));
 }
 
 TEST_CASE("watch_releases: session strategies have no release event (the core polls)", "[postgres][async][wake]") {

@@ -71,19 +71,19 @@ TEST_CASE(
     CHECK_FALSE(c->acquire(clk::now(), {}));
     CHECK(raw.integer({"LLEN", base + ":queue"}) == 3);
     held->release();  // hands the lock to a
-    REQUIRE(eventually([&] { return a_woken.n.load() == 1; }, 5s));
+    REQUIRE(eventually([&] { return a_woken.n.load() == 1; }, 20s));
     CHECK(b_woken.n.load() == 0);
     CHECK(c_woken.n.load() == 0);
     CHECK(raw.string({"GET", base}).rfind("r:", 0) == 0);  // reserved for a
     CHECK_FALSE(b->acquire(clk::now(), {}));               // not for b
     // a gives up without taking it: leaving the queue passes the reservation on to b at once.
     a_sub.reset();
-    REQUIRE(eventually([&] { return b_woken.n.load() == 1; }, 5s));
+    REQUIRE(eventually([&] { return b_woken.n.load() == 1; }, 20s));
     CHECK(c_woken.n.load() == 0);
     REQUIRE(b->acquire(clk::now(), {}));
     b_sub.reset();  // granted: nothing to leave
     b->release();   // hands it to c
-    REQUIRE(eventually([&] { return c_woken.n.load() == 1; }, 5s));
+    REQUIRE(eventually([&] { return c_woken.n.load() == 1; }, 20s));
     REQUIRE(c->acquire(clk::now(), {}));
     c_sub.reset();
     CHECK(raw.integer({"LLEN", base + ":queue"}) == 0);
@@ -110,7 +110,7 @@ TEST_CASE("watch_releases: 1,000 watched names share one pub/sub connection and 
             many.check_one_woken(*holder, prefix);
             many.subs.clear();
             // Unsubscribed (after the subscriber's linger, a second).
-            CHECK(eventually([&] { return raw.cmd({"PUBSUB", "CHANNELS", "*" + prefix + "-*"})->elements == 0; }, 10s));
+            CHECK(eventually([&] { return raw.cmd({"PUBSUB", "CHANNELS", "*" + prefix + "-*"})->elements == 0; }, 30s));
         }
     }
 }
