@@ -95,6 +95,19 @@ inline std::unique_ptr<spi::lock_handle> check_release_wakes(spi::backend& holde
     return waiting;
 }
 
+// `holder` holds `name` (a mutex); a handle of `watcher` for it watches.
+struct watched_wait {
+    std::unique_ptr<spi::lock_handle> held, waiting;
+    wake_count woken;
+    std::unique_ptr<spi::wake_subscription> sub;
+    watched_wait(spi::backend& holder, spi::backend& watcher, const std::string& name)
+        : held(holder.make_lock(request(name))), waiting(watcher.make_lock(request(name))) {
+        REQUIRE(held->acquire(std::chrono::steady_clock::now() + 5s, {}));
+        sub = waiting->watch_releases(woken.sink());
+        REQUIRE(sub != nullptr);
+    }
+};
+
 // Two handles of `watcher` watch `name`, which `holder` holds; one
 // subscription ends before the release: the other alone is woken.
 inline void check_no_wake_after_end(spi::backend& holder, spi::backend& watcher, const std::string& name) {

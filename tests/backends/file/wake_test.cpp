@@ -105,16 +105,12 @@ TEST_CASE("watch_releases: break_lock wakes the waiters of the name", "[file][as
     wake_dir dir;
     auto holder = provider(dir), watcher = provider(dir);
     const auto name = unique_name("broken");
-    auto held = holder->make_lock(request(name));
-    REQUIRE(held->acquire(clk::now() + 5s, {}));
-    auto waiting = watcher->make_lock(request(name));
-    wake_count woken;
-    auto sub = waiting->watch_releases(woken.sink());
+    watched_wait w(*holder, *watcher, name);
     watcher->break_lock(name);  // a fresh file renamed into place
-    REQUIRE(eventually([&] { return woken.n.load() >= 1; }, 20s));
-    CHECK(waiting->acquire(clk::now(), {}).has_value());  // the fresh file is free
-    sub.reset();
-    waiting->release();
+    REQUIRE(eventually([&] { return w.woken.n.load() >= 1; }, 20s));
+    CHECK(w.waiting->acquire(clk::now(), {}).has_value());  // the fresh file is free
+    w.sub.reset();
+    w.waiting->release();
 }
 
 TEST_CASE("watch_releases: 1,000 watched names share one inotify descriptor and one thread",

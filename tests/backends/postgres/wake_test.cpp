@@ -57,22 +57,17 @@ TEST_CASE("watch_releases: a LISTEN session that is killed is made again, and wa
           "[postgres][async][wake]") {
     raw_sql db(url_of("lease-table"));
     auto holder = provider("lease-table"), watcher = provider("lease-table");
-    const auto name = unique_name("wake-kill");
-    auto held = holder->make_lock(request(name));
-    REQUIRE(held->acquire(clk::now() + 5s, {}));
-    auto waiting = watcher->make_lock(request(name));
-    wake_count woken;
-    auto sub = waiting->watch_releases(woken.sink());
+    watched_wait w(*holder, *watcher, unique_name("wake-kill"));
     REQUIRE(eventually([&] { return listening_sessions(db) == 1; }, 20s));
     const auto pid =
         db.scalar("SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND pid <> pg_backend_pid()");
     REQUIRE(pid);
     db.kill(std::stoll(*pid));
     // Back (another session): the waiters are told that a release may have gone unheard.
-    REQUIRE(eventually([&] { return woken.n.load() == 1; }, 30s));
+    REQUIRE(eventually([&] { return w.woken.n.load() == 1; }, 30s));
     REQUIRE(eventually([&] { return listening_sessions(db) == 1; }, 20s));
-    held->release();
-    REQUIRE(eventually([&] { return woken.n.load() == 2; }, 20s));
+    w.held->release();
+    REQUIRE(eventually([&] { return w.woken.n.load() == 2; }, 20s));
 }
 
 TEST_CASE("watch_releases: 1,000 watched names share one LISTEN session and one thread",
