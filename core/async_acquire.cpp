@@ -25,6 +25,15 @@ namespace {
 std::chrono::milliseconds safety_poll(const spi::lock_request& r) {
     return std::max(r.retry_max, std::min<std::chrono::milliseconds>(r.lease / 4, std::chrono::seconds{2}));
 }
+
+// Queues the handler of an acquisition with its outcome on a worker; the
+// handler keeps the provider (and so the workers) alive until it has run.
+void post_outcome(const std::shared_ptr<provider_state>& provider, acquire_handler handler, std::exception_ptr error,
+                  bool granted) {
+    if (!handler) return;
+    provider->engine().post(
+        [provider, handler = std::move(handler), error = std::move(error), granted] { handler(error, granted); });
+}
 }  // namespace
 
 class mutex_impl::async_op : public std::enable_shared_from_this<async_op> {
@@ -45,7 +54,10 @@ public:
         {
             std::lock_guard lk(mutex_);
             if (m_.gate_) {
-                ticket_.on_turn = [self] { self->provider_->engine().post([self] { self->turn(); }); };
+                // Weak: the ticket is the op's own (the op is alive while queued: its mutex lists it).
+                ticket_.on_turn = [weak = weak_from_this()] {
+                    if (auto op = weak.lock()) op->provider_->engine().post([op] { op->turn(); });
+                };
                 if (m_.gate_->enter_async(ticket_, &m_)) {
                     in_gate_ = true;
                     provider_->engine().post([self] { self->attempt(); });
@@ -267,10 +279,7 @@ private:
             m_.async_idle_.notify_all();  // under the lock: m_ may be gone as soon as it is free
         }
         if (settle_) settle_(granted);
-        // The handler keeps the provider (and so the workers) alive until it has run.
-        if (handler)
-            provider_->engine().post([provider = provider_, handler = std::move(handler), error = std::move(error),
-                                      granted] { handler(error, granted); });
+        post_outcome(provider_, std::move(handler), std::move(error), granted);
     }
 
     mutex_impl& m_;  // alive until finish(): its destructor cancels and waits
@@ -321,6 +330,10 @@ void mutex_impl::async_unlock(release_handler handler) {
         release_done();
         throw;
     }
+}
+
+void mutex_impl::complete(acquire_handler handler, std::exception_ptr error, bool granted) {
+    post_outcome(provider_, std::move(handler), std::move(error), granted);
 }
 
 void mutex_impl::release_done() noexcept {

@@ -89,6 +89,13 @@ public:
     void cancel_async_work() noexcept;
     // unlock() on a worker, then `handler` (if any) there.
     void async_unlock(release_handler handler);
+    // Queues `handler(error, granted)` on a worker: an outcome known at once.
+    void complete(acquire_handler handler, std::exception_ptr error, bool granted);
+    // This object holds a grant (lost or not) that was not released.
+    bool leading() noexcept {
+        std::lock_guard lk(state_mutex_);
+        return depth_ > 0;
+    }
     // Held, not reported lost, and (for a renewed or leased grant) within the
     // lease as last confirmed: false while a renewal is stuck past the lease,
     // true again if it then succeeds. Never in a forked child (the grant is

@@ -1,6 +1,6 @@
-// The read-write lock, the semaphore and the multi-lock: each is made of the
-// mutex's grant machinery (mutex_impl: one backend handle, its renewal, its
-// loss reports), one grant per reader thread, per permit or per part.
+// The read-write lock and the semaphore: each is made of the mutex's grant
+// machinery (mutex_impl: one backend handle, its renewal, its loss reports),
+// one grant per reader (thread or asynchronous acquisition) or per permit.
 #include <algorithm>
 #include <condition_variable>
 #include <map>
@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "boundary.hpp"
-#include "distlock/multi_lock.hpp"
 #include "distlock/provider.hpp"
 #include "distlock/semaphore.hpp"
 #include "distlock/shared_mutex.hpp"
@@ -285,98 +284,15 @@ private:
     grant_pool permits_;
 };
 
-class multi_lock_impl {
-public:
-    multi_lock_impl(const std::shared_ptr<provider_state>& provider, std::vector<std::string> names,
-                    lock_options options)
-        : names_(std::move(names)), loss_(std::make_shared<loss_state>()) {
-        const std::string who(provider->backend().name());
-        if (names_.empty()) throw_error(errc::invalid_argument, who, "a multi-lock needs at least one name");
-        std::sort(names_.begin(), names_.end());
-        names_.erase(std::unique(names_.begin(), names_.end()), names_.end());
-        loss_->on_lost = std::move(options.on_lost);
-        // One loss of a part is the loss of the whole, reported once per grant.
-        options.on_lost = [loss = loss_](const lock_event& e) {
-            std::function<void(const lock_event&)> report;
-            {
-                std::lock_guard lk(loss->mutex);
-                if (!loss->active || loss->lost) return;
-                loss->lost = true;
-                report = loss->on_lost;
-            }
-            if (report) report(lock_event{e.name, e.token, "part '" + e.name + "' of a multi-lock: " + e.reason});
-        };
-        for (const auto& n : names_)
-            parts_.push_back(make_mutex_impl(provider, n, options, spi::lock_kind::exclusive, 0));
-    }
-
-    bool lock_until(spi::deadline until) {
-        parts_.front()->provider().check_process();  // before any mutex (process.hpp)
-        {
-            std::lock_guard lk(loss_->mutex);
-            loss_->active = true;
-            loss_->lost = false;
-        }
-        std::size_t taken = 0;
-        try {
-            for (; taken < parts_.size(); ++taken)
-                if (!parts_[taken]->lock_until(until)) break;
-        } catch (...) {
-            give_back(taken);
-            throw;
-        }
-        if (taken == parts_.size()) return true;
-        give_back(taken);
-        return false;
-    }
-    void unlock() noexcept { give_back(parts_.size()); }
-    bool held() const noexcept {
-        if (parts_.front()->provider().forked()) return false;  // as give_back()
-        {
-            std::lock_guard lk(loss_->mutex);
-            if (!loss_->active || loss_->lost) return false;
-        }
-        return std::all_of(parts_.begin(), parts_.end(), [](const auto& p) { return p->held(); });
-    }
-    const std::vector<std::string>& names() const noexcept { return names_; }
-    std::string_view backend_name() const noexcept { return parts_.front()->provider().backend().name(); }
-    provider_state& provider() const noexcept { return parts_.front()->provider(); }
-    std::vector<std::uint64_t> tokens() const {
-        std::vector<std::uint64_t> out;
-        for (const auto& p : parts_) out.push_back(p->token());
-        return out;
-    }
-
-private:
-    struct loss_state {
-        std::mutex mutex;
-        bool active = false, lost = false;
-        std::function<void(const lock_event&)> on_lost;
-    };
-    // Releases the first `n` parts, last taken first. A part's unlock() returns
-    // once the loss callbacks it queued have run, so none of this grant comes
-    // later. In a forked child, nothing (the grant is the parent's; the loss
-    // state's mutex may have been held by a thread of the parent at fork time).
-    void give_back(std::size_t n) noexcept {
-        if (parts_.front()->provider().forked()) return;
-        while (n > 0) parts_[--n]->unlock();
-        std::lock_guard lk(loss_->mutex);
-        loss_->active = false;
-    }
-
-    std::vector<std::string> names_;
-    std::shared_ptr<loss_state> loss_;
-    std::vector<std::unique_ptr<mutex_impl>> parts_;
-};
-
 }  // namespace distlock::detail
 
 namespace distlock {
-namespace {
-[[noreturn]] void moved_from(const char* what) {
+namespace detail {
+void moved_from(const char* what) {
     throw_error(errc::invalid_argument, "", std::string("use of a moved-from distlock::") + what);
 }
-}  // namespace
+}  // namespace detail
+using detail::moved_from;
 
 distlock::shared_mutex provider::shared_mutex(std::string_view name, lock_options options) const {
     return detail::guarded(state_->backend().name(), state_->secrets(), "shared_mutex()", [&] {
@@ -390,12 +306,6 @@ distlock::semaphore provider::semaphore(std::string_view name, std::uint32_t per
                     "a semaphore needs at least 1 permit");
     return detail::guarded(state_->backend().name(), state_->secrets(), "semaphore()", [&] {
         return distlock::semaphore(std::make_unique<detail::semaphore_impl>(state_, name, permits, options));
-    });
-}
-
-distlock::multi_lock provider::multi_lock(const std::vector<std::string>& names, lock_options options) const {
-    return detail::guarded(state_->backend().name(), state_->secrets(), "multi_lock()", [&] {
-        return distlock::multi_lock(std::make_unique<detail::multi_lock_impl>(state_, names, std::move(options)));
     });
 }
 
@@ -470,26 +380,5 @@ const std::string& semaphore::name() const noexcept {
     static const std::string empty;
     return impl_ ? impl_->name() : empty;
 }
-
-multi_lock::multi_lock(std::unique_ptr<detail::multi_lock_impl> impl) noexcept : impl_(std::move(impl)) {}
-multi_lock::multi_lock(multi_lock&&) noexcept = default;
-multi_lock& multi_lock::operator=(multi_lock&&) noexcept = default;
-multi_lock::~multi_lock() = default;
-void multi_lock::lock() { (void)lock_until_steady(std::chrono::steady_clock::time_point::max()); }
-bool multi_lock::try_lock() { return lock_until_steady(std::chrono::steady_clock::now()); }
-bool multi_lock::lock_until_steady(std::chrono::steady_clock::time_point deadline) {
-    if (!impl_) moved_from("multi_lock");
-    return detail::guarded(impl_->backend_name(), impl_->provider().secrets(), "lock",
-                           [&] { return impl_->lock_until(deadline); });
-}
-void multi_lock::unlock() noexcept {
-    if (impl_) impl_->unlock();
-}
-bool multi_lock::held() const noexcept { return impl_ && impl_->held(); }
-const std::vector<std::string>& multi_lock::names() const noexcept {
-    static const std::vector<std::string> none;
-    return impl_ ? impl_->names() : none;
-}
-std::vector<std::uint64_t> multi_lock::tokens() const { return impl_ ? impl_->tokens() : std::vector<std::uint64_t>{}; }
 
 }  // namespace distlock

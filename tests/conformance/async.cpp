@@ -265,3 +265,60 @@ TEST_CASE("an async permit of another size than the name's holders use is an inv
     CHECK_FALSE(got.granted);
     s.release();
 }
+
+TEST_CASE("an async multi-lock takes every part or none", "[contract][async][multi]") {
+    auto a = connect_under_test();
+    auto b = connect_under_test();
+    const auto x = unique_name("async-multi-x"), y = unique_name("async-multi-y");
+    auto blocker = b.mutex(y);
+    blocker.lock();
+    distlock::test::loss_recorder rec;  // for the message, should a part be lost
+    auto ml = a.multi_lock({x, y}, rec.options());
+    async_wait timed_out;
+    ml.async_lock(400ms, timed_out.handler());
+    bool arrived = false;
+    const auto got = timed_out.get(arrived);
+    REQUIRE(arrived);
+    CHECK(errc_of(got.error) == 0);
+    CHECK_FALSE(got.granted);
+    auto other = b.mutex(x);
+    CHECK(other.try_lock());  // the part taken before the blocked one was given back
+    other.unlock();
+    async_wait later;
+    ml.async_lock(60s, later.handler());
+    std::this_thread::sleep_for(300ms);
+    CHECK_FALSE(later.ready());
+    blocker.unlock();
+    CHECK(later.get(arrived).granted);
+    for (const auto& loss : rec.losses()) UNSCOPED_INFO("lost: " << loss.name << " " << loss.reason);
+    for (const auto t : ml.tokens()) UNSCOPED_INFO("part token " << t);
+    CHECK(ml.held());
+    CHECK(released([&](distlock::release_handler h) { ml.async_unlock(std::move(h)); }));
+    auto again = b.multi_lock({x, y});
+    CHECK(again.try_lock());
+    again.unlock();
+}
+
+TEST_CASE("an async campaign leads once the leader resigns", "[contract][async][election]") {
+    auto a = connect_under_test();
+    auto b = connect_under_test();
+    const auto name = unique_name("async-elect");
+    distlock::election_options o1, o2;
+    o1.id = "first";
+    o2.id = "second";
+    auto leader = a.election(name, o1);
+    auto candidate = b.election(name, o2);
+    async_wait first, second;
+    leader.async_campaign(30s, first.handler());
+    bool arrived = false;
+    CHECK(first.get(arrived).granted);
+    candidate.async_campaign(60s, second.handler());
+    std::this_thread::sleep_for(300ms);
+    CHECK_FALSE(second.ready());
+    CHECK(released([&](distlock::release_handler h) { leader.async_resign(std::move(h)); }));
+    const auto got = second.get(arrived);
+    REQUIRE(arrived);
+    CHECK(got.granted);
+    CHECK(candidate.is_leader());
+    CHECK_FALSE(leader.is_leader());
+}

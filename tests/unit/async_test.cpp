@@ -15,38 +15,28 @@
 #include <thread>
 #include <vector>
 
+#include "async_wait.hpp"
 #include "distlock/distlock.hpp"
 
 using namespace std::chrono_literals;
 
 namespace {
 
-// The outcome of one asynchronous acquisition, waited for by the test.
-struct outcome {
-    std::exception_ptr error;
-    bool granted = false;
-    std::thread::id thread;
-};
-
+// One acquisition's handler and outcome, failing the test when none came.
 struct pending {
-    std::promise<outcome> promise;
-    std::future<outcome> future = promise.get_future();
-    distlock::acquire_handler handler() {
-        return [this](std::exception_ptr e, bool g) {
-            promise.set_value({std::move(e), g, std::this_thread::get_id()});
-        };
-    }
-    bool ready() { return future.wait_for(0s) == std::future_status::ready; }
-    outcome get() {
-        REQUIRE(future.wait_for(20s) == std::future_status::ready);
-        return future.get();
+    distlock::test::async_wait wait;
+    distlock::acquire_handler handler() { return wait.handler(); }
+    bool ready() { return wait.ready(); }
+    distlock::test::async_outcome get() {
+        bool arrived = false;
+        auto got = wait.get(arrived, 20s);
+        REQUIRE(arrived);
+        return got;
     }
 };
 
 void released(distlock::mutex& m) {
-    std::promise<void> done;
-    m.async_unlock([&] { done.set_value(); });
-    REQUIRE(done.get_future().wait_for(20s) == std::future_status::ready);
+    REQUIRE(distlock::test::released([&](distlock::release_handler h) { m.async_unlock(std::move(h)); }));
 }
 
 std::size_t thread_count() {
@@ -60,12 +50,7 @@ std::size_t thread_count() {
 }
 
 bool is_cancelled(const std::exception_ptr& e) {
-    try {
-        std::rethrow_exception(e);
-    } catch (const distlock::cancelled_error& err) {
-        return err.code_value() == distlock::errc::cancelled;
-    } catch (...) {}
-    return false;
+    return distlock::test::errc_of(e) == static_cast<int>(distlock::errc::cancelled);
 }
 
 std::string space(const char* what) { return std::string("memory://async-") + what; }
@@ -246,9 +231,7 @@ TEST_CASE("semaphore permits and read-write sides taken asynchronously", "[async
         s.async_acquire(20s, c.handler());
         std::this_thread::sleep_for(50ms);
         CHECK_FALSE(c.ready());
-        std::promise<void> done;
-        s.async_release([&] { done.set_value(); });
-        REQUIRE(done.get_future().wait_for(20s) == std::future_status::ready);
+        REQUIRE(distlock::test::released([&](distlock::release_handler h) { s.async_release(std::move(h)); }));
         CHECK(c.get().granted);
         CHECK(s.held() == 2);
     }
@@ -263,14 +246,89 @@ TEST_CASE("semaphore permits and read-write sides taken asynchronously", "[async
         writer.async_lock(20s, w.handler());
         std::this_thread::sleep_for(50ms);
         CHECK_FALSE(w.ready());
-        for (int i = 0; i < 2; ++i) {
-            std::promise<void> done;
-            rw.async_unlock_shared([&] { done.set_value(); });
-            REQUIRE(done.get_future().wait_for(20s) == std::future_status::ready);
-        }
+        for (int i = 0; i < 2; ++i)
+            REQUIRE(distlock::test::released([&](distlock::release_handler h) { rw.async_unlock_shared(h); }));
         CHECK(w.get().granted);
         CHECK(writer.held());
     }
+}
+
+TEST_CASE("a multi-lock taken asynchronously: all parts or none", "[async]") {
+    auto p = distlock::connect(space("multi"));
+    auto blocker = p.mutex("m-b");
+    REQUIRE(blocker.try_lock());
+    auto ml = p.multi_lock({"m-c", "m-a", "m-b"});
+    pending timed_out;
+    ml.async_lock(150ms, timed_out.handler());
+    const auto got = timed_out.get();
+    CHECK_FALSE(got.granted);
+    CHECK_FALSE(got.error);
+    auto a = p.mutex("m-a");
+    CHECK(a.try_lock());  // the part taken before the blocked one was given back
+    a.unlock();
+    pending later;
+    ml.async_lock(20s, later.handler());
+    std::this_thread::sleep_for(50ms);
+    CHECK_FALSE(later.ready());
+    blocker.unlock();
+    CHECK(later.get().granted);
+    CHECK(ml.held());
+    REQUIRE(distlock::test::released([&](distlock::release_handler h) { ml.async_unlock(std::move(h)); }));
+    CHECK_FALSE(ml.held());
+    auto c = p.mutex("m-c");
+    CHECK(c.try_lock());
+}
+
+TEST_CASE("destroying a multi-lock with an async acquisition pending ends it cancelled", "[async]") {
+    auto p = distlock::connect(space("multi-gone"));
+    auto blocker = p.mutex("g-b");
+    REQUIRE(blocker.try_lock());
+    pending w;
+    {
+        auto ml = p.multi_lock({"g-a", "g-b"});
+        ml.async_lock(1h, w.handler());
+        std::this_thread::sleep_for(30ms);
+    }
+    CHECK(is_cancelled(w.get().error));
+    auto a = p.mutex("g-a");
+    CHECK(a.try_lock());
+}
+
+TEST_CASE("an election campaigned asynchronously leads after the leader resigns", "[async]") {
+    auto p = distlock::connect(space("elect"));
+    distlock::election_options o1, o2;
+    o1.id = "one";
+    o2.id = "two";
+    auto first = p.election("e", o1), second = p.election("e", o2);
+    pending a, b;
+    first.async_campaign(5s, a.handler());
+    CHECK(a.get().granted);
+    second.async_campaign(20s, b.handler());
+    std::this_thread::sleep_for(50ms);
+    CHECK_FALSE(b.ready());
+    pending again;
+    first.async_campaign(5s, again.handler());  // leads already: at once
+    CHECK(again.get().granted);
+    REQUIRE(distlock::test::released([&](distlock::release_handler h) { first.async_resign(std::move(h)); }));
+    CHECK(b.get().granted);
+    CHECK(second.is_leader());
+}
+
+TEST_CASE("memory:// wakes an async waiter on release, not on its next poll", "[async]") {
+    auto p = distlock::connect(space("wake"));
+    auto holder = p.mutex("w");
+    REQUIRE(holder.try_lock());
+    distlock::lock_options slow;  // polls 5 s apart: only a wake-up can grant within that
+    slow.retry_min = 5s;
+    slow.retry_max = 5s;
+    auto m = p.mutex("w", slow);
+    pending w;
+    m.async_lock(60s, w.handler());
+    std::this_thread::sleep_for(50ms);  // its first attempt has failed: it is parked
+    const auto released_at = std::chrono::steady_clock::now();
+    holder.unlock();
+    CHECK(w.get().granted);
+    CHECK(std::chrono::steady_clock::now() - released_at < 2500ms);  // half the poll: not the poll
 }
 
 TEST_CASE("ten thousand pending async acquisitions hold a bounded number of threads", "[async]") {
@@ -297,7 +355,8 @@ TEST_CASE("ten thousand pending async acquisitions hold a bounded number of thre
     std::this_thread::sleep_for(100ms);
     const auto during = thread_count();
     INFO("threads before " << before << ", with " << n << " pending " << during);
-    CHECK(during <= before + 4);
+    CHECK(during <= before + 6);  // the provider's four workers, and room for its renewal and callback threads
+    CHECK(during <= 16);          // the issue's bound for the whole process
     CHECK(granted == 0);
     holder.unlock();
     for (int i = 0; i < 600 && granted + failed < n; ++i) std::this_thread::sleep_for(100ms);
