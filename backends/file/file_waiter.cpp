@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/file.h>
 #include <sys/inotify.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -44,6 +45,31 @@ std::optional<fd_guard> file_waiter::lock(const lock_dir& dir, const std::string
         unwatch(watch);
         if (locked && dir.names(fd.get(), file)) return fd;
     }
+}
+
+std::optional<fd_guard> file_waiter::try_quietly(const lock_dir& dir, const std::string& file, int op) {
+    for (int attempt = 0;; ++attempt) {
+        fd_guard fd = dir.open_or_make(file, O_RDONLY);
+        if (::flock(fd.get(), op | LOCK_NB) != 0) {
+            if (errno != EWOULDBLOCK && errno != EINTR) {
+                const int error_number = errno;
+                throw_client_error(error_number, kBackend, "flock failed on " + dir.path_of(file));
+            }
+            waited_ = true;
+            return std::nullopt;
+        }
+        if (dir.names(fd.get(), file)) return fd;
+        if (attempt == 8) return std::nullopt;  // replaced again and again (break_lock): busy for now
+    }
+}
+
+fd_guard file_waiter::writable(const lock_dir& dir, const std::string& file, int locked) {
+    fd_guard fd = dir.open_or_make(file, O_RDWR);
+    struct stat a {
+    }, b{};
+    if (::fstat(fd.get(), &a) != 0 || ::fstat(locked, &b) != 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+        return fd_guard{};
+    return fd;
 }
 
 void file_waiter::wait_in(const lock_dir& dir, std::chrono::nanoseconds delay) {

@@ -22,6 +22,17 @@ public:
     // Whether a lock() since the last call found the file held by another.
     bool take_waited() noexcept { return std::exchange(waited_, false); }
 
+    // One attempt of an asynchronous wait, which must wake no other waiter when
+    // it fails (dir_watcher.hpp): `file` is opened read-only and flocked with
+    // `op` | LOCK_NB, so that failing closes nothing opened for writing. The
+    // open file, or nullopt when another holds it.
+    std::optional<fd_guard> try_quietly(const lock_dir& dir, const std::string& file, int op);
+    // `file`, locked as `locked` by try_quietly, opened again for writing (the
+    // holder writes the counter through it and keeps it until release, whose
+    // close wakes the waiters); an empty guard when `file` names another
+    // inode by now (replaced: the attempt failed).
+    static fd_guard writable(const lock_dir& dir, const std::string& file, int locked);
+
     // Until something in `dir` is closed after writing, or `delay` passed.
     void wait_in(const lock_dir& dir, std::chrono::nanoseconds delay);
 

@@ -11,7 +11,61 @@ namespace distlock::backends::file {
 
 using namespace std::chrono_literals;
 
+class handle::async_wait final : public spi::wake_subscription {
+public:
+    async_wait(handle& h, std::unique_ptr<spi::wake_subscription> sub) : handle_(h), sub_(std::move(sub)) {
+        handle_.async_ = true;
+    }
+    ~async_wait() override { handle_.async_ = false; }
+
+private:
+    handle& handle_;
+    std::unique_ptr<spi::wake_subscription> sub_;
+};
+
+std::unique_ptr<spi::wake_subscription> handle::watch_releases(spi::wake_sink wake) {
+    std::vector<std::string> files;
+    switch (kind_) {
+        case spi::lock_kind::exclusive:
+        case spi::lock_kind::leader: files = {paths_.mutex}; break;
+        case spi::lock_kind::read:
+        case spi::lock_kind::write: files = {paths_.rw_data, paths_.rw_turn}; break;
+        case spi::lock_kind::permit: return nullptr;
+    }
+    auto sub = settings_.watcher->watch(settings_.dir, files, std::move(wake));
+    if (!sub) return nullptr;
+    return std::make_unique<async_wait>(*this, std::move(sub));
+}
+
+std::optional<spi::grant> handle::acquire_quietly() {
+    const auto& dir = settings_.dir;
+    if (kind_ == spi::lock_kind::read || kind_ == spi::lock_kind::write) {
+        auto turn = waiter_.try_quietly(dir, paths_.rw_turn, LOCK_EX);
+        if (!turn) return std::nullopt;
+        auto fd = waiter_.try_quietly(dir, paths_.rw_data, kind_ == spi::lock_kind::read ? LOCK_SH : LOCK_EX);
+        if (!fd) return std::nullopt;
+        fd_guard data = file_waiter::writable(dir, paths_.rw_data, fd->get());
+        if (data.get() < 0) return std::nullopt;
+        // Its close is one event: the lock's other waiters make one attempt each.
+        fd_guard counter = file_waiter::writable(dir, paths_.rw_turn, turn->get());
+        if (counter.get() < 0) return std::nullopt;
+        std::uint64_t token = next_token(read_counter(turn->get()));
+        write_counter(counter.get(), token, settings_.sync);
+        write_fd_ = std::move(data);
+        return hold(std::move(*fd), paths_.rw_data, token);
+    }
+    auto fd = waiter_.try_quietly(dir, paths_.mutex, LOCK_EX);
+    if (!fd) return std::nullopt;
+    fd_guard w = file_waiter::writable(dir, paths_.mutex, fd->get());
+    if (w.get() < 0) return std::nullopt;
+    std::uint64_t token = next_token(read_counter(fd->get()));
+    write_counter(w.get(), token, settings_.sync, holder_);
+    write_fd_ = std::move(w);
+    return hold(std::move(*fd), paths_.mutex, token);
+}
+
 std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_sink&) {
+    if (async_ && kind_ != spi::lock_kind::permit && until <= spi::clock::now()) return acquire_quietly();
     spi::backoff wait(1ms, retry_max_);
     (void)waiter_.take_waited();
     switch (kind_) {
@@ -46,7 +100,8 @@ void handle::release() {
     if (fd.get() < 0) throw_error(errc::not_owner, kBackend, "lock '" + name_ + "' is not held by this handle");
     bool ours = settings_.dir.names(fd.get(), held_file_);
     ::flock(fd.get(), LOCK_UN);
-    fd.reset();  // the close wakes waiters (IN_CLOSE_WRITE)
+    fd.reset();         // the close wakes waiters (IN_CLOSE_WRITE) ...
+    write_fd_.reset();  // ... or this one's, of a grant taken quietly (fd was read-only)
     if (!ours)
         throw_error(errc::not_owner, kBackend,
                     "lock file " + settings_.dir.path_of(held_file_) + " was replaced while held: the lock was lost");

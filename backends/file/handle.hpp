@@ -4,9 +4,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "dir_watcher.hpp"
 #include "file_waiter.hpp"
 #include "lock_dir.hpp"
 #include "lock_files.hpp"
@@ -17,6 +19,8 @@ struct settings {
     lock_dir dir;
     bool sync = false;
     std::chrono::milliseconds check{200};
+    // The provider's inotify watch of `dir` for asynchronous waiters (started by the first).
+    std::shared_ptr<dir_watcher> watcher = std::make_shared<dir_watcher>();
 };
 
 class handle final : public spi::lock_handle {
@@ -35,11 +39,21 @@ public:
 
     std::chrono::milliseconds check_interval() const override { return settings_.check; }
 
+    // Mutex and read-write lock: the provider's watch of the directory wakes
+    // the wait when the name's files are closed after writing (a release) or
+    // replaced (break_lock); its one-attempt acquire() calls then lock
+    // quietly (file_waiter::try_quietly), so that they wake nobody. Semaphore:
+    // nullptr (the core polls): its attempts write the meta file.
+    std::unique_ptr<spi::wake_subscription> watch_releases(spi::wake_sink wake) override;
+
     // Still ours: the path still names the file we hold the lock on.
     spi::keepalive_result check() const;
 
 private:
+    class async_wait;
     spi::grant hold(fd_guard fd, const std::string& file, std::uint64_t token);
+    // One attempt of an asynchronous wait (mutex, read-write lock), quiet.
+    std::optional<spi::grant> acquire_quietly();
     // Under the meta file's lock: check the size, then take the first free slot
     // of 0..permits-1 and count the grant; else wait for a close in the directory.
     std::optional<spi::grant> take_permit(spi::deadline until, spi::backoff& wait);
@@ -54,6 +68,8 @@ private:
     file_waiter waiter_;
     fd_guard fd_;
     std::string held_file_;
+    fd_guard write_fd_;   // a grant taken quietly: the held file, open for writing until release
+    bool async_ = false;  // an asynchronous wait is under way (watch_releases)
 };
 
 }  // namespace distlock::backends::file

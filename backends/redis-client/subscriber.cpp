@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 namespace distlock::backends::redis_client {
 
@@ -45,9 +46,49 @@ void subscriber::send_locked(const std::vector<std::string_view>& args) {
 
 std::unique_ptr<subscriber::subscription> subscriber::subscribe(const std::string& channel, deadline confirm_until) {
     std::unique_lock lk(mutex_);
+    auto sub = std::make_unique<subscription>(*this, channel);
+    subscribe_locked(lk, channel, confirm_until);
+    return sub;
+}
+
+std::unique_ptr<subscriber::listener> subscriber::listen(const std::string& channel, on_message f,
+                                                         deadline confirm_until) {
+    std::unique_lock lk(mutex_);
+    const auto id = ++next_listener_;
+    channels_[channel].listeners.emplace(id, std::move(f));  // before SUBSCRIBE: no message is missed
+    auto l = std::make_unique<listener>(*this, channel, id);
+    auto& st = subscribe_locked(lk, channel, confirm_until);
+    // Not confirmed in time: the confirmation, when it comes, wakes the
+    // listeners (a message before it was not heard).
+    if (!st.confirmed) st.broke = true;
+    return l;
+}
+
+void subscriber::unlisten(const std::string& channel, std::uint64_t id) {
+    {
+        std::lock_guard lk(mutex_);
+        auto it = channels_.find(channel);
+        if (it != channels_.end()) it->second.listeners.erase(id);
+    }
+    release(channel);
+}
+
+std::size_t subscriber::channel_count() {
+    std::lock_guard lk(mutex_);
+    return channels_.size();
+}
+
+std::size_t subscriber::listener_count() {
+    std::lock_guard lk(mutex_);
+    std::size_t n = 0;
+    for (const auto& [name, st] : channels_) n += st.listeners.size();
+    return n;
+}
+
+subscriber::channel_state& subscriber::subscribe_locked(std::unique_lock<std::mutex>& lk, const std::string& channel,
+                                                        deadline confirm_until) {
     auto& st = channels_[channel];
     ++st.refs;
-    auto sub = std::make_unique<subscription>(*this, channel);
     if (up_ && !st.wanted) {
         send_locked({subscribe_, channel});
         ++st.pending;
@@ -59,7 +100,7 @@ std::unique_ptr<subscriber::subscription> subscriber::subscribe(const std::strin
     auto ready = [&] { return stop_ || st.confirmed; };
     if (confirm_until == deadline::max()) cv_.wait(lk, ready);
     else cv_.wait_until(lk, confirm_until, ready);
-    return sub;
+    return st;
 }
 
 std::unique_ptr<subscriber::subscription> subscriber::reuse(const std::string& channel) {
@@ -160,6 +201,7 @@ void subscriber::on_reply(redisReply* r) {
         st.recent.emplace_back(payload->type == REDIS_REPLY_STRING ? std::string(payload->str, payload->len)
                                                                    : std::string{});
         if (st.recent.size() > 32) st.recent.pop_front();
+        for (const auto& [id, f] : st.listeners) f(std::string_view(st.recent.back()));
     } else if (k == "sunsubscribe" && st.wanted && st.pending == 0) {
         // Not ours: the server dropped the sharded channel (its slot moved to
         // another node). Waiters fall back to polling until they subscribe again.
@@ -169,6 +211,8 @@ void subscriber::on_reply(redisReply* r) {
     } else if (k == "subscribe" || k == "ssubscribe") {
         if (st.pending > 0) --st.pending;
         if (st.pending == 0 && st.wanted) st.confirmed = true;
+        if (st.confirmed && std::exchange(st.broke, false))
+            for (const auto& [id, f] : st.listeners) f(std::nullopt);  // messages may have been missed
         if (st.pending == 0 && st.refs == 0) channels_.erase(it);
     }
     cv_.notify_all();
@@ -183,6 +227,7 @@ void subscriber::drop_connection_locked(const std::string&) {
         it->second.pending = 0;
         it->second.wanted = false;
         it->second.confirmed = false;
+        it->second.broke = true;
         it = it->second.refs == 0 ? channels_.erase(it) : std::next(it);
     }
     cv_.notify_all();

@@ -1,6 +1,7 @@
 // The Redis client layer (redis_client.hpp): the dedicated pub/sub connection
 // of a provider, with a reader thread of its own. Waiters subscribe to a
-// channel and wait for a message on it. Used by redis:// to wake its waiters.
+// channel and wait for a message on it, or listen to it: a callback per message
+// (asynchronous waiters). Used by redis:// to wake its waiters.
 #pragma once
 
 #include <condition_variable>
@@ -10,7 +11,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -60,6 +63,36 @@ public:
     // confirmation, so that a message published after this returns is seen.
     std::unique_ptr<subscription> subscribe(const std::string& channel, deadline confirm_until);
 
+    // What a listener is called with: a message's payload, or nullopt when the
+    // channel was subscribed again after the connection broke (messages may
+    // have been missed meanwhile). Called by the reader thread under the
+    // subscriber's lock: it must be quick and must not call the subscriber.
+    using on_message = std::function<void(std::optional<std::string_view> payload)>;
+
+    // A subscription whose messages go to a callback until it is destroyed (its
+    // destructor returns after any call under way, and none comes after).
+    class listener {
+    public:
+        listener(subscriber& s, std::string channel, std::uint64_t id)
+            : sub_(s), channel_(std::move(channel)), id_(id) {}
+        ~listener() { sub_.unlisten(channel_, id_); }
+        listener(const listener&) = delete;
+        listener& operator=(const listener&) = delete;
+        bool confirmed() const { return sub_.confirmed(channel_); }
+
+    private:
+        subscriber& sub_;
+        std::string channel_;
+        std::uint64_t id_;
+    };
+
+    // Subscribes as subscribe() does (sharing the channel with every other
+    // subscription and listener of it), and calls `f` for each message from now on.
+    std::unique_ptr<listener> listen(const std::string& channel, on_message f, deadline confirm_until);
+    // Channels subscribed now (or being subscribed), and listeners registered.
+    std::size_t channel_count();
+    std::size_t listener_count();
+
     // A subscription that is still confirmed (a recent waiter's, kept for a
     // second after its last user left), or null: no server traffic either way.
     std::unique_ptr<subscription> reuse(const std::string& channel);
@@ -75,9 +108,14 @@ private:
         bool wanted = false;     // the last command sent for it was SUBSCRIBE
         bool confirmed = false;  // the server confirmed the last SUBSCRIBE
         std::uint64_t messages = 0;
-        std::deque<std::string> recent;  // payloads of the last messages (at most 32)
-        clock::time_point idle_since{};  // refs == 0 but still subscribed (lingering)
+        std::deque<std::string> recent;                 // payloads of the last messages (at most 32)
+        clock::time_point idle_since{};                 // refs == 0 but still subscribed (lingering)
+        std::map<std::uint64_t, on_message> listeners;  // each also counts in refs
+        bool broke = false;  // the connection broke since the last confirmation: tell the listeners
     };
+    channel_state& subscribe_locked(std::unique_lock<std::mutex>& lk, const std::string& channel,
+                                    deadline confirm_until);
+    void unlisten(const std::string& channel, std::uint64_t id);
     void sweep_locked(bool all_expired_only);  // mutex_ held: UNSUBSCRIBE lingering channels
     std::vector<std::string> payloads_since(const std::string& channel, std::uint64_t& seen, bool& complete);
     void release(const std::string& channel);
@@ -103,6 +141,7 @@ private:
     std::uint64_t breaks_ = 0;                   // bumped whenever the connection drops
     bool up_ = false;
     bool stop_ = false;
+    std::uint64_t next_listener_ = 0;
     int wake_pipe_[2] = {-1, -1};
     std::thread thread_;
 };

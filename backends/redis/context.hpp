@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -115,6 +116,13 @@ public:
 // semaphore `object` (semaphore.cpp).
 std::unique_ptr<spi::lock_handle> make_rw_handle(context& ctx, const spi::lock_request& r, std::string object);
 std::unique_ptr<spi::lock_handle> make_permit_handle(context& ctx, const spi::lock_request& r, std::string object);
+
+// lock_handle::watch_releases of every handle: `wake` is called for each
+// message on `channel` that `wakes(payload)` accepts (null: every message), and
+// when the channel is subscribed again after the pub/sub connection broke
+// (wake.cpp). A listener on the provider's shared pub/sub connection.
+std::unique_ptr<spi::wake_subscription> watch_channel(context& ctx, const std::string& channel, spi::wake_sink wake,
+                                                      std::function<bool(std::string_view)> wakes);
 
 // How every lock handle runs its scripts (`name`: the lock's name, for errors).
 

@@ -19,6 +19,9 @@
 // Waiting: subscribe to the lock's channel (one dedicated pub/sub connection per
 // provider; in a cluster one per node, SSUBSCRIBE) BEFORE retrying, then wait for a release message, bounded by the
 // remaining PTTL (an expiring key publishes nothing) and the caller's deadline.
+// Asynchronous waits (watch_releases, wake.cpp): a listener on the same
+// channel of the same pub/sub connection; strategy=plain queues the waiter for
+// the whole wait, so that a release wakes one waiter, as for synchronous ones.
 // Renewals of every due mutex of a provider go out as one script: one round trip
 // (and one more per kind of read-write lock grant and for permits, when due); in
 // a cluster one script per hash slot, pipelined per node.
@@ -52,6 +55,17 @@ std::unique_ptr<topology> make_topology(const settings& s) {
 }
 
 class handle;
+
+// Whether a message on a mutex's channel frees the lock for `waiter` (our id in
+// the hand-off queue, "" = not queued): "released" (plain) or "0" (Redisson)
+// free it for all; "h <id> <ms>" hands it to that queued waiter only; "t <id>
+// <ms>" says a waiter took up its hand-off.
+bool frees_for(std::string_view m, const std::string& waiter) {
+    const bool handed = m.substr(0, 2) == "h ", taken = m.substr(0, 2) == "t ";
+    if (!handed && !taken) return true;
+    m.remove_prefix(2);
+    return handed && !waiter.empty() && m.substr(0, m.find(' ')) == waiter;
+}
 
 class backend final : public spi::backend, public context {
 public:
@@ -203,14 +217,19 @@ public:
     std::optional<spi::grant> acquire(deadline until, const spi::loss_sink&) override {
         const bool queue = backend_.strat().queues();
         std::string owner = backend_.strat().new_owner(backend_.uuid());
-        std::string waiter;   // our id in the hand-off queue, once we queue (strategy=plain)
+        // Our id in the hand-off queue, once we queue (strategy=plain). An
+        // asynchronous wait's one-attempt calls all queue under its id, which
+        // its subscription takes out of the queue at its end (queued_wait).
+        const bool async = !async_waiter_.empty() && until <= clock::now();
+        std::string waiter = async ? async_waiter_ : std::string{};
         struct leave_guard {  // leaves the queue on every way out but a grant
             handle* self;
             std::string* waiter;
+            bool keep;
             ~leave_guard() {
-                if (!waiter->empty()) self->leave(*waiter);
+                if (!waiter->empty() && !keep) self->leave(*waiter);
             }
-        } guard{this, &waiter};
+        } guard{this, &waiter, async};
         std::unique_ptr<subscriber::subscription> sub;
         retry_pacer pacer(request_);
         deadline alive_until{};  // when the server will consider our queue entry dead
@@ -225,6 +244,7 @@ public:
             const auto sent = clock::now();  // the lease runs from when the server ran the script
             auto [got, value] = attempt(owner, waiter, until);
             if (got) {
+                if (async) async_waiter_.clear();
                 waiter.clear();  // the grant took us out of the queue
                 owner_ = std::move(owner);
                 return spi::grant{static_cast<std::uint64_t>(value), sent, !first};
@@ -260,17 +280,12 @@ public:
                 bool retry = false;
                 for (const auto& msg : sub->payloads_since(seen, complete)) {
                     std::string_view m(msg);
-                    const bool handed = m.substr(0, 2) == "h ", taken = m.substr(0, 2) == "t ";
-                    if (!handed && !taken) {
-                        retry = true;  // "released" (plain) or "0" (Redisson): free for all
+                    if (frees_for(m, waiter)) {
+                        retry = true;  // free for all, or handed to us
                         continue;
                     }
                     m.remove_prefix(2);
                     auto space = m.find(' ');
-                    if (handed && m.substr(0, space) == waiter) {
-                        retry = true;  // handed to us
-                        continue;
-                    }
                     // Handed to another waiter (if it died, the reservation runs out),
                     // or taken up by it (then its lease bounds our wait).
                     // Any client that may PUBLISH on the channel writes this number.
@@ -289,6 +304,17 @@ public:
         }
     }
 
+    // strategy=plain: the wait queues under one waiter id (each one-attempt
+    // acquire() renews its place), so that a release hands the lock to it and
+    // wakes it alone; a message that frees the lock for all wakes every waiter.
+    std::unique_ptr<spi::wake_subscription> watch_releases(spi::wake_sink wake) override {
+        std::string waiter = backend_.strat().queues() ? spi::random_token() : std::string{};
+        auto sub = watch_channel(backend_, layout_.channel, std::move(wake),
+                                 [waiter](std::string_view m) { return frees_for(m, waiter); });
+        async_waiter_ = std::move(waiter);
+        return std::make_unique<queued_wait>(*this, std::move(sub));
+    }
+
     void release() override {
         std::string owner = std::exchange(owner_, std::string{});
         if (owner.empty()) throw_error(errc::not_owner, kBackend, "lock '" + request_.name + "' is not held");
@@ -304,6 +330,22 @@ public:
     const std::string& name() const noexcept { return request_.name; }
 
 private:
+    // An asynchronous wait: its listener, then (unless a grant took it out) its
+    // place in the hand-off queue, which it leaves when it ends.
+    class queued_wait final : public spi::wake_subscription {
+    public:
+        queued_wait(handle& h, std::unique_ptr<spi::wake_subscription> sub) : handle_(h), sub_(std::move(sub)) {}
+        ~queued_wait() override {
+            sub_.reset();
+            if (auto waiter = std::exchange(handle_.async_waiter_, std::string{}); !waiter.empty())
+                handle_.leave(waiter);
+        }
+
+    private:
+        handle& handle_;
+        std::unique_ptr<spi::wake_subscription> sub_;
+    };
+
     // Best effort: leave the hand-off queue (and pass on a reservation made for us).
     void leave(const std::string& waiter) noexcept {
         try {
@@ -329,7 +371,8 @@ private:
     spi::lock_request request_;
     layout layout_;
     std::string lease_ms_;
-    std::string owner_;  // token (plain) or hash field (reentrant) of the current grant; "" = none
+    std::string owner_;         // token (plain) or hash field (reentrant) of the current grant; "" = none
+    std::string async_waiter_;  // the queued id of an asynchronous wait under way ("" = none)
 };
 
 std::unique_ptr<spi::lock_handle> backend::make_lock(const spi::lock_request& r) {

@@ -10,25 +10,49 @@ namespace distlock::backends::redis {
 
 using namespace redis_client;
 
+class handle_base::async_wait final : public spi::wake_subscription {
+public:
+    async_wait(handle_base& h, std::unique_ptr<spi::wake_subscription> sub) : handle_(h), sub_(std::move(sub)) {}
+    ~async_wait() override {
+        sub_.reset();
+        const auto was = std::exchange(handle_.async_, async_state{});
+        if (was.begun && !was.granted) handle_.give_up();
+    }
+
+private:
+    handle_base& handle_;
+    std::unique_ptr<spi::wake_subscription> sub_;
+};
+
+std::unique_ptr<spi::wake_subscription> handle_base::watch_releases(spi::wake_sink wake) {
+    auto sub = watch_channel(ctx_, channel_, std::move(wake), nullptr);
+    async_ = async_state{true, false, false};
+    return std::make_unique<async_wait>(*this, std::move(sub));
+}
+
 std::optional<spi::grant> handle_base::acquire(deadline until, const spi::loss_sink&) {
-    begin();
+    // One attempt of an asynchronous wait: part of the wait's one acquisition.
+    const bool async = async_.on && until <= clock::now();
+    if (!async || !std::exchange(async_.begun, true)) begin();
     bool granted = false;
-    struct give_up_guard {  // on every way out but a grant
+    struct give_up_guard {  // on every way out but a grant (an asynchronous wait gives up at its end)
         handle_base* self;
         bool* granted;
+        bool keep;
         ~give_up_guard() {
-            if (!*granted) self->give_up();
+            if (!*granted && !keep) self->give_up();
         }
-    } guard{this, &granted};
+    } guard{this, &granted, async};
     std::unique_ptr<subscriber::subscription> sub;
     if (until > clock::now()) sub = ctx_.reuse_subscription(channel_);
     retry_pacer pacer(request_);
     for (bool first = true;; first = false) {
         const std::uint64_t seen = sub ? sub->messages() : 0;
         const auto sent = clock::now();  // the lease runs from when the server ran the script
-        auto [what, value] = run_attempt(until);
+        auto [what, value] = run_attempt(until, async || until > clock::now());
         if (what == outcome::granted) {
             granted = true;
+            if (async) async_.granted = true;
             return spi::grant{static_cast<std::uint64_t>(value), sent, !first};
         }
         if (what == outcome::wrong_size)
@@ -65,8 +89,7 @@ void handle_base::release() {
         [&](long long reply) { return released(reply); });
 }
 
-std::pair<outcome, long long> handle_base::run_attempt(deadline until) {
-    const bool waiting = until > clock::now();
+std::pair<outcome, long long> handle_base::run_attempt(deadline until, bool waiting) {
     auto [status, value] = run_acquire_script(
         ctx_, key_, request_.name, until, [&](connection& c) { return attempt(c, waiting); },
         [&](connection& c) { run_release(c); });

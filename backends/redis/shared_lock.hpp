@@ -56,6 +56,10 @@ public:
 
     std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink&) override;
     void release() override;
+    // Every message on the object's channel wakes the wait. Its one-attempt
+    // acquire() calls are one acquisition (one owner or permit id; a writer
+    // stays registered among the write waiters), given up when it ends.
+    std::unique_ptr<spi::wake_subscription> watch_releases(spi::wake_sink wake) override;
 
     bool holding() const noexcept { return holding_; }
     const std::string& lease_ms() const noexcept { return lease_ms_; }
@@ -84,10 +88,17 @@ protected:
     std::string key_, channel_, lease_ms_;
 
 private:
-    std::pair<outcome, long long> run_attempt(spi::deadline until);
+    class async_wait;
+    std::pair<outcome, long long> run_attempt(spi::deadline until, bool waiting);
     void give_up() noexcept;
 
     bool holding_ = false;
+    // An asynchronous wait under way: `begun` once its first attempt began the
+    // acquisition, `granted` once a grant ended it (nothing to give up).
+    struct async_state {
+        bool on = false, begun = false, granted = false;
+    };
+    async_state async_;
 };
 
 // The batch renewal scripts of read grants and write grants (rw_lock.cpp) and

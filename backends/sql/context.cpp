@@ -44,4 +44,10 @@ std::int64_t context::permit_key(std::string_view name) const {
     return static_cast<std::int64_t>(k);
 }
 
+release_listener& context::releases() {
+    std::lock_guard lk(releases_mutex_);
+    if (!releases_) releases_ = std::make_unique<release_listener>(*this);
+    return *releases_;
+}
+
 }  // namespace distlock::backends::sql

@@ -8,9 +8,11 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 
+#include "release_listener.hpp"
 #include "sql.hpp"
 
 namespace distlock::backends::sql {
@@ -67,6 +69,10 @@ public:
     // only by a 64-bit coincidence, whatever the names.
     std::int64_t permit_key(std::string_view name) const;
 
+    // The provider's shared LISTEN session for asynchronous waiters (made on
+    // first use); only where the server notifies releases (texts().listen).
+    release_listener& releases();
+
 private:
     std::shared_ptr<sql::dialect> dialect_;
     sql::settings settings_;
@@ -74,6 +80,8 @@ private:
     sql_texts::lease_rows lock_rows_;
     sql::pool pool_;
     std::string name_;
+    std::mutex releases_mutex_;
+    std::unique_ptr<release_listener> releases_;  // after pool_: gone before it
 };
 
 }  // namespace distlock::backends::sql

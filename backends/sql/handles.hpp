@@ -105,6 +105,11 @@ public:
     std::chrono::milliseconds validity() const override { return req_.lease; }
     // One renewal of the row (backend::keepalive_batch batches several).
     spi::keepalive_result renew();
+    // Where the server notifies releases (PostgreSQL): a waiter of the
+    // provider's shared LISTEN session (context::releases), woken by each
+    // release of the name (of any kind: the payload names only the name).
+    // Elsewhere nullptr: the core polls with backoff.
+    std::unique_ptr<spi::wake_subscription> watch_releases(spi::wake_sink wake) override;
 
     const bytes& name() const noexcept { return name_; }
     const std::string& owner() const noexcept { return owner_; }

@@ -84,6 +84,11 @@ std::optional<spi::grant> lease_row_handle::acquire_loop(spi::deadline until,
     return std::nullopt;
 }
 
+std::unique_ptr<spi::wake_subscription> lease_row_handle::watch_releases(spi::wake_sink wake) {
+    if (ctx_.texts().listen.text.empty()) return nullptr;
+    return ctx_.releases().watch(spi::sha256_hex(req_.name), std::move(wake));
+}
+
 void lease_row_handle::release() {
     const std::string owner = std::exchange(owner_, {});
     if (owner.empty()) throw_error(errc::not_owner, ctx_.name(), "lock '" + req_.name + "' is not held by this handle");
