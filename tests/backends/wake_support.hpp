@@ -4,9 +4,6 @@
 // and the two end-to-end runs through the public API (mutex::async_lock).
 #pragma once
 
-#include <dirent.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -22,6 +19,7 @@
 #include "distlock/distlock.hpp"
 #include "distlock/spi/backend.hpp"
 #include "distlock/spi/url.hpp"
+#include "process_counts.hpp"
 #include "support.hpp"
 
 namespace distlock::test::wake {
@@ -40,12 +38,13 @@ inline std::shared_ptr<spi::backend> open_backend(void (*register_fn)(spi::regis
     return c.f(u);
 }
 
+// A request for `name` as `kind` (a permit of a semaphore of `permits`, 1 by default).
 inline spi::lock_request request(const std::string& name, spi::lock_kind kind = spi::lock_kind::exclusive,
                                  std::uint32_t permits = 0) {
     spi::lock_request r;
     r.name = name;
     r.kind = kind;
-    r.permits = permits;
+    r.permits = permits != 0 ? permits : kind == spi::lock_kind::permit ? 1 : 0;
     r.lease = 30s;
     r.renew_interval = 10s;
     r.holder = "wake-test";
@@ -83,26 +82,8 @@ inline warm warm_up(spi::backend& b) {
     return w;
 }
 
-inline int count_entries(const char* dir, const char* link_prefix) {
-    int n = 0;
-    DIR* d = ::opendir(dir);
-    if (!d) return -1;
-    while (const dirent* e = ::readdir(d)) {
-        if (e->d_name[0] == '.') continue;
-        if (!link_prefix) {
-            ++n;
-            continue;
-        }
-        char link[128];
-        const std::string path = std::string(dir) + "/" + e->d_name;
-        const auto len = ::readlink(path.c_str(), link, sizeof link - 1);
-        if (len > 0 && std::string(link, static_cast<std::size_t>(len)).rfind(link_prefix, 0) == 0) ++n;
-    }
-    ::closedir(d);
-    return n;
-}
-inline int threads() { return count_entries("/proc/self/task", nullptr); }
-inline int sockets() { return count_entries("/proc/self/fd", "socket:"); }
+inline int threads() { return static_cast<int>(thread_count()); }
+inline int sockets() { return static_cast<int>(socket_count()); }
 
 // Options under which only a release event wakes a waiter before 2 s: the
 // safety poll (max(retry_max, min(lease/4, 2 s))) and the backoff without a

@@ -5,8 +5,6 @@
 // thousands of waiters.
 #include <catch2/catch.hpp>
 
-#include <dirent.h>
-
 #include <atomic>
 #include <coroutine>
 #include <future>
@@ -18,6 +16,7 @@
 #include "async_wait.hpp"
 #include "distlock/distlock.hpp"
 #include "distlock/spi/backend.hpp"
+#include "process_counts.hpp"
 
 using namespace std::chrono_literals;
 
@@ -38,16 +37,6 @@ struct pending {
 
 void released(distlock::mutex& m) {
     REQUIRE(distlock::test::released([&](distlock::release_handler h) { m.async_unlock(std::move(h)); }));
-}
-
-std::size_t thread_count() {
-    std::size_t n = 0;
-    if (DIR* d = opendir("/proc/self/task")) {
-        while (auto* e = readdir(d))
-            if (e->d_name[0] != '.') ++n;
-        closedir(d);
-    }
-    return n;
 }
 
 bool is_cancelled(const std::exception_ptr& e) {
@@ -419,7 +408,7 @@ TEST_CASE("ten thousand pending async acquisitions hold a bounded number of thre
     auto q = distlock::connect(space("many"));
     auto holder = q.mutex("n0");
     REQUIRE(holder.try_lock());
-    const auto before = thread_count();
+    const auto before = distlock::test::thread_count();
     constexpr int n = 10000;
     std::vector<distlock::mutex> ms;
     ms.reserve(n);
@@ -436,7 +425,7 @@ TEST_CASE("ten thousand pending async acquisitions hold a bounded number of thre
         });
     }
     std::this_thread::sleep_for(100ms);
-    const auto during = thread_count();
+    const auto during = distlock::test::thread_count();
     INFO("threads before " << before << ", with " << n << " pending " << during);
     CHECK(during <= before + 6);  // the provider's four workers, and room for its renewal and callback threads
     CHECK(during <= 16);          // the issue's bound for the whole process

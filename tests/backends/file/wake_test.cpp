@@ -5,7 +5,7 @@
 // watched names share one inotify descriptor and one thread; async_lock hands
 // off with one attempt per wake-up. The semaphore has no subscription (the
 // core polls).
-#include "wake_support.hpp"
+#include "wake_counting.hpp"
 
 namespace distlock::backends::file {
 void register_backend(spi::registry&);
@@ -88,11 +88,11 @@ TEST_CASE("watch_releases: waiters' failed attempts wake nobody", "[file][async]
         CHECK_FALSE(b->acquire(clk::now(), {}));
     }
     held_marker->release();  // an event queued after every one the attempts could have made
-    REQUIRE(eventually([&] { return m_woken.n.load() == 1; }, 20s));
-    CHECK(a_woken.n.load() == 0);
-    CHECK(b_woken.n.load() == 0);
+    REQUIRE(eventually([&] { return m_woken.value() == 1; }, 20s));
+    CHECK(a_woken.value() == 0);
+    CHECK(b_woken.value() == 0);
     held->release();
-    REQUIRE(eventually([&] { return a_woken.n.load() == 1 && b_woken.n.load() == 1; }, 20s));
+    REQUIRE(eventually([&] { return a_woken.value() == 1 && b_woken.value() == 1; }, 20s));
 }
 
 TEST_CASE("watch_releases: no wake-up after the subscription is destroyed", "[file][async][wake]") {
@@ -107,7 +107,7 @@ TEST_CASE("watch_releases: break_lock wakes the waiters of the name", "[file][as
     const auto name = unique_name("broken");
     watched_wait w(*holder, *watcher, name);
     watcher->break_lock(name);  // a fresh file renamed into place
-    REQUIRE(eventually([&] { return w.woken.n.load() >= 1; }, 20s));
+    REQUIRE(eventually([&] { return w.woken.value() >= 1; }, 20s));
     CHECK(w.waiting->acquire(clk::now(), {}).has_value());  // the fresh file is free
     w.sub.reset();
     w.waiting->release();

@@ -7,7 +7,7 @@
 // strategies have no release event: no subscription.
 #include "backend.hpp"
 #include "sql_test_support.hpp"
-#include "wake_support.hpp"
+#include "wake_counting.hpp"
 
 using namespace std::chrono_literals;
 using namespace sql_test;
@@ -64,10 +64,10 @@ TEST_CASE("watch_releases: a LISTEN session that is killed is made again, and wa
     REQUIRE(pid);
     db.kill(std::stoll(*pid));
     // Back (another session): the waiters are told that a release may have gone unheard.
-    REQUIRE(eventually([&] { return w.woken.n.load() == 1; }, 30s));
+    REQUIRE(eventually([&] { return w.woken.value() == 1; }, 30s));
     REQUIRE(eventually([&] { return listening_sessions(db) == 1; }, 20s));
     w.held->release();
-    REQUIRE(eventually([&] { return w.woken.n.load() == 2; }, 20s));
+    REQUIRE(eventually([&] { return w.woken.value() == 2; }, 20s));
 }
 
 TEST_CASE("watch_releases: 1,000 watched names share one LISTEN session and one thread",

@@ -6,7 +6,7 @@
 // attempt per wake-up. On the shared server of DISTLOCK_TEST_REDIS_URL (db 0
 // plain, db 1 reentrant).
 #include "redis_test_helpers.hpp"
-#include "wake_support.hpp"
+#include "wake_counting.hpp"
 
 namespace {
 
@@ -71,26 +71,26 @@ TEST_CASE(
     CHECK_FALSE(c->acquire(clk::now(), {}));
     CHECK(raw.integer({"LLEN", base + ":queue"}) == 3);
     held->release();  // hands the lock to a
-    REQUIRE(eventually([&] { return a_woken.n.load() == 1; }, 20s));
-    CHECK(b_woken.n.load() == 0);
-    CHECK(c_woken.n.load() == 0);
+    REQUIRE(eventually([&] { return a_woken.value() == 1; }, 20s));
+    CHECK(b_woken.value() == 0);
+    CHECK(c_woken.value() == 0);
     CHECK(raw.string({"GET", base}).rfind("r:", 0) == 0);  // reserved for a
     CHECK_FALSE(b->acquire(clk::now(), {}));               // not for b
     // a gives up without taking it: leaving the queue passes the reservation on to b at once.
     a_sub.reset();
-    REQUIRE(eventually([&] { return b_woken.n.load() == 1; }, 20s));
-    CHECK(c_woken.n.load() == 0);
+    REQUIRE(eventually([&] { return b_woken.value() == 1; }, 20s));
+    CHECK(c_woken.value() == 0);
     REQUIRE(b->acquire(clk::now(), {}));
     b_sub.reset();  // granted: nothing to leave
     b->release();   // hands it to c
-    REQUIRE(eventually([&] { return c_woken.n.load() == 1; }, 20s));
+    REQUIRE(eventually([&] { return c_woken.value() == 1; }, 20s));
     REQUIRE(c->acquire(clk::now(), {}));
     c_sub.reset();
     CHECK(raw.integer({"LLEN", base + ":queue"}) == 0);
     CHECK(raw.integer({"ZCARD", base + ":waiters"}) == 0);
     c->release();
     CHECK(raw.integer({"EXISTS", base}) == 0);
-    CHECK(a_woken.n.load() == 1);
+    CHECK(a_woken.value() == 1);
 }
 
 TEST_CASE("watch_releases: 1,000 watched names share one pub/sub connection and its thread",

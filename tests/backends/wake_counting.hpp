@@ -1,5 +1,5 @@
 // What the wake-up tests of file://, redis:// and postgres:// share
-// (tests/backends/{file,redis,postgres}/wake_test.cpp): a wake sink that
+// (tests/backends/{file,redis,postgres}/wake_test.cpp), on top of wake_support.hpp: a wake sink that
 // counts, the process's threads, descriptors and sockets, and a "counting"
 // scheme that wraps a backend to count the core's attempts (acquire() calls)
 // per lock name, with the end-to-end check that async_lock hands off after a
@@ -22,34 +22,19 @@
 #include "distlock/distlock.hpp"
 #include "distlock/spi/backend.hpp"
 #include "support.hpp"
+#include "wake_support.hpp"
 
 namespace wake_support {
 
 namespace spi = distlock::spi;
 using namespace std::chrono_literals;
 
+using distlock::test::fd_count;
+using distlock::test::socket_count;
+using distlock::test::thread_count;
+using distlock::test::wake::request;
 // Wake-ups received by a sink.
-struct wake_count {
-    std::atomic<int> n{0};
-    spi::wake_sink sink() {
-        return spi::wake_sink([this] { n.fetch_add(1); });
-    }
-};
-
-inline std::size_t thread_count() {
-    return static_cast<std::size_t>(std::distance(std::filesystem::directory_iterator("/proc/self/task"), {}));
-}
-inline std::size_t fd_count() {
-    return static_cast<std::size_t>(std::distance(std::filesystem::directory_iterator("/proc/self/fd"), {}));
-}
-inline std::size_t socket_count() {
-    std::size_t n = 0;
-    for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
-        std::error_code ec;
-        n += std::filesystem::read_symlink(e.path(), ec).string().rfind("socket:", 0) == 0 ? 1 : 0;
-    }
-    return n;
-}
+using wake_count = distlock::test::wake::counter;
 
 inline const char* kind_name(spi::lock_kind k) {
     switch (k) {
@@ -60,14 +45,6 @@ inline const char* kind_name(spi::lock_kind k) {
     }
 }
 
-inline spi::lock_request request(const std::string& name, spi::lock_kind kind = spi::lock_kind::exclusive) {
-    spi::lock_request r;
-    r.name = name;
-    r.kind = kind;
-    r.permits = kind == spi::lock_kind::permit ? 1 : 0;
-    r.lease = 10s;
-    return r;
-}
 
 // `holder` holds `name` and `other` as `holds`; a handle of `watcher` waits
 // for `name` as `kind`, watching: one failed attempt, then the releases of
@@ -89,8 +66,8 @@ inline std::unique_ptr<spi::lock_handle> check_release_wakes(spi::backend& holde
     CHECK_FALSE(waiting->acquire(clk::now(), {}));  // one attempt: held
     held_other->release();                          // its event comes first
     held->release();
-    REQUIRE(distlock::test::eventually([&] { return woken.n.load() >= 1; }, 20s));
-    CHECK(woken.n.load() == 1);
+    REQUIRE(distlock::test::eventually([&] { return woken.value() >= 1; }, 20s));
+    CHECK(woken.value() == 1);
     REQUIRE(waiting->acquire(clk::now(), {}));  // the attempt the wake-up asks for
     return waiting;
 }
@@ -119,8 +96,8 @@ inline void check_no_wake_after_end(spi::backend& holder, spi::backend& watcher,
     auto dropped_sub = dropped->watch_releases(dropped_woken.sink());
     dropped_sub.reset();
     held->release();
-    REQUIRE(distlock::test::eventually([&] { return kept_woken.n.load() >= 1; }, 20s));
-    CHECK(dropped_woken.n.load() == 0);  // the same event
+    REQUIRE(distlock::test::eventually([&] { return kept_woken.value() >= 1; }, 20s));
+    CHECK(dropped_woken.value() == 0);  // the same event
 }
 
 // `n` handles of one provider watching the names `<prefix>-0` .. `<prefix>-<n-1>`.
@@ -140,9 +117,9 @@ struct many_watchers {
         auto held = holder.make_lock(request(prefix + "-7"));
         REQUIRE(held->acquire(std::chrono::steady_clock::now() + 5s, {}));
         held->release();
-        REQUIRE(distlock::test::eventually([&] { return woken[7].n.load() == 1; }, 20s));
+        REQUIRE(distlock::test::eventually([&] { return woken[7].value() == 1; }, 20s));
         int total = 0;
-        for (auto& w : woken) total += w.n.load();
+        for (auto& w : woken) total += w.value();
         CHECK(total == 1);
     }
 };
