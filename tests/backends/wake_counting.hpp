@@ -45,7 +45,6 @@ inline const char* kind_name(spi::lock_kind k) {
     }
 }
 
-
 // `holder` holds `name` and `other` as `holds`; a handle of `watcher` waits
 // for `name` as `kind`, watching: one failed attempt, then the releases of
 // `other` and of `name` (in that order, on one stream of events) wake it
