@@ -46,4 +46,7 @@ decltype(auto) guarded(std::string_view backend, std::span<const std::string> se
     }
 }
 
+// Throws invalid_argument_error: use of a moved-from distlock::`what`.
+[[noreturn]] void moved_from(const char* what);
+
 }  // namespace distlock::detail

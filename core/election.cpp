@@ -91,6 +91,22 @@ bool election::campaign(std::chrono::milliseconds timeout) {
     });
 }
 
+void election::async_campaign_steady(std::chrono::steady_clock::time_point deadline, acquire_handler handler,
+                                     std::stop_token stop) {
+    auto& impl = live(impl_);
+    detail::guarded(impl.provider().backend().name(), impl.provider().secrets(), "async_campaign", [&] {
+        impl.provider().check_process();
+        if (impl.leading()) impl.complete(std::move(handler), nullptr, true);
+        else impl.async_lock_until(deadline, std::move(handler), std::move(stop));
+    });
+}
+
+void election::async_resign(release_handler handler) {
+    auto& impl = live(impl_);
+    detail::guarded(impl.provider().backend().name(), impl.provider().secrets(), "async_resign",
+                    [&] { impl.async_unlock(std::move(handler)); });
+}
+
 void election::resign() noexcept {
     if (impl_) impl_->unlock();
 }

@@ -4,6 +4,7 @@
 #include <optional>
 #include <utility>
 
+#include "acquire_report.hpp"
 #include "boundary.hpp"
 #include "mutex_impl.hpp"
 #include "text.hpp"
@@ -126,6 +127,7 @@ mutex_impl::~mutex_impl() {
         abandon(std::shared_ptr<spi::lock_handle>(std::move(handle_)));
         return;
     }
+    cancel_async_work();  // nothing of this object may run on a worker after it is gone
     {
         std::lock_guard lk(state_mutex_);
         if (depth_ > 1) depth_ = 1;
@@ -161,42 +163,6 @@ spi::loss_sink mutex_impl::sink_for(std::uint64_t generation) {
         if (target->impl != nullptr) target->impl->mark_lost(generation, std::move(reason));
     });
 }
-
-// What the observer is told of one lock_until() (provider_options; nothing
-// without an observer).
-class mutex_impl::acquire_report {
-public:
-    explicit acquire_report(mutex_impl& m) : m_(m), started_(spi::clock::now()) {}
-    void timed_out() const { tell(acquire_outcome::timed_out, contention::waited, errc{}); }
-    // From a catch block: the error being handled.
-    void failed() const {
-        errc code = errc::unavailable;
-        try {
-            throw;
-        } catch (const error& e) {
-            code = e.code_value();
-        } catch (...) {}
-        tell(acquire_outcome::failed, contention::unknown, code);
-    }
-    // `queued`: it waited behind another thread of this provider first.
-    void granted(bool queued, const spi::grant& g) const {
-        tell(acquire_outcome::granted,
-             queued || g.waited.value_or(false) ? contention::waited
-             : g.waited                         ? contention::none
-                                                : contention::unknown,
-             errc{});
-    }
-
-private:
-    void tell(acquire_outcome outcome, contention contended, errc code) const {
-        m_.provider_->observe([&](observer& o) {
-            o.acquired(acquire_event{m_.provider_->scheme(), m_.request_.name, m_.observed_kind_, outcome, contended,
-                                     spi::clock::now() - started_, code});
-        });
-    }
-    mutex_impl& m_;
-    spi::clock::time_point started_;
-};
 
 bool mutex_impl::lock_until(spi::deadline until) {
     provider_->check_process();
@@ -280,7 +246,8 @@ std::optional<spi::grant> mutex_impl::acquire_within(spi::deadline until, std::c
     }
 }
 
-void mutex_impl::hold(const spi::grant& granted, std::uint64_t generation, std::chrono::milliseconds validity) {
+void mutex_impl::hold(const spi::grant& granted, std::uint64_t generation, std::chrono::milliseconds validity,
+                      bool thread_bound) {
     const bool leased = provider_->backend().caps().supports(feature::lease_expiry);
     const bool expires = validity.count() > 0;
     // Renewed (a lease with auto_renew) or checked (a lock without a lease that
@@ -300,7 +267,7 @@ void mutex_impl::hold(const spi::grant& granted, std::uint64_t generation, std::
         std::lock_guard lk(state_mutex_);
         acquiring_ = false;
         depth_ = 1;
-        owner_ = std::this_thread::get_id();
+        owner_ = thread_bound ? std::this_thread::get_id() : std::thread::id{};
         token_ = granted.token;
         granted_at_ = spi::clock::now();
         valid_until_ = expires ? (since + validity).time_since_epoch().count() : 0;
@@ -480,6 +447,17 @@ bool mutex::lock_until_steady(std::chrono::steady_clock::time_point deadline) {
     if (!impl_) throw_error(errc::invalid_argument, "", "use of a moved-from distlock::mutex");
     return detail::guarded(impl_->provider().backend().name(), impl_->provider().secrets(), "lock",
                            [&] { return impl_->lock_until(deadline); });
+}
+void mutex::async_lock_steady(std::chrono::steady_clock::time_point deadline, acquire_handler handler,
+                              std::stop_token stop) {
+    if (!impl_) throw_error(errc::invalid_argument, "", "use of a moved-from distlock::mutex");
+    detail::guarded(impl_->provider().backend().name(), impl_->provider().secrets(), "async_lock",
+                    [&] { impl_->async_lock_until(deadline, std::move(handler), std::move(stop)); });
+}
+void mutex::async_unlock(release_handler handler) {
+    if (!impl_) throw_error(errc::invalid_argument, "", "use of a moved-from distlock::mutex");
+    detail::guarded(impl_->provider().backend().name(), impl_->provider().secrets(), "async_unlock",
+                    [&] { impl_->async_unlock(std::move(handler)); });
 }
 void mutex::unlock() noexcept {
     if (impl_) impl_->unlock();

@@ -11,9 +11,12 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "distlock/async.hpp"
 #include "distlock/options.hpp"
 #include "distlock/spi/backend.hpp"
 #include "provider_state.hpp"
@@ -69,6 +72,30 @@ public:
 
     bool lock_until(spi::deadline until);
     void unlock() noexcept;
+    // The asynchronous forms (async_acquire.cpp): the acquisition waits
+    // without a thread (in the gate's queue, then between one-attempt
+    // requests on the provider's workers) and its grant belongs to no thread.
+    // Any number may be pending on one object of a kind with a gate (they
+    // queue there as threads do); one at a time on a reader's or permit's
+    // (the grant pools give each its own). The handler is always queued on a
+    // worker, never called inline.
+    // `settle(granted)`, when given, is called at the end before the handler
+    // is queued, once this object no longer counts the acquisition (a grant
+    // pool files the object away there: it may be destroyed after that).
+    void async_lock_until(spi::deadline until, acquire_handler handler, std::stop_token stop,
+                          std::function<void(bool granted)> settle = {});
+    // Cancels the pending acquisitions and waits until none is left and no
+    // asynchronous release is queued (the destructor, a grant pool's).
+    void cancel_async_work() noexcept;
+    // unlock() on a worker, then `handler` (if any) there.
+    void async_unlock(release_handler handler);
+    // Queues `handler(error, granted)` on a worker: an outcome known at once.
+    void complete(acquire_handler handler, std::exception_ptr error, bool granted);
+    // This object holds a grant (lost or not) that was not released.
+    bool leading() noexcept {
+        std::lock_guard lk(state_mutex_);
+        return depth_ > 0;
+    }
     // Held, not reported lost, and (for a renewed or leased grant) within the
     // lease as last confirmed: false while a renewal is stuck past the lease,
     // true again if it then succeeds. Never in a forked child (the grant is
@@ -105,8 +132,21 @@ private:
                                              std::uint64_t& generation);
     // The acquisition is over without a grant.
     void end_acquire();
-    // Records the grant as held and hands it to the renewal thread.
-    void hold(const spi::grant& granted, std::uint64_t generation, std::chrono::milliseconds validity);
+    // Records the grant as held and hands it to the renewal thread; held by
+    // the calling thread (`thread_bound`, the blocking API) or by no thread.
+    void hold(const spi::grant& granted, std::uint64_t generation, std::chrono::milliseconds validity,
+              bool thread_bound = true);
+
+    // An asynchronous acquisition (async_acquire.cpp), and what the destructor
+    // waits for: the acquisitions pending on this object (it cancels them) and
+    // the asynchronous releases queued.
+    class async_op;
+    struct async_work {
+        std::vector<std::shared_ptr<async_op>> ops;
+        int releases = 0;
+        bool empty() const noexcept { return ops.empty() && releases == 0; }
+    };
+    void release_done() noexcept;  // an asynchronous release is over
 
     // What a loss_sink points to: cleared (under its mutex) when the mutex_impl
     // goes, so that a backend may keep a sink as long as it likes.
@@ -158,6 +198,8 @@ private:
     std::atomic<std::uint64_t> token_{0};
     spi::clock::time_point granted_at_{};  // under state_mutex_: when the current grant was given
     std::atomic<std::chrono::steady_clock::rep> valid_until_{0};  // 0: no lease to watch
+    async_work async_;                                            // under state_mutex_
+    std::condition_variable async_idle_;                          // async_ became empty
 };
 
 }  // namespace distlock::detail

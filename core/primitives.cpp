@@ -1,7 +1,8 @@
-// The read-write lock, the semaphore and the multi-lock: each is made of the
-// mutex's grant machinery (mutex_impl: one backend handle, its renewal, its
-// loss reports), one grant per reader thread, per permit or per part.
+// The read-write lock and the semaphore: each is made of the mutex's grant
+// machinery (mutex_impl: one backend handle, its renewal, its loss reports),
+// one grant per reader (thread or asynchronous acquisition) or per permit.
 #include <algorithm>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -9,7 +10,6 @@
 #include <vector>
 
 #include "boundary.hpp"
-#include "distlock/multi_lock.hpp"
 #include "distlock/provider.hpp"
 #include "distlock/semaphore.hpp"
 #include "distlock/shared_mutex.hpp"
@@ -31,20 +31,24 @@ public:
           permits_(permits),
           first_(make_mutex_impl(provider_, name_, options_, kind_, permits_)) {}
 
-    // Every grant still held is released by its mutex_impl's destructor.
+    // Every grant still held is released by its mutex_impl's destructor; the
+    // asynchronous acquisitions and releases under way are cancelled and
+    // waited for first (each settles its object back into the pool).
+    ~grant_pool() {
+        if (provider_->forked()) return;
+        std::vector<mutex_impl*> busy;
+        {
+            std::lock_guard lk(mutex_);
+            for (auto& impl : pending_) busy.push_back(impl.get());
+        }
+        for (auto* impl : busy) impl->cancel_async_work();
+        std::unique_lock lk(mutex_);
+        settled_.wait(lk, [&] { return pending_.empty(); });
+    }
 
     bool take(spi::deadline until) {
         provider_->check_process();  // before the pool's mutex (process.hpp)
-        std::unique_ptr<mutex_impl> impl;
-        {
-            std::lock_guard lk(mutex_);
-            if (first_) impl = std::move(first_);
-            else if (!idle_.empty()) {
-                impl = std::move(idle_.back());
-                idle_.pop_back();
-            }
-        }
-        if (!impl) impl = make_mutex_impl(provider_, name_, options_, kind_, permits_);
+        auto impl = next_impl();
         bool ok = false;
         try {
             ok = impl->lock_until(until);
@@ -59,6 +63,53 @@ public:
         std::lock_guard lk(mutex_);
         held_.push_back({std::this_thread::get_id(), std::move(impl)});
         return true;
+    }
+
+    // take(), without a thread: the grant, once given, belongs to no thread.
+    void take_async(spi::deadline until, acquire_handler handler, std::stop_token stop) {
+        provider_->check_process();
+        auto impl = next_impl();
+        auto* raw = impl.get();
+        {
+            std::lock_guard lk(mutex_);
+            pending_.push_back(std::move(impl));
+        }
+        try {
+            raw->async_lock_until(until, std::move(handler), std::move(stop),
+                                  [this, raw](bool granted) { settle(raw, granted); });
+        } catch (...) {
+            settle(raw, false);
+            throw;
+        }
+    }
+
+    // release(), on a worker: the last grant taken asynchronously, else (with
+    // `any_thread`) the one taken last; `handler` when it is over (at once,
+    // on a worker, when there was none).
+    void release_async(bool any_thread, release_handler handler) {
+        provider_->check_process();
+        mutex_impl* raw = nullptr;
+        {
+            std::lock_guard lk(mutex_);
+            auto it = std::find_if(held_.rbegin(), held_.rend(),
+                                   [](const held_grant& g) { return g.thread == std::thread::id{}; });
+            if (it == held_.rend() && any_thread && !held_.empty()) it = held_.rbegin();
+            if (it != held_.rend()) {
+                raw = it->impl.get();
+                pending_.push_back(std::move(it->impl));
+                held_.erase(std::next(it).base());
+            }
+        }
+        if (!raw) {
+            provider_->engine().post([provider = provider_, handler = std::move(handler)] {
+                if (handler) handler();
+            });
+            return;
+        }
+        raw->async_unlock([this, raw, handler = std::move(handler)] {
+            settle(raw, false);
+            if (handler) handler();
+        });
     }
 
     // Releases the grant the calling thread took last; with `any_thread`, else
@@ -123,6 +174,34 @@ private:
         const auto self = std::this_thread::get_id();
         return std::find_if(held_.rbegin(), held_.rend(), [&](const held_grant& g) { return g.thread == self; });
     }
+    // An idle object (the constructor's first, else one given back), else a new one.
+    std::unique_ptr<mutex_impl> next_impl() {
+        std::unique_ptr<mutex_impl> impl;
+        {
+            std::lock_guard lk(mutex_);
+            if (first_) impl = std::move(first_);
+            else if (!idle_.empty()) {
+                impl = std::move(idle_.back());
+                idle_.pop_back();
+            }
+        }
+        if (!impl) impl = make_mutex_impl(provider_, name_, options_, kind_, permits_);
+        return impl;
+    }
+    // An asynchronous acquisition or release of `raw` is over: it is held
+    // (by no thread) or idle again.
+    void settle(mutex_impl* raw, bool granted) noexcept {
+        std::lock_guard lk(mutex_);
+        const auto it = std::find_if(pending_.begin(), pending_.end(), [&](const auto& p) { return p.get() == raw; });
+        if (it == pending_.end()) return;
+        try {
+            if (granted) held_.push_back({std::thread::id{}, std::move(*it)});
+            else idle_.push_back(std::move(*it));
+        } catch (...) {  // out of memory: the object goes (its destructor releases the grant)
+        }
+        pending_.erase(it);
+        settled_.notify_all();  // under the lock: the pool may go as soon as it is free
+    }
     void give_back(std::unique_ptr<mutex_impl> impl) noexcept {
         try {
             std::lock_guard lk(mutex_);
@@ -140,6 +219,9 @@ private:
     std::unique_ptr<mutex_impl> first_;  // made by the constructor: a bad name or option throws there
     std::vector<std::unique_ptr<mutex_impl>> idle_;
     std::vector<held_grant> held_;  // in the order taken
+    // Objects of asynchronous acquisitions and releases under way.
+    std::vector<std::unique_ptr<mutex_impl>> pending_;
+    std::condition_variable settled_;  // pending_ shrank
 };
 
 class shared_mutex_impl {
@@ -156,6 +238,14 @@ public:
                         "this thread already holds read-write lock '" + readers_.name() +
                             "' through this object; asking for it again would wait for itself");
         return shared ? readers_.take(until) : writer_->lock_until(until);
+    }
+    void async_lock(bool shared, spi::deadline until, acquire_handler handler, std::stop_token stop) {
+        if (shared) readers_.take_async(until, std::move(handler), std::move(stop));
+        else writer_->async_lock_until(until, std::move(handler), std::move(stop));
+    }
+    void async_release(bool shared, release_handler handler) {
+        if (shared) readers_.release_async(false, std::move(handler));
+        else writer_->async_unlock(std::move(handler));
     }
     void unlock() noexcept { writer_->unlock(); }
     void unlock_shared() noexcept { (void)readers_.release(false); }
@@ -178,6 +268,10 @@ public:
                    const lock_options& options)
         : permits_(provider, std::string(name), options, spi::lock_kind::permit, permits) {}
     bool acquire_until(spi::deadline until) { return permits_.take(until); }
+    void async_acquire(spi::deadline until, acquire_handler handler, std::stop_token stop) {
+        permits_.take_async(until, std::move(handler), std::move(stop));
+    }
+    void async_release(release_handler handler) { permits_.release_async(true, std::move(handler)); }
     void release() noexcept { (void)permits_.release(true); }
     std::size_t held() const noexcept { return permits_.count_held(); }
     std::uint64_t token() const noexcept { return permits_.mine_token(); }
@@ -190,98 +284,15 @@ private:
     grant_pool permits_;
 };
 
-class multi_lock_impl {
-public:
-    multi_lock_impl(const std::shared_ptr<provider_state>& provider, std::vector<std::string> names,
-                    lock_options options)
-        : names_(std::move(names)), loss_(std::make_shared<loss_state>()) {
-        const std::string who(provider->backend().name());
-        if (names_.empty()) throw_error(errc::invalid_argument, who, "a multi-lock needs at least one name");
-        std::sort(names_.begin(), names_.end());
-        names_.erase(std::unique(names_.begin(), names_.end()), names_.end());
-        loss_->on_lost = std::move(options.on_lost);
-        // One loss of a part is the loss of the whole, reported once per grant.
-        options.on_lost = [loss = loss_](const lock_event& e) {
-            std::function<void(const lock_event&)> report;
-            {
-                std::lock_guard lk(loss->mutex);
-                if (!loss->active || loss->lost) return;
-                loss->lost = true;
-                report = loss->on_lost;
-            }
-            if (report) report(lock_event{e.name, e.token, "part '" + e.name + "' of a multi-lock: " + e.reason});
-        };
-        for (const auto& n : names_)
-            parts_.push_back(make_mutex_impl(provider, n, options, spi::lock_kind::exclusive, 0));
-    }
-
-    bool lock_until(spi::deadline until) {
-        parts_.front()->provider().check_process();  // before any mutex (process.hpp)
-        {
-            std::lock_guard lk(loss_->mutex);
-            loss_->active = true;
-            loss_->lost = false;
-        }
-        std::size_t taken = 0;
-        try {
-            for (; taken < parts_.size(); ++taken)
-                if (!parts_[taken]->lock_until(until)) break;
-        } catch (...) {
-            give_back(taken);
-            throw;
-        }
-        if (taken == parts_.size()) return true;
-        give_back(taken);
-        return false;
-    }
-    void unlock() noexcept { give_back(parts_.size()); }
-    bool held() const noexcept {
-        if (parts_.front()->provider().forked()) return false;  // as give_back()
-        {
-            std::lock_guard lk(loss_->mutex);
-            if (!loss_->active || loss_->lost) return false;
-        }
-        return std::all_of(parts_.begin(), parts_.end(), [](const auto& p) { return p->held(); });
-    }
-    const std::vector<std::string>& names() const noexcept { return names_; }
-    std::string_view backend_name() const noexcept { return parts_.front()->provider().backend().name(); }
-    provider_state& provider() const noexcept { return parts_.front()->provider(); }
-    std::vector<std::uint64_t> tokens() const {
-        std::vector<std::uint64_t> out;
-        for (const auto& p : parts_) out.push_back(p->token());
-        return out;
-    }
-
-private:
-    struct loss_state {
-        std::mutex mutex;
-        bool active = false, lost = false;
-        std::function<void(const lock_event&)> on_lost;
-    };
-    // Releases the first `n` parts, last taken first. A part's unlock() returns
-    // once the loss callbacks it queued have run, so none of this grant comes
-    // later. In a forked child, nothing (the grant is the parent's; the loss
-    // state's mutex may have been held by a thread of the parent at fork time).
-    void give_back(std::size_t n) noexcept {
-        if (parts_.front()->provider().forked()) return;
-        while (n > 0) parts_[--n]->unlock();
-        std::lock_guard lk(loss_->mutex);
-        loss_->active = false;
-    }
-
-    std::vector<std::string> names_;
-    std::shared_ptr<loss_state> loss_;
-    std::vector<std::unique_ptr<mutex_impl>> parts_;
-};
-
 }  // namespace distlock::detail
 
 namespace distlock {
-namespace {
-[[noreturn]] void moved_from(const char* what) {
+namespace detail {
+void moved_from(const char* what) {
     throw_error(errc::invalid_argument, "", std::string("use of a moved-from distlock::") + what);
 }
-}  // namespace
+}  // namespace detail
+using detail::moved_from;
 
 distlock::shared_mutex provider::shared_mutex(std::string_view name, lock_options options) const {
     return detail::guarded(state_->backend().name(), state_->secrets(), "shared_mutex()", [&] {
@@ -298,12 +309,6 @@ distlock::semaphore provider::semaphore(std::string_view name, std::uint32_t per
     });
 }
 
-distlock::multi_lock provider::multi_lock(const std::vector<std::string>& names, lock_options options) const {
-    return detail::guarded(state_->backend().name(), state_->secrets(), "multi_lock()", [&] {
-        return distlock::multi_lock(std::make_unique<detail::multi_lock_impl>(state_, names, std::move(options)));
-    });
-}
-
 shared_mutex::shared_mutex(std::unique_ptr<detail::shared_mutex_impl> impl) noexcept : impl_(std::move(impl)) {}
 shared_mutex::shared_mutex(shared_mutex&&) noexcept = default;
 shared_mutex& shared_mutex::operator=(shared_mutex&&) noexcept = default;
@@ -316,6 +321,17 @@ bool shared_mutex::lock_until_steady(bool shared, std::chrono::steady_clock::tim
     if (!impl_) moved_from("shared_mutex");
     return detail::guarded(impl_->backend_name(), impl_->provider().secrets(), shared ? "lock_shared" : "lock",
                            [&] { return impl_->lock_until(shared, deadline); });
+}
+void shared_mutex::async_lock_steady(bool shared, std::chrono::steady_clock::time_point deadline,
+                                     acquire_handler handler, std::stop_token stop) {
+    if (!impl_) moved_from("shared_mutex");
+    detail::guarded(impl_->backend_name(), impl_->provider().secrets(), shared ? "async_lock_shared" : "async_lock",
+                    [&] { impl_->async_lock(shared, deadline, std::move(handler), std::move(stop)); });
+}
+void shared_mutex::async_release(bool shared, release_handler handler) {
+    if (!impl_) moved_from("shared_mutex");
+    detail::guarded(impl_->backend_name(), impl_->provider().secrets(), shared ? "async_unlock_shared" : "async_unlock",
+                    [&] { impl_->async_release(shared, std::move(handler)); });
 }
 void shared_mutex::unlock() noexcept {
     if (impl_) impl_->unlock();
@@ -343,6 +359,17 @@ bool semaphore::acquire_until_steady(std::chrono::steady_clock::time_point deadl
     return detail::guarded(impl_->backend_name(), impl_->provider().secrets(), "acquire",
                            [&] { return impl_->acquire_until(deadline); });
 }
+void semaphore::async_acquire_steady(std::chrono::steady_clock::time_point deadline, acquire_handler handler,
+                                     std::stop_token stop) {
+    if (!impl_) moved_from("semaphore");
+    detail::guarded(impl_->backend_name(), impl_->provider().secrets(), "async_acquire",
+                    [&] { impl_->async_acquire(deadline, std::move(handler), std::move(stop)); });
+}
+void semaphore::async_release(release_handler handler) {
+    if (!impl_) moved_from("semaphore");
+    detail::guarded(impl_->backend_name(), impl_->provider().secrets(), "async_release",
+                    [&] { impl_->async_release(std::move(handler)); });
+}
 void semaphore::release() noexcept {
     if (impl_) impl_->release();
 }
@@ -353,26 +380,5 @@ const std::string& semaphore::name() const noexcept {
     static const std::string empty;
     return impl_ ? impl_->name() : empty;
 }
-
-multi_lock::multi_lock(std::unique_ptr<detail::multi_lock_impl> impl) noexcept : impl_(std::move(impl)) {}
-multi_lock::multi_lock(multi_lock&&) noexcept = default;
-multi_lock& multi_lock::operator=(multi_lock&&) noexcept = default;
-multi_lock::~multi_lock() = default;
-void multi_lock::lock() { (void)lock_until_steady(std::chrono::steady_clock::time_point::max()); }
-bool multi_lock::try_lock() { return lock_until_steady(std::chrono::steady_clock::now()); }
-bool multi_lock::lock_until_steady(std::chrono::steady_clock::time_point deadline) {
-    if (!impl_) moved_from("multi_lock");
-    return detail::guarded(impl_->backend_name(), impl_->provider().secrets(), "lock",
-                           [&] { return impl_->lock_until(deadline); });
-}
-void multi_lock::unlock() noexcept {
-    if (impl_) impl_->unlock();
-}
-bool multi_lock::held() const noexcept { return impl_ && impl_->held(); }
-const std::vector<std::string>& multi_lock::names() const noexcept {
-    static const std::vector<std::string> none;
-    return impl_ ? impl_->names() : none;
-}
-std::vector<std::uint64_t> multi_lock::tokens() const { return impl_ ? impl_->tokens() : std::vector<std::uint64_t>{}; }
 
 }  // namespace distlock

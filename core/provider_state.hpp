@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "async_engine.hpp"
 #include "callbacks.hpp"
 #include "distlock/observe.hpp"
 #include "distlock/provider.hpp"
@@ -55,6 +56,8 @@ public:
     spi::backend& backend() noexcept { return *backend_; }
     detail::scheduler& scheduler() noexcept { return scheduler_; }
     callback_thread& callbacks() noexcept { return callbacks_; }
+    // The workers of asynchronous acquisitions (started on first use).
+    async_engine& engine() noexcept { return engine_; }
     const std::string& scheme() const noexcept { return scheme_; }
     const std::string& url() const noexcept { return url_; }
     const std::vector<std::string>& secrets() const noexcept { return secrets_; }
@@ -95,6 +98,7 @@ private:
     capabilities caps_;
     provider_options options_;
     callback_thread callbacks_;    // after backend_, before scheduler_: runs what the scheduler queued
+    async_engine engine_;          // no acquisition is pending once the state goes (each keeps it alive)
     detail::scheduler scheduler_;  // after both: stopped before they go
     std::mutex gates_mutex_;
     std::unordered_map<std::string, std::weak_ptr<gate>> gates_;

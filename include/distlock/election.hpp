@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include "distlock/async.hpp"
+#include "distlock/detail/deadline.hpp"
 #include "distlock/export.hpp"
 #include "distlock/inspect.hpp"
 #include "distlock/options.hpp"
@@ -63,6 +65,26 @@ public:
     // Gives up leadership (or nothing, when not leading). Never throws.
     void resign() noexcept;
 
+    // Asynchronous forms (include/distlock/async.hpp): campaign without
+    // holding a thread; `granted` = leads. A candidate that already leads
+    // completes at once with granted.
+    template <class Timeout>
+    void async_campaign(const Timeout& timeout, acquire_handler handler, std::stop_token stop = {}) {
+        async_campaign_steady(detail::steady_deadline(timeout), std::move(handler), std::move(stop));
+    }
+    void async_resign(release_handler handler = {});
+    template <class Timeout>
+    [[nodiscard]] detail::acquire_awaitable campaign_async(const Timeout& timeout, std::stop_token stop = {},
+                                                           executor resume_on = {}) {
+        return {[this, until = detail::steady_deadline(timeout), stop = std::move(stop)](acquire_handler h) {
+                    async_campaign_steady(until, std::move(h), stop);
+                },
+                std::move(resume_on)};
+    }
+    [[nodiscard]] detail::release_awaitable resign_async(executor resume_on = {}) {
+        return {[this](release_handler h) { async_resign(std::move(h)); }, std::move(resume_on)};
+    }
+
     // Leads now (as mutex::held: false as soon as a loss is found or the last
     // confirmed renewal is a lease old).
     [[nodiscard]] bool is_leader() const noexcept;
@@ -76,6 +98,8 @@ public:
     [[nodiscard]] const std::string& id() const noexcept { return id_; }
 
 private:
+    void async_campaign_steady(std::chrono::steady_clock::time_point deadline, acquire_handler handler,
+                               std::stop_token stop);
     std::unique_ptr<detail::mutex_impl> impl_;
     std::string id_;
 };

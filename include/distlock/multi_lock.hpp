@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "distlock/async.hpp"
 #include "distlock/detail/deadline.hpp"
 #include "distlock/export.hpp"
 #include "distlock/options.hpp"
@@ -50,6 +51,28 @@ public:
     }
     void unlock() noexcept;
 
+    // Asynchronous forms (include/distlock/async.hpp): every part taken, in
+    // names() order, without holding a thread, or none (the parts taken are
+    // given back when one is not granted in time, is cancelled or fails). One
+    // acquisition at a time per object (another completes with
+    // would_deadlock_error thrown at the call).
+    template <class Timeout>
+    void async_lock(const Timeout& timeout, acquire_handler handler, std::stop_token stop = {}) {
+        async_lock_steady(detail::steady_deadline(timeout), std::move(handler), std::move(stop));
+    }
+    void async_unlock(release_handler handler = {});
+    template <class Timeout>
+    [[nodiscard]] detail::acquire_awaitable lock_async(const Timeout& timeout, std::stop_token stop = {},
+                                                       executor resume_on = {}) {
+        return {[this, until = detail::steady_deadline(timeout), stop = std::move(stop)](acquire_handler h) {
+                    async_lock_steady(until, std::move(h), stop);
+                },
+                std::move(resume_on)};
+    }
+    [[nodiscard]] detail::release_awaitable unlock_async(executor resume_on = {}) {
+        return {[this](release_handler h) { async_unlock(std::move(h)); }, std::move(resume_on)};
+    }
+
     // Every part is held and none was lost.
     [[nodiscard]] bool held() const noexcept;
     // The names, in the order they are taken (ascending bytes, each once).
@@ -59,6 +82,8 @@ public:
 
 private:
     bool lock_until_steady(std::chrono::steady_clock::time_point deadline);
+    void async_lock_steady(std::chrono::steady_clock::time_point deadline, acquire_handler handler,
+                           std::stop_token stop);
     std::unique_ptr<detail::multi_lock_impl> impl_;
 };
 

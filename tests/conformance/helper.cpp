@@ -318,6 +318,20 @@ int distlock::test::conformance_helper(int argc, char** argv) try {
         }
         return 0;
     }
+    if (mode == "count-async" && argc == 5) {  // four chains of asynchronous waits in this process
+        const std::string file = argv[3];
+        distlock::test::async_rounds rounds(std::stol(argv[4]), [&] {
+            const long v = read_number(file);
+            std::this_thread::sleep_for(std::chrono::microseconds(200));  // widen the race window
+            write_number(file, v + 1);
+        });
+        std::vector<distlock::mutex> chains;
+        for (int i = 0; i < 4; ++i) chains.push_back(locks.mutex(argv[2]));
+        for (auto& c : chains) rounds.start(c);
+        const bool ended = rounds.wait(4, std::chrono::minutes(5));
+        std::cerr << rounds.errors();
+        return ended && rounds.errors().empty() ? 0 : 1;
+    }
     std::cerr << "bad arguments\n";
     return 2;
 } catch (const std::exception& e) {

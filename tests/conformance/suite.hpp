@@ -1,7 +1,11 @@
 // What the files of the conformance suite share (not installed).
 #pragma once
 
+#include <atomic>
+#include <chrono>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -37,6 +41,30 @@ const std::vector<test_locale>& test_locales();
 // program outside the tree that registered its own scheme before
 // run_conformance() knows that scheme in the helper too.
 std::unique_ptr<child_process> run_helper(std::vector<std::string> args);
+
+// Rounds of take / work / release by mutex objects that wait asynchronously
+// (async.cpp): each chain (one per object start()ed) takes its lock, does
+// `work` on a provider's worker if a round is left, releases, and starts
+// again from the release's handler until the rounds run out. So `work` runs
+// exactly `rounds` times over all chains, and only the lock keeps it
+// exclusive. The objects must outlive wait().
+class async_rounds {
+public:
+    async_rounds(long rounds, std::function<void()> work);
+    void start(mutex& m);
+    // Every chain ended (or failed): false when `limit` passed first.
+    bool wait(int chains, std::chrono::milliseconds limit);
+    // One line per chain that failed ("" = none).
+    std::string errors() const;
+
+private:
+    void fail(const std::string& why);
+    std::atomic<long> left_;
+    std::function<void()> work_;
+    std::atomic<int> ended_{0};
+    mutable std::mutex mutex_;
+    std::string errors_;
+};
 
 }  // namespace distlock::test
 
