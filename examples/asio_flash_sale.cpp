@@ -115,7 +115,11 @@ int main(int argc, char** argv) {
         bool ok = true;
         for (std::size_t i = 0; i < s.segments.size(); ++i) {
             const auto& seg = s.segments[i];
-            std::printf("segment %zu: sold %d of %d, %d left%s\n", i, seg.sold, stock, seg.left,
+            std::string first;  // the first few buyers served, in order
+            for (std::size_t b = 0; b < seg.buyers.size() && b < 5; ++b)
+                first += (b ? ", " : "") + std::to_string(seg.buyers[b]);
+            std::printf("segment %zu: sold %d of %d, %d left (to buyers %s%s)%s\n", i, seg.sold, stock, seg.left,
+                        first.c_str(), seg.buyers.size() > 5 ? ", ..." : "",
                         seg.overlapped ? " (two buyers inside its lock at once!)" : "");
             ok = ok && !seg.overlapped && seg.left >= 0 && seg.sold + seg.left == stock &&
                  static_cast<int>(seg.buyers.size()) == seg.sold;

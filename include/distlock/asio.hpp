@@ -40,6 +40,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "distlock/election.hpp"
+#include "distlock/multi_lock.hpp"
 #include "distlock/mutex.hpp"
 #include "distlock/semaphore.hpp"
 #include "distlock/shared_mutex.hpp"
@@ -167,11 +169,13 @@ auto initiate_release(Token&& token, Start start) {
 
 // Each works on any primitive with the member function of its name:
 //   async_lock(p, timeout, token), async_unlock(p, token)
-//       a mutex, or a shared_mutex's write side;
+//       a mutex, a multi_lock, or a shared_mutex's write side;
 //   async_lock_shared(p, timeout, token), async_unlock_shared(p, token)
 //       a shared_mutex's read side;
 //   async_acquire(p, timeout, token), async_release(p, token)
-//       one permit of a semaphore.
+//       one permit of a semaphore;
+//   async_campaign(p, timeout, token), async_resign(p, token)
+//       an election's candidate (granted = it leads).
 template <class Lockable, class Timeout, class CompletionToken>
 requires requires(Lockable& l, const Timeout& t) { l.async_lock(t, acquire_handler{}, std::stop_token{}); }
 auto async_lock(Lockable& l, const Timeout& timeout, CompletionToken&& token) {
@@ -213,6 +217,21 @@ requires requires(Semaphore& s) { s.async_release(release_handler{}); }
 auto async_release(Semaphore& s, CompletionToken&& token) {
     return detail::asio_impl::initiate_release(std::forward<CompletionToken>(token),
                                                [&s](release_handler h) { s.async_release(std::move(h)); });
+}
+
+template <class Candidate, class Timeout, class CompletionToken>
+requires requires(Candidate& c, const Timeout& t) { c.async_campaign(t, acquire_handler{}, std::stop_token{}); }
+auto async_campaign(Candidate& c, const Timeout& timeout, CompletionToken&& token) {
+    return detail::asio_impl::initiate_acquire(std::forward<CompletionToken>(token),
+                                               [&c, timeout](acquire_handler h, std::stop_token stop) {
+                                                   c.async_campaign(timeout, std::move(h), std::move(stop));
+                                               });
+}
+template <class Candidate, class CompletionToken>
+requires requires(Candidate& c) { c.async_resign(release_handler{}); }
+auto async_resign(Candidate& c, CompletionToken&& token) {
+    return detail::asio_impl::initiate_release(std::forward<CompletionToken>(token),
+                                               [&c](release_handler h) { c.async_resign(std::move(h)); });
 }
 
 }  // namespace distlock

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "async_wait.hpp"
 #include "distlock/distlock.hpp"
 #include "support.hpp"
 
@@ -64,14 +65,7 @@ struct outcome {
 }
 
 [[maybe_unused]] bool is_cancelled(const std::exception_ptr& error) {
-    if (!error) return false;
-    try {
-        std::rethrow_exception(error);
-    } catch (const distlock::cancelled_error& e) {
-        return e.code() == distlock::errc::cancelled;
-    } catch (...) {
-        return false;
-    }
+    return distlock::test::errc_of(error) == static_cast<int>(distlock::errc::cancelled);
 }
 
 // Runs `io` until `cond` holds or `limit` passes (a pending operation keeps
@@ -120,14 +114,18 @@ net::awaitable<void> take_count_release(distlock::mutex& m, tally& t, contention
 
 TEST_CASE("1,000 coroutines on one io_context contend for 10 names and never overlap", "[asio]") {
     constexpr int coroutines = 1000;
-    auto locks = distlock::connect(url());
+    // Four connections: each name's waiters meet in each provider's local
+    // queue and, across providers, on the server.
+    std::vector<distlock::provider> providers;
+    for (int p = 0; p < 4; ++p) providers.push_back(distlock::connect(url()));
     contention c;
     std::vector<std::string> names;
     for (std::size_t n = 0; n < c.names.size(); ++n)
         names.push_back(distlock::test::unique_name("asio:contend:" + std::to_string(n)));
     std::vector<distlock::mutex> mutexes;  // one each: an object has one grant at a time
     mutexes.reserve(coroutines);
-    for (int i = 0; i < coroutines; ++i) mutexes.push_back(locks.mutex(names[i % names.size()]));
+    for (int i = 0; i < coroutines; ++i)
+        mutexes.push_back(providers[(i / names.size()) % providers.size()].mutex(names[i % names.size()]));
 
     net::io_context io(1);
     for (int i = 0; i < coroutines; ++i)
@@ -241,12 +239,15 @@ TEST_CASE("use_future gives the grant, the timeout and the error", "[asio][token
     auto m = locks.mutex(name);
     auto other = locks.mutex(name);
 
-    std::future<bool> granted = distlock::async_lock(m, 30s, net::use_future);
-    // Asking again while acquiring or holding is would_deadlock_error.
-    std::future<bool> again = distlock::async_lock(m, 30s, net::use_future);
-    CHECK(granted.get());
-    CHECK_THROWS_AS(again.get(), distlock::would_deadlock_error);
+    CHECK(distlock::async_lock(m, 30s, net::use_future).get());
     CHECK_FALSE(distlock::async_lock(other, 200ms, net::use_future).get());  // times out: m holds it
+#if defined(DISTLOCK_ASIO_CANCELLATION_SLOTS)
+    net::cancellation_signal signal;
+    auto cancelled = distlock::async_lock(other, 5min, net::bind_cancellation_slot(signal.slot(), net::use_future));
+    CHECK(cancelled.wait_for(200ms) == std::future_status::timeout);  // waiting
+    signal.emit(net::cancellation_type::terminal);
+    CHECK_THROWS_AS(cancelled.get(), distlock::cancelled_error);
+#endif
     std::future<void> released = distlock::async_unlock(m, net::use_future);
     released.get();
     CHECK(distlock::async_lock(other, 30s, net::use_future).get());
@@ -349,4 +350,40 @@ TEST_CASE("a semaphore's permits through use_awaitable", "[asio][primitives]") {
               co_await distlock::async_release(c, net::use_awaitable);
           }) == "");
     CHECK(seen == std::vector<std::string>{"a", "b", "c timed out", "c"});
+}
+
+TEST_CASE("a multi_lock and an election through use_awaitable", "[asio][primitives]") {
+    auto locks = distlock::connect(url());
+    const auto a = distlock::test::unique_name("asio:multi:a");
+    const auto b = distlock::test::unique_name("asio:multi:b");
+    const auto c = distlock::test::unique_name("asio:multi:c");
+    auto first = locks.multi_lock({a, b});
+    auto second = locks.multi_lock({b, c});
+    std::vector<std::string> seen;
+    CHECK(run_coroutine([&]() -> net::awaitable<void> {
+              seen.push_back(co_await distlock::async_lock(first, 30s, net::use_awaitable) ? "ab" : "-");
+              seen.push_back(co_await distlock::async_lock(second, 200ms, net::use_awaitable) ? "bc" : "bc timed out");
+              co_await distlock::async_unlock(first, net::use_awaitable);
+              seen.push_back(co_await distlock::async_lock(second, 30s, net::use_awaitable) ? "bc" : "-");
+              co_await distlock::async_unlock(second, net::use_awaitable);
+          }) == "");
+    CHECK(seen == std::vector<std::string>{"ab", "bc timed out", "bc"});
+
+    if (!locks.caps().supports(distlock::feature::election)) {
+        WARN("elections not applicable: " << locks.caps().why_not(distlock::feature::election));
+        return;
+    }
+    const auto name = distlock::test::unique_name("asio:election");
+    auto one = locks.election(name);
+    auto two = locks.election(name);
+    seen.clear();
+    CHECK(run_coroutine([&]() -> net::awaitable<void> {
+              seen.push_back(co_await distlock::async_campaign(one, 30s, net::use_awaitable) ? "one leads" : "-");
+              seen.push_back(co_await distlock::async_campaign(two, 200ms, net::use_awaitable) ? "two leads"
+                                                                                               : "two timed out");
+              co_await distlock::async_resign(one, net::use_awaitable);
+              seen.push_back(co_await distlock::async_campaign(two, 30s, net::use_awaitable) ? "two leads" : "-");
+              co_await distlock::async_resign(two, net::use_awaitable);
+          }) == "");
+    CHECK(seen == std::vector<std::string>{"one leads", "two timed out", "two leads"});
 }
