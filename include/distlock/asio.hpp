@@ -55,6 +55,7 @@
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/version.hpp>
 #if BOOST_ASIO_VERSION >= 101900
 #define DISTLOCK_ASIO_CANCELLATION_SLOTS 1
@@ -69,6 +70,7 @@ namespace net = ::boost::asio;
 #include <asio/async_result.hpp>
 #include <asio/dispatch.hpp>
 #include <asio/executor_work_guard.hpp>
+#include <asio/post.hpp>
 #include <asio/version.hpp>
 #if ASIO_VERSION >= 101900
 #define DISTLOCK_ASIO_CANCELLATION_SLOTS 1
@@ -85,8 +87,8 @@ namespace detail::asio_impl {
 
 // One operation in flight: the Asio handler, its executor kept busy, and the
 // stop source its cancellation slot triggers. Made on the initiating thread;
-// complete() is called once, on a provider's worker; finish() runs on the
-// handler's executor.
+// the engine's handler is called once, on a provider's worker; finish() runs
+// on the handler's executor.
 template <class Handler, class... Args>
 class pending : public std::enable_shared_from_this<pending<Handler, Args...>> {
 public:
@@ -112,12 +114,19 @@ public:
 
     // The engine's handler: hands the outcome to the handler's executor.
     std::function<void(Args...)> engine_handler() {
-        return [self = this->shared_from_this()](Args... args) {
-            auto& executor = self->executor_;
-            net::dispatch(executor, [self = std::move(self), ... args = std::move(args)]() mutable {
-                self->finish(std::move(args)...);
-            });
+        return [self = this->shared_from_this()](Args... args) { self->template complete<false>(std::move(args)...); };
+    }
+
+    // Runs finish(args) on the handler's executor: queued when `Queued` (from
+    // inside the initiating function, which must not call the handler), else
+    // at once where the caller already runs there.
+    template <bool Queued>
+    void complete(Args... args) {
+        auto finishing = [self = this->shared_from_this(), ... args = std::move(args)]() mutable {
+            self->finish(std::move(args)...);
         };
+        if constexpr (Queued) net::post(executor_, std::move(finishing));
+        else net::dispatch(executor_, std::move(finishing));
     }
 
 private:
@@ -139,7 +148,8 @@ private:
 };
 
 // The initiation of every operation: `start(engine_handler[, stop_token])`
-// begins it on the primitive; a start that takes a stop_token is cancellable.
+// begins it on the primitive; a start that takes a stop_token is an
+// acquisition, cancellable, and an error it throws at once is its outcome.
 template <class... Args>
 struct initiate {
     template <class Handler, class Start>
@@ -147,7 +157,11 @@ struct initiate {
         auto op = std::make_shared<pending<std::decay_t<Handler>, Args...>>(std::forward<Handler>(handler));
         if constexpr (std::is_invocable_v<Start&, std::function<void(Args...)>, std::stop_token>) {
             auto stop = op->connect_cancellation();
-            start(op->engine_handler(), std::move(stop));
+            try {
+                start(op->engine_handler(), std::move(stop));
+            } catch (...) {  // refused at once (would_deadlock_error, ...): an outcome like any other
+                op->template complete<true>(std::current_exception(), false);
+            }
         } else {
             start(op->engine_handler());
         }
@@ -167,7 +181,8 @@ auto initiate_release(Token&& token, Start start) {
 
 }  // namespace detail::asio_impl
 
-// Each works on any primitive with the member function of its name:
+// Each works on any primitive with the member function of its name, and
+// forwards to it:
 //   async_lock(p, timeout, token), async_unlock(p, token)
 //       a mutex, a multi_lock, or a shared_mutex's write side;
 //   async_lock_shared(p, timeout, token), async_unlock_shared(p, token)
@@ -176,62 +191,31 @@ auto initiate_release(Token&& token, Start start) {
 //       one permit of a semaphore;
 //   async_campaign(p, timeout, token), async_resign(p, token)
 //       an election's candidate (granted = it leads).
-template <class Lockable, class Timeout, class CompletionToken>
-requires requires(Lockable& l, const Timeout& t) { l.async_lock(t, acquire_handler{}, std::stop_token{}); }
-auto async_lock(Lockable& l, const Timeout& timeout, CompletionToken&& token) {
-    return detail::asio_impl::initiate_acquire(std::forward<CompletionToken>(token),
-                                               [&l, timeout](acquire_handler h, std::stop_token stop) {
-                                                   l.async_lock(timeout, std::move(h), std::move(stop));
-                                               });
-}
-template <class Lockable, class Timeout, class CompletionToken>
-requires requires(Lockable& l, const Timeout& t) { l.async_lock_shared(t, acquire_handler{}, std::stop_token{}); }
-auto async_lock_shared(Lockable& l, const Timeout& timeout, CompletionToken&& token) {
-    return detail::asio_impl::initiate_acquire(std::forward<CompletionToken>(token),
-                                               [&l, timeout](acquire_handler h, std::stop_token stop) {
-                                                   l.async_lock_shared(timeout, std::move(h), std::move(stop));
-                                               });
-}
-template <class Semaphore, class Timeout, class CompletionToken>
-requires requires(Semaphore& s, const Timeout& t) { s.async_acquire(t, acquire_handler{}, std::stop_token{}); }
-auto async_acquire(Semaphore& s, const Timeout& timeout, CompletionToken&& token) {
-    return detail::asio_impl::initiate_acquire(std::forward<CompletionToken>(token),
-                                               [&s, timeout](acquire_handler h, std::stop_token stop) {
-                                                   s.async_acquire(timeout, std::move(h), std::move(stop));
-                                               });
-}
-template <class Lockable, class CompletionToken>
-requires requires(Lockable& l) { l.async_unlock(release_handler{}); }
-auto async_unlock(Lockable& l, CompletionToken&& token) {
-    return detail::asio_impl::initiate_release(std::forward<CompletionToken>(token),
-                                               [&l](release_handler h) { l.async_unlock(std::move(h)); });
-}
-template <class Lockable, class CompletionToken>
-requires requires(Lockable& l) { l.async_unlock_shared(release_handler{}); }
-auto async_unlock_shared(Lockable& l, CompletionToken&& token) {
-    return detail::asio_impl::initiate_release(std::forward<CompletionToken>(token),
-                                               [&l](release_handler h) { l.async_unlock_shared(std::move(h)); });
-}
-template <class Semaphore, class CompletionToken>
-requires requires(Semaphore& s) { s.async_release(release_handler{}); }
-auto async_release(Semaphore& s, CompletionToken&& token) {
-    return detail::asio_impl::initiate_release(std::forward<CompletionToken>(token),
-                                               [&s](release_handler h) { s.async_release(std::move(h)); });
-}
-
-template <class Candidate, class Timeout, class CompletionToken>
-requires requires(Candidate& c, const Timeout& t) { c.async_campaign(t, acquire_handler{}, std::stop_token{}); }
-auto async_campaign(Candidate& c, const Timeout& timeout, CompletionToken&& token) {
-    return detail::asio_impl::initiate_acquire(std::forward<CompletionToken>(token),
-                                               [&c, timeout](acquire_handler h, std::stop_token stop) {
-                                                   c.async_campaign(timeout, std::move(h), std::move(stop));
-                                               });
-}
-template <class Candidate, class CompletionToken>
-requires requires(Candidate& c) { c.async_resign(release_handler{}); }
-auto async_resign(Candidate& c, CompletionToken&& token) {
-    return detail::asio_impl::initiate_release(std::forward<CompletionToken>(token),
-                                               [&c](release_handler h) { c.async_resign(std::move(h)); });
-}
+#define DISTLOCK_ASIO_ACQUISITION(name)                                                                     \
+    template <class Primitive, class Timeout, class CompletionToken>                                        \
+    requires requires(Primitive & p, const Timeout& t) { p.name(t, acquire_handler{}, std::stop_token{}); } \
+    auto name(Primitive& p, const Timeout& timeout, CompletionToken&& token) {                              \
+        return detail::asio_impl::initiate_acquire(std::forward<CompletionToken>(token),                    \
+                                                   [&p, timeout](acquire_handler h, std::stop_token stop) { \
+                                                       p.name(timeout, std::move(h), std::move(stop));      \
+                                                   });                                                      \
+    }
+#define DISTLOCK_ASIO_RELEASE(name)                                                                    \
+    template <class Primitive, class CompletionToken>                                                  \
+    requires requires(Primitive & p) { p.name(release_handler{}); }                                    \
+    auto name(Primitive& p, CompletionToken&& token) {                                                 \
+        return detail::asio_impl::initiate_release(std::forward<CompletionToken>(token),               \
+                                                   [&p](release_handler h) { p.name(std::move(h)); }); \
+    }
+DISTLOCK_ASIO_ACQUISITION(async_lock)
+DISTLOCK_ASIO_RELEASE(async_unlock)
+DISTLOCK_ASIO_ACQUISITION(async_lock_shared)
+DISTLOCK_ASIO_RELEASE(async_unlock_shared)
+DISTLOCK_ASIO_ACQUISITION(async_acquire)
+DISTLOCK_ASIO_RELEASE(async_release)
+DISTLOCK_ASIO_ACQUISITION(async_campaign)
+DISTLOCK_ASIO_RELEASE(async_resign)
+#undef DISTLOCK_ASIO_ACQUISITION
+#undef DISTLOCK_ASIO_RELEASE
 
 }  // namespace distlock

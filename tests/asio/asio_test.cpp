@@ -248,6 +248,13 @@ TEST_CASE("use_future gives the grant, the timeout and the error", "[asio][token
     signal.emit(net::cancellation_type::terminal);
     CHECK_THROWS_AS(cancelled.get(), distlock::cancelled_error);
 #endif
+    // An error the primitive raises at once (a moved-from object) is the
+    // outcome too, never thrown by the initiating call.
+    auto moved = std::move(other);
+    std::future<bool> refused;
+    CHECK_NOTHROW(refused = distlock::async_lock(other, 30s, net::use_future));
+    CHECK_THROWS_AS(refused.get(), distlock::invalid_argument_error);
+    other = std::move(moved);
     std::future<void> released = distlock::async_unlock(m, net::use_future);
     released.get();
     CHECK(distlock::async_lock(other, 30s, net::use_future).get());
