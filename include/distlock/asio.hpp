@@ -20,7 +20,10 @@
 // The completion runs on the handler's associated executor (for a coroutine,
 // its own; a handler without one runs on the provider's worker thread), and
 // that executor has work outstanding until it does: an io_context waiting on
-// a lock does not return from run(). The timeout (a duration, or a time point
+// a lock does not return from run(). An io_context must outlive the operations
+// given its executor: destroy it once run() has returned (it returns only
+// after the provider's workers are done handing over), not after a bare
+// run_one() that ran a completion. The timeout (a duration, or a time point
 // of any clock) counts from when the operation starts: for deferred, when it
 // is launched.
 //
@@ -119,9 +122,13 @@ public:
 
     // Runs finish(args) on the handler's executor: queued when `Queued` (from
     // inside the initiating function, which must not call the handler), else
-    // at once where the caller already runs there.
+    // at once where the caller already runs there. The executor keeps its work
+    // until this thread is done handing over: an io_context's run() cannot
+    // return (and the io_context be destroyed) while a worker is still inside
+    // its post().
     template <bool Queued>
     void complete(Args... args) {
+        auto work = std::move(work_);
         auto finishing = [self = this->shared_from_this(), ... args = std::move(args)]() mutable {
             self->finish(std::move(args)...);
         };
@@ -136,7 +143,6 @@ private:
         if (slot.is_connected()) slot.clear();
 #endif
         Handler handler = std::move(handler_);
-        work_.reset();
         std::move(handler)(std::move(args)...);
     }
 

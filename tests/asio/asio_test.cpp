@@ -68,6 +68,16 @@ struct outcome {
     return distlock::test::errc_of(error) == static_cast<int>(distlock::errc::cancelled);
 }
 
+// An io_context that, before it is destroyed, runs until no operation has
+// work on it (a minute at most): no provider worker is inside it then.
+struct settled_io : net::io_context {
+    settled_io() : net::io_context(1) {}
+    ~settled_io() {
+        restart();
+        run_for(std::chrono::minutes(1));
+    }
+};
+
 // Runs `io` until `cond` holds or `limit` passes (a pending operation keeps
 // it from running out of work).
 template <class F>
@@ -127,7 +137,7 @@ TEST_CASE("1,000 coroutines on one io_context contend for 10 names and never ove
     for (int i = 0; i < coroutines; ++i)
         mutexes.push_back(providers[(i / names.size()) % providers.size()].mutex(names[i % names.size()]));
 
-    net::io_context io(1);
+    settled_io io;
     for (int i = 0; i < coroutines; ++i)
         net::co_spawn(io, take_count_release(mutexes[i], c.names[i % names.size()], c), [&c](std::exception_ptr e) {
             ++c.finished;
@@ -161,7 +171,7 @@ TEST_CASE(
     auto waiter = locks.mutex(name);
     auto next = locks.mutex(name);
     REQUIRE(holder.try_lock());
-    net::io_context io(1);
+    settled_io io;
     net::cancellation_signal signal;
 
     SECTION("a plain handler bound to the slot") {
@@ -216,7 +226,7 @@ TEST_CASE("deferred operations start when launched, with their timeout counted f
     REQUIRE(other.try_lock());  // nothing was started
     other.unlock();
 
-    net::io_context io(1);
+    settled_io io;
     outcome o;
     std::move(lock_op)(record_on(io, o));
     REQUIRE(run_until(
@@ -267,7 +277,7 @@ TEST_CASE("a plain handler keeps its io_context running until it has run there",
     auto holder = locks.mutex(name);
     auto waiter = locks.mutex(name);
     REQUIRE(holder.try_lock());
-    net::io_context io(1);
+    settled_io io;
     outcome o;
     std::thread::id ran_on;
     distlock::async_lock(waiter, 5min, net::bind_executor(io, [&](std::exception_ptr error, bool granted) {
@@ -297,7 +307,7 @@ namespace {
 // Runs `body` as the only coroutine of a fresh io_context; "" or what it threw.
 template <class Body>
 std::string run_coroutine(Body body) {
-    net::io_context io(1);
+    settled_io io;
     std::string error;
     net::co_spawn(io, std::move(body), [&](std::exception_ptr e) {
         if (!e) return;
