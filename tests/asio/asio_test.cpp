@@ -28,6 +28,13 @@ namespace net = boost::asio;
 namespace net = asio;
 #define ASIO_TEST_VERSION ASIO_VERSION
 #endif
+#if defined(DISTLOCK_ASIO_CANCELLATION_SLOTS)
+#if defined(DISTLOCK_ASIO_BOOST)
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#else
+#include <asio/experimental/awaitable_operators.hpp>
+#endif
+#endif
 #if ASIO_TEST_VERSION >= 102400
 #define ASIO_TEST_DEFERRED net::deferred
 #elif ASIO_TEST_VERSION >= 102000
@@ -207,6 +214,24 @@ TEST_CASE(
             io, [&] { return done; }, 30s));
         CHECK(is_cancelled(ended));
     }
+    SECTION("the loser of awaitable_operators' || (a timer wins)") {
+        using namespace net::experimental::awaitable_operators;
+        std::size_t winner = 9;
+        std::string error;
+        net::co_spawn(
+            io,
+            [&]() -> net::awaitable<void> {
+                net::steady_timer timer(co_await net::this_coro::executor, 300ms);
+                auto first = co_await (distlock::async_lock(waiter, 5min, net::use_awaitable) ||
+                                       timer.async_wait(net::use_awaitable));
+                winner = first.index();
+            },
+            [&](std::exception_ptr e) { error = e ? "the coroutine threw" : ""; });
+        REQUIRE(run_until(
+            io, [&] { return winner != 9 || !error.empty(); }, 30s));
+        CHECK(error == "");
+        CHECK(winner == 1);
+    }
     CHECK_FALSE(waiter.held());
     holder.unlock();
     // Nothing of the cancelled wait is left on the server: one attempt takes it.
@@ -216,7 +241,7 @@ TEST_CASE(
 #endif
 
 #if defined(ASIO_TEST_DEFERRED)
-TEST_CASE("deferred operations start when launched, with their timeout counted from then", "[asio][token]") {
+TEST_CASE("deferred operations start only when launched", "[asio][token]") {
     auto locks = distlock::connect(url());
     const auto name = distlock::test::unique_name("asio:deferred");
     auto m = locks.mutex(name);
