@@ -17,6 +17,9 @@
 //     passed; error = a distlock::error, cancelled_error after a cancellation);
 //     use_awaitable returns the bool and throws the error;
 //   - void() for a release.
+// An error the primitive raises at once is delivered the same way, never
+// thrown by the initiating call. The primitive must outlive the operation, and
+// an object has one grant at a time: give each coroutine its own object.
 // The completion runs on the handler's associated executor (for a coroutine,
 // its own; a handler without one runs on the provider's worker thread), and
 // that executor has work outstanding until it does: an io_context waiting on
@@ -31,7 +34,8 @@
 // its per-operation cancellation slot (bind_cancellation_slot, a coroutine's
 // cancellation state): any cancellation type ends the wait with
 // cancelled_error, leaves nothing on the server and does not delay the next
-// waiter. A release cannot be cancelled. With an older Asio (Boost 1.74's is
+// waiter. Emit the signal on the handler's executor, as Asio requires of
+// every slot. A release cannot be cancelled. With an older Asio (Boost 1.74's is
 // 1.18) there are no slots; a std::stop_token passed to the member functions
 // (mutex::async_lock) still cancels.
 #pragma once
