@@ -54,7 +54,10 @@ public:
         {
             std::lock_guard lk(mutex_);
             if (m_.gate_) {
-                ticket_.on_turn = [self] { self->provider_->engine().post([self] { self->turn(); }); };
+                // Weak: the ticket is the op's own (the op is alive while queued: its mutex lists it).
+                ticket_.on_turn = [weak = weak_from_this()] {
+                    if (auto op = weak.lock()) op->provider_->engine().post([op] { op->turn(); });
+                };
                 if (m_.gate_->enter_async(ticket_, &m_)) {
                     in_gate_ = true;
                     provider_->engine().post([self] { self->attempt(); });

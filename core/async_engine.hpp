@@ -20,7 +20,7 @@ public:
     using timer_id = std::uint64_t;
 
     // The number of worker threads of every provider (docs/architecture.md, "Threads").
-    static constexpr unsigned workers = 2;
+    static constexpr unsigned workers = 4;
 
     async_engine();
     // Stops the workers (what is still queued or timed is dropped: every

@@ -132,13 +132,14 @@ private:
     };
     void take_part(const std::shared_ptr<acquisition>& chain, std::size_t i) {
         parts_[i]->async_lock_until(
-            chain->until, [life = life_, chain, i](std::exception_ptr error, bool granted) {
+            chain->until,
+            [life = life_, chain, i](std::exception_ptr error, bool granted) {
                 acquire_handler done;
                 {
                     std::lock_guard lk(life->mutex);
                     auto* self = life->self;
                     std::size_t taken = granted ? i + 1 : i;  // parts held now
-                    if (!self) {  // gone: its parts were cancelled and released
+                    if (!self) {                              // gone: its parts were cancelled and released
                         error = std::make_exception_ptr(
                             cancelled_error(errc::cancelled, "", "the multi-lock was destroyed while acquiring"));
                         granted = false;

@@ -45,10 +45,38 @@ struct table {
     std::mutex mutex;
     std::condition_variable released;
     slot_map slots;
+    // The asynchronous waiters' wake-ups, by slot key (lock_handle::watch_releases).
+    std::multimap<std::string, const spi::wake_sink*, std::less<>> watchers;
 
     void drop_if_unused(slot_map::iterator it) {
         if (it->second.unused()) slots.erase(it);
     }
+    // A grant of `key` went (under `mutex`): blocked threads and asynchronous
+    // waiters of it try again. The sinks only queue an attempt.
+    void announce(std::string_view key) {
+        released.notify_all();
+        for (auto [it, end] = watchers.equal_range(key); it != end; ++it) (*it->second)();
+    }
+};
+
+// One asynchronous waiter's wake-ups: registered in its table until destroyed
+// (under the table's mutex, so that no wake-up comes after).
+class watch final : public spi::wake_subscription {
+public:
+    watch(std::shared_ptr<table> t, const std::string& key, spi::wake_sink wake)
+        : table_(std::move(t)), wake_(std::move(wake)) {
+        std::lock_guard lk(table_->mutex);
+        entry_ = table_->watchers.emplace(key, &wake_);
+    }
+    ~watch() override {
+        std::lock_guard lk(table_->mutex);
+        table_->watchers.erase(entry_);
+    }
+
+private:
+    std::shared_ptr<table> table_;
+    spi::wake_sink wake_;
+    decltype(table::watchers)::iterator entry_;
 };
 
 // The tables of the spaces some provider or lock still uses, by space name: a
@@ -142,7 +170,7 @@ public:
             throw;
         }
         if (waited) --s.waiting;
-        if (writer && --s.writers_waiting == 0 && !ok) table_->released.notify_all();  // readers held back by it
+        if (writer && --s.writers_waiting == 0 && !ok) table_->announce(key_);  // readers held back by it
         if (!ok) return std::nullopt;
         grant_ = next_token++;
         if (kind_ == spi::lock_kind::read || kind_ == spi::lock_kind::permit) {
@@ -169,7 +197,11 @@ public:
             s.holder.clear();
         }
         table_->drop_if_unused(it);
-        table_->released.notify_all();
+        table_->announce(key_);
+    }
+
+    std::unique_ptr<spi::wake_subscription> watch_releases(spi::wake_sink wake) override {
+        return std::make_unique<watch>(table_, key_, std::move(wake));
     }
 
 private:
@@ -216,7 +248,8 @@ public:
         {
             std::lock_guard lk(table_->mutex);
             for (char letter : {'m', 'r', 's'}) {
-                auto it = table_->slots.find(letter + std::string(name));
+                const auto key = letter + std::string(name);
+                auto it = table_->slots.find(key);
                 if (it == table_->slots.end()) continue;
                 auto& s = it->second;
                 if (s.grant != 0) lost.push_back(std::exchange(s.lost, {}));
@@ -225,8 +258,8 @@ public:
                 for (auto& [id, sink] : s.shared) lost.push_back(std::move(sink));
                 s.shared.clear();
                 table_->drop_if_unused(it);
+                table_->announce(key);
             }
-            table_->released.notify_all();
         }
         for (const auto& l : lost) l("the lock was broken (testing::break_lock)");
     }

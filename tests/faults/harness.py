@@ -727,6 +727,8 @@ class Cell:
                "--lease-ms", str(a.lease_ms), "--hold-ms", str(a.hold_ms), "--wait-ms", str(a.wait_ms)]
         if a.election:
             cmd += ["--election", "1"]
+        if a.asynchronous:
+            cmd += ["--async", "1"]
         if a.nemesis in ("pause-holder", "pause-before-write"):
             cmd += ["--pause-point", "hold" if a.nemesis == "pause-holder" else "before-write",
                     "--pause-prob", str(a.pause_prob)]
@@ -1116,6 +1118,7 @@ class Cell:
             "server": self.server,
             "nemesis": a.nemesis,
             "election": a.election,
+            "async": a.asynchronous,
             "workers": a.workers,
             "threads": a.backend == "memory",
             "seconds": a.seconds,
@@ -1286,6 +1289,8 @@ def parse_args(argv):
     ap.add_argument("--lock", default=None, help="lock name (default: unique per cell)")
     ap.add_argument("--election", action="store_true",
                     help="each grant is a term of leadership of an election (provider::election), not a mutex")
+    ap.add_argument("--async", dest="asynchronous", action="store_true",
+                    help="the workers acquire and release through the asynchronous API (async_lock, async_unlock)")
     ap.add_argument("--out", default=None, help="run directory (default /tmp/distlock-faults/<cell>.<time>)")
     ap.add_argument("--worker-bin", default=os.environ.get("DISTLOCK_FAULT_WORKER") or
                     os.path.join(REPO, "build", "bin", "distlock-fault-worker"))

@@ -67,7 +67,13 @@ SENTINEL = {"redis-sentinel", "redis-sentinel-min-replicas"}
 # Leader elections (provider::election) on a backend's server: id -> the id of
 # that backend, whose server, URL and nature they share (harness.py --election).
 ELECTION = {"zk-election": "zk", "etcd-election": "etcd", "redis-election": "redis"}
-for _e, _b in ELECTION.items():
+# The same backends with workers that acquire through the asynchronous API
+# (harness.py --async): id -> the backend whose server, URL and nature they share.
+ASYNC = {"file-async": "file", "redis-async": "redis", "postgres-lease-table-async": "postgres-lease-table",
+         "zk-async": "zk", "etcd-async": "etcd"}
+# What a cell id runs as: its backend, and the harness flags that make it a variant.
+VARIANT = {**{e: (b, ["--election"]) for e, b in ELECTION.items()}, **{e: (b, ["--async"]) for e, b in ASYNC.items()}}
+for _e, (_b, _flags) in VARIANT.items():
     BACKENDS[_e] = BACKENDS[_b]
 
 NEMESES = ["none", "pause-holder", "pause-before-write", "kill-holder", "delay-replies", "freeze-client",
@@ -79,8 +85,9 @@ NEMESES = ["none", "pause-holder", "pause-before-write", "kill-holder", "delay-r
 # compare NOW(). Redis expires keys by its wall clock too, but redis-server is
 # built with jemalloc, which calls clock_gettime() before libfaketime is ready
 # (libfaketime aborts the recursion, the server never starts).
-WALL_CLOCK_EXPIRY = {"mysql-lease-table", "mysql-optimistic", "postgres-lease-table", "postgres-optimistic"}
-NO_FAKETIME = {"redis", "redis-reentrant", "redlock", "redis-election"} | SENTINEL
+WALL_CLOCK_EXPIRY = {"mysql-lease-table", "mysql-optimistic", "postgres-lease-table", "postgres-optimistic",
+                     "postgres-lease-table-async"}
+NO_FAKETIME = {"redis", "redis-reentrant", "redlock", "redis-election", "redis-async"} | SENTINEL
 
 
 def not_applicable(bid, nemesis):
@@ -198,6 +205,7 @@ SHORT = [
     ("mysql-lease-table", "clock-jump-server"),
     ("etcd-cluster", "kill-leader"), ("consul-emulator", "pause-before-write"),
     ("redis-sentinel-min-replicas", "kill-leader"), ("zk-election", "kill-holder"),
+    ("redis-async", "pause-holder"), ("zk-async", "kill-holder"), ("postgres-lease-table-async", "restart-server"),
 ]
 
 
@@ -218,9 +226,9 @@ def cells(profile, only, nemeses):
 
 def run_cell(bid, nemesis, seconds, out_dir, extra):
     exp = expectations(bid, nemesis)
-    if bid in ELECTION:
-        extra = ["--election"] + extra
-    cmd = [sys.executable, os.path.join(HERE, "harness.py"), "--backend", ELECTION.get(bid, bid), "--nemesis", nemesis,
+    base, flags = VARIANT.get(bid, (bid, []))
+    extra = flags + extra
+    cmd = [sys.executable, os.path.join(HERE, "harness.py"), "--backend", base, "--nemesis", nemesis,
            "--seconds", str(seconds), "--out", out_dir, "--expect", json.dumps(exp)] + extra
     t0 = time.monotonic()
     with open(os.path.join(os.path.dirname(out_dir), os.path.basename(out_dir) + ".log"), "w") as log:

@@ -12,11 +12,15 @@
 //       [--seconds S] [--lease-ms L] [--hold-ms H] [--wait-ms M]
 //       [--pause-point hold|before-write] [--pause-prob P] [--kill-prob P]
 //       [--threads N] [--break-lock-every MS] [--nemesis-log FILE] [--seed N]
-//       [--first-fault FILE] [--election 1]
+//       [--first-fault FILE] [--election 1] [--async 1]
 //
 // --election 1: each grant is a term of leadership of the election named by
 // --lock (provider::election: campaign, term(), is_leader(), resign()), in
 // place of the mutex; the history is the same.
+// --async 1: each grant is taken and given back through the asynchronous API
+// (async_lock / async_campaign with a completion handler, async_unlock /
+// async_resign), the worker waiting for each handler: the grant is held by no
+// thread, and the history is the same as a blocking worker's.
 // --threads N (N > 1): N logical workers as threads of one process (memory://),
 // ids W.1 .. W.N, one history file each: "{w}" in --history is replaced by the
 // id, else ".<k>" is inserted before the extension. --threads 0: no grant loop,
@@ -48,6 +52,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <future>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -88,7 +93,8 @@ void sleep_ms(std::int64_t ms) {
                  "usage: distlock-fault-worker --url URL --lock NAME --id W --history FILE --store SOCK\n"
                  "         [--seconds S] [--lease-ms L] [--hold-ms H] [--wait-ms M]\n"
                  "         [--pause-point hold|before-write] [--pause-prob P] [--kill-prob P]\n"
-                 "         [--threads N] [--break-lock-every MS] [--nemesis-log FILE] [--seed N]\n",
+                 "         [--threads N] [--break-lock-every MS] [--nemesis-log FILE] [--seed N]\n"
+                 "         [--first-fault FILE] [--election 1] [--async 1]\n",
                  why.c_str());
     std::exit(64);
 }
@@ -290,6 +296,7 @@ struct options {
     int threads = 1;
     long break_lock_every_ms = 0;
     bool election = false;
+    bool asynchronous = false;
     std::uint64_t seed = 0;
     bool seeded = false;
 };
@@ -298,7 +305,8 @@ struct options {
 // grant loop uses either through this.
 class grant_source {
 public:
-    grant_source(const distlock::provider& p, const options& o, distlock::lock_options lo) {
+    grant_source(const distlock::provider& p, const options& o, distlock::lock_options lo)
+        : asynchronous_(o.asynchronous) {
         if (!o.election) {
             mutex_.emplace(p.mutex(o.lock, std::move(lo)));
             return;
@@ -310,12 +318,30 @@ public:
         eo.on_error = std::move(lo.on_error);
         election_.emplace(p.election(o.lock, std::move(eo)));
     }
-    bool try_lock_for(std::chrono::milliseconds d) { return mutex_ ? mutex_->try_lock_for(d) : election_->campaign(d); }
+    bool try_lock_for(std::chrono::milliseconds d) {
+        if (!asynchronous_) return mutex_ ? mutex_->try_lock_for(d) : election_->campaign(d);
+        auto done = std::make_shared<std::promise<bool>>();
+        auto outcome = done->get_future();
+        distlock::acquire_handler handler = [done](std::exception_ptr error, bool granted) {
+            if (error) done->set_exception(error);
+            else done->set_value(granted);
+        };
+        mutex_ ? mutex_->async_lock(d, std::move(handler)) : election_->async_campaign(d, std::move(handler));
+        return outcome.get();  // rethrows the handler's distlock::error
+    }
     std::uint64_t token() const { return mutex_ ? mutex_->token() : election_->term(); }
     bool held() const { return mutex_ ? mutex_->held() : election_->is_leader(); }
-    void unlock() { mutex_ ? mutex_->unlock() : election_->resign(); }
+    void unlock() {
+        if (!asynchronous_) return mutex_ ? mutex_->unlock() : election_->resign();
+        auto done = std::make_shared<std::promise<void>>();
+        auto over = done->get_future();
+        distlock::release_handler handler = [done] { done->set_value(); };
+        mutex_ ? mutex_->async_unlock(std::move(handler)) : election_->async_resign(std::move(handler));
+        over.get();
+    }
 
 private:
+    bool asynchronous_;
     std::optional<distlock::mutex> mutex_;
     std::optional<distlock::election> election_;
 };
@@ -358,6 +384,7 @@ options parse(int argc, char** argv) {
         else if (a == "--break-lock-every") num(o.break_lock_every_ms);
         else if (a == "--seed") num(o.seed), o.seeded = true;
         else if (a == "--election") o.election = v == "1";
+        else if (a == "--async") o.asynchronous = v == "1";
         else usage("unknown option " + a);
     }
     (void)have_threads;

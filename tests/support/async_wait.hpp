@@ -25,7 +25,9 @@ public:
     // The promise is the handler's too: a handler that runs after the test
     // gave up waiting writes to nothing freed.
     acquire_handler handler() {
-        return [p = promise_](std::exception_ptr e, bool g) { p->set_value({std::move(e), g, std::this_thread::get_id()}); };
+        return [p = promise_](std::exception_ptr e, bool g) {
+            p->set_value({std::move(e), g, std::this_thread::get_id()});
+        };
     }
     bool ready() { return future_.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }
     // The outcome; a default one (not granted, no error) when none came within `limit` (check ready() first

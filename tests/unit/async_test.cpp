@@ -314,6 +314,23 @@ TEST_CASE("an election campaigned asynchronously leads after the leader resigns"
     CHECK(second.is_leader());
 }
 
+TEST_CASE("memory:// wakes an async waiter on release, not on its next poll", "[async]") {
+    auto p = distlock::connect(space("wake"));
+    auto holder = p.mutex("w");
+    REQUIRE(holder.try_lock());
+    distlock::lock_options slow;  // polls 5 s apart: only a wake-up can grant within that
+    slow.retry_min = 5s;
+    slow.retry_max = 5s;
+    auto m = p.mutex("w", slow);
+    pending w;
+    m.async_lock(60s, w.handler());
+    std::this_thread::sleep_for(50ms);  // its first attempt has failed: it is parked
+    const auto released_at = std::chrono::steady_clock::now();
+    holder.unlock();
+    CHECK(w.get().granted);
+    CHECK(std::chrono::steady_clock::now() - released_at < 2500ms);  // half the poll: not the poll
+}
+
 TEST_CASE("ten thousand pending async acquisitions hold a bounded number of threads", "[async]") {
     auto p = distlock::connect(space("many"));
     auto q = distlock::connect(space("many"));
@@ -338,7 +355,8 @@ TEST_CASE("ten thousand pending async acquisitions hold a bounded number of thre
     std::this_thread::sleep_for(100ms);
     const auto during = thread_count();
     INFO("threads before " << before << ", with " << n << " pending " << during);
-    CHECK(during <= before + 4);
+    CHECK(during <= before + 6);  // the provider's four workers, and room for its renewal and callback threads
+    CHECK(during <= 16);          // the issue's bound for the whole process
     CHECK(granted == 0);
     holder.unlock();
     for (int i = 0; i < 600 && granted + failed < n; ++i) std::this_thread::sleep_for(100ms);
