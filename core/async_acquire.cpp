@@ -25,6 +25,10 @@ namespace {
 std::chrono::milliseconds safety_poll(const spi::lock_request& r) {
     return std::max(r.retry_max, std::min<std::chrono::milliseconds>(r.lease / 4, std::chrono::seconds{2}));
 }
+// How long a waiting acquisition rides out its attempts' unavailable_errors
+// (the server restarting, a request timed out under load) before the wait ends
+// with the error; the first attempt's error ends it at once.
+constexpr std::chrono::seconds transient_errors{3};
 
 // Queues the handler of an acquisition with its outcome on a worker; the
 // handler keeps the provider (and so the workers) alive until it has run.
@@ -144,8 +148,7 @@ private:
             timed_out = spi::clock::now() >= until_;
         }
         if (timed_out) {
-            report_.timed_out();
-            finish(nullptr, false);
+            end_at_deadline();
             return;
         }
         attempt();
@@ -177,9 +180,19 @@ private:
             granted = m_.acquire_within(spi::clock::now(), validity, generation);
         } catch (...) {
             m_.end_acquire();
+            auto error = boundary_error();
+            if (transient(error)) {  // the server did not answer this once: try again, as a blocking wait would
+                park(true);
+                return;
+            }
             report_.failed();
-            finish(boundary_error(), false);
+            finish(std::move(error), false);
             return;
+        }
+        {
+            std::lock_guard lk(mutex_);
+            failing_since_.reset();  // answered
+            attempted_ = true;
         }
         if (granted) {
             if (cancelled_now()) {  // cancelled while the grant was on its way: give it back
@@ -205,8 +218,9 @@ private:
         park();
     }
 
-    // Not granted: wait for a wake-up, a timer or the deadline.
-    void park() {
+    // Not granted (or `after_error`: not answered): wait for a wake-up, a
+    // timer (the backoff after an error, else the poll) or the deadline.
+    void park(bool after_error = false) {
         bool again = false, timed_out = false, stop = false;
         {
             std::lock_guard lk(mutex_);
@@ -215,8 +229,8 @@ private:
             else if (now >= until_) timed_out = true;
             else if (woken_) again = true;  // a release came during the attempt
             else {
-                const auto delay =
-                    subscription_ ? std::chrono::nanoseconds(safety_poll(m_.request_)) : backoff_.next(until_);
+                const auto delay = subscription_ && !after_error ? std::chrono::nanoseconds(safety_poll(m_.request_))
+                                                                 : backoff_.next(until_);
                 const auto when = std::min(until_, now + delay);
                 phase_ = phase::parked;
                 timer_ = provider_->engine().at(when, [self = shared_from_this()] { self->timer_fired(); });
@@ -226,11 +240,36 @@ private:
             report_.failed(errc::cancelled);
             finish(cancelled(), false);
         } else if (timed_out) {
-            report_.timed_out();
-            finish(nullptr, false);
+            end_at_deadline();
         } else if (again) {
             provider_->engine().post([self = shared_from_this()] { self->attempt(); });
         }
+    }
+
+    // An unavailable_error of an attempt made while waiting, within
+    // transient_errors of the first of a run of them and before the
+    // deadline: the attempt is made again after a backoff instead of ending
+    // the wait (a blocking wait rides out such errors inside its backend).
+    bool transient(const std::exception_ptr& error) {
+        if (acquire_report::code_of(error) != errc::unavailable) return false;
+        std::lock_guard lk(mutex_);
+        const auto now = spi::clock::now();
+        if (!failing_since_) failing_since_ = now;
+        last_error_ = error;
+        return attempted_ && now < until_ && now - *failing_since_ < transient_errors;
+    }
+
+    // The deadline came while parked: a timeout, or the error of the attempts
+    // when the server had stopped answering them.
+    void end_at_deadline() {
+        std::exception_ptr error;
+        {
+            std::lock_guard lk(mutex_);
+            if (failing_since_) error = last_error_;
+        }
+        if (error) report_.failed(errc::unavailable);
+        else report_.timed_out();
+        finish(std::move(error), false);
     }
 
     bool cancelled_now() {
@@ -296,6 +335,9 @@ private:
     bool in_gate_ = false, queued_ = false, cancelled_ = false, woken_ = false;
     async_engine::timer_id timer_ = 0;
     std::unique_ptr<stop_hook> on_stop_;
+    bool attempted_ = false;                               // an attempt was answered (busy or not)
+    std::optional<spi::clock::time_point> failing_since_;  // the first of a run of transient errors
+    std::exception_ptr last_error_;                        // of that run
     // Touched by the attempt steps only (one at a time).
     bool subscribed_ = false;
     std::unique_ptr<spi::wake_subscription> subscription_;

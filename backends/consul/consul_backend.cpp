@@ -28,6 +28,7 @@
 // the registration).
 #include "consul_agent.hpp"
 #include "consul_lock.hpp"
+#include "consul_release_feed.hpp"
 
 namespace distlock::backends::consul {
 namespace {
@@ -49,7 +50,7 @@ public:
         switch (r.kind) {
             case spi::lock_kind::exclusive:
             case spi::lock_kind::leader:  // an election is the mutex: its key is Consul's election pattern
-                return consul::make_lock(agent_, r);
+                return consul::make_lock(agent_, releases_, r);
             case spi::lock_kind::permit: return consul::make_permit(agent_, r);
             case spi::lock_kind::read:
             case spi::lock_kind::write: return consul::make_rwlock(agent_, r);
@@ -84,6 +85,7 @@ public:
 
 private:
     agent agent_;
+    release_feed releases_{agent_};  // after agent_: stopped before its loop
     capabilities caps_;
 };
 

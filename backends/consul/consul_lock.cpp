@@ -5,6 +5,7 @@
 
 #include <thread>
 
+#include "consul_release_feed.hpp"
 #include "consul_session.hpp"
 
 namespace distlock::backends::consul {
@@ -12,8 +13,17 @@ namespace {
 
 class handle final : public session_handle {
 public:
-    handle(agent& a, const spi::lock_request& r);
+    handle(agent& a, release_feed& f, const spi::lock_request& r);
     ~handle() override { monitor_.stop(); }  // before the fields examine() reads go
+
+    // Asynchronous waits: the provider's one blocking listing of the prefix
+    // (consul_release_feed.hpp); a failed attempt tells it whose session kept it out.
+    std::unique_ptr<spi::wake_subscription> watch_releases(spi::wake_sink wake) override {
+        std::shared_ptr<release_feed::watcher> w;
+        auto sub = feed_.subscribe(key_, std::move(wake), w);
+        watcher_ = w;
+        return sub;
+    }
 
 private:
     std::optional<spi::grant> wait_and_acquire(spi::deadline until, spi::deadline created,
@@ -23,11 +33,21 @@ private:
     bool give_back() override;
     std::string release_subject() const override { return "'" + request_.name + "'"; }
 
-    std::string key_, target_;  // the key, and its /v1/kv/ URL path
+    // A failed attempt: the session that held the key, as the read of `index` showed it.
+    void blocked(const entry& e) const {
+        if (auto w = watcher_.lock()) feed_.blocked_by(w, e.session, e.index);
+    }
+
+    release_feed& feed_;
+    std::weak_ptr<release_feed::watcher> watcher_;  // of the asynchronous wait under way, if any
+    std::string key_, target_;                      // the key, and its /v1/kv/ URL path
 };
 
-handle::handle(agent& a, const spi::lock_request& r)
-    : session_handle(a, r, {"lock", "", "distlock: "}), key_(a.key_of(r.name)), target_(agent::key_target(key_)) {}
+handle::handle(agent& a, release_feed& f, const spi::lock_request& r)
+    : session_handle(a, r, {"lock", "", "distlock: "}),
+      feed_(f),
+      key_(a.key_of(r.name)),
+      target_(agent::key_target(key_)) {}
 
 // `created`: when the session was asked for. The grant lives as long as the
 // session, whose TTL runs from its last create or renew request at the latest.
@@ -55,7 +75,10 @@ std::optional<spi::grant> handle::wait_and_acquire(spi::deadline until, spi::dea
                         "key " + key_ + " exists and is not a lock (flags " + std::to_string(e.flags) + ")");
         if (e.exists && !e.session.empty() && e.session != session_) {
             waited = true;
-            if (spi::clock::now() >= until) return std::nullopt;
+            if (spi::clock::now() >= until) {
+                blocked(e);
+                return std::nullopt;
+            }
             continue;  // wait for them
         }
         if (!e.exists || e.session.empty()) {
@@ -72,7 +95,12 @@ std::optional<spi::grant> handle::wait_and_acquire(spi::deadline until, spi::dea
             }
             if (!*acquired) {
                 waited = true;
-                if (spi::clock::now() >= until) return std::nullopt;
+                if (spi::clock::now() >= until) {
+                    // Refused: another session took it first, or a lock-delay
+                    // runs (no event ends that: the safety poll does).
+                    if (entry again = agent_.read(key_); again.exists && !again.session.empty()) blocked(again);
+                    return std::nullopt;
+                }
                 entry again = agent_.read(key_);
                 index = pace.saw(again.index);
                 if (again.exists && !again.session.empty()) continue;  // someone else got it: wait for them
@@ -145,8 +173,8 @@ lock_info inspect(agent& a, std::string_view name) {
     return info;
 }
 
-std::unique_ptr<spi::lock_handle> make_lock(agent& a, const spi::lock_request& r) {
-    return std::make_unique<handle>(a, r);
+std::unique_ptr<spi::lock_handle> make_lock(agent& a, release_feed& f, const spi::lock_request& r) {
+    return std::make_unique<handle>(a, f, r);
 }
 
 // Renewals due together (mutexes' and permits' sessions alike) go out

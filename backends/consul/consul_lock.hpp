@@ -11,8 +11,10 @@ namespace distlock::backends::consul {
 // The mutex of `name` as the server shows it (spi::backend::inspect): one GET
 // of its key (held = its Session, holder = its value, token = its ModifyIndex).
 lock_info inspect(agent& a, std::string_view name);
-// A lock handle of `a` (which outlives it).
-std::unique_ptr<spi::lock_handle> make_lock(agent& a, const spi::lock_request& r);
+class release_feed;
+// A lock handle of `a` (which outlives it), woken in asynchronous waits by `f`
+// (consul_release_feed.hpp, which outlives it too).
+std::unique_ptr<spi::lock_handle> make_lock(agent& a, release_feed& f, const spi::lock_request& r);
 // A permit handle of a semaphore of `a` (consul_semaphore.cpp).
 std::unique_ptr<spi::lock_handle> make_permit(agent& a, const spi::lock_request& r);
 // A read or write handle of a read-write lock of `a` (consul_rwlock.cpp).

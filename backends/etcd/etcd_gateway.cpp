@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "distlock/error.hpp"
+#include "etcd_release_feed.hpp"
 #include "http/http_codec.hpp"
 #include "http/http_json.hpp"
 
@@ -106,7 +107,8 @@ std::string lease_hex(std::int64_t id) {
     return buf;
 }
 
-gateway::gateway(http::options o, settings s) : client_(std::move(o)), settings_(std::move(s)) {
+gateway::gateway(http::options o, settings s)
+    : client_(std::move(o)), settings_(std::move(s)), releases_(std::make_unique<release_feed>(*this)) {
     if (!settings_.user.empty()) authenticate();
 }
 

@@ -96,6 +96,8 @@ struct session {
     std::atomic<bool> dead{false};   // the server said the lease is gone
 };
 
+class release_feed;
+
 class gateway {
 public:
     // Authenticates when settings name a user.
@@ -108,6 +110,8 @@ public:
     const settings& config() const { return settings_; }
     http::client& client() { return client_; }
     http::loop& events() { return loop_; }
+    // The one watch stream that wakes asynchronous waiters (etcd_release_feed.hpp).
+    release_feed& releases() { return *releases_; }
 
     // POSTs a JSON body and returns the JSON reply. Throws grpc_error for an
     // error reply the caller may want to handle, distlock errors otherwise.
@@ -153,6 +157,7 @@ private:
     std::mutex grant_mutex_;                                     // one grant at a time
     std::mutex mutex_;                                           // guards sessions_
     std::map<std::int64_t, std::shared_ptr<session>> sessions_;  // TTL seconds -> lease
+    std::unique_ptr<release_feed> releases_;                     // after loop_: stopped before it
 };
 
 }  // namespace distlock::backends::etcd

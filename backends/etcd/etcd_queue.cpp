@@ -35,12 +35,31 @@ std::optional<spi::grant> queue::acquire(spi::deadline until, const spi::loss_si
         waited = true;
         switch (wait_in_line(until)) {
             case turn::mine: return granted(lost, waited);
-            case turn::timed_out: cleanup(); return std::nullopt;
+            case turn::timed_out:
+                cleanup();
+                blocked(*reply);
+                return std::nullopt;
             case turn::key_lost: break;
         }
         // Our key vanished while we waited (lease expired): start again.
         if (spi::clock::now() >= until) return std::nullopt;
     }
+}
+
+std::unique_ptr<spi::wake_subscription> queue::watch_releases(spi::wake_sink wake) {
+    std::shared_ptr<release_feed::watcher> w;
+    auto sub = gateway_.releases().subscribe(std::move(wake), w);
+    watcher_ = w;
+    return sub;
+}
+
+void queue::blocked(const json& reply) const {
+    auto w = watcher_.lock();
+    if (!w) return;
+    std::vector<std::string> keys;
+    for (const auto& kv : range_kvs(list(reply, "responses"), 1))
+        if (auto k = b64d(kv, "key"); k != key_) keys.push_back(std::move(k));
+    gateway_.releases().blocked_by(w, std::move(keys), as_i64(field(reply, "header"), "revision"));
 }
 
 // The session, our key and its value for this round.

@@ -20,6 +20,7 @@
 #include "distlock/spi/backend.hpp"
 #include "etcd_gateway.hpp"
 #include "etcd_layout.hpp"
+#include "etcd_release_feed.hpp"
 #include "http/http_monitor.hpp"
 
 namespace distlock::backends::etcd {
@@ -28,6 +29,9 @@ class queue : public spi::lock_handle {
 public:
     std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink& lost) final;
     void release() final;
+    // Asynchronous waits: the provider's one stream of deletions
+    // (etcd_release_feed.hpp); a failed attempt tells it which keys kept it out.
+    std::unique_ptr<spi::wake_subscription> watch_releases(spi::wake_sink wake) final;
 
     const std::shared_ptr<session>& current_session() const { return session_; }
     const std::string& key() const { return key_; }
@@ -86,6 +90,8 @@ private:
     void keep_own_lease();
     spi::grant granted(const spi::loss_sink& lost, bool waited);
     void cleanup() noexcept;
+    // A failed attempt: the keys first in line (other than ours) to the release feed.
+    void blocked(const json& reply) const;
 
     // etcd_wait.cpp: the wait for the keys ahead of ours.
     turn wait_for_turn(spi::deadline until);
@@ -103,8 +109,9 @@ private:
     names where_;  // where the keys of this kind go
     std::shared_ptr<session> session_;
     std::string key_, value_;
-    std::int64_t revision_ = 0;  // our key's create revision (0 = not held)
-    std::int64_t token_ = 0;     // the store revision when the grant was found ours
+    std::int64_t revision_ = 0;                     // our key's create revision (0 = not held)
+    std::int64_t token_ = 0;                        // the store revision when the grant was found ours
+    std::weak_ptr<release_feed::watcher> watcher_;  // of the asynchronous wait under way, if any
 
     // The watch of our own key while held (on the provider's loop thread): its
     // deletion is reported as a loss at once, not at the next keepalive.

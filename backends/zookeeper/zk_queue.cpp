@@ -207,6 +207,10 @@ std::optional<spi::grant> recipe_handle::acquire(spi::deadline until, const spi:
 std::chrono::milliseconds recipe_handle::check_interval() const {
     return spi::renewal_period(engine_.zk().timeout(), ms(50));
 }
+std::unique_ptr<spi::wake_subscription> recipe_handle::watch_releases(spi::wake_sink wake) {
+    return engine_.zk().releases().subscribe(watched(), std::move(wake));
+}
+
 std::chrono::milliseconds recipe_handle::validity() const {
     return session_manager::loss_after(engine_.zk().timeout());
 }

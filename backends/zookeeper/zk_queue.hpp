@@ -136,12 +136,17 @@ public:
     // lock without hearing so yet. A grant or a keepalive confirms it for the
     // time after which a disconnected session is presumed expired.
     std::chrono::milliseconds validity() const final;
+    // Asynchronous waits: the session's shared watch of the directories
+    // watched() names (zk_release_watch.hpp); no thread or session of its own.
+    std::unique_ptr<spi::wake_subscription> watch_releases(spi::wake_sink wake) final;
 
     // The key of this handle's grant with the session (keepalive_locks).
     grant_id grant() const noexcept { return engine_.id(); }
 
 protected:
     virtual std::optional<spi::grant> take(spi::deadline until, const spi::loss_sink& lost) = 0;
+    // Where a release of this lock shows, for watch_releases().
+    virtual std::vector<release_watches::spec> watched() const = 0;
     queue_engine engine_;
 };
 

@@ -16,6 +16,9 @@ public:
 
 private:
     std::optional<spi::grant> take(spi::deadline until, const spi::loss_sink& lost) override;
+    std::vector<release_watches::spec> watched() const override {
+        return {{engine_.dir(), release_watches::role::queue, 0, {}}};
+    }
 
     const queue_driver& driver_;
 };

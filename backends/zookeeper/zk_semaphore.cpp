@@ -20,6 +20,14 @@ public:
 
 private:
     std::optional<spi::grant> take(spi::deadline until, const spi::loss_sink& lost) override;
+    // A lease going while fewer than `permits` remain; the internal mutex
+    // going while they are (an attempt may have failed on it).
+    std::vector<release_watches::spec> watched() const override {
+        const std::string leases = engine_.dir() + "/" + std::string(kSemaphoreLeases);
+        return {
+            {leases, release_watches::role::leases, permits_, {}},
+            {engine_.dir() + "/" + std::string(kSemaphoreLocks), release_watches::role::internal, permits_, leases}};
+    }
 
     // The semaphore's lease, taken while holding its internal mutex: on
     // step::held, lease.c is the held node.

@@ -11,7 +11,9 @@ namespace {
 void session_watcher(zhandle_t* zh, int type, int state, const char* path, void* ctx) {
     if (type == ZOO_SESSION_EVENT && state == ZOO_CONNECTED_STATE) mark_connection_cloexec(zh);
     auto* s = static_cast<session*>(ctx);
-    if (s && s->owner) s->owner->on_event(*s, type, state, path);
+    if (!s || !s->owner) return;
+    s->owner->on_event(*s, type, state, path);
+    s->owner->releases().on_event(*s, type, state, path);
 }
 
 }  // namespace

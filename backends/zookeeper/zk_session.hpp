@@ -24,6 +24,7 @@
 
 #include "zk_client.hpp"
 #include "zk_held.hpp"
+#include "zk_release_watch.hpp"
 
 namespace distlock::backends::zookeeper {
 
@@ -133,6 +134,9 @@ public:
     // Called on the completion thread by the session watcher: never blocks.
     void on_event(session& s, int type, int state, const char* path);
 
+    // The release events of asynchronous waits (zk_release_watch.hpp).
+    release_watches& releases() noexcept { return releases_; }
+
 private:
     std::shared_ptr<session> open_session();  // under mu_
     static std::string disconnected_reason(const session& s);
@@ -144,6 +148,7 @@ private:
     void run_cleanups(const std::shared_ptr<session>& s);
 
     settings settings_;
+    release_watches releases_{*this};  // before the first session: its watcher reports to it
     ms timeout_{0};
     std::atomic<bool> containers_{true};
 

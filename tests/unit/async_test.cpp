@@ -17,6 +17,7 @@
 
 #include "async_wait.hpp"
 #include "distlock/distlock.hpp"
+#include "distlock/spi/backend.hpp"
 
 using namespace std::chrono_literals;
 
@@ -329,6 +330,88 @@ TEST_CASE("memory:// wakes an async waiter on release, not on its next poll", "[
     holder.unlock();
     CHECK(w.get().granted);
     CHECK(std::chrono::steady_clock::now() - released_at < 2500ms);  // half the poll: not the poll
+}
+
+namespace {
+// A backend whose attempts follow a script: 'b' busy, 'u' unavailable_error,
+// 'g' granted (then busy again). No server: for the core's handling of errors
+// that come while an asynchronous acquisition waits.
+class scripted_handle final : public distlock::spi::lock_handle {
+public:
+    explicit scripted_handle(std::shared_ptr<std::string> script) : script_(std::move(script)) {}
+    std::optional<distlock::spi::grant> acquire(distlock::spi::deadline, const distlock::spi::loss_sink&) override {
+        const char step = next_ < script_->size() ? (*script_)[next_++] : 'b';
+        if (step == 'u') distlock::throw_error(distlock::errc::unavailable, "scripted", "no answer");
+        if (step == 'g') return distlock::spi::grant{7, distlock::spi::clock::now()};
+        return std::nullopt;
+    }
+    void release() override {}
+
+private:
+    std::shared_ptr<std::string> script_;
+    std::size_t next_ = 0;
+};
+
+class scripted_backend final : public distlock::spi::backend {
+public:
+    explicit scripted_backend(std::shared_ptr<std::string> script) : script_(std::move(script)) {
+        caps_.unsupported[distlock::feature::lease_expiry] = "scripted";
+    }
+    std::string_view name() const noexcept override { return "scripted"; }
+    const distlock::capabilities& caps() const noexcept override { return caps_; }
+    std::unique_ptr<distlock::spi::lock_handle> make_lock(const distlock::spi::lock_request&) override {
+        return std::make_unique<scripted_handle>(script_);
+    }
+
+private:
+    std::shared_ptr<std::string> script_;
+    distlock::capabilities caps_;
+};
+
+// A provider of the scripted backend whose attempts follow `script`.
+distlock::provider scripted(const std::string& script) {
+    static auto next = std::make_shared<std::string>();
+    static const bool registered = [] {
+        distlock::register_backend("unit-scripted", [](distlock::spi::url&) {
+            return std::make_shared<scripted_backend>(std::make_shared<std::string>(*next));
+        });
+        return true;
+    }();
+    (void)registered;
+    *next = script;
+    return distlock::connect("unit-scripted://x");
+}
+}  // namespace
+
+TEST_CASE("an async wait rides out an unavailable server between its attempts; a first attempt's error ends it",
+          "[async]") {
+    SECTION("busy, no answer twice, then granted: granted") {
+        auto p = scripted("buug");
+        auto m = p.mutex("s");
+        pending w;
+        m.async_lock(20s, w.handler());
+        const auto got = w.get();
+        CHECK_FALSE(got.error);
+        CHECK(got.granted);
+        CHECK(m.token() == 7);
+    }
+    SECTION("no answer at the first attempt: the error, at once") {
+        auto p = scripted("ug");
+        auto m = p.mutex("s");
+        pending w;
+        m.async_lock(20s, w.handler());
+        const auto got = w.get();
+        CHECK(distlock::test::errc_of(got.error) == static_cast<int>(distlock::errc::unavailable));
+        CHECK_FALSE(got.granted);
+    }
+    SECTION("no answer for longer than the wait: the error, not a timeout") {
+        auto p = scripted("b" + std::string(1000, 'u'));
+        auto m = p.mutex("s");
+        pending w;
+        m.async_lock(600ms, w.handler());
+        const auto got = w.get();
+        CHECK(distlock::test::errc_of(got.error) == static_cast<int>(distlock::errc::unavailable));
+    }
 }
 
 TEST_CASE("ten thousand pending async acquisitions hold a bounded number of threads", "[async]") {

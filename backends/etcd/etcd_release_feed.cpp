@@ -1,0 +1,201 @@
+// etcd:// the one watch stream of deletions that wakes asynchronous waiters
+// (etcd_release_feed.hpp): its start, resumption and end, the keys each
+// waiter waits on, and the window of recent deletions that closes the gap
+// between an attempt and its blocked_by().
+#include "etcd_release_feed.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "etcd_gateway.hpp"
+#include "http/http_json.hpp"
+
+namespace distlock::backends::etcd {
+
+using namespace std::chrono_literals;
+
+namespace {
+// The deletions kept for blocked_by() (a few round trips' worth on a busy prefix).
+constexpr std::size_t kRecent = 4096;
+// A stream runs this long, then starts again from the last revision it saw.
+constexpr auto kStreamFor = 60s;
+}  // namespace
+
+struct release_feed::watcher {
+    std::recursive_mutex m;  // held while its sink runs: the subscription's destructor waits for it
+    bool active = true;
+    spi::wake_sink sink;
+    // Under the feed's mu_:
+    std::vector<std::string> keys;
+    std::int64_t revision = 0;  // 0: no failed attempt yet, nothing to wait on
+};
+
+class feed_subscription final : public spi::wake_subscription {
+public:
+    feed_subscription(release_feed& f, std::shared_ptr<release_feed::watcher> w) : feed_(f), w_(std::move(w)) {}
+    ~feed_subscription() override { feed_.unsubscribe(w_); }
+
+private:
+    release_feed& feed_;
+    std::shared_ptr<release_feed::watcher> w_;
+};
+
+release_feed::release_feed(gateway& g)
+    : gateway_(g),
+      prefix_(g.config().prefix + "/"),
+      monitor_(
+          g.events(), [this](std::string_view line) { return on_line(line); },
+          [this](http::transfer_result r) { on_done(r); }) {}
+
+release_feed::~release_feed() { monitor_.stop(); }
+
+std::unique_ptr<spi::wake_subscription> release_feed::subscribe(spi::wake_sink wake, std::shared_ptr<watcher>& out) {
+    auto w = std::make_shared<watcher>();
+    w->sink = std::move(wake);
+    out = w;
+    std::lock_guard lk(mu_);
+    watchers_.push_back(w);
+    auto held = monitor_.lock();
+    if (!monitor_.running(held)) {
+        ++started_;
+        monitor_.start(held, stream_request(), spi::loss_sink{});
+    }
+    return std::make_unique<feed_subscription>(*this, std::move(w));
+}
+
+void release_feed::unsubscribe(const std::shared_ptr<watcher>& w) {
+    {
+        std::lock_guard lk(w->m);  // waits for a wake under way
+        w->active = false;
+    }
+    std::lock_guard lk(mu_);
+    index(w, false);
+    watchers_.erase(std::remove(watchers_.begin(), watchers_.end(), w), watchers_.end());
+    // The stream ends with its current transfer when nobody is left (on_done).
+}
+
+void release_feed::blocked_by(const std::shared_ptr<watcher>& w, std::vector<std::string> keys, std::int64_t revision) {
+    bool now;
+    {
+        std::lock_guard lk(mu_);
+        index(w, false);
+        w->keys = std::move(keys);
+        w->revision = revision;
+        index(w, true);
+        now = floor_ != 0 && missed(*w);  // unsynced: decided when the stream is created
+    }
+    if (now) wake({w});
+}
+
+bool release_feed::missed(const watcher& w) const {
+    if (w.keys.empty() || w.revision == 0) return false;
+    if (w.revision + 1 < floor_) return true;
+    return std::any_of(recent_.begin(), recent_.end(), [&](const auto& d) {
+        return d.second > w.revision && std::find(w.keys.begin(), w.keys.end(), d.first) != w.keys.end();
+    });
+}
+
+void release_feed::index(const std::shared_ptr<watcher>& w, bool add) {
+    for (const auto& k : w->keys) {
+        if (add) {
+            by_key_.emplace(k, w);
+            continue;
+        }
+        auto [b, e] = by_key_.equal_range(k);
+        for (auto it = b; it != e; ++it)
+            if (it->second == w) {
+                by_key_.erase(it);
+                break;
+            }
+    }
+}
+
+http::request release_feed::stream_request() const {
+    return gateway::watch(prefix_, from_, kStreamFor, prefix_end(prefix_), true);
+}
+
+void release_feed::wake(const std::vector<std::shared_ptr<watcher>>& ws) {
+    for (const auto& w : ws) {
+        std::lock_guard lk(w->m);
+        if (w->active) w->sink();
+    }
+}
+
+// On the loop thread: one message of the stream.
+bool release_feed::on_line(std::string_view line) {
+    const json msg = http::parse_reply(line);
+    if (msg.is_discarded() || !msg.is_object() || msg.contains("error")) return false;
+    const json& result = message_result(msg);
+    std::vector<std::shared_ptr<watcher>> woken;
+    bool go_on = true;
+    {
+        std::lock_guard lk(mu_);
+        if (flag(result, "canceled")) {
+            // Compacted past where we resume: deletions may be lost. Everyone
+            // tries again; the next stream starts now.
+            from_ = 0;
+            floor_ = 0;
+            recent_.clear();
+            woken = watchers_;
+            go_on = false;
+        } else {
+            if (flag(result, "created") && from_ == 0) {
+                // Every deletion after this revision comes on this stream.
+                const auto at = as_i64(field(result, "header"), "revision");
+                from_ = floor_ = after(at);
+                for (const auto& w : watchers_)
+                    if (missed(*w)) woken.push_back(w);
+            }
+            for (const auto& ev : list(result, "events")) {
+                const json& kv = field(ev, "kv");
+                const auto rev = as_i64(kv, "mod_revision");
+                from_ = std::max(from_, after(rev));
+                if (text(ev, "type") != "DELETE") continue;
+                auto key = b64d(kv, "key");
+                auto [b, e] = by_key_.equal_range(key);
+                for (auto it = b; it != e; ++it)
+                    if (rev > it->second->revision) woken.push_back(it->second);
+                recent_.emplace_back(std::move(key), rev);
+                if (recent_.size() > kRecent) {
+                    floor_ = std::max(floor_, after(recent_.front().second));
+                    recent_.pop_front();
+                }
+            }
+        }
+    }
+    wake(woken);
+    return go_on;
+}
+
+// On the loop thread: the stream ended (its time, a member gone, an error):
+// resume from the last revision seen while anyone is subscribed.
+void release_feed::on_done(const http::transfer_result& r) {
+    std::lock_guard lk(mu_);
+    {
+        auto held = monitor_.lock();
+        if (!monitor_.running(held)) return;
+        if (watchers_.empty()) {
+            // Ends it; the next subscription starts a stream from then on
+            // (not a replay of every deletion meanwhile).
+            monitor_.lost(held, {});
+            from_ = floor_ = 0;
+            recent_.clear();
+            return;
+        }
+    }
+    const bool failed = r.how == http::outcome::failed || r.resp.status != 200;
+    if (failed) gateway_.client().rotate_endpoint(r.resp.endpoint);
+    ++started_;
+    monitor_.restart(stream_request(), failed ? 500ms : monitor_.pace(r.how == http::outcome::timed_out, 30s));
+}
+
+std::size_t release_feed::watchers() const {
+    std::lock_guard lk(mu_);
+    return watchers_.size();
+}
+std::uint64_t release_feed::streams_started() const {
+    std::lock_guard lk(mu_);
+    return started_;
+}
+
+}  // namespace distlock::backends::etcd

@@ -1,0 +1,83 @@
+// etcd:// the release events of asynchronous waits
+// (spi::lock_handle::watch_releases): ONE watch stream per provider, on the
+// gateway's loop thread (http::loop), of every deletion under the prefix
+// (filter NOPUT), shared by all the waiters of every name. No thread or
+// connection per waiter: a subscription is an entry in a table.
+//
+// A waiter is woken by the deletion of a key that kept its last attempt out:
+// after a failed one-attempt acquisition, the queue engine hands the keys
+// first in line that its txn saw (blocked_by(), with that txn's revision),
+// and only a deletion of one of them after that revision wakes it. A failed
+// attempt's own key, created and deleted again, is never first in line for
+// another waiter, so waiters never wake each other in a loop.
+//
+// Nothing is missed between an attempt and its blocked_by(): the feed keeps
+// the last deletions it saw, and knows from which revision on it has seen
+// every one (the stream's start; it resumes from the last revision it saw
+// when it breaks). A waiter whose revision it cannot vouch for (the stream
+// not yet created, restarted after a compaction, or the window too short) is
+// woken at once: one attempt more, never a missed release.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "distlock/spi/backend.hpp"
+#include "http/http_monitor.hpp"
+
+namespace distlock::backends::etcd {
+
+class gateway;
+
+class release_feed {
+public:
+    struct watcher;  // one subscription's state (etcd_release_feed.cpp)
+
+    explicit release_feed(gateway& g);
+    ~release_feed();
+    release_feed(const release_feed&) = delete;
+    release_feed& operator=(const release_feed&) = delete;
+
+    // A subscription calling `wake` until it is destroyed; starts the stream.
+    std::unique_ptr<spi::wake_subscription> subscribe(spi::wake_sink wake, std::shared_ptr<watcher>& out);
+
+    // After a failed one-attempt acquisition: the keys first in line that kept
+    // it out, as the store showed them at `revision`. Wakes at once when one
+    // of them was deleted since (or when that cannot be told).
+    void blocked_by(const std::shared_ptr<watcher>& w, std::vector<std::string> keys, std::int64_t revision);
+
+    // Subscriptions now, and watch streams started so far (tests).
+    std::size_t watchers() const;
+    std::uint64_t streams_started() const;
+
+private:
+    friend class feed_subscription;
+    void unsubscribe(const std::shared_ptr<watcher>& w);
+    void index(const std::shared_ptr<watcher>& w, bool add);  // under mu_
+    http::request stream_request() const;                     // under mu_
+    bool on_line(std::string_view line);
+    void on_done(const http::transfer_result& r);
+    // Under mu_: whether a deletion of w's keys after its revision may have
+    // gone unseen or was seen.
+    bool missed(const watcher& w) const;
+    static void wake(const std::vector<std::shared_ptr<watcher>>& ws);
+
+    gateway& gateway_;
+    std::string prefix_;  // <prefix>/
+    mutable std::mutex mu_;
+    std::vector<std::shared_ptr<watcher>> watchers_;
+    std::unordered_multimap<std::string, std::shared_ptr<watcher>> by_key_;
+    std::int64_t from_ = 0;   // where the next stream starts (0: now)
+    std::int64_t floor_ = 0;  // every deletion from this revision on is in recent_ or to come (0: unknown)
+    std::deque<std::pair<std::string, std::int64_t>> recent_;
+    std::uint64_t started_ = 0;
+    http::monitor monitor_;  // last: stopped before the fields its callbacks use go
+};
+
+}  // namespace distlock::backends::etcd
