@@ -35,8 +35,11 @@ constexpr std::chrono::seconds transient_errors{3};
 void post_outcome(const std::shared_ptr<provider_state>& provider, acquire_handler handler, std::exception_ptr error,
                   bool granted) {
     if (!handler) return;
-    provider->engine().post(
-        [provider, handler = std::move(handler), error = std::move(error), granted] { handler(error, granted); });
+    // The error is moved into the call: the step must not keep a copy that it
+    // drops while the handler's thread still reads the exception.
+    provider->engine().post([provider, handler = std::move(handler), error = std::move(error), granted]() mutable {
+        handler(std::move(error), granted);
+    });
 }
 }  // namespace
 

@@ -156,7 +156,7 @@ private:
                     life->busy = false;
                     done = std::move(chain->handler);
                 }
-                if (done) done(error, granted);
+                if (done) done(std::move(error), granted);
             },
             chain->stop);
     }

@@ -2,7 +2,8 @@
 # Sourced, not run.
 
 # What building libdistlock, the tool and the tests needs.
-CORE_PACKAGES=(cmake g++ ninja-build pkg-config libcurl4-openssl-dev libssl-dev nlohmann-json3-dev libcli11-dev catch2)
+CORE_PACKAGES=(cmake g++ ninja-build pkg-config libcurl4-openssl-dev libssl-dev nlohmann-json3-dev libcli11-dev catch2
+               libasio-dev libboost-dev)  # <distlock/asio.hpp>: its tests, standalone and Boost.Asio
 # The client libraries of the server backends (each backend is built when found).
 BACKEND_PACKAGES=(libhiredis-dev libmysqlcppconn-dev libpq-dev libzookeeper-mt-dev)
 # The fault harness (tests/faults/): libfaketime for the clock-jump nemesis.

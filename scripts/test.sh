@@ -55,7 +55,7 @@ if [ "$sanitize" != none ]; then
     dir=build-${sanitize//,/-}
     DISTLOCK_CONFIGURE_ARGS="-DDISTLOCK_SHARED=OFF -DDISTLOCK_EXTRA_COMPILE_OPTIONS=-O1;-g1" \
         configure_and_build "$dir" "$sanitize" distlock-unit-tests distlock-cli-tests distlock-conformance \
-        distlock-cli
+        distlock-cli distlock-asio-tests
     say "unit, CLI and conformance tests under -fsanitize=$sanitize"
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
@@ -71,6 +71,6 @@ if [ "$sanitize" != none ]; then
     # TLS transport on one server and on the cluster, PostgreSQL's TLS
     # parameters); the URLs whose TLS is the client library's or curl's, or a
     # tunnel's, run in the plain pass.
-    ctest --test-dir "$dir" --output-on-failure -j 4 -R '^(distlock-unit-tests|distlock-cli-tests|conformance\.|package\.)' \
+    ctest --test-dir "$dir" --output-on-failure -j 4 -R '^(distlock-unit-tests|distlock-cli-tests|distlock-asio-tests(\..*)?|conformance\.|package\.)' \
         -E '(\.fence-table|conformance\.etcd-cluster|conformance\.zk-ensemble|conformance\.redis-sentinel.*|conformance\.redis-cluster-reentrant|conformance\.redis-tls-.*|conformance\.mysql\.tls|conformance\.etcd-tls|conformance\.zookeeper-tls-tunnel)$'
 fi

@@ -22,6 +22,10 @@
 //     cancelled_error when the stop_token was triggered first. A timeout, a
 //     cancellation and an error all leave nothing on the server, and the next
 //     waiter is not delayed.
+//
+// Misuse found at the call itself (a moved-from object, a forked child, a
+// multi-lock already acquiring) throws at once, before anything is queued;
+// <distlock/asio.hpp> turns such a throw into the operation's outcome.
 #pragma once
 
 #include <coroutine>

@@ -63,8 +63,9 @@ public:
     // timeout (a duration) or by a deadline (a time point of any clock)
     // without holding a thread while waiting. `stop` cancels a pending
     // acquisition (the handler then gets cancelled_error). An object has one
-    // grant at a time: asking again while it holds or is acquiring completes
-    // with would_deadlock_error.
+    // grant at a time: acquisitions asked of an object that holds or is
+    // acquiring queue behind that grant, as threads sharing one object do,
+    // until it is released (from any thread) or their deadline passes.
     template <class Timeout>
     void async_lock(const Timeout& timeout, acquire_handler handler, std::stop_token stop = {}) {
         async_lock_steady(detail::steady_deadline(timeout), std::move(handler), std::move(stop));
