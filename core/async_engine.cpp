@@ -44,8 +44,13 @@ struct async_engine::state {
             }
             if (self->stop) return;
             if (self->ready.empty()) {
-                if (self->timers.empty()) self->wake.wait(lk);
-                else self->wake.wait_until(lk, self->timers.begin()->first);
+                if (self->timers.empty()) {
+                    self->wake.wait(lk);
+                } else {
+                    // A copy: the first timer may be cancelled (its node freed) while this waits.
+                    const auto next = self->timers.begin()->first;
+                    self->wake.wait_until(lk, next);
+                }
                 continue;
             }
             auto step = std::move(self->ready.front());
