@@ -130,9 +130,4 @@ bool async_engine::cancel(timer_id id) {
     return true;
 }
 
-unsigned async_engine::threads() const {
-    std::lock_guard lk(state_->mutex);
-    return static_cast<unsigned>(state_->threads.size());
-}
-
 }  // namespace distlock::detail

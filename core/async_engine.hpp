@@ -41,9 +41,6 @@ public:
     // unknown.
     bool cancel(timer_id id);
 
-    // Threads started so far (for tests and the bench; at most `workers`).
-    unsigned threads() const;
-
 private:
     struct state;
     std::shared_ptr<state> state_;  // shared with the workers, which may outlive *this
