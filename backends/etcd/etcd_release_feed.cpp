@@ -15,8 +15,11 @@ namespace distlock::backends::etcd {
 using namespace std::chrono_literals;
 
 namespace {
-// The deletions kept for blocked_by() (a few round trips' worth on a busy prefix).
+// The deletions kept for blocked_by() (a few round trips' worth on a busy prefix),
+// and the bytes of their keys at most: whoever may write under the prefix
+// chooses the keys' length (etcd allows 1.5 MiB each).
 constexpr std::size_t kRecent = 4096;
+constexpr std::size_t kRecentBytes = 1 << 20;
 // A stream runs this long, then starts again from the last revision it saw.
 constexpr auto kStreamFor = 60s;
 }  // namespace
@@ -87,6 +90,11 @@ void release_feed::blocked_by(const std::shared_ptr<watcher>& w, std::vector<std
     if (now) wake({w});
 }
 
+void release_feed::forget_recent() {
+    recent_.clear();
+    recent_bytes_ = 0;
+}
+
 bool release_feed::missed(const watcher& w) const {
     if (w.keys.empty() || w.revision == 0) return false;
     if (w.revision + 1 < floor_) return true;
@@ -135,7 +143,7 @@ bool release_feed::on_line(std::string_view line) {
             // tries again; the next stream starts now.
             from_ = 0;
             floor_ = 0;
-            recent_.clear();
+            forget_recent();
             woken = watchers_;
             go_on = false;
         } else {
@@ -155,9 +163,11 @@ bool release_feed::on_line(std::string_view line) {
                 auto [b, e] = by_key_.equal_range(key);
                 for (auto it = b; it != e; ++it)
                     if (rev > it->second->revision) woken.push_back(it->second);
+                recent_bytes_ += key.size();
                 recent_.emplace_back(std::move(key), rev);
-                if (recent_.size() > kRecent) {
+                while (recent_.size() > kRecent || recent_bytes_ > kRecentBytes) {
                     floor_ = std::max(floor_, after(recent_.front().second));
+                    recent_bytes_ -= recent_.front().first.size();
                     recent_.pop_front();
                 }
             }
@@ -179,7 +189,7 @@ void release_feed::on_done(const http::transfer_result& r) {
             // (not a replay of every deletion meanwhile).
             monitor_.lost(held, {});
             from_ = floor_ = 0;
-            recent_.clear();
+            forget_recent();
             return;
         }
     }

@@ -67,6 +67,7 @@ private:
     // gone unseen or was seen.
     bool missed(const watcher& w) const;
     static void wake(const std::vector<std::shared_ptr<watcher>>& ws);
+    void forget_recent();  // under mu_
 
     gateway& gateway_;
     std::string prefix_;  // <prefix>/
@@ -76,6 +77,7 @@ private:
     std::int64_t from_ = 0;   // where the next stream starts (0: now)
     std::int64_t floor_ = 0;  // every deletion from this revision on is in recent_ or to come (0: unknown)
     std::deque<std::pair<std::string, std::int64_t>> recent_;
+    std::size_t recent_bytes_ = 0;  // of recent_'s keys
     std::uint64_t started_ = 0;
     http::monitor monitor_;  // last: stopped before the fields its callbacks use go
 };
