@@ -1,10 +1,11 @@
-// Asynchronous acquisitions of a mutex_impl: a state machine on the provider's
-// workers (async_engine) that waits without a thread. It queues in the name's
-// gate as a ticket, subscribes to the backend's release events
-// (lock_handle::watch_releases), then makes one-attempt requests, each when a
-// release is announced, a backoff timer fires (retry_min..retry_max, or a
-// slower safety poll while subscribed: a crashed holder's lease ends without
-// an event), or the deadline comes. Between steps it holds no thread.
+// The asynchronous driver of an acquisition (acquisition.hpp): a state
+// machine on the provider's workers (async_engine) that waits without a
+// thread. It queues in the name's gate as a ticket, subscribes to the
+// backend's release events (lock_handle::watch_releases), then runs the
+// acquisition's one-attempt steps, each when a release is announced, a
+// backoff timer fires (retry_min..retry_max, or a slower safety poll while
+// subscribed: a crashed holder's lease ends without an event), or the
+// deadline comes. Between steps it holds no thread.
 //
 // Every step runs with the op's own mutex released around the backend's
 // calls; lock order: op -> gate -> engine (neither of the last two calls back
@@ -12,7 +13,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "acquire_report.hpp"
+#include "acquisition.hpp"
 #include "boundary.hpp"
 #include "mutex_impl.hpp"
 
@@ -25,10 +26,6 @@ namespace {
 std::chrono::milliseconds safety_poll(const spi::lock_request& r) {
     return std::max(r.retry_max, std::min<std::chrono::milliseconds>(r.lease / 4, std::chrono::seconds{2}));
 }
-// How long a waiting acquisition rides out its attempts' unavailable_errors
-// (the server restarting, a request timed out under load) before the wait ends
-// with the error; the first attempt's error ends it at once.
-constexpr std::chrono::seconds transient_errors{3};
 
 // Queues the handler of an acquisition with its outcome on a worker; the
 // handler keeps the provider (and so the workers) alive until it has run.
@@ -48,13 +45,11 @@ public:
     async_op(mutex_impl& m, spi::deadline until, acquire_handler handler, std::function<void(bool)> settle)
         : m_(m),
           provider_(m.provider_),
-          until_(until),
+          acq_(m, until, false),
           handler_(std::move(handler)),
-          settle_(std::move(settle)),
-          report_(m),
-          backoff_(m.request_.retry_min, m.request_.retry_max) {}
+          settle_(std::move(settle)) {}
 
-    // On the caller's thread: into the gate (or straight to the first attempt),
+    // On the caller's thread: into the gate (or straight to the first step),
     // then the cancellation hook (which may run at once, inline).
     void start(const std::stop_token& stop) {
         auto self = shared_from_this();
@@ -67,11 +62,12 @@ public:
                 };
                 if (m_.gate_->enter_async(ticket_, &m_)) {
                     in_gate_ = true;
+                    acq_.entered_gate(false);
                     provider_->engine().post([self] { self->attempt(); });
                 } else {
                     queued_ = true;
-                    if (until_ != spi::deadline::max())
-                        timer_ = provider_->engine().at(until_, [self] { self->gate_timeout(); });
+                    if (acq_.until() != spi::deadline::max())
+                        timer_ = provider_->engine().at(acq_.until(), [self] { self->gate_timeout(); });
                 }
             } else {
                 provider_->engine().post([self] { self->attempt(); });
@@ -89,18 +85,18 @@ public:
     }
 
     // A stop request or the mutex's destructor: ends the wait as soon as no
-    // request is under way (then inline; else the attempt ends it).
+    // step is under way (then inline; else the step ends it).
     void cancel() {
         std::unique_lock lk(mutex_);
         if (phase_ == phase::done) return;
-        cancelled_ = true;
+        acq_.cancel();
         bool now = false;
         if (phase_ == phase::queued && !in_gate_) now = m_.gate_ && m_.gate_->withdraw(ticket_);
         else if (phase_ == phase::parked) now = provider_->engine().cancel(timer_);
-        if (!now) return;  // the step already queued sees cancelled_
+        if (!now) return;  // the step already queued sees the cancellation
         if (timer_ != 0) provider_->engine().cancel(timer_);
         lk.unlock();
-        report_.failed(errc::cancelled);
+        acq_.end_cancelled();
         finish(cancelled(), false);
     }
 
@@ -117,6 +113,7 @@ public:
 private:
     enum class phase { queued, attempting, parked, done };
     using stop_hook = std::stop_callback<std::function<void()>>;
+    using outcome = acquisition::outcome;
 
     // The gate is this acquisition's now.
     void turn() {
@@ -124,6 +121,7 @@ private:
             std::lock_guard lk(mutex_);
             if (phase_ == phase::done) return;
             in_gate_ = true;
+            acq_.entered_gate(queued_);
             if (timer_ != 0) provider_->engine().cancel(std::exchange(timer_, 0));
         }
         attempt();
@@ -137,7 +135,7 @@ private:
             timer_ = 0;
             if (!m_.gate_->withdraw(ticket_)) return;  // handed the gate meanwhile: turn() runs next
         }
-        report_.timed_out();
+        acq_.gate_timed_out();
         finish(nullptr, false);
     }
 
@@ -148,7 +146,7 @@ private:
             if (phase_ != phase::parked) return;
             timer_ = 0;
             phase_ = phase::attempting;  // cancel() leaves the end to this step
-            timed_out = spi::clock::now() >= until_;
+            timed_out = spi::clock::now() >= acq_.until();
         }
         if (timed_out) {
             end_at_deadline();
@@ -157,7 +155,8 @@ private:
         attempt();
     }
 
-    // One request to the server (on a worker, holding the gate if there is one).
+    // One step of the acquisition: a one-attempt request to the server (on a
+    // worker, holding the gate if there is one).
     void attempt() {
         {
             std::lock_guard lk(mutex_);
@@ -165,82 +164,47 @@ private:
             phase_ = phase::attempting;
             woken_ = false;
         }
-        if (cancelled_now()) {
-            report_.failed(errc::cancelled);
-            finish(cancelled(), false);
-            return;
-        }
-        const auto validity = m_.grant_validity();
-        std::uint64_t generation = 0;
-        std::optional<spi::grant> granted;
-        try {
-            if (!subscribed_) {
-                subscribed_ = true;
+        if (!subscribed_ && !acq_.cancel_requested()) {
+            subscribed_ = true;
+            try {
                 subscription_ = m_.handle_->watch_releases(spi::wake_sink([weak = weak_from_this()] {
                     if (auto op = weak.lock()) op->wake();
                 }));
-            }
-            granted = m_.acquire_within(spi::clock::now(), validity, generation);
-        } catch (...) {
-            m_.end_acquire();
-            auto error = boundary_error();
-            if (transient(error)) {  // the server did not answer this once: try again, as a blocking wait would
-                park(true);
+            } catch (...) {
+                acq_.end_failed(std::current_exception());
+                finish(boundary_error(acq_.error()), false);
                 return;
             }
-            report_.failed();
-            finish(std::move(error), false);
-            return;
         }
-        {
-            std::lock_guard lk(mutex_);
-            failing_since_.reset();  // answered
-            attempted_ = true;
+        switch (acq_.step(spi::clock::now())) {
+            case outcome::granted: finish(nullptr, true); return;
+            case outcome::failed: finish(boundary_error(acq_.error()), false); return;
+            case outcome::cancelled: finish(cancelled(), false); return;
+            case outcome::busy: park(false); return;
+            case outcome::again: park(true); return;  // not answered this once: try again, as a blocking wait would
         }
-        if (granted) {
-            if (cancelled_now()) {  // cancelled while the grant was on its way: give it back
-                try {
-                    m_.handle_->release();
-                } catch (...) {}
-                m_.end_acquire();
-                report_.failed(errc::cancelled);
-                finish(cancelled(), false);
-                return;
-            }
-            report_.granted(queued_, *granted);
-            try {
-                m_.hold(*granted, generation, validity, false);
-            } catch (...) {  // hold() gave the grant back
-                finish(boundary_error(), false, true);
-                return;
-            }
-            finish(nullptr, true);
-            return;
-        }
-        m_.end_acquire();
-        park();
     }
 
     // Not granted (or `after_error`: not answered): wait for a wake-up, a
     // timer (the backoff after an error, else the poll) or the deadline.
-    void park(bool after_error = false) {
+    void park(bool after_error) {
         bool again = false, timed_out = false, stop = false;
         {
             std::lock_guard lk(mutex_);
             const auto now = spi::clock::now();
-            if (cancelled_) stop = true;
-            else if (now >= until_) timed_out = true;
+            if (acq_.cancel_requested()) stop = true;
+            else if (now >= acq_.until()) timed_out = true;
             else if (woken_) again = true;  // a release came during the attempt
             else {
                 const auto delay = subscription_ && !after_error ? std::chrono::nanoseconds(safety_poll(m_.request_))
-                                                                 : backoff_.next(until_);
-                const auto when = std::min(until_, now + delay);
+                                                                 : acq_.backoff_delay();
+                const auto when = std::min(acq_.until(), now + delay);
                 phase_ = phase::parked;
                 timer_ = provider_->engine().at(when, [self = shared_from_this()] { self->timer_fired(); });
             }
         }
         if (stop) {
-            report_.failed(errc::cancelled);
+            acq_.end_cancelled();
             finish(cancelled(), false);
         } else if (timed_out) {
             end_at_deadline();
@@ -249,35 +213,11 @@ private:
         }
     }
 
-    // An unavailable_error of an attempt made while waiting, within
-    // transient_errors of the first of a run of them and before the
-    // deadline: the attempt is made again after a backoff instead of ending
-    // the wait (a blocking wait rides out such errors inside its backend).
-    bool transient(const std::exception_ptr& error) {
-        if (acquire_report::code_of(error) != errc::unavailable) return false;
-        std::lock_guard lk(mutex_);
-        const auto now = spi::clock::now();
-        if (!failing_since_) failing_since_ = now;
-        last_error_ = error;
-        return attempted_ && now < until_ && now - *failing_since_ < transient_errors;
-    }
-
     // The deadline came while parked: a timeout, or the error of the attempts
     // when the server had stopped answering them.
     void end_at_deadline() {
-        std::exception_ptr error;
-        {
-            std::lock_guard lk(mutex_);
-            if (failing_since_) error = last_error_;
-        }
-        if (error) report_.failed(errc::unavailable);
-        else report_.timed_out();
-        finish(std::move(error), false);
-    }
-
-    bool cancelled_now() {
-        std::lock_guard lk(mutex_);
-        return cancelled_;
+        auto error = acq_.at_deadline();
+        finish(error ? boundary_error(error) : nullptr, false);
     }
 
     std::exception_ptr cancelled() const {
@@ -285,32 +225,30 @@ private:
                                                        "the acquisition of '" + m_.request_.name + "' was cancelled"));
     }
 
-    // The error being handled, as the blocking API would have thrown it
-    // (distlock::error, secrets scrubbed).
-    std::exception_ptr boundary_error() const {
+    // `e` as the blocking API would have thrown it (distlock::error, secrets scrubbed).
+    std::exception_ptr boundary_error(const std::exception_ptr& e) const {
         try {
-            rethrow_as_error(provider_->backend().name(), provider_->secrets(), "async_lock");
+            guarded(provider_->backend().name(), provider_->secrets(), "async_lock",
+                    [&] { std::rethrow_exception(e); });
         } catch (...) {
             return std::current_exception();
         }
+        return e;
     }
 
-    // The end: leaves the gate unless granted (or `gate_left` by hold()),
+    // The end (the acquisition has left the gate unless granted):
     // unsubscribes, forgets the op on its mutex and queues the handler.
-    void finish(std::exception_ptr error, bool granted, bool gate_left = false) {
+    void finish(std::exception_ptr error, bool granted) {
         std::unique_ptr<spi::wake_subscription> subscription;
         std::unique_ptr<stop_hook> on_stop;
-        bool leave;
         {
             std::lock_guard lk(mutex_);
             if (phase_ == phase::done) return;
             phase_ = phase::done;
-            leave = in_gate_ && !granted && !gate_left;
             subscription = std::move(subscription_);
             on_stop = std::move(on_stop_);
         }
         subscription.reset();
-        if (leave) m_.gate_->leave();
         on_stop.reset();  // never waits: from its own callback (cancel()) the standard lets it go at once
         auto handler = std::move(handler_);
         auto self = shared_from_this();
@@ -326,22 +264,17 @@ private:
 
     mutex_impl& m_;  // alive until finish(): its destructor cancels and waits
     std::shared_ptr<provider_state> provider_;
-    const spi::deadline until_;
+    acquisition acq_;
     acquire_handler handler_;
     std::function<void(bool)> settle_;
-    const acquire_report report_;
-    spi::backoff backoff_;  // under mutex_
     gate::ticket ticket_;
 
-    std::mutex mutex_;  // guards what follows (and backoff_)
+    std::mutex mutex_;  // guards what follows
     phase phase_ = phase::queued;
-    bool in_gate_ = false, queued_ = false, cancelled_ = false, woken_ = false;
+    bool in_gate_ = false, queued_ = false, woken_ = false;
     async_engine::timer_id timer_ = 0;
     std::unique_ptr<stop_hook> on_stop_;
-    bool attempted_ = false;                               // an attempt was answered (busy or not)
-    std::optional<spi::clock::time_point> failing_since_;  // the first of a run of transient errors
-    std::exception_ptr last_error_;                        // of that run
-    // Touched by the attempt steps only (one at a time).
+    // Touched by the steps only (one at a time).
     bool subscribed_ = false;
     std::unique_ptr<spi::wake_subscription> subscription_;
 };

@@ -4,7 +4,7 @@
 #include <optional>
 #include <utility>
 
-#include "acquire_report.hpp"
+#include "acquisition.hpp"
 #include "boundary.hpp"
 #include "mutex_impl.hpp"
 #include "text.hpp"
@@ -164,40 +164,42 @@ spi::loss_sink mutex_impl::sink_for(std::uint64_t generation) {
     });
 }
 
+// The blocking driver of an acquisition: the calling thread waits in the
+// gate, then makes one step up to the caller's deadline, the backend waiting
+// inside it as it can (its queue node, its subscription, its poll). A step
+// that ends early without a grant (a backend that does not wait, an error
+// ridden out) is followed by another after a backoff, until the deadline.
 bool mutex_impl::lock_until(spi::deadline until) {
     provider_->check_process();
     if (reentered()) return true;
-    const acquire_report report(*this);
-    bool queued = false;  // behind another thread of this provider
-    try {
-        if (gate_ && !gate_->enter(until, this, provider_->backend().name(), request_.name, queued)) {
-            report.timed_out();
+    acquisition acq(*this, until, true);
+    if (gate_) {
+        bool queued = false;  // behind another thread of this provider
+        try {
+            if (!gate_->enter(until, this, provider_->backend().name(), request_.name, queued)) {
+                acq.gate_timed_out();
+                return false;
+            }
+        } catch (...) {
+            acq.gate_failed();
+            throw;
+        }
+        acq.entered_gate(queued);
+    }
+    for (;;) {
+        switch (acq.step(until)) {
+            case acquisition::outcome::granted: return true;
+            case acquisition::outcome::failed: std::rethrow_exception(acq.error());
+            case acquisition::outcome::cancelled: return false;  // nothing cancels a blocking wait
+            case acquisition::outcome::busy:
+            case acquisition::outcome::again: break;
+        }
+        if (spi::clock::now() >= until) {
+            if (auto error = acq.at_deadline()) std::rethrow_exception(error);
             return false;
         }
-    } catch (...) {
-        report.failed();
-        throw;
+        std::this_thread::sleep_for(acq.backoff_delay());
     }
-    const auto validity = grant_validity();
-    std::uint64_t generation = 0;
-    std::optional<spi::grant> granted;
-    try {
-        granted = acquire_within(until, validity, generation);
-    } catch (...) {
-        end_acquire();
-        if (gate_) gate_->leave();
-        report.failed();
-        throw;
-    }
-    if (!granted) {
-        end_acquire();
-        if (gate_) gate_->leave();
-        report.timed_out();
-        return false;
-    }
-    report.granted(queued, *granted);
-    hold(*granted, generation, validity);
-    return true;
 }
 
 bool mutex_impl::reentered() {

@@ -120,8 +120,10 @@ public:
     }
 
 private:
-    // lock_until(), step by step.
+    // What the observer is told of one acquisition (acquire_report.hpp).
     class acquire_report;
+    // One acquisition's steps, whichever API drives it (acquisition.hpp).
+    class acquisition;
     // Held by this thread already: counts it (a reentrant backend) and returns
     // true, or throws would_deadlock_error; false when not held by this thread.
     bool reentered();
