@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The server figures of docs/benchmarks.md, on this machine:
-#   scripts/bench.sh [--seconds S] [--runs N] [--primitives | --tls] [SERVER...]
+#   scripts/bench.sh [--seconds S] [--runs N] [--primitives | --tls | --async] [SERVER...]
 # For each server (default: redis redlock mysql postgres zookeeper etcd
 # consul-emulator) it starts that server alone (integration/backends.sh), so
 # that the others' background work does not load the machine, and runs
@@ -14,24 +14,29 @@
 # (docs/benchmarks.md, "TLS"): both servers up, the two URLs in alternation,
 # each run's ratio p50 cycle / two floors, the floor taken over that URL's own
 # connection (TLS included), and how far the TLS ratio is from the plaintext one.
+# With --async it measures instead `distlock bench --async` (docs/benchmarks.md,
+# "Asynchronous waiters") at 1,000 and 10,000 pending waiters on memory://,
+# file:// and one URL per server (its mutex's usual strategy), one row each.
 # With --compare OLD it measures each URL with OLD (another build's distlock
 # tool, e.g. of the commit before a refactoring) beside this build's, the two in
 # alternation, and prints per URL both p50 / 2 floors ratios and new / old.
 # Servers this script did not start must be stopped first (backends.sh down).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-seconds=3 runs=3 servers=() primitives=0 tls=0 old=""
+seconds=3 runs=3 servers=() primitives=0 tls=0 async=0 old=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --seconds) seconds=$2; shift 2 ;;
         --runs) runs=$2; shift 2 ;;
         --primitives) primitives=1; shift ;;
         --tls) tls=1; shift ;;
+        --async) async=1; shift ;;
         --compare) old=$2; shift 2 ;;
-        -*) echo "usage: $0 [--seconds S] [--runs N] [--primitives | --tls | --compare OLD_DISTLOCK] [SERVER...]" >&2; exit 2 ;;
+        -*) echo "usage: $0 [--seconds S] [--runs N] [--primitives | --tls | --async | --compare OLD_DISTLOCK] [SERVER...]" >&2; exit 2 ;;
         *) servers+=("$1"); shift ;;
     esac
 done
+named=("${servers[@]}")  # --async: memory and file are measured unless servers are named without them
 [ ${#servers[@]} -gt 0 ] || servers=(redis redlock mysql postgres zookeeper etcd consul-emulator)
 . scripts/lib.sh
 ensure_packages "${CORE_PACKAGES[@]}" "${BACKEND_PACKAGES[@]}"
@@ -114,6 +119,59 @@ print("| %s | %s | %s | %s | %s | %s | %.2f | %.2f |" % (plain[0]["backend"], se
       span([j["floor_rtt_us"] for j in plain], "%.0f"), span([j["floor_rtt_us"] for j in secure], "%.0f"),
       span(pr, "%.2f"), span(tr, "%.2f"), mean(tr) / mean(pr),
       mean([j["p50_us"] for j in secure]) / mean([j["p50_us"] for j in plain])))' "$runs" "${plain[@]}" "${secure[@]}"
+        )
+        integration/backends.sh down >/dev/null
+    done
+    exit 0
+fi
+
+# --async: per server, the URL variable measured; memory:// and file:// need none.
+async_urls=(
+    "redis DISTLOCK_TEST_REDIS_URL"
+    "postgres DISTLOCK_TEST_POSTGRES_LEASE_TABLE_URL"
+    "zookeeper DISTLOCK_TEST_ZK_URL"
+    "etcd DISTLOCK_TEST_ETCD_URL"
+    "mysql DISTLOCK_TEST_MYSQL_LEASE_TABLE_URL"
+    "consul-emulator DISTLOCK_TEST_CONSUL_EMULATOR_URL")
+async_row() {  # async_row URL: one row per number of waiters
+    local n
+    for n in 1000 10000; do
+        python3 -c '
+import json, sys
+try:
+    j = json.loads(sys.argv[2])
+except ValueError:
+    print("| %s | %s | no figures: the run failed or was cut off |" % (sys.argv[1], sys.argv[3])); sys.exit(0)
+one, many, sync = j["one_name"], j["many_names"], j["sync"]
+pair = lambda k: "%s / %s" % (one["pending"][k], many["pending"][k])
+num = lambda v, f="%.1f": "-" if v is None else f % v
+print("| %s | {:,} | %s | %s | {:,} / {:,} | %s / %s | %s | %s / %s | %s / %s | {:,} |".format(
+      j["waiters"], one["rss_per_waiter_bytes"], many["rss_per_waiter_bytes"], many["all_granted_ms"]) % (
+      j["backend"], pair("threads"), pair("tcp_connections"), num(one.get("handoff_p50_us")),
+      num(sync.get("handoff_p50_us")), num(j["async_sync_ratio"], "%.2f"), num(one.get("handoff_floor_ratio"), "%.2f"),
+      num(sync.get("handoff_floor_ratio"), "%.2f"), num(one.get("handoff_p99_us"), "%.0f"),
+      num(sync.get("handoff_p99_us"), "%.0f")))' "$1" \
+            "$(timeout 600 build/bin/distlock bench --backend "$1" --async --waiters "$n" --seconds "$seconds" --json --quiet || true)" "$n"
+    done
+}
+if [ "$async" = 1 ]; then
+    echo "| URL | N | threads (one name / N names) | TCP connections | RSS per waiter, B (one / N names) | hand-off p50 async / sync, µs | async / sync p50 | p50 in two round trips, async / sync | hand-off p99 async / sync, µs | N names granted after the release, ms |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
+    if [ ${#named[@]} -eq 0 ] || [[ " ${named[*]} " == *" memory "* ]]; then async_row memory://; fi
+    if [ ${#named[@]} -eq 0 ] || [[ " ${named[*]} " == *" file "* ]]; then
+        dir=$(mktemp -d)
+        async_row "file://$dir"
+        rm -rf "$dir"
+    fi
+    for entry in "${async_urls[@]}"; do
+        read -r server var <<<"$entry"
+        [ ${#named[@]} -eq 0 ] || [[ " ${named[*]} " == *" $server "* ]] || continue
+        integration/backends.sh up "$server" >/dev/null
+        (
+            set -a
+            . integration/.run/backends.env
+            set +a
+            async_row "${!var}"
         )
         integration/backends.sh down >/dev/null
     done
