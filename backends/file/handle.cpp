@@ -16,7 +16,10 @@ public:
     async_wait(handle& h, std::unique_ptr<spi::wake_subscription> sub) : handle_(h), sub_(std::move(sub)) {
         handle_.async_ = true;
     }
-    ~async_wait() override { handle_.async_ = false; }
+    ~async_wait() override {
+        handle_.async_ = false;
+        handle_.leave_turnstile();
+    }
 
 private:
     handle& handle_;
@@ -40,10 +43,15 @@ std::unique_ptr<spi::wake_subscription> handle::watch_releases(spi::wake_sink wa
 std::optional<spi::grant> handle::acquire_quietly() {
     const auto& dir = settings_.dir;
     if (kind_ == spi::lock_kind::read || kind_ == spi::lock_kind::write) {
-        auto turn = waiter_.try_quietly(dir, paths_.rw_turn, LOCK_EX);
+        // A writer keeps the turnstile from attempt to attempt, as a blocked
+        // one keeps it while it waits: readers that come after it wait.
+        auto turn = turn_ ? std::move(turn_) : waiter_.try_quietly(dir, paths_.rw_turn, LOCK_EX);
         if (!turn) return std::nullopt;
         auto fd = waiter_.try_quietly(dir, paths_.rw_data, kind_ == spi::lock_kind::read ? LOCK_SH : LOCK_EX);
-        if (!fd) return std::nullopt;
+        if (!fd) {
+            if (kind_ == spi::lock_kind::write) turn_ = std::move(turn);
+            return std::nullopt;
+        }
         fd_guard data = file_waiter::writable(dir, paths_.rw_data, fd->get());
         if (data.get() < 0) return std::nullopt;
         // Its close is one event: the lock's other waiters make one attempt each.
@@ -62,6 +70,16 @@ std::optional<spi::grant> handle::acquire_quietly() {
     write_counter(w.get(), token, settings_.sync, holder_);
     write_fd_ = std::move(w);
     return hold(std::move(*fd), paths_.mutex, token);
+}
+
+void handle::leave_turnstile() noexcept {
+    if (!turn_) return;
+    // Opened for writing and closed: the event that wakes the readers it held
+    // back (without it, they find out at their next poll).
+    try {
+        fd_guard wake = file_waiter::writable(settings_.dir, paths_.rw_turn, turn_->get());
+    } catch (...) {}
+    turn_.reset();
 }
 
 std::optional<spi::grant> handle::acquire(spi::deadline until, const spi::loss_sink&) {

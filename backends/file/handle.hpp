@@ -54,6 +54,9 @@ private:
     spi::grant hold(fd_guard fd, const std::string& file, std::uint64_t token);
     // One attempt of an asynchronous wait (mutex, read-write lock), quiet.
     std::optional<spi::grant> acquire_quietly();
+    // The end of an asynchronous writer's wait without a grant: the turnstile
+    // it kept goes, and the readers it held back are woken.
+    void leave_turnstile() noexcept;
     // Under the meta file's lock: check the size, then take the first free slot
     // of 0..permits-1 and count the grant; else wait for a close in the directory.
     std::optional<spi::grant> take_permit(spi::deadline until, spi::backoff& wait);
@@ -70,6 +73,8 @@ private:
     std::string held_file_;
     fd_guard write_fd_;   // a grant taken quietly: the held file, open for writing until release
     bool async_ = false;  // an asynchronous wait is under way (watch_releases)
+    // An asynchronous writer's place: the turnstile, locked, between its attempts.
+    std::optional<fd_guard> turn_;
 };
 
 }  // namespace distlock::backends::file

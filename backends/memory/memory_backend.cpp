@@ -29,7 +29,7 @@ struct slot {
     std::uint32_t limit = 0;                         // the semaphore's size while it has holders
     spi::loss_sink lost;                             // of the exclusive grant: break_lock reports through it
     std::string holder;                              // the exclusive grant's label
-    std::uint32_t waiting = 0;                       // threads inside acquire() waiting for it
+    std::uint32_t waiting = 0;                       // threads inside acquire() and asynchronous waiters
 
     bool unused() const noexcept { return grant == 0 && shared.empty() && waiting == 0 && writers_waiting == 0; }
 };
@@ -59,22 +59,36 @@ struct table {
     }
 };
 
-// One asynchronous waiter's wake-ups: registered in its table until destroyed
-// (under the table's mutex, so that no wake-up comes after).
+// One asynchronous waiter's wake-ups and its place, for its whole wait (its
+// one-attempt acquire() calls come and go): it counts among the slot's waiters
+// (inspect) and, for a writer, among the waiting writers that hold back the
+// readers that come later, as a blocked thread does. Registered in its table
+// until destroyed (under the table's mutex, so that no wake-up comes after).
 class watch final : public spi::wake_subscription {
 public:
-    watch(std::shared_ptr<table> t, const std::string& key, spi::wake_sink wake)
-        : table_(std::move(t)), wake_(std::move(wake)) {
+    watch(std::shared_ptr<table> t, const std::string& key, bool writer, spi::wake_sink wake)
+        : table_(std::move(t)), key_(key), writer_(writer), wake_(std::move(wake)) {
         std::lock_guard lk(table_->mutex);
-        entry_ = table_->watchers.emplace(key, &wake_);
+        auto& s = table_->slots.try_emplace(key_).first->second;
+        ++s.waiting;
+        if (writer_) ++s.writers_waiting;
+        entry_ = table_->watchers.emplace(key_, &wake_);
     }
     ~watch() override {
         std::lock_guard lk(table_->mutex);
         table_->watchers.erase(entry_);
+        const auto it = table_->slots.find(key_);  // kept by the counts below
+        if (it == table_->slots.end()) return;
+        --it->second.waiting;
+        const bool readers_held_back = writer_ && --it->second.writers_waiting == 0;
+        table_->drop_if_unused(it);
+        if (readers_held_back) table_->announce(key_);
     }
 
 private:
     std::shared_ptr<table> table_;
+    std::string key_;
+    bool writer_;
     spi::wake_sink wake_;
     decltype(table::watchers)::iterator entry_;
 };
@@ -201,7 +215,7 @@ public:
     }
 
     std::unique_ptr<spi::wake_subscription> watch_releases(spi::wake_sink wake) override {
-        return std::make_unique<watch>(table_, key_, std::move(wake));
+        return std::make_unique<watch>(table_, key_, kind_ == spi::lock_kind::write, std::move(wake));
     }
 
 private:

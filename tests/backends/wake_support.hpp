@@ -374,4 +374,47 @@ inline void thousand_share(opener open, const std::string& url) {
     hs.clear();
 }
 
+// An asynchronous writer keeps its place for its whole wait, as a blocked one
+// does: a reader of another provider that comes while it waits behind a
+// reader of a third one is held back; the writer gets in once that first
+// reader leaves, and the late reader after the writer. A second asynchronous
+// writer, cancelled while it waits, takes its place with it: the late reader
+// gets in at once.
+inline void async_writer_keeps_its_place(const provider& a, const provider& b, const provider& c,
+                                         const std::string& name) {
+    auto first = a.shared_mutex(name);
+    first.lock_shared();
+    auto writer = b.shared_mutex(name);
+    outcome w;
+    writer.async_lock(60s, w.handler());
+    std::this_thread::sleep_for(200ms);  // it attempted, and waits
+    auto late = c.shared_mutex(name);
+    CHECK_FALSE(late.try_lock_shared_for(300ms));  // held back by the waiting writer
+    {
+        std::lock_guard lk(w.m);
+        REQUIRE_FALSE(w.done);
+    }
+    first.unlock_shared();
+    REQUIRE(w.wait(30s));
+    REQUIRE_FALSE(w.error);
+    REQUIRE(w.granted);
+    CHECK_FALSE(late.try_lock_shared());
+    writer.unlock();
+    REQUIRE(late.try_lock_shared_for(30s));
+    late.unlock_shared();
+
+    first.lock_shared();
+    std::stop_source stop;
+    outcome cancelled;
+    writer.async_lock(60s, cancelled.handler(), stop.get_token());
+    std::this_thread::sleep_for(200ms);
+    CHECK_FALSE(late.try_lock_shared_for(300ms));
+    stop.request_stop();
+    REQUIRE(cancelled.wait(30s));
+    CHECK_FALSE(cancelled.granted);
+    CHECK(late.try_lock_shared_for(5s));  // the place went with the wait
+    late.unlock_shared();
+    first.unlock_shared();
+}
+
 }  // namespace distlock::test::wake

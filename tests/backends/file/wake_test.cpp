@@ -164,3 +164,11 @@ TEST_CASE("the semaphore's async wait polls: the count sees it (the control of t
     CHECK(f.get());
     waiting.release();
 }
+
+TEST_CASE("an asynchronous writer keeps the turnstile while it waits, and gives it up with its wait",
+          "[file][async][rw][policy]") {
+    wake_dir dir;
+    const auto url = "file://" + dir.path.string();
+    auto a = distlock::connect(url), b = distlock::connect(url), c = distlock::connect(url);
+    distlock::test::wake::async_writer_keeps_its_place(a, b, c, unique_name("writer-place"));
+}

@@ -7,6 +7,7 @@
 #include "distlock/testing.hpp"
 #include "memory_backend.hpp"
 #include "support.hpp"
+#include "wake_support.hpp"
 
 using namespace std::chrono_literals;
 using distlock::test::unique_name;
@@ -121,4 +122,13 @@ TEST_CASE("memory:// tokens keep increasing per name when its slot or its space 
         }
         CHECK(memory::space_count() == spaces_before);  // the last provider of the space is gone
     }
+}
+
+TEST_CASE("an asynchronous writer holds back later readers for its whole wait, and no longer once it ends",
+          "[memory][async][rw][policy]") {
+    const auto space = unique_space("place");
+    auto a = distlock::connect("memory://" + space), b = distlock::connect("memory://" + space),
+         c = distlock::connect("memory://" + space);
+    distlock::test::wake::async_writer_keeps_its_place(a, b, c, "name");
+    CHECK(memory::slot_count(space) == 0);  // the place went with the waits
 }
