@@ -38,8 +38,11 @@ public:
     };
 
     acquisition(mutex_impl& m, spi::deadline until, bool thread_bound)
-        : m_(m), until_(until), thread_bound_(thread_bound), report_(m), backoff_(m.request_.retry_min,
-                                                                                  m.request_.retry_max) {}
+        : m_(m),
+          until_(until),
+          thread_bound_(thread_bound),
+          report_(m),
+          backoff_(m.request_.retry_min, m.request_.retry_max) {}
     acquisition(const acquisition&) = delete;
     acquisition& operator=(const acquisition&) = delete;
 
