@@ -3,6 +3,19 @@
 include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
 require_vars(BUILD_DIR SOURCE_DIR WORK_DIR)
 step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
+# Every public header is installed, as it is in the source tree (async.hpp,
+# asio.hpp, detail/ ...).
+get_filename_component(_include ${SOURCE_DIR}/../../include ABSOLUTE)
+file(GLOB_RECURSE _headers RELATIVE ${_include} ${_include}/distlock/*.hpp)
+foreach(_h distlock/asio.hpp distlock/async.hpp)  # (a script has no IN_LIST)
+  list(FIND _headers ${_h} _at)
+  if(_at EQUAL -1)
+    message(FATAL_ERROR "no ${_h} under ${_include}")
+  endif()
+endforeach()
+foreach(_h ${_headers})
+  step(${CMAKE_COMMAND} -E compare_files ${_include}/${_h} ${WORK_DIR}/prefix/include/${_h})
+endforeach()
 # No installed file searches the current directory for libraries (an empty or
 # relative RUNPATH element): check_rpath.cmake.
 include(${CMAKE_CURRENT_LIST_DIR}/check_rpath.cmake)
@@ -30,6 +43,7 @@ if(EXISTS ${WORK_DIR}/prefix/bin/distlock)
 endif()
 build_against_prefix(${SOURCE_DIR} ${WORK_DIR}/build)
 step(${WORK_DIR}/build/consumer)
+step(${WORK_DIR}/build/asio-consumer)  # <distlock/asio.hpp>, from the prefix
 
 # The same consumer through pkg-config (distlock.pc): `--static` when the
 # install is a static library (Libs.private then counts).
