@@ -298,8 +298,12 @@ void mutex_impl::async_unlock(release_handler handler) {
         std::lock_guard lk(state_mutex_);
         ++async_.releases;
     }
+    // The release may be over, and this object and the provider gone with it
+    // (the last owner being the job), before post() has returned: it holds
+    // the provider, and so the engine, until then.
+    const auto provider = provider_;
     try {
-        provider_->engine().post([this, provider = provider_, handler = std::move(handler)] {
+        provider->engine().post([this, provider, handler = std::move(handler)] {
             unlock();
             release_done();  // *this may be gone from here on
             if (handler) handler();
