@@ -97,7 +97,7 @@ public:
         if (timer_ != 0) provider_->engine().cancel(timer_);
         lk.unlock();
         acq_.end_cancelled();
-        finish(cancelled(), false);
+        finish(cancelled(), false, true);
     }
 
     // The backend's wake_sink: a release was announced.
@@ -237,8 +237,11 @@ private:
     }
 
     // The end (the acquisition has left the gate unless granted):
-    // unsubscribes, forgets the op on its mutex and queues the handler.
-    void finish(std::exception_ptr error, bool granted) {
+    // unsubscribes, forgets the op on its mutex, then calls the handler: on
+    // this worker, at the end of the step that ended the acquisition (one
+    // thread hop less per hand-off), or, from a thread that is not a worker's
+    // step (`queued`: a cancellation), queued on a worker.
+    void finish(std::exception_ptr error, bool granted, bool queued = false) {
         std::unique_ptr<spi::wake_subscription> subscription;
         std::unique_ptr<stop_hook> on_stop;
         {
@@ -259,7 +262,14 @@ private:
             m_.async_idle_.notify_all();  // under the lock: m_ may be gone as soon as it is free
         }
         if (settle_) settle_(granted);
-        post_outcome(provider_, std::move(handler), std::move(error), granted);
+        if (queued) {
+            post_outcome(provider_, std::move(handler), std::move(error), granted);
+        } else if (handler) {
+            try {
+                handler(std::move(error), granted);
+            } catch (...) {  // as the engine does with a step that throws
+            }
+        }
     }
 
     mutex_impl& m_;  // alive until finish(): its destructor cancels and waits

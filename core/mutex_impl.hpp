@@ -77,10 +77,11 @@ public:
     // requests on the provider's workers) and its grant belongs to no thread.
     // Any number may be pending on one object of a kind with a gate (they
     // queue there as threads do); one at a time on a reader's or permit's
-    // (the grant pools give each its own). The handler is always queued on a
-    // worker, never called inline.
+    // (the grant pools give each its own). The handler runs on a worker,
+    // never inline in the caller's thread: at the end of the step that ended
+    // the acquisition, or queued there after a cancellation.
     // `settle(granted)`, when given, is called at the end before the handler
-    // is queued, once this object no longer counts the acquisition (a grant
+    // runs, once this object no longer counts the acquisition (a grant
     // pool files the object away there: it may be destroyed after that).
     void async_lock_until(spi::deadline until, acquire_handler handler, std::stop_token stop,
                           std::function<void(bool granted)> settle = {});
