@@ -93,27 +93,23 @@ async_engine::~async_engine() {
     // (nothing that needs this engine) is released on this thread.
 }
 
+// post() and at() notify under the lock: once it is released, a worker may
+// run the step, which may drop the last reference to the provider and so
+// destroy *this (and its state): nothing of them is touched after.
 void async_engine::post(task t) {
-    {
-        std::lock_guard lk(state_->mutex);
-        state_->start(state_);
-        state_->ready.push_back(std::move(t));
-    }
+    std::lock_guard lk(state_->mutex);
+    state_->start(state_);
+    state_->ready.push_back(std::move(t));
     state_->wake.notify_one();
 }
 
 async_engine::timer_id async_engine::at(clock::time_point when, task t) {
-    timer_id id;
-    bool first;
-    {
-        std::lock_guard lk(state_->mutex);
-        state_->start(state_);
-        id = state_->next_timer++;
-        auto it = state_->timers.emplace(when, std::pair{id, std::move(t)});
-        state_->timer_index.emplace(id, it);
-        first = it == state_->timers.begin();
-    }
-    if (first) state_->wake.notify_one();  // an earlier wake-up than the workers wait for
+    std::lock_guard lk(state_->mutex);
+    state_->start(state_);
+    const auto id = state_->next_timer++;
+    auto it = state_->timers.emplace(when, std::pair{id, std::move(t)});
+    state_->timer_index.emplace(id, it);
+    if (it == state_->timers.begin()) state_->wake.notify_one();  // an earlier wake-up than the workers wait for
     return id;
 }
 

@@ -123,7 +123,8 @@ struct many_watchers {
     }
 };
 
-// acquire() calls per lock name through every counting backend of the process.
+// acquire() calls per lock name through every counting backend of the process,
+// counted as they end.
 inline int attempts_of(const std::string& name, int add = 0) {
     static std::mutex m;
     static std::map<std::string, int> counts;
@@ -135,8 +136,15 @@ class counting_handle final : public spi::lock_handle {
 public:
     counting_handle(std::unique_ptr<spi::lock_handle> inner, std::string name)
         : inner_(std::move(inner)), name_(std::move(name)) {}
+    // Counted when it ends (returned or threw): an attempt seen as made has seen
+    // the lock as it was then. Counted on entry, a slow first attempt (under
+    // ThreadSanitizer) could still be under way at check_event_handoff's release,
+    // and be granted by it: one attempt in all.
     std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink& lost) override {
-        attempts_of(name_, 1);
+        struct count_at_end {
+            const std::string& name;
+            ~count_at_end() { attempts_of(name, 1); }
+        } at_end{name_};
         return inner_->acquire(until, lost);
     }
     void release() override { inner_->release(); }

@@ -1,10 +1,11 @@
 // Redis-specific tests of asynchronous waits' wake-ups (lock_handle::watch_releases):
 // a release published by another provider wakes the handles watching that
-// name only, never after their subscription ended; strategy=plain hands the
-// lock to one queued asynchronous waiter and wakes it alone; many watched names
-// share one pub/sub connection and its one thread; async_lock hands off with one
-// attempt per wake-up. On the shared server of DISTLOCK_TEST_REDIS_URL (db 0
-// plain, db 1 reentrant).
+// name only, never after their subscription ended; a killed pub/sub connection
+// is made again and wakes every waiter (it may have missed a release);
+// strategy=plain hands the lock to one queued asynchronous waiter and wakes it
+// alone; many watched names share one pub/sub connection and its one thread;
+// async_lock hands off with one attempt per wake-up. On the shared server of
+// DISTLOCK_TEST_REDIS_URL (db 0 plain, db 1 reentrant).
 #include "redis_test_helpers.hpp"
 #include "wake_counting.hpp"
 
@@ -46,6 +47,26 @@ TEST_CASE("watch_releases: no wake-up after the subscription is destroyed", "[re
         DYNAMIC_SECTION("strategy=" << strategy) {
             auto holder = provider(strategy), watcher = provider(strategy);
             check_no_wake_after_end(*holder, *watcher, unique_name("wake-gone"));  // free for all: nobody queued
+        }
+    }
+}
+
+TEST_CASE("watch_releases: a killed pub/sub connection is made again, and wakes every waiter", "[redis][async][wake]") {
+    for (std::string strategy : {"plain", "reentrant"}) {
+        DYNAMIC_SECTION("strategy=" << strategy) {
+            auto holder = provider(strategy), watcher = provider(strategy);
+            raw_client raw(shared_port());
+            const auto name = unique_name("wake-kill");
+            const auto subscribed = [&] { return raw.cmd({"PUBSUB", "CHANNELS", "*" + name + "*"})->elements == 1; };
+            watched_wait w(*holder, *watcher, name);
+            REQUIRE(subscribed());  // confirmed before watch_releases returned
+            // The watcher's subscriber is the server's one pub/sub client (the holder has none).
+            REQUIRE(raw.integer({"CLIENT", "KILL", "TYPE", "pubsub"}) == 1);
+            // Back (subscribed again): the waiters are told that a release may have gone unheard.
+            REQUIRE(eventually([&] { return w.woken.value() == 1; }, 30s));
+            REQUIRE(eventually(subscribed, 20s));
+            w.held->release();
+            REQUIRE(eventually([&] { return w.woken.value() == 2; }, 20s));
         }
     }
 }
