@@ -53,15 +53,21 @@ if [ "$sanitize" != none ]; then
     # -O1 -g1 (line tables: sanitizer reports still name files and lines): a
     # shorter build, the longest step of CI on two cores.
     dir=build-${sanitize//,/-}
-    # <distlock/asio.hpp> is a header over the asynchronous API, whose code the
-    # conformance suite's [async] cases run here on every URL; its own tests
-    # (their threads are Asio's) join the ThreadSanitizer pass, on memory://
-    # and file://, and run on every URL in the plain pass.
-    asio_targets=() asio_tests=
-    if [ "$sanitize" = thread ]; then asio_targets=(distlock-asio-tests) asio_tests='|distlock-asio-tests(\.file)?$'; fi
+    # The ThreadSanitizer pass also runs what has threads of its own beyond the
+    # core's: <distlock/asio.hpp>'s tests (Asio's threads; on memory:// and
+    # file://: its code is the same on every URL, whose runs are the plain
+    # pass's) and the backends' release-event tests (their listener threads,
+    # and the connections they kill). Their code runs under the AddressSanitizer
+    # pass through the conformance suite's [async] cases on every URL.
+    thread_targets=() thread_tests=
+    if [ "$sanitize" = thread ]; then
+        thread_targets=(distlock-asio-tests distlock-file-tests distlock-redis-tests distlock-postgres-tests
+            distlock-zk-async-tests)
+        thread_tests='|distlock-asio-tests(\.file)?$|distlock-(file|redis|postgres|zk-async)-tests$'
+    fi
     DISTLOCK_CONFIGURE_ARGS="-DDISTLOCK_SHARED=OFF -DDISTLOCK_EXTRA_COMPILE_OPTIONS=-O1;-g1" \
         configure_and_build "$dir" "$sanitize" distlock-unit-tests distlock-cli-tests distlock-conformance \
-        distlock-cli "${asio_targets[@]}"
+        distlock-cli "${thread_targets[@]}"
     say "unit, CLI and conformance tests under -fsanitize=$sanitize"
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
@@ -77,6 +83,6 @@ if [ "$sanitize" != none ]; then
     # TLS transport on one server and on the cluster, PostgreSQL's TLS
     # parameters); the URLs whose TLS is the client library's or curl's, or a
     # tunnel's, run in the plain pass.
-    ctest --test-dir "$dir" --output-on-failure -j 4 -R "^(distlock-unit-tests|distlock-cli-tests|conformance\\.|package\\.$asio_tests)" \
+    ctest --test-dir "$dir" --output-on-failure -j 4 -R "^(distlock-unit-tests|distlock-cli-tests|conformance\\.|package\\.$thread_tests)" \
         -E '(\.fence-table|conformance\.etcd-cluster|conformance\.zk-ensemble|conformance\.redis-sentinel.*|conformance\.redis-cluster-reentrant|conformance\.redis-tls-.*|conformance\.mysql\.tls|conformance\.etcd-tls|conformance\.zookeeper-tls-tunnel)$'
 fi
