@@ -154,10 +154,16 @@ bool release_feed::on_line(std::string_view line) {
                 for (const auto& w : watchers_)
                     if (missed(*w)) woken.push_back(w);
             }
-            for (const auto& ev : list(result, "events")) {
+            // A fragment (the stream asks for them: one revision's deletions
+            // may pass a line's limit) may end mid-revision: a stream broken
+            // after it resumes at that revision (seen events come again, harmless).
+            const auto& events = list(result, "events");
+            const bool partial = flag(result, "fragment");
+            for (std::size_t i = 0; i < events.size(); ++i) {
+                const json& ev = events[i];
                 const json& kv = field(ev, "kv");
                 const auto rev = as_i64(kv, "mod_revision");
-                from_ = std::max(from_, after(rev));
+                from_ = std::max(from_, partial && i + 1 == events.size() ? rev : after(rev));
                 if (text(ev, "type") != "DELETE") continue;
                 auto key = b64d(kv, "key");
                 auto [b, e] = by_key_.equal_range(key);
@@ -170,6 +176,7 @@ bool release_feed::on_line(std::string_view line) {
                     recent_bytes_ -= recent_.front().first.size();
                     recent_.pop_front();
                 }
+                most_bytes_ = std::max(most_bytes_, recent_bytes_);
             }
         }
     }
@@ -206,6 +213,10 @@ std::size_t release_feed::watchers() const {
 std::uint64_t release_feed::streams_started() const {
     std::lock_guard lk(mu_);
     return started_;
+}
+release_feed::kept_window release_feed::kept() const {
+    std::lock_guard lk(mu_);
+    return {recent_.size(), recent_bytes_, most_bytes_, from_};
 }
 
 }  // namespace distlock::backends::etcd

@@ -55,6 +55,13 @@ public:
     // Subscriptions now, and watch streams started so far (tests).
     std::size_t watchers() const;
     std::uint64_t streams_started() const;
+    // The deletions kept for missed() now, the bytes of their keys now and at
+    // most so far, and the revision the stream resumes from (tests).
+    struct kept_window {
+        std::size_t entries = 0, bytes = 0, most_bytes = 0;
+        std::int64_t resume_from = 0;
+    };
+    kept_window kept() const;
 
 private:
     friend class feed_subscription;
@@ -78,6 +85,7 @@ private:
     std::int64_t floor_ = 0;  // every deletion from this revision on is in recent_ or to come (0: unknown)
     std::deque<std::pair<std::string, std::int64_t>> recent_;
     std::size_t recent_bytes_ = 0;  // of recent_'s keys
+    std::size_t most_bytes_ = 0;    // recent_bytes_'s highest value after trimming (tests)
     std::uint64_t started_ = 0;
     http::monitor monitor_;  // last: stopped before the fields its callbacks use go
 };
