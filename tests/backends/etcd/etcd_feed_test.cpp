@@ -12,9 +12,9 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <mutex>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <thread>
@@ -96,7 +96,8 @@ distlock::provider feed_provider() {
         distlock::register_backend("etcd-feed", [](spi::url& u) -> std::shared_ptr<spi::backend> {
             etcd::settings s;
             s.prefix = u.path();
-            auto b = std::make_shared<feed_backend>(distlock::backends::http::options_from_url(u, "etcd", 2379), std::move(s));
+            auto b = std::make_shared<feed_backend>(distlock::backends::http::options_from_url(u, "etcd", 2379),
+                                                    std::move(s));
             last_backend = b.get();
             return b;
         });
