@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "../wake_counting.hpp"
 #include "../wake_support.hpp"
 #include "etcd/etcd_gateway.hpp"
 #include "etcd/etcd_lock.hpp"
@@ -40,32 +41,6 @@ std::string url() { return distlock::test::env("DISTLOCK_TEST_ETCD_URL"); }
 constexpr std::size_t kKeyBytes = 1000 * 1000;
 constexpr std::size_t kWindowBytes = std::size_t{1} << 20;  // the feed's bound (etcd_release_feed.cpp)
 
-// The attempts of the handles of one name (set before the waiter starts).
-std::atomic<int> attempts{0};
-std::string counted_name;  // NOLINT: written before any handle of the provider exists
-
-// A handle of the etcd engine whose acquire() calls are counted.
-class counting_handle final : public spi::lock_handle {
-public:
-    counting_handle(std::unique_ptr<spi::lock_handle> inner, bool counted)
-        : inner_(std::move(inner)), counted_(counted) {}
-    std::optional<spi::grant> acquire(spi::deadline until, const spi::loss_sink& lost) override {
-        if (counted_) attempts.fetch_add(1);
-        return inner_->acquire(until, lost);
-    }
-    void release() override { inner_->release(); }
-    std::chrono::milliseconds check_interval() const override { return inner_->check_interval(); }
-    std::chrono::milliseconds validity() const override { return inner_->validity(); }
-    std::unique_ptr<spi::wake_subscription> watch_releases(spi::wake_sink wake) override {
-        return inner_->watch_releases(std::move(wake));
-    }
-    spi::lock_handle* inner() { return inner_.get(); }
-
-private:
-    std::unique_ptr<spi::lock_handle> inner_;
-    bool counted_;
-};
-
 // The etcd engine over a gateway this test can reach.
 class feed_backend final : public spi::backend {
 public:
@@ -73,13 +48,11 @@ public:
     std::string_view name() const noexcept override { return "etcd-feed"; }
     const distlock::capabilities& caps() const noexcept override { return caps_; }
     std::unique_ptr<spi::lock_handle> make_lock(const spi::lock_request& r) override {
-        return std::make_unique<counting_handle>(etcd::make_lock(gateway_, r), r.name == counted_name);
+        return etcd::make_lock(gateway_, r);
     }
     void keepalive_batch(std::span<spi::lock_handle* const> handles,
                          std::span<spi::keepalive_result> results) override {
-        std::vector<spi::lock_handle*> inner;
-        for (auto* h : handles) inner.push_back(static_cast<counting_handle*>(h)->inner());
-        etcd::keepalive_batch(gateway_, inner, results);
+        etcd::keepalive_batch(gateway_, handles, results);
     }
     etcd::gateway& gateway() { return gateway_; }
 
@@ -90,34 +63,32 @@ private:
 
 std::atomic<feed_backend*> last_backend{nullptr};
 
-// etcd-feed://<the member>/<prefix>: the provider whose feed the test reads.
+// A provider over a new feed_backend of the member, whose attempts
+// wake_support::attempts_of() counts per name.
 distlock::provider feed_provider() {
-    static const bool registered = [] {
-        distlock::register_backend("etcd-feed", [](spi::url& u) -> std::shared_ptr<spi::backend> {
-            etcd::settings s;
-            s.prefix = u.path();
-            auto b = std::make_shared<feed_backend>(distlock::backends::http::options_from_url(u, "etcd", 2379),
-                                                    std::move(s));
-            last_backend = b.get();
-            return b;
-        });
-        return true;
-    }();
-    (void)registered;
-    auto u = url();
-    return distlock::connect("etcd-feed" + u.substr(u.find("://")));
+    wake_support::register_counting("etcd-feed", [] {
+        auto u = spi::url::parse(url());
+        etcd::settings s;
+        s.prefix = u.path();
+        auto b =
+            std::make_shared<feed_backend>(distlock::backends::http::options_from_url(u, "etcd", 2379), std::move(s));
+        last_backend = b.get();
+        return std::shared_ptr<spi::backend>(b);
+    });
+    return distlock::connect("etcd-feed://member");
 }
+int attempts(const std::string& name) { return wake_support::attempts_of(name); }
 
-// A waiter parked on `name`, held by `holder`, polled only every 5 minutes:
+// A waiter parked on `name`, held elsewhere, polled only every 5 minutes:
 // before that, only a release event lets it in.
 struct parked {
+    std::string name;
     distlock::mutex m;
     wake::outcome o;
-    parked(const distlock::provider& p, const std::string& name) : m(p.mutex(name, patient())) {
-        attempts = 0;
+    parked(const distlock::provider& p, const std::string& n) : name(n), m(p.mutex(n, patient())) {
         m.async_lock(600s, o.handler());
-        for (int i = 0; i < 200 && attempts.load() == 0; ++i) std::this_thread::sleep_for(10ms);
-        REQUIRE(attempts.load() == 1);
+        for (int i = 0; i < 200 && attempts(name) == 0; ++i) std::this_thread::sleep_for(10ms);
+        REQUIRE(attempts(name) == 1);
     }
     static distlock::lock_options patient() {
         distlock::lock_options o;
@@ -125,6 +96,21 @@ struct parked {
         o.retry_min = 300s;
         o.retry_max = 300s;
         return o;
+    }
+};
+
+// A name held on one provider, a waiter parked on it on a feed provider.
+struct scene {
+    distlock::test::etcd_direct direct{url()};
+    distlock::provider holders = distlock::connect(url());
+    distlock::provider waiters = feed_provider();
+    etcd::release_feed& feed = last_backend.load()->gateway().releases();
+    distlock::mutex holder;
+    std::unique_ptr<parked> w;
+    explicit scene(const std::string& name) : holder(holders.mutex(name)) {
+        holder.lock();
+        w = std::make_unique<parked>(waiters, name);
+        REQUIRE(feed.watchers() >= 1);
     }
 };
 
@@ -141,7 +127,7 @@ void handed_over(distlock::mutex& holder, parked& w) {
     REQUIRE(w.o.wait(120s));  // its safety poll is 300 s away: only a release event gets here
     REQUIRE_FALSE(w.o.error);
     REQUIRE(w.o.granted);
-    CHECK(attempts.load() <= 3);
+    CHECK(attempts(w.name) <= 3);
     w.m.unlock();
 }
 
@@ -149,16 +135,10 @@ void handed_over(distlock::mutex& holder, parked& w) {
 
 TEST_CASE("etcd: 1 MiB keys deleted under the prefix keep the feed's window within 1 MiB, the waiter is granted",
           "[etcd][async][feed]") {
-    distlock::test::etcd_direct direct(url());
-    auto holders = distlock::connect(url());
-    auto waiters = feed_provider();
-    const auto name = unique_name("etcd-feed-big");
-    counted_name = name;
-    auto holder = holders.mutex(name);
-    holder.lock();
-    parked w(waiters, name);
-    auto& feed = last_backend.load()->gateway().releases();
-    REQUIRE(feed.watchers() >= 1);
+    scene sc(unique_name("etcd-feed-big"));
+    auto& direct = sc.direct;
+    auto& feed = sc.feed;
+    auto& w = *sc.w;
 
     // 24 keys of 1 MB on another name, each written then deleted: 24 MB of
     // deleted keys pass through a window of 1 MiB.
@@ -183,21 +163,15 @@ TEST_CASE("etcd: 1 MiB keys deleted under the prefix keep the feed's window with
         std::lock_guard lk(w.o.m);
         REQUIRE_FALSE(w.o.done);  // nothing of that concerned the waiter
     }
-    CHECK(attempts.load() <= 2);  // at most one unvouched wake
-    handed_over(holder, w);
+    CHECK(attempts(w.name) <= 2);  // at most one unvouched wake
+    handed_over(sc.holder, w);
 }
 
 TEST_CASE("etcd: foreign keys and one revision deleting 14 MB under the prefix do not stall the feed",
           "[etcd][async][feed]") {
-    distlock::test::etcd_direct direct(url());
-    auto holders = distlock::connect(url());
-    auto waiters = feed_provider();
-    const auto name = unique_name("etcd-feed-foreign");
-    counted_name = name;
-    auto holder = holders.mutex(name);
-    holder.lock();
-    parked w(waiters, name);
-    auto& feed = last_backend.load()->gateway().releases();
+    scene sc(unique_name("etcd-feed-foreign"));
+    auto& direct = sc.direct;
+    auto& feed = sc.feed;
     const auto streams = feed.streams_started();
 
     // Keys distlock never writes: the prefix's own key, bytes that are not
@@ -227,8 +201,8 @@ TEST_CASE("etcd: foreign keys and one revision deleting 14 MB under the prefix d
     feed_reaches(feed, last);
     CHECK(feed.streams_started() == streams);  // the stream never broke
     CHECK(feed.kept().bytes <= kWindowBytes);
-    CHECK(attempts.load() <= 2);
-    handed_over(holder, w);
+    CHECK(attempts(sc.w->name) <= 2);
+    handed_over(sc.holder, *sc.w);
 }
 
 // The process's waiters of one name queue in the core's gate, one of them
@@ -238,8 +212,6 @@ TEST_CASE("etcd: 60 async waiters of one name are handed it in turn, one attempt
     auto holders = distlock::connect(url());
     auto waiters = feed_provider();
     const auto name = unique_name("etcd-feed-herd");
-    counted_name = name;
-    attempts = 0;
     auto holder = holders.mutex(name);
     holder.lock();
     constexpr int n = 60;
@@ -264,16 +236,16 @@ TEST_CASE("etcd: 60 async waiters of one name are handed it in turn, one attempt
             });
         });
     }
-    for (int i = 0; i < 500 && attempts.load() == 0; ++i) std::this_thread::sleep_for(10ms);
+    for (int i = 0; i < 500 && attempts(name) == 0; ++i) std::this_thread::sleep_for(10ms);
     std::this_thread::sleep_for(500ms);
-    const int parked_after = attempts.load();
+    const int parked_after = attempts(name);
     CHECK(parked_after <= 2);  // the gate's first, and one more when unvouched
     holder.unlock();
     std::unique_lock lk(m);
     // Polled every 5 minutes: only release events hand the name on.
     REQUIRE(cv.wait_for(lk, 120s, [&] { return granted + failed == n; }));
     CHECK(granted == n);
-    const int handing = attempts.load() - parked_after;
+    const int handing = attempts(name) - parked_after;
     std::printf("%d waiters of one name granted in turn in %d attempts\n", n, handing);
     CHECK(handing <= 2 * n);  // one per hand-off, and one more for an unvouched wake
 }
