@@ -2,7 +2,8 @@
 // (DISTLOCK_TEST_ETCD_URL), counted: locks held from many threads add no
 // connection per held lock (their keys' deletions come on the provider's one
 // release stream, etcd_release_feed.hpp), and requests reuse the client's
-// pooled connections instead of closing one per request (no TIME_WAIT storm).
+// pooled connections instead of closing one per request (no TIME_WAIT storm);
+// a held lock whose deletion comes on that stream is still reported lost.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "../wake_support.hpp"
+#include "etcd_support.hpp"
 
 using distlock::test::unique_name;
 using namespace std::chrono_literals;
@@ -128,4 +130,29 @@ TEST_CASE("etcd: requests from 32 threads reuse the pool's connections", "[etcd]
     std::printf("640 lock/unlock cycles from 32 threads: %+d sockets in TIME_WAIT\n", after - before);
     // A connection per request would leave about 2,000 (3 requests a cycle).
     CHECK(after - before <= 40);
+}
+
+TEST_CASE("etcd: a held lock past the 8 with a watch of their own is told of its key's deletion by the release stream",
+          "[etcd][connections][loss]") {
+    distlock::test::loss_recorder rec;  // before the provider: its callback thread calls it until it ends
+    auto p = distlock::connect(url());
+    distlock::test::etcd_direct etcd(url());
+    const auto prefix = unique_name("conn-lost");
+    auto o = rec.options();
+    o.lease = 60s;  // the keepalive's check of the keys comes after 20 s
+    std::vector<std::unique_ptr<distlock::mutex>> ms;
+    for (int i = 0; i < 12; ++i) {
+        ms.push_back(std::make_unique<distlock::mutex>(p.mutex(prefix + std::to_string(i), o)));
+        ms.back()->lock();
+    }
+    // The last two are past the 8 watches of their own: their deletion comes on the stream.
+    for (int i = 10; i < 12; ++i) {
+        const auto kvs = etcd.keys(prefix + std::to_string(i));
+        REQUIRE(kvs.size() == 1);
+        etcd.call("/v3/kv/deleterange", {{"key", kvs[0]["key"]}});
+    }
+    REQUIRE(rec.wait_lost(2, 5s));
+    CHECK_FALSE(rec.wait_lost(3, 300ms));
+    for (int i = 0; i < 12; ++i) CHECK(ms[static_cast<std::size_t>(i)]->held() == (i < 10));
+    for (auto& m : ms) m->unlock();
 }
