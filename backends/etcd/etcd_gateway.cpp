@@ -196,6 +196,11 @@ http::request gateway::watch(const std::string& key, std::int64_t from, std::chr
     if (!range_end.empty()) create["range_end"] = base64_encode(range_end);
     if (no_put) create["filters"] = json::array({"NOPUT"});
     if (from > 0) create["start_revision"] = std::to_string(from);
+    // One revision's events (a delete-range of many large keys) come in
+    // several messages, each below the member's request limit, not in one line
+    // past the client's reply limit: such a line would break the stream, and
+    // the next one, resuming at that revision, again and again.
+    create["fragment"] = true;
     http::request rq;
     rq.method = "POST";
     rq.target = "/v3/watch";

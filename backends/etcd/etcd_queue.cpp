@@ -214,14 +214,29 @@ void queue::keep_own_lease() {
 // Our key lives as long as the session's lease: the grant is valid for a lease
 // from the last grant or keepalive of that lease the server confirmed.
 spi::grant queue::granted(const spi::loss_sink& lost, bool waited) {
-    const auto from = after(revision_);
-    auto rq = watch_request(from);
-    auto lk = monitor_.lock();
-    monitor_from_ = from;
-    monitor_lost_.clear();
-    monitor_.start(lk, std::move(rq), lost);
+    stop_watching();
+    if (slot_.take(gateway_.releases())) {
+        const auto from = after(revision_);
+        auto rq = watch_request(from);
+        auto lk = monitor_.lock();
+        monitor_from_ = from;
+        monitor_lost_.clear();
+        monitor_.start(lk, std::move(rq), lost);
+    } else {
+        held_ = gateway_.releases().hold(key_, revision_, spi::wake_sink([lost, why = lost_reason()] { lost(why); }));
+    }
     std::lock_guard renewal(session_->mutex);
     return spi::grant{static_cast<std::uint64_t>(token_), session_->renewed, waited};
+}
+
+void queue::stop_watching() {
+    monitor_.stop();
+    slot_.give_back();
+    held_.reset();
+}
+
+std::string queue::lost_reason() const {
+    return "lock key " + key_ + " was deleted (lease revoked or expired, or the key removed)";
 }
 
 // The watch of our key from revision `from` (0 = now).
@@ -242,7 +257,7 @@ bool queue::on_monitor_line(std::string_view line) {
     for (const auto& ev : list(result, "events")) {
         if (ev.contains("kv")) monitor_from_ = std::max(monitor_from_, after(as_i64(field(ev, "kv"), "mod_revision")));
         if (text(ev, "type") == "DELETE") {
-            monitor_lost_ = "lock key " + key_ + " was deleted (lease revoked or expired, or the key removed)";
+            monitor_lost_ = lost_reason();
             return false;
         }
     }
@@ -287,7 +302,7 @@ void queue::cleanup() noexcept {
 }
 
 void queue::release() {
-    monitor_.stop();
+    stop_watching();
     if (revision_ == 0 || !session_) throw_error(errc::not_owner, kBackend, "lock '" + request_.name + "' is not held");
     const auto rev = std::exchange(revision_, 0);
     json reply;

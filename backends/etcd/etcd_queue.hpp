@@ -102,6 +102,8 @@ private:
     // The watch of our key while held.
     http::request watch_request(std::int64_t from) const;
     bool on_monitor_line(std::string_view line);
+    void stop_watching();  // whichever of the two watches our key
+    std::string lost_reason() const;
     void on_monitor_done(const http::transfer_result& r);
 
     gateway& gateway_;
@@ -113,11 +115,16 @@ private:
     std::int64_t token_ = 0;                        // the store revision when the grant was found ours
     std::weak_ptr<release_feed::watcher> watcher_;  // of the asynchronous wait under way, if any
 
-    // The watch of our own key while held (on the provider's loop thread): its
-    // deletion is reported as a loss at once, not at the next keepalive.
-    std::int64_t monitor_from_ = 0;  // under monitor_'s lock: start revision of the next watch (0 = now)
-    std::string monitor_lost_;       // under monitor_'s lock: why, once the watch saw our key deleted
-    http::monitor monitor_;          // last: stopped before the fields its callbacks use go
+    // While held, our key's deletion is reported as a loss at once, not at the
+    // next keepalive: by a watch of our own key (on the provider's loop
+    // thread) while the provider has few such watches (release_feed::watch_slot),
+    // else by the provider's one release stream (held_): a connection per held
+    // lock stays bounded.
+    std::int64_t monitor_from_ = 0;                 // under monitor_'s lock: start revision of the next watch (0 = now)
+    std::string monitor_lost_;                      // under monitor_'s lock: why, once the watch saw our key deleted
+    release_feed::watch_slot slot_;                 // of the watch of our own key, while it runs
+    http::monitor monitor_;                         // stopped before the fields its callbacks use go
+    std::unique_ptr<spi::wake_subscription> held_;  // last: ended before the fields it uses go
 };
 
 }  // namespace distlock::backends::etcd

@@ -22,6 +22,9 @@ constexpr std::size_t kRecent = 4096;
 constexpr std::size_t kRecentBytes = 1 << 20;
 // A stream runs this long, then starts again from the last revision it saw.
 constexpr auto kStreamFor = 60s;
+// Held locks whose own key a watch of its own follows, per provider; the
+// others' come on the release stream.
+constexpr int kOwnWatches = 8;
 }  // namespace
 
 struct release_feed::watcher {
@@ -31,6 +34,7 @@ struct release_feed::watcher {
     // Under the feed's mu_:
     std::vector<std::string> keys;
     std::int64_t revision = 0;  // 0: no failed attempt yet, nothing to wait on
+    bool hold = false;          // a held lock's key (hold()): woken once, by a deletion seen
 };
 
 class feed_subscription final : public spi::wake_subscription {
@@ -52,9 +56,11 @@ release_feed::release_feed(gateway& g)
 
 release_feed::~release_feed() { monitor_.stop(); }
 
-std::unique_ptr<spi::wake_subscription> release_feed::subscribe(spi::wake_sink wake, std::shared_ptr<watcher>& out) {
+std::unique_ptr<spi::wake_subscription> release_feed::subscribe(spi::wake_sink wake, std::shared_ptr<watcher>& out,
+                                                                bool hold) {
     auto w = std::make_shared<watcher>();
     w->sink = std::move(wake);
+    w->hold = hold;
     out = w;
     std::lock_guard lk(mu_);
     watchers_.push_back(w);
@@ -64,6 +70,44 @@ std::unique_ptr<spi::wake_subscription> release_feed::subscribe(spi::wake_sink w
         monitor_.start(held, stream_request(), spi::loss_sink{});
     }
     return std::make_unique<feed_subscription>(*this, std::move(w));
+}
+
+std::unique_ptr<spi::wake_subscription> release_feed::hold(const std::string& key, std::int64_t revision,
+                                                           spi::wake_sink deleted) {
+    std::shared_ptr<watcher> w;
+    auto sub = subscribe(std::move(deleted), w, true);
+    std::vector<std::shared_ptr<watcher>> woken;
+    {
+        std::lock_guard lk(mu_);
+        w->keys = {key};
+        w->revision = revision;
+        index(w, true);
+        if (missed(*w)) take(w, woken);
+    }
+    wake(woken);
+    return sub;
+}
+
+bool release_feed::watch_slot::take(release_feed& f) {
+    give_back();
+    if (f.own_watches_.fetch_add(1) >= kOwnWatches) {
+        f.own_watches_.fetch_sub(1);
+        return false;
+    }
+    feed_ = &f;
+    return true;
+}
+
+void release_feed::watch_slot::give_back() noexcept {
+    if (feed_ != nullptr) feed_->own_watches_.fetch_sub(1);
+    feed_ = nullptr;
+}
+
+void release_feed::take(const std::shared_ptr<watcher>& w, std::vector<std::shared_ptr<watcher>>& woken) {
+    woken.push_back(w);
+    if (!w->hold) return;
+    index(w, false);  // once
+    w->keys.clear();
 }
 
 void release_feed::unsubscribe(const std::shared_ptr<watcher>& w) {
@@ -97,7 +141,7 @@ void release_feed::forget_recent() {
 
 bool release_feed::missed(const watcher& w) const {
     if (w.keys.empty() || w.revision == 0) return false;
-    if (w.revision + 1 < floor_) return true;
+    if (w.revision + 1 < floor_ && !w.hold) return true;  // a hold is told of deletions seen, never of doubts
     return std::any_of(recent_.begin(), recent_.end(), [&](const auto& d) {
         return d.second > w.revision && std::find(w.keys.begin(), w.keys.end(), d.first) != w.keys.end();
     });
@@ -144,7 +188,8 @@ bool release_feed::on_line(std::string_view line) {
             from_ = 0;
             floor_ = 0;
             forget_recent();
-            woken = watchers_;
+            for (const auto& w : watchers_)
+                if (!w->hold) woken.push_back(w);
             go_on = false;
         } else {
             if (flag(result, "created") && from_ == 0) {
@@ -152,17 +197,35 @@ bool release_feed::on_line(std::string_view line) {
                 const auto at = as_i64(field(result, "header"), "revision");
                 from_ = floor_ = after(at);
                 for (const auto& w : watchers_)
-                    if (missed(*w)) woken.push_back(w);
+                    if (missed(*w)) take(w, woken);
             }
-            for (const auto& ev : list(result, "events")) {
+            // A fragment (the stream asks for them: one revision's deletions
+            // may pass a line's limit) may end mid-revision: a stream broken
+            // after it resumes at that revision (seen events come again, harmless).
+            const auto& events = list(result, "events");
+            const bool partial = flag(result, "fragment");
+            for (std::size_t i = 0; i < events.size(); ++i) {
+                const json& ev = events[i];
                 const json& kv = field(ev, "kv");
                 const auto rev = as_i64(kv, "mod_revision");
-                from_ = std::max(from_, after(rev));
+                from_ = std::max(from_, partial && i + 1 == events.size() ? rev : after(rev));
                 if (text(ev, "type") != "DELETE") continue;
                 auto key = b64d(kv, "key");
                 auto [b, e] = by_key_.equal_range(key);
-                for (auto it = b; it != e; ++it)
-                    if (rev > it->second->revision) woken.push_back(it->second);
+                for (auto it = b; it != e;) {
+                    const auto w = it->second;
+                    if (rev <= w->revision) {
+                        ++it;
+                        continue;
+                    }
+                    woken.push_back(w);
+                    if (!w->hold) {
+                        ++it;
+                        continue;
+                    }
+                    w->keys.clear();  // once: its only key
+                    it = by_key_.erase(it);
+                }
                 recent_bytes_ += key.size();
                 recent_.emplace_back(std::move(key), rev);
                 while (recent_.size() > kRecent || recent_bytes_ > kRecentBytes) {
@@ -170,6 +233,7 @@ bool release_feed::on_line(std::string_view line) {
                     recent_bytes_ -= recent_.front().first.size();
                     recent_.pop_front();
                 }
+                most_bytes_ = std::max(most_bytes_, recent_bytes_);
             }
         }
     }
@@ -206,6 +270,10 @@ std::size_t release_feed::watchers() const {
 std::uint64_t release_feed::streams_started() const {
     std::lock_guard lk(mu_);
     return started_;
+}
+release_feed::kept_window release_feed::kept() const {
+    std::lock_guard lk(mu_);
+    return {recent_.size(), recent_bytes_, most_bytes_, from_};
 }
 
 }  // namespace distlock::backends::etcd

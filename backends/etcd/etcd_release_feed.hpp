@@ -17,8 +17,11 @@
 // when it breaks). A waiter whose revision it cannot vouch for (the stream
 // not yet created, restarted after a compaction, or the window too short) is
 // woken at once: one attempt more, never a missed release.
+//
+// The same stream tells held locks of their key's deletion (hold()).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -45,7 +48,32 @@ public:
     release_feed& operator=(const release_feed&) = delete;
 
     // A subscription calling `wake` until it is destroyed; starts the stream.
-    std::unique_ptr<spi::wake_subscription> subscribe(spi::wake_sink wake, std::shared_ptr<watcher>& out);
+    std::unique_ptr<spi::wake_subscription> subscribe(spi::wake_sink wake, std::shared_ptr<watcher>& out,
+                                                      bool hold = false);
+
+    // A watch of a held lock's own key, while the provider runs fewer than 8
+    // (each is a connection): take() says whether it may run.
+    class watch_slot {
+    public:
+        watch_slot() = default;
+        watch_slot(const watch_slot&) = delete;
+        watch_slot& operator=(const watch_slot&) = delete;
+        ~watch_slot() { give_back(); }
+        bool take(release_feed& f);
+        void give_back() noexcept;
+
+    private:
+        release_feed* feed_ = nullptr;
+    };
+
+    // A held lock's key, created at `revision`: `deleted` is called once when
+    // the stream shows it deleted (the lock lost), until the subscription is
+    // destroyed. Every held lock of the provider shares the one stream (no
+    // watch, so no connection, per held lock). A deletion the feed cannot
+    // vouch it saw (its stream began after `revision`, a compaction, an
+    // evicted window) is never reported as a loss: the keepalive's check of
+    // every held key finds it (etcd_keepalive.cpp).
+    std::unique_ptr<spi::wake_subscription> hold(const std::string& key, std::int64_t revision, spi::wake_sink deleted);
 
     // After a failed one-attempt acquisition: the keys first in line that kept
     // it out, as the store showed them at `revision`. Wakes at once when one
@@ -55,6 +83,13 @@ public:
     // Subscriptions now, and watch streams started so far (tests).
     std::size_t watchers() const;
     std::uint64_t streams_started() const;
+    // The deletions kept for missed() now, the bytes of their keys now and at
+    // most so far, and the revision the stream resumes from (tests).
+    struct kept_window {
+        std::size_t entries = 0, bytes = 0, most_bytes = 0;
+        std::int64_t resume_from = 0;
+    };
+    kept_window kept() const;
 
 private:
     friend class feed_subscription;
@@ -68,6 +103,8 @@ private:
     bool missed(const watcher& w) const;
     static void wake(const std::vector<std::shared_ptr<watcher>>& ws);
     void forget_recent();  // under mu_
+    // Under mu_: w goes to `woken`; a hold is woken once, so it leaves the index.
+    void take(const std::shared_ptr<watcher>& w, std::vector<std::shared_ptr<watcher>>& woken);
 
     gateway& gateway_;
     std::string prefix_;  // <prefix>/
@@ -78,8 +115,10 @@ private:
     std::int64_t floor_ = 0;  // every deletion from this revision on is in recent_ or to come (0: unknown)
     std::deque<std::pair<std::string, std::int64_t>> recent_;
     std::size_t recent_bytes_ = 0;  // of recent_'s keys
+    std::size_t most_bytes_ = 0;    // recent_bytes_'s highest value after trimming (tests)
     std::uint64_t started_ = 0;
-    http::monitor monitor_;  // last: stopped before the fields its callbacks use go
+    std::atomic<int> own_watches_{0};  // watch_slot's
+    http::monitor monitor_;            // last: stopped before the fields its callbacks use go
 };
 
 }  // namespace distlock::backends::etcd

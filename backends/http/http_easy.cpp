@@ -52,6 +52,10 @@ bool wakeup_kind(int fd) {
 }  // namespace
 
 CURLM* new_multi() {
+    // One at a time: another thread's multi handle, made between the two
+    // listings, would have its descriptors examined here while curl makes them.
+    static std::mutex one_at_a_time;
+    std::lock_guard lk(one_at_a_time);
     const auto before = open_descriptors();
     CURLM* multi = curl_multi_init();
     if (multi == nullptr) return nullptr;
