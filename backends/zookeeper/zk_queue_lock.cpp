@@ -38,8 +38,9 @@ private:
     };
 
     std::optional<spi::grant> take(spi::deadline until, const spi::loss_sink& lost) override;
-    // One attempt of an asynchronous wait, in its kept place (under place_mu_).
-    std::optional<spi::grant> take_in_place(const spi::loss_sink& lost);
+    // Takes a place in the queue and waits for its turn; `in_place`: one
+    // attempt of an asynchronous wait, from its kept place (under place_mu_).
+    std::optional<spi::grant> take_from(spi::deadline until, const spi::loss_sink& lost, bool in_place);
     // Deletes the kept node, if any (under place_mu_): now, or once reconnected
     // (a node of a session that is gone went with it).
     void leave_place() noexcept;
@@ -90,89 +91,74 @@ void queue_lock::leave_place() noexcept {
 }
 
 std::optional<spi::grant> queue_lock::take(spi::deadline until, const spi::loss_sink& lost) {
+    if (until <= clock::now()) {
+        std::lock_guard lk(place_mu_);
+        if (place_.on) return take_from(until, lost, true);
+    }
+    return take_from(until, lost, false);
+}
+
+std::optional<spi::grant> queue_lock::take_from(spi::deadline until, const spi::loss_sink& lost, bool in_place) {
     auto& zk = engine_.zk();
     const bool once = until <= clock::now();
-    if (once) {
-        std::lock_guard lk(place_mu_);
-        if (place_.on) return take_in_place(lost);
-    }
+    // An asynchronous wait's node stays ours until the wait ends (kept_wait).
+    auto keep = [&](attempt& a) {
+        a.c.listing.reset();
+        place_.s = a.s;
+        place_.c = std::move(a.c);
+    };
     for (int round = 0;; ++round) {
         if (round > 0 && !once && clock::now() >= until) return std::nullopt;
         if (round > 20)
             throw_error(errc::unavailable, kBackend, "lock node of '" + engine_.name() + "' kept vanishing");
-        attempt a{zk.session_for(until), engine_.dir(), until, once, {}};
-        // 1. Create our node.
-        a.c = engine_.create_node(a, driver_.node_name);
-        if (a.c.session_lost) continue;
+        attempt a{nullptr, engine_.dir(), until, once, {}};
+        if (in_place && !place_.c.node.empty()) {
+            // Our node from an earlier attempt, trusted only on the session
+            // that made it while that session lives (else it is gone with it).
+            if (zk.current() != place_.s || !zk.session_alive(*place_.s)) {
+                leave_place();
+                continue;
+            }
+            a.s = place_.s;
+            a.c = place_.c;            // no listing: wait_turn lists afresh
+            engine_.set_waited(true);  // an earlier attempt found another ahead
+        } else {
+            // 1. Create our node.
+            a.s = zk.session_for(until);
+            a.c = engine_.create_node(a, driver_.node_name);
+            if (a.c.session_lost) continue;
+        }
 
-        // 2. Wait for our turn; on any failure our node goes (Curator deletes it).
+        // 2. Wait for our turn; on any failure our node goes (Curator deletes
+        // it), but an asynchronous wait's at its end (an unavailable server is
+        // retried meanwhile).
         step result;
         try {
             result = engine_.wait_turn(a, driver_, &lost);
         } catch (...) {
             engine_.unhold();
-            zk.delete_node(*a.s, a.c.node);
+            if (in_place) keep(a);
+            else zk.delete_node(*a.s, a.c.node);
             throw;
         }
         // Held for the session's life; the server confirmed the session (and our
         // node's turn) in reply to the listing sent at `listed`.
-        if (result == step::held) return spi::grant{a.c.czxid, a.c.listed};
+        if (result == step::held) {
+            if (in_place) place_ = place{true, {}, {}};  // the held node now: release() deletes it
+            return spi::grant{a.c.czxid, a.c.listed};
+        }
         if (result == step::timeout) {
-            zk.delete_node(*a.s, a.c.node);
+            if (in_place) keep(a);  // not our turn yet: keep our place
+            else zk.delete_node(*a.s, a.c.node);
             return std::nullopt;
         }
         // step::again: our node vanished (session expired, or deleted): start over.
-        if (zk.session_alive(*a.s)) zk.delete_node(*a.s, a.c.node);
-    }
-}
-
-std::optional<spi::grant> queue_lock::take_in_place(const spi::loss_sink& lost) {
-    auto& zk = engine_.zk();
-    for (int round = 0;; ++round) {
-        if (round > 20)
-            throw_error(errc::unavailable, kBackend, "lock node of '" + engine_.name() + "' kept vanishing");
-        const auto now = clock::now();
-        attempt a{place_.s, engine_.dir(), now, true, {}};
-        if (!place_.c.node.empty()) {
-            // Our node from an earlier attempt, trusted only on the session
-            // that made it while that session lives (else it is gone with it).
-            if (zk.current() != a.s || !zk.session_alive(*a.s)) {
-                leave_place();
-                continue;
-            }
-            a.c = place_.c;            // no listing: wait_turn lists afresh
-            engine_.set_waited(true);  // an earlier attempt found another ahead
-        } else {
-            a.s = zk.session_for(now);
-            a.c = engine_.create_node(a, driver_.node_name);
-            if (a.c.session_lost) continue;
+        if (in_place) {
+            keep(a);
+            leave_place();
+        } else if (zk.session_alive(*a.s)) {
+            zk.delete_node(*a.s, a.c.node);
         }
-        step result;
-        try {
-            result = engine_.wait_turn(a, driver_, &lost);
-        } catch (...) {
-            // The wait may go on (an unavailable server is retried): the node
-            // stays ours until its end.
-            engine_.unhold();
-            a.c.listing.reset();
-            place_.s = a.s;
-            place_.c = std::move(a.c);
-            throw;
-        }
-        if (result == step::held) {  // the held node now (release() deletes it)
-            place_ = place{true, {}, {}};
-            return spi::grant{a.c.czxid, a.c.listed};
-        }
-        if (result == step::timeout) {  // not our turn yet: keep our place
-            a.c.listing.reset();
-            place_.s = a.s;
-            place_.c = std::move(a.c);
-            return std::nullopt;
-        }
-        // step::again: our node vanished (session expired, or deleted): a new one.
-        place_.s = a.s;
-        place_.c = std::move(a.c);
-        leave_place();
     }
 }
 
