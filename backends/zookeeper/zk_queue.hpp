@@ -8,7 +8,8 @@
 //  - queue_driver (zk_queue_drivers.cpp): the node name and order of the
 //    mutex, the read-write lock and the election (LeaderLatch)
 //  - recipe_handle: a lock handle over one engine; the recipes are
-//    zk_queue_lock.cpp (mutex, read-write lock, election) and
+//    zk_queue_lock.cpp (mutex, read-write lock, election: an asynchronous
+//    wait keeps its node between its one-attempt calls) and
 //    zk_semaphore.cpp (semaphore)
 #pragma once
 
@@ -138,7 +139,8 @@ public:
     std::chrono::milliseconds validity() const final;
     // Asynchronous waits: the session's shared watch of the directories
     // watched() names (zk_release_watch.hpp); no thread or session of its own.
-    std::unique_ptr<spi::wake_subscription> watch_releases(spi::wake_sink wake) final;
+    // (The queue locks override it to keep their node for the whole wait.)
+    std::unique_ptr<spi::wake_subscription> watch_releases(spi::wake_sink wake) override;
 
     // The key of this handle's grant with the session (keepalive_locks).
     grant_id grant() const noexcept { return engine_.id(); }

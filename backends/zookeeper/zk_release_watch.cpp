@@ -4,10 +4,12 @@
 //
 // Wake rules, for each listing after the first (each follows an event),
 // compared with the one before it:
-//  - queue: a node that held (holders_of: the first queue node, or the readers
-//    before the first writer; the first latch node) is gone, or nothing holds
-//    now (a holder that came and went between two listings). A failed one-
-//    attempt acquisition's node never holds, so its create and delete wake
+//  - queue: the nodes that hold (holders_of: the first queue node, or the
+//    readers before the first writer; the first latch node) are not those
+//    that held, or nothing holds now (a holder that came and went between two
+//    listings; or one that did while an asynchronous waiter's kept node,
+//    zk_queue_lock.cpp, came to lead). A failed try's node never holds, nor
+//    does a waiter's node behind a holder, so their create and delete wake
 //    nobody.
 //  - leases: fewer than `permits` leases (a failed attempt's lease comes and
 //    goes while they are `permits` at least).
@@ -52,7 +54,16 @@ std::vector<std::string> holding(std::vector<std::string> children) {
     return held;
 }
 
-// Whether the lock of a queue may have become free from `before` to `now`.
+// Whether the lock of a queue may have become free from `before` to `now`:
+// its holders changed (a waiting node that leads now, whatever came and went
+// in between, is worth an attempt of its owner), or none holds.
+bool holders_changed(const std::vector<std::string>& before, const std::vector<std::string>& now) {
+    const auto held = holding(now);
+    return held.empty() || held != holding(before);
+}
+
+// Whether the semaphore's internal mutex may have become free from `before` to
+// `now` (its taking by a waiter must not wake the others).
 bool released(const std::vector<std::string>& before, const std::vector<std::string>& now) {
     const auto held = holding(before);
     return holding(now).empty() || std::any_of(held.begin(), held.end(), [&](const std::string& h) {
@@ -133,7 +144,7 @@ struct release_watches::core : std::enable_shared_from_this<core> {
             if (e.listed) {
                 switch (e.what) {
                     case role::queue:
-                        if (released(e.last, now)) woken = e.subs;
+                        if (holders_changed(e.last, now)) woken = e.subs;
                         break;
                     case role::leases:
                         for (const auto& s : e.subs)

@@ -9,9 +9,11 @@
 // new watch, on the C client's completion thread (asynchronous requests only:
 // no thread, no session, no connection of its own). A listing is compared with
 // the one before it, and the subscriptions are woken only when the lock may
-// have become free (see wake rules in zk_release_watch.cpp): a failed one-
-// attempt acquisition creates and deletes a node of its own, which must not
-// wake the other waiters (they would wake each other at round-trip speed).
+// have become free (see wake rules in zk_release_watch.cpp): a failed try
+// creates and deletes a node of its own, and an asynchronous wait keeps one
+// from its first attempt to its end (zk_queue_lock.cpp); neither holds, so
+// neither wakes the other waiters (they would wake each other at round-trip
+// speed). A wake-up costs each parked waiter one getChildren.
 // Watches are not removed from the server (3.4 servers cannot; 3.5's
 // removeWatches would also remove the child watch a blocking semaphore waiter
 // of the session set on the same path): when the last subscription of a
