@@ -34,38 +34,8 @@ TEST_CASE("zk: each lock kind is woken by a release of its own lock", "[zk][asyn
     wake::each_kind_woken(open, url());
 }
 
-// wake::none_after_unsubscribe, but a subscribed handle here keeps its node
-// in the queue after a failed attempt (zk_queue_lock.cpp): once the holder let
-// go, its own attempt takes the lock before the holder can take it again.
 TEST_CASE("zk: no wake-up after the subscription is destroyed", "[zk][async]") {
-    auto b = open();
-    auto other = distlock::connect(url());
-    const auto name = unique_name("unwatch");
-    auto holder = other.mutex(name);
-    holder.lock();
-    auto h = b->make_lock(wake::request(name));
-    auto h2 = b->make_lock(wake::request(name));
-    wake::counter woken, kept;
-    auto sub = h->watch_releases(woken.sink());
-    auto sub2 = h2->watch_releases(kept.sink());
-    wake::attempt_fails(*h);
-    wake::attempt_fails(*h2);
-    const int kept0 = wake::settled(kept);
-    sub.reset();  // h's node goes with it: h2 is next
-    const int gone = woken.value();
-    holder.unlock();
-    REQUIRE(distlock::test::eventually([&] { return kept.value() > kept0; }, 10s));
-    std::this_thread::sleep_for(300ms);
-    CHECK(woken.value() == gone);
-    REQUIRE(h2->acquire(wake::clk::now(), spi::loss_sink{}).has_value());
-    h2->release();
-    holder.lock();
-    wake::attempt_fails(*h2);
-    sub2.reset();
-    const int before = kept.value();
-    holder.unlock();
-    std::this_thread::sleep_for(500ms);
-    CHECK(kept.value() == before);
+    wake::none_after_unsubscribe(open, url());
 }
 
 TEST_CASE("zk: a thousand subscriptions add no thread or connection per waiter", "[zk][async]") {
