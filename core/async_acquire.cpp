@@ -164,6 +164,19 @@ private:
             phase_ = phase::attempting;
             woken_ = false;
         }
+        // Handed the gate by a waiter of this process that left it, most often
+        // on its release: the lock is likely free, so the first attempt comes
+        // before the subscription (a round trip to the server, for most), as a
+        // blocked thread's would. When busy, the subscription follows, then an
+        // attempt at once (a release in between had no one to wake).
+        if (!subscribed_ && queued_ && !first_tried_) {
+            first_tried_ = true;
+            const auto first = acq_.step(spi::clock::now());
+            if (first != outcome::busy) {
+                conclude(first);
+                return;
+            }
+        }
         if (!subscribed_ && !acq_.cancel_requested()) {
             subscribed_ = true;
             try {
@@ -176,7 +189,12 @@ private:
                 return;
             }
         }
-        switch (acq_.step(spi::clock::now())) {
+        conclude(acq_.step(spi::clock::now()));
+    }
+
+    // What a step came to.
+    void conclude(outcome o) {
+        switch (o) {
             case outcome::granted: finish(nullptr, true); return;
             case outcome::failed: finish(boundary_error(acq_.error()), false); return;
             case outcome::cancelled: finish(cancelled(), false); return;
@@ -285,7 +303,7 @@ private:
     async_engine::timer_id timer_ = 0;
     std::unique_ptr<stop_hook> on_stop_;
     // Touched by the steps only (one at a time).
-    bool subscribed_ = false;
+    bool subscribed_ = false, first_tried_ = false;
     std::unique_ptr<spi::wake_subscription> subscription_;
 };
 
@@ -312,6 +330,15 @@ void mutex_impl::async_unlock(release_handler handler) {
     // (the last owner being the job), before post() has returned: it holds
     // the provider, and so the engine, until then.
     const auto provider = provider_;
+    if (provider->engine().on_worker()) {
+        // From a handler on a worker (an acquisition's, or a coroutine resumed
+        // there): that worker releases now, where a queued release would wake
+        // another first; the handler is still queued, never run inline.
+        unlock();
+        release_done();  // *this may be gone from here on
+        if (handler) provider->engine().post([provider, handler = std::move(handler)] { handler(); });
+        return;
+    }
     try {
         provider->engine().post([this, provider, handler = std::move(handler)] {
             unlock();

@@ -14,9 +14,22 @@
 
 namespace distlock::detail {
 
+namespace {
+// The engine whose worker the calling thread is, if any (async_engine::on_worker).
+thread_local const void* current_engine = nullptr;
+}  // namespace
+
+// Idle workers wait in one of two ways: one of them (the watcher) until the
+// first timer is due, the others until a step is queued. A queued step wakes
+// an idle worker, and only the watcher when none is idle; a worker taking a
+// step wakes another only when more are ready, or when it was the watcher and
+// timers are pending. So a step costs one wake-up at most, however many
+// timers wait (every pending acquisition with a deadline has one).
 struct async_engine::state {
     std::mutex mutex;
-    std::condition_variable wake;
+    std::condition_variable idle_cv, watch_cv;
+    unsigned idle = 0;      // workers waiting on idle_cv
+    bool watching = false;  // a worker waits on watch_cv for the first timer
     std::deque<task> ready;
     std::multimap<clock::time_point, std::pair<timer_id, task>> timers;
     std::unordered_map<timer_id, decltype(timers)::iterator> timer_index;
@@ -32,7 +45,21 @@ struct async_engine::state {
         for (unsigned i = 0; i < workers; ++i) threads.emplace_back([self] { run(self); });
     }
 
+    // A step is ready (under `mutex`): an idle worker takes it, else the watcher.
+    void wake_for_step() {
+        if (idle > 0) idle_cv.notify_one();
+        else if (watching) watch_cv.notify_one();
+    }
+
+    // The first timer changed (under `mutex`): the watcher waits for it anew;
+    // with none, an idle worker becomes the watcher.
+    void wake_for_timer() {
+        if (watching) watch_cv.notify_one();
+        else if (idle > 0) idle_cv.notify_one();
+    }
+
     static void run(const std::shared_ptr<state>& self) {
+        current_engine = self.get();
         std::unique_lock lk(self->mutex);
         for (;;) {
             // Timers that are due join the ready queue, in their order.
@@ -44,18 +71,23 @@ struct async_engine::state {
             }
             if (self->stop) return;
             if (self->ready.empty()) {
-                if (self->timers.empty()) {
-                    self->wake.wait(lk);
-                } else {
+                if (!self->timers.empty() && !self->watching) {
                     // A copy: the first timer may be cancelled (its node freed) while this waits.
                     const auto next = self->timers.begin()->first;
-                    self->wake.wait_until(lk, next);
+                    self->watching = true;
+                    self->watch_cv.wait_until(lk, next);
+                    self->watching = false;
+                } else {
+                    ++self->idle;
+                    self->idle_cv.wait(lk);
+                    --self->idle;
                 }
                 continue;
             }
             auto step = std::move(self->ready.front());
             self->ready.pop_front();
-            if (!self->ready.empty() || !self->timers.empty()) self->wake.notify_one();
+            if (!self->ready.empty()) self->wake_for_step();
+            else if (!self->timers.empty() && !self->watching && self->idle > 0) self->idle_cv.notify_one();
             lk.unlock();
             try {
                 step();
@@ -84,7 +116,8 @@ async_engine::~async_engine() {
         timers = std::move(state_->timers);
         state_->timer_index.clear();
     }
-    state_->wake.notify_all();
+    state_->idle_cv.notify_all();
+    state_->watch_cv.notify_all();
     for (auto& t : threads) {
         if (t.get_id() == std::this_thread::get_id()) t.detach();
         else t.join();
@@ -100,7 +133,7 @@ void async_engine::post(task t) {
     std::lock_guard lk(state_->mutex);
     state_->start(state_);
     state_->ready.push_back(std::move(t));
-    state_->wake.notify_one();
+    state_->wake_for_step();
 }
 
 async_engine::timer_id async_engine::at(clock::time_point when, task t) {
@@ -109,9 +142,11 @@ async_engine::timer_id async_engine::at(clock::time_point when, task t) {
     const auto id = state_->next_timer++;
     auto it = state_->timers.emplace(when, std::pair{id, std::move(t)});
     state_->timer_index.emplace(id, it);
-    if (it == state_->timers.begin()) state_->wake.notify_one();  // an earlier wake-up than the workers wait for
+    if (it == state_->timers.begin()) state_->wake_for_timer();  // an earlier wake-up than the watcher waits for
     return id;
 }
+
+bool async_engine::on_worker() const noexcept { return current_engine == state_.get(); }
 
 bool async_engine::cancel(timer_id id) {
     task dropped;

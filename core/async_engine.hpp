@@ -40,6 +40,8 @@ public:
     // is dropped, outside the caller's locks), false when it has fired or is
     // unknown.
     bool cancel(timer_id id);
+    // Whether the calling thread is one of this engine's workers.
+    bool on_worker() const noexcept;
 
 private:
     struct state;

@@ -132,6 +132,14 @@ inline int attempts_of(const std::string& name, int add = 0) {
     return counts[name] += add;
 }
 
+// watch_releases() calls per lock name through every counting backend of the process.
+inline int subscriptions_of(const std::string& name, int add = 0) {
+    static std::mutex m;
+    static std::map<std::string, int> counts;
+    std::lock_guard lk(m);
+    return counts[name] += add;
+}
+
 class counting_handle final : public spi::lock_handle {
 public:
     counting_handle(std::unique_ptr<spi::lock_handle> inner, std::string name)
@@ -151,6 +159,7 @@ public:
     std::chrono::milliseconds check_interval() const override { return inner_->check_interval(); }
     std::chrono::milliseconds validity() const override { return inner_->validity(); }
     std::unique_ptr<spi::wake_subscription> watch_releases(spi::wake_sink wake) override {
+        subscriptions_of(name_, 1);
         return inner_->watch_releases(std::move(wake));
     }
     spi::lock_handle* inner() const noexcept { return inner_.get(); }
@@ -230,6 +239,34 @@ inline void check_event_handoff(const distlock::provider& holder, const distlock
     CHECK(attempts_of(name) >= 2);
     CHECK(attempts_of(name) <= 2 + safety_polls());  // one attempt per wake-up
     waiting.unlock();
+}
+
+// Two mutexes of `waiter` (a counting provider) on `name`: the first holds
+// it, the second waits by async_lock, queued behind it in the provider's
+// gate. The release hands the gate over, and the waiter is granted by one
+// attempt with no subscription to release events: the lock is free when an
+// in-process holder hands it on (the subscription would cost a round trip
+// before the attempt, on Redis a SUBSCRIBE and an UNSUBSCRIBE).
+inline void check_gate_handoff(const distlock::provider& waiter, const std::string& name) {
+    distlock::lock_options opts;
+    opts.lease = 60s;
+    auto first = waiter.mutex(name, opts), second = waiter.mutex(name, opts);
+    REQUIRE(first.try_lock());
+    const int attempts = attempts_of(name), subscriptions = subscriptions_of(name);
+    std::promise<bool> outcome;
+    second.async_lock(30s, [&](std::exception_ptr error, bool granted) {
+        if (error) outcome.set_exception(error);
+        else outcome.set_value(granted);
+    });
+    std::this_thread::sleep_for(100ms);
+    CHECK(attempts_of(name) == attempts);  // queued in the gate: no request
+    first.unlock();
+    auto f = outcome.get_future();
+    REQUIRE(f.wait_for(30s) == std::future_status::ready);
+    CHECK(f.get());
+    CHECK(attempts_of(name) - attempts == 1);
+    CHECK(subscriptions_of(name) - subscriptions == 0);
+    second.unlock();
 }
 
 }  // namespace wake_support

@@ -132,12 +132,14 @@ TEST_CASE("watch_releases: a semaphore permit has no subscription (the core poll
     CHECK(h->watch_releases(spi::wake_sink{}) == nullptr);
 }
 
-TEST_CASE("async_lock hands off after a release with one attempt per wake-up", "[file][async][wake][e2e]") {
+TEST_CASE("async_lock hands off after a release with one attempt per wake-up, and in the process with no subscription",
+          "[file][async][wake][e2e]") {
     wake_dir dir;
     const auto url = "file://" + dir.path.string();
     register_counting("count-file", [url] { return make_backend(url); });
     auto holder = distlock::connect(url), waiter = distlock::connect("count-file://x");
     check_event_handoff(holder, waiter, unique_name("handoff"));
+    check_gate_handoff(waiter, unique_name("gate-handoff"));
 }
 
 TEST_CASE("the semaphore's async wait polls: the count sees it (the control of the case above)",

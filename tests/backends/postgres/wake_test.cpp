@@ -95,13 +95,15 @@ TEST_CASE("watch_releases: session strategies have no release event (the core po
     }
 }
 
-TEST_CASE("async_lock hands off after a release with one attempt per wake-up", "[postgres][async][wake][e2e]") {
+TEST_CASE("async_lock hands off after a release with one attempt per wake-up, and in the process with no subscription",
+          "[postgres][async][wake][e2e]") {
     for (std::string strategy : {"lease-table", "optimistic"}) {
         DYNAMIC_SECTION(strategy) {
             register_counting("count-postgres-" + strategy, [strategy] { return provider(strategy); });
             auto holder = distlock::connect(url_of(strategy));
             auto waiter = distlock::connect("count-postgres-" + strategy + "://x");
             check_event_handoff(holder, waiter, unique_name("handoff"));
+            check_gate_handoff(waiter, unique_name("gate-handoff"));
         }
     }
 }

@@ -136,13 +136,15 @@ TEST_CASE("watch_releases: 1,000 watched names share one pub/sub connection and 
     }
 }
 
-TEST_CASE("async_lock hands off after a release with one attempt per wake-up", "[redis][async][wake][e2e]") {
+TEST_CASE("async_lock hands off after a release with one attempt per wake-up, and in the process with no subscription",
+          "[redis][async][wake][e2e]") {
     for (std::string strategy : {"plain", "reentrant"}) {
         DYNAMIC_SECTION("strategy=" << strategy) {
             const auto url = shared_url(strategy == "plain" ? "" : "/1?strategy=reentrant");
             register_counting("count-redis-" + strategy, [strategy] { return provider(strategy); });
             auto holder = distlock::connect(url), waiter = distlock::connect("count-redis-" + strategy + "://x");
             check_event_handoff(holder, waiter, unique_name("handoff"));
+            check_gate_handoff(waiter, unique_name("gate-handoff"));
         }
     }
 }
