@@ -1,8 +1,11 @@
 // distlock::metrics and its Prometheus rendering (include/distlock/observe.hpp).
 #include "distlock/observe.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace distlock {
 
@@ -213,15 +216,24 @@ std::string label_value(std::string_view v) {
     return out;
 }
 
-// A float sample or bucket bound: the shortest text that reads back as the
-// same double (any text Go's ParseFloat takes is valid; "0.00025", not
-// "0.00025000000000000001").
+// A float sample or bucket bound as Prometheus's Go client writes it
+// (strconv.FormatFloat(v, 'g', -1, 64)): the shortest digits that read back as
+// the same double ("0.00025", not "0.00025000000000000001"), in plain
+// notation unless the exponent is below -4 or at least 6 ("10", not "1e+01":
+// a query that names le="10" must find the bucket).
 std::string number(double v) {
-    char buf[40];
-    for (int precision = 1; precision <= 17; ++precision) {
-        std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (!std::isfinite(v)) return std::isnan(v) ? "NaN" : (v > 0 ? "+Inf" : "-Inf");
+    if (v == 0) return "0";
+    char buf[64];
+    int digits = 1;
+    for (; digits < 17; ++digits) {
+        std::snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
         if (std::strtod(buf, nullptr) == v) break;
     }
+    std::snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
+    const int exponent = std::atoi(std::strchr(buf, 'e') + 1);
+    if (exponent < -4 || exponent >= 6) return buf;
+    std::snprintf(buf, sizeof buf, "%.*f", std::max(0, digits - 1 - exponent), v);
     return buf;
 }
 

@@ -166,14 +166,18 @@ private:
         std::thread::id thread;
         std::unique_ptr<mutex_impl> impl;
     };
-    std::vector<held_grant>::const_reverse_iterator mine() const noexcept {
+    // The calling thread's last grant; for a thread that holds none of its
+    // own, the last one taken asynchronously (which belongs to no thread).
+    template <class Grants>
+    static auto mine_in(Grants& held) noexcept {
         const auto self = std::this_thread::get_id();
-        return std::find_if(held_.rbegin(), held_.rend(), [&](const held_grant& g) { return g.thread == self; });
+        auto it = std::find_if(held.rbegin(), held.rend(), [&](const held_grant& g) { return g.thread == self; });
+        if (it != held.rend()) return it;
+        return std::find_if(held.rbegin(), held.rend(),
+                            [](const held_grant& g) { return g.thread == std::thread::id{}; });
     }
-    std::vector<held_grant>::reverse_iterator mine() noexcept {
-        const auto self = std::this_thread::get_id();
-        return std::find_if(held_.rbegin(), held_.rend(), [&](const held_grant& g) { return g.thread == self; });
-    }
+    std::vector<held_grant>::const_reverse_iterator mine() const noexcept { return mine_in(held_); }
+    std::vector<held_grant>::reverse_iterator mine() noexcept { return mine_in(held_); }
     // An idle object (the constructor's first, else one given back), else a new one.
     std::unique_ptr<mutex_impl> next_impl() {
         std::unique_ptr<mutex_impl> impl;

@@ -278,6 +278,7 @@ void url::add_secret(const std::string& secret) {
 }
 
 std::optional<std::string> url::take(std::string_view key) {
+    if (asked_.find(key) == asked_.end()) asked_.emplace(key);
     auto it = params_.find(key);
     if (it == params_.end()) return std::nullopt;
     std::string value = std::move(it->second);
@@ -332,7 +333,10 @@ void url::expect_all_taken() const {
     if (params_.empty()) return;
     std::string names;
     for (const auto& [k, v] : params_) names += (names.empty() ? "" : ", ") + k;
-    bad("unknown parameter(s) for " + scheme_ + "://: " + names);
+    std::string known;
+    for (const auto& k : asked_) known += (known.empty() ? "" : ", ") + k;
+    bad("unknown parameter(s) for " + scheme_ + "://: " + names +
+        (known.empty() ? std::string(" (it takes none)") : " (its parameters: " + known + ")"));
 }
 
 std::vector<host_port> url::hosts_or_throw(std::uint16_t default_port) const {

@@ -251,7 +251,7 @@ int run_flash_sale(settings s) {
     if (!s.no_lock && !optimistic) require_cross_process(s.backend, s.processes, "flash-sale");
     if (optimistic) {
         const auto scheme = spi::url::parse(s.backend).scheme();
-        if (scheme != "mysql" && scheme != "postgres")
+        if (scheme != "mysql" && scheme != "postgres" && scheme != "postgresql")
             throw invalid_argument_error(
                 errc::invalid_argument, "flash-sale",
                 "--strategy optimistic needs a mysql:// or postgres:// URL, not " + scheme + "://");

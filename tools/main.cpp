@@ -65,8 +65,18 @@ int main(int argc, char** argv) {
     CLI::App app{"distlock " DISTLOCK_VERSION_STRING ": one lock interface over many coordination backends"};
     app.set_version_flag("--version", std::string("distlock ") + std::string(distlock::version()));
     app.require_subcommand(1);
-    app.failure_message(
-        [&shown](const CLI::App* a, const CLI::Error& e) { return shown(CLI::FailureMessage::simple(a, e), true); });
+    app.failure_message([&shown](const CLI::App* a, const CLI::Error& e) {
+        // CLI11 lists unexpected arguments last first ("5 --timeout"): in the order given instead.
+        if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+            std::string extras;
+            for (const auto& arg : a->remaining(true)) extras += (extras.empty() ? "" : " ") + arg;
+            if (!extras.empty())
+                return shown("The following argument" + std::string(a->remaining_size(true) > 1 ? "s were" : " was") +
+                                 " not expected: " + extras + "\nRun with --help for more information.\n",
+                             true);
+        }
+        return shown(CLI::FailureMessage::simple(a, e), true);
+    });
     std::function<int()> action;
     for (auto add : distlock::tool::subcommands) add(app, action);
     app.add_subcommand("schemes", "List the backend URL schemes of this build")->callback([&action] {
@@ -82,6 +92,20 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {  // a missing, unknown or malformed argument
         app.exit(e);                      // prints the parser's message
         return 64;                        // EX_USAGE, whatever the parser's own code
+    }
+    // What follows "--" is a command for run and elect only; elsewhere (hold
+    // -- CMD, etcdctl's habit) it would be dropped without a word.
+    if (!distlock::tool::args_after_dashes().empty()) {
+        const auto chosen = app.get_subcommands();
+        const std::string sub = chosen.empty() ? std::string() : chosen.front()->get_name();
+        if (sub != "run" && sub != "elect") {
+            std::cerr << "distlock " << sub << ": unexpected arguments after '--'"
+                      << (sub == "hold" ? " (hold runs no command: distlock run --name NAME -- CMD runs one while "
+                                          "holding the lock)"
+                                        : "")
+                      << "\n";
+            return 64;
+        }
     }
     try {
         return action ? action() : 0;

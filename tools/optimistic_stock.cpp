@@ -217,7 +217,7 @@ private:
 
 std::unique_ptr<optimistic_stock> open_optimistic_stock(std::string_view text, stock_options options) {
     auto u = spi::url::parse(text);
-    const std::string scheme = u.scheme();
+    const std::string scheme = u.scheme() == "postgresql" ? "postgres" : u.scheme();
     if (scheme != "mysql" && scheme != "postgres")
         throw_error(errc::invalid_argument, "sql", "the optimistic stock helper needs a mysql:// or postgres:// URL");
     // The lock backend's parameters may be present: tries/window and the

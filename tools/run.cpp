@@ -12,10 +12,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
+#include <future>
 #include <iomanip>
 #include <iostream>
 #include <mutex>
 #include <sstream>
+#include <stop_token>
 #include <thread>
 
 #include "common.hpp"
@@ -30,15 +33,64 @@ namespace {
 constexpr int exit_not_acquired = 75;  // EX_TEMPFAIL: lock not acquired in time (--conflict-exit-code)
 constexpr int exit_lock_lost = 70;     // the lock was lost while the command ran (or while held)
 
-std::atomic<int> g_stop_signal{0};  // hold: the SIGINT/SIGTERM that ends it
+std::atomic<int> g_stop_signal{0};  // the SIGINT/SIGTERM/SIGHUP that ends a wait, or hold
 
 void note_stop(int sig) { g_stop_signal = sig; }
+
+// From here on SIGINT, SIGTERM and SIGHUP are noted in g_stop_signal instead
+// of ending the process: a wait ends on them (await_grant), hold releases.
+void note_stop_signals() {
+    struct sigaction sa {};
+    sa.sa_handler = note_stop;
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+}
+
+// A stop signal came during a wait: it was cancelled, and what the wait had
+// taken is given back as the objects holding it go (their destructors release).
+struct interrupted {
+    int signal;
+};
+
+// Starts an asynchronous acquisition (`start` passes the handler and the stop
+// token on to async_lock and its kin) and waits here for its outcome: granted,
+// or not within its deadline. A stop signal meanwhile cancels it through the
+// library's cancellation (which leaves nothing on the server and lets the next
+// waiter in at once) and throws interrupted, as does one that came with the grant.
+bool await_grant(const std::function<void(acquire_handler, std::stop_token)>& start) {
+    auto outcome = std::make_shared<std::promise<bool>>();
+    auto done = outcome->get_future();
+    std::stop_source stop;
+    start(
+        [outcome](std::exception_ptr error, bool granted) {
+            if (error) outcome->set_exception(std::move(error));
+            else outcome->set_value(granted);
+        },
+        stop.get_token());
+    // A signal handler can only set a flag: it is looked at this often.
+    while (done.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready)
+        if (g_stop_signal != 0) stop.request_stop();
+    bool granted = false;
+    try {
+        granted = done.get();
+    } catch (const cancelled_error&) {
+        if (g_stop_signal != 0) throw interrupted{g_stop_signal};
+        throw;
+    }
+    if (g_stop_signal != 0) throw interrupted{g_stop_signal};
+    return granted;
+}
+
+// The deadline of a wait: none for --wait forever.
+std::chrono::steady_clock::time_point wait_deadline(bool forever, std::chrono::steady_clock::time_point deadline) {
+    return forever ? std::chrono::steady_clock::time_point::max() : deadline;
+}
 
 // What run and hold share: where the lock is and how to take it.
 struct lock_settings {
     backend_choice source;  // --backend, --backend-file or the environment
     std::string backend;    // the URL, from source
     std::string name, wait = "forever", lease;
+    std::string holder;  // --holder: this process's label (the URL's holder= otherwise)
     int conflict_exit_code = exit_not_acquired;
     bool quiet = false, verbose = false;
     bool shared = false;        // --shared: the read side of the read-write lock `name`
@@ -160,7 +212,10 @@ bool take_exclusive(held_lock& h, const lock_settings& s, const lock_options& op
     const bool one_queue = no_rw.empty() && mutex_is_write_side(s.backend);
     if (!s.write || !one_queue) {
         auto& m = h.m.emplace(h.locks.mutex(s.name, opts));
-        if (!(forever ? (m.lock(), true) : m.try_lock_until(deadline))) return false;
+        if (!await_grant([&](acquire_handler done, std::stop_token stop) {
+                m.async_lock(wait_deadline(forever, deadline), std::move(done), std::move(stop));
+            }))
+            return false;
         if (!no_rw.empty()) {
             log("the backend has no read-write lock (" + std::string(no_rw) +
                 "): the mutex alone (no reader can exist)");
@@ -173,7 +228,9 @@ bool take_exclusive(held_lock& h, const lock_settings& s, const lock_options& op
         }
     }
     auto& rw = h.rw.emplace(h.locks.shared_mutex(s.name, opts));
-    if (forever ? (rw.lock(), true) : rw.try_lock_until(deadline)) {
+    if (await_grant([&](acquire_handler done, std::stop_token stop) {
+            rw.async_lock(wait_deadline(forever, deadline), std::move(done), std::move(stop));
+        })) {
         if (h.m) log("holding the mutex '" + s.name + "' and the write side of its read-write lock (readers kept out)");
         return true;
     }
@@ -186,9 +243,19 @@ std::optional<held_lock> take(const lock_settings& s, const char* who, const eve
     if (s.name.empty()) throw invalid_argument_error(errc::invalid_argument, who, "--name is empty");
     if (int(s.shared) + int(s.write) + int(s.permits > 0) > 1)
         throw invalid_argument_error(errc::invalid_argument, who, "give one of --shared, --write and --permits");
-    held_lock h(connect(s.backend));
+    // Every argument is checked before connecting: a bad --wait or --lease is
+    // a usage error even while the server is down.
+    const bool forever = s.wait == "forever";
+    const auto wait = forever ? std::chrono::milliseconds{0} : parse_duration(s.wait);
     lock_options opts;
-    if (!s.lease.empty()) opts.lease = parse_duration(s.lease);
+    if (!s.lease.empty()) {
+        opts.lease = parse_duration(s.lease);
+        if (opts.lease.count() <= 0)  // as the URL's lease= (0 would mean the backend's default)
+            throw invalid_argument_error(errc::invalid_argument, who, "--lease must be positive");
+    }
+    provider_options po;
+    po.holder = s.holder;
+    held_lock h(connect(s.backend, po));
     opts.on_lost = [&lost, &log](const lock_event& e) {
         {
             std::lock_guard lk(lost.mutex);
@@ -203,8 +270,6 @@ std::optional<held_lock> take(const lock_settings& s, const char* who, const eve
     opts.on_error = [&log](const lock_event& e, const error& err) {
         log("error (token " + std::to_string(e.token) + "): " + err.what());
     };
-    const bool forever = s.wait == "forever";
-    const auto wait = forever ? std::chrono::milliseconds{0} : parse_duration(s.wait);
     const auto deadline = std::chrono::steady_clock::now() + wait;
     log("acquiring " + what_lock(s) + " on " + redact(s.backend) + (forever ? "" : " within " + s.wait));
     if (s.elect) {
@@ -214,8 +279,9 @@ std::optional<held_lock> take(const lock_settings& s, const char* who, const eve
         eo.on_lost = opts.on_lost;
         eo.on_error = opts.on_error;
         auto& e = h.leader.emplace(h.locks.election(s.name, eo));
-        h.holds =
-            forever ? (e.campaign(), true) : e.campaign(std::chrono::duration_cast<std::chrono::milliseconds>(wait));
+        h.holds = await_grant([&](acquire_handler done, std::stop_token stop) {
+            e.async_campaign(wait_deadline(forever, deadline), std::move(done), std::move(stop));
+        });
         if (h.holds) {
             h.token = e.term();
             log("leading as '" + e.id() + "'");
@@ -225,11 +291,15 @@ std::optional<held_lock> take(const lock_settings& s, const char* who, const eve
     } else if (s.shared) {
         auto& rw = h.rw.emplace(h.locks.shared_mutex(s.name, opts));
         h.read_side = true;
-        h.holds = forever ? (rw.lock_shared(), true) : rw.try_lock_shared_until(deadline);
+        h.holds = await_grant([&](acquire_handler done, std::stop_token stop) {
+            rw.async_lock_shared(wait_deadline(forever, deadline), std::move(done), std::move(stop));
+        });
         if (h.holds) h.token = rw.shared_token();
     } else if (s.permits > 0) {
         auto& sem = h.sem.emplace(h.locks.semaphore(s.name, s.permits, opts));
-        h.holds = forever ? (sem.acquire(), true) : sem.try_acquire_until(deadline);
+        h.holds = await_grant([&](acquire_handler done, std::stop_token stop) {
+            sem.async_acquire(wait_deadline(forever, deadline), std::move(done), std::move(stop));
+        });
         if (h.holds) h.token = sem.token();
         else h.sem.reset();
     } else {
@@ -248,6 +318,15 @@ std::optional<held_lock> take(const lock_settings& s, const char* who, const eve
     }
     log("acquired " + what_lock(s) + ", fencing token " + std::to_string(h.token));
     return std::optional<held_lock>(std::move(h));
+}
+
+// A wait ended by a stop signal: said (unless --quiet), and 128 + the signal.
+int interrupted_wait(const interrupted& i, const lock_settings& s, const char* who, const event_log& log) {
+    log("signal " + std::to_string(i.signal) + " during the wait: cancelled, nothing held");
+    if (!s.quiet)
+        std::cerr << "distlock " << who << ": " << ::strsignal(i.signal) << " while waiting for " << what_lock(s)
+                  << ": the wait was cancelled, nothing is held\n";
+    return 128 + i.signal;
 }
 
 // The signals run forwards to the command's whole tree; one a terminal sent
@@ -285,8 +364,13 @@ int run_command(run_settings& s) {
     std::optional<held_lock> held;
     // Before connecting: no thread runs yet, so the guard is a plain fork.
     command_guard guard(who, args, drop);
-    if (auto taken = take(s, who, log, lost)) held.emplace(std::move(*taken));
-    else return s.conflict_exit_code;
+    note_stop_signals();
+    try {
+        if (auto taken = take(s, who, log, lost)) held.emplace(std::move(*taken));
+        else return s.conflict_exit_code;
+    } catch (const interrupted& i) {
+        return interrupted_wait(i, s, who, log);
+    }
     if (lost.happened) {  // before anything started
         held->unlock();
         if (!s.quiet)
@@ -298,6 +382,10 @@ int run_command(run_settings& s) {
     sa.sa_sigaction = forward_signal;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+    if (g_stop_signal != 0) {  // between the grant and the line above: the command never starts
+        held->unlock();
+        return interrupted_wait(interrupted{g_stop_signal}, s, who, log);
+    }
     guard.start({"DISTLOCK_FENCING_TOKEN=" + std::to_string(held->token), "DISTLOCK_LOCK_NAME=" + s.name});
 
     // Until the whole tree is gone: once the lock is lost, or once the command
@@ -375,13 +463,14 @@ int run_command(run_settings& s) {
 int hold_lock(lock_settings& s) {
     event_log log("hold", s.verbose);
     loss lost;
-    struct sigaction sa {};
-    sa.sa_handler = note_stop;
-    ::sigaction(SIGINT, &sa, nullptr);
-    ::sigaction(SIGTERM, &sa, nullptr);
-    ::sigaction(SIGHUP, &sa, nullptr);
+    note_stop_signals();
     s.backend = s.source.resolve("hold");
-    auto held = take(s, "hold", log, lost);
+    std::optional<held_lock> held;
+    try {
+        held = take(s, "hold", log, lost);
+    } catch (const interrupted& i) {
+        return interrupted_wait(i, s, "hold", log);
+    }
     if (!held) return s.conflict_exit_code;
     // One line a script can read: the name and the fencing token.
     std::cout << printable(s.name) << " " << held->token << std::endl;
@@ -405,9 +494,16 @@ int hold_lock(lock_settings& s) {
 
 void add_lock_options(CLI::App* cmd, lock_settings& s, bool primitives = true) {
     add_backend_options(cmd, s.source, "Lock backend URL (default: $DISTLOCK_BACKEND)");
-    cmd->add_option("--name", s.name, "Lock name")->required();
-    cmd->add_option("--wait", s.wait, "How long to wait for the lock (10s, 1m30s, 0 = try once; default forever)")
-        ->capture_default_str();
+    cmd->add_option("--name", s.name, s.elect ? "Election name" : "Lock name")->required();
+    auto* wait = cmd->add_option("--wait,-w", s.wait,
+                                 "How long to wait for the lock (10s, 1m30s, 0 = try once; default forever)")
+                     ->capture_default_str();
+    cmd->add_flag_callback(
+           "--nonblock,--nb", [&s] { s.wait = "0"; }, "Try once, do not wait (flock's -n; the same as --wait 0)")
+        ->excludes(wait);
+    cmd->add_option("--holder", s.holder,
+                    "This process's label, shown to others as the holder (consul lock's -name; default: the URL's "
+                    "holder=, else host:pid)");
     cmd->add_option("--lease", s.lease, "Lease length (default: the URL's lease= or the backend's)");
     cmd->add_option("--conflict-exit-code,-E", s.conflict_exit_code,
                     "Exit status when the lock is not acquired in time")
@@ -418,20 +514,25 @@ void add_lock_options(CLI::App* cmd, lock_settings& s, bool primitives = true) {
                   "Acquire, renewal, loss, release (and the command's) events on stderr, with times");
     if (!primitives) return;
     auto* shared =
-        cmd->add_flag("--shared", s.shared,
+        cmd->add_flag("--shared,-s", s.shared,
                       "Take the read side of the read-write lock NAME (readers hold it together, as flock -s; "
                       "a plain holder or --write keeps them out)");
     auto* write = cmd->add_flag("--write", s.write,
                                 "Take the mutex NAME and the write side of the read-write lock NAME, as the plain form "
                                 "does, with the read-write lock's fencing token (the sequence its readers' tokens come "
                                 "from) instead of the mutex's");
-    cmd->add_option(
-           "--permits,-n", s.permits,
-           "Take one permit of the semaphore NAME of N permits (at most N holders at once, like consul lock -n)")
-        ->check(CLI::Range(1u, 1000000u))
-        ->excludes(shared)
-        ->excludes(write);
+    auto* permits =
+        cmd->add_option("--permits,-n", s.permits,
+                        "Take one permit of the semaphore NAME of N permits (at most N holders at once). -n follows "
+                        "consul lock -n (the limit), not flock -n: not waiting is --nonblock or -w 0 here")
+            ->check(CLI::Range(1u, 1000000u))
+            ->excludes(shared)
+            ->excludes(write);
     shared->excludes(write);
+    cmd->add_flag("--exclusive,-x")
+        ->description("The plain form, said explicitly (flock -x): see NAME alone below")
+        ->excludes(shared)
+        ->excludes(permits);
 }
 
 }  // namespace
@@ -491,7 +592,8 @@ void add_run(CLI::App& app, std::function<int()>& action) {
         lock_forms_help + process_tree_help +
         "Exit status: the command's; 75 (or --conflict-exit-code) when the lock was not acquired in time; 70 when\n"
         "the lock was lost while the command ran; 127 when the command does not exist, 126 when it cannot be\n"
-        "executed; 64 bad arguments, 69 backend unavailable, 77 access denied. The command sees\n"
+        "executed; 128+N when signal N (SIGINT, SIGTERM, SIGHUP) ended the wait, which leaves nothing held;\n"
+        "64 bad arguments, 69 backend unavailable, 77 access denied. The command sees\n"
         "DISTLOCK_FENCING_TOKEN and DISTLOCK_LOCK_NAME.");
     add_command_runner(cmd, s, action);
 }
@@ -509,8 +611,9 @@ void add_elect(CLI::App& app, std::function<int()>& action) {
             "Campaigns, runs the command once leading, resigns when it exits.\n") +
         process_tree_help +
         "Exit status: the command's; 75 (or --conflict-exit-code) when not leading within --wait; 70 when\n"
-        "leadership was lost while the command ran; 127/126 as for run; 64 bad arguments, 69 backend\n"
-        "unavailable, 77 access denied. The command sees DISTLOCK_FENCING_TOKEN (the term) and DISTLOCK_LOCK_NAME.");
+        "leadership was lost while the command ran; 127/126 and 128+N (a signal during the wait) as for run;\n"
+        "64 bad arguments, 69 backend unavailable, 77 access denied. The command sees DISTLOCK_FENCING_TOKEN (the "
+        "term) and DISTLOCK_LOCK_NAME.");
     add_command_runner(cmd, s, action);
 }
 
@@ -522,8 +625,9 @@ void add_hold(CLI::App& app, std::function<int()>& action) {
     cmd->footer(
         std::string(lock_forms_help) +
         "Prints 'NAME TOKEN' on stdout once held. Exit status: 0 when released after SIGINT/SIGTERM/SIGHUP; 75 (or\n"
-        "--conflict-exit-code) when not acquired in time; 70 when the lock was lost while held; 64 bad arguments,\n"
-        "69 backend unavailable, 77 access denied.");
+        "--conflict-exit-code) when not acquired in time; 70 when the lock was lost while held; 128+N when\n"
+        "signal N ended the wait (nothing is held then); 64 bad arguments, 69 backend unavailable, 77 access\n"
+        "denied. It takes no command: 'distlock run' runs one while holding the lock.");
     cmd->callback([s, &action] { action = [s] { return hold_lock(*s); }; });
 }
 

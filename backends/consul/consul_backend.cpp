@@ -116,6 +116,7 @@ void register_backend(spi::registry& r) {
         auto token = u.take("token");
         auto o = http::options_from_url(u, kBackend, 8500);
         if (token && !token->empty()) o.headers.push_back("X-Consul-Token: " + *token);
+        u.expect_all_taken();  // before anything is sent
         return std::make_shared<backend>(std::move(o), std::move(s));
     });
 }

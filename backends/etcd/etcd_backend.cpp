@@ -84,6 +84,7 @@ void register_backend(spi::registry& r) {
             throw_error(errc::invalid_argument, kBackend,
                         "the password is not valid UTF-8 (etcd accepts UTF-8 passwords only)");
         auto o = http::options_from_url(u, kBackend, 2379);
+        u.expect_all_taken();  // before anything is sent
         return std::make_shared<backend>(std::move(o), std::move(s));
     });
 }

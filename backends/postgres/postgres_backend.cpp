@@ -46,10 +46,14 @@ std::shared_ptr<s::dialect> make_dialect(spi::url& u, const s::conn_settings& cs
 }
 
 void register_backend(spi::registry& r) {
-    r.add("postgres", [](spi::url& u) -> std::shared_ptr<spi::backend> {
+    auto open = [](spi::url& u) -> std::shared_ptr<spi::backend> {
         auto settings = s::take_settings(u, kBackend, "advisory");
-        return s::make_backend(make_dialect(u, settings.conn), settings);
-    });
+        auto dialect = make_dialect(u, settings.conn);
+        u.expect_all_taken();  // before connecting (and creating tables)
+        return s::make_backend(std::move(dialect), settings);
+    };
+    r.add("postgres", open);
+    r.add("postgresql", open);  // as libpq's own URIs are written
 }
 
 }  // namespace distlock::backends::postgres

@@ -42,6 +42,7 @@ void take_common(spi::url& u, settings& s, const std::string& scheme) {
         if (s.failover_wait.count() < 0)
             throw_error(errc::invalid_argument, kBackend, "failover_timeout must not be negative");
     }
+    u.expect_all_taken();  // the last parameters taken: a misspelled one is refused before anything is sent
 }
 
 // master_hosts= (redis-sentinel://, redis-cluster://): the data nodes the

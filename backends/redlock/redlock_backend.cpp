@@ -447,6 +447,7 @@ std::shared_ptr<spi::backend> make_backend(spi::url& u) {
     if (s.retry_delay.count() <= 0) throw_error(errc::invalid_argument, kBackend, "retry_delay must be positive");
     if (auto drift = u.take_int("drift_permille", 0, 500)) s.drift_factor = static_cast<double>(*drift) / 1000.0;
     s.pool_size = static_cast<std::size_t>(u.take_int("pool", 1, 1024).value_or(4));
+    u.expect_all_taken();  // before anything is sent
     return std::make_shared<backend>(std::move(s));
 }
 

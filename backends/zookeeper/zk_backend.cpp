@@ -127,6 +127,7 @@ std::shared_ptr<spi::backend> make_backend(spi::url& u) {
     s.acl = acl_from(u.take("acl"), !s.digest.empty());
     s.max_children = static_cast<std::size_t>(
         u.take_int("max_children", 1, static_cast<long long>(kMaxChildrenLimit)).value_or(kDefaultMaxChildren));
+    u.expect_all_taken();  // before anything is sent
     if (all_hosts_refuse(s.host_list))
         throw_error(errc::unavailable, kBackend, "every ZooKeeper server refused the connection (" + s.hosts + ")",
                     ECONNREFUSED, std::strerror(ECONNREFUSED));

@@ -31,7 +31,7 @@ class semaphore_impl;
 //
 // One object may hold several permits, taken by one thread or several.
 // release() gives back one of them: the one the calling thread took last, else
-// the one taken last. Errors are as for distlock::mutex; where the server keeps
+// the one taken asynchronously last, else the one taken last. Errors are as for distlock::mutex; where the server keeps
 // the semaphore's size (feature::permit_limit), acquiring with another size than
 // the name's holders use throws invalid_argument_error.
 class DISTLOCK_API semaphore {
@@ -79,7 +79,8 @@ public:
 
     // Permits this object holds now and has not lost.
     [[nodiscard]] std::size_t held() const noexcept;
-    // Fencing token of the permit the calling thread took last (0: none, or no tokens).
+    // Fencing token of the permit the calling thread took last (for a thread
+    // that took none, of the one taken asynchronously last; 0: none, or no tokens).
     [[nodiscard]] std::uint64_t token() const noexcept;
     [[nodiscard]] std::uint32_t permits() const noexcept;
     [[nodiscard]] const std::string& name() const noexcept;

@@ -107,9 +107,11 @@ public:
 
     // The write side is held by this object and not lost (as mutex::held()).
     [[nodiscard]] bool held() const noexcept;
-    // The calling thread holds a read grant through this object, not lost.
+    // The calling thread holds a read grant through this object, not lost
+    // (for a thread that took none, the read grant taken asynchronously last).
     [[nodiscard]] bool held_shared() const noexcept;
-    // Fencing token of the write grant / of the calling thread's read grant; 0
+    // Fencing token of the write grant / of the calling thread's read grant
+    // (for a thread that took none, of the one taken asynchronously last); 0
     // when not held or when the backend has no tokens.
     [[nodiscard]] std::uint64_t token() const noexcept;
     [[nodiscard]] std::uint64_t shared_token() const noexcept;

@@ -215,6 +215,9 @@ TEST_CASE("async readers hold together and a writer waits for them",
     bool arrived = false;
     CHECK(r1.get(arrived).granted);
     CHECK(r2.get(arrived).granted);
+    // Asked from a thread that took no read grant: the one taken asynchronously last.
+    CHECK(rw.held_shared());
+    if (a.caps().supports(distlock::feature::fencing)) CHECK(rw.shared_token() > 0);
     auto writer = b.shared_mutex(name);
     writer.async_lock(60s, wr.handler());
     std::this_thread::sleep_for(300ms);
@@ -239,6 +242,8 @@ TEST_CASE("async permits: at most the semaphore's size at once", "[contract][asy
     bool arrived = false;
     CHECK(p1.get(arrived).granted);
     CHECK(p2.get(arrived).granted);
+    // Asked from a thread that took no permit: the one taken asynchronously last.
+    if (a.caps().supports(distlock::feature::fencing)) CHECK(s1.token() > 0);
     s2.async_acquire(60s, p3.handler());
     std::this_thread::sleep_for(300ms);
     CHECK_FALSE(p3.ready());

@@ -12,8 +12,10 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -970,9 +972,10 @@ TEST_CASE("SIGPIPE never kills distlock; the command gets it by default, with an
     CHECK((ignored & (1ULL << (SIGHUP - 1))) != 0);  // what nohup ignores stays ignored
 }
 
-TEST_CASE("readers and a plain holder of one name exclude each other, on every backend with read-write locks",
-          "[cli][run][hold][rw]") {
-    // Every URL of the running servers, once each, and file://.
+namespace {
+// Every URL of the running servers (each DISTLOCK_TEST_*_URL), once each, and
+// file://, with the variable that names it.
+std::vector<std::pair<std::string, std::string>> every_url() {
     std::vector<std::pair<std::string, std::string>> urls{{"file", "file://" + lock_dir()}};
     for (char** e = environ; *e != nullptr; ++e) {
         const std::string entry(*e);
@@ -984,6 +987,13 @@ TEST_CASE("readers and a plain holder of one name exclude each other, on every b
             urls.emplace_back(var, url);
     }
     if (urls.size() == 1) WARN("only file:// tried: no server URL is configured (integration/.run/backends.env)");
+    return urls;
+}
+}  // namespace
+
+TEST_CASE("readers and a plain holder of one name exclude each other, on every backend with read-write locks",
+          "[cli][run][hold][rw]") {
+    const auto urls = every_url();
     std::mutex report_mutex;
     std::vector<std::string> failures, skipped;
     distlock::test::thread_errors errors;
@@ -1390,4 +1400,146 @@ TEST_CASE("flash-sale --store writes only a regular file of its own, with one li
     REQUIRE(::stat(fresh.c_str(), &st) == 0);
     CHECK((st.st_mode & 07777) == 0600);
     CHECK(sale(fresh).status == 0);
+}
+
+namespace {
+// `distlock ARGS` waits for a lock another holds; `sig` comes during the wait.
+// It must end the wait at once with 128 + sig, saying so (not be killed by the
+// signal, nor hold on until the lock is free), and leave nothing behind: once
+// the holder releases, the next acquirer gets the lock at its first attempt.
+// "" when it did, else what went wrong.
+std::string check_interrupted_wait(const std::vector<std::string>& args, int sig, const std::function<void()>& release,
+                                   const std::function<bool()>& next_gets_it_at_once) {
+    const auto err = fresh_dir("interrupted") + "/stderr";
+    std::vector<std::string> argv{"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>\"$DISTLOCK_TEST_ERR\"", cli()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    distlock::test::child_process waiter(argv, {.env = {{"DISTLOCK_TEST_ERR", err}}});
+    std::this_thread::sleep_for(1500ms);  // connected and waiting (a signal before that is fatal, as it was)
+    if (const auto early = waiter.wait_exit_for(0ms)) return "it ended before the signal: " + std::to_string(*early);
+    waiter.signal(sig);
+    const auto status = waiter.wait_exit_for(15s);
+    const auto said = read_file(err);
+    if (!status) return "still waiting 15 s after signal " + std::to_string(sig);
+    if (*status != 128 + sig) return "exit status " + std::to_string(*status) + " (" + said + ")";
+    if (said.find("the wait was cancelled, nothing is held") == std::string::npos)
+        return "not ended by distlock itself (it said: " + said + ")";
+    release();
+    if (!next_gets_it_at_once()) return "after the release, the next acquirer did not get the lock at once";
+    return {};
+}
+}  // namespace
+
+TEST_CASE("a signal during a wait ends it at once with 128+signal and leaves nothing, on every backend",
+          "[cli][signal][wait]") {
+    // One URL per scheme and strategy (TLS, clusters and fence tables wait alike), six at a time.
+    std::vector<std::pair<std::string, std::string>> urls;
+    std::set<std::string> kinds;
+    for (const auto& [var, url] : every_url()) {
+        auto u = distlock::spi::url::parse(url);
+        if (kinds.insert(u.scheme() + "/" + u.take("strategy").value_or("")).second) urls.emplace_back(var, url);
+    }
+    distlock::lock_options long_lease;
+    long_lease.lease = 10s;
+    std::mutex report_mutex;
+    std::vector<std::string> failures, skipped;
+    distlock::test::thread_errors errors;
+    auto one = [&](const std::string& var, const std::string& url) {
+        errors.run([&] {
+            auto locks = distlock::connect(url);
+            if (const auto why = locks.caps().why_not(distlock::feature::cross_process); !why.empty()) {
+                std::lock_guard lk(report_mutex);
+                skipped.push_back(var + " (" + std::string(why) + ")");
+                return;
+            }
+            const auto name = distlock::test::unique_name("sigwait");
+            auto held = locks.mutex(name, long_lease);
+            if (!held.try_lock_for(10s)) throw std::runtime_error("the holder did not get the lock");
+            auto next = distlock::connect(url).mutex(name, long_lease);
+            const auto why = check_interrupted_wait(
+                {"hold", "--backend", url, "--name", name, "--lease", "10s"}, SIGINT, [&] { held.unlock(); },
+                [&] { return next.try_lock(); });
+            if (next.held()) next.unlock();
+            if (!why.empty()) {
+                std::lock_guard lk(report_mutex);
+                failures.push_back(var + ": " + why);
+            }
+        });
+    };
+    std::atomic<std::size_t> next{0};
+    std::vector<std::thread> threads;
+    for (int worker = 0; worker < 6; ++worker)
+        threads.emplace_back([&] {
+            for (std::size_t i = next++; i < urls.size(); i = next++) one(urls[i].first, urls[i].second);
+        });
+    for (auto& t : threads) t.join();
+    for (const auto& s : skipped) WARN("not applicable: " << s);
+    INFO(errors.all());
+    CHECK(errors.all().empty());
+    for (const auto& f : failures) FAIL_CHECK(f);
+}
+
+TEST_CASE("run, elect, hold --shared and --permits end their wait on SIGTERM, SIGHUP and SIGINT",
+          "[cli][signal][wait]") {
+    const auto url = "file://" + lock_dir();
+    auto locks = distlock::connect(url);
+    SECTION("run: the command never starts") {
+        const auto name = distlock::test::unique_name("sigrun");
+        const auto marker = fresh_dir("sigrun") + "/ran";
+        auto held = locks.mutex(name);
+        REQUIRE(held.try_lock());
+        auto next = locks.mutex(name);
+        CHECK(check_interrupted_wait(
+                  {"run", "--backend", url, "--name", name, "-c", "touch " + marker}, SIGTERM, [&] { held.unlock(); },
+                  [&] { return next.try_lock(); }) == "");
+        CHECK_FALSE(std::filesystem::exists(marker));
+        next.unlock();
+    }
+    SECTION("elect") {
+        const auto name = distlock::test::unique_name("sigelect");
+        auto leader = locks.election(name);
+        REQUIRE(leader.campaign(10s));
+        auto next = locks.election(name);
+        CHECK(check_interrupted_wait(
+                  {"elect", "--backend", url, "--name", name, "--", "true"}, SIGHUP, [&] { leader.resign(); },
+                  [&] { return next.campaign(0ms); }) == "");
+        next.resign();
+    }
+    SECTION("hold --shared") {
+        const auto name = distlock::test::unique_name("sigshared");
+        auto writer = locks.shared_mutex(name);
+        REQUIRE(writer.try_lock());
+        auto next = locks.shared_mutex(name);
+        CHECK(check_interrupted_wait(
+                  {"hold", "--backend", url, "--name", name, "--shared"}, SIGINT, [&] { writer.unlock(); },
+                  [&] { return next.try_lock(); }) == "");
+        next.unlock();
+    }
+    SECTION("hold --permits") {
+        const auto name = distlock::test::unique_name("sigpermit");
+        auto taken = locks.semaphore(name, 1);
+        REQUIRE(taken.try_acquire());
+        auto next = locks.semaphore(name, 1);
+        CHECK(check_interrupted_wait(
+                  {"hold", "--backend", url, "--name", name, "--permits", "1"}, SIGINT, [&] { taken.release(); },
+                  [&] { return next.try_acquire(); }) == "");
+        next.release();
+    }
+}
+
+TEST_CASE("arguments after -- are refused with 64 where no command is taken", "[cli][args]") {
+    const auto url = "file://" + lock_dir();
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"hold", "--backend", url, "--name", "dashes", "--", "sleep", "1"},
+          {"status", "--backend", url, "--name", "dashes", "--", "x"},
+          {"schemes", "--", "x"},
+          {"bench", "--backend", "memory://", "--seconds", "100ms", "--quiet", "--", "x"},
+          {"flash-sale", "--backend", url, "--processes", "1", "--requests", "5", "--stock", "1", "--quiet", "--",
+           "x"}}) {
+        const auto r = spawn_cli(args);
+        INFO(args[0] << ": " << r.err);
+        CHECK(r.status == 64);
+        CHECK(r.err.find("unexpected arguments after '--'") != std::string::npos);
+    }
+    const auto hold = spawn_cli({"hold", "--backend", url, "--name", "dashes", "--", "true"});
+    CHECK(hold.err.find("distlock run") != std::string::npos);  // points to the subcommand that runs a command
 }

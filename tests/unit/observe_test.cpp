@@ -204,6 +204,13 @@ TEST_CASE("the metrics observer counts a known sequence of operations exactly", 
     CHECK(sample(text, R"(distlock_acquire_wait_seconds_count{backend="memory"})") == "7");
     CHECK(sample(text, R"(distlock_acquire_wait_seconds_bucket{backend="memory",le="+Inf"})") == "7");
     CHECK(sample(text, R"(distlock_hold_seconds_count{backend="memory"})") == "6");
+    // Bounds as Prometheus's Go client writes them (strconv 'g', shortest):
+    // a query written for those (le="10") finds these.
+    for (const char* le : {"0.0001", "0.00025", "0.001", "0.01", "0.5", "1", "2.5", "10"}) {
+        INFO("le=" << le);
+        CHECK(sample(text, std::string(R"(distlock_acquire_wait_seconds_bucket{backend="memory",le=")") + le + "\"}"));
+    }
+    CHECK(text.find("e+01") == std::string::npos);
 }
 
 TEST_CASE("a failed acquisition is counted by its error code", "[observe]") {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -68,6 +69,10 @@ public:
     std::optional<std::chrono::milliseconds> take_duration(std::string_view key);
     std::optional<long long> take_int(std::string_view key, long long min, long long max);
     std::optional<bool> take_bool(std::string_view key);  // true/false/1/0/yes/no/on/off
+    // Throws invalid_argument_error naming what is left, and listing the
+    // parameters asked for so far (the valid ones, when every take*() came
+    // first). A backend calls it once it has taken all its parameters and
+    // before it sends anything; connect() calls it again after the factory.
     void expect_all_taken() const;
 
     // Host list helper: hosts() with missing ports set to `default_port`; throws
@@ -80,6 +85,7 @@ private:
     std::vector<host_port> hosts_;
     std::vector<std::string> secrets_;
     std::map<std::string, std::string, std::less<>> params_;
+    std::set<std::string, std::less<>> asked_;  // every parameter name take*() was called for
 };
 
 }  // namespace distlock::spi
