@@ -11,6 +11,12 @@ import sys
 import time
 import urllib.request
 
+# --help answers with the usage (status 0), a bad URL or port is a usage error (64), never an uncaught exception.
+for args, status, where in ((["--help"], 0, "usage:"), (["nosuch://x"], 64, "nosuch"), (["memory://x", "port"], 64, "usage:")):
+    done = subprocess.run([sys.argv[1]] + args, capture_output=True, text=True, timeout=30)
+    if done.returncode != status or where not in done.stdout + done.stderr:
+        sys.exit("%s: status %s, said %r" % (args, done.returncode, done.stdout + done.stderr))
+
 proc = subprocess.Popen([sys.argv[1], "memory://example-test", "0"], stdout=subprocess.PIPE, text=True)
 try:
     line = proc.stdout.readline()

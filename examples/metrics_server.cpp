@@ -26,25 +26,48 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "distlock/distlock.hpp"
 
+namespace {
+int usage(std::FILE* to, int status) {
+    std::fprintf(to,
+                 "usage: distlock-example-metrics-server [URL] [PORT]\n"
+                 "  URL   the lock backend (default memory://example)\n"
+                 "  PORT  the port on 127.0.0.1 (default 9464; 0: any free port)\n");
+    return status;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
+    if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) return usage(stdout, 0);
+    if (argc > 3 || (argc > 1 && argv[1][0] == '-')) return usage(stderr, 64);
     const std::string url = argc > 1 ? argv[1] : "memory://example";
-    const int port = argc > 2 ? std::atoi(argv[2]) : 9464;
+    char* end = nullptr;
+    const long port = argc > 2 ? std::strtol(argv[2], &end, 10) : 9464;
+    if (argc > 2 && (end == argv[2] || *end != '\0' || port < 0 || port > 65535)) return usage(stderr, 64);
     const char* limit = std::getenv("DISTLOCK_EXAMPLE_REQUESTS");
     int requests_left = limit != nullptr ? std::atoi(limit) : -1;
 
     auto metrics = std::make_shared<distlock::metrics>();
-    auto locks = distlock::connect(url, {.observer = metrics, .log = [](const distlock::log_record& r) {
-                                             std::fprintf(stderr, "[%s] %.*s %.*s: %.*s\n",
-                                                          std::string(distlock::to_string(r.level)).c_str(),
-                                                          int(r.backend.size()), r.backend.data(), int(r.lock.size()),
-                                                          r.lock.data(), int(r.message.size()), r.message.data());
-                                         }});
+    std::optional<distlock::provider> connected;
+    try {
+        connected = distlock::connect(url, {.observer = metrics, .log = [](const distlock::log_record& r) {
+                                                std::fprintf(stderr, "[%s] %.*s %.*s: %.*s\n",
+                                                             std::string(distlock::to_string(r.level)).c_str(),
+                                                             int(r.backend.size()), r.backend.data(),
+                                                             int(r.lock.size()), r.lock.data(), int(r.message.size()),
+                                                             r.message.data());
+                                            }});
+    } catch (const distlock::error& e) {  // its message shows no password
+        std::fprintf(stderr, "distlock-example-metrics-server: %s\n", e.what());
+        return e.code_value() == distlock::errc::invalid_argument ? 64 : 69;
+    }
+    auto& locks = *connected;
 
     // Some traffic: two threads on one name (contended), one on a semaphore.
     std::atomic<bool> stop{false};

@@ -29,8 +29,22 @@ configure_and_build() {
             || { cat "$dir.configure.log" >&2; return 1; }
         grep -E "distlock" "$dir.configure.log" >&2 || true
     fi
-    say "building $dir"
+    say "building $dir${*:+ ($*)}: the full log in $dir.build.log"
     local targets=()
     for t in "$@"; do targets+=(--target "$t"); done
-    cmake --build "$dir" -j "$(nproc)" "${targets[@]}" >"$dir.build.log" 2>&1 || { tail -n 60 "$dir.build.log" >&2; return 1; }
+    # In the background, with ninja's progress ([done/total]) shown every 20 s:
+    # a build of the whole tree takes minutes on two cores.
+    cmake --build "$dir" -j "$(nproc)" "${targets[@]}" >"$dir.build.log" 2>&1 &
+    local pid=$! waited=0 status=0
+    while kill -0 "$pid" 2>/dev/null; do
+        sleep 1
+        waited=$((waited + 1))
+        if [ $((waited % 20)) -eq 0 ]; then
+            local step
+            step=$(grep -o '^\[[0-9]*/[0-9]*\]' "$dir.build.log" | tail -n 1 || true)
+            say "building $dir: ${step:-under way} after ${waited}s"
+        fi
+    done
+    wait "$pid" || status=$?
+    [ "$status" -eq 0 ] || { tail -n 60 "$dir.build.log" >&2; return 1; }
 }
