@@ -56,13 +56,12 @@ int main(int argc, char** argv) {
     auto metrics = std::make_shared<distlock::metrics>();
     std::optional<distlock::provider> connected;
     try {
-        connected = distlock::connect(url, {.observer = metrics, .log = [](const distlock::log_record& r) {
-                                                std::fprintf(stderr, "[%s] %.*s %.*s: %.*s\n",
-                                                             std::string(distlock::to_string(r.level)).c_str(),
-                                                             int(r.backend.size()), r.backend.data(),
-                                                             int(r.lock.size()), r.lock.data(), int(r.message.size()),
-                                                             r.message.data());
-                                            }});
+        connected = distlock::connect(
+            url, {.observer = metrics, .log = [](const distlock::log_record& r) {
+                      std::fprintf(stderr, "[%s] %.*s %.*s: %.*s\n", std::string(distlock::to_string(r.level)).c_str(),
+                                   int(r.backend.size()), r.backend.data(), int(r.lock.size()), r.lock.data(),
+                                   int(r.message.size()), r.message.data());
+                  }});
     } catch (const distlock::error& e) {  // its message shows no password
         std::fprintf(stderr, "distlock-example-metrics-server: %s\n", e.what());
         return e.code_value() == distlock::errc::invalid_argument ? 64 : 69;

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -1542,4 +1543,72 @@ TEST_CASE("arguments after -- are refused with 64 where no command is taken", "[
     }
     const auto hold = spawn_cli({"hold", "--backend", url, "--name", "dashes", "--", "true"});
     CHECK(hold.err.find("distlock run") != std::string::npos);  // points to the subcommand that runs a command
+}
+
+TEST_CASE("a misspelled URL parameter, --wait or --lease is a usage error before connecting, the server down",
+          "[cli][args][url]") {
+    // Port 1: nothing listens; a check made after connecting would say 69 instead.
+    const std::map<std::string, std::string> down{{"redis", "redis://127.0.0.1:1"},
+                                                  {"redis-sentinel", "redis-sentinel://127.0.0.1:1/m"},
+                                                  {"redis-cluster", "redis-cluster://127.0.0.1:1"},
+                                                  {"redlock", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"},
+                                                  {"postgres", "postgres://u:p@127.0.0.1:1/db"},
+                                                  {"postgresql", "postgresql://u:p@127.0.0.1:1/db"},
+                                                  {"mysql", "mysql://u:p@127.0.0.1:1/db"},
+                                                  {"zk", "zk://127.0.0.1:1/base"},
+                                                  {"etcd", "etcd://127.0.0.1:1"},
+                                                  {"consul", "consul://127.0.0.1:1"}};
+    int tried = 0;
+    for (const auto& scheme : distlock::schemes()) {
+        const auto it = down.find(scheme);
+        if (it == down.end()) continue;
+        ++tried;
+        INFO(scheme);
+        const auto sep = it->second.find('?') == std::string::npos ? "?" : "&";
+        const auto typo = spawn_cli({"hold", "--backend", it->second + sep + "leas=2s", "--name", "a", "--wait", "0"});
+        INFO(typo.err);
+        CHECK(typo.status == 64);
+        CHECK(typo.err.find("unknown parameter(s) for " + scheme + "://: leas (its parameters: ") != std::string::npos);
+        CHECK(spawn_cli({"hold", "--backend", it->second, "--name", "a", "--wait", "10x"}).status == 64);
+        CHECK(spawn_cli({"run", "--backend", it->second, "--name", "a", "--lease", "0", "--", "true"}).status == 64);
+        CHECK(spawn_cli({"hold", "--backend", it->second, "--name", "a", "--wait", "0"}).status == 69);  // the control
+    }
+    CHECK(tried >= 1);
+}
+
+TEST_CASE("flock's habits: -w, --nonblock, -s, -x; -n is --permits; --holder is the label others see", "[cli][flock]") {
+    const auto url = "file://" + lock_dir();
+    auto locks = distlock::connect(url);
+    const auto name = distlock::test::unique_name("flock");
+    auto m = locks.mutex(name);
+    REQUIRE(m.try_lock());
+    CHECK(spawn_cli({"run", "--backend", url, "--name", name, "-w", "0", "--", "true"}).status == 75);
+    CHECK(spawn_cli({"run", "--backend", url, "--name", name, "--nonblock", "--", "true"}).status == 75);
+    CHECK(spawn_cli({"run", "--backend", url, "--name", name, "--nb", "-x", "--", "true"}).status == 75);
+    CHECK(spawn_cli({"run", "--backend", url, "--name", name, "--nb", "-w", "1s", "--", "true"}).status == 64);
+    m.unlock();
+    CHECK(spawn_cli({"run", "--backend", url, "--name", name, "-x", "-w", "5s", "--", "true"}).status == 0);
+    CHECK(spawn_cli({"run", "--backend", url, "--name", name, "-x", "-s", "--", "true"}).status == 64);
+    // -s is the read side: a reader already there does not keep it out.
+    auto rw = locks.shared_mutex(name);
+    rw.lock_shared();
+    CHECK(spawn_cli({"run", "--backend", url, "--name", name, "-s", "--nb", "--", "true"}).status == 0);
+    CHECK(spawn_cli({"run", "--backend", url, "--name", name, "--nb", "--", "true"}).status == 75);
+    rw.unlock_shared();
+    // -n N: a permit of N, as consul lock -n; --help says it is not flock's -n.
+    CHECK(spawn_cli({"run", "--backend", url, "--name", name + "-pool", "-n", "2", "--nb", "--", "true"}).status == 0);
+    CHECK(spawn_cli({"run", "--help"}).out.find("not flock -n") != std::string::npos);
+    // --holder: what status shows as the holder.
+    distlock::test::child_process hold({cli(), "hold", "--backend", url, "--name", name, "--holder", "billing-7"});
+    REQUIRE(hold.read_line(10s).rfind(name + " ", 0) == 0);
+    const auto status = spawn_cli({"status", "--backend", url, "--name", name});
+    CHECK(status.out.find("holder: billing-7") != std::string::npos);
+    hold.signal(SIGTERM);
+    CHECK(hold.wait_exit_for(10s) == 0);
+}
+
+TEST_CASE("unexpected arguments are listed in the order given", "[cli][args]") {
+    const auto r = spawn_cli({"bench", "--backend", "memory://", "--timeout", "5"});
+    CHECK(r.status == 64);
+    CHECK(r.err.find("not expected: --timeout 5") != std::string::npos);
 }

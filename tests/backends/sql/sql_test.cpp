@@ -202,6 +202,29 @@ TEST_CASE("a server that is down or does not answer gives unavailable_error, no 
     }
 }
 
+TEST_CASE("a misspelled parameter is refused before anything is sent: no table is made, the server may be down",
+          "[sql][input]") {
+    const auto table = "dl_typo_" + distlock::spi::random_token().substr(0, 10);
+    for (const std::string strategy : {"lease-table", "for-update", "optimistic"}) {
+        DYNAMIC_SECTION(strategy) {
+            const auto url = url_of(strategy);
+            const auto typo = url + (url.find('?') == std::string::npos ? "?" : "&") + "table=" + table + "&leas=5s";
+            for (const auto& target : {typo, with_port(typo, distlock::test::free_port())}) {
+                try {
+                    (void)distlock::connect(target);
+                    FAIL("a misspelled parameter was accepted");
+                } catch (const distlock::invalid_argument_error& e) {  // not unavailable_error, even with no server
+                    CHECK_THAT(e.what(), Catch::Contains("unknown parameter(s)") && Catch::Contains("leas") &&
+                                             Catch::Contains("its parameters:") && Catch::Contains("lease"));
+                }
+            }
+            raw_sql db(url);
+            CHECK(db.scalar("SELECT count(*) FROM information_schema.tables WHERE table_name LIKE ?", {table + "%"}) ==
+                  std::optional<std::string>("0"));
+        }
+    }
+}
+
 TEST_CASE("wrong credentials give access_denied_error without the password; a missing database an error",
           "[sql][auth]") {
     const auto wrong_password = wrong_password_url();
