@@ -121,6 +121,7 @@ detached buyer(shop& s, std::vector<distlock::mutex>& locks) {
                     continue;
                 }
                 ++s.result.sold;
+                s.result.purchase_ms.push_back(ms_since(t0));
                 break;
             }
             s.result.latencies_ms.push_back(ms_since(t0));

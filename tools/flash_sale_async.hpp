@@ -28,6 +28,7 @@ struct sale_plan {
 struct sale_result {
     unsigned long long sold = 0, failed = 0;  // failed: lock timeouts
     std::vector<double> latencies_ms;         // one per request
+    std::vector<double> purchase_ms;          // one per request that sold an item
 };
 
 // Serves plan.share requests as the synchronous buyers do (a segment found

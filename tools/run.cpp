@@ -130,22 +130,23 @@ private:
     mutable std::mutex mutex_;
 };
 
-// --verbose: a line each time the lock's lease was renewed (its end moved on),
-// seen by polling mutex::valid_until() from the loops that wait anyway.
-class renewal_watch {
+// --verbose: a line per renewal of the process's grants, whatever the
+// primitive: the provider's renewal batches (observer::renewed), each grant's
+// lease renewed or its session checked in one call to the server.
+class renewal_log final : public observer {
 public:
-    void operator()(const mutex& m, const event_log& log) {
-        const auto until = m.valid_until();
-        if (!until || (last_ && *until <= *last_)) return;
-        const auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(*until - std::chrono::steady_clock::now());
-        log(std::string(last_ ? "renewed" : "lease") + " '" + m.name() + "': valid for " +
-            std::to_string(left.count()) + " ms more");
-        last_ = until;
+    explicit renewal_log(const event_log& log) : log_(log) {}
+    void renewed(const renewal_event& e) override {
+        std::string line = "renewed: " + std::to_string(e.ok) + " of " + std::to_string(e.batch) + " grant(s) in " +
+                           std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(e.latency).count()) +
+                           " ms";
+        if (e.failed > 0) line += ", " + std::to_string(e.failed) + " not answered";
+        if (e.lost > 0) line += ", " + std::to_string(e.lost) + " lost";
+        log_(line);
     }
 
 private:
-    std::optional<std::chrono::steady_clock::time_point> last_;
+    const event_log& log_;
 };
 
 // A lock taken as `s` says, reporting a loss through `lost` (set once, with why).
@@ -169,10 +170,6 @@ struct held_lock {
         if (m) m->unlock();
         if (sem) sem->release();
         if (leader) leader->resign();
-    }
-    // --verbose shows renewals of a mutex (the other primitives do not say when their lease ends).
-    void watch_renewals(renewal_watch& w, const event_log& log) const {
-        if (m) w(*m, log);
     }
 };
 
@@ -255,6 +252,7 @@ std::optional<held_lock> take(const lock_settings& s, const char* who, const eve
     }
     provider_options po;
     po.holder = s.holder;
+    if (s.verbose) po.observer = std::make_shared<renewal_log>(log);
     held_lock h(connect(s.backend, po));
     opts.on_lost = [&lost, &log](const lock_event& e) {
         {
@@ -308,7 +306,15 @@ std::optional<held_lock> take(const lock_settings& s, const char* who, const eve
         // fenced by `run NAME` keeps its sequence); --write's is the read-write
         // lock's, the sequence its readers' tokens come from.
         if (h.holds) h.token = s.write ? h.rw->token() : h.m->token();
-        if (h.holds && h.m && !h.m->valid_until()) log("no lease: held until released or the session ends");
+        if (h.holds && h.m) {
+            if (const auto until = h.m->valid_until())
+                log("lease '" + s.name + "': valid for " +
+                    std::to_string(
+                        std::chrono::duration_cast<std::chrono::milliseconds>(*until - std::chrono::steady_clock::now())
+                            .count()) +
+                    " ms");
+            else log("no lease: held until released or the session ends");
+        }
     }
     if (!h.holds) {
         if (!s.quiet)
@@ -398,9 +404,7 @@ int run_command(run_settings& s) {
     auto kill_no_later_than = [&kill_at](std::chrono::steady_clock::time_point t) {
         if (!kill_at || t < *kill_at) kill_at = t;
     };
-    renewal_watch renewals;
     for (bool gone = false; !gone;) {
-        if (s.verbose) held->watch_renewals(renewals, log);
         if (lost.happened && !lost_seen) {
             lost_seen = true;
             std::lock_guard lk(lost.mutex);
@@ -474,9 +478,7 @@ int hold_lock(lock_settings& s) {
     if (!held) return s.conflict_exit_code;
     // One line a script can read: the name and the fencing token.
     std::cout << printable(s.name) << " " << held->token << std::endl;
-    renewal_watch renewals;
     while (g_stop_signal == 0 && !lost.happened) {
-        if (s.verbose) held->watch_renewals(renewals, log);
         ::poll(nullptr, 0, 50);
     }
     if (g_stop_signal != 0) log("signal " + std::to_string(g_stop_signal.load()) + ": releasing");

@@ -67,8 +67,7 @@ if(PKG_CONFIG AND CXX_COMPILER)
   endif()
   separate_arguments(flags UNIX_COMMAND "${flags}")
   separate_arguments(extra UNIX_COMMAND "${EXTRA_FLAGS}")
-  get_filename_component(_libdir ${_pcdir} DIRECTORY)
-  step(${CXX_COMPILER} -std=c++20 ${extra} ${SOURCE_DIR}/main.cpp -o ${WORK_DIR}/pkgconfig-consumer ${flags}
-       -Wl,-rpath,${_libdir})
-  step(${WORK_DIR}/pkgconfig-consumer)
+  # No rpath of the test's own, and no LD_LIBRARY_PATH: the .pc's Libs carry one.
+  step(${CXX_COMPILER} -std=c++20 ${extra} ${SOURCE_DIR}/main.cpp -o ${WORK_DIR}/pkgconfig-consumer ${flags})
+  step(${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH ${WORK_DIR}/pkgconfig-consumer)
 endif()

@@ -144,7 +144,7 @@ TEST_CASE("DISTLOCK_BACKEND is the default backend, and durations read alike eve
                               "the command exited with status 0", "released 'verbose'",
                               "no lease: held until released"})  // file://: the kernel holds it, nothing renews
         CHECK(v.out.find(event) != std::string::npos);
-    CHECK(v.out.find("renewed") == std::string::npos);
+    CHECK(v.out.find("renewed") == std::string::npos);  // nothing renews a file:// lock
 }
 
 TEST_CASE("hold takes the lock, prints name and token, and releases it on SIGTERM", "[cli][hold]") {
@@ -274,6 +274,9 @@ TEST_CASE("a locked flash sale sells exactly the stock", "[cli][flash-sale]") {
         CHECK(j["stock_left"] == 0);
         CHECK(j["requests"] == 300);
         for (const char* key : {"elapsed_ms", "throughput_rps", "p50_ms", "p99_ms"}) CHECK(j.contains(key));
+        // A purchase waited for the lock: not the µs of an answer from the sold-out flag.
+        CHECK(j["purchase_p50_ms"].get<double>() > 0);
+        CHECK(j["purchase_p99_ms"].get<double>() >= j["purchase_p50_ms"].get<double>());
     }
 }
 

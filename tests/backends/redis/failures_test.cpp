@@ -7,21 +7,24 @@
 // ---- failures: credentials, unreachable or hung servers, restarts ---------------------------------------
 
 #ifdef DISTLOCK_CLI
-TEST_CASE("distlock run --verbose shows the lease and each renewal of it", "[redis][cli]") {
+TEST_CASE("distlock run --verbose shows the lease and each renewal, of every primitive", "[redis][cli]") {
     const auto url = distlock::test::env("DISTLOCK_TEST_REDIS_URL");
-    const auto name = unique_name("verbose");
-    // A 600 ms lease is renewed every 200 ms: several renewals in 1.5 s.
-    auto r = distlock::test::run_command(std::string(DISTLOCK_CLI) + " run --backend '" + url + "' --name '" + name +
-                                         "' --lease 600ms --verbose -- sleep 1.5 2>&1");
-    INFO(r.out);
-    CHECK(r.status == 0);
-    CHECK(r.out.find("lease '" + name + "': valid for ") != std::string::npos);
-    std::size_t renewals = 0;
-    for (auto at = r.out.find("renewed '" + name + "': valid for "); at != std::string::npos;
-         at = r.out.find("renewed '" + name + "'", at + 1))
-        ++renewals;
-    CHECK(renewals >= 2);  // about 7; fewer on a loaded machine
-    CHECK(r.out.find("no lease") == std::string::npos);
+    for (const std::string form : {"", " --shared", " --permits 2"}) {
+        DYNAMIC_SECTION("run" << form) {
+            const auto name = unique_name("verbose");
+            // A 600 ms lease is renewed every 200 ms: several renewals in 1.5 s.
+            auto r = distlock::test::run_command(std::string(DISTLOCK_CLI) + " run --backend '" + url + "' --name '" +
+                                                 name + "'" + form + " --lease 600ms --verbose -- sleep 1.5 2>&1");
+            INFO(r.out);
+            CHECK(r.status == 0);
+            if (form.empty()) CHECK(r.out.find("lease '" + name + "': valid for ") != std::string::npos);
+            std::size_t renewals = 0;
+            for (auto at = r.out.find(": renewed: "); at != std::string::npos; at = r.out.find(": renewed: ", at + 1))
+                ++renewals;
+            CHECK(renewals >= 2);  // about 7; fewer on a loaded machine
+            CHECK(r.out.find("no lease") == std::string::npos);
+        }
+    }
 }
 #endif
 
