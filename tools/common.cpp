@@ -116,6 +116,17 @@ int exit_status(const std::exception& e) noexcept {
     }
 }
 
+bool connection_refused(const std::exception& e) noexcept {
+    if (const auto* de = dynamic_cast<const distlock::error*>(&e); de != nullptr && de->native_code() == ECONNREFUSED)
+        return true;
+    // The client libraries' own words for it (libpq, libcurl, the MariaDB connector).
+    const std::string_view what = e.what();
+    for (const char* said :
+         {"Connection refused", "refused the connection", "Couldn't connect to server", "Can't connect to server"})
+        if (what.find(said) != std::string_view::npos) return true;
+    return false;
+}
+
 double percentile(std::vector<double> samples, double p) {
     if (samples.empty()) return 0;
     std::sort(samples.begin(), samples.end());

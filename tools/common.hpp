@@ -17,6 +17,9 @@ namespace distlock::tool {
 // The documented exit status of a failure: 64 bad arguments, 69 backend
 // unavailable, 77 access denied, 1 anything else.
 int exit_status(const std::exception& e) noexcept;
+// Whether `e` says that nothing accepted the connection (a wrong host or
+// port, or the server down): the tool then says to check them.
+bool connection_refused(const std::exception& e) noexcept;
 
 // Worker processes failed; `status` is the exit status the tool ends with (the
 // first failed worker's, each mapped by exit_status()), each worker having

@@ -114,6 +114,9 @@ int main(int argc, char** argv) {
         return e.status();
     } catch (const std::exception& e) {
         std::cerr << "distlock: " << shown(e.what()) << "\n";
-        return distlock::tool::exit_status(e);
+        const int status = distlock::tool::exit_status(e);
+        if (status == 69 && distlock::tool::connection_refused(e))
+            std::cerr << "distlock: nothing accepts connections at that address: check the URL's host and port\n";
+        return status;
     }
 }
