@@ -993,101 +993,112 @@ std::vector<std::pair<std::string, std::string>> every_url() {
     if (urls.size() == 1) WARN("only file:// tried: no server URL is configured (integration/.run/backends.env)");
     return urls;
 }
+
+// Checks run on many URLs at once, six at a time (more only loads the two
+// CPUs of CI), each in its own thread: what they find is reported at the end,
+// on the test's thread (failures, URLs not applicable, exceptions).
+struct per_url_checks {
+    std::mutex mutex;
+    std::vector<std::string> failures, skipped;
+    distlock::test::thread_errors errors;
+
+    void fail(const std::string& var, const std::string& what) {
+        std::lock_guard lk(mutex);
+        failures.push_back(var + ": " + what);
+    }
+    void skip(const std::string& var, std::string_view why) {
+        std::lock_guard lk(mutex);
+        skipped.push_back(var + " (" + std::string(why) + ")");
+    }
+    void run(const std::vector<std::pair<std::string, std::string>>& urls,
+             const std::function<void(const std::string& var, const std::string& url)>& check) {
+        std::atomic<std::size_t> next{0};
+        std::vector<std::thread> threads;
+        for (int worker = 0; worker < 6; ++worker)
+            threads.emplace_back([&] {
+                for (std::size_t i = next++; i < urls.size(); i = next++)
+                    errors.run([&] { check(urls[i].first, urls[i].second); });
+            });
+        for (auto& t : threads) t.join();
+        for (const auto& s : skipped) WARN("not applicable: " << s);
+        INFO(errors.all());
+        CHECK(errors.all().empty());
+        for (const auto& f : failures) FAIL_CHECK(f);
+    }
+};
 }  // namespace
 
 TEST_CASE("readers and a plain holder of one name exclude each other, on every backend with read-write locks",
           "[cli][run][hold][rw]") {
     const auto urls = every_url();
-    std::mutex report_mutex;
-    std::vector<std::string> failures, skipped;
-    distlock::test::thread_errors errors;
-    // Each URL on its own, six at a time (more only loads the two CPUs of CI);
-    // holders take a 10 s lease, so that a loaded machine does not lose them.
+    per_url_checks checks;
+    // Holders take a 10 s lease, so that a loaded machine does not lose them.
     distlock::lock_options long_lease;
     long_lease.lease = 10s;
-    auto check = [&](const std::string& var, const std::string& url) {
-        errors.run([&] {
-            auto fail = [&](const std::string& what) {
-                std::lock_guard lk(report_mutex);
-                failures.push_back(var + ": " + what);
-            };
-            auto locks = distlock::connect(url);
-            if (const auto why = locks.caps().why_not(distlock::feature::read_write); !why.empty()) {
-                // The plain form takes the mutex alone there, and says so.
-                const auto r = spawn_cli({"run", "--backend", url, "--name", distlock::test::unique_name("rw"),
-                                          "--verbose", "--wait", "5s", "--", "true"});
-                if (r.status != 0 || r.err.find("the mutex alone") == std::string::npos)
-                    fail("without read-write locks, plain run: status " + std::to_string(r.status));
-                std::lock_guard lk(report_mutex);
-                skipped.push_back(var + " (" + std::string(why) + ")");
+    checks.run(urls, [&](const std::string& var, const std::string& url) {
+        auto fail = [&](const std::string& what) { checks.fail(var, what); };
+        auto locks = distlock::connect(url);
+        if (const auto why = locks.caps().why_not(distlock::feature::read_write); !why.empty()) {
+            // The plain form takes the mutex alone there, and says so.
+            const auto r = spawn_cli({"run", "--backend", url, "--name", distlock::test::unique_name("rw"), "--verbose",
+                                      "--wait", "5s", "--", "true"});
+            if (r.status != 0 || r.err.find("the mutex alone") == std::string::npos)
+                fail("without read-write locks, plain run: status " + std::to_string(r.status));
+            checks.skip(var, why);
+            return;
+        }
+        if (const auto why = locks.caps().why_not(distlock::feature::cross_process); !why.empty()) {
+            checks.skip(var, why);
+            return;
+        }
+        const auto name = distlock::test::unique_name("rw");
+        // run --wait 0 with `flags`: its status; what it said goes into the failure that follows.
+        std::string said;
+        auto attempt = [&](const std::vector<std::string>& flags) {
+            std::vector<std::string> args{"run", "--backend", url, "--name", name, "--wait", "0", "--lease", "10s"};
+            args.insert(args.end(), flags.begin(), flags.end());
+            args.insert(args.end(), {"--", "true"});
+            const auto r = spawn_cli(args);
+            said = " (status " + std::to_string(r.status) + ": " + r.err + ")";
+            return r.status;
+        };
+        // A reader (the read side, as run --shared takes it) keeps a plain run out.
+        auto rw = locks.shared_mutex(name, long_lease);
+        rw.lock_shared();
+        if (attempt({}) != 75) fail("a reader held; plain run was not refused" + said);
+        rw.unlock_shared();
+        // A plain holder keeps readers, --write and library users of either lock out.
+        {
+            distlock::test::child_process hold({cli(), "hold", "--backend", url, "--name", name, "--lease", "10s"});
+            if (hold.read_line(15s).rfind(name + " ", 0) != 0) {
+                fail("plain hold did not take the lock");
                 return;
             }
-            if (!locks.caps().why_not(distlock::feature::cross_process).empty()) {
-                std::lock_guard lk(report_mutex);
-                skipped.push_back(var + " (" + std::string(locks.caps().why_not(distlock::feature::cross_process)) +
-                                  ")");
+            if (attempt({"--shared"}) != 75) fail("a plain holder held; run --shared was not refused" + said);
+            if (attempt({"--write"}) != 75) fail("a plain holder held; run --write was not refused" + said);
+            if (rw.try_lock_shared()) {
+                rw.unlock_shared();
+                fail("a plain holder held; a library reader got in");
+            }
+            hold.signal(SIGTERM);
+            if (hold.wait_exit_for(15s) != 0) fail("plain hold did not end with 0 on SIGTERM");
+        }
+        // --write keeps a plain run out.
+        {
+            distlock::test::child_process hold(
+                {cli(), "hold", "--backend", url, "--name", name, "--write", "--lease", "10s"});
+            if (hold.read_line(15s).rfind(name + " ", 0) != 0) {
+                fail("hold --write did not take the lock");
                 return;
             }
-            const auto name = distlock::test::unique_name("rw");
-            // run --wait 0 with `flags`: its status; what it said goes into the failure that follows.
-            std::string said;
-            auto attempt = [&](const std::vector<std::string>& flags) {
-                std::vector<std::string> args{"run", "--backend", url, "--name", name, "--wait", "0", "--lease", "10s"};
-                args.insert(args.end(), flags.begin(), flags.end());
-                args.insert(args.end(), {"--", "true"});
-                const auto r = spawn_cli(args);
-                said = " (status " + std::to_string(r.status) + ": " + r.err + ")";
-                return r.status;
-            };
-            // A reader (the read side, as run --shared takes it) keeps a plain run out.
-            auto rw = locks.shared_mutex(name, long_lease);
-            rw.lock_shared();
-            if (attempt({}) != 75) fail("a reader held; plain run was not refused" + said);
-            rw.unlock_shared();
-            // A plain holder keeps readers, --write and library users of either lock out.
-            {
-                distlock::test::child_process hold({cli(), "hold", "--backend", url, "--name", name, "--lease", "10s"});
-                if (hold.read_line(15s).rfind(name + " ", 0) != 0) {
-                    fail("plain hold did not take the lock");
-                    return;
-                }
-                if (attempt({"--shared"}) != 75) fail("a plain holder held; run --shared was not refused" + said);
-                if (attempt({"--write"}) != 75) fail("a plain holder held; run --write was not refused" + said);
-                if (rw.try_lock_shared()) {
-                    rw.unlock_shared();
-                    fail("a plain holder held; a library reader got in");
-                }
-                hold.signal(SIGTERM);
-                if (hold.wait_exit_for(15s) != 0) fail("plain hold did not end with 0 on SIGTERM");
-            }
-            // --write keeps a plain run out.
-            {
-                distlock::test::child_process hold(
-                    {cli(), "hold", "--backend", url, "--name", name, "--write", "--lease", "10s"});
-                if (hold.read_line(15s).rfind(name + " ", 0) != 0) {
-                    fail("hold --write did not take the lock");
-                    return;
-                }
-                if (attempt({}) != 75) fail("hold --write held; plain run was not refused" + said);
-                hold.signal(SIGTERM);
-                if (hold.wait_exit_for(15s) != 0) fail("hold --write did not end with 0 on SIGTERM");
-            }
-            // Free again: readers share.
-            if (attempt({"--shared"}) != 0) fail("run --shared on a free name did not run" + said);
-        });
-    };
-    std::atomic<std::size_t> next{0};
-    std::vector<std::thread> threads;
-    for (int worker = 0; worker < 6; ++worker)
-        threads.emplace_back([&] {
-            for (std::size_t i = next++; i < urls.size(); i = next++) check(urls[i].first, urls[i].second);
-        });
-    for (auto& t : threads) t.join();
-    for (const auto& s : skipped) WARN("not applicable: " << s);
-    INFO(errors.all());
-    CHECK(errors.all().empty());
-    for (const auto& f : failures) FAIL_CHECK(f);
-    CHECK(skipped.size() < urls.size());
+            if (attempt({}) != 75) fail("hold --write held; plain run was not refused" + said);
+            hold.signal(SIGTERM);
+            if (hold.wait_exit_for(15s) != 0) fail("hold --write did not end with 0 on SIGTERM");
+        }
+        // Free again: readers share.
+        if (attempt({"--shared"}) != 0) fail("run --shared on a free name did not run" + said);
+    });
+    CHECK(checks.skipped.size() < urls.size());
 }
 
 TEST_CASE("the default lock directory is never one another user can create or enter", "[cli][default-dir]") {
@@ -1444,42 +1455,23 @@ TEST_CASE("a signal during a wait ends it at once with 128+signal and leaves not
     }
     distlock::lock_options long_lease;
     long_lease.lease = 10s;
-    std::mutex report_mutex;
-    std::vector<std::string> failures, skipped;
-    distlock::test::thread_errors errors;
-    auto one = [&](const std::string& var, const std::string& url) {
-        errors.run([&] {
-            auto locks = distlock::connect(url);
-            if (const auto why = locks.caps().why_not(distlock::feature::cross_process); !why.empty()) {
-                std::lock_guard lk(report_mutex);
-                skipped.push_back(var + " (" + std::string(why) + ")");
-                return;
-            }
-            const auto name = distlock::test::unique_name("sigwait");
-            auto held = locks.mutex(name, long_lease);
-            if (!held.try_lock_for(10s)) throw std::runtime_error("the holder did not get the lock");
-            auto next = distlock::connect(url).mutex(name, long_lease);
-            const auto why = check_interrupted_wait(
-                {"hold", "--backend", url, "--name", name, "--lease", "10s"}, SIGINT, [&] { held.unlock(); },
-                [&] { return next.try_lock(); });
-            if (next.held()) next.unlock();
-            if (!why.empty()) {
-                std::lock_guard lk(report_mutex);
-                failures.push_back(var + ": " + why);
-            }
-        });
-    };
-    std::atomic<std::size_t> next{0};
-    std::vector<std::thread> threads;
-    for (int worker = 0; worker < 6; ++worker)
-        threads.emplace_back([&] {
-            for (std::size_t i = next++; i < urls.size(); i = next++) one(urls[i].first, urls[i].second);
-        });
-    for (auto& t : threads) t.join();
-    for (const auto& s : skipped) WARN("not applicable: " << s);
-    INFO(errors.all());
-    CHECK(errors.all().empty());
-    for (const auto& f : failures) FAIL_CHECK(f);
+    per_url_checks checks;
+    checks.run(urls, [&](const std::string& var, const std::string& url) {
+        auto locks = distlock::connect(url);
+        if (const auto why = locks.caps().why_not(distlock::feature::cross_process); !why.empty()) {
+            checks.skip(var, why);
+            return;
+        }
+        const auto name = distlock::test::unique_name("sigwait");
+        auto held = locks.mutex(name, long_lease);
+        if (!held.try_lock_for(10s)) throw std::runtime_error("the holder did not get the lock");
+        auto next = distlock::connect(url).mutex(name, long_lease);
+        const auto why = check_interrupted_wait(
+            {"hold", "--backend", url, "--name", name, "--lease", "10s"}, SIGINT, [&] { held.unlock(); },
+            [&] { return next.try_lock(); });
+        if (next.held()) next.unlock();
+        if (!why.empty()) checks.fail(var, why);
+    });
 }
 
 TEST_CASE("run, elect, hold --shared and --permits end their wait on SIGTERM, SIGHUP and SIGINT",
