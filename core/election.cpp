@@ -19,12 +19,42 @@ constexpr std::size_t max_label_bytes = 255;
 // write the holder record wrote that text (text.hpp): a label that no holder
 // could have set (checked_label) is not shown at all, and the backend's
 // reasons, which may quote the server, are made printable.
-void make_printable(lock_info& info) {
-    if (info.holder && (info.holder->size() > max_label_bytes || has_control_byte(*info.holder))) {
-        info.holder.reset();
-        info.unknown["holder"] = "the recorded label has control characters or is over 255 bytes";
+// A recorded label that no distlock holder could have set: dropped, with the
+// reason under `field` (a first one kept).
+template <class Info>
+void drop_bad_label(std::optional<std::string>& holder, Info& info, const std::string& field) {
+    if (holder && (holder->size() > max_label_bytes || has_control_byte(*holder))) {
+        holder.reset();
+        info.unknown.try_emplace(field, "the recorded label has control characters or is over 255 bytes");
     }
+}
+
+void make_printable(lock_info& info) {
+    drop_bad_label(info.holder, info, "holder");
     for (auto& [field, why] : info.unknown) why = printable(why);
+}
+
+void make_printable(read_write_info& info) {
+    if (info.writer) drop_bad_label(info.writer->holder, info, "writer.holder");
+    if (info.readers)
+        for (auto& r : *info.readers) drop_bad_label(r.holder, info, "readers.holder");
+    for (auto& [field, why] : info.unknown) why = printable(why);
+}
+
+void make_printable(semaphore_info& info) {
+    if (info.permits)
+        for (auto& p : *info.permits) drop_bad_label(p.holder, info, "permits.holder");
+    for (auto& [field, why] : info.unknown) why = printable(why);
+}
+
+// The name checked, and the primitive supported (else unsupported_error with the reason).
+void check_inspectable(provider_state& provider, std::string_view name, feature f, const char* what) {
+    provider.check_process();
+    const std::string who(provider.backend().name());
+    check_name(name, who);
+    if (!provider.caps().supports(f))
+        throw_error(errc::unsupported, who,
+                    std::string(what) + " are not supported: " + std::string(provider.caps().why_not(f)));
 }
 
 }  // namespace
@@ -53,6 +83,22 @@ lock_info inspect(provider_state& provider, std::string_view name, spi::lock_kin
     provider.check_process();
     check_name(name, std::string(provider.backend().name()));
     auto info = provider.backend().inspect(name, kind);
+    info.name = std::string(name);
+    make_printable(info);
+    return info;
+}
+
+read_write_info inspect_read_write(provider_state& provider, std::string_view name) {
+    check_inspectable(provider, name, feature::read_write, "read-write locks");
+    auto info = provider.backend().inspect_read_write(name);
+    info.name = std::string(name);
+    make_printable(info);
+    return info;
+}
+
+semaphore_info inspect_semaphore(provider_state& provider, std::string_view name) {
+    check_inspectable(provider, name, feature::semaphore, "semaphores");
+    auto info = provider.backend().inspect_semaphore(name);
     info.name = std::string(name);
     make_printable(info);
     return info;

@@ -143,6 +143,7 @@ std::string_view to_string(feature f) noexcept {
         case feature::permit_limit: return "permit_limit";
         case feature::election: return "election";
         case feature::inspect: return "inspect";
+        case feature::inspect_primitives: return "inspect_primitives";
     }
     return "unknown";
 }

@@ -59,6 +59,10 @@ constexpr grant_kind grant_kind_of(spi::lock_kind kind) noexcept {
 // provider::inspect and election::leader: the name checked, the backend's
 // answer with the name filled in.
 lock_info inspect(provider_state& provider, std::string_view name, spi::lock_kind kind);
+// provider::inspect_read_write / inspect_semaphore: the same, for the other
+// primitives (unsupported_error where the backend has none).
+read_write_info inspect_read_write(provider_state& provider, std::string_view name);
+semaphore_info inspect_semaphore(provider_state& provider, std::string_view name);
 
 class mutex_impl {
 public:

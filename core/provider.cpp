@@ -140,6 +140,16 @@ lock_info provider::inspect(std::string_view name) const {
                            [&] { return detail::inspect(*state_, name, spi::lock_kind::exclusive); });
 }
 
+read_write_info provider::inspect_read_write(std::string_view name) const {
+    return detail::guarded(state_->backend().name(), state_->secrets(), "inspect_read_write",
+                           [&] { return detail::inspect_read_write(*state_, name); });
+}
+
+semaphore_info provider::inspect_semaphore(std::string_view name) const {
+    return detail::guarded(state_->backend().name(), state_->secrets(), "inspect_semaphore",
+                           [&] { return detail::inspect_semaphore(*state_, name); });
+}
+
 const std::string& provider::holder() const noexcept { return state_->holder(); }
 
 const std::string& provider::scheme() const noexcept { return state_->scheme(); }
@@ -173,7 +183,8 @@ void provider_state::check_process() const {
 
 capabilities effective_caps(const capabilities& declared) {
     capabilities caps = declared;
-    for (auto f : {feature::read_write, feature::semaphore, feature::permit_limit, feature::election, feature::inspect})
+    for (auto f : {feature::read_write, feature::semaphore, feature::permit_limit, feature::election, feature::inspect,
+                   feature::inspect_primitives})
         if (!caps.implements.contains(f))
             caps.unsupported.emplace(f, "the backend does not claim it (capabilities::implements)");
     return caps;

@@ -223,6 +223,20 @@ lock_info backend::inspect(std::string_view, lock_kind) {
     return info;
 }
 
+read_write_info backend::inspect_read_write(std::string_view) {
+    read_write_info info;
+    const std::string why = "the " + std::string(name()) + " backend does not implement inspect for read-write locks";
+    for (const char* field : {"write_held", "readers", "writers_waiting"}) info.unknown.emplace(field, why);
+    return info;
+}
+
+semaphore_info backend::inspect_semaphore(std::string_view) {
+    semaphore_info info;
+    const std::string why = "the " + std::string(name()) + " backend does not implement inspect for semaphores";
+    for (const char* field : {"size", "permits", "free"}) info.unknown.emplace(field, why);
+    return info;
+}
+
 void backend::break_lock(std::string_view) {
     throw_error(errc::unsupported, std::string(name()), "break_lock is not supported by this backend");
 }

@@ -17,19 +17,26 @@ namespace distlock::backends::memory {
 namespace {
 
 constexpr const char* kBackend = "memory";
+constexpr const char* no_leases = "memory:// has no leases: a grant lasts until unlock()";
 
 // One lock: a mutex, a read-write lock or a semaphore (each primitive of a name
 // is a slot of its own, as separate keys on a server would be). A slot lives
 // only while it is held or waited for: a service that locks a new name per
 // request leaves nothing behind.
+// A read grant or a permit.
+struct shared_grant {
+    spi::loss_sink lost;  // break_lock reports through it
+    std::string holder;   // its label
+};
+
 struct slot {
-    std::uint64_t grant = 0;                         // the exclusive grant (mutex, writer) and its token, 0 = none
-    std::map<std::uint64_t, spi::loss_sink> shared;  // readers or permits, by grant (= token)
-    int writers_waiting = 0;                         // a waiting writer holds back readers that come later
-    std::uint32_t limit = 0;                         // the semaphore's size while it has holders
-    spi::loss_sink lost;                             // of the exclusive grant: break_lock reports through it
-    std::string holder;                              // the exclusive grant's label
-    std::uint32_t waiting = 0;                       // threads inside acquire() and asynchronous waiters
+    std::uint64_t grant = 0;                       // the exclusive grant (mutex, writer) and its token, 0 = none
+    std::map<std::uint64_t, shared_grant> shared;  // readers or permits, by grant (= token)
+    int writers_waiting = 0;                       // a waiting writer holds back readers that come later
+    std::uint32_t limit = 0;                       // the semaphore's size while it has holders
+    spi::loss_sink lost;                           // of the exclusive grant: break_lock reports through it
+    std::string holder;                            // the exclusive grant's label
+    std::uint32_t waiting = 0;                     // threads inside acquire() and asynchronous waiters
 
     bool unused() const noexcept { return grant == 0 && shared.empty() && waiting == 0 && writers_waiting == 0; }
 };
@@ -188,7 +195,7 @@ public:
         if (!ok) return std::nullopt;
         grant_ = next_token++;
         if (kind_ == spi::lock_kind::read || kind_ == spi::lock_kind::permit) {
-            s.shared.emplace(grant_, lost);
+            s.shared.emplace(grant_, shared_grant{lost, holder_});
             s.limit = permits_;
         } else {
             s.grant = grant_;
@@ -234,7 +241,8 @@ public:
             {feature::crash_release, "in-process: a crash ends every holder with the process"},
             {feature::lease_expiry, "no leases: a grant lasts until unlock()"},
         };
-        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::inspect};
+        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::inspect,
+                            feature::inspect_primitives};
     }
     std::string_view name() const noexcept override { return kBackend; }
     const capabilities& caps() const noexcept override { return caps_; }
@@ -251,8 +259,44 @@ public:
         if (held) {
             info.holder = it->second.holder;
             info.token = it->second.grant;
-            info.unknown.emplace("remaining", "memory:// has no leases: a grant lasts until unlock()");
+            info.unknown.emplace("remaining", no_leases);
         }
+        return info;
+    }
+
+    read_write_info inspect_read_write(std::string_view name) override {
+        read_write_info info;
+        std::lock_guard lk(table_->mutex);
+        const auto it = table_->slots.find('r' + std::string(name));  // both sides' slot
+        const bool held = it != table_->slots.end() && it->second.grant != 0;
+        info.write_held = held;
+        if (held) {
+            info.writer = grant_info{it->second.holder, it->second.grant, std::nullopt};
+            info.unknown.emplace("writer.remaining", no_leases);
+        }
+        info.readers.emplace();
+        info.writers_waiting = 0;
+        if (it == table_->slots.end()) return info;
+        for (const auto& [token, g] : it->second.shared) info.readers->push_back({g.holder, token, {}});
+        if (!info.readers->empty()) info.unknown.emplace("readers.remaining", no_leases);
+        info.writers_waiting = static_cast<std::uint32_t>(it->second.writers_waiting);
+        return info;
+    }
+
+    semaphore_info inspect_semaphore(std::string_view name) override {
+        semaphore_info info;
+        std::lock_guard lk(table_->mutex);
+        const auto it = table_->slots.find('s' + std::string(name));
+        info.permits.emplace();
+        if (it == table_->slots.end() || it->second.shared.empty()) {
+            info.unknown.emplace("size", "memory:// keeps a semaphore's size only while a permit of it is held");
+            info.unknown.emplace("free", "the size is not known while no permit is held");
+            return info;
+        }
+        for (const auto& [token, g] : it->second.shared) info.permits->push_back({g.holder, token, {}});
+        info.size = it->second.limit;
+        info.free = it->second.limit - static_cast<std::uint32_t>(info.permits->size());
+        info.unknown.emplace("permits.remaining", no_leases);
         return info;
     }
 
@@ -269,7 +313,7 @@ public:
                 if (s.grant != 0) lost.push_back(std::exchange(s.lost, {}));
                 s.grant = 0;
                 s.holder.clear();
-                for (auto& [id, sink] : s.shared) lost.push_back(std::move(sink));
+                for (auto& [id, g] : s.shared) lost.push_back(std::move(g.lost));
                 s.shared.clear();
                 table_->drop_if_unused(it);
                 table_->announce(key);

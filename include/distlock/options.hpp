@@ -75,20 +75,23 @@ struct DISTLOCK_API lock_options {
 // the ones it does not support, each with its reason; the conformance suite
 // reports those cases as not applicable.
 enum class feature {
-    cross_process,    // exclusion between separate processes (memory:// is in-process)
-    crash_release,    // a holder killed with SIGKILL is released by the server side
-    lease_expiry,     // grants expire unless renewed (so renewal and stale-owner-by-expiry apply)
-    loss_detection,   // a holder learns that its server-side state was removed
-    fencing,          // strictly increasing fencing tokens per name
-    notified_wakeup,  // waiters are woken by a server notification, not by polling
-    break_lock,       // testing::break_lock can remove the server-side state out of band
-    read_write,       // provider::shared_mutex (a read-write lock)
-    semaphore,        // provider::semaphore (permits, each a grant of its own)
-    permit_limit,     // a semaphore's size is kept on the server: a client asking another size is refused
-    election,         // provider::election has a layout of its own (Curator's LeaderLatch, ...); without
-                      // it, an election is the backend's mutex of the same name
-    inspect,          // provider::inspect reads the server (at least whether a lock is held); without it,
-                      // every field of lock_info is unknown, "the backend does not implement inspect"
+    cross_process,       // exclusion between separate processes (memory:// is in-process)
+    crash_release,       // a holder killed with SIGKILL is released by the server side
+    lease_expiry,        // grants expire unless renewed (so renewal and stale-owner-by-expiry apply)
+    loss_detection,      // a holder learns that its server-side state was removed
+    fencing,             // strictly increasing fencing tokens per name
+    notified_wakeup,     // waiters are woken by a server notification, not by polling
+    break_lock,          // testing::break_lock can remove the server-side state out of band
+    read_write,          // provider::shared_mutex (a read-write lock)
+    semaphore,           // provider::semaphore (permits, each a grant of its own)
+    permit_limit,        // a semaphore's size is kept on the server: a client asking another size is refused
+    election,            // provider::election has a layout of its own (Curator's LeaderLatch, ...); without
+                         // it, an election is the backend's mutex of the same name
+    inspect,             // provider::inspect reads the server (at least whether a lock is held); without it,
+                         // every field of lock_info is unknown, "the backend does not implement inspect"
+    inspect_primitives,  // provider::inspect_read_write and inspect_semaphore read the server (at least
+                         // whether a writer holds it, the readers, the permits taken); without it, every
+                         // field is unknown with the reason
 };
 
 DISTLOCK_API std::string_view to_string(feature f) noexcept;
@@ -99,7 +102,7 @@ struct DISTLOCK_API capabilities {
 
     // What a backend implements of the features that came after the mutex:
     // feature::read_write, feature::semaphore, feature::permit_limit,
-    // feature::election and feature::inspect. Such a
+    // feature::election, feature::inspect and feature::inspect_primitives. Such a
     // feature that a backend does not list here is not supported, whatever
     // `unsupported` says: a backend written before they existed lists none, and
     // provider::caps() then shows each of them unsupported with the reason

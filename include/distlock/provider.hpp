@@ -83,6 +83,16 @@ public:
     // nothing. Throws invalid_argument_error for a bad name, unavailable_error
     // when the server cannot be reached.
     [[nodiscard]] lock_info inspect(std::string_view name) const;
+    // The read-write lock of `name` (provider::shared_mutex): whether a writer
+    // holds it and who, the read grants and who holds each, the writers
+    // waiting. The semaphore of `name` (provider::semaphore): its size, the
+    // permits taken and by whom, the permits free. Each field the backend
+    // cannot know has its reason in `unknown` (all of them, with the reason,
+    // where caps() lacks feature::inspect_primitives). Throws
+    // unsupported_error where the backend has no such primitive, otherwise
+    // as inspect().
+    [[nodiscard]] read_write_info inspect_read_write(std::string_view name) const;
+    [[nodiscard]] semaphore_info inspect_semaphore(std::string_view name) const;
 
     // The label this provider's grants carry (provider_options::holder, the
     // URL's holder=, else "<hostname>:<pid>").

@@ -2,10 +2,13 @@
 // holder labels, and leader election (provider::election), proved against one
 // backend URL per run. A field a backend cannot know must be declared with its
 // reason (lock_info::unknown); whether a lock is held must be known.
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <map>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -126,6 +129,166 @@ TEST_CASE("inspect counts a waiter exactly, or declares why it cannot", "[inspec
     m.unlock();
     t.join();
     CHECK(got);
+}
+
+// ---- inspect_read_write, inspect_semaphore ------------------------------------------
+
+namespace {
+// Every field of a read-write lock's or a semaphore's info that applies and is
+// empty has its reason; so do the fields of each grant listed.
+void declared(const std::map<std::string, std::string>& unknown, const std::string& field, bool present) {
+    INFO("field " << field);
+    if (present) return;
+    REQUIRE(unknown.count(field) == 1);
+    CHECK_FALSE(unknown.at(field).empty());
+}
+void check_grants_declared(const std::map<std::string, std::string>& unknown,
+                           const std::vector<distlock::grant_info>& g, const std::string& prefix) {
+    for (const auto& one : g) {
+        declared(unknown, prefix + ".holder", one.holder.has_value());
+        declared(unknown, prefix + ".token", one.token.has_value());
+        declared(unknown, prefix + ".remaining", one.remaining.has_value());
+    }
+}
+void check_declared(const distlock::read_write_info& info) {
+    declared(info.unknown, "write_held", info.write_held.has_value());
+    declared(info.unknown, "readers", info.readers.has_value());
+    declared(info.unknown, "writers_waiting", info.writers_waiting.has_value());
+    if (info.write_held.value_or(false)) {
+        declared(info.unknown, "writer", info.writer.has_value());
+        if (info.writer) check_grants_declared(info.unknown, {*info.writer}, "writer");
+    }
+    if (info.readers) check_grants_declared(info.unknown, *info.readers, "readers");
+}
+void check_declared(const distlock::semaphore_info& info) {
+    declared(info.unknown, "size", info.size.has_value());
+    declared(info.unknown, "permits", info.permits.has_value());
+    declared(info.unknown, "free", info.free.has_value());
+    if (info.permits) check_grants_declared(info.unknown, *info.permits, "permits");
+}
+// The labels of `grants` that are known, sorted.
+std::vector<std::string> labels_of(const std::vector<distlock::grant_info>& grants) {
+    std::vector<std::string> out;
+    for (const auto& g : grants)
+        if (g.holder) out.push_back(*g.holder);
+    std::sort(out.begin(), out.end());
+    return out;
+}
+}  // namespace
+
+TEST_CASE("inspect_read_write shows the writer, each reader and the writers waiting, or declares why not",
+          "[inspect][read_write][needs:read_write][needs:inspect_primitives]") {
+    auto p = connect_under_test();
+    const auto r1 = label("reader-a"), r2 = label("reader-b"), w = label("writer");
+    auto readers_a = connect_as(r1), readers_b = connect_as(r2), writer_side = connect_as(w);
+    const auto name = unique_name("inspect-rw");
+    const bool tokens = p.caps().supports(distlock::feature::fencing);
+
+    auto free = p.inspect_read_write(name);
+    CHECK(free.name == name);
+    check_declared(free);
+    REQUIRE(free.write_held == std::optional<bool>(false));  // as inspect's held: always known
+    if (free.readers) CHECK(free.readers->empty());
+    if (free.writers_waiting) CHECK(*free.writers_waiting == 0u);
+
+    auto a = readers_a.shared_mutex(name);
+    auto b = readers_b.shared_mutex(name);
+    REQUIRE(a.try_lock_shared_for(10s));
+    REQUIRE(b.try_lock_shared_for(10s));
+    auto two = p.inspect_read_write(name);
+    check_declared(two);
+    CHECK(two.write_held == std::optional<bool>(false));
+    REQUIRE(two.readers.has_value());  // who reads is the point of it
+    CHECK(two.readers->size() == 2u);
+    const auto seen = labels_of(*two.readers);
+    if (seen.size() == 2) CHECK(seen == std::vector<std::string>{r1, r2});
+    if (tokens) {
+        std::vector<std::uint64_t> got, want{a.shared_token(), b.shared_token()};
+        for (const auto& g : *two.readers)
+            if (g.token) got.push_back(*g.token);
+        std::sort(got.begin(), got.end());
+        std::sort(want.begin(), want.end());
+        if (got.size() == 2) CHECK(got == want);
+    }
+
+    // A writer waits for them, and is counted where the backend counts.
+    std::atomic<bool> wrote{false};
+    std::thread t([&] {
+        auto wr = writer_side.shared_mutex(name);
+        if (wr.try_lock_for(30s)) {
+            wrote = true;
+            wr.unlock();
+        }
+    });
+    if (two.writers_waiting) {
+        CHECK(eventually([&] { return p.inspect_read_write(name).writers_waiting.value_or(0) == 1; }, 10s));
+    } else {
+        WARN("writers waiting not counted: " << two.unknown.at("writers_waiting"));  // declared: checked above
+    }
+    a.unlock_shared();
+    b.unlock_shared();
+    t.join();
+    CHECK(wrote);
+
+    auto wr = writer_side.shared_mutex(name);
+    REQUIRE(wr.try_lock_for(10s));
+    auto written = p.inspect_read_write(name);
+    check_declared(written);
+    REQUIRE(written.write_held == std::optional<bool>(true));
+    if (written.writer && written.writer->holder) CHECK(*written.writer->holder == w);
+    if (written.writer && written.writer->token && tokens) CHECK(*written.writer->token == wr.token());
+    if (written.readers) CHECK(written.readers->empty());
+    wr.unlock();
+    CHECK(eventually([&] { return p.inspect_read_write(name).write_held == std::optional<bool>(false); }, 5s));
+}
+
+TEST_CASE("inspect_semaphore shows the size, each permit and the free ones, or declares why not",
+          "[inspect][semaphore][needs:semaphore][needs:inspect_primitives]") {
+    auto p = connect_under_test();
+    const auto h1 = label("permit-a"), h2 = label("permit-b");
+    auto side_a = connect_as(h1), side_b = connect_as(h2);
+    const auto name = unique_name("inspect-sem");
+    auto free = p.inspect_semaphore(name);
+    CHECK(free.name == name);
+    check_declared(free);
+    REQUIRE(free.permits.has_value());
+    CHECK(free.permits->empty());
+
+    auto a = side_a.semaphore(name, 3);
+    auto b = side_b.semaphore(name, 3);
+    REQUIRE(a.try_acquire_for(10s));
+    REQUIRE(b.try_acquire_for(10s));
+    auto two = p.inspect_semaphore(name);
+    check_declared(two);
+    REQUIRE(two.permits.has_value());
+    CHECK(two.permits->size() == 2u);
+    const auto seen = labels_of(*two.permits);
+    if (seen.size() == 2) CHECK(seen == std::vector<std::string>{h1, h2});
+    if (p.caps().supports(distlock::feature::fencing)) {
+        std::vector<std::uint64_t> got, want{a.token(), b.token()};
+        for (const auto& g : *two.permits)
+            if (g.token) got.push_back(*g.token);
+        std::sort(got.begin(), got.end());
+        std::sort(want.begin(), want.end());
+        if (got.size() == 2) CHECK(got == want);
+    }
+    if (two.size) CHECK(*two.size == 3u);
+    if (two.free) CHECK(*two.free == 1u);
+    a.release();
+    b.release();
+    CHECK(eventually(
+        [&] { return p.inspect_semaphore(name).permits.value_or(std::vector<distlock::grant_info>{1}).empty(); }, 5s));
+}
+
+TEST_CASE("inspect_read_write and inspect_semaphore where the backend has no such primitive: unsupported_error",
+          "[inspect]") {
+    auto p = connect_under_test();
+    if (p.caps().supports(distlock::feature::read_write))
+        (void)p.inspect_read_write(unique_name("rw-supported"));  // no throw
+    else CHECK_THROWS_AS(p.inspect_read_write(unique_name("rw")), distlock::unsupported_error);
+    if (p.caps().supports(distlock::feature::semaphore)) (void)p.inspect_semaphore(unique_name("sem-supported"));
+    else CHECK_THROWS_AS(p.inspect_semaphore(unique_name("sem")), distlock::unsupported_error);
+    CHECK_THROWS_AS(p.inspect_read_write(""), distlock::invalid_argument_error);  // names as everywhere
 }
 
 TEST_CASE("a holder label is the URL's holder=, the options' or host:pid, and bad labels are refused",

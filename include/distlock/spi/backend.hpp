@@ -273,6 +273,14 @@ public:
     // capabilities::implements when overriding it. Default: everything
     // unknown, "the backend does not implement inspect".
     virtual lock_info inspect(std::string_view name, lock_kind kind);
+    // provider::inspect_read_write and inspect_semaphore: the read-write lock
+    // and the semaphore of `name`, in one read that changes nothing, with the
+    // same rule (every field that applies is filled or has its reason; the
+    // core fills in `name`). Claim feature::inspect_primitives when overriding
+    // them (a backend that claims read_write or semaphore). Defaults:
+    // everything unknown, "the backend does not implement inspect for ...".
+    virtual read_write_info inspect_read_write(std::string_view name);
+    virtual semaphore_info inspect_semaphore(std::string_view name);
 
     // Test hook behind distlock::testing::break_lock: remove the server-side state
     // of `name` out of band (as a failure or an operator would). Default: throws

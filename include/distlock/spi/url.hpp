@@ -73,6 +73,8 @@ public:
     // parameters asked for so far (the valid ones, when every take*() came
     // first). A backend calls it once it has taken all its parameters and
     // before it sends anything; connect() calls it again after the factory.
+    // The core's own parameters (lease=, holder=, which connect() takes before
+    // the factory) are never counted as left.
     void expect_all_taken() const;
 
     // Host list helper: hosts() with missing ports set to `default_port`; throws
