@@ -116,7 +116,8 @@ int main(int argc, char** argv) {
         std::cerr << "distlock: " << shown(e.what()) << "\n";
         const int status = distlock::tool::exit_status(e);
         if (status == 69 && distlock::tool::connection_refused(e))
-            std::cerr << "distlock: nothing accepts connections at that address: check the URL's host and port\n";
+            std::cerr << "distlock: nothing accepts connections there now: is the server up? check the URL's host "
+                         "and port\n";
         return status;
     }
 }
