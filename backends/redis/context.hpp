@@ -208,5 +208,9 @@ void renew_shared(context& ctx, std::span<shared_handle* const> handles, std::sp
 // The keys a break_lock of a lock name removes for the read-write lock and the
 // semaphore named `rwlock` and `semaphore` (strategy::object_name).
 std::vector<std::string> shared_keys(const std::string& rwlock, const std::string& semaphore);
+// provider::inspect_read_write / inspect_semaphore: one read-only script on
+// the object's keys (rw_lock.cpp, semaphore.cpp), run at the master of its slot.
+read_write_info inspect_rw_object(connection& c, const std::string& object);
+semaphore_info inspect_semaphore_object(connection& c, const std::string& object);
 
 }  // namespace distlock::backends::redis

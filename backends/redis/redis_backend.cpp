@@ -86,7 +86,8 @@ public:
           uuid_(spi::random_uuid()),
           strategy_(settings_.strat == strategy_name::plain ? make_plain_strategy(settings_.prefix)
                                                             : make_reentrant_strategy()) {
-        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::inspect};
+        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::inspect,
+                            feature::inspect_primitives};
         caps_.crash_release_bound = std::chrono::milliseconds{0};  // the lease itself is the bound
         caps_.reentrant = strategy_->reentrant();
         // Checks the server (the sentinels, the cluster), the credentials and the
@@ -125,6 +126,19 @@ public:
         const auto l = strategy_->layout_for(lock_name);
         return call("inspect of '" + std::string(lock_name) + "'", l.key,
                     [&](connection& c) { return strategy_->inspect(c, l); });
+    }
+
+    // The read-write lock and the semaphore of `lock_name`: one read-only
+    // script each, at the master of the object's slot (shared_lock.hpp).
+    read_write_info inspect_read_write(std::string_view lock_name) override {
+        const auto object = strategy_->object_name(lock_name, "rwlock");
+        return call("inspect of the read-write lock '" + std::string(lock_name) + "'", object,
+                    [&](connection& c) { return inspect_rw_object(c, object); });
+    }
+    semaphore_info inspect_semaphore(std::string_view lock_name) override {
+        const auto object = strategy_->object_name(lock_name, "semaphore");
+        return call("inspect of the semaphore '" + std::string(lock_name) + "'", object,
+                    [&](connection& c) { return inspect_semaphore_object(c, object); });
     }
 
     void keepalive_batch(std::span<spi::lock_handle* const> handles, std::span<spi::keepalive_result> results) override;

@@ -63,7 +63,14 @@ if kind == 'none' then
 end
 local pttl = redis.call('pttl', KEYS[1])
 if kind ~= 'hash' then
+  if kind == 'string' and tonumber(redis.call('get', KEYS[1])) then
+    return {6, pttl, 0, '', ''}
+  end
   return {2, pttl, 0, kind, ''}
+end
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode then
+  return {5, pttl, 0, tostring(redis.call('hlen', KEYS[1])), mode}
 end
 local rec = redis.call('hmget', KEYS[2], 'owner', 'token', 'holder')
 if rec[1] and redis.call('hexists', KEYS[1], rec[1]) == 1 then
@@ -175,6 +182,15 @@ public:
                 info.holder = r.a;  // Redisson's "<client uuid>:<thread id>"
                 info.unknown.emplace("token", no_token);
                 break;
+            case 6: {
+                const auto why = std::string(
+                    "the key is the available count of Redisson's semaphore of the same name (Redisson's layout "
+                    "keys every object of a name by the name): the mutex of this name fails with WRONGTYPE while it "
+                    "exists");
+                info.unknown.emplace("holder", why);
+                info.unknown.emplace("token", why);
+                break;
+            }
             case 2: {
                 const auto why = "the key is a " + r.a + ", not a Redisson lock hash (another program's key)";
                 info.unknown.emplace("holder", why);

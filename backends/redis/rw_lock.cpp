@@ -171,10 +171,58 @@ const std::string read_renew_lua =
                     "      redis.call('pexpire', hash, lease)\n"
                     "    end\n");
 
+// Read-only: what inspect shows. KEYS[1] hash, KEYS[2] write waiters; ARGV[1]
+// the prefix of the readers' timeout keys ({object}). Reply {state, PTTL of the
+// hash, live write waiters, write holds, {each read grant's PTTL, at most
+// 1000}, read grants in all}: state 0 none, 1 read, 2 write, -1 the key is
+// another type (its name in place of the list), -3 a hash without `mode`
+// (Redisson's lock of the same name: its layout keys both by the name).
+const std::string rw_inspect_lua = std::string(now_lua) + R"lua(
+local now = now_ms()
+local waiting = redis.call('zcount', KEYS[2], '(' .. now, '+inf')
+local kind = redis.call('type', KEYS[1]).ok
+if kind == 'none' then
+  return {0, -2, waiting, 0, {}, 0}
+end
+if kind ~= 'hash' then
+  return {-1, 0, waiting, 0, kind, 0}
+end
+local pttl = redis.call('pttl', KEYS[1])
+if not redis.call('hget', KEYS[1], 'mode') then
+  return {-3, pttl, waiting, 0, {}, 0}
+end
+local writes, reads, listed = 0, 0, {}
+for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
+  local count = tonumber(redis.call('hget', KEYS[1], field))
+  if field ~= 'mode' and count then
+    if string.sub(field, -6) == ':write' then
+      writes = writes + count
+    else
+      -- A read grant has its timeout key; a field without one is no reader
+      -- (an RLock holder's, on a key both layouts share).
+      for i = 1, count do
+        local left = redis.call('pttl', ARGV[1] .. ':' .. field .. ':rwlock_timeout:' .. i)
+        if left ~= -2 then
+          reads = reads + 1
+          if #listed < 1000 then
+            listed[#listed + 1] = left
+          end
+        end
+      end
+    end
+  end
+end
+local state = 1
+if redis.call('hget', KEYS[1], 'mode') == 'write' then
+  state = 2
+end
+return {state, pttl, waiting, writes, listed, reads}
+)lua";
+
 struct scripts {
     script read_acquire{read_acquire_lua}, write_acquire{write_acquire_lua}, write_leave{write_leave_lua},
         read_release{read_release_lua}, write_release{write_release_lua}, read_renew{read_renew_lua},
-        write_renew{owner_renew_lua(hash_field_owned)};
+        write_renew{owner_renew_lua(hash_field_owned)}, inspect{rw_inspect_lua};
 };
 const scripts& lua() {
     static const scripts s;
@@ -245,6 +293,46 @@ private:
 
 std::unique_ptr<spi::lock_handle> make_rw_handle(context& ctx, const spi::lock_request& r, std::string object) {
     return std::make_unique<rw_handle>(ctx, r, std::move(object));
+}
+
+read_write_info inspect_rw_object(connection& c, const std::string& object) {
+    const std::string root = braced(object) ? object : "{" + object + "}";
+    const auto r = lua().inspect.run(c, {object, suffix_name(object, "rwlock_write_waiters")}, {root});
+    if (is_error(r.get())) throw_client_error(r.get(), kBackend, "inspect of a read-write lock");
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 6)
+        throw_error(errc::unavailable, kBackend, "unexpected reply to the inspect script: " + reply_text(r.get()));
+    read_write_info info;
+    const long long state = as_integer(r->element[0]);
+    info.writers_waiting = static_cast<std::uint32_t>(std::max(0LL, as_integer(r->element[2])));
+    if (state < 0) {
+        const auto why = state == -3
+                             ? std::string(
+                                   "the key is a lock hash without mode: Redisson's lock (RLock) of the same name "
+                                   "holds it (its layout keys both by the name)")
+                             : "the key is a " + reply_text(r->element[4]) +
+                                   ", not a read-write lock in Redisson's layout (another program's key)";
+        for (const char* field : {"write_held", "readers"}) info.unknown.emplace(field, why);
+        return info;
+    }
+    info.write_held = state == 2;
+    if (state == 2) {
+        grant_info w;
+        const long long pttl = as_integer(r->element[1]);
+        if (pttl >= 0) w.remaining = server_duration(pttl);
+        else info.unknown.emplace("writer.remaining", "the hash has no expiry (set by another client)");
+        info.writer = std::move(w);
+        info.unknown.emplace("writer.holder",
+                             "Redisson's layout keeps no holder label for the writer, only an owner id");
+        info.unknown.emplace("writer.token", no_grant_token);
+    }
+    const long long reads = as_integer(r->element[5]);
+    if (reads > 1000) {
+        info.unknown.emplace("readers", std::to_string(reads) + " read grants: more than the 1000 inspect lists");
+        return info;
+    }
+    info.readers.emplace();
+    grants_from_pttls(r->element[4], *info.readers, info.unknown, "readers");
+    return info;
 }
 
 const script& read_renew_script() { return lua().read_renew; }

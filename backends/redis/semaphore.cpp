@@ -88,8 +88,34 @@ const std::string permit_renew_lua =
                     "expiry and tonumber(expiry) > now",
                     "    redis.call('zadd', KEYS[i], 'XX', now + tonumber(ARGV[2 * i]), ARGV[2 * i - 1])\n");
 
+// Read-only: what inspect shows. KEYS[1] available count, KEYS[2] timeout
+// zset. Reply {state, available, permit ids in the zset, live ones, {each
+// live permit's ms left, at most 1000}}: state 0 no semaphore, 1 one, -1 the
+// key is another type (its name in place of the list), -2 not a count.
+const std::string permit_inspect_lua = std::string(now_lua) + R"lua(
+local now = now_ms()
+local kind = redis.call('type', KEYS[1]).ok
+if kind == 'none' then
+  return {0, 0, 0, 0, {}}
+end
+if kind ~= 'string' then
+  return {-1, 0, 0, 0, kind}
+end
+local available = tonumber(redis.call('get', KEYS[1]))
+if not available then
+  return {-2, 0, 0, 0, {}}
+end
+local live = redis.call('zrangebyscore', KEYS[2], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1000)
+local left = {}
+for i = 2, #live, 2 do
+  left[#left + 1] = tonumber(live[i]) - now
+end
+return {1, available, redis.call('zcard', KEYS[2]), redis.call('zcount', KEYS[2], '(' .. now, '+inf'), left}
+)lua";
+
 struct scripts {
-    script permit_acquire{permit_acquire_lua}, permit_release{permit_release_lua}, permit_renew{permit_renew_lua};
+    script permit_acquire{permit_acquire_lua}, permit_release{permit_release_lua}, permit_renew{permit_renew_lua},
+        inspect{permit_inspect_lua};
 };
 const scripts& lua() {
     static const scripts s;
@@ -163,5 +189,42 @@ std::unique_ptr<spi::lock_handle> make_permit_handle(context& ctx, const spi::lo
 const script& permit_renew_script() { return lua().permit_renew; }
 
 std::string permit_timeouts_key(const std::string& semaphore) { return suffix_name(semaphore, "timeout"); }
+
+semaphore_info inspect_semaphore_object(connection& c, const std::string& object) {
+    const auto r = lua().inspect.run(c, {object, permit_timeouts_key(object)}, {});
+    if (is_error(r.get())) throw_client_error(r.get(), kBackend, "inspect of a semaphore");
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 5)
+        throw_error(errc::unavailable, kBackend, "unexpected reply to the inspect script: " + reply_text(r.get()));
+    semaphore_info info;
+    const long long state = as_integer(r->element[0]);
+    if (state < 0) {
+        const auto why = state == -1 ? "the key is a " + reply_text(r->element[4]) +
+                                           ", not a semaphore in Redisson's layout (another program's key)"
+                                     : std::string("the key is a string that is not a count (another program's key)");
+        for (const char* field : {"size", "permits", "free"}) info.unknown.emplace(field, why);
+        return info;
+    }
+    info.permits.emplace();
+    if (state == 0) {
+        const char* why = "no semaphore of this name on the server: its size is set by its first acquirer";
+        info.unknown.emplace("size", why);
+        info.unknown.emplace("free", why);
+        return info;
+    }
+    // Redisson's getPermits(): the available count and every permit id listed (an
+    // expired one comes back to the count at the next acquire).
+    const long long available = std::max(0LL, as_integer(r->element[1]));
+    const long long listed = std::max(0LL, as_integer(r->element[2]));
+    const long long live = std::max(0LL, as_integer(r->element[3]));
+    info.size = static_cast<std::uint32_t>(std::min<long long>(available + listed, UINT32_MAX));
+    info.free = static_cast<std::uint32_t>(std::min<long long>(available + listed - live, UINT32_MAX));
+    if (live > 1000) {
+        info.permits.reset();
+        info.unknown.emplace("permits", std::to_string(live) + " permits taken: more than the 1000 inspect lists");
+        return info;
+    }
+    grants_from_pttls(r->element[4], *info.permits, info.unknown, "permits");
+    return info;
+}
 
 }  // namespace distlock::backends::redis

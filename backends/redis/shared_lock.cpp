@@ -107,6 +107,22 @@ void handle_base::give_up() noexcept {
     } catch (...) {}
 }
 
+void grants_from_pttls(const redisReply* list, std::vector<grant_info>& out,
+                       std::map<std::string, std::string>& unknown, const std::string& prefix) {
+    if (list == nullptr || list->type != REDIS_REPLY_ARRAY) return;
+    for (std::size_t i = 0; i < list->elements; ++i) {
+        grant_info g;
+        const long long pttl = redis_client::as_integer(list->element[i]);
+        if (pttl >= 0) g.remaining = redis_client::server_duration(pttl);
+        else unknown.try_emplace(prefix + ".remaining", "a grant's key has no expiry (set by another client)");
+        out.push_back(std::move(g));
+    }
+    if (!out.empty()) {
+        unknown.try_emplace(prefix + ".holder", no_grant_label);
+        unknown.try_emplace(prefix + ".token", no_grant_token);
+    }
+}
+
 std::vector<std::string> shared_keys(const std::string& rwlock, const std::string& semaphore) {
     return {rwlock, semaphore, permit_timeouts_key(semaphore)};
 }

@@ -111,4 +111,15 @@ const script& permit_renew_script();
 // The semaphore's keys that break_lock removes besides the object itself.
 std::string permit_timeouts_key(const std::string& semaphore);
 
+// What the layouts of Redisson's read-write lock and semaphore do not keep
+// per grant (inspect declares it).
+inline constexpr const char* no_grant_label =
+    "Redisson's layout keeps no holder label per read grant or permit, only an owner id";
+inline constexpr const char* no_grant_token =
+    "the fencing counter is advanced at each grant; the layout keeps no token per grant";
+// The grants' lease left, from their PTTLs (a list of integers, -1 for a key
+// without expiry), into `out`; the reason under `field` when one has none.
+void grants_from_pttls(const redisReply* list, std::vector<grant_info>& out,
+                       std::map<std::string, std::string>& unknown, const std::string& prefix);
+
 }  // namespace distlock::backends::redis

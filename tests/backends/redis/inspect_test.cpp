@@ -260,3 +260,46 @@ TEST_CASE("inspect never shows the password, even when it fails", "[redis][inspe
     }
     m.unlock();
 }
+
+TEST_CASE("strategy=reentrant: every object of a name shares its key, and each inspect says which holds it",
+          "[redis][inspect][reentrant]") {
+    auto p = distlock::connect(shared_url("/1?strategy=reentrant&lease=5s"));
+    SECTION("a semaphore's count keeps the mutex out, and inspect says so rather than 'another program's key'") {
+        const auto name = unique_name("shared-sem");
+        auto sem = p.semaphore(name, 2);
+        REQUIRE(sem.try_acquire());
+        sem.release();  // the count stays, as Redisson's does
+        const auto info = p.inspect(name);
+        CHECK(info.held == std::optional<bool>(true));
+        REQUIRE(info.unknown.count("holder") == 1);
+        CHECK_THAT(info.unknown.at("holder"), Catch::Contains("semaphore of the same name"));
+        CHECK_THROWS_AS(p.mutex(name).try_lock(), distlock::invalid_argument_error);  // WRONGTYPE: what it says
+        const auto s = p.inspect_semaphore(name);
+        CHECK(s.size == std::optional<std::uint32_t>(2));
+        CHECK(s.free == std::optional<std::uint32_t>(2));
+        distlock::testing::break_lock(p, name);
+    }
+    SECTION("a read-write lock's hash: the mutex is held by it, never its mode field taken for a holder") {
+        const auto name = unique_name("shared-rw");
+        auto rw = p.shared_mutex(name);
+        REQUIRE(rw.try_lock_shared());
+        const auto info = p.inspect(name);
+        CHECK(info.held == std::optional<bool>(true));
+        CHECK_FALSE(info.holder.has_value());
+        CHECK_THAT(info.unknown.at("holder"), Catch::Contains("mode=read"));
+        const auto r = p.inspect_read_write(name);
+        CHECK(r.write_held == std::optional<bool>(false));
+        REQUIRE(r.readers.has_value());
+        CHECK(r.readers->size() == 1u);
+        rw.unlock_shared();
+    }
+    SECTION("a mutex's hash: inspect_read_write says that Redisson's lock of the name holds the key") {
+        const auto name = unique_name("shared-mutex");
+        auto m = p.mutex(name);
+        REQUIRE(m.try_lock());
+        const auto r = p.inspect_read_write(name);
+        CHECK_FALSE(r.write_held.has_value());
+        CHECK_THAT(r.unknown.at("write_held"), Catch::Contains("RLock"));
+        m.unlock();
+    }
+}
