@@ -28,9 +28,12 @@ class shared_mutex_impl;
 // process: each thread that reads holds a read grant of its own, and writers of
 // one process queue in-process before they talk to the server.
 //
-// Writers are not starved: once a writer waits, readers that come after it wait
-// behind it (writer preference or first-come-first-served, per backend; see
-// docs/backends/). Every grant, read or write, has a fencing token where the
+// Writers are not starved: once a distlock writer waits, readers that come
+// after it wait behind it (writer preference or first-come-first-served, per
+// backend; see docs/backends/). A writer of another library on the same
+// layout is not seen: a Redisson writer waiting on a redis:// read-write lock
+// registers nowhere distlock's readers look, and they keep coming in while
+// readers overlap (docs/backends/redis.md, "Writer policy"). Every grant, read or write, has a fencing token where the
 // backend has tokens, and readers' and writers' tokens are drawn from one
 // strictly increasing sequence per name.
 //
