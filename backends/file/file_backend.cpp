@@ -38,7 +38,8 @@ backend::backend(settings s) : settings_(std::move(s)) {
         {feature::lease_expiry, "no leases: the kernel holds the lock until unlock or process exit"},
         {feature::notified_wakeup, "waiters wake on inotify close events, with slow polling as a safety net"},
     };
-    caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::inspect};
+    caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::inspect,
+                        feature::inspect_primitives};
     caps_.crash_release_bound = 0ms;
 }
 

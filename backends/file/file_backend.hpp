@@ -21,6 +21,11 @@ public:
     // The mutex's lock file: held when a shared flock of it conflicts; the
     // holder's label and token are what it wrote there.
     lock_info inspect(std::string_view name, spi::lock_kind) override;
+    // The read-write lock's data file and the semaphore's slot files: who
+    // holds a flock of them, from /proc/locks (nothing is taken); the size
+    // and the last token from what the files hold.
+    read_write_info inspect_read_write(std::string_view name) override;
+    semaphore_info inspect_semaphore(std::string_view name) override;
 
     // Replaces the lock files of every primitive of `name` by fresh ones that keep
     // their counters, so that holders (still locking the old inodes) learn of

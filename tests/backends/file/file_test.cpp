@@ -586,3 +586,38 @@ TEST_CASE("a label planted in a lock file never reaches inspect() or leader() ra
     }
     m.unlock();
 }
+
+TEST_CASE("inspect_semaphore bounds what a planted meta file says; inspect_read_write counts readers from /proc/locks",
+          "[file][inspect]") {
+    temp_dir dir;
+    auto p = distlock::connect(dir.url());
+    const std::string name = "counted";  // its files are counted.* (the directory is this test's own)
+    auto rw_a = distlock::connect(dir.url()).shared_mutex(name);
+    auto rw_b = distlock::connect(dir.url()).shared_mutex(name);
+    REQUIRE(rw_a.try_lock_shared());
+    REQUIRE(rw_b.try_lock_shared());
+    auto info = p.inspect_read_write(name);
+    CHECK(info.write_held == std::optional<bool>(false));
+    REQUIRE(info.readers.has_value());
+    CHECK(info.readers->size() == 2u);
+    rw_a.unlock_shared();
+    CHECK(p.inspect_read_write(name).readers->size() == 1u);
+    rw_b.unlock_shared();
+    CHECK(p.inspect_read_write(name).readers->empty());
+
+    auto sem = p.semaphore(name, 2);
+    REQUIRE(sem.try_acquire());
+    auto s = p.inspect_semaphore(name);
+    CHECK(s.size == std::optional<std::uint32_t>(2));
+    CHECK(s.free == std::optional<std::uint32_t>(1));
+    sem.release();
+    // Anyone who can write the directory can make the meta file say anything:
+    // a size no distlock writes is not believed, and no slot past the bound is looked at.
+    std::ofstream(dir.path / (name + ".sem"), std::ios::binary | std::ios::trunc) << "4000000000 9\n";
+    s = p.inspect_semaphore(name);
+    CHECK_FALSE(s.size.has_value());
+    REQUIRE(s.unknown.count("size") == 1);
+    CHECK(s.unknown.at("size").find("4000000000") != std::string::npos);
+    REQUIRE(s.permits.has_value());
+    CHECK(s.permits->empty());
+}
