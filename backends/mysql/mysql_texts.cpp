@@ -233,6 +233,12 @@ s::sql_texts dialect::texts(const std::string& table) const {
         {"UPDATE " + rw + " SET version = " + draw + " WHERE " + mine_waiting + " AND @distlock_r = 0", {0, 1}});
     write.push_back({"SELECT version FROM " + rw + " WHERE " + writer_row + " AND owner = ? AND version <> 0", {0, 1}});
     q.rw_write_acquire = std::move(write);
+    q.inspect_permits = {"SELECT permits, version, TIMESTAMPDIFF(MICROSECOND, " + now + ", expires_at) FROM " +
+                             permits + " WHERE name = ? AND expires_at > " + now + " ORDER BY slot LIMIT 1001",
+                         {0}};
+    q.inspect_rw_rows = {"SELECT holder, version, TIMESTAMPDIFF(MICROSECOND, " + now + ", expires_at) FROM " + rw +
+                             " WHERE name = ? AND expires_at > " + now + " LIMIT 1002",
+                         {0}};
     return q;
 }
 

@@ -189,6 +189,17 @@ s::sql_texts dialect::texts(const std::string& table) const {
                        {0}}};
     q.rw_read_release = {"SELECT CASE WHEN pg_advisory_unlock_shared(" + halves + ") THEN 1 ELSE 0 END", {0}};
     q.rw_write_release = {"SELECT CASE WHEN pg_advisory_unlock(" + halves + ") THEN 1 ELSE 0 END", {0}};
+    q.inspect_permits = {"SELECT permits, version, (extract(epoch FROM expires_at - now()) * 1000000)::bigint FROM " +
+                             permits + " WHERE name = $1 AND expires_at > now() ORDER BY slot LIMIT 1001",
+                         {0}};
+    q.inspect_rw_locks = {
+        "SELECT l.mode, CASE WHEN l.granted THEN 1 ELSE 0 END,"
+        " (SELECT a.application_name FROM pg_stat_activity a WHERE a.pid = l.pid) FROM pg_locks l"
+        " WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l." +
+            this_db +
+            " AND l.classid = (($1::bigint >> 32) & 4294967295)::oid AND l.objid = ($1::bigint & 4294967295)::oid"
+            " LIMIT 1002",
+        {0}};
     q.rw_break = {
         "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted"
         " AND objsubid = 2 AND database = (SELECT oid FROM pg_database WHERE datname ="

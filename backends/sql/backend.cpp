@@ -102,7 +102,8 @@ backend::backend(std::shared_ptr<dialect> d, settings s) : ctx_(std::move(d), st
     }
     // Read-write locks (PostgreSQL: advisory shared/exclusive locks; MySQL: lease
     // rows) and semaphores (lease rows, their size kept in them) on every strategy.
-    caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::inspect};
+    caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::inspect,
+                        feature::inspect_primitives};
     caps_.crash_release_bound = 0ms;  // connection drop: at once; leases: when the lease (added by callers) ends
 }
 
@@ -298,6 +299,143 @@ lock_info backend::inspect(std::string_view lock_name, spi::lock_kind kind) {
         lock_info gone;  // the lock tables are gone: nothing of this layout is held
         gone.held = false;
         gone.unknown.emplace("waiters", "the lock tables do not exist (yet)");
+        return gone;
+    }
+    return info;
+}
+
+namespace {
+// At most this many grants are listed (the statements fetch one more, to tell).
+constexpr std::size_t max_grants_listed = 1000;
+
+// µs of lease left, as the server computed it, in ms (a live row: at least 1).
+std::optional<milliseconds> lease_left(const std::optional<std::string>& micros) {
+    if (!micros) return std::nullopt;
+    return std::max(milliseconds{1}, milliseconds{(to_int64(*micros) + 999) / 1000});
+}
+}  // namespace
+
+read_write_info backend::inspect_read_write(std::string_view lock_name) {
+    read_write_info info;
+    const bytes n{std::string(lock_name)};
+    const std::string what = "inspect of the read-write lock '" + n.data + "' failed";
+    try {
+        info.write_held = false;
+        info.readers.emplace();
+        std::size_t readers = 0;
+        if (!ctx_.texts().rw_rows.table.empty()) {  // lease rows (MySQL)
+            const auto r = ctx_.pool().run([&](connection& c) { return c.exec(ctx_.texts().inspect_rw_rows, {n}); });
+            bool writer_waits = false;
+            for (const auto& row : r.rows) {
+                if (row.size() < 3 || !row[0] || !row[1]) continue;
+                grant_info g;
+                g.token = to_uint64(*row[1]);
+                g.remaining = lease_left(row[2]);
+                if (*row[0] != "w") {
+                    if (++readers <= max_grants_listed) info.readers->push_back(g);
+                } else if (*g.token == 0) {
+                    writer_waits = true;  // the writer row of a writer that waits for the readers
+                } else {
+                    info.write_held = true;
+                    info.writer = g;
+                }
+            }
+            info.unknown.emplace("writers_waiting",
+                                 writer_waits ? "one writer row per name: it shows that a writer waits, not how many"
+                                              : "writers that wait without the writer row (another holds it) leave no"
+                                                " row");
+            const char* no_label = "the read-write rows keep the grant's owner token, no label";
+            if (info.writer) info.unknown.emplace("writer.holder", no_label);
+            if (readers > 0) info.unknown.emplace("readers.holder", no_label);
+        } else {  // session locks (PostgreSQL advisory locks): who holds and who waits
+            const auto key = ctx_.dialect().native_key(n.data);
+            const auto r = ctx_.pool().run([&](connection& c) { return c.exec(ctx_.texts().inspect_rw_locks, {key}); });
+            std::uint32_t waiting = 0;
+            bool unlabelled = false;
+            for (const auto& row : r.rows) {
+                if (row.size() < 3 || !row[0] || !row[1]) continue;
+                const bool exclusive = *row[0] == "ExclusiveLock";
+                if (*row[1] != "1") {
+                    waiting += exclusive ? 1 : 0;
+                    continue;
+                }
+                grant_info g;
+                const auto parts = parse_session_name(row[2].value_or(""));
+                if (parts.label) g.holder = *parts.label;
+                else unlabelled = true;
+                if (exclusive) {
+                    info.write_held = true;
+                    info.writer = g;
+                } else if (++readers <= max_grants_listed) {
+                    info.readers->push_back(g);
+                }
+            }
+            info.writers_waiting = waiting;
+            const char* no_token = "the token is drawn once the session lock is held, and stored nowhere";
+            const char* no_lease = "no lease: the lock lasts as long as the session that holds it";
+            const char* no_label = "the holding session's application_name carries no distlock label";
+            for (const std::string prefix : {"writer", "readers"}) {
+                if (prefix == "writer" ? !info.writer : readers == 0) continue;
+                info.unknown.emplace(prefix + ".token", no_token);
+                info.unknown.emplace(prefix + ".remaining", no_lease);
+                if (unlabelled) info.unknown.emplace(prefix + ".holder", no_label);
+            }
+        }
+        if (readers > max_grants_listed) {
+            info.readers.reset();
+            info.unknown.emplace("readers", std::to_string(readers) + " read grants or more: more than inspect lists");
+        }
+    } catch (const sql_error& e) {
+        if (e.kind() != failure::no_table) throw_client_error(e, ctx_.name(), what);
+        read_write_info gone;  // the tables are gone: nothing of this layout is held
+        gone.write_held = false;
+        gone.readers.emplace();
+        gone.writers_waiting = 0;
+        return gone;
+    }
+    return info;
+}
+
+semaphore_info backend::inspect_semaphore(std::string_view lock_name) {
+    semaphore_info info;
+    const bytes n{std::string(lock_name)};
+    const std::string what = "inspect of the semaphore '" + n.data + "' failed";
+    try {
+        const auto r = ctx_.pool().run([&](connection& c) { return c.exec(ctx_.texts().inspect_permits, {n}); });
+        info.permits.emplace();
+        std::optional<std::uint64_t> size;
+        for (const auto& row : r.rows) {
+            if (row.size() < 3 || !row[0] || !row[1]) continue;
+            if (!size) size = to_uint64(*row[0]);
+            grant_info g;
+            g.token = to_uint64(*row[1]);
+            g.remaining = lease_left(row[2]);
+            info.permits->push_back(g);
+        }
+        if (info.permits->size() > max_grants_listed) {
+            info.permits.reset();
+            info.unknown.emplace(
+                "permits", "more than the " + std::to_string(max_grants_listed) + " permits inspect lists are taken");
+        } else if (!info.permits->empty()) {
+            info.unknown.emplace("permits.holder", "the permit rows keep the grant's owner token, no label");
+        }
+        if (size && *size <= UINT32_MAX) {
+            info.size = static_cast<std::uint32_t>(*size);
+            if (info.permits)
+                info.free = info.size.value() -
+                            std::min<std::uint32_t>(*info.size, static_cast<std::uint32_t>(info.permits->size()));
+            else info.unknown.emplace("free", "the permits taken are not listed");
+        } else {
+            const char* why = "no permit is held: the size is kept only in the rows of the permits held";
+            info.unknown.emplace("size", why);
+            info.unknown.emplace("free", why);
+        }
+    } catch (const sql_error& e) {
+        if (e.kind() != failure::no_table) throw_client_error(e, ctx_.name(), what);
+        semaphore_info gone;
+        gone.permits.emplace();
+        gone.unknown.emplace("size", "the permit table does not exist (yet)");
+        gone.unknown.emplace("free", "the permit table does not exist (yet)");
         return gone;
     }
     return info;

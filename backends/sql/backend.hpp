@@ -27,6 +27,10 @@ public:
     std::optional<std::chrono::nanoseconds> native_cycle() override;
     void break_lock(std::string_view lock_name) override;
     lock_info inspect(std::string_view lock_name, spi::lock_kind kind) override;
+    // One statement each: the live rows of the read-write lock (MySQL) or the
+    // session locks that hold and wait for it (PostgreSQL); the live permit rows.
+    read_write_info inspect_read_write(std::string_view lock_name) override;
+    semaphore_info inspect_semaphore(std::string_view lock_name) override;
 
 private:
     // Gives the backend its first connection and makes the tables.

@@ -267,6 +267,17 @@ struct sql_texts {
     // application_name) or NULL where the server keeps none, the sessions queued
     // for it or NULL where the server does not count them).
     statement inspect_native, inspect_row;
+    // The live permits of a semaphore [name] -> rows (its size, version, µs of
+    // lease left) by slot, at most 1001.
+    statement inspect_permits;
+    // The read-write lock on lease rows (MySQL) [name] -> rows (holder: 'w'
+    // for the writer row else a reader's, version: 0 while its writer waits,
+    // µs of lease left) of the live rows, at most 1002.
+    statement inspect_rw_rows;
+    // The read-write lock on session locks (PostgreSQL) [key] -> rows (mode:
+    // ExclusiveLock the writer, ShareLock a reader; granted, 1 or 0; the
+    // session's application_name), at most 1002.
+    statement inspect_rw_locks;
     // Why a field is unknown where the statements above return NULL for it.
     std::string no_session_label;  // the holder's label of a session lock
     std::string no_native_waiters, no_row_waiters;
