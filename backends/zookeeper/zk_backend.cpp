@@ -43,8 +43,8 @@ public:
         // and semaphores (InterProcessSemaphoreV2; the size kept in the data of
         // <path>/leases) are supported: see zk_semaphore.cpp.
         // Elections are Curator's LeaderLatch (zk_queue_drivers.cpp).
-        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::election,
-                            feature::inspect};
+        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit,
+                            feature::election,   feature::inspect,   feature::inspect_primitives};
         caps_.crash_release_bound = timeout + timeout / 2;
         caps_.reentrant = true;
     }
@@ -70,6 +70,10 @@ public:
                          std::span<spi::keepalive_result> results) override {
         keepalive_locks(zk_, handles, results);
     }
+    read_write_info inspect_read_write(std::string_view name) override {
+        return zookeeper::inspect_read_write(zk_, name);
+    }
+    semaphore_info inspect_semaphore(std::string_view name) override { return zookeeper::inspect_semaphore(zk_, name); }
     lock_info inspect(std::string_view name, spi::lock_kind kind) override {
         return zookeeper::inspect(zk_, name, kind);
     }

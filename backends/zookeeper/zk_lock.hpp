@@ -23,6 +23,10 @@ void keepalive_locks(session_manager& zk, std::span<spi::lock_handle* const> han
 // spi::backend::inspect: the mutex (exclusive) or the LeaderLatch election
 // (leader) of `name`, in one getChildren and, when held, one getData.
 lock_info inspect(session_manager& zk, std::string_view name, spi::lock_kind kind);
+// spi::backend::inspect_read_write / inspect_semaphore: Curator's read-write
+// lock and semaphore of a name (zk_inspect.cpp).
+read_write_info inspect_read_write(session_manager& zk, std::string_view name);
+semaphore_info inspect_semaphore(session_manager& zk, std::string_view name);
 
 // spi::backend::break_lock: a separate, short-lived session deletes the current
 // holder's node, as an operator (or a failure) would.
