@@ -24,7 +24,8 @@ using http::base64_encode;
 class backend final : public spi::backend {
 public:
     backend(http::options o, settings s) : gateway_(std::move(o), std::move(s)) {
-        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::inspect};
+        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::inspect,
+                            feature::inspect_primitives};
         caps_.crash_release_bound = 1500ms;  // lease expiry is checked every 500 ms, TTLs are whole seconds
         // Fail at once when no member answers (and check the credentials).
         (void)round_trip();
@@ -50,6 +51,10 @@ public:
     // No feature::election is claimed: the mutex's layout is Go's
     // concurrency.Election's (etcd_lock.hpp), so a leader is the mutex's holder.
     lock_info inspect(std::string_view name, spi::lock_kind) override { return etcd::inspect(gateway_, name); }
+    read_write_info inspect_read_write(std::string_view name) override {
+        return etcd::inspect_read_write(gateway_, name);
+    }
+    semaphore_info inspect_semaphore(std::string_view name) override { return etcd::inspect_semaphore(gateway_, name); }
     void break_lock(std::string_view name) override { etcd::break_lock(gateway_, name); }
 
 private:

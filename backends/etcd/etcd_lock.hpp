@@ -70,6 +70,9 @@ void keepalive_batch(gateway& g, std::span<spi::lock_handle* const> handles, std
 // then the holder lease's time to live when the holder's key has a lease
 // (etcd_inspect.cpp, as break_lock).
 lock_info inspect(gateway& g, std::string_view name);
+// spi::backend::inspect_read_write / inspect_semaphore (etcd_inspect.cpp).
+read_write_info inspect_read_write(gateway& g, std::string_view name);
+semaphore_info inspect_semaphore(gateway& g, std::string_view name);
 
 // Deletes the key of the name's holder (the first by create revision), if any,
 // and every key of the name's read-write lock and semaphore.
