@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
+#include <utility>
 
 #include <unistd.h>
 
@@ -47,14 +49,24 @@ void make_printable(semaphore_info& info) {
     for (auto& [field, why] : info.unknown) why = printable(why);
 }
 
-// The name checked, and the primitive supported (else unsupported_error with the reason).
-void check_inspectable(provider_state& provider, std::string_view name, feature f, const char* what) {
+// One inspect of `name` through `read` (the backend's call): the provider of
+// this process, the name checked, the primitive supported where `needs` names
+// one (else unsupported_error with the reason); the name filled in and the
+// backend's text made printable.
+template <class Read>
+auto inspected(provider_state& provider, std::string_view name, std::optional<std::pair<feature, const char*>> needs,
+               Read read) {
     provider.check_process();
     const std::string who(provider.backend().name());
     check_name(name, who);
-    if (!provider.caps().supports(f))
-        throw_error(errc::unsupported, who,
-                    std::string(what) + " are not supported: " + std::string(provider.caps().why_not(f)));
+    if (needs && !provider.caps().supports(needs->first))
+        throw_error(
+            errc::unsupported, who,
+            std::string(needs->second) + " are not supported: " + std::string(provider.caps().why_not(needs->first)));
+    auto info = read(provider.backend());
+    info.name = std::string(name);
+    make_printable(info);
+    return info;
 }
 
 }  // namespace
@@ -80,28 +92,17 @@ spi::lock_kind leader_kind(const provider_state& provider) {
 }
 
 lock_info inspect(provider_state& provider, std::string_view name, spi::lock_kind kind) {
-    provider.check_process();
-    check_name(name, std::string(provider.backend().name()));
-    auto info = provider.backend().inspect(name, kind);
-    info.name = std::string(name);
-    make_printable(info);
-    return info;
+    return inspected(provider, name, std::nullopt, [&](spi::backend& b) { return b.inspect(name, kind); });
 }
 
 read_write_info inspect_read_write(provider_state& provider, std::string_view name) {
-    check_inspectable(provider, name, feature::read_write, "read-write locks");
-    auto info = provider.backend().inspect_read_write(name);
-    info.name = std::string(name);
-    make_printable(info);
-    return info;
+    return inspected(provider, name, std::pair{feature::read_write, "read-write locks"},
+                     [&](spi::backend& b) { return b.inspect_read_write(name); });
 }
 
 semaphore_info inspect_semaphore(provider_state& provider, std::string_view name) {
-    check_inspectable(provider, name, feature::semaphore, "semaphores");
-    auto info = provider.backend().inspect_semaphore(name);
-    info.name = std::string(name);
-    make_printable(info);
-    return info;
+    return inspected(provider, name, std::pair{feature::semaphore, "semaphores"},
+                     [&](spi::backend& b) { return b.inspect_semaphore(name); });
 }
 
 }  // namespace distlock::detail

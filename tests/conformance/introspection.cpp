@@ -166,13 +166,21 @@ void check_declared(const distlock::semaphore_info& info) {
     declared(info.unknown, "free", info.free.has_value());
     if (info.permits) check_grants_declared(info.unknown, *info.permits, "permits");
 }
-// The labels of `grants` that are known, sorted.
-std::vector<std::string> labels_of(const std::vector<distlock::grant_info>& grants) {
-    std::vector<std::string> out;
-    for (const auto& g : grants)
-        if (g.holder) out.push_back(*g.holder);
-    std::sort(out.begin(), out.end());
-    return out;
+// Two grants listed: where their labels (and, with `tokens`, their tokens)
+// are known, they are the holders' (in any order).
+void check_grants(const std::vector<distlock::grant_info>& grants, std::vector<std::string> labels, bool tokens,
+                  std::vector<std::uint64_t> want) {
+    std::vector<std::string> seen;
+    std::vector<std::uint64_t> got;
+    for (const auto& g : grants) {
+        if (g.holder) seen.push_back(*g.holder);
+        if (g.token) got.push_back(*g.token);
+    }
+    for (auto* v : {&seen, &labels}) std::sort(v->begin(), v->end());
+    std::sort(got.begin(), got.end());
+    std::sort(want.begin(), want.end());
+    if (seen.size() == 2) CHECK(seen == labels);
+    if (tokens && got.size() == 2) CHECK(got == want);
 }
 }  // namespace
 
@@ -200,16 +208,7 @@ TEST_CASE("inspect_read_write shows the writer, each reader and the writers wait
     CHECK(two.write_held == std::optional<bool>(false));
     REQUIRE(two.readers.has_value());  // who reads is the point of it
     CHECK(two.readers->size() == 2u);
-    const auto seen = labels_of(*two.readers);
-    if (seen.size() == 2) CHECK(seen == std::vector<std::string>{r1, r2});
-    if (tokens) {
-        std::vector<std::uint64_t> got, want{a.shared_token(), b.shared_token()};
-        for (const auto& g : *two.readers)
-            if (g.token) got.push_back(*g.token);
-        std::sort(got.begin(), got.end());
-        std::sort(want.begin(), want.end());
-        if (got.size() == 2) CHECK(got == want);
-    }
+    check_grants(*two.readers, {r1, r2}, tokens, {a.shared_token(), b.shared_token()});
 
     // A writer waits for them, and is counted where the backend counts.
     std::atomic<bool> wrote{false};
@@ -262,16 +261,7 @@ TEST_CASE("inspect_semaphore shows the size, each permit and the free ones, or d
     check_declared(two);
     REQUIRE(two.permits.has_value());
     CHECK(two.permits->size() == 2u);
-    const auto seen = labels_of(*two.permits);
-    if (seen.size() == 2) CHECK(seen == std::vector<std::string>{h1, h2});
-    if (p.caps().supports(distlock::feature::fencing)) {
-        std::vector<std::uint64_t> got, want{a.token(), b.token()};
-        for (const auto& g : *two.permits)
-            if (g.token) got.push_back(*g.token);
-        std::sort(got.begin(), got.end());
-        std::sort(want.begin(), want.end());
-        if (got.size() == 2) CHECK(got == want);
-    }
+    check_grants(*two.permits, {h1, h2}, p.caps().supports(distlock::feature::fencing), {a.token(), b.token()});
     if (two.size) CHECK(*two.size == 3u);
     if (two.free) CHECK(*two.free == 1u);
     a.release();
