@@ -204,6 +204,11 @@ std::string from_hex(std::string_view hex) {
     return out;
 }
 
+// µs of lease left, as the server computed it, in ms (a live row: at least 1).
+std::optional<milliseconds> lease_left(const std::optional<std::string>& micros) {
+    if (!micros) return std::nullopt;
+    return std::max(milliseconds{1}, milliseconds{(to_int64(*micros) + 999) / 1000});
+}
 }  // namespace
 
 // One statement (docs/backends/sql.md, "Inspect"). Lease strategies: the lease
@@ -230,8 +235,7 @@ lock_info backend::inspect(std::string_view lock_name, spi::lock_kind kind) {
             info.held = true;
             if (row[2]) info.token = to_uint64(*row[2]);
             else info.unknown.emplace("token", "the lease row has no version");
-            const auto micros = row[3] ? to_int64(*row[3]) : 0;
-            info.remaining = std::max(milliseconds{1}, milliseconds{(micros + 999) / 1000});
+            info.remaining = lease_left(row[3]).value_or(milliseconds{1});
             const std::string owner = row[4].value_or("");
             // Labels are 1 to 255 bytes: a longer column was not written by distlock, and is not passed on.
             const bool too_long = row[1] && row[1]->size() > 2 * (owner.size() + 255);
@@ -308,11 +312,6 @@ namespace {
 // At most this many grants are listed (the statements fetch one more, to tell).
 constexpr std::size_t max_grants_listed = 1000;
 
-// µs of lease left, as the server computed it, in ms (a live row: at least 1).
-std::optional<milliseconds> lease_left(const std::optional<std::string>& micros) {
-    if (!micros) return std::nullopt;
-    return std::max(milliseconds{1}, milliseconds{(to_int64(*micros) + 999) / 1000});
-}
 }  // namespace
 
 read_write_info backend::inspect_read_write(std::string_view lock_name) {
@@ -422,8 +421,7 @@ semaphore_info backend::inspect_semaphore(std::string_view lock_name) {
         if (size && *size <= UINT32_MAX) {
             info.size = static_cast<std::uint32_t>(*size);
             if (info.permits)
-                info.free = info.size.value() -
-                            std::min<std::uint32_t>(*info.size, static_cast<std::uint32_t>(info.permits->size()));
+                info.free = *info.size - std::min(*info.size, static_cast<std::uint32_t>(info.permits->size()));
             else info.unknown.emplace("free", "the permits taken are not listed");
         } else {
             const char* why = "no permit is held: the size is kept only in the rows of the permits held";
