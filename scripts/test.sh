@@ -35,12 +35,13 @@ say "tests (plain build)"
 ctest --test-dir build --output-on-failure -j 4
 
 # The short fault matrix (tests/faults/README.md): a few seconds per cell, every
-# backend and every nemesis at least once, histories checked by checker.py. The
-# full matrix is scripts/faults.sh (docs/reliability.md).
+# backend and every nemesis at least once, histories checked by checker.py; two
+# cells at a time, never two on one server (--lanes). The full matrix is
+# scripts/faults.sh (docs/reliability.md).
 say "fault harness, short matrix"
 rm -rf build/faults-short
 DISTLOCK_FAULT_WORKER=$PWD/build/bin/distlock-fault-worker \
-    python3 tests/faults/matrix.py --profile short --out build/faults-short
+    python3 tests/faults/matrix.py --profile short --lanes 2 --out build/faults-short
 
 # No message shows a password: the URL parser under libFuzzer, bounded.
 scripts/fuzz.sh --seconds 30
@@ -82,7 +83,9 @@ if [ "$sanitize" != none ]; then
     # Over TLS, the client code that is distlock's own runs here (the Redis
     # TLS transport on one server and on the cluster, PostgreSQL's TLS
     # parameters); the URLs whose TLS is the client library's or curl's, or a
-    # tunnel's, run in the plain pass.
+    # tunnel's, run in the plain pass. So do the CLI's cases that run one
+    # command on every URL (distlock-cli-tests.every-url): the CLI's code is
+    # the same on each, and its other cases run here.
     ctest --test-dir "$dir" --output-on-failure -j 4 -R "^(distlock-unit-tests|distlock-cli-tests|conformance\\.|package\\.$thread_tests)" \
-        -E '(\.fence-table|conformance\.etcd-cluster|conformance\.zk-ensemble|conformance\.redis-sentinel.*|conformance\.redis-cluster-reentrant|conformance\.redis-tls-.*|conformance\.mysql\.tls|conformance\.etcd-tls|conformance\.zookeeper-tls-tunnel)$'
+        -E '(distlock-cli-tests\.every-url|\.fence-table|conformance\.etcd-cluster|conformance\.zk-ensemble|conformance\.redis-sentinel.*|conformance\.redis-cluster-reentrant|conformance\.redis-tls-.*|conformance\.mysql\.tls|conformance\.etcd-tls|conformance\.zookeeper-tls-tunnel)$'
 fi

@@ -408,7 +408,11 @@ TEST_CASE("a grant whose reply comes after its lease has run out is not held",
         });
     });
     std::this_thread::sleep_for(200ms);  // A's request has reached the server by now
-    b_got = mb.try_lock_for(5s);
+    // A's grants come and go (each is a lease of 1 s, its next attempt comes a
+    // delayed reply later); B gets the name in a gap or after A's last attempt:
+    // one of up to three statements (optimistic SQL) begun before A's 3 s
+    // deadline, 1.5 s per reply, plus its lease: 8.5 s at most.
+    b_got = mb.try_lock_for(10s);
     if (b_got) {
         std::this_thread::sleep_for(3s);  // past A's deadline
         mb.unlock();

@@ -2,7 +2,7 @@
 """Many cells of the fault harness: backends x nemeses, with what each is expected to do.
 
     matrix.py --profile short|full [--seconds S] [--repeat N] [--only ID,...] [--nemesis N,...]
-              [--out DIR] [--report FILE] [--list]
+              [--lanes N] [--out DIR] [--report FILE] [--list]
 
 For every cell (backend id, nemesis) that applies, runs harness.py (one cell; it
 starts the store, proxies, workers and nemesis and runs checker.py) with the
@@ -14,7 +14,10 @@ Exit status: 0 when no cell FAILed, 1 when one did (a check nonzero that is not
 expected, or a harness error).
 
 `short` (scripts/test.sh): a few seconds per cell, every backend at least once and
-every nemesis at least once. `full` (scripts/faults.sh): every applicable cell for
+every nemesis at least once. --lanes N (scripts/test.sh: 2) runs N cells at a
+time, never two on one server (integration/backends.sh's, which a nemesis may
+kill, restart, wipe or put under libfaketime): the cells of one server run one
+after the other in one lane. `full` (scripts/faults.sh): every applicable cell for
 --seconds (default 60), --repeat times.
 """
 
@@ -26,6 +29,7 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -223,6 +227,27 @@ def cells(profile, only, nemeses):
 
 
 # ---- running ---------------------------------------------------------------------------
+
+def server_of(bid):
+    """The integration/backends.sh server a cell's nemesis may act on (None: in-process or files)."""
+    sys.path.insert(0, HERE)
+    from harness import server_name  # noqa: E402 (the harness's own answer)
+    return server_name(VARIANT.get(bid, (bid, []))[0])
+
+
+def lanes(planned, count):
+    """`planned` ((rep, backend id, nemesis), in order) in `count` lanes: all the cells of
+    one server in one lane, in their order; the servers' groups, largest first, each
+    to the lane with the fewest cells. Cells of no server are spread like the rest."""
+    groups = collections.OrderedDict()
+    for i, (rep, b, n) in enumerate(planned):
+        key = server_of(b) or ("no-server", i)
+        groups.setdefault(key, []).append((rep, b, n))
+    out = [[] for _ in range(count)]
+    for group in sorted(groups.values(), key=len, reverse=True):
+        min(out, key=len).extend(group)
+    return out
+
 
 def run_cell(bid, nemesis, seconds, out_dir, extra):
     exp = expectations(bid, nemesis)
@@ -518,6 +543,7 @@ def main(argv):
     ap.add_argument("--seconds", type=float, default=None, help="nemesis seconds per cell (short 8, full 60)")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--workers", type=int, default=6)
+    ap.add_argument("--lanes", type=int, default=1, help="cells run at once, never two on one server")
     ap.add_argument("--only", default="", help="backend ids, comma-separated")
     ap.add_argument("--nemesis", default="", help="nemeses, comma-separated")
     ap.add_argument("--out", default=None)
@@ -536,6 +562,8 @@ def main(argv):
             ap.error("--render needs --report")
         render(args.render, args.report, args.commit, args.recheck)
         return 0
+    if args.lanes < 1:
+        ap.error("--lanes must be at least 1")
     if args.seconds is None:
         args.seconds = 8.0 if args.profile == "short" else 60.0
     only = [b for b in args.only.split(",") if b]
@@ -578,14 +606,26 @@ def main(argv):
         if args.report:
             render(os.path.join(out, "matrix.json"), args.report)
 
-    for rep in range(1, args.repeat + 1):
-        for b, n in todo:
+    done_lock = threading.Lock()
+
+    def run_lane(lane):
+        for rep, b, n in lane:
             cell_dir = os.path.join(out, "%s.%s.%d" % (b, n, rep))
             c = run_cell(b, n, args.seconds, cell_dir, extra)
-            results.append(c)
-            print("[matrix] %-22s %-22s %-13s %5.1f s  %s" % (b, n, verdict(c), c["elapsed_s"], cell_dir),
-                  file=sys.stderr, flush=True)
-            save(None)
+            with done_lock:
+                results.append(c)
+                print("[matrix] %-22s %-22s %-13s %5.1f s  %s" % (b, n, verdict(c), c["elapsed_s"], cell_dir),
+                      file=sys.stderr, flush=True)
+                save(None)
+
+    planned = [(rep, b, n) for rep in range(1, args.repeat + 1) for b, n in todo]
+    threads = [threading.Thread(target=run_lane, args=(lane,)) for lane in lanes(planned, args.lanes) if lane]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    order = {os.path.join(out, "%s.%s.%d" % (b, n, rep)): i for i, (rep, b, n) in enumerate(planned)}
+    results.sort(key=lambda c: order[c["dir"]])  # the page lists the cells in the profile's order
     save(datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"))
     bad = [c for c in results if verdict(c) in ("FAIL", "ERROR")]
     print("[matrix] %d cells: %d pass, %d expected-fail, %d FAIL; %d not applicable; results in %s" % (

@@ -1029,7 +1029,7 @@ struct per_url_checks {
 }  // namespace
 
 TEST_CASE("readers and a plain holder of one name exclude each other, on every backend with read-write locks",
-          "[cli][run][hold][rw]") {
+          "[cli][run][hold][rw][every-url]") {
     const auto urls = every_url();
     per_url_checks checks;
     // Holders take a 10 s lease, so that a loaded machine does not lose them.
@@ -1445,7 +1445,7 @@ std::string check_interrupted_wait(const std::vector<std::string>& args, int sig
 }  // namespace
 
 TEST_CASE("a signal during a wait ends it at once with 128+signal and leaves nothing, on every backend",
-          "[cli][signal][wait]") {
+          "[cli][signal][wait][every-url]") {
     // One URL per scheme and strategy (TLS, clusters and fence tables wait alike), six at a time.
     std::vector<std::pair<std::string, std::string>> urls;
     std::set<std::string> kinds;
@@ -1541,7 +1541,7 @@ TEST_CASE("arguments after -- are refused with 64 where no command is taken", "[
 }
 
 TEST_CASE("a misspelled URL parameter, --wait or --lease is a usage error before connecting, the server down",
-          "[cli][args][url]") {
+          "[cli][args][url][every-url]") {
     // Port 1: nothing listens; a check made after connecting would say 69 instead.
     const std::map<std::string, std::string> down{{"redis", "redis://127.0.0.1:1"},
                                                   {"redis-sentinel", "redis-sentinel://127.0.0.1:1/m"},
