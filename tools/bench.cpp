@@ -147,8 +147,7 @@ std::string worker(const settings& s, const std::string& run_id, int index) {
     return out;
 }
 
-int run_bench(const settings& s) {
-    if (s.async) return run_async_bench(s);
+int run_sync_bench(const settings& s) {
     if (s.mode != "uncontended" && s.mode != "contended")
         throw invalid_argument_error(errc::invalid_argument, "bench", "--mode is uncontended or contended");
     if (s.threads < 1) throw invalid_argument_error(errc::invalid_argument, "bench", "--threads must be at least 1");
@@ -229,6 +228,14 @@ int run_bench(const settings& s) {
         std::cout << "\n";
     }
     return 0;
+}
+
+// On file://, in a directory of the run's own, removed at the end (scratch_names).
+int run_bench(const settings& given) {
+    const scratch_names scratch(given.backend, spi::random_token().substr(0, 10));
+    settings s = given;
+    s.backend = scratch.url();
+    return s.async ? run_async_bench(s) : run_sync_bench(s);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "distlock/error.hpp"
 #include "distlock/spi/url.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>
@@ -449,6 +450,41 @@ std::string redact_message(std::string text, const std::vector<std::string>& arg
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+scratch_names::scratch_names(const std::string& url, const std::string& run_id) : url_(url) {
+    if (url.rfind("file://", 0) != 0) return;
+    // The run's directory goes at the end of the path, before any query: the
+    // URL's own text (its escapes) is kept; the file backend makes it 0700.
+    auto query = url.find('?');
+    if (query == std::string::npos) query = url.size();
+    auto path_end = query;
+    while (path_end > 7 && url[path_end - 1] == '/') --path_end;
+    url_ = url.substr(0, path_end) + "/bench-" + run_id + url.substr(query);
+    dir_ = spi::url::parse(url_).path();
+}
+
+// Each file in the directory, then the directory; through a descriptor of the
+// directory opened without following a symlink, so that nothing outside it is
+// touched. Best effort: what cannot be removed stays, said on stderr.
+scratch_names::~scratch_names() {
+    if (dir_.empty()) return;
+    const int fd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;  // never made (the run failed first), or not ours to enter
+    if (DIR* d = ::fdopendir(fd)) {
+        std::vector<std::string> files;
+        while (const dirent* e = ::readdir(d)) {
+            const std::string entry = e->d_name;
+            if (entry != "." && entry != "..") files.push_back(entry);
+        }
+        for (const auto& f : files) (void)::unlinkat(fd, f.c_str(), 0);
+        ::closedir(d);  // closes fd
+    } else {
+        ::close(fd);
+    }
+    if (::rmdir(dir_.c_str()) != 0 && errno != ENOENT)
+        std::cerr << "distlock bench: could not remove its lock directory " << printable(dir_) << ": "
+                  << std::strerror(errno) << "\n";
 }
 
 }  // namespace distlock::tool

@@ -70,6 +70,22 @@ void require_cross_process(const std::string& url, int processes, const char* co
 
 double ms_since(std::chrono::steady_clock::time_point t0);
 
+// bench's names on file:// live in a directory of their own under the URL's,
+// <dir>/bench-<run id>, removed with their lock files when the run ends: the
+// files of names nobody else knows, which would otherwise stay behind (one per
+// name: --async makes thousands). Other schemes: the URL as given.
+class scratch_names {
+public:
+    scratch_names(const std::string& url, const std::string& run_id);
+    ~scratch_names();
+    scratch_names(const scratch_names&) = delete;
+    scratch_names& operator=(const scratch_names&) = delete;
+    const std::string& url() const noexcept { return url_; }
+
+private:
+    std::string url_, dir_;  // dir_: "" when nothing is to be removed
+};
+
 // The directory of the default file:// backends of the tool's subcommands:
 // $XDG_RUNTIME_DIR/distlock when XDG_RUNTIME_DIR is a directory of this user
 // that nobody else may enter (mode 0700; root through su or sudo -E inherits

@@ -39,7 +39,8 @@ public:
         // The server may wait up to 2 x TTL before invalidating a dead holder's
         // session (the suite adds one lease), then the lock-delay runs.
         const auto& c = agent_.config();
-        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::inspect};
+        caps_.implements = {feature::read_write, feature::semaphore, feature::permit_limit, feature::inspect,
+                            feature::inspect_primitives};
         caps_.crash_release_bound = c.default_ttl + c.lock_delay.value_or(15s) + 1s;
     }
 
@@ -71,6 +72,10 @@ public:
 
     // One GET of the mutex's key (an election's too: no feature::election).
     lock_info inspect(std::string_view name, spi::lock_kind) override { return consul::inspect(agent_, name); }
+    read_write_info inspect_read_write(std::string_view name) override {
+        return consul::inspect_read_write(agent_, name);
+    }
+    semaphore_info inspect_semaphore(std::string_view name) override { return consul::inspect_semaphore(agent_, name); }
 
     // The mutex's key and everything under the semaphore's and the read-write
     // lock's prefixes (documents and contender keys), as an operator's

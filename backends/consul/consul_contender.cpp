@@ -17,11 +17,12 @@ contender::contender(agent& a, const spi::lock_request& r, layout where, std::un
       doc_key_(where_.doc_key()),
       policy_(std::move(p)) {}
 
-document contender::read_document(const listing& l) const {
+namespace {
+document document_in(const listing& l, const std::string& doc_key) {
     document d;
     for (const auto& e : l.entries) {
         if (!e.session.empty()) d.live.insert(e.session);
-        if (e.key == doc_key_) {
+        if (e.key == doc_key) {
             d.exists = true;
             d.modify_index = e.modify_index;
             d.flags = e.flags;
@@ -29,6 +30,67 @@ document contender::read_document(const listing& l) const {
         }
     }
     return d;
+}
+}  // namespace
+
+document contender::read_document(const listing& l) const { return document_in(l, doc_key_); }
+
+view look(agent& a, layout where) {
+    const listing l = a.list(where.prefix);
+    view v{std::move(where), {}, {}};
+    v.doc = document_in(l, v.where.doc_key());
+    for (const auto& e : l.entries)
+        if (!e.session.empty() && e.key == v.where.prefix + e.session) v.contenders.emplace(e.session, e);
+    return v;
+}
+
+std::string view::foreign() const {
+    if (!doc.exists || doc.flags == where.flag) return {};
+    return "key " + where.doc_key() + " is not a " + where.noun + "'s (flags " + std::to_string(doc.flags) + ", a " +
+           where.noun + "'s are " + std::to_string(where.flag) + ")";
+}
+
+std::optional<std::string> label_in(const std::string& value, std::map<std::string, std::string>& unknown,
+                                    const std::string& field) {
+    if (value.empty()) {
+        unknown.try_emplace(field,
+                            "the key's value is empty: a holder that stores no label (Consul's Go api and "
+                            "`consul lock` without a Value, or a distlock that did not store it yet)");
+        return std::nullopt;
+    }
+    return value;  // (the core declares a label it will not show: control characters, over 255 bytes)
+}
+
+std::optional<std::vector<grant_info>> view::grants_of(const std::set<std::string>& sessions,
+                                                       std::map<std::string, std::string>& unknown,
+                                                       const std::string& field) const {
+    constexpr std::size_t max_listed = 1000;
+    if (sessions.size() > max_listed) {
+        unknown.emplace(field, std::to_string(sessions.size()) + " grants: more than " + std::to_string(max_listed) +
+                                   " are not listed");
+        return std::nullopt;
+    }
+    std::vector<grant_info> out;
+    for (const auto& s : sessions) out.push_back(grant_of(s, unknown, field));
+    return out;
+}
+
+grant_info view::grant_of(const std::string& session, std::map<std::string, std::string>& unknown,
+                          const std::string& field) const {
+    grant_info g;
+    unknown.try_emplace(field + ".remaining",
+                        "Consul does not show a session's time left (only its TTL), and it may keep a session up "
+                        "to 2 x TTL after its last renewal");
+    const auto it = contenders.find(session);
+    if (it == contenders.end()) {  // pruned as dead by read_state/read_coordination: not reached
+        unknown.try_emplace(field + ".holder", "the session holds no contender key");
+        unknown.try_emplace(field + ".token", "the session holds no contender key");
+        return g;
+    }
+    g.holder = label_in(it->second.value, unknown, field + ".holder");
+    // distlock's token: the ModifyIndex of the holder's re-acquire of its key after its admission.
+    g.token = it->second.modify_index;
+    return g;
 }
 
 // A document with other flags (a `consul lock` mutex on the same prefix, other
@@ -63,7 +125,8 @@ std::optional<spi::grant> contender::wait_and_acquire(spi::deadline until, spi::
         if (renew_if_due(now, renewed, renew_every))
             entered = false;  // the old contender key went with the old session
         if (!entered) {
-            auto made = agent_.lock_op(contender_key(), "acquire", session_, where_.flag);
+            // The key's value is the holder label, as api/semaphore.go keeps its Value there.
+            auto made = agent_.lock_op(contender_key(), "acquire", session_, where_.flag, request_.holder);
             if (!made) {  // our session is gone (expired while we waited, agent restarted)
                 renewed = spi::clock::now();
                 session_ = new_session();
@@ -110,7 +173,7 @@ std::optional<spi::grant> contender::wait_and_acquire(spi::deadline until, spi::
             }
         }
         // Admitted. The token: a write to our own contender key, after the admission.
-        auto again = agent_.lock_op(contender_key(), "acquire", session_, where_.flag);
+        auto again = agent_.lock_op(contender_key(), "acquire", session_, where_.flag, request_.holder);
         entry key = agent_.read(contender_key());
         pace.saw(key.index);
         if (!again || !*again || !key.exists || key.session != session_) {

@@ -18,10 +18,12 @@
 // release.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "consul_agent.hpp"
 #include "consul_session.hpp"
@@ -99,6 +101,32 @@ private:
     std::string doc_key_;
     std::unique_ptr<const policy> policy_;
 };
+
+// A recipe's keys as one listing of its prefix shows them (the primitives'
+// inspect): the document, and the contender key of each live session.
+struct view {
+    layout where;
+    document doc;
+    std::map<std::string, entry> contenders;  // session -> its key <prefix><session>
+    // Why the document is not this recipe's (other flags); "" = it is, or is absent.
+    std::string foreign() const;
+    // The grant of `session` as its contender key shows it: the holder label (the
+    // key's value, as api/semaphore.go keeps its Value there) and the token (its
+    // ModifyIndex); what it cannot show is declared in `unknown` as
+    // "<field>.holder", "<field>.token", "<field>.remaining".
+    grant_info grant_of(const std::string& session, std::map<std::string, std::string>& unknown,
+                        const std::string& field) const;
+    // grant_of each of `sessions`; nullopt, with the reason under `field`, past
+    // 1,000 (an inspect lists no more).
+    std::optional<std::vector<grant_info>> grants_of(const std::set<std::string>& sessions,
+                                                     std::map<std::string, std::string>& unknown,
+                                                     const std::string& field) const;
+};
+view look(agent& a, layout where);
+
+// A holder label as a key's value shows it, or why not (declared under `field`).
+std::optional<std::string> label_in(const std::string& value, std::map<std::string, std::string>& unknown,
+                                    const std::string& field);
 
 // A handle of the recipe whose document is where.doc_key(): `make_policy(key)` makes its policy.
 template <class MakePolicy>

@@ -125,14 +125,38 @@ private:
     bool writer_;
 };
 
+layout layout_of(agent& a, std::string_view name, bool writer) {
+    return {a.key_of(name) + "~rw/", kDocumentKey, kReadWriteFlag, "read-write lock",
+            writer ? "distlock writer: " : "distlock reader: "};
+}
+
 }  // namespace
 
 std::unique_ptr<spi::lock_handle> make_rwlock(agent& a, const spi::lock_request& r) {
     const bool writer = r.kind == spi::lock_kind::write;
-    return make_contender(a, r,
-                          {a.key_of(r.name) + "~rw/", kDocumentKey, kReadWriteFlag, "read-write lock",
-                           writer ? "distlock writer: " : "distlock reader: "},
+    return make_contender(a, r, layout_of(a, r.name, writer),
                           [&](std::string key) { return std::make_unique<rwlock_policy>(std::move(key), writer); });
+}
+
+// One listing of the prefix: the document (pruned of dead sessions, as a
+// contender reads it) names the writer, the readers and the first waiting
+// writer; each one's contender key gives its label and token.
+read_write_info inspect_read_write(agent& a, std::string_view name) {
+    read_write_info info;
+    const auto v = look(a, layout_of(a, name, true));
+    auto s = read_state(v.doc);
+    if (auto why = v.foreign(); !why.empty() || !s.problem.empty()) {
+        if (why.empty()) why = "key " + v.where.doc_key() + " is not a read-write lock's: " + s.problem;
+        for (const char* field : {"write_held", "readers", "writers_waiting"}) info.unknown.emplace(field, why);
+        return info;
+    }
+    info.write_held = !s.writer.empty();
+    if (*info.write_held) info.writer = v.grant_of(s.writer, info.unknown, "writer");
+    info.readers = v.grants_of(s.readers, info.unknown, "readers");
+    info.unknown.emplace("writers_waiting",
+                         "Consul keeps no queue: the document records only the first writer to wait (which holds "
+                         "back later readers); the others wait in blocking queries, which the server does not count");
+    return info;
 }
 
 }  // namespace distlock::backends::consul

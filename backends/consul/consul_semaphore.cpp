@@ -28,6 +28,8 @@
 //              cleanup does), delete the contender key, destroy the session
 #include <nlohmann/json.hpp>
 
+#include <limits>
+
 #include "consul_contender.hpp"
 #include "consul_lock.hpp"
 #include "http/http_json.hpp"
@@ -127,12 +129,42 @@ private:
     std::uint32_t permits_;
 };
 
+layout layout_of(agent& a, std::string_view name) {
+    return {a.key_of(name) + "/", kCoordinationKey, kSemaphoreFlag, "semaphore", "distlock semaphore: "};
+}
+
 }  // namespace
 
 std::unique_ptr<spi::lock_handle> make_permit(agent& a, const spi::lock_request& r) {
-    return make_contender(
-        a, r, {a.key_of(r.name) + "/", kCoordinationKey, kSemaphoreFlag, "semaphore", "distlock semaphore: "},
-        [&](std::string key) { return std::make_unique<semaphore_policy>(r.name, std::move(key), r.permits); });
+    return make_contender(a, r, layout_of(a, r.name), [&](std::string key) {
+        return std::make_unique<semaphore_policy>(r.name, std::move(key), r.permits);
+    });
+}
+
+// One listing of the prefix: .lock (pruned of dead sessions, as a contender
+// reads it) gives the size and the holders; each holder's contender key gives
+// its label and token.
+semaphore_info inspect_semaphore(agent& a, std::string_view name) {
+    semaphore_info info;
+    const auto v = look(a, layout_of(a, name));
+    const auto c = read_coordination(v.doc, 0);
+    if (auto why = v.foreign(); !why.empty() || !c.problem.empty()) {
+        if (why.empty()) why = "key " + v.where.doc_key() + " is not a semaphore's: " + c.problem;
+        for (const char* field : {"size", "permits", "free"}) info.unknown.emplace(field, why);
+        return info;
+    }
+    const bool sized = v.doc.exists && c.limit > 0 && c.limit <= std::numeric_limits<std::uint32_t>::max();
+    if (sized) info.size = static_cast<std::uint32_t>(c.limit);
+    else
+        info.unknown.emplace(
+            "size", v.doc.exists
+                        ? "the Limit in " + v.where.doc_key() + " is " + std::to_string(c.limit)
+                        : "nobody holds a permit: the size is kept in " + v.where.doc_key() + " with the holders only");
+    info.permits = v.grants_of(c.holders, info.unknown, "permits");
+    if (info.size)
+        info.free = *info.size > c.holders.size() ? static_cast<std::uint32_t>(*info.size - c.holders.size()) : 0u;
+    else info.unknown.emplace("free", "the size is not known");
+    return info;
 }
 
 }  // namespace distlock::backends::consul

@@ -27,8 +27,29 @@ using namespace redis_client;
 // ARGV[1] lease ms, ARGV[2] owner field, ARGV[3] owner's write field.
 // {1, token} | {0, ms to wait at most: PTTL of the hash, or until the first
 // waiting writer's entry expires}.
-const std::string read_acquire_lua = std::string(fence_lua) + now_lua + R"lua(
+// A hash without `mode` is a held lock (RLock) of the same name: busy to both
+// sides when a field is another client's (Redisson's own scripts would take
+// it as free), as a Redisson thread may take both locks of a name. `me`: this
+// client's field prefix, "<uuid>:".
+const char* const rlock_of_another_lua = R"lua(
+local function rlock_of_another(key, me)
+  if redis.call('exists', key) == 0 then
+    return false
+  end
+  for _, field in ipairs(redis.call('hkeys', key)) do
+    if string.sub(field, 1, #me) ~= me then
+      return true
+    end
+  end
+  return false
+end
+)lua";
+
+const std::string read_acquire_lua = std::string(fence_lua) + now_lua + rlock_of_another_lua + R"lua(
 local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false and rlock_of_another(KEYS[1], string.match(ARGV[2], '^(.*:)[^:]*$')) then
+  return {0, redis.call('pttl', KEYS[1])}
+end
 if mode == false or mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
   local now = now_ms()
   redis.call('zremrangebyscore', KEYS[3], '-inf', now)
@@ -52,9 +73,9 @@ return {0, redis.call('pttl', KEYS[1])}
 // lease ms, ARGV[2] write field, ARGV[3] waiter id ("" = not waiting), ARGV[4]
 // liveness slack ms. {1, token} | {0, PTTL of the hash}; a waiting writer
 // (re)registers among the write waiters until its entry's expiry.
-const std::string write_acquire_lua = std::string(fence_lua) + now_lua + R"lua(
+const std::string write_acquire_lua = std::string(fence_lua) + now_lua + rlock_of_another_lua + R"lua(
 local mode = redis.call('hget', KEYS[1], 'mode')
-if mode == false then
+if mode == false and not rlock_of_another(KEYS[1], string.match(ARGV[2], '^(.*:)[^:]*:write$')) then
   redis.call('hset', KEYS[1], 'mode', 'write')
   redis.call('hset', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[1])

@@ -607,16 +607,21 @@ def main(argv):
             render(os.path.join(out, "matrix.json"), args.report)
 
     done_lock = threading.Lock()
+    lane_errors = []
 
     def run_lane(lane):
-        for rep, b, n in lane:
-            cell_dir = os.path.join(out, "%s.%s.%d" % (b, n, rep))
-            c = run_cell(b, n, args.seconds, cell_dir, extra)
+        try:
+            for rep, b, n in lane:
+                cell_dir = os.path.join(out, "%s.%s.%d" % (b, n, rep))
+                c = run_cell(b, n, args.seconds, cell_dir, extra)
+                with done_lock:
+                    results.append(c)
+                    print("[matrix] %-22s %-22s %-13s %5.1f s  %s" % (b, n, verdict(c), c["elapsed_s"], cell_dir),
+                          file=sys.stderr, flush=True)
+                    save(None)
+        except BaseException as e:  # the run fails, as it did with one lane
             with done_lock:
-                results.append(c)
-                print("[matrix] %-22s %-22s %-13s %5.1f s  %s" % (b, n, verdict(c), c["elapsed_s"], cell_dir),
-                      file=sys.stderr, flush=True)
-                save(None)
+                lane_errors.append(e)
 
     planned = [(rep, b, n) for rep in range(1, args.repeat + 1) for b, n in todo]
     threads = [threading.Thread(target=run_lane, args=(lane,)) for lane in lanes(planned, args.lanes) if lane]
@@ -624,6 +629,8 @@ def main(argv):
         t.start()
     for t in threads:
         t.join()
+    if lane_errors:
+        raise lane_errors[0]
     order = {os.path.join(out, "%s.%s.%d" % (b, n, rep)): i for i, (rep, b, n) in enumerate(planned)}
     results.sort(key=lambda c: order[c["dir"]])  # the page lists the cells in the profile's order
     save(datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"))

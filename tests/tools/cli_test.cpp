@@ -26,6 +26,7 @@
 #include "distlock/spi/url.hpp"
 #include "distlock/testing.hpp"
 #include "support.hpp"
+#include "tcp_proxy.hpp"
 
 using namespace std::chrono_literals;
 
@@ -291,6 +292,27 @@ TEST_CASE("bench reports cycles and, for embedded backends, no floor", "[cli][be
     CHECK(j["floor_ratio"].is_null());
     CHECK(j["native_floor_us"].is_null());  // no server lock of its own either
     CHECK(j["native_ratio"].is_null());
+}
+
+TEST_CASE("bench on file:// leaves no lock file behind, in any mode, and nothing else is touched", "[cli][bench]") {
+    const auto dir = std::filesystem::path(lock_dir()) / distlock::test::unique_name("bench-dir");
+    std::filesystem::create_directories(dir);
+    {
+        std::ofstream(dir / "someone-elses.lock") << "x";  // a file of the directory's: it stays
+    }
+    const auto url = "file://" + dir.string();
+    for (const auto* how : {"--threads 2", "--mode contended --threads 2 --processes 2", "--primitive rw --writers 1",
+                            "--primitive semaphore --permits 2", "--async --waiters 20 --handoffs 5"}) {
+        INFO(how);
+        auto r = run("bench --backend '" + url + "' --seconds 0.3 --json --quiet " + how);
+        CHECK(r.status == 0);
+        std::vector<std::string> left;
+        for (const auto& e : std::filesystem::directory_iterator(dir)) left.push_back(e.path().filename().string());
+        CHECK(left == std::vector<std::string>{"someone-elses.lock"});
+    }
+    // With a query and a trailing slash, the same.
+    CHECK(run("bench --backend '" + url + "/?sync=false' --seconds 0.2 --json --quiet").status == 0);
+    CHECK(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator{}) == 1);
 }
 
 TEST_CASE("bench --observe measures with a metrics observer attached", "[cli][bench][observe]") {
@@ -1101,6 +1123,111 @@ TEST_CASE("readers and a plain holder of one name exclude each other, on every b
     CHECK(checks.skipped.size() < urls.size());
 }
 
+TEST_CASE("status shows the mutex, the read-write lock and the semaphore as the server does, on every backend",
+          "[cli][status][every-url]") {
+    const auto urls = every_url();
+    per_url_checks checks;
+    distlock::lock_options long_lease;
+    long_lease.lease = 10s;  // a loaded machine does not lose them meanwhile
+    checks.run(urls, [&](const std::string& var, const std::string& url) {
+        auto fail = [&](const std::string& what) { checks.fail(var, what); };
+        const auto name = distlock::test::unique_name("status");
+        distlock::provider_options o;
+        o.holder = "status-" + distlock::test::unique_name("h").substr(0, 24);
+        auto locks = distlock::connect(url, o);
+        const bool tokens = locks.caps().supports(distlock::feature::fencing);
+        auto status = [&]() -> nlohmann::json {
+            const auto r = spawn_cli({"status", "--backend", url, "--name", name, "--json"});
+            if (r.status != 0) {
+                fail("status exited " + std::to_string(r.status) + ": " + r.err);
+                return nlohmann::json::object();
+            }
+            return nlohmann::json::parse(r.out, nullptr, false);
+        };
+        // A field is shown, or its reason is under "unknown": never both empty.
+        auto shown = [&](const nlohmann::json& j, const std::string& field, const std::string& what) {
+            if (!j.is_object() || !j.contains(field)) {
+                fail(what + ": no " + field);
+                return false;
+            }
+            if (!j.at(field).is_null()) return true;
+            if (!j.contains("unknown") || !j["unknown"].contains(field))
+                fail(what + ": " + field + " empty, no reason");
+            return false;
+        };
+        // One grant of a list: its label ours, its token `token` where shown.
+        auto one_grant = [&](const nlohmann::json& j, const std::string& field, std::uint64_t token,
+                             const std::string& what) {
+            if (!shown(j, field, what)) return;
+            if (!j.at(field).is_array() || j.at(field).size() != 1) {
+                fail(what + ": " + field + " is " + j.at(field).dump() + ", not one grant");
+                return;
+            }
+            const auto& g = j.at(field).at(0);
+            const auto holder = g.value("holder", nlohmann::json()), got = g.value("token", nlohmann::json());
+            if (!holder.is_null() && holder != o.holder) fail(what + ": holder " + holder.dump());
+            if (tokens && !got.is_null() && got != token) fail(what + ": token " + got.dump());
+        };
+
+        auto m = locks.mutex(name, long_lease);
+        m.lock();
+        auto j = status();
+        if (j["held"] != true) fail("mutex held: status says held " + j["held"].dump());
+        if (shown(j, "holder", "mutex") && j["holder"] != o.holder) fail("mutex: holder " + j["holder"].dump());
+        if (tokens && shown(j, "token", "mutex") && j["token"] != m.token()) fail("mutex: token " + j["token"].dump());
+        m.unlock();
+
+        if (locks.caps().supports(distlock::feature::read_write)) {
+            auto rw = locks.shared_mutex(name, long_lease);
+            rw.lock_shared();
+            j = status();
+            const auto& r = j["read_write"];
+            if (!r.is_object()) fail("read-write lock: no read_write section");
+            else {
+                if (r.value("write_held", nlohmann::json()) != false) fail("a reader holds: write_held not false");
+                one_grant(r, "readers", rw.shared_token(), "read-write lock");
+            }
+            rw.unlock_shared();
+            rw.lock();
+            j = status();
+            if (j["read_write"]["write_held"] != true)
+                fail("a writer holds: write_held " + j["read_write"]["write_held"].dump());
+            rw.unlock();
+        } else if (!status()["read_write"].is_null()) {
+            fail("no read-write locks, but a read_write section");
+        }
+
+        // Given back: free wherever it is shown (before the semaphore: on Redis
+        // strategy=reentrant, Redisson's semaphore leaves its count in the
+        // name's key, which a mutex inspect then reports held).
+        j = status();
+        if (j["held"] != false) fail("all released: held " + j["held"].dump());
+        if (j["read_write"].is_object() && j["read_write"]["write_held"] == true) fail("all released: write_held");
+        const auto text = spawn_cli({"status", "--backend", url, "--name", name});
+        if (text.status != 0 || text.out.find("held: no\n") == std::string::npos)
+            fail("text status: " + std::to_string(text.status) + ": " + text.out + text.err);
+
+        if (locks.caps().supports(distlock::feature::semaphore)) {
+            auto sem = locks.semaphore(name, 3, long_lease);
+            sem.acquire();
+            j = status();
+            const auto& p = j["semaphore"];
+            if (!p.is_object()) fail("semaphore: no semaphore section");
+            else {
+                one_grant(p, "permits", sem.token(), "semaphore");
+                if (shown(p, "size", "semaphore") && p.at("size") != 3) fail("semaphore: size " + p.at("size").dump());
+                if (shown(p, "free", "semaphore") && p.at("free") != 2) fail("semaphore: free " + p.at("free").dump());
+            }
+            sem.release();
+            j = status();
+            if (j["semaphore"]["permits"].is_array() && !j["semaphore"]["permits"].empty())
+                fail("all released: permits " + j["semaphore"]["permits"].dump());
+        } else if (!status()["semaphore"].is_null()) {
+            fail("no semaphores, but a semaphore section");
+        }
+    });
+}
+
 TEST_CASE("the default lock directory is never one another user can create or enter", "[cli][default-dir]") {
     const auto help_default = [](const spawn_options& o) {
         const auto r = spawn_cli({"flash-sale", "--help"}, o);
@@ -1471,6 +1598,60 @@ TEST_CASE("a signal during a wait ends it at once with 128+signal and leaves not
             [&] { return next.try_lock(); });
         if (next.held()) next.unlock();
         if (!why.empty()) checks.fail(var, why);
+    });
+}
+
+TEST_CASE("a waiter whose server dies exits 69 with one message, on every single-server backend",
+          "[cli][wait][every-url]") {
+    // The server "dies" for the waiter: its connections through a proxy are
+    // closed and the proxy's port refuses. The holder (direct) keeps the lock.
+    const std::set<std::string> single{"DISTLOCK_TEST_REDIS_URL", "DISTLOCK_TEST_POSTGRES_URL",
+                                       "DISTLOCK_TEST_MYSQL_URL", "DISTLOCK_TEST_ZK_URL",
+                                       "DISTLOCK_TEST_ETCD_URL",  "DISTLOCK_TEST_CONSUL_EMULATOR_URL"};
+    std::vector<std::pair<std::string, std::string>> urls;
+    for (const auto& [var, url] : every_url())
+        if (single.count(var)) urls.emplace_back(var, url);
+    if (urls.empty()) WARN("no single-server URL configured");
+    distlock::lock_options long_lease;
+    long_lease.lease = 30s;
+    per_url_checks checks;
+    checks.run(urls, [&](const std::string& var, const std::string& url) {
+        auto fail = [&](const std::string& what) { checks.fail(var, what); };
+        const auto name = distlock::test::unique_name("dies");
+        auto holder = distlock::connect(url);
+        auto m = holder.mutex(name, long_lease);
+        m.lock();
+        std::unique_ptr<distlock::test::tcp_proxy> proxy;
+        const auto proxied = distlock::test::map_hosts(url, [&](const std::string& host_port) {
+            const auto colon = host_port.rfind(':');
+            proxy = std::make_unique<distlock::test::tcp_proxy>(host_port.substr(0, colon),
+                                                                std::stoi(host_port.substr(colon + 1)));
+            return "127.0.0.1:" + std::to_string(proxy->port());
+        });
+        const auto err = fresh_dir("dies") + "/stderr";
+        distlock::test::child_process waiter(
+            {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>\"$DISTLOCK_TEST_ERR\"", cli(), "run", "--backend", proxied,
+             "--name", name, "--wait", "120s", "--", "true"},
+            {.env = {{"DISTLOCK_TEST_ERR", err}}});
+        std::this_thread::sleep_for(1500ms);  // connected and waiting
+        if (const auto early = waiter.wait_exit_for(0ms)) {
+            fail("it ended before the server died: " + std::to_string(*early) + " (" + read_file(err) + ")");
+            return;
+        }
+        const auto died = std::chrono::steady_clock::now();
+        proxy.reset();
+        const auto status = waiter.wait_exit_for(40s);
+        const auto took =
+            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - died);
+        const auto said = read_file(err);
+        if (!status) fail("still waiting 40 s after its server died");
+        else if (*status != 69) fail("exit status " + std::to_string(*status) + " (" + said + ")");
+        else if (took > 30s) fail("69 only after " + std::to_string(took.count()) + " ms");
+        // Its backend not named twice in a row ("etcd: etcd: ..." was seen).
+        for (const char* backend : {"redis", "postgres", "mysql", "zookeeper", "zk", "etcd", "consul"})
+            if (said.find(std::string(backend) + ": " + backend + ":") != std::string::npos)
+                fail("the backend is named twice: " + said);
+        m.unlock();
     });
 }
 

@@ -128,6 +128,44 @@ TEST_CASE(
     CHECK(waited.load() < 10000);  // woken by the message, not by the lease running out
 }
 
+TEST_CASE("a name whose key is another client's RLock (distlock's or Redisson's) is busy to our read-write lock",
+          "[redis][redisson][rw]") {
+    auto p = distlock::connect(shared_url("/1?strategy=reentrant"));
+    auto other = distlock::connect(shared_url("/1?strategy=reentrant"));
+    raw_client raw(shared_port(), {}, 1);
+    const auto name = unique_name("rw-over-rlock");
+    auto rw = p.shared_mutex(name);
+    {
+        auto m = other.mutex(name);  // another provider's reentrant mutex: an RLock hash, no `mode`
+        m.lock();
+        CHECK(raw.integer({"HEXISTS", name, "mode"}) == 0);
+        CHECK_FALSE(rw.try_lock_shared());
+        CHECK_FALSE(rw.try_lock());
+        CHECK(raw.integer({"HEXISTS", name, "mode"}) == 0);  // the hash untouched
+        m.unlock();
+    }
+    {
+        // This client's own mutex, as a Redisson thread may hold both locks of a
+        // name (distlock run's plain form takes the mutex, then the write side).
+        auto m = p.mutex(name);
+        m.lock();
+        REQUIRE(rw.try_lock());
+        rw.unlock();
+        m.unlock();
+    }
+    // Java RLock.lock() of another process: one field <uuid>:<thread> = 1, 30 s lease.
+    raw.cmd({"HSET", name, "6f1c1b9e-2f4e-4a57-9d53-0c1e9d1f7a10:57", "1"});
+    raw.cmd({"PEXPIRE", name, "30000"});
+    CHECK_FALSE(rw.try_lock_shared_for(300ms));
+    CHECK_FALSE(rw.try_lock_for(300ms));
+    CHECK(hash_of(raw, name).size() == 1);
+    raw.cmd({"DEL", name});
+    REQUIRE(rw.try_lock_shared());  // free again: ours
+    rw.unlock_shared();
+    REQUIRE(rw.try_lock());
+    rw.unlock();
+}
+
 TEST_CASE("a waiting writer is listed among the write waiters and holds back our readers until it gets in",
           "[redis][rw][policy]") {
     auto p = distlock::connect(shared_url("/1?strategy=reentrant&lease=3s"));
