@@ -7,25 +7,33 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 . scripts/lib.sh
 say "installing what is missing of: ${CORE_PACKAGES[*]}"
 ensure_packages "${CORE_PACKAGES[@]}"
-# The tool alone, in a directory of its own: build/ stays for the whole tree
-# (scripts/test.sh, and the README's build and install steps).
-DISTLOCK_CONFIGURE_ARGS="-DDISTLOCK_BUILD_TESTS=OFF ${DISTLOCK_CONFIGURE_ARGS:-}" \
-    configure_and_build build-demo "" distlock-cli
+if [ -n "${DISTLOCK_DEMO_TOOL:-}" ]; then
+    # A tool built already (scripts/test.sh runs the README's commands with the
+    # one it built: tests/docs/run_readme.sh).
+    tool=$DISTLOCK_DEMO_TOOL
+    say "the tool of $tool"
+else
+    # The tool alone, in a directory of its own: build/ stays for the whole tree
+    # (scripts/test.sh, and the README's build and install steps).
+    DISTLOCK_CONFIGURE_ARGS="-DDISTLOCK_BUILD_TESTS=OFF ${DISTLOCK_CONFIGURE_ARGS:-}" \
+        configure_and_build build-demo "" distlock-cli
+    tool=build-demo/bin/distlock
+fi
 
 locks=$(mktemp -d /tmp/distlock-demo.XXXXXX)
 trap 'rm -rf "$locks"' EXIT
 echo
 echo "1) Without a lock: every buyer reads the stock, pauses, writes it back."
-without=$(build-demo/bin/distlock flash-sale --no-lock --quiet)
+without=$("$tool" flash-sale --no-lock --quiet)
 echo "$without"
 echo
 echo "2) With distlock on file://$locks (flock, one lock for the stock):"
-with=$(build-demo/bin/distlock flash-sale --backend "file://$locks" --quiet)
+with=$("$tool" flash-sale --backend "file://$locks" --quiet)
 echo "$with"
 echo
 echo "3) A bigger sale (400 items): one lock for the stock, then 8 stock segments with a lock each."
-build-demo/bin/distlock flash-sale --backend "file://$locks" --stock 400 --quiet
-build-demo/bin/distlock flash-sale --backend "file://$locks" --stock 400 --segments 8 --quiet
+"$tool" flash-sale --backend "file://$locks" --stock 400 --quiet
+"$tool" flash-sale --backend "file://$locks" --stock 400 --segments 8 --quiet
 echo
 over_without=$(grep -o 'OVERSOLD [0-9]*' <<<"$without" | awk '{print $2}')
 over_with=$(grep -o 'OVERSOLD [0-9]*' <<<"$with" | awk '{print $2}')

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test, against real servers started here (integration/backends.sh).
-#   scripts/test.sh                       plain build + ctest + the short fault matrix + a
+#   scripts/test.sh                       plain build + ctest + the README's commands
+#                                         (tests/docs/run_readme.sh) + the short fault matrix + a
 #                                         30 s libFuzzer run over the URL parser, then an
 #                                         AddressSanitizer+UBSan build + ctest
 #   scripts/test.sh --sanitize thread     the second pass with ThreadSanitizer instead
@@ -33,6 +34,12 @@ say "tests (plain build)"
 # Four at a time on two cores: most of the suite waits for servers and leases
 # (crash and expiry cases wait out a 2 s lease), not for the processor.
 ctest --test-dir build --output-on-failure -j 4
+
+# The README's shell commands in order, as a newcomer runs them (its build and
+# install in this tree, the demo with the tool built here; the script says
+# what it substitutes), then the installed tool takes a lock.
+say "the README's commands"
+tests/docs/run_readme.sh
 
 # The short fault matrix (tests/faults/README.md): a few seconds per cell, every
 # backend and every nemesis at least once, histories checked by checker.py; two
