@@ -30,11 +30,17 @@ using namespace redis_client;
 // A hash without `mode` is a held lock (RLock) of the same name: busy to both
 // sides when a field is another client's (Redisson's own scripts would take
 // it as free), as a Redisson thread may take both locks of a name. `me`: this
-// client's field prefix, "<uuid>:".
+// client's field prefix, "<uuid>:". An RLock has one field per holding
+// thread: a hash of more than 16 is not read through (the script would hold
+// the server for as long), and counts as another's.
 const char* const rlock_of_another_lua = R"lua(
 local function rlock_of_another(key, me)
-  if redis.call('exists', key) == 0 then
+  local fields = redis.call('hlen', key)
+  if fields == 0 then
     return false
+  end
+  if fields > 16 then
+    return true
   end
   for _, field in ipairs(redis.call('hkeys', key)) do
     if string.sub(field, 1, #me) ~= me then

@@ -367,12 +367,7 @@ TEST_CASE("a grant whose reply comes after its lease has run out is not held",
     // its 1 s lease: the server grants A, the grant expires there before A hears
     // of it, and B takes the lock. A must never believe it holds while B does.
     std::vector<std::unique_ptr<distlock::test::tcp_proxy>> proxies;
-    const auto slow_url = distlock::test::map_hosts(backend_url(), [&](const std::string& host_port) {
-        const auto colon = host_port.rfind(':');
-        proxies.push_back(std::make_unique<distlock::test::tcp_proxy>(host_port.substr(0, colon),
-                                                                      std::stoi(host_port.substr(colon + 1))));
-        return "127.0.0.1:" + std::to_string(proxies.back()->port());
-    });
+    const auto slow_url = distlock::test::through_proxies(backend_url(), proxies);
     REQUIRE_FALSE(proxies.empty());
     auto a = distlock::connect(slow_url);
     auto b = connect_under_test();

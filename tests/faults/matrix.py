@@ -230,8 +230,9 @@ def cells(profile, only, nemeses):
 
 def server_of(bid):
     """The integration/backends.sh server a cell's nemesis may act on (None: in-process or files)."""
-    sys.path.insert(0, HERE)
-    from harness import server_name  # noqa: E402 (the harness's own answer)
+    if HERE not in sys.path:
+        sys.path.insert(0, HERE)
+    from harness import server_name  # the harness's own answer
     return server_name(VARIANT.get(bid, (bid, []))[0])
 
 

@@ -1,5 +1,7 @@
 #include "tcp_proxy.hpp"
 
+#include "support.hpp"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -200,6 +202,15 @@ bool read_exact(int fd, std::string& out, std::size_t n) {
         got += static_cast<std::size_t>(r);
     }
     return true;
+}
+
+std::string through_proxies(const std::string& url, std::vector<std::unique_ptr<tcp_proxy>>& proxies) {
+    return map_hosts(url, [&](const std::string& host_port) {
+        const auto colon = host_port.rfind(':');
+        proxies.push_back(
+            std::make_unique<tcp_proxy>(host_port.substr(0, colon), std::stoi(host_port.substr(colon + 1))));
+        return "127.0.0.1:" + std::to_string(proxies.back()->port());
+    });
 }
 
 std::uint16_t free_port() {

@@ -45,6 +45,11 @@ private:
     std::thread loop_;
 };
 
+// `url` with each host:port of its authority replaced by the address of a new
+// tcp_proxy to it, appended to `proxies` (map_hosts in support.hpp); destroying
+// a proxy closes its connections and its port refuses, as a server gone.
+std::string through_proxies(const std::string& url, std::vector<std::unique_ptr<tcp_proxy>>& proxies);
+
 // A free TCP port on 127.0.0.1 (nothing listens there when this returns).
 std::uint16_t free_port();
 

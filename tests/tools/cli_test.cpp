@@ -1621,13 +1621,8 @@ TEST_CASE("a waiter whose server dies exits 69 with one message, on every single
         auto holder = distlock::connect(url);
         auto m = holder.mutex(name, long_lease);
         m.lock();
-        std::unique_ptr<distlock::test::tcp_proxy> proxy;
-        const auto proxied = distlock::test::map_hosts(url, [&](const std::string& host_port) {
-            const auto colon = host_port.rfind(':');
-            proxy = std::make_unique<distlock::test::tcp_proxy>(host_port.substr(0, colon),
-                                                                std::stoi(host_port.substr(colon + 1)));
-            return "127.0.0.1:" + std::to_string(proxy->port());
-        });
+        std::vector<std::unique_ptr<distlock::test::tcp_proxy>> proxies;
+        const auto proxied = distlock::test::through_proxies(url, proxies);
         const auto err = fresh_dir("dies") + "/stderr";
         distlock::test::child_process waiter(
             {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>\"$DISTLOCK_TEST_ERR\"", cli(), "run", "--backend", proxied,
@@ -1639,7 +1634,7 @@ TEST_CASE("a waiter whose server dies exits 69 with one message, on every single
             return;
         }
         const auto died = std::chrono::steady_clock::now();
-        proxy.reset();
+        proxies.clear();
         const auto status = waiter.wait_exit_for(40s);
         const auto took =
             std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - died);

@@ -159,6 +159,11 @@ TEST_CASE("a name whose key is another client's RLock (distlock's or Redisson's)
     CHECK_FALSE(rw.try_lock_shared_for(300ms));
     CHECK_FALSE(rw.try_lock_for(300ms));
     CHECK(hash_of(raw, name).size() == 1);
+    // A hash of many fields (an RLock has one per holding thread) is not read
+    // through: busy, at once.
+    for (int i = 0; i < 40; ++i) raw.cmd({"HSET", name, "f" + std::to_string(i), "1"});
+    CHECK_FALSE(rw.try_lock_shared());
+    CHECK_FALSE(rw.try_lock());
     raw.cmd({"DEL", name});
     REQUIRE(rw.try_lock_shared());  // free again: ours
     rw.unlock_shared();
