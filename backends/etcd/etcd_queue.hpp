@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -97,7 +98,10 @@ private:
     turn wait_for_turn(spi::deadline until);
     std::optional<turn> wait_round(waiting& w, spi::deadline until, spi::clock::time_point now);
     turn confirm_turn();
-    bool watch_ahead(waiting& w, const place& p, std::int64_t at, std::chrono::milliseconds budget);
+    bool watch_ahead(const place& p, std::int64_t at, const std::function<bool()>& moved,
+                     std::chrono::milliseconds budget);
+    bool wait_for_release(waiting& w, const place& p, const json& kvs, std::int64_t at,
+                          std::chrono::milliseconds budget);
 
     // The watch of our key while held.
     http::request watch_request(std::int64_t from) const;

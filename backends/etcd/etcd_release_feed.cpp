@@ -169,7 +169,9 @@ http::request release_feed::stream_request() const {
 void release_feed::wake(const std::vector<std::shared_ptr<watcher>>& ws) {
     for (const auto& w : ws) {
         std::lock_guard lk(w->m);
-        if (w->active) w->sink();
+        if (!w->active) continue;
+        w->sink();
+        ++wakes_;
     }
 }
 

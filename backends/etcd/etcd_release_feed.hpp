@@ -80,9 +80,11 @@ public:
     // of them was deleted since (or when that cannot be told).
     void blocked_by(const std::shared_ptr<watcher>& w, std::vector<std::string> keys, std::int64_t revision);
 
-    // Subscriptions now, and watch streams started so far (tests).
+    // Subscriptions now, watch streams started so far, and the wake-ups
+    // given so far (each call of a subscriber's sink) (tests).
     std::size_t watchers() const;
     std::uint64_t streams_started() const;
+    std::uint64_t wakes() const noexcept { return wakes_.load(); }
     // The deletions kept for missed() now, the bytes of their keys now and at
     // most so far, and the revision the stream resumes from (tests).
     struct kept_window {
@@ -101,7 +103,7 @@ private:
     // Under mu_: whether a deletion of w's keys after its revision may have
     // gone unseen or was seen.
     bool missed(const watcher& w) const;
-    static void wake(const std::vector<std::shared_ptr<watcher>>& ws);
+    void wake(const std::vector<std::shared_ptr<watcher>>& ws);
     void forget_recent();  // under mu_
     // Under mu_: w goes to `woken`; a hold is woken once, so it leaves the index.
     void take(const std::shared_ptr<watcher>& w, std::vector<std::shared_ptr<watcher>>& woken);
@@ -118,7 +120,8 @@ private:
     std::size_t most_bytes_ = 0;    // recent_bytes_'s highest value after trimming (tests)
     std::uint64_t started_ = 0;
     std::atomic<int> own_watches_{0};  // watch_slot's
-    http::monitor monitor_;            // last: stopped before the fields its callbacks use go
+    std::atomic<std::uint64_t> wakes_{0};
+    http::monitor monitor_;  // last: stopped before the fields its callbacks use go
 };
 
 }  // namespace distlock::backends::etcd

@@ -41,7 +41,6 @@ s::sql_texts dialect::texts(const std::string& table) const {
                        {0, 1}};
     q.lease_clear = {"WITH done AS (DELETE FROM " + t + " WHERE name = $1 RETURNING name" + notify, {0}};
     q.listen = {"LISTEN " + quote(channel(table)), {}};
-    q.unlisten = {"UNLISTEN " + quote(channel(table)), {}};
     q.opt_insert = {{"INSERT INTO " + t + " (name, owner, expires_at, version, holder_label) VALUES ($1, $2, " +
                          expires + ", " + next + ", $4) ON CONFLICT (name) DO NOTHING RETURNING version",
                      {0, 1, 2, 4}}};

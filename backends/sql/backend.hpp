@@ -32,6 +32,9 @@ public:
     read_write_info inspect_read_write(std::string_view lock_name) override;
     semaphore_info inspect_semaphore(std::string_view lock_name) override;
 
+    // What its handles share (for the tests: the release listener's counts).
+    context& shared_context() noexcept { return ctx_; }
+
 private:
     // Gives the backend its first connection and makes the tables.
     friend std::shared_ptr<spi::backend> make_backend(std::shared_ptr<dialect> d, const settings& s);

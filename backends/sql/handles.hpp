@@ -45,6 +45,27 @@ namespace distlock::backends::sql {
 // A batch's value (batch_value) as a token: nullopt = no row or NULL.
 std::optional<std::uint64_t> run_for_token(connection& c, const batch& steps, std::initializer_list<value> args);
 
+// One try of a lease-row strategy (`run`: its statements; a value = granted,
+// nullopt = held by another). A try that the server ended in a deadlock is made
+// again at once: InnoDB ends a statement that deadlocks whoever holds the row
+// (an upsert beside other sessions' inserts and deletes of neighbouring names),
+// so the name may well be free, and try_lock of a free name must be granted.
+// Still a deadlock after `deadlock_tries`, or a lock wait timeout (a row held
+// by a transaction), is busy: nullopt.
+constexpr int deadlock_tries = 3;
+template <class F>
+auto unless_busy(F&& run) -> decltype(run()) {
+    for (int tries = 1;; ++tries) {
+        try {
+            return run();
+        } catch (const sql_error& e) {
+            if (e.kind() == failure::deadlock && tries < deadlock_tries) continue;
+            if (e.kind() == failure::deadlock || e.kind() == failure::lock_timeout) return std::nullopt;
+            throw;
+        }
+    }
+}
+
 // The fence counter row of a name (MySQL's counter rows; PostgreSQL's sequence
 // ignores it): the first two bytes of SHA-256(name), big-endian, modulo 1024.
 std::int64_t fence_slot(std::string_view name);
@@ -119,8 +140,9 @@ public:
 protected:
     // Calls `attempt` (one try: a grant, or nullopt when the lock is taken) with a
     // new owner token until it grants or `until` passes. Between tries a waiter
-    // listens for the release notification of the name where the server has
-    // them (PostgreSQL), else sleeps a jittered backoff of at most `max_pause`.
+    // waits for the release notification of the name where the server has them
+    // (PostgreSQL: the provider's one LISTEN session, release_listener), and a
+    // jittered backoff of at most `max_pause` in any case.
     // When it does not grant, or throws, nothing of this acquisition is left:
     // its rows are deleted (`give_back`: always; else only after an error).
     std::optional<spi::grant> acquire_loop(spi::deadline until,

@@ -3,6 +3,8 @@
 // on its version (optimistic), renewed by the owner token and deleted at
 // release. See handles.hpp.
 #include <algorithm>
+#include <condition_variable>
+#include <mutex>
 #include <utility>
 
 #include "handles.hpp"
@@ -24,20 +26,18 @@ std::optional<spi::grant> lease_row_handle::acquire_loop(spi::deadline until,
     std::string owner = spi::random_token();
     owner_ = owner;
     spi::backoff wait(req_.retry_min, std::max(req_.retry_min, std::min(req_.retry_max, max_pause)));
-    // Where the server notifies releases, a waiter listens on a session of its own
-    // and tries again when the name is released (or after the backoff, which
-    // still catches leases that simply expire).
-    std::unique_ptr<connection> listener;
-    const std::string my_payload = ctx_.texts().listen.text.empty() ? std::string{} : spi::sha256_hex(req_.name);
-    auto stop_listening = [&]() noexcept {
-        if (!listener) return;
-        try {
-            listener->exec(ctx_.texts().unlisten);
-            (void)listener->wait_notifications(spi::clock::now());  // drop what came meanwhile
-            ctx_.pool().give_back(std::move(listener));
-        } catch (...) {}
-        listener.reset();
-    };
+    // Where the server notifies releases, a waiter is woken by the provider's
+    // one LISTEN session (release_listener), for its own name only, and tries
+    // again then (or after the backoff, which still catches leases that simply
+    // expire). No session of its own: a thousand waiting threads are one
+    // listening session, and a release wakes the waiters of its name, not all.
+    struct doorbell {
+        std::mutex m;
+        std::condition_variable cv;
+        bool rang = false;
+    } bell;
+    std::unique_ptr<spi::wake_subscription> subscription;  // after bell: gone before it
+    const bool notified = !ctx_.texts().listen.text.empty();
     // The last statement may have taken a row before its reply was lost, or a
     // waiting writer holds its row: give it back (best effort; a lease expires anyway).
     auto give_rows_back = [&]() noexcept {
@@ -50,35 +50,36 @@ std::optional<spi::grant> lease_row_handle::acquire_loop(spi::deadline until,
         for (bool first = true;; first = false) {
             auto granted = attempt();
             if (granted) {
-                stop_listening();
                 granted->waited = !first;  // a try before found it held
                 return granted;
             }
             if (spi::clock::now() >= until) break;
-            if (!my_payload.empty() && !listener) {
-                listener = ctx_.pool().take().detach();
-                listener->exec(ctx_.texts().listen);
-                continue;  // a release between the last try and LISTEN would be missed: try again now
+            if (notified && !subscription) {
+                subscription = ctx_.releases().watch(spi::sha256_hex(req_.name), spi::wake_sink([&bell] {
+                                                         {
+                                                             std::lock_guard lk(bell.m);
+                                                             bell.rang = true;
+                                                         }
+                                                         bell.cv.notify_one();
+                                                     }));
+                continue;  // a release between the last try and the LISTEN would be missed: try again now
             }
-            if (!listener) {
+            if (!subscription) {
                 if (!wait.sleep(until)) break;
                 continue;
             }
-            const auto wake_at = spi::clock::now() + wait.next(until);
-            for (bool ours = false; !ours && spi::clock::now() < wake_at;)
-                for (const auto& p : listener->wait_notifications(wake_at)) ours = ours || p == my_payload;
+            std::unique_lock lk(bell.m);
+            bell.cv.wait_until(lk, spi::clock::now() + wait.next(until), [&] { return bell.rang; });
+            bell.rang = false;
         }
     } catch (const sql_error& e) {
-        stop_listening();
         give_rows_back();
         if (e.kind() == failure::no_table) throw;  // acquire() creates the tables again
         throw_client_error(e, ctx_.name(), "acquire of '" + req_.name + "' failed");
     } catch (...) {
-        stop_listening();
         give_rows_back();
         throw;
     }
-    stop_listening();
     if (give_back) give_rows_back();
     owner_.clear();
     return std::nullopt;
@@ -127,7 +128,7 @@ std::optional<spi::grant> lease_handle::acquire(spi::deadline until, const spi::
 }
 
 std::optional<spi::grant> lease_handle::try_upsert() {
-    try {
+    return unless_busy([&]() -> std::optional<spi::grant> {
         const auto sent = spi::clock::now();  // the lease runs from the server's NOW() at best
         auto token = ctx_.pool().run([&](connection& c) {
             return run_for_token(
@@ -136,10 +137,7 @@ std::optional<spi::grant> lease_handle::try_upsert() {
         });
         if (!token) return std::nullopt;
         return spi::grant{*token, sent};
-    } catch (const sql_error& e) {
-        if (e.kind() == failure::deadlock || e.kind() == failure::lock_timeout) return std::nullopt;  // busy: retry
-        throw;
-    }
+    });
 }
 
 // The seed's optimistic update. A name nobody holds has no row: make it (one

@@ -48,20 +48,16 @@ std::optional<spi::grant> permit_handle::try_take() {
     const std::int64_t permits = req_.permits;
     for (int race = 0; race < 64; ++race) {
         const auto sent = spi::clock::now();
-        std::optional<row> r;
-        try {
-            r = ctx_.pool().run([&](connection& c) -> std::optional<row> {
+        const auto r = unless_busy([&]() -> std::optional<row> {
+            return ctx_.pool().run([&](connection& c) -> row {
                 auto results =
                     c.exec_batch(ctx_.texts().permit_acquire, {name_, owner_, ms(req_.lease), slot_, permits, key});
                 const row* last = last_row(results);
-                if (!last) return std::nullopt;
+                if (!last) throw sql_error(failure::other, 0, "the permit statement returned no row");
                 return *last;
             });
-        } catch (const sql_error& e) {
-            if (e.kind() == failure::deadlock || e.kind() == failure::lock_timeout) return std::nullopt;  // busy
-            throw;
-        }
-        if (!r) throw sql_error(failure::other, 0, "the permit statement returned no row");
+        });
+        if (!r) return std::nullopt;  // busy
         if (has(*r, 1)) {
             // Another size is in use: refused. A permit taken meanwhile (a holder of
             // another size came at the same moment) is given back first.
@@ -101,18 +97,15 @@ std::optional<spi::grant> rw_lease_handle::acquire(spi::deadline until, const sp
     return ctx_.with_tables("acquire of read-write lock '" + req_.name + "' failed", [&] {
         return acquire_loop(
             until,
-            [&]() -> std::optional<spi::grant> {
-                try {
+            [&] {
+                return unless_busy([&]() -> std::optional<spi::grant> {
                     const auto sent = spi::clock::now();
                     auto token = ctx_.pool().run([&](connection& c) {
                         return run_for_token(c, steps, {name_, owner_, ms(req_.lease), slot_});
                     });
                     if (!token) return std::nullopt;
                     return spi::grant{*token, sent};
-                } catch (const sql_error& e) {
-                    if (e.kind() == failure::deadlock || e.kind() == failure::lock_timeout) return std::nullopt;
-                    throw;
-                }
+                });
             },
             writer_, spi::renewal_period(req_.lease));
     });

@@ -66,6 +66,11 @@ bool release_listener::listening() {
     return listening_;
 }
 
+std::uint64_t release_listener::wakes() {
+    std::lock_guard lk(mutex_);
+    return wakes_;
+}
+
 std::unique_ptr<connection> release_listener::open() noexcept {
     try {
         auto c = ctx_.pool().take().detach();
@@ -81,12 +86,15 @@ void release_listener::dispatch(const std::vector<std::string>& payloads) {
         auto it = waiters_.find(p);
         if (it == waiters_.end()) continue;
         for (const auto& [id, wake] : it->second) wake();
+        wakes_ += it->second.size();
     }
 }
 
 void release_listener::wake_all() {
-    for (const auto& [payload, sinks] : waiters_)
+    for (const auto& [payload, sinks] : waiters_) {
         for (const auto& [id, wake] : sinks) wake();
+        wakes_ += sinks.size();
+    }
 }
 
 void release_listener::run() {

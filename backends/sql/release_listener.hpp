@@ -34,9 +34,11 @@ public:
     // command timeout at most, for the session to LISTEN before returning.
     std::unique_ptr<spi::wake_subscription> watch(std::string payload, spi::wake_sink wake);
 
-    // Waiters watching now, and whether the session LISTENs now.
+    // Waiters watching now, whether the session LISTENs now, and how many
+    // wake-ups it has given (each call of a waiter's sink).
     std::size_t watchers();
     bool listening();
+    std::uint64_t wakes();
 
     // How long the session is kept after its last waiter left.
     static constexpr std::chrono::milliseconds linger{1000};
@@ -56,6 +58,7 @@ private:
     std::map<std::string, std::map<std::uint64_t, spi::wake_sink>, std::less<>> waiters_;
     std::size_t count_ = 0;  // entries of waiters_'s maps
     std::uint64_t next_id_ = 0;
+    std::uint64_t wakes_ = 0;
     bool listening_ = false;
     bool missed_ = false;  // a watch() returned before the session LISTENed
     bool stop_ = false;

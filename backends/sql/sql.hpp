@@ -194,7 +194,7 @@ struct sql_texts {
     // Release notifications, where the server has them (PostgreSQL LISTEN/NOTIFY;
     // empty texts elsewhere): lease_release and lease_clear notify `listen`'s
     // channel with the lowercase hex SHA-256 of the name as payload.
-    statement listen, unlisten;
+    statement listen;
     batch
         opt_insert;  // [name, owner, lease_ms, slot, label] -> the token when it made the row, no value when one exists
     statement opt_read;  // [name] -> row (version, free 1/0) or none

@@ -249,3 +249,71 @@ TEST_CASE("etcd: 60 async waiters of one name are handed it in turn, one attempt
     std::printf("%d waiters of one name granted in turn in %d attempts\n", n, handing);
     CHECK(handing <= 2 * n);  // one per hand-off, and one more for an unvouched wake
 }
+
+// Blocking waiters wait on their provider's release feed too (no watch of
+// their own, which etcd may make "unsynced": up to 100 ms late), each for the
+// deletion of the key just ahead of it. Three providers (three feeds), one
+// thread each on each of four names: a hand-off wakes exactly one waiter, the
+// next in line, of the released name and of no other. Polled every 5 minutes:
+// only wake-ups hand the names on.
+TEST_CASE("etcd: blocking waiters are woken by the release feed, one wake-up per hand-off", "[etcd][feed][blocking]") {
+    constexpr int providers = 3, names = 4;
+    auto holders = distlock::connect(url());
+    std::vector<distlock::provider> waiters;
+    std::vector<etcd::release_feed*> feeds;
+    for (int i = 0; i < providers; ++i) {
+        waiters.push_back(feed_provider());
+        feeds.push_back(&last_backend.load()->gateway().releases());
+    }
+    auto wakes = [&] {
+        std::uint64_t n = 0;
+        for (auto* f : feeds) n += f->wakes();
+        return n;
+    };
+    auto watching = [&] {
+        std::size_t n = 0;
+        for (auto* f : feeds) n += f->watchers();
+        return n;
+    };
+    const auto prefix = unique_name("etcd-feed-blocking");
+    std::vector<distlock::mutex> held;
+    for (int k = 0; k < names; ++k) {
+        held.push_back(holders.mutex(prefix + "-" + std::to_string(k)));
+        held.back().lock();
+    }
+    std::atomic<int> granted{0}, failed{0};
+    std::vector<std::atomic<int>> granted_of(names);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < providers; ++i)
+        for (int k = 0; k < names; ++k)
+            threads.emplace_back([&, i, k] {
+                auto m = waiters[i].mutex(prefix + "-" + std::to_string(k), parked::patient());
+                try {
+                    if (!m.try_lock_for(120s)) {
+                        ++failed;
+                        return;
+                    }
+                } catch (...) {
+                    ++failed;
+                    return;
+                }
+                ++granted;
+                ++granted_of[k];
+                m.unlock();
+            });
+    // Every waiter in line, and the wake-ups of the feeds' first moments
+    // (a wait the feed could not yet vouch for is woken once) over.
+    CHECK(distlock::test::eventually([&] { return watching() == providers * names; }, 30s));
+    std::this_thread::sleep_for(1s);
+    const auto before = wakes();
+    held[0].unlock();
+    CHECK(distlock::test::eventually([&] { return granted_of[0] == providers; }, 60s));
+    std::this_thread::sleep_for(500ms);
+    CHECK(wakes() - before == providers);  // one per hand-off: holder -> 1st -> 2nd -> 3rd
+    CHECK(granted == providers);           // nobody of another name
+    for (int k = 1; k < names; ++k) held[k].unlock();
+    for (auto& t : threads) t.join();
+    CHECK(failed == 0);
+    CHECK(granted == providers * names);
+    CHECK(wakes() - before == providers * names);
+}

@@ -527,8 +527,8 @@ constexpr int herd_waiters = 10;
 
 // One trial: `herd_waiters` writers queued behind a reader (permit = false) or
 // permit waiters behind the two holders of a semaphore of 2 (permit = true),
-// each on a connection of its own; returns the watch events the member sent
-// for one release, until one waiter holds.
+// each on a provider of its own; returns the watch events the member sent for
+// one release, until one waiter holds.
 double herd_trial(bool permit) {
     etcd_direct etcd(url());
     std::vector<distlock::provider> conns;
@@ -586,23 +586,30 @@ double herd_trial(bool permit) {
 
 }  // namespace
 
-TEST_CASE("a release wakes the one waiter it concerns, not every waiter (no herd)", "[etcd][rw][semaphore][herd]") {
-    // With ten waiters queued, a herd would send the release's deletion to all
-    // ten. Other clients of the member can only add events: up to three trials,
-    // the fewest events count.
+TEST_CASE("a release reaches each waiting provider once, not each waiter's watch of its own (no herd)",
+          "[etcd][rw][semaphore][herd]") {
+    // Ten waiters queued, each on a provider of its own. A deletion is sent to
+    // each provider's one release stream, which wakes only the waiter it
+    // concerns (counted exactly in distlock-etcd-async-tests, "blocking waiters
+    // are woken by the release feed"); a put only to the one waiter that
+    // watches the key put. Other clients of the member can only add events: up
+    // to three trials, the fewest events count.
     etcd_direct etcd(url());
     REQUIRE(etcd.metric("etcd_debugging_mvcc_events_total") > 0);
-    SECTION("writers behind a reader: each watches the latest older key") {
+    SECTION("writers behind a reader: each waits for the latest older key") {
         double sent = 1e9;
-        for (int trial = 0; trial < 3 && sent > 2; ++trial) sent = std::min(sent, herd_trial(false));
+        for (int trial = 0; trial < 3 && sent > herd_waiters; ++trial) sent = std::min(sent, herd_trial(false));
         INFO(sent << " watch events for one release with " << herd_waiters << " writers waiting");
-        CHECK(sent <= 2);  // the deletion, to the writer right behind the reader
+        CHECK(sent <= herd_waiters);  // the deletion, once to each waiting provider
     }
-    SECTION("permits: the first waiter watches the range, the others the waiter ahead of them") {
+    SECTION("permits: the first waiter waits for the range, the others for the waiter ahead of them") {
         double sent = 1e9;
         for (int trial = 0; trial < 3 && sent > 4; ++trial) sent = std::min(sent, herd_trial(true));
         INFO(sent << " watch events for one release with " << herd_waiters << " permit waiters");
-        CHECK(sent <= 4);  // the deletion to the first waiter; its grant's put to the second and its own watch
+        // The deletion to the first waiter's provider; its grant's put to the
+        // second and to its own key's watch. The others wait for a put (a
+        // watch each), not for a deletion.
+        CHECK(sent <= 4);
     }
 }
 

@@ -3,8 +3,9 @@
 // provider wakes the waiters of that name only, never after their subscription
 // ended; a lost LISTEN session is made again and wakes every waiter (it may
 // have missed a release); 1,000 watched names share one LISTEN session and one
-// thread; async_lock hands off with one attempt per wake-up. Session
-// strategies have no release event: no subscription.
+// thread; async_lock hands off with one attempt per wake-up; blocking waiters
+// share that session too, and a release wakes the waiters of its name only.
+// Session strategies have no release event: no subscription.
 #include "backend.hpp"
 #include "sql_test_support.hpp"
 #include "wake_counting.hpp"
@@ -104,6 +105,61 @@ TEST_CASE("async_lock hands off after a release with one attempt per wake-up, an
             auto waiter = distlock::connect("count-postgres-" + strategy + "://x");
             check_event_handoff(holder, waiter, unique_name("handoff"));
             check_gate_handoff(waiter, unique_name("gate-handoff"));
+        }
+    }
+}
+
+TEST_CASE("blocking waiters are woken by the provider's one LISTEN session, only by the release of their own name",
+          "[postgres][wake][blocking]") {
+    // 10 names, 3 threads waiting (blocking acquire) on each. Their backoff is
+    // longer than the case, so a notification is their only wake-up: the release
+    // of one name wakes its 3 waiters (each makes one attempt, one wins), none of
+    // the 27 others. Each waiter had a LISTEN session of its own before, which
+    // every release of the table woke.
+    constexpr int names = 10, per_name = 3;
+    for (std::string strategy : {"lease-table", "optimistic"}) {
+        DYNAMIC_SECTION(strategy) {
+            auto holder = provider(strategy), waiter = provider(strategy);
+            auto& listener = dynamic_cast<s::backend&>(*waiter).shared_context().releases();
+            const auto prefix = unique_name("wake-blocking");
+            std::vector<std::unique_ptr<spi::lock_handle>> held;
+            for (int i = 0; i < names; ++i) {
+                held.push_back(holder->make_lock(request(prefix + "-" + std::to_string(i))));
+                REQUIRE(held.back()->acquire(clk::now() + 10s, {}));
+            }
+            std::atomic<int> granted{0}, granted_first{0};
+            std::atomic<bool> give_back{false};
+            std::vector<std::thread> threads;
+            for (int i = 0; i < names; ++i)
+                for (int k = 0; k < per_name; ++k)
+                    threads.emplace_back([&, i] {
+                        auto r = request(prefix + "-" + std::to_string(i));
+                        r.retry_min = r.retry_max = 120s;
+                        auto h = waiter->make_lock(r);
+                        if (!h->acquire(clk::now() + 120s, {})) return;
+                        ++granted;
+                        if (i == 0) ++granted_first;
+                        while (!give_back) std::this_thread::sleep_for(10ms);
+                        h->release();
+                    });
+            const bool all_waiting = eventually([&] { return listener.watchers() == names * per_name; }, 30s);
+            CHECK(all_waiting);
+            CHECK(eventually([&] { return listener.listening(); }, 30s));
+            CHECK(granted == 0);
+            const auto before = listener.wakes();
+            held[0]->release();
+            CHECK(eventually([&] { return granted == 1; }, 30s));
+            CHECK(granted_first == 1);
+            // The 3 waiters of the name, once each (1 s more for a late one).
+            CHECK(eventually([&] { return listener.wakes() - before >= per_name; }, 10s));
+            std::this_thread::sleep_for(1s);
+            CHECK(listener.wakes() - before == per_name);
+            CHECK(listener.watchers() == names * per_name - 1);  // the winner no longer watches
+            // Every waiter gets its turn once all is given back.
+            give_back = true;
+            for (int i = 1; i < names; ++i) held[i]->release();
+            for (auto& t : threads) t.join();
+            CHECK(granted == names * per_name);
         }
     }
 }
