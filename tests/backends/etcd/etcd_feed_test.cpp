@@ -10,6 +10,7 @@
 // its feed's window and the waiter's attempts can be counted.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -301,10 +302,20 @@ TEST_CASE("etcd: blocking waiters are woken by the release feed, one wake-up per
                 ++granted_of[k];
                 m.unlock();
             });
-    // Every waiter in line, and the wake-ups of the feeds' first moments
-    // (a wait the feed could not yet vouch for is woken once) over.
+    // Every waiter in line, every feed's stream made, and the wake-ups of the
+    // feeds' first moments (a wait a feed could not yet vouch for is woken
+    // once) over: no wake-up for a second.
     CHECK(distlock::test::eventually([&] { return watching() == providers * names; }, 30s));
-    std::this_thread::sleep_for(1s);
+    CHECK(distlock::test::eventually(
+        [&] { return std::all_of(feeds.begin(), feeds.end(), [](auto* f) { return f->kept().resume_from > 0; }); },
+        30s));
+    bool quiet = false;
+    for (int i = 0; i < 20 && !quiet; ++i) {
+        const auto last = wakes();
+        std::this_thread::sleep_for(1s);
+        quiet = wakes() == last;
+    }
+    CHECK(quiet);
     const auto before = wakes();
     held[0].unlock();
     CHECK(distlock::test::eventually([&] { return granted_of[0] == providers; }, 60s));
