@@ -107,6 +107,7 @@ void scheduler::state::run() {
         batch.clear();
         handles.clear();
         calls.clear();
+        auto first_due = clock::time_point::max(), least_left = clock::time_point::max();
         // Entries falling due within a short window of each other go out in one
         // batch (one round trip for backends that batch renewals).
         bool any_due = false;
@@ -124,6 +125,8 @@ void scheduler::state::run() {
             if (e.renew) {
                 batch.push_back(id);
                 handles.push_back(e.handle);
+                first_due = std::min(first_due, e.due);
+                least_left = std::min(least_left, e.last_ok + e.lease);
             } else {
                 e.dead = true;
                 calls.emplace_back(id, [lost = e.lost] { lost("lease expired (auto_renew is off)"); });
@@ -157,7 +160,7 @@ void scheduler::state::run() {
             }
             auto after = clock::now();
             if (watcher != nullptr) {
-                renewal_event ev{scheme, handles.size(), 0, 0, 0, after - sent};
+                renewal_event ev{scheme, handles.size(), 0, 0, 0, after - sent, sent - first_due, least_left - sent};
                 for (const auto& r : results) ++(r.state == st::ok ? ev.ok : r.state == st::lost ? ev.lost : ev.failed);
                 try {
                     watcher->renewed(ev);

@@ -235,6 +235,7 @@ int run_bench(const settings& given) {
     const scratch_names scratch(given.backend, spi::random_token().substr(0, 10));
     settings s = given;
     s.backend = scratch.url();
+    if (s.hold > 0) return run_hold_bench(s);
     return s.async ? run_async_bench(s) : run_sync_bench(s);
 }
 
@@ -290,6 +291,18 @@ void add_bench(CLI::App& app, std::function<int()>& action) {
                     "--async: hand-offs measured per chain, at most (each chain also stops after --seconds)")
         ->needs(async)
         ->capture_default_str();
+    cmd->add_option("--hold", s->hold,
+                    "Hold N locks on one provider for --seconds and report what renewing them costs: renewal calls "
+                    "per renewal period and per 1,000 locks, the process's CPU, how late each renewal went out and "
+                    "the least lease left then, and whether any was lost (exit 1 if one was)")
+        ->check(CLI::Range(1, max_hold))
+        ->excludes(mode)
+        ->excludes(primitive)
+        ->excludes(writers)
+        ->excludes(permits)
+        ->excludes(processes)
+        ->excludes(observe)
+        ->excludes(async);
     cmd->add_flag("--json", s->json, "Print one JSON object");
     cmd->add_flag("--quiet,-q", s->quiet, "No progress on stderr");
     cmd->callback([s, &action] {

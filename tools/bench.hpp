@@ -26,9 +26,17 @@ struct bench_settings {
     bool threads_given = false;
     int waiters = 1000;
     int handoffs = 200;  // at most this many hand-offs measured per chain (and at most `seconds` long)
+    // --hold N: N locks held on one provider for `seconds`, and what renewing
+    // them costs (bench_hold.cpp). 0: not this mode.
+    int hold = 0;
 };
+
+constexpr int max_hold = 1000000;
 
 // The --async bench (bench_async.cpp); prints its report, returns the exit status.
 int run_async_bench(const bench_settings& s);
+// The --hold bench (bench_hold.cpp); prints its report, returns the exit status
+// (1 when a lock was lost).
+int run_hold_bench(const bench_settings& s);
 
 }  // namespace distlock::tool

@@ -33,9 +33,9 @@ char receive(int fd, std::chrono::seconds bound, const char* waiting_for) {
                              std::to_string(bound.count()) + " s");
 }
 
-// Runs work(i) for each of `n` indices on up to 32 threads (the holder
-// process's threads are not measured: this only shortens the setup); throws
-// the first failure.
+}  // namespace
+
+// (The holder process's threads are not measured: they only shorten the setup.)
 void for_each_parallel(std::size_t n, const std::function<void(std::size_t)>& work) {
     const std::size_t threads = std::min<std::size_t>(32, n);
     std::mutex mu;
@@ -53,8 +53,6 @@ void for_each_parallel(std::size_t n, const std::function<void(std::size_t)>& wo
     for (auto& th : pool) th.join();
     if (failure) std::rethrow_exception(failure);
 }
-
-}  // namespace
 
 holder_channel::holder_channel() {
     if (::pipe(held) != 0 || ::pipe(go) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));

@@ -46,6 +46,10 @@ private:
     std::vector<distlock::mutex> own_;
 };
 
+// Runs work(i) for each of `n` indices on up to 32 threads; throws the first
+// failure once all have ended.
+void for_each_parallel(std::size_t n, const std::function<void(std::size_t)>& work);
+
 // Whether `url`'s backend excludes processes (asked in a child process: the
 // caller starts no thread before it forks).
 bool excludes_processes(const std::string& url);

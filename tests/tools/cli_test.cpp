@@ -326,6 +326,46 @@ TEST_CASE("bench --observe measures with a metrics observer attached", "[cli][be
     CHECK(j["cycles"].get<long>() > 0);
 }
 
+TEST_CASE("bench --hold keeps every lock held and reports what renewing them costs", "[cli][bench][hold]") {
+    // memory:// has no leases: nothing to renew, every lock still held.
+    {
+        auto r = run("bench --backend memory:// --hold 500 --seconds 0.3 --json --quiet");
+        REQUIRE(r.status == 0);
+        auto j = nlohmann::json::parse(r.out);
+        CHECK(j["mode"] == "hold");
+        CHECK(j["held"] == 500);
+        CHECK(j["still_held"] == 500);
+        CHECK(j["all_kept"] == true);
+        CHECK(j["renewal_calls"] == 0);
+        CHECK(j["late_ms"].is_null());
+        CHECK(j["cpu_share_of_one_core"].get<double>() >= 0);
+    }
+    CHECK(run("bench --backend memory:// --hold 0 --quiet").status == 64);
+    CHECK(run("bench --backend memory:// --hold 10 --mode contended --quiet").status == 64);
+    // A lease server: 1,000 locks over about three renewal periods (lease 2 s,
+    // renewed every 667 ms), each renewed before its lease ran out, the calls
+    // batched (far fewer than the grants they renew).
+    const auto url = distlock::test::env("DISTLOCK_TEST_REDIS_URL");
+    if (url.empty()) {
+        WARN("not applicable without DISTLOCK_TEST_REDIS_URL: the lease part");
+        return;
+    }
+    auto r = run("bench --backend '" + url + "' --hold 1000 --seconds 2 --json --quiet");
+    INFO(r.out);
+    REQUIRE(r.status == 0);
+    auto j = nlohmann::json::parse(r.out);
+    CHECK(j["all_kept"] == true);
+    CHECK(j["still_held"] == 1000);
+    CHECK(j["losses"] == 0);
+    CHECK(j["renewals_failed"] == 0);
+    const auto calls = j["renewal_calls"].get<long>();
+    CHECK(calls >= 2);
+    CHECK(j["renewed_ok"].get<long>() >= 1000);  // every lock renewed at least once
+    CHECK(j["grants_per_call"].get<double>() > 10);
+    CHECK(j["least_left_ms"]["min"].get<double>() > 0);
+    CHECK(j["late_ms"]["max"].get<double>() < j["lease_ms"].get<double>());
+}
+
 TEST_CASE("run --shared reads beside other readers, --write alone, --permits N holds one of N",
           "[cli][run][primitives]") {
     const auto url = "file://" + lock_dir();

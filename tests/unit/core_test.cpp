@@ -1071,6 +1071,64 @@ TEST_CASE("an on_lost that destroys every mutex and the provider while other los
     }
 }
 
+TEST_CASE("a renewal event says how late the call went out and the least lease left", "[renewal][observe]") {
+    // A lease of 900 ms, renewed every 300 ms. One renewal is held in the
+    // backend for 450 ms (it returns before the lease ends): the call after it
+    // goes out at least 450 - 300 ms late, with at most 900 - 450 ms of the
+    // lease left. Bounds that a slower machine
+    // can only widen the right way: a call cannot go out before the one ahead
+    // of it returned.
+    struct seen final : distlock::observer {
+        std::mutex m;
+        std::vector<distlock::renewal_event> events;
+        void renewed(const distlock::renewal_event& e) override {
+            std::lock_guard lk(m);
+            events.push_back(e);
+        }
+        std::size_t count() {
+            std::lock_guard lk(m);
+            return events.size();
+        }
+    };
+    fake_state s;
+    auto o = std::make_shared<seen>();
+    auto p = fake_provider(s, 900ms, true, nullptr, nullptr,
+                           {.observer = o, .log = {}, .min_level = distlock::log_level::warning, .holder = {}});
+    auto m = p.mutex("late-renewal");
+    m.lock();
+    REQUIRE(distlock::test::eventually([&] { return o->count() >= 2; }, 5s));
+    {
+        std::lock_guard lk(o->m);
+        for (const auto& e : o->events) {
+            CHECK(e.batch == 1);
+            CHECK(e.least_left <= 900ms);                           // never more than a lease
+            CHECK(e.late >= -std::chrono::nanoseconds(300ms) / 4);  // at most a batch window early
+        }
+    }
+    {
+        std::lock_guard lk(s.mutex);
+        s.stall = true;
+    }
+    REQUIRE(distlock::test::eventually([&] { return s.stalled.load(); }, 5s));
+    const auto stalled_at = o->count();
+    std::this_thread::sleep_for(450ms);
+    {
+        std::lock_guard lk(s.mutex);
+        s.stall = false;
+    }
+    s.cv.notify_all();
+    REQUIRE(distlock::test::eventually([&] { return o->count() >= stalled_at + 2; }, 5s));
+    {
+        std::lock_guard lk(o->m);
+        const auto& stuck = o->events[stalled_at];  // the renewal held in the backend
+        const auto& next = o->events[stalled_at + 1];
+        CHECK(stuck.latency >= 450ms);
+        CHECK(next.late >= 450ms - 300ms);
+        CHECK(next.least_left <= 900ms - 450ms);
+    }
+    m.unlock();
+}
+
 TEST_CASE("a provider whose last user goes away on its renewal thread is safe", "[lifetime]") {
     // An observer's renewed() runs on the renewal thread: there it destroys the
     // mutex and the last copy of the provider, so the scheduler is destroyed by
