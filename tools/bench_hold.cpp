@@ -130,8 +130,8 @@ std::string hold_and_measure(const bench_settings& s, const std::string& run_id)
         }
     });
     const double give_s = ms_since(t_give) / 1000;
-    // The core renews every lease / 3 by default (lock_options::renew_interval).
-    const double period_s = std::chrono::duration<double>(lease).count() / 3;
+    // The core renews every spi::renewal_period(lease), lease / 3.
+    const double period_s = std::chrono::duration<double>(spi::renewal_period(lease)).count();
     json j{{"held", s.hold},
            {"lease_ms", lease.count()},
            {"renewal_period_ms", std::round(period_s * 1000)},
@@ -179,8 +179,8 @@ int run_hold_bench(const bench_settings& s) {
                   << j["renewal_calls_per_1000_locks_per_period"] << " per 1,000 locks, " << j["grants_per_call"]
                   << " grants per call), CPU " << j["cpu_share_of_one_core"] << " of one core; late p50 "
                   << field("late_ms", "p50") << " ms, max " << field("late_ms", "max") << " ms; least lease left "
-                  << field("least_left_ms", "min") << " ms; " << j["still_held"] << " of " << s.hold
-                  << " still held, " << j["losses"] << " lost\n";
+                  << field("least_left_ms", "min") << " ms; " << j["still_held"] << " of " << s.hold << " still held, "
+                  << j["losses"] << " lost\n";
     }
     return all_kept ? 0 : 1;
 }
