@@ -274,7 +274,17 @@ TEST_CASE("a crashed reader or writer is released",
     for (auto& c : crashes) {
         INFO(c.side);
         auto rw = p.shared_mutex(c.name);
-        REQUIRE(rw.try_lock_for(crash_bound(p)));
+        const bool got = rw.try_lock_for(crash_bound(p));
+        if (!got && p.caps().supports(distlock::feature::inspect_primitives)) {
+            // What still keeps the writer out, as the server shows it.
+            const auto info = p.inspect_read_write(c.name);
+            auto opt = [](const auto& v) { return v ? std::to_string(*v) : std::string("unknown"); };
+            FAIL_CHECK("not taken within the bound; the server shows write held: "
+                       << (info.write_held ? (*info.write_held ? "yes" : "no") : "unknown")
+                       << ", readers: " << (info.readers ? std::to_string(info.readers->size()) : "unknown")
+                       << ", writers waiting: " << opt(info.writers_waiting));
+        }
+        REQUIRE(got);
         if (p.caps().supports(distlock::feature::fencing)) CHECK(rw.token() > c.token);
         rw.unlock();
     }
