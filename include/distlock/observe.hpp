@@ -80,9 +80,9 @@ struct DISTLOCK_API renewal_event {
     std::size_t ok, failed, lost;
     std::chrono::nanoseconds latency;  // of that call
     // How late the call went out for the grant of the batch that fell due
-    // first: from when its renewal was due (its last renewal + its interval)
-    // to the call (negative: early, for a grant taken into a batch due a moment
-    // later). The lease left to the grant of the batch with the least, when
+    // first: from when its renewal was due (its last renewal + its interval;
+    // sooner after a renewal that could not tell) to the call (negative: early,
+    // for a grant taken into a batch due a moment later). The lease left to the grant of the batch with the least, when
     // the call went out, by this client's clock (its lease - the time since
     // its last successful renewal): at or below zero, it may have expired.
     std::chrono::nanoseconds late{0};
