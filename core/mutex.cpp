@@ -19,9 +19,14 @@ std::shared_ptr<gate> provider_state::gate_for(const std::string& name) {
         g = std::make_shared<gate>();
         slot = g;
     }
-    if (gates_.size() > 1024) {  // forget names nobody uses any more
+    if (gates_.size() > gates_sweep_at_) {  // forget names nobody uses any more
+        gates_swept_ += gates_.size();
         for (auto it = gates_.begin(); it != gates_.end();)
             it = it->second.expired() ? gates_.erase(it) : std::next(it);
+        // With every name in use (100,000 held locks), sweeping at each new
+        // name made taking them quadratic: the next sweep waits for as many
+        // new names as the map holds now.
+        gates_sweep_at_ = std::max<std::size_t>(1024, 2 * gates_.size());
     }
     return g;
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -68,6 +69,15 @@ public:
     // implement (capabilities::implements) listed unsupported.
     const capabilities& caps() const noexcept { return caps_; }
     std::shared_ptr<gate> gate_for(const std::string& name);
+    // Gate entries the sweeps of unused names have looked at so far (tests).
+    std::uint64_t gates_swept() noexcept {
+        std::lock_guard lk(gates_mutex_);
+        return gates_swept_;
+    }
+    std::size_t gates_size() noexcept {
+        std::lock_guard lk(gates_mutex_);
+        return gates_.size();
+    }
 
     // provider_options: what is told to the observer and the log hook. Each is
     // a null check when not given.
@@ -102,6 +112,10 @@ private:
     detail::scheduler scheduler_;  // after both: stopped before they go
     std::mutex gates_mutex_;
     std::unordered_map<std::string, std::weak_ptr<gate>> gates_;
+    // gates_ is swept of names nobody uses when it grows past this, which is
+    // then set to twice what the sweep kept: each name costs O(1) sweeping.
+    std::size_t gates_sweep_at_ = 1024;
+    std::uint64_t gates_swept_ = 0;  // entries looked at by sweeps (tests)
 };
 
 // The one way from a provider to its state outside provider's own members

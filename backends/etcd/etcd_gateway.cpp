@@ -138,6 +138,7 @@ json gateway::call(const std::string& path, const json& body, std::chrono::milli
             throw_error(errc::invalid_argument, kBackend, path + ": the request holds text that is not UTF-8");
         }
         rq.timeout = timeout;
+        ++requests_;
         auto resp = client_.send(rq);
         json j = http::parse_reply(resp.body);
         if (j.is_discarded() || !j.is_object()) throw_not_gateway(path, resp);
@@ -298,6 +299,7 @@ spi::keepalive_result gateway::keepalive(session& s) {
     rq.target = "/v3/lease/keepalive";
     rq.body = json{{"ID", std::to_string(s.id)}}.dump();
     rq.timeout = renewal_timeout(s);
+    ++requests_;
     auto resp = client_.send(rq);
     json j = http::parse_reply(resp.body);
     if (j.is_discarded() || !j.is_object() || resp.status != 200)

@@ -136,6 +136,8 @@ public:
     // A renewal that waits longer than a third of the TTL on a hung member would
     // cost the lease: give up sooner and let the next request try another member.
     std::chrono::milliseconds renewal_timeout(const session& s) const;
+    // Requests sent so far by call() and keepalives (tests count round trips).
+    std::uint64_t requests() const noexcept { return requests_.load(); }
     // A key of ours whose deletion failed: deleted before the next renewal.
     void add_orphan(session& s, const std::string& key, const std::string& value);
     // Drops the orphan entries of `key` (its next acquisition deletes a stale
@@ -157,7 +159,8 @@ private:
     std::mutex grant_mutex_;                                     // one grant at a time
     std::mutex mutex_;                                           // guards sessions_
     std::map<std::int64_t, std::shared_ptr<session>> sessions_;  // TTL seconds -> lease
-    std::unique_ptr<release_feed> releases_;                     // after loop_: stopped before it
+    std::atomic<std::uint64_t> requests_{0};
+    std::unique_ptr<release_feed> releases_;  // after loop_: stopped before it
 };
 
 }  // namespace distlock::backends::etcd

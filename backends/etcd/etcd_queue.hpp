@@ -37,6 +37,9 @@ public:
     const std::shared_ptr<session>& current_session() const { return session_; }
     const std::string& key() const { return key_; }
     std::int64_t revision() const { return revision_; }
+    // While held: whether the provider's release stream watches our key for
+    // its deletion (hold()), rather than a watch of our own.
+    bool on_release_feed() const { return held_ != nullptr; }
 
 protected:
     queue(gateway& g, const spi::lock_request& r);

@@ -35,6 +35,9 @@ struct release_feed::watcher {
     std::vector<std::string> keys;
     std::int64_t revision = 0;  // 0: no failed attempt yet, nothing to wait on
     bool hold = false;          // a held lock's key (hold()): woken once, by a deletion seen
+    // A hold whose key the stream has watched without a gap since a revision
+    // at which the key stood: its deletion will be reported (vouches()).
+    bool vouched = false;
 };
 
 class feed_subscription final : public spi::wake_subscription {
@@ -63,7 +66,7 @@ std::unique_ptr<spi::wake_subscription> release_feed::subscribe(spi::wake_sink w
     w->hold = hold;
     out = w;
     std::lock_guard lk(mu_);
-    watchers_.push_back(w);
+    watchers_.insert(w);
     auto held = monitor_.lock();
     if (!monitor_.running(held)) {
         ++started_;
@@ -83,6 +86,7 @@ std::unique_ptr<spi::wake_subscription> release_feed::hold(const std::string& ke
         w->revision = revision;
         index(w, true);
         if (missed(*w)) take(w, woken);
+        else w->vouched = floor_ != 0 && revision + 1 >= floor_;  // every deletion since was checked or is to come
     }
     wake(woken);
     return sub;
@@ -117,7 +121,7 @@ void release_feed::unsubscribe(const std::shared_ptr<watcher>& w) {
     }
     std::lock_guard lk(mu_);
     index(w, false);
-    watchers_.erase(std::remove(watchers_.begin(), watchers_.end(), w), watchers_.end());
+    watchers_.erase(w);  // a set: 100,000 held locks given back one by one stay linear
     // The stream ends with its current transfer when nobody is left (on_done).
 }
 
@@ -132,6 +136,33 @@ void release_feed::blocked_by(const std::shared_ptr<watcher>& w, std::vector<std
         now = floor_ != 0 && missed(*w);  // unsynced: decided when the stream is created
     }
     if (now) wake({w});
+}
+
+std::shared_ptr<release_feed::watcher> release_feed::hold_of(const held_key& k) const {
+    auto [b, e] = by_key_.equal_range(*k.first);
+    for (auto it = b; it != e; ++it)
+        if (it->second->hold && it->second->revision == k.second) return it->second;
+    return nullptr;  // none, or its deletion was seen
+}
+
+std::vector<bool> release_feed::vouches(std::span<const held_key> keys) const {
+    std::vector<bool> out(keys.size(), false);
+    std::lock_guard lk(mu_);
+    if (!live_) return out;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+        const auto w = hold_of(keys[i]);
+        out[i] = w != nullptr && w->vouched;
+    }
+    return out;
+}
+
+void release_feed::stood(std::span<const held_key> keys, std::int64_t at) {
+    std::lock_guard lk(mu_);
+    // Every deletion after `at` is one the stream has delivered (to the hold,
+    // indexed before) or will deliver.
+    if (since_ == 0 || at + 1 < since_) return;
+    for (const auto& k : keys)
+        if (auto w = hold_of(k)) w->vouched = true;
 }
 
 void release_feed::forget_recent() {
@@ -188,16 +219,19 @@ bool release_feed::on_line(std::string_view line) {
             // Compacted past where we resume: deletions may be lost. Everyone
             // tries again; the next stream starts now.
             from_ = 0;
-            floor_ = 0;
+            floor_ = since_ = 0;
+            live_ = false;
             forget_recent();
             for (const auto& w : watchers_)
                 if (!w->hold) woken.push_back(w);
+                else w->vouched = false;  // until a keepalive sees its key again
             go_on = false;
         } else {
+            if (flag(result, "created")) live_ = true;
             if (flag(result, "created") && from_ == 0) {
                 // Every deletion after this revision comes on this stream.
                 const auto at = as_i64(field(result, "header"), "revision");
-                from_ = floor_ = after(at);
+                from_ = floor_ = since_ = after(at);
                 for (const auto& w : watchers_)
                     if (missed(*w)) take(w, woken);
             }
@@ -247,6 +281,8 @@ bool release_feed::on_line(std::string_view line) {
 // resume from the last revision seen while anyone is subscribed.
 void release_feed::on_done(const http::transfer_result& r) {
     std::lock_guard lk(mu_);
+    const bool failed = r.how == http::outcome::failed || r.resp.status != 200;
+    if (failed) live_ = false;  // a stream that ran its time resumes at once
     {
         auto held = monitor_.lock();
         if (!monitor_.running(held)) return;
@@ -254,12 +290,11 @@ void release_feed::on_done(const http::transfer_result& r) {
             // Ends it; the next subscription starts a stream from then on
             // (not a replay of every deletion meanwhile).
             monitor_.lost(held, {});
-            from_ = floor_ = 0;
+            from_ = floor_ = since_ = 0;
             forget_recent();
             return;
         }
     }
-    const bool failed = r.how == http::outcome::failed || r.resp.status != 200;
     if (failed) gateway_.client().rotate_endpoint(r.resp.endpoint);
     ++started_;
     monitor_.restart(stream_request(), failed ? 500ms : monitor_.pace(r.how == http::outcome::timed_out, 30s));

@@ -26,8 +26,10 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -75,6 +77,19 @@ public:
     // every held key finds it (etcd_keepalive.cpp).
     std::unique_ptr<spi::wake_subscription> hold(const std::string& key, std::int64_t revision, spi::wake_sink deleted);
 
+    // For each held key (a hold() of it, created at its revision): whether
+    // the stream is live and will report every deletion of it, so that the
+    // keepalive need not read the key (etcd_keepalive.cpp): it has watched
+    // the prefix without a gap since a revision at which the key stood (the
+    // key's own, when the stream's window reached back to it at hold(), or
+    // one a keepalive's read saw it at: stood()). False while the stream has
+    // failed, after a compaction broke its continuity, and once the deletion
+    // was seen.
+    using held_key = std::pair<const std::string*, std::int64_t>;
+    std::vector<bool> vouches(std::span<const held_key> keys) const;
+    // A keepalive's read found these held keys standing at revision `at`.
+    void stood(std::span<const held_key> keys, std::int64_t at);
+
     // After a failed one-attempt acquisition: the keys first in line that kept
     // it out, as the store showed them at `revision`. Wakes at once when one
     // of them was deleted since (or when that cannot be told).
@@ -104,17 +119,20 @@ private:
     // gone unseen or was seen.
     bool missed(const watcher& w) const;
     void wake(const std::vector<std::shared_ptr<watcher>>& ws);
-    void forget_recent();  // under mu_
+    void forget_recent();                                       // under mu_
+    std::shared_ptr<watcher> hold_of(const held_key& k) const;  // under mu_: the hold of a held key, if indexed
     // Under mu_: w goes to `woken`; a hold is woken once, so it leaves the index.
     void take(const std::shared_ptr<watcher>& w, std::vector<std::shared_ptr<watcher>>& woken);
 
     gateway& gateway_;
     std::string prefix_;  // <prefix>/
     mutable std::mutex mu_;
-    std::vector<std::shared_ptr<watcher>> watchers_;
+    std::unordered_set<std::shared_ptr<watcher>> watchers_;
     std::unordered_multimap<std::string, std::shared_ptr<watcher>> by_key_;
     std::int64_t from_ = 0;   // where the next stream starts (0: now)
     std::int64_t floor_ = 0;  // every deletion from this revision on is in recent_ or to come (0: unknown)
+    std::int64_t since_ = 0;  // the stream has delivered every deletion from this revision on (0: no stream)
+    bool live_ = false;       // the server created the stream's watch, and it has not failed since
     std::deque<std::pair<std::string, std::int64_t>> recent_;
     std::size_t recent_bytes_ = 0;  // of recent_'s keys
     std::size_t most_bytes_ = 0;    // recent_bytes_'s highest value after trimming (tests)

@@ -173,7 +173,7 @@ reply_ptr connection::command(const std::vector<std::string_view>& args) {
 
 void connection::append(const std::vector<std::string_view>& args) {
     if (awaited_ == 0 && out_.empty()) until_ = clock::now() + ep_.command_timeout;
-    out_ += format_command(args);
+    append_command(out_, args);
     ++awaited_;
 }
 

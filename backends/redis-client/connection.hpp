@@ -32,6 +32,8 @@ inline constexpr std::size_t max_line_bytes = std::size_t{1} << 20;
 
 // A command in the Redis protocol (an array of bulk strings).
 std::string format_command(const std::vector<std::string_view>& args);
+// The same, added to the end of `out`.
+void append_command(std::string& out, const std::vector<std::string_view>& args);
 // Sends `data` from offset `sent` on (moved on as it goes) on the non-blocking
 // socket `fd` until `until`, with MSG_NOSIGNAL: 0 when all is sent, else the
 // errno of the failure (ETIMEDOUT when `until` passed).

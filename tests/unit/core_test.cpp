@@ -37,6 +37,7 @@ struct fake_state {
     std::condition_variable cv;
     bool stall = false;
     std::atomic<bool> stalled{false};
+    int let_through = 0;  // while stalling, this many keepalives go through all the same
     // How long ago each acquire's request was "sent" (a reply that took that
     // long); the first `late_replies` acquires come that late, the rest at once.
     std::chrono::milliseconds reply_delay{0};
@@ -72,8 +73,9 @@ public:
     spi::keepalive_result keepalive() {
         ++s_.keepalives;
         std::unique_lock lk(s_.mutex);
-        s_.stalled = s_.stall;
-        s_.cv.wait(lk, [&] { return !s_.stall; });
+        s_.stalled = s_.stall && s_.let_through == 0;
+        s_.cv.wait(lk, [&] { return !s_.stall || s_.let_through > 0; });
+        if (s_.stall) --s_.let_through;
         s_.stalled = false;
         return {s_.answer, "scripted"};
     }
@@ -1364,4 +1366,65 @@ TEST_CASE("a loss reason reaches on_lost with control bytes escaped and cut to 5
     CHECK(losses[2].reason.rfind(std::string(100, 'a') + "\\x1b" + "bbb", 0) == 0);
     CHECK(losses[2].reason.substr(losses[2].reason.size() - 3) == "...");
     for (const auto& l : losses) CHECK_FALSE(has_control_byte(l.reason));
+}
+
+TEST_CASE("making many mutexes of distinct names costs linear time in the name gates", "[gate]") {
+    // Each name in use keeps a gate; the map of gates was swept of unused names
+    // at every new name past 1,024, which made taking 100,000 locks quadratic
+    // (bench --hold did not finish in 10 minutes). Counted, not timed.
+    fake_state s;
+    std::shared_ptr<distlock::detail::provider_state> state;
+    auto p = fake_provider(s, 30s, true, nullptr, &state);
+    constexpr std::size_t n = 20000;
+    std::vector<distlock::mutex> kept;
+    kept.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) kept.push_back(p.mutex("kept-" + std::to_string(i)));
+    const auto swept = state->gates_swept();
+    CHECK(swept > 0);       // a sweep did run
+    CHECK(swept <= 3 * n);  // quadratic was about n * n / 2
+    // Names nobody keeps are still forgotten: the map does not grow with them.
+    kept.clear();
+    for (std::size_t i = 0; i < 4 * n; ++i) (void)p.mutex("dropped-" + std::to_string(i));
+    CHECK(state->gates_swept() - swept <= 3 * 4 * n);
+    CHECK(state->gates_size() <= 2 * n + 1);
+}
+
+TEST_CASE("an unlock() waiting for a renewal under way is not renewed again meanwhile", "[scheduler]") {
+    // With every lock late (a slow renewal), the renewal thread used to start
+    // its next batch, this lock in it, before the waiting unlock() got the
+    // scheduler's lock: at 20,000 etcd locks, unlocks waited batch after batch.
+    fake_state s;
+    auto p = fake_provider(s, 300ms);
+    auto m1 = p.mutex("a"), m2 = p.mutex("b");
+    m1.lock();
+    m2.lock();
+    {
+        std::lock_guard lk(s.mutex);
+        s.stall = true;
+    }
+    REQUIRE(distlock::test::eventually([&] { return s.stalled.load(); }, 5s));
+    REQUIRE(s.largest_batch == 2);  // both locks are in the renewal under way
+    std::atomic<bool> unlocked{false};
+    std::thread t([&] {
+        m1.unlock();
+        unlocked = true;
+    });
+    std::this_thread::sleep_for(100ms);  // the unlock waits for the renewal
+    CHECK_FALSE(unlocked);
+    const int batches = s.batches;
+    {
+        std::lock_guard lk(s.mutex);
+        s.let_through = 2;  // this renewal ends; the next one stalls again
+    }
+    s.cv.notify_all();
+    CHECK(distlock::test::eventually([&] { return unlocked.load(); }, 5s));
+    CHECK(distlock::test::eventually([&] { return s.batches > batches && s.stalled.load(); }, 5s));
+    {
+        std::lock_guard lk(s.mutex);
+        s.stall = false;
+    }
+    s.cv.notify_all();
+    t.join();
+    m2.unlock();
+    CHECK(s.releases == 2);
 }

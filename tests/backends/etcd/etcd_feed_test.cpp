@@ -53,11 +53,21 @@ public:
     }
     void keepalive_batch(std::span<spi::lock_handle* const> handles,
                          std::span<spi::keepalive_result> results) override {
+        const auto before = gateway_.requests();
         etcd::keepalive_batch(gateway_, handles, results);
+        std::lock_guard lk(m_);
+        batches_.emplace_back(handles.size(), gateway_.requests() - before);
     }
     etcd::gateway& gateway() { return gateway_; }
+    // Each renewal call so far: its handles and the requests it sent.
+    std::vector<std::pair<std::size_t, std::uint64_t>> batches() {
+        std::lock_guard lk(m_);
+        return batches_;
+    }
 
 private:
+    std::mutex m_;
+    std::vector<std::pair<std::size_t, std::uint64_t>> batches_;
     etcd::gateway gateway_;
     distlock::capabilities caps_;
 };
@@ -327,4 +337,62 @@ TEST_CASE("etcd: blocking waiters are woken by the release feed, one wake-up per
     CHECK(failed == 0);
     CHECK(granted == providers * names);
     CHECK(wakes() - before == providers * names);
+}
+
+TEST_CASE("etcd: renewing 300 held locks costs one keepalive, and a key's deletion is still reported",
+          "[etcd][feed][renewal][count]") {
+    // Each held key used to be read back at every renewal, 64 a txn: 1 + 5
+    // requests here, about 1,560 a period at 100,000 locks. A key whose
+    // deletion the provider's live release stream will report is not read.
+    constexpr std::size_t n = 300;
+    distlock::test::etcd_direct direct{url()};
+    auto p = feed_provider();
+    auto* backend = last_backend.load();
+    const auto prefix = unique_name("etcd-feed-renew");
+    distlock::lock_options o;
+    o.lease = 3s;  // renewed every second
+    std::vector<distlock::mutex> held;
+    for (std::size_t i = 0; i < n; ++i) {
+        held.push_back(p.mutex(prefix + "-" + std::to_string(i), o));
+        REQUIRE(held.back().try_lock());
+    }
+    auto& feed = backend->gateway().releases();
+    REQUIRE(distlock::test::eventually([&] { return feed.kept().resume_from > 0; }, 30s));
+    // Renewals of every lock that all began after the stream was live.
+    const auto seen = backend->batches().size();
+    REQUIRE(distlock::test::eventually(
+        [&] {
+            std::size_t renewed = 0;
+            auto b = backend->batches();
+            for (std::size_t i = seen; i < b.size(); ++i) renewed += b[i].first;
+            return renewed >= 3 * n;
+        },
+        30s));
+    std::size_t handles = 0;
+    std::uint64_t requests = 0, calls = 0;
+    auto b = backend->batches();
+    for (std::size_t i = seen; i < b.size(); ++i) {
+        INFO("a renewal call of " << b[i].first << " locks sent " << b[i].second << " requests");
+        // One keepalive (one session); at most the first 8 locks, which watch
+        // their own key instead of the stream, are read, in one txn.
+        CHECK(b[i].second <= 2);
+        handles += b[i].first;
+        requests += b[i].second;
+        ++calls;
+    }
+    CHECK(requests <= 2 * calls);
+    CHECK(calls * 64 < handles);  // fewer requests than one per 64 locks: they are not read back
+    for (auto& m : held) CHECK(m.held());
+    // A held key deleted behind the provider's back (the 100th lock: on the
+    // stream, not on a watch of its own) is reported lost by the stream.
+    auto& victim = held[100];
+    auto kvs = direct.keys(prefix + "-100");
+    REQUIRE(kvs.size() == 1);
+    direct.call("/v3/kv/deleterange", {{"key", kvs[0]["key"]}});
+    CHECK(distlock::test::eventually([&] { return !victim.held(); }, 10s));
+    for (std::size_t i = 0; i < n; ++i) {
+        if (i == 100) continue;
+        CHECK(held[i].held());
+        held[i].unlock();
+    }
 }
