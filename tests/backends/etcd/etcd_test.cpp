@@ -147,6 +147,18 @@ TEST_CASE("a waiter that times out leaves no key behind", "[etcd]") {
     CHECK(etcd.keys(name).empty());
 }
 
+TEST_CASE("bench's native floor is a put under a lease and its delete, beside the prefix, leaving nothing", "[etcd]") {
+    auto p = distlock::connect(url());
+    etcd_direct etcd(url());
+    const double before = etcd.metric("etcd_mvcc_put_total"), deletes = etcd.metric("etcd_mvcc_delete_total");
+    const auto floor = p.native_cycle();
+    REQUIRE(floor.has_value());
+    CHECK(floor->count() > 0);
+    CHECK(etcd.metric("etcd_mvcc_put_total") - before >= 1);
+    CHECK(etcd.metric("etcd_mvcc_delete_total") - deletes >= 1);
+    CHECK(etcd.under(etcd.prefix() + ".bench-floor/").empty());  // deleted again, outside the lock prefix
+}
+
 TEST_CASE("a lease revoked out of band is reported as a lost lock", "[etcd]") {
     distlock::test::loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto p = distlock::connect(url());
