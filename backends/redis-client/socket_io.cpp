@@ -71,8 +71,8 @@ int connect_socket(const endpoint& ep, clock::time_point until) {
 }
 
 void append_command(std::string& out, const std::vector<std::string_view>& args) {
-    // Sized first: a renewal pipeline of 100,000 locks is megabytes, and
-    // growing it piece by piece was most of the renewal thread's time.
+    // Sized first (one allocation for a script call of 512 renewals), written
+    // in place: no temporary string per command and per argument length.
     std::size_t size = 16;
     for (auto a : args) size += a.size() + 16;
     if (out.capacity() < out.size() + size) out.reserve(std::max(out.size() + size, 2 * out.capacity()));
