@@ -31,6 +31,12 @@ struct scheduler::state {
     state(std::shared_ptr<spi::backend> b, std::shared_ptr<distlock::observer> w, std::string s)
         : backend(std::move(b)), watcher(std::move(w)), scheme(std::move(s)) {}
     void run();
+    // An entry's keepalive or callbacks are over: it is due again at e.due,
+    // unless remove() waits for it.
+    void settle(entry_id id, entry& e) {
+        e.in_flight = false;
+        if (!e.removing) queue.emplace(e.due, id);
+    }
 
     const std::shared_ptr<spi::backend> backend;
     const std::shared_ptr<distlock::observer> watcher;
@@ -192,10 +198,9 @@ void scheduler::state::run() {
                 auto& e = it->second;
                 const auto& r = results[k];
                 if (r.state == st::ok) {
-                    e.in_flight = false;
                     e.last_ok = sent;
                     e.due = sent + e.interval;
-                    if (!e.removing) queue.emplace(e.due, batch[k]);
+                    settle(batch[k], e);
                     if (e.valid_until) e.valid_until->store((sent + e.lease).time_since_epoch().count());
                 } else if (r.state == st::lost || after - e.last_ok >= e.lease) {
                     std::string why =
@@ -208,8 +213,7 @@ void scheduler::state::run() {
                     if (e.failed) {
                         calls.emplace_back(batch[k], [failed = e.failed, m = r.message] { failed(m); });
                     } else {
-                        e.in_flight = false;
-                        if (!e.removing) queue.emplace(e.due, batch[k]);
+                        settle(batch[k], e);
                     }
                 }
             }
@@ -229,8 +233,7 @@ void scheduler::state::run() {
             if (it->second.dead) {
                 entries.erase(it);
             } else {
-                it->second.in_flight = false;
-                if (!it->second.removing) queue.emplace(it->second.due, c.first);
+                settle(c.first, it->second);
             }
         }
         done.notify_all();

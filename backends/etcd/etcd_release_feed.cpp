@@ -86,7 +86,7 @@ std::unique_ptr<spi::wake_subscription> release_feed::hold(const std::string& ke
         w->revision = revision;
         index(w, true);
         if (missed(*w)) take(w, woken);
-        else w->vouched = floor_ != 0 && revision + 1 >= floor_;  // every deletion since was checked or is to come
+        else w->vouched = floor_ != 0 && after(revision) >= floor_;  // every deletion since was checked or is to come
     }
     wake(woken);
     return sub;
@@ -160,7 +160,7 @@ void release_feed::stood(std::span<const held_key> keys, std::int64_t at) {
     std::lock_guard lk(mu_);
     // Every deletion after `at` is one the stream has delivered (to the hold,
     // indexed before) or will deliver.
-    if (since_ == 0 || at + 1 < since_) return;
+    if (since_ == 0 || after(at) < since_) return;  // after(): a server's INT64_MAX does not overflow
     for (const auto& k : keys)
         if (auto w = hold_of(k)) w->vouched = true;
 }
@@ -172,7 +172,7 @@ void release_feed::forget_recent() {
 
 bool release_feed::missed(const watcher& w) const {
     if (w.keys.empty() || w.revision == 0) return false;
-    if (w.revision + 1 < floor_ && !w.hold) return true;  // a hold is told of deletions seen, never of doubts
+    if (after(w.revision) < floor_ && !w.hold) return true;  // a hold is told of deletions seen, never of doubts
     return std::any_of(recent_.begin(), recent_.end(), [&](const auto& d) {
         return d.second > w.revision && std::find(w.keys.begin(), w.keys.end(), d.first) != w.keys.end();
     });
