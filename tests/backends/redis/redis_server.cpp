@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <thread>
 
@@ -18,21 +19,39 @@
 
 namespace distlock::test {
 
-redis_server::redis_server(std::vector<std::string> config) : port_(free_port()) {
+redis_server::redis_server(std::vector<std::string> config) {
     dir_ = (std::filesystem::temp_directory_path() / ("distlock-redis-test-" + spi::random_token().substr(0, 10)))
                .string();
     std::filesystem::create_directories(dir_);
+    for (int attempt = 1;; ++attempt) {
+        write_config(config);
+        try {
+            start();
+            return;
+        } catch (const std::runtime_error&) {
+            std::ifstream log(dir_ + "/redis.log");
+            const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+            if (attempt == 5 || text.find("Address already in use") == std::string::npos) throw;
+        }
+    }
+}
+
+void redis_server::write_config(const std::vector<std::string>& config) {
+    port_ = free_port();
+    do {
+        tls_port_ = free_port();
+    } while (tls_port_ == port_);
     std::ofstream conf(dir_ + "/redis.conf");
     conf << "port " << port_ << "\nbind 127.0.0.1\ndir " << dir_ << "\nlogfile " << dir_
          << "/redis.log\nsave \"\"\ndatabases 16\n";
     bool aof = false;
-    for (const auto& line : config) {
+    for (auto line : config) {
+        if (const auto at = line.find("{tls_port}"); at != std::string::npos)
+            line.replace(at, 10, std::to_string(tls_port_));
         conf << line << "\n";
         if (line.rfind("appendonly yes", 0) == 0) aof = true;
     }
     if (!aof) conf << "appendonly no\n";
-    conf.close();
-    start();
 }
 
 redis_server::~redis_server() {

@@ -25,12 +25,16 @@ class redis_server {
 public:
     // Starts redis-server on a free port in a fresh temp dir with these extra
     // config lines ("appendonly yes", "requirepass x", "user alice on >pw ~* &* +@all").
+    // A line may name "{tls_port}": a second free port, read back by tls_port().
+    // A port taken by another process between its choice and the server's bind
+    // (tests run in parallel) is chosen again, a few times.
     explicit redis_server(std::vector<std::string> config = {});
     ~redis_server();
     redis_server(const redis_server&) = delete;
     redis_server& operator=(const redis_server&) = delete;
 
     std::uint16_t port() const noexcept { return port_; }
+    std::uint16_t tls_port() const noexcept { return tls_port_; }
     std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
     pid_t pid() const noexcept { return pid_; }
 
@@ -41,7 +45,9 @@ public:
     void resume();  // SIGCONT
 
 private:
-    std::uint16_t port_;
+    void write_config(const std::vector<std::string>& config);
+    std::uint16_t port_ = 0;
+    std::uint16_t tls_port_ = 0;
     std::string dir_;
     pid_t pid_ = -1;
     bool paused_ = false;

@@ -23,8 +23,10 @@
 #include "distlock/spi/url.hpp"
 #include "redis_server.hpp"
 #include "support.hpp"
+#include "tcp_proxy.hpp"
 
 using namespace std::chrono_literals;
+using distlock::test::free_port;
 using distlock::test::raw_client;
 using distlock::test::redis_server;
 using distlock::test::unique_name;
@@ -82,26 +84,15 @@ const certificates& certs() {
     return c;
 }
 
-std::uint16_t free_port() {
-    const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-    ::close(s);
-    return ntohs(a.sin_port);
-}
-
 // A redis-server child with a TLS port besides its plaintext one.
 struct tls_server {
-    std::uint16_t tls_port = free_port();
     redis_server server;
+    std::uint16_t tls_port;
     explicit tls_server(const std::string& cert, bool client_certs = false)
-        : server({"tls-port " + std::to_string(tls_port), "tls-cert-file " + certs()(cert + ".crt"),
+        : server({"tls-port {tls_port}", "tls-cert-file " + certs()(cert + ".crt"),
                   "tls-key-file " + certs()(cert + ".key"), "tls-ca-cert-file " + certs()("ca.crt"),
-                  std::string("tls-auth-clients ") + (client_certs ? "yes" : "no"), "requirepass " + password}) {}
+                  std::string("tls-auth-clients ") + (client_certs ? "yes" : "no"), "requirepass " + password}),
+          tls_port(server.tls_port()) {}
     std::string address(const std::string& host = "127.0.0.1") const { return host + ":" + std::to_string(tls_port); }
     // rediss:// with the password and the test CA, plus `more` parameters.
     std::string url(const std::string& more = "", const std::string& host = "127.0.0.1") const {
