@@ -110,6 +110,15 @@ s::sql_texts dialect::texts(const std::string& table) const {
     }
     q.native_release = {"SELECT RELEASE_LOCK(?)", {0}};
     q.native_plain = {"SELECT GET_LOCK(?, 0)", {0}};
+    // The doorbell: "distlock#bell:" + 50 hex digits of the digest of the name's
+    // namespace and name (64 characters); '#' is in no GET_LOCK key of a lock name.
+    const std::string bell_key =
+        "CONCAT('distlock#bell:', LEFT(SHA2(CONCAT(" + hex_literal(namespace_) + ", ?), 256), 50))";
+    q.bell_take = {"SELECT GET_LOCK(" + bell_key + ", ? / 1000)", {0, 5}};
+    q.bell_release = {"DO RELEASE_LOCK(" + bell_key + ")", {0}};
+    q.lease_acquire_rung = q.lease_acquire;
+    q.lease_acquire_rung.insert(q.lease_acquire_rung.begin(), q.bell_take);
+    q.lease_release_rung = {q.lease_release, q.bell_release};
     q.native_break = {"KILL IS_USED_LOCK(?)", {0}};
     // inspect: the lease row by the server's clock; the session holding a
     // GET_LOCK key or a for-update row's mark (IS_USED_LOCK). MySQL keeps no

@@ -84,6 +84,14 @@ settings take_settings(spi::url& u, std::string_view backend, std::string_view n
     if (auto v = u.take_int("tries", 1, 1000)) s.tries = static_cast<int>(*v);
     if (auto v = u.take_duration("window")) s.window = *v;
     if (auto v = u.take_int("pool", 0, 1000)) s.max_idle = static_cast<std::size_t>(*v);
+    if (auto v = u.take("wake")) {
+        if (*v == "bell") s.wake = wake::bell;
+        else if (*v != "poll") bad("unknown wake '" + *v + "' (known: poll, bell)");
+    }
+    if (s.wake == wake::bell && backend != "mysql")
+        bad("wake=bell is MySQL's: " + std::string(backend) + " wakes lease-table waiters by its notifications");
+    if (s.wake == wake::bell && s.strategy != strategy::lease_table)
+        bad("wake=bell applies to strategy=lease-table only (the session strategies wait in the server's own queue)");
     return s;
 }
 

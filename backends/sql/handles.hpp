@@ -155,6 +155,16 @@ protected:
     bytes name_;
     std::int64_t slot_;
     std::string owner_;  // this grant's token in the owner column; empty = not held
+    // wake=bell (lease_handle): the connection whose session holds the name's
+    // doorbell for this grant (none: the grant has no doorbell). release()
+    // deletes the row and gives the doorbell back on it in one round trip;
+    // closing it frees the doorbell.
+    std::unique_ptr<connection> bell_conn_;
+
+    // Deletes the rows this acquisition may hold (its owner token), best effort:
+    // after an error, where a statement may have taken a row before its reply
+    // was lost (a lease expires anyway).
+    void give_rows_back() noexcept;
 };
 
 // lease-table and optimistic: the lease row of the lock table.
@@ -166,6 +176,10 @@ public:
 private:
     std::optional<spi::grant> try_upsert();
     std::optional<spi::grant> try_compare_and_set();
+    // wake=bell: the upsert on a connection of this acquisition's own, the
+    // name's doorbell taken in the same round trip (waiting for it once the
+    // name was found held), kept with the grant (lease_lock.cpp).
+    std::optional<spi::grant> acquire_rung(spi::deadline until);
 
     bool optimistic_;
 };

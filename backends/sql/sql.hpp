@@ -219,6 +219,15 @@ struct sql_texts {
     batch native_lock, native_try;
     statement native_release;  // [key] -> "1" released, "0"/NULL not ours
     statement native_plain;    // [key]: the lock alone, as a client without distlock takes it (bench's floor)
+    // The doorbell of a lease-table lock (MySQL's wake=bell; empty elsewhere): a
+    // named session lock of its own key per name, that a holder keeps on a
+    // connection of its own for its grant's life and gives back in the batch
+    // that deletes its row, so that a waiter blocked taking it wakes at the
+    // release, or when the holder's session ends.
+    statement bell_take;       // [name, wait_ms (logical argument 5)] -> "1" taken, "0" not within the wait
+    statement bell_release;    // [name]
+    batch lease_acquire_rung;  // bell_take, then lease_acquire (their arguments) -> as lease_acquire
+    batch lease_release_rung;  // lease_release, then bell_release -> the first result's affected, as lease_release
     // break_lock: the session holding the lock is found and ended by one
     // statement (KILL IS_USED_LOCK(..), pg_terminate_backend(pid) FROM pg_locks
     // ...), never by an id read first and ended later: by then that session may
@@ -424,6 +433,12 @@ auto retry_compare_and_set(int tries, std::chrono::milliseconds window, std::chr
 // native lock (get-lock on MySQL, advisory on PostgreSQL).
 enum class strategy { lease_table, optimistic, for_update, native };
 
+// How a blocking waiter of a lease-table lock learns of a release: by the
+// server's notifications where it has them (PostgreSQL), else by polling with
+// backoff (`poll`), or (MySQL, wake=bell) by blocking on the holder's doorbell:
+// a named session lock the holder keeps for its grant's life (sql_texts::bell_take).
+enum class wake { poll, bell };
+
 struct settings {
     sql::strategy strategy = strategy::lease_table;
     std::string table = "distlock_locks";  // a plain identifier; "<table>_rows" holds for-update's rows
@@ -431,10 +446,11 @@ struct settings {
     int tries = 3;                          // optimistic: compare-and-set attempts per try ...
     std::chrono::milliseconds window{100};  // ... within this window (the seed's defaults)
     std::size_t max_idle = 8;               // idle connections kept per provider
+    sql::wake wake = wake::poll;            // lease-table's blocking waiters (wake=bell: MySQL)
 };
 
 // Takes the SQL layer's URL parameters (strategy, table, connect_timeout,
-// timeout, tries, window, pool). `native` is the dialect's native strategy name.
+// timeout, tries, window, pool, wake). `native` is the dialect's native strategy name.
 settings take_settings(spi::url& u, std::string_view backend, std::string_view native);
 
 // Validates `s` (the table name as an identifier), makes the tables (idempotent

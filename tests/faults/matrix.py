@@ -51,6 +51,7 @@ BACKENDS = {
     "redis-reentrant": (LEASE, True, False, False),
     "redlock": (LEASE, False, False, False),
     "mysql-lease-table": (LEASE, True, True, False),
+    "mysql-lease-table-bell": (LEASE, True, True, False),  # wake=bell: waiters on the holder's doorbell
     "mysql-optimistic": (LEASE, True, True, False),
     "mysql-for-update": (SESSION_SQL, True, True, False),
     "mysql-get-lock": (SESSION_SQL, True, True, False),
@@ -89,7 +90,8 @@ NEMESES = ["none", "pause-holder", "pause-before-write", "kill-holder", "delay-r
 # compare NOW(). Redis expires keys by its wall clock too, but redis-server is
 # built with jemalloc, which calls clock_gettime() before libfaketime is ready
 # (libfaketime aborts the recursion, the server never starts).
-WALL_CLOCK_EXPIRY = {"mysql-lease-table", "mysql-optimistic", "postgres-lease-table", "postgres-optimistic",
+WALL_CLOCK_EXPIRY = {"mysql-lease-table", "mysql-lease-table-bell", "mysql-optimistic", "postgres-lease-table",
+                     "postgres-optimistic",
                      "postgres-lease-table-async"}
 NO_FAKETIME = {"redis", "redis-reentrant", "redlock", "redis-election", "redis-async"} | SENTINEL
 
@@ -201,7 +203,7 @@ SHORT = [
     ("file", "pause-before-write"), ("file", "kill-holder"), ("memory", "break-lock"),
     ("redis", "pause-before-write"), ("redis", "restart-server-empty"), ("redis", "delay-replies"),
     ("redis-reentrant", "kill-holder"), ("redlock", "freeze-client"),
-    ("mysql-lease-table", "pause-holder"), ("mysql-optimistic", "delay-replies"),
+    ("mysql-lease-table-bell", "pause-holder"), ("mysql-optimistic", "delay-replies"),
     ("mysql-for-update", "kill-holder"), ("mysql-get-lock", "restart-server"),
     ("postgres-lease-table", "restart-server"), ("postgres-optimistic", "pause-before-write"),
     ("postgres-for-update", "freeze-client"), ("postgres-advisory", "pause-holder"),

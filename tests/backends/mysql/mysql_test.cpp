@@ -86,6 +86,8 @@ const dialect_facts& sql_test::facts() {
         // With counter rows (MySQL 8), each token costs one more statement (the row's bump).
         .per_cycle = {{"strategy=get-lock", {2, 2}},
                       {"strategy=lease-table", {3, 2}},
+                      // wake=bell: GET_LOCK of the doorbell before the upsert, RELEASE_LOCK after the DELETE.
+                      {"strategy=lease-table&wake=bell", {5, 2}},
                       {"strategy=optimistic", {3, 2}},
                       {"strategy=for-update", {6, 3}},
                       {"strategy=get-lock&fence=table&table=distlock_fence_rows", {3, 2}},
