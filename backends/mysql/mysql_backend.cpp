@@ -53,7 +53,13 @@ std::shared_ptr<s::dialect> make_dialect(spi::url& u, const s::conn_settings& cs
         else if (*f == "table") fence = fence_kind::table;
         else throw_error(errc::invalid_argument, kBackend, "unknown fence '" + *f + "' (known: sequence, table)");
     }
-    return std::make_shared<dialect>(std::move(ep), cs, fence);
+    auto engine = lock_engine::innodb;
+    if (auto e = u.take("engine")) {
+        if (*e == "memory") engine = lock_engine::memory;
+        else if (*e != "innodb")
+            throw_error(errc::invalid_argument, kBackend, "unknown engine '" + *e + "' (known: innodb, memory)");
+    }
+    return std::make_shared<dialect>(std::move(ep), cs, fence, engine);
 }
 
 void register_backend(spi::registry& r) {

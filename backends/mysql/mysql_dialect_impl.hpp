@@ -34,9 +34,15 @@ std::string get_lock_key(std::string_view name_space, std::string_view name);
 
 enum class fence_kind { automatic, sequence, table };
 
+// The storage engine of the lock table (engine=): InnoDB, or MEMORY, whose
+// leases are never written to disk (they vanish with the server; the fence
+// counter stays InnoDB, so tokens never repeat).
+enum class lock_engine { innodb, memory };
+
 class dialect final : public s::dialect {
 public:
-    dialect(endpoint ep, s::conn_settings cs, fence_kind f) : ep_(std::move(ep)), cs_(cs), fence_(f) {}
+    dialect(endpoint ep, s::conn_settings cs, fence_kind f, lock_engine e)
+        : ep_(std::move(ep)), cs_(cs), fence_(f), engine_(e) {}
 
     std::string_view name() const noexcept override { return kBackend; }
     std::string_view native_strategy() const noexcept override { return "get-lock"; }
@@ -74,6 +80,7 @@ private:
     endpoint ep_;
     s::conn_settings cs_;
     fence_kind fence_;
+    lock_engine engine_;
     std::atomic<bool> mariadb_{false};
     std::once_flag namespace_once_;
     std::string namespace_;  // set by the first connection, then fixed

@@ -11,6 +11,20 @@ namespace distlock::backends::mysql {
 // are raised, never lowered); then the rows of locks nobody holds are deleted.
 void dialect::migrate(s::connection& c, const std::string& table) const {
     const std::string t = "`" + table + "`", fence = "`" + table + "_fence`";
+    // Every client of a lock table must agree on its engine: leases that
+    // vanish with the server (MEMORY) are another guarantee, never taken silently.
+    auto engine = c.exec({"SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()"
+                          " AND TABLE_NAME = ?",
+                          {0}},
+                         {std::string(table)});
+    if (!engine.rows.empty() && engine.rows[0][0]) {
+        const bool memory = *engine.rows[0][0] == "MEMORY";
+        if (memory != (engine_ == lock_engine::memory))
+            throw_error(errc::invalid_argument, kBackend,
+                        "the lock table '" + table + "' is " + (memory ? "MEMORY" : "not MEMORY") + ", and this URL " +
+                            (memory ? "does not say engine=memory" : "says engine=memory") +
+                            ": every client of a table must use one engine (use a table= of its own)");
+    }
     // A lock table made before holder labels gets its holder_label column
     // (an instant ADD COLUMN on InnoDB; old clients name their columns, so
     // they keep working). Two clients starting together may both add it:

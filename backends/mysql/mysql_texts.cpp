@@ -37,11 +37,15 @@ s::sql_texts dialect::texts(const std::string& table) const {
     const s::statement mine = seq ? s::statement{"SELECT IF(ROW_COUNT() > 0, LASTVAL(" + fence + "), NULL)", {}}
                                   : s::statement{"SELECT version FROM " + t + " WHERE name = ? AND owner = ?", {0, 1}};
     s::sql_texts q;
+    // A MEMORY table's size is bounded by max_heap_table_size when it is made
+    // (16 MB by default: about 10,000 rows of this table's fixed-length rows);
+    // this session's bound is raised for it to 1 GiB, taken only as rows are.
     q.create = {
         {"CREATE TABLE IF NOT EXISTS " + t +
              " (name VARBINARY(1024) NOT NULL, owner VARCHAR(64) CHARACTER SET ascii NULL,"
              " expires_at DATETIME(6) NULL, version BIGINT NOT NULL DEFAULT 0, holder_label VARBINARY(320) NULL,"
-             " PRIMARY KEY (name)) ENGINE=InnoDB",
+             " PRIMARY KEY (name)) ENGINE=" +
+             std::string(engine_ == lock_engine::memory ? "MEMORY" : "InnoDB"),
          {}},
         {"CREATE TABLE IF NOT EXISTS " + rows + " (name VARBINARY(1024) NOT NULL, PRIMARY KEY (name)) ENGINE=InnoDB",
          {}},
@@ -50,6 +54,8 @@ s::sql_texts dialect::texts(const std::string& table) const {
                                " (slot INT NOT NULL, version BIGINT NOT NULL, PRIMARY KEY (slot)) ENGINE=InnoDB",
                            {}},
     };
+    if (engine_ == lock_engine::memory)
+        q.create.insert(q.create.begin(), {"SET SESSION max_heap_table_size = 1073741824", {}});
     q.ping = {"SELECT 1", {}};
     q.rollback = {"ROLLBACK", {}};
     q.lease_acquire = drawn({

@@ -63,6 +63,8 @@ mysql_spawn() {
         echo "DISTLOCK_TEST_MYSQL_GET_LOCK_URL='$base?strategy=get-lock&lease=2s'"
         # Lease-table waiters on the holder's doorbell instead of polling.
         echo "DISTLOCK_TEST_MYSQL_LEASE_TABLE_BELL_URL='$base?strategy=lease-table&lease=2s&wake=bell'"
+        # ... on a lock table of the MEMORY engine (leases never written to disk).
+        echo "DISTLOCK_TEST_MYSQL_MEMORY_BELL_URL='$base?strategy=lease-table&lease=2s&wake=bell&engine=memory&table=distlock_memory'"
         echo "DISTLOCK_TEST_MYSQL_COUNT_URL='mysql://distlock_count:distlock@127.0.0.1:$MYSQL_PORT/distlock'"
         # MySQL 8's fence counter (rows instead of MariaDB's sequence), on a table of its own.
         local st

@@ -52,6 +52,8 @@ BACKENDS = {
     "redlock": (LEASE, False, False, False),
     "mysql-lease-table": (LEASE, True, True, False),
     "mysql-lease-table-bell": (LEASE, True, True, False),  # wake=bell: waiters on the holder's doorbell
+    # wake=bell on a lock table of the MEMORY engine: the leases vanish with the server, the tokens do not.
+    "mysql-memory-bell": (LEASE, True, True, False),
     "mysql-optimistic": (LEASE, True, True, False),
     "mysql-for-update": (SESSION_SQL, True, True, False),
     "mysql-get-lock": (SESSION_SQL, True, True, False),
@@ -90,9 +92,8 @@ NEMESES = ["none", "pause-holder", "pause-before-write", "kill-holder", "delay-r
 # compare NOW(). Redis expires keys by its wall clock too, but redis-server is
 # built with jemalloc, which calls clock_gettime() before libfaketime is ready
 # (libfaketime aborts the recursion, the server never starts).
-WALL_CLOCK_EXPIRY = {"mysql-lease-table", "mysql-lease-table-bell", "mysql-optimistic", "postgres-lease-table",
-                     "postgres-optimistic",
-                     "postgres-lease-table-async"}
+WALL_CLOCK_EXPIRY = {"mysql-lease-table", "mysql-lease-table-bell", "mysql-memory-bell", "mysql-optimistic",
+                     "postgres-lease-table", "postgres-optimistic", "postgres-lease-table-async"}
 NO_FAKETIME = {"redis", "redis-reentrant", "redlock", "redis-election", "redis-async"} | SENTINEL
 
 
@@ -140,6 +141,10 @@ WHY_SESSION_RESTART = ("the lock dies with the server's session: the holder hear
 WHY_EMPTY_RESTART = ("a server that comes back empty forgets the grant: the holder hears of it at its next "
                      "renewal (lease/3) or at release, and may write the unfenced counter before that (the "
                      "fenced store rejects it)")
+WHY_MEMORY_RESTART = ("the lease rows are in a MEMORY table, which the server empties when it restarts: the "
+                      "holder hears of it at its next renewal (lease/3) or at release, and may write the unfenced "
+                      "counter before that; the tokens come from the InnoDB counter and never repeat, so the fenced "
+                      "store rejects that write")
 WHY_INDEX_RESTART = ("the Consul emulator keeps nothing: restarted, it starts its Raft index (the fencing token) "
                      "over, so later grants carry lower tokens than the fenced store has seen, which rejects "
                      "their writes (no stale write gets in); Consul servers keep their Raft data, and etcd and "
@@ -183,6 +188,8 @@ def expectations(bid, nemesis):
         allow(unfenced_loss, WHY_PAUSE_WRITE)
     if nemesis == "restart-server" and kind == SESSION_SQL:
         allow(unfenced_loss, WHY_SESSION_RESTART)
+    if nemesis == "restart-server" and bid == "mysql-memory-bell":
+        allow(unfenced_loss, WHY_MEMORY_RESTART)
     if nemesis == "restart-server-empty":
         allow(unfenced_loss, WHY_EMPTY_RESTART)
         if bid == "consul-emulator":
@@ -208,7 +215,7 @@ SHORT = [
     ("postgres-lease-table", "restart-server"), ("postgres-optimistic", "pause-before-write"),
     ("postgres-for-update", "freeze-client"), ("postgres-advisory", "pause-holder"),
     ("zk", "pause-holder"), ("zk-ensemble", "kill-leader"), ("etcd", "clock-jump-client"),
-    ("mysql-lease-table", "clock-jump-server"),
+    ("mysql-lease-table", "clock-jump-server"), ("mysql-memory-bell", "restart-server"),
     ("etcd-cluster", "kill-leader"), ("consul-emulator", "pause-before-write"),
     ("redis-sentinel-min-replicas", "kill-leader"), ("zk-election", "kill-holder"),
     ("redis-async", "pause-holder"), ("zk-async", "kill-holder"), ("postgres-lease-table-async", "restart-server"),

@@ -88,6 +88,8 @@ const dialect_facts& sql_test::facts() {
                       {"strategy=lease-table", {3, 2}},
                       // wake=bell: GET_LOCK of the doorbell before the upsert, RELEASE_LOCK after the DELETE.
                       {"strategy=lease-table&wake=bell", {5, 2}},
+                      // engine=memory: the same statements, on a MEMORY lock table.
+                      {"strategy=lease-table&engine=memory&table=distlock_memory_count", {3, 2}},
                       {"strategy=optimistic", {3, 2}},
                       {"strategy=for-update", {6, 3}},
                       {"strategy=get-lock&fence=table&table=distlock_fence_rows", {3, 2}},
