@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <iostream>
@@ -22,6 +23,11 @@ namespace distlock::tool {
 namespace {
 
 using settings = bench_settings;
+
+// Now on the steady clock, in µs (comparable across the processes of a machine).
+double steady_us() {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 // The floors are measured beside the cycles, under the same load: the
 // backend's cheapest round trip and, where the server has its own lock (SQL),
@@ -59,6 +65,7 @@ std::string worker(const settings& s, const std::string& run_id, int index) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(s.seconds);
     std::mutex mu;
     std::vector<double> cycles, writes;  // rw: cycles are the reads, writes the writes
+    std::vector<double> stamps;          // contended mutex: per cycle, lock() called, granted (µs, steady clock)
     samples floors;
     std::string failure;
     std::vector<std::thread> pool;
@@ -86,7 +93,7 @@ std::string worker(const settings& s, const std::string& run_id, int index) {
     }
     for (int t = 0; t < s.threads; ++t) {
         pool.emplace_back([&, t] {
-            std::vector<double> mine, mine_writes;
+            std::vector<double> mine, mine_writes, mine_stamps;
             samples beside;
             try {
                 auto name = contended ? "bench:" + run_id
@@ -118,7 +125,9 @@ std::string worker(const settings& s, const std::string& run_id, int index) {
                 } else {
                     m.emplace(locks.mutex(name));
                     cycle = [&] {
+                        const double called = steady_us();
                         m->lock();
+                        if (contended) mine_stamps.insert(mine_stamps.end(), {called, steady_us()});
                         m->unlock();
                     };
                 }
@@ -134,6 +143,7 @@ std::string worker(const settings& s, const std::string& run_id, int index) {
             std::lock_guard lk(mu);
             cycles.insert(cycles.end(), mine.begin(), mine.end());
             writes.insert(writes.end(), mine_writes.begin(), mine_writes.end());
+            stamps.insert(stamps.end(), mine_stamps.begin(), mine_stamps.end());
             floors.add(beside);
         });
     }
@@ -144,6 +154,23 @@ std::string worker(const settings& s, const std::string& run_id, int index) {
     put_doubles(out, floors.native);
     put_doubles(out, cycles);
     put_doubles(out, writes);
+    put_doubles(out, stamps);
+    return out;
+}
+
+// The hand-offs of a contended mutex, from every process's (lock() called,
+// granted) pairs on one steady clock (CLOCK_MONOTONIC, shared by the
+// processes of a machine): in grant order, each grant whose lock() was called
+// before the grant before it, so that it was waiting, is a hand-off; it took
+// from that earlier grant's unlock() (called at once after its grant) to its
+// own grant. µs each.
+std::vector<double> handoffs(const std::vector<double>& stamps) {
+    std::vector<std::pair<double, double>> grants;  // (granted, called)
+    for (std::size_t i = 0; i + 1 < stamps.size(); i += 2) grants.emplace_back(stamps[i + 1], stamps[i]);
+    std::sort(grants.begin(), grants.end());
+    std::vector<double> out;
+    for (std::size_t i = 1; i < grants.size(); ++i)
+        if (grants[i].second < grants[i - 1].first) out.push_back(grants[i].first - grants[i - 1].first);
     return out;
 }
 
@@ -170,10 +197,10 @@ int run_sync_bench(const settings& s) {
     };
     auto reports = run_in_processes(
         s.processes, [&](int i) { return worker(s, run_id, i); }, tick);
-    std::vector<double> floor, native, reads, writes;
+    std::vector<double> floor, native, reads, writes, stamps;
     for (const auto& r : reports) {
         std::size_t pos = 0;
-        for (auto* into : {&floor, &native, &reads, &writes}) {
+        for (auto* into : {&floor, &native, &reads, &writes, &stamps}) {
             auto v = get_doubles(r, pos);
             into->insert(into->end(), v.begin(), v.end());
         }
@@ -204,6 +231,19 @@ int run_sync_bench(const settings& s) {
         j["floor_rtt_us"] = round1(f);
         j["floor_ratio"] = std::round(p50 / (2 * f) * 100) / 100;
     }
+    // Contended mutex: the hand-offs, and each in the backend's round trips.
+    const auto passed = handoffs(stamps);
+    if (!passed.empty()) {
+        const double h50 = percentile(passed, 50), h99 = percentile(passed, 99);
+        j["handoffs"] = passed.size();
+        j["handoff_p50_us"] = round1(h50);
+        j["handoff_p99_us"] = round1(h99);
+        if (!floor.empty()) {
+            const double f = percentile(floor, 50);
+            j["handoff_p50_rt"] = round1(h50 / f);
+            j["handoff_p99_rt"] = round1(h99 / f);
+        }
+    }
     if (native.empty()) {
         j["native_floor_us"] = nullptr;  // no lock of the server's own to compare with
         j["native_ratio"] = nullptr;
@@ -225,6 +265,12 @@ int run_sync_bench(const settings& s) {
         if (!native.empty())
             std::cout << "; native lock+unlock " << j["native_floor_us"] << " us, p50 cycle = " << j["native_ratio"]
                       << " x native";
+        if (j.contains("handoffs")) {
+            std::cout << "; " << j["handoffs"] << " hand-offs, p50 " << j["handoff_p50_us"] << " us, p99 "
+                      << j["handoff_p99_us"] << " us";
+            if (j.contains("handoff_p50_rt"))
+                std::cout << " (" << j["handoff_p50_rt"] << " / " << j["handoff_p99_rt"] << " round trips)";
+        }
         std::cout << "\n";
     }
     return 0;

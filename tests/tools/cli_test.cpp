@@ -315,6 +315,27 @@ TEST_CASE("bench on file:// leaves no lock file behind, in any mode, and nothing
     CHECK(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator{}) == 1);
 }
 
+TEST_CASE("bench --mode contended reports the hand-offs between processes: waiting grants, from the grant before",
+          "[cli][bench][handoff]") {
+    const auto dir = std::filesystem::path(lock_dir()) / distlock::test::unique_name("bench-handoff");
+    std::filesystem::create_directories(dir);
+    auto r = run("bench --backend 'file://" + dir.string() +
+                 "' --mode contended --threads 1 --processes 3 --seconds 1 --json --quiet");
+    REQUIRE(r.status == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    // Three processes on one name: most grants went to a process that was waiting.
+    REQUIRE(j.contains("handoffs"));
+    CHECK(j["handoffs"].get<long>() > 0);
+    CHECK(j["handoffs"].get<long>() < j["cycles"].get<long>());  // the first grant is no hand-off
+    CHECK(j["handoff_p50_us"].get<double>() > 0);
+    CHECK(j["handoff_p50_us"].get<double>() <= j["handoff_p99_us"].get<double>());
+    CHECK_FALSE(j.contains("handoff_p50_rt"));  // file:// has no round trip to count them in
+    // Uncontended, nobody waits: no hand-off is reported.
+    CHECK_FALSE(
+        nlohmann::json::parse(run("bench --backend memory:// --seconds 0.2 --json --quiet").out).contains("handoffs"));
+    std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("bench --observe measures with a metrics observer attached", "[cli][bench][observe]") {
     auto plain = run("bench --backend memory:// --seconds 0.3 --json --quiet");
     auto observed = run("bench --backend memory:// --seconds 0.3 --json --quiet --observe");
