@@ -4,8 +4,8 @@
 # For each server (default: redis redlock mysql postgres zookeeper etcd
 # consul-emulator) it starts that server alone (integration/backends.sh), so
 # that the others' background work does not load the machine, and runs
-# `distlock bench` on each of its URLs: uncontended (one thread), N runs, and
-# contended (4 processes), once. It prints one Markdown row per run; the
+# `distlock bench` on each of its URLs: uncontended (one thread) and contended
+# (4 processes, with the hand-offs in round trips), N runs each. It prints one Markdown row per run; the
 # floor is measured in the same run (see docs/cli.md, `bench`). With --primitives it
 # measures instead, per URL and run, uncontended cycles of the mutex, of a
 # read-write lock's read and write sides and of a semaphore's permit, the
@@ -17,13 +17,14 @@
 # With --async it measures instead `distlock bench --async` (docs/benchmarks.md,
 # "Asynchronous waiters") at 1,000 and 10,000 pending waiters on memory://,
 # file:// and one URL per server (its mutex's usual strategy), one row each.
+# With --flash-sale it runs the flash sale on 1 stock segment and on 10 per URL.
 # With --compare OLD it measures each URL with OLD (another build's distlock
 # tool, e.g. of the commit before a refactoring) beside this build's, the two in
 # alternation, and prints per URL both p50 / 2 floors ratios and new / old.
 # Servers this script did not start must be stopped first (backends.sh down).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-seconds=3 runs=3 servers=() primitives=0 tls=0 async=0 old=""
+seconds=3 runs=3 servers=() primitives=0 tls=0 async=0 flash=0 old=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --seconds) seconds=$2; shift 2 ;;
@@ -31,8 +32,9 @@ while [ $# -gt 0 ]; do
         --primitives) primitives=1; shift ;;
         --tls) tls=1; shift ;;
         --async) async=1; shift ;;
+        --flash-sale) flash=1; shift ;;
         --compare) old=$2; shift 2 ;;
-        -*) echo "usage: $0 [--seconds S] [--runs N] [--primitives | --tls | --async | --compare OLD_DISTLOCK] [SERVER...]" >&2; exit 2 ;;
+        -*) echo "usage: $0 [--seconds S] [--runs N] [--primitives | --tls | --async | --flash-sale | --compare OLD_DISTLOCK] [SERVER...]" >&2; exit 2 ;;
         *) servers+=("$1"); shift ;;
     esac
 done
@@ -52,9 +54,10 @@ row() {  # row SERVER MODE JSON
 import json, sys
 j = json.loads(sys.argv[3])
 f, n = j["floor_rtt_us"], j["native_floor_us"]
-print("| %s | %s | %s | %.0f | %.1f | %.0f | %s | %s | %s | %s |" % (sys.argv[1], j["backend"], sys.argv[2],
+h = "-" if "handoff_p50_rt" not in j else "%s / %s" % (j["handoff_p50_rt"], j["handoff_p99_rt"])
+print("| %s | %s | %s | %.0f | %.1f | %.0f | %s | %s | %s | %s | %s |" % (sys.argv[1], j["backend"], sys.argv[2],
       j["cycles_per_s"], j["p50_us"], j["p99_us"], "-" if f is None else "%.1f" % f, "-" if f is None else j["floor_ratio"],
-      "-" if n is None else "%.1f" % n, "-" if n is None else j["native_ratio"]))' "$@"
+      "-" if n is None else "%.1f" % n, "-" if n is None else j["native_ratio"], h))' "$@"
 }
 
 # --primitives: uncontended cycles of each primitive beside the mutex's, in one
@@ -220,13 +223,42 @@ print("| %s | %s | %s | %s | %.2f |" % (sys.argv[1], new[0]["backend"], span(o),
         "$1" "$runs" "${before[@]}" "${after[@]}"
 }
 
-# The default: N uncontended runs and one contended, one row each.
+# The default: N uncontended runs and N contended, one row each.
 figures_rows() {  # figures_rows SERVER URL
     for _ in $(seq "$runs"); do
         row "$1" uncontended "$(build/bin/distlock bench --backend "$2" --seconds "$seconds" --json --quiet)"
     done
-    row "$1" "contended, 4 processes" \
-        "$(build/bin/distlock bench --backend "$2" --mode contended --processes 4 --seconds "$seconds" --json --quiet)"
+    for _ in $(seq "$runs"); do
+        row "$1" "contended, 4 processes" \
+            "$(build/bin/distlock bench --backend "$2" --mode contended --processes 4 --seconds "$seconds" --json --quiet)"
+    done
+}
+
+# --flash-sale: the flash sale of 4,000 requests for 2,000 items by 2 app
+# servers, on 1 stock segment and on 10 (a lock each), in alternation, N runs;
+# one row per URL: elapsed ms of each, and how much faster 10 segments sell.
+flash_rows() {  # flash_rows SERVER URL
+    local one=() ten=()
+    for _ in $(seq "$runs"); do
+        for n in 1 10; do
+            local j
+            j=$(build/bin/distlock flash-sale --backend "$2" --stock 2000 --requests 4000 --processes 2 \
+                --segments "$n" --json --quiet)
+            if [ "$n" = 1 ]; then one+=("$j"); else ten+=("$j"); fi
+        done
+    done
+    python3 -c '
+import json, sys
+n = int(sys.argv[2])
+one, ten = [json.loads(t) for t in sys.argv[3:3 + n]], [json.loads(t) for t in sys.argv[3 + n:]]
+for j in one + ten:
+    assert j["sold"] == 2000 and not j.get("oversold"), j
+def span(values, f="%.0f"):
+    lo, hi = f % min(values), f % max(values)
+    return lo if lo == hi else lo + "-" + hi
+a, b = [j["elapsed_ms"] for j in one], [j["elapsed_ms"] for j in ten]
+print("| %s | %s | %s | %s | %s |" % (sys.argv[1], one[0]["backend"], span(a), span(b),
+      span([x / y for x, y in zip(a, b)], "%.1f")))' "$1" "$runs" "${one[@]}" "${ten[@]}"
 }
 
 primitives_rows() {  # primitives_rows SERVER URL
@@ -241,11 +273,17 @@ if [ -n "$old" ]; then
     exit 0
 fi
 
+if [ "$flash" = 1 ]; then
+    echo "| server | URL | 1 segment, ms | 10 segments, ms | 10 segments faster by |"
+    echo "|---|---|---|---|---|"
+    for_each_url flash_rows
+    exit 0
+fi
 if [ "$primitives" = 1 ]; then
     echo "| server | URL | mutex p50 µs | read p50 µs (/ mutex) | write p50 µs (/ mutex) | permit of 4 p50 µs (/ mutex) |"
     echo "|---|---|---|---|---|---|"
 else
-    echo "| server | URL | mode | cycles/s | p50 µs | p99 µs | floor µs | p50 / 2 floors | native µs | p50 / native |"
-    echo "|---|---|---|---|---|---|---|---|---|---|"
+    echo "| server | URL | mode | cycles/s | p50 µs | p99 µs | floor µs | p50 / 2 floors | native µs | p50 / native | hand-off p50 / p99, round trips |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
 fi
 if [ "$primitives" = 1 ]; then for_each_url primitives_rows; else for_each_url figures_rows; fi

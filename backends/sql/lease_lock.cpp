@@ -164,7 +164,11 @@ std::optional<spi::grant> lease_handle::acquire_rung(spi::deadline until) {
     // half a lease: a holder paused past its lease keeps its doorbell.
     const milliseconds longest =
         std::max(resolution, std::min({ctx_.settings().conn.timeout / 2, milliseconds{10s}, req_.lease / 2}));
-    spi::backoff pause(req_.retry_min, req_.retry_max);
+    // The poller (the doorbell's holder while the row is another's) is one per
+    // name, and most often it waits for a grant that went to a fresh try
+    // between its wake-up and its upsert, held as briefly as any: it starts
+    // at a fifth of retry_min (1 ms by default), doubling up to retry_max.
+    spi::backoff pause(req_.retry_min / 5, req_.retry_max);
     owner_ = spi::random_token();
     const bytes label{holder_label_value(owner_, req_.holder)};
     bool rung = false;  // this session holds the doorbell
