@@ -308,10 +308,10 @@ void queue::release() {
     json reply;
     try {
         // Delete only our grant: the key with our create revision.
-        reply = gateway_.call("/v3/kv/txn",
-                              json{{"compare", json::array({created_at(key_, rev)})},
-                                   {"success", json::array({{{"request_delete_range", {{"key", base64_encode(key_)}}}},
-                                                            {{"request_range", count_of(where_.blockers)}}})}});
+        json success = json::array({{{"request_delete_range", {{"key", base64_encode(key_)}}}}});
+        if (counts_at_release()) success.push_back({{"request_range", count_of(where_.blockers)}});
+        reply =
+            gateway_.call("/v3/kv/txn", json{{"compare", json::array({created_at(key_, rev)})}, {"success", success}});
     } catch (const grpc_error& e) {
         gateway_.add_orphan(*session_, key_, value_);
         throw_error(errc::in_doubt, kBackend, "release: " + e.reason(), e.code);

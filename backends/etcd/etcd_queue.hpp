@@ -70,8 +70,13 @@ protected:
     // rounds). By default none.
     virtual void guard(json& compare, json& failure) const;
     virtual bool guard_failed(const json& responses, int round);
-    // After a release, with the release txn's responses (the deciding range's
-    // count after ours went). By default nothing.
+    // Whether the release txn also counts the deciding range after ours went
+    // (a range read in the server, about a twentieth of a mutex's cycle:
+    // only a semaphore needs it). By default not.
+    virtual bool counts_at_release() const { return false; }
+    // After a release, with the release txn's responses (with
+    // counts_at_release(), the deciding range's count after ours went). By
+    // default nothing.
     virtual void released(const json& responses) noexcept;
 
     gateway& gate() const { return gateway_; }

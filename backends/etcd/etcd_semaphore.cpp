@@ -47,6 +47,7 @@ private:
     place place_of(const json& ahead) const override;
     void guard(json& compare, json& failure) const override;
     bool guard_failed(const json& responses, int round) override;
+    bool counts_at_release() const override { return true; }
     void released(const json& responses) noexcept override;
 
     void settle_size(const json& size_kvs);

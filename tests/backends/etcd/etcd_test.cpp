@@ -159,6 +159,36 @@ TEST_CASE("bench's native floor is a put under a lease and its delete, beside th
     CHECK(etcd.under(etcd.prefix() + ".bench-floor/").empty());  // deleted again, outside the lock prefix
 }
 
+TEST_CASE("an uncontended mutex cycle reads three keys in the server: two txns' compares and the queue's head",
+          "[etcd][count]") {
+    // The server's count of ranges (a txn's compare reads one too) over a
+    // provider's cycles: the acquire txn's compare and its range of the
+    // queue's head, the release txn's compare. The release reads no count
+    // (only a semaphore needs one). Other clients of the server (tests in
+    // parallel) can only add, so the fewest of a few tries is taken.
+    constexpr int cycles = 40;
+    etcd_direct etcd(url());
+    std::string u = url();  // with a lease of 30 s: no renewal falls in the cycles
+    const auto at = u.find("lease=");
+    REQUIRE(at != std::string::npos);
+    u = u.substr(0, at) + "lease=30s" + u.substr(std::min(u.size(), u.find('&', at)));
+    auto p = distlock::connect(u);
+    auto m = p.mutex(unique_name("count"));
+    m.lock();
+    m.unlock();  // the session's lease is granted, the connection made
+    double fewest = -1;
+    for (int attempt = 0; attempt < 5 && fewest != 3 * cycles; ++attempt) {
+        const double before = etcd.metric("etcd_mvcc_range_total");
+        for (int i = 0; i < cycles; ++i) {
+            m.lock();
+            m.unlock();
+        }
+        const double ranges = etcd.metric("etcd_mvcc_range_total") - before;
+        if (fewest < 0 || ranges < fewest) fewest = ranges;
+    }
+    CHECK(fewest == 3 * cycles);
+}
+
 TEST_CASE("a lease revoked out of band is reported as a lost lock", "[etcd]") {
     distlock::test::loss_recorder rec;  // before the providers: their callback threads call it until they end
     auto p = distlock::connect(url());
