@@ -125,7 +125,7 @@ std::string worker(const settings& s, const std::string& run_id, int index) {
                 } else {
                     m.emplace(locks.mutex(name));
                     cycle = [&] {
-                        const double called = steady_us();
+                        const double called = contended ? steady_us() : 0;
                         m->lock();
                         if (contended) mine_stamps.insert(mine_stamps.end(), {called, steady_us()});
                         m->unlock();

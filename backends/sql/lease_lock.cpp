@@ -155,8 +155,9 @@ std::optional<spi::grant> lease_handle::acquire(spi::deadline until, const spi::
 // server (for at most half a lease), so it wakes at the release, or when the
 // holder's session ends, and its upsert follows at once. Whoever holds the
 // doorbell without the row (the row's holder has none: it was taken without
-// wake=bell, or while a waiter that had just woken held the doorbell) polls
-// with backoff; the other waiters wait on it, so there is at most one poller.
+// wake=bell, or by a fresh try between a woken waiter's wake-up and its
+// upsert) polls with backoff; the other waiters wait on it, so there is at
+// most one poller.
 std::optional<spi::grant> lease_handle::acquire_rung(spi::deadline until) {
     const auto& q = ctx_.texts();
     const auto resolution = ctx_.dialect().native_wait_resolution();
@@ -206,7 +207,7 @@ std::optional<spi::grant> lease_handle::acquire_rung(spi::deadline until) {
             bool woke_by_error = false;
             if (!rung) {
                 const auto& bell = r.front().rows;
-                const auto answer = bell.empty() ? std::nullopt : bell.front().front();
+                const auto answer = bell.empty() || bell.front().empty() ? std::nullopt : bell.front().front();
                 rung = answer == std::optional<std::string>("1");
                 woke_by_error = wait.count() > 0 && answer != std::optional<std::string>("0") && !rung;
             }
