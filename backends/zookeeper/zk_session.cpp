@@ -142,6 +142,10 @@ void session_manager::make_parents(session& s, const std::string& dir) {
                 pos = 0;
                 break;
             }
+            // A connection blip (a loaded machine's operation timeout): a
+            // parent is made idempotently, so again once reconnected, as the
+            // lock node itself is (within connect_timeout, a few times).
+            if (is_connection_error(o->rc) && attempt < 5 && wait_connected(s, reconnect_limit(clock::now()))) continue;
             throw_client_error(o->rc, kBackend, "cannot create " + sub);
         }
     }

@@ -139,13 +139,16 @@ TEST_CASE("DISTLOCK_BACKEND is the default backend, and durations read alike eve
     CHECK(run("flash-sale --backend " + url + " --processes 1 --requests 20 --stock 5 --wait 2.5 --quiet").status == 0);
     CHECK(run("bench --backend memory:// --seconds 300ms --quiet").status == 0);
     CHECK(run("flash-sale --backend " + url + " --wait soon").status == 64);
-    auto v = distlock::test::run_command(cli() + " run --backend " + url + " --name verbose --verbose -- true 2>&1");
+    // A check interval longer than the run: on a loaded machine a file:// lock
+    // held past its check (200 ms by default) is checked, and says so.
+    auto v = distlock::test::run_command(cli() + " run --backend '" + url +
+                                         "?check=1h' --name verbose --verbose -- true 2>&1");
     CHECK(v.status == 0);
     for (const char* event : {"acquiring 'verbose'", "acquired 'verbose', fencing token", "started true",
                               "the command exited with status 0", "released 'verbose'",
                               "no lease: held until released"})  // file://: the kernel holds it, nothing renews
         CHECK(v.out.find(event) != std::string::npos);
-    CHECK(v.out.find("renewed") == std::string::npos);  // nothing renews a file:// lock
+    CHECK(v.out.find("renewed") == std::string::npos);  // nothing checked a file:// lock within its check
 }
 
 TEST_CASE("hold takes the lock, prints name and token, and releases it on SIGTERM", "[cli][hold]") {
@@ -207,7 +210,8 @@ TEST_CASE("every documented exit status, for every subcommand", "[cli][exit]") {
     {
         auto locks = distlock::connect(url + "?check=50ms");
         std::thread breaker([&] {
-            std::this_thread::sleep_for(500ms);
+            // Once the run holds it (a loaded machine may take a while to start it).
+            distlock::test::eventually([&] { return locks.inspect("lost-while-running").held == true; }, 60s);
             distlock::testing::break_lock(locks, "lost-while-running");
         });
         auto r = run("run --backend '" + url + "?check=50ms' --name lost-while-running -- sleep 30");
