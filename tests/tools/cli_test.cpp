@@ -57,6 +57,13 @@ std::string lock_dir() {
     return dir;
 }
 
+// Breaks `name` once a `distlock run` of another process holds it (a loaded
+// machine may take a while to start the run), so that the run is what loses it.
+void break_once_held(const distlock::provider& locks, const std::string& name) {
+    distlock::test::eventually([&] { return locks.inspect(name).held == true; }, std::chrono::seconds(60));
+    distlock::testing::break_lock(locks, name);
+}
+
 }  // namespace
 
 TEST_CASE("run passes the fencing token and returns the command's status", "[cli][run]") {
@@ -166,10 +173,7 @@ TEST_CASE("hold takes the lock, prints name and token, and releases it on SIGTER
 TEST_CASE("a command that ignores SIGTERM after the lock is lost gets SIGKILL after --kill-after", "[cli][run]") {
     const auto url = "file://" + lock_dir() + "?check=50ms";
     auto locks = distlock::connect(url);
-    std::thread breaker([&] {
-        std::this_thread::sleep_for(700ms);
-        distlock::testing::break_lock(locks, "stubborn");
-    });
+    std::thread breaker([&] { break_once_held(locks, "stubborn"); });
     const auto t0 = std::chrono::steady_clock::now();
     // exec: sleep itself ignores SIGTERM (an ignored signal stays ignored across exec).
     auto r =
@@ -209,11 +213,7 @@ TEST_CASE("every documented exit status, for every subcommand", "[cli][exit]") {
     // 70: the lock lost while the command ran (the command gets SIGTERM).
     {
         auto locks = distlock::connect(url + "?check=50ms");
-        std::thread breaker([&] {
-            // Once the run holds it (a loaded machine may take a while to start it).
-            distlock::test::eventually([&] { return locks.inspect("lost-while-running").held == true; }, 60s);
-            distlock::testing::break_lock(locks, "lost-while-running");
-        });
+        std::thread breaker([&] { break_once_held(locks, "lost-while-running"); });
         auto r = run("run --backend '" + url + "?check=50ms' --name lost-while-running -- sleep 30");
         breaker.join();
         CHECK(r.status == 70);
