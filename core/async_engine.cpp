@@ -119,7 +119,7 @@ async_engine::~async_engine() {
     state_->idle_cv.notify_all();
     state_->watch_cv.notify_all();
     for (auto& t : threads) {
-        if (t.get_id() == std::this_thread::get_id()) t.detach();
+        if (t.get_id() == std::this_thread::get_id()) retire(std::move(t));
         else t.join();
     }
     // `ready` and `timers` go here, outside the lock: what their steps hold

@@ -14,6 +14,7 @@
 // runs in the child).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -30,11 +31,27 @@ unsigned fork_generation() noexcept;
 // of memory it terminates the process, which releases nothing either.
 void abandon(std::shared_ptr<const void> object) noexcept;
 
+// A worker thread whose owner is being destroyed on that very thread (a step
+// of it dropped the owner's last reference): it cannot join itself, and ends
+// by itself once its step returns. A reaper thread joins it (so its stack is
+// freed), and the process's exit waits for it (up to 2 s) before libcrypto's
+// exit handler runs: a thread that ends while exit() tears libcrypto down
+// loses its per-thread state, and leak checkers report it. Out of memory it
+// terminates the process, as abandon() does.
+void retire(std::thread t) noexcept;
+
+// What retire() took and what its reaper has joined, in this fork generation.
+struct retired_threads {
+    std::uint64_t retired = 0;
+    std::uint64_t joined = 0;
+};
+retired_threads retired_counts() noexcept;
+
 // The destructor of an object whose thread shares `state` with it (the state's
 // members: generation, mutex, stop, thread, wake). In a forked child the thread
 // does not exist and the mutex may be held for ever: abandon the state, queue
 // and all (it was the parent's). Otherwise tell the thread to stop and join it,
-// or detach it when this runs on that very thread (it holds the state and ends
+// or retire it when this runs on that very thread (it holds the state and ends
 // by itself).
 template <class State>
 void stop_worker(std::shared_ptr<State> state) {
@@ -50,7 +67,7 @@ void stop_worker(std::shared_ptr<State> state) {
     }
     state->wake.notify_all();
     if (!t.joinable()) return;
-    if (t.get_id() == std::this_thread::get_id()) t.detach();
+    if (t.get_id() == std::this_thread::get_id()) retire(std::move(t));
     else t.join();
 }
 

@@ -9,6 +9,12 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
 #include <mutex>
 #include <optional>
 #include <regex>
@@ -18,6 +24,7 @@
 #include "distlock/distlock.hpp"
 #include "distlock/spi/backend.hpp"
 #include "distlock/testing.hpp"
+#include "process.hpp"
 #include "provider_state.hpp"
 #include "support.hpp"
 
@@ -1152,6 +1159,7 @@ TEST_CASE("a provider whose last user goes away on its renewal thread is safe", 
             }
         }
     };
+    const auto retired_before = distlock::detail::retired_counts().retired;
     fake_state s;
     auto d = std::make_shared<destroyer>();
     auto* w = new world;
@@ -1163,11 +1171,72 @@ TEST_CASE("a provider whose last user goes away on its renewal thread is safe", 
     w->m->lock();
     d->target = w;
     REQUIRE(distlock::test::eventually([&] { return d->done.load(); }, 5s));
-    // The detached thread ends by itself, and the backend goes with its state.
+    // The retired thread ends by itself, and the backend goes with its state.
     CHECK(distlock::test::eventually([&] { return gone.expired(); }, 5s));
+    // It was handed to the reaper (not detached), which joined it: its stack
+    // is freed, and it no longer runs when the process exits.
+    CHECK(distlock::detail::retired_counts().retired > retired_before);
+    CHECK(distlock::test::eventually(
+        [&] {
+            const auto c = distlock::detail::retired_counts();
+            return c.joined == c.retired;
+        },
+        5s));
     std::lock_guard lk(s.mutex);
     CHECK(d->on.load() == s.renewal_thread);
     CHECK(s.releases.load() == 1);  // the mutex's destructor released it
+}
+
+namespace {
+
+// Forks a child that retires a thread running `body`, then calls exit() (its
+// exit handlers run, as when main returns). The child's exit status, or -1
+// if it did not end within `within` (it is then killed).
+int exit_after_retiring(std::function<void()> body, std::chrono::milliseconds within) {
+    std::cout.flush();  // the child's exit() flushes what it inherited
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        distlock::detail::retire(std::thread(std::move(body)));
+        std::exit(0);
+    }
+    int status = -1;
+    if (!distlock::test::eventually([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, within)) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        return -1;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("a retired thread still running when the process exits is joined first, or left after 2 s", "[lifetime]") {
+    // A thread that ends during exit() ends while libcrypto's exit handler
+    // tears down what its threads use: its per-thread state is then never
+    // freed (the CI's LeakSanitizer found it so, in a conformance helper whose
+    // provider went with its last async step). The exit waits for it instead.
+    const auto dir = std::filesystem::temp_directory_path() / ("distlock-retire-" + spi::random_token().substr(0, 12));
+    std::filesystem::create_directories(dir);
+    const auto mark = dir / "ended";
+    SECTION("one that ends by itself: the exit waits for it") {
+        const int status = exit_after_retiring(
+            [mark] {
+                std::this_thread::sleep_for(300ms);
+                std::ofstream(mark) << "ended\n";
+            },
+            10s);
+        CHECK(status == 0);
+        CHECK(std::filesystem::exists(mark));  // written 300 ms after exit() began
+    }
+    SECTION("one stuck in a step: the exit goes on without it") {
+        const auto started = std::chrono::steady_clock::now();
+        const int status = exit_after_retiring([] { ::pause(); }, 20s);
+        CHECK(status == 0);
+        CHECK(std::chrono::steady_clock::now() - started >= 2s);  // it waited its 2 s
+    }
+    std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a forked child never releases its parent's grant nor waits for the parent's threads", "[lifetime][fork]") {
