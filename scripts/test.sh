@@ -22,6 +22,34 @@ scripts/format.sh --check
 # -g1 (line tables only): the tests need no more, and the build is CI's longest step.
 DISTLOCK_CONFIGURE_ARGS=-DDISTLOCK_EXTRA_COMPILE_OPTIONS=-g1 configure_and_build build ""
 
+# The sanitizer pass's build, now, before the servers start: their idle work
+# (the etcd cluster's heartbeats, the JVMs) would slow it (its tests run last).
+if [ "$sanitize" != none ]; then
+    # The sanitizer pass: the core's unit tests, the CLI tests and the whole
+    # conformance suite against every backend (the backends' own fault tests run
+    # in the plain pass), on a STATIC libdistlock, whose installed package
+    # is tested there too (find_package and pkg-config consumers).
+    # -O0 -g1 (line tables: sanitizer reports still name files and lines): the
+    # shortest build (a third less than -O1), the longest step of CI on two
+    # cores; the tests mostly wait for servers and leases.
+    dir=build-${sanitize//,/-}
+    # The ThreadSanitizer pass also runs what has threads of its own beyond the
+    # core's: <distlock/asio.hpp>'s tests (Asio's threads; on memory:// and
+    # file://: its code is the same on every URL, whose runs are the plain
+    # pass's) and the backends' release-event tests (their listener threads,
+    # and the connections they kill). Their code runs under the AddressSanitizer
+    # pass through the conformance suite's [async] cases on every URL.
+    thread_targets=() thread_tests=
+    if [ "$sanitize" = thread ]; then
+        thread_targets=(distlock-asio-tests distlock-file-tests distlock-redis-tests distlock-postgres-tests
+            distlock-zk-async-tests)
+        thread_tests='|distlock-asio-tests(\.file)?$|distlock-(file|redis|postgres|zk-async)-tests$'
+    fi
+    DISTLOCK_CONFIGURE_ARGS="-DDISTLOCK_SHARED=OFF -DDISTLOCK_EXTRA_COMPILE_OPTIONS=-O0;-g1" \
+        configure_and_build "$dir" "$sanitize" distlock-unit-tests distlock-cli-tests distlock-conformance \
+        distlock-cli "${thread_targets[@]}"
+fi
+
 say "starting the real servers"
 trap 'integration/backends.sh down || true' EXIT
 integration/backends.sh up
@@ -64,29 +92,6 @@ cat build/fuzz.log
 [ "$fuzz_status" -eq 0 ] || { echo "the fuzz run failed ($fuzz_status)" >&2; exit "$fuzz_status"; }
 
 if [ "$sanitize" != none ]; then
-    # The sanitizer pass: the core's unit tests, the CLI tests and the whole
-    # conformance suite against every backend (the backends' own fault tests run
-    # in the plain pass above), on a STATIC libdistlock, whose installed package
-    # is tested there too (find_package and pkg-config consumers).
-    # -O0 -g1 (line tables: sanitizer reports still name files and lines): the
-    # shortest build (a third less than -O1), the longest step of CI on two
-    # cores; the tests mostly wait for servers and leases.
-    dir=build-${sanitize//,/-}
-    # The ThreadSanitizer pass also runs what has threads of its own beyond the
-    # core's: <distlock/asio.hpp>'s tests (Asio's threads; on memory:// and
-    # file://: its code is the same on every URL, whose runs are the plain
-    # pass's) and the backends' release-event tests (their listener threads,
-    # and the connections they kill). Their code runs under the AddressSanitizer
-    # pass through the conformance suite's [async] cases on every URL.
-    thread_targets=() thread_tests=
-    if [ "$sanitize" = thread ]; then
-        thread_targets=(distlock-asio-tests distlock-file-tests distlock-redis-tests distlock-postgres-tests
-            distlock-zk-async-tests)
-        thread_tests='|distlock-asio-tests(\.file)?$|distlock-(file|redis|postgres|zk-async)-tests$'
-    fi
-    DISTLOCK_CONFIGURE_ARGS="-DDISTLOCK_SHARED=OFF -DDISTLOCK_EXTRA_COMPILE_OPTIONS=-O0;-g1" \
-        configure_and_build "$dir" "$sanitize" distlock-unit-tests distlock-cli-tests distlock-conformance \
-        distlock-cli "${thread_targets[@]}"
     say "unit, CLI and conformance tests under -fsanitize=$sanitize"
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
