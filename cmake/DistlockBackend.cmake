@@ -11,14 +11,22 @@
 #       Compiled into libdistlock once, and only when a backend names it in
 #       LAYERS. The LIBRARIES must be visible where those backends are (found by
 #       the top level, imported GLOBAL, or library files).
-#   distlock_add_backend(<name> FOUND <bool> MISSING "<what to install>"
-#                        SOURCES ... [LAYERS ...] [LIBRARIES ...] [INCLUDES ...] [DEFINITIONS ...])
+#   distlock_add_backend(<name> FOUND <bool> MISSING "<what to install>" SCHEMES <scheme>...
+#                        SOURCES ... [LAYERS ...] [LIBRARIES ...] [INCLUDES ...] [DEFINITIONS ...]
+#                        [EMBEDDED])
 #       AUTO + not found: a status line, the backend is left out.
 #       ON + not found:   a configure error.
 #       found:            the sources are compiled into libdistlock, the
 #                         libraries linked PRIVATE (never in a public header), and
 #                         distlock::backends::<name>::register_backend() is called
 #                         by the generated register_builtin_backends().
+#       found, with DISTLOCK_BACKEND_MODULES=ON and not EMBEDDED: the sources,
+#                         with those of its layers, make the module
+#                         libdistlock-<name>.so instead (linked to libdistlock and
+#                         the libraries), which libdistlock opens on the first
+#                         connect() to one of the SCHEMES (core/modules.cpp). The
+#                         SCHEMES are what register_backend() adds, exactly: the
+#                         loader refuses a module that registers others.
 set(DISTLOCK_BACKEND_CHOICES AUTO ON OFF)
 
 function(distlock_backend_option name out)
@@ -43,6 +51,19 @@ function(distlock_library_objects obj)
   target_sources(distlock PRIVATE $<TARGET_OBJECTS:${obj}>)
   if(TARGET distlock_internal)
     target_sources(distlock_internal PRIVATE $<TARGET_OBJECTS:${obj}>)
+  endif()
+endfunction()
+
+# The objects of a backend module, in distlock_internal only (a modules build).
+function(distlock_internal_objects obj)
+  if(TARGET distlock_internal)
+    target_sources(distlock_internal PRIVATE $<TARGET_OBJECTS:${obj}>)
+  endif()
+endfunction()
+
+function(distlock_internal_link)
+  if(TARGET distlock_internal)
+    target_link_libraries(distlock_internal PUBLIC ${ARGN})
   endif()
 endfunction()
 
@@ -82,15 +103,29 @@ function(_distlock_use_layer layer)
     return()
   endif()
   get_target_property(libs ${obj} DISTLOCK_LAYER_LIBRARIES)
-  if(libs)
-    distlock_library_link(${libs})
+  if(DISTLOCK_BACKEND_MODULES)  # in each module that names it, and the tests' copy
+    if(libs)
+      distlock_internal_link(${libs})
+    endif()
+    distlock_internal_objects(${obj})
+  else()
+    if(libs)
+      distlock_library_link(${libs})
+    endif()
+    distlock_library_objects(${obj})
   endif()
-  distlock_library_objects(${obj})
   set_target_properties(${obj} PROPERTIES DISTLOCK_LAYER_USED TRUE)
 endfunction()
 
 function(distlock_add_backend name)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "" "FOUND;MISSING" "SOURCES;LAYERS;LIBRARIES;INCLUDES;DEFINITIONS")
+  cmake_parse_arguments(PARSE_ARGV 1 arg "EMBEDDED" "FOUND;MISSING" "SOURCES;LAYERS;LIBRARIES;INCLUDES;DEFINITIONS;SCHEMES")
+  if(NOT arg_SCHEMES)
+    message(FATAL_ERROR "backend ${name}: SCHEMES (what its register_backend() adds) is required")
+  endif()
+  set(as_module FALSE)
+  if(DISTLOCK_BACKEND_MODULES AND NOT arg_EMBEDDED)
+    set(as_module TRUE)
+  endif()
   string(TOUPPER "${name}" up)
   string(REPLACE "-" "_" up "${up}")
   if(NOT arg_FOUND)
@@ -112,7 +147,11 @@ function(distlock_add_backend name)
   endif()
   if(arg_LIBRARIES)
     target_link_libraries(${obj} PRIVATE ${arg_LIBRARIES})
-    distlock_library_link(${arg_LIBRARIES})
+    if(as_module)
+      distlock_internal_link(${arg_LIBRARIES})
+    else()
+      distlock_library_link(${arg_LIBRARIES})
+    endif()
   endif()
   foreach(layer IN LISTS arg_LAYERS)
     if(NOT TARGET distlock_layer_${layer})
@@ -124,13 +163,72 @@ function(distlock_add_backend name)
     # backends/, with the folder).
     target_link_libraries(${obj} PRIVATE $<TARGET_PROPERTY:distlock_layer_${layer},INTERFACE_LINK_LIBRARIES>)
   endforeach()
-  distlock_library_objects(${obj})
   set_property(GLOBAL APPEND PROPERTY DISTLOCK_ENABLED_BACKENDS ${name})
+  if(as_module)
+    distlock_internal_objects(${obj})
+    _distlock_add_module(${name} ${obj} "${arg_LAYERS}" "${arg_LIBRARIES}" "${arg_SCHEMES}")
+  else()
+    distlock_library_objects(${obj})
+    set_property(GLOBAL APPEND PROPERTY DISTLOCK_BUILTIN_BACKENDS ${name})
+  endif()
 endfunction()
 
-# Writes register_builtin_backends(): one explicit call per enabled backend.
-function(distlock_generate_registration target)
-  get_property(names GLOBAL PROPERTY DISTLOCK_ENABLED_BACKENDS)
+# The Debian package of a backend module (docs/packaging.md).
+function(distlock_module_package name out)
+  set(${out} "libdistlock${PROJECT_VERSION_MAJOR}-${name}" PARENT_SCOPE)
+endfunction()
+
+# libdistlock-<name>.so: the backend's objects and its layers', its entry point
+# (DISTLOCK_DEFINE_MODULE), linked to libdistlock and its libraries, built
+# beside libdistlock (<its directory>/distlock/modules, where the loader
+# looks, as in the installed tree).
+function(_distlock_add_module name obj layers libraries schemes)
+  string(REPLACE "-" "_" id "${name}")
+  set(entry ${PROJECT_BINARY_DIR}/generated/module_${id}.cpp)
+  file(CONFIGURE OUTPUT ${entry} CONTENT
+"// Generated by cmake/DistlockBackend.cmake: the entry point of libdistlock-${name}.so.
+#include \"distlock/spi/module.hpp\"
+
+namespace distlock::backends::${id} {
+void register_backend(distlock::spi::registry& r);
+}
+
+DISTLOCK_DEFINE_MODULE(\"${name}\", distlock::backends::${id}::register_backend)
+" @ONLY)
+  set(mod distlock_module_${name})
+  add_library(${mod} MODULE ${entry} $<TARGET_OBJECTS:${obj}>)
+  target_include_directories(${mod} PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_BINARY_DIR}/generated/include)
+  target_link_libraries(${mod} PRIVATE distlock ${libraries})
+  foreach(layer IN LISTS layers)
+    target_sources(${mod} PRIVATE $<TARGET_OBJECTS:distlock_layer_${layer}>)
+    get_target_property(layer_libs distlock_layer_${layer} DISTLOCK_LAYER_LIBRARIES)
+    if(layer_libs)
+      target_link_libraries(${mod} PRIVATE ${layer_libs})
+    endif()
+  endforeach()
+  set_target_properties(${mod} PROPERTIES OUTPUT_NAME distlock-${name} PREFIX lib
+                        LIBRARY_OUTPUT_DIRECTORY $<TARGET_FILE_DIR:distlock>/distlock/modules
+                        CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+  # Every symbol resolved at link time (libdistlock's exported SPI, the client
+  # libraries): a module that needs a hidden one fails here, not at dlopen.
+  target_link_options(${mod} PRIVATE LINKER:--no-undefined LINKER:--as-needed)
+  distlock_module_package(${name} package)
+  if(DISTLOCK_INSTALL)
+    install(TARGETS ${mod} LIBRARY DESTINATION ${DISTLOCK_MODULE_INSTALL_DIR} COMPONENT ${package}
+            PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ)
+  endif()
+  string(JOIN "\", \"" quoted ${schemes})
+  set_property(GLOBAL APPEND PROPERTY DISTLOCK_MODULE_ENTRIES "{\"${name}\", \"${package}\", {\"${quoted}\"}}")
+  set_property(GLOBAL APPEND PROPERTY DISTLOCK_MODULE_TARGETS ${mod})
+endfunction()
+
+# Writes register_builtin_backends(): one explicit call per backend it
+# registers, and build_modules(): the table of this build's backend modules.
+# libdistlock registers what is compiled into it (every backend, or in a
+# modules build the EMBEDDED ones, with the modules' table); distlock_internal
+# (the white-box tests' static copy) always registers every backend, with no
+# module.
+function(_distlock_write_registration out names entries)
   set(decls "")
   set(calls "")
   foreach(n IN LISTS names)
@@ -138,10 +236,11 @@ function(distlock_generate_registration target)
     string(APPEND decls "namespace distlock::backends::${id} { void register_backend(spi::registry&); }\n")
     string(APPEND calls "    distlock::backends::${id}::register_backend(r);\n")
   endforeach()
-  set(out ${PROJECT_BINARY_DIR}/generated/builtin_backends.cpp)
+  list(JOIN entries ",\n        " table)
   file(CONFIGURE OUTPUT ${out} CONTENT
 "// Generated by cmake/DistlockBackend.cmake: the backends of this build.
 #include \"builtin.hpp\"
+#include \"modules.hpp\"
 
 using distlock::spi::registry;
 namespace distlock { namespace spi {} }
@@ -150,9 +249,29 @@ using namespace distlock;
 @decls@
 void distlock::detail::register_builtin_backends(spi::registry& r) {
 @calls@}
+
+std::vector<distlock::detail::module_entry> distlock::detail::build_modules() {
+    return {
+        @table@
+    };
+}
 " @ONLY)
-  target_sources(${target} PRIVATE ${out})
+endfunction()
+
+function(distlock_generate_registration target)
+  get_property(all GLOBAL PROPERTY DISTLOCK_ENABLED_BACKENDS)
+  get_property(builtin GLOBAL PROPERTY DISTLOCK_BUILTIN_BACKENDS)
+  get_property(entries GLOBAL PROPERTY DISTLOCK_MODULE_ENTRIES)
+  set(every ${PROJECT_BINARY_DIR}/generated/builtin_backends.cpp)
+  _distlock_write_registration(${every} "${all}" "")
+  if(DISTLOCK_BACKEND_MODULES)
+    set(own ${PROJECT_BINARY_DIR}/generated/builtin_backends_modules.cpp)
+    _distlock_write_registration(${own} "${builtin}" "${entries}")
+    target_sources(${target} PRIVATE ${own})
+  else()
+    target_sources(${target} PRIVATE ${every})
+  endif()
   if(TARGET distlock_internal)
-    target_sources(distlock_internal PRIVATE ${out})
+    target_sources(distlock_internal PRIVATE ${every})
   endif()
 endfunction()

@@ -10,6 +10,7 @@
 #include "distlock/spi/tls.hpp"
 #include "distlock/testing.hpp"
 #include "distlock/version.hpp"
+#include "modules.hpp"
 #include "mutex_impl.hpp"
 
 namespace distlock {
@@ -32,6 +33,14 @@ public:
     registry_impl() { detail::register_builtin_backends(*this); }
 
     void add(std::string scheme, spi::factory f) override {
+        if (const auto* m = detail::module_of_scheme(scheme))
+            throw_error(errc::invalid_argument, "",
+                        "the URL scheme '" + scheme + "' is already registered (by this build's backend module " +
+                            "libdistlock-" + m->name + ".so)");
+        add_loaded(std::move(scheme), std::move(f));
+    }
+    // What a backend module registers (detail::load_module_for checked it).
+    void add_loaded(std::string scheme, spi::factory f) {
         if (!well_formed_scheme(scheme))
             throw_error(errc::invalid_argument, "",
                         "'" + scheme +
@@ -50,11 +59,23 @@ public:
         if (it == factories_.end()) return std::nullopt;
         return it->second;
     }
+    // The registered schemes and those of the installed modules not yet loaded, sorted.
     std::vector<std::string> names() const {
-        std::lock_guard lk(mutex_);
-        std::vector<std::string> out;
-        for (const auto& [k, v] : factories_) out.push_back(k);
+        auto out = detail::installed_module_schemes();
+        {
+            std::lock_guard lk(mutex_);
+            for (const auto& [k, v] : factories_) out.push_back(k);
+        }
+        std::sort(out.begin(), out.end());
+        out.erase(std::unique(out.begin(), out.end()), out.end());
         return out;
+    }
+    // The factory of `scheme`, its module loaded first if it has one.
+    std::optional<spi::factory> find_or_load(const std::string& scheme) {
+        if (auto f = find(scheme)) return f;
+        detail::load_module_for(scheme,
+                                [this](std::string s, spi::factory f) { add_loaded(std::move(s), std::move(f)); });
+        return find(scheme);
     }
 
 private:
@@ -79,7 +100,7 @@ namespace {
 // What connect() makes, inside the net of detail::guarded.
 std::shared_ptr<detail::provider_state> connect_state(std::string_view text, provider_options options) {
     auto u = spi::url::parse(text);
-    const auto factory = the_registry().find(u.scheme());
+    const auto factory = the_registry().find_or_load(u.scheme());
     if (!factory) {
         std::string known;
         for (const auto& s : the_registry().names()) known += (known.empty() ? "" : ", ") + s;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every test, against real servers started here (integration/backends.sh).
-#   scripts/test.sh                       plain build + ctest + the README's commands
-#                                         (tests/docs/run_readme.sh) + the short fault matrix + a
+#   scripts/test.sh                       plain build (backends as modules) + ctest + the README's
+#                                         commands (tests/docs/run_readme.sh) + the Debian packages
+#                                         (scripts/package.sh --test) + the short fault matrix + a
 #                                         30 s libFuzzer run over the URL parser, then an
 #                                         AddressSanitizer+UBSan build + ctest
 #   scripts/test.sh --sanitize thread     the second pass with ThreadSanitizer instead
@@ -20,7 +21,12 @@ ensure_packages "${CORE_PACKAGES[@]}" "${BACKEND_PACKAGES[@]}" "${FAULT_PACKAGES
 # The code's one format (.clang-format), first: seconds, and a failure says which files.
 scripts/format.sh --check
 # -g1 (line tables only): the tests need no more, and the build is CI's longest step.
-DISTLOCK_CONFIGURE_ARGS=-DDISTLOCK_EXTRA_COMPILE_OPTIONS=-g1 configure_and_build build ""
+# The backends as modules, for /usr: the Debian packages' build
+# (docs/packaging.md), which every test below then runs on (the conformance
+# suite through each module, loaded by its scheme), and which
+# scripts/package.sh packages.
+DISTLOCK_CONFIGURE_ARGS="-DDISTLOCK_EXTRA_COMPILE_OPTIONS=-g1 -DDISTLOCK_BACKEND_MODULES=ON -DCMAKE_INSTALL_PREFIX=/usr" \
+    configure_and_build build ""
 
 # The sanitizer pass's build, now, before the servers start: their idle work
 # (the etcd cluster's heartbeats, the JVMs) would slow it (its tests run last).
@@ -68,6 +74,11 @@ ctest --test-dir build --output-on-failure -j 4
 # what it substitutes), then the installed tool takes a lock.
 say "the README's commands"
 tests/docs/run_readme.sh
+
+# The Debian packages of that build: lintian, then installed with dpkg -i,
+# used (the installed tool on the servers, man, completion, the consumers
+# against /usr) and removed (scripts/package.sh).
+scripts/package.sh --build-dir build --test
 
 # The short fault matrix (tests/faults/README.md): a few seconds per cell, every
 # backend and every nemesis at least once, histories checked by checker.py; two

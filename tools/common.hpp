@@ -5,6 +5,7 @@
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <iosfwd>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -138,5 +139,19 @@ int open_own_file(const std::string& path, const std::string& what, const char* 
 // `text` (a message that may repeat what the user typed) with each of `args`
 // that holds a secret, and every word holding "://", shown by redact().
 std::string redact_message(std::string text, const std::vector<std::string>& args);
+
+}  // namespace distlock::tool
+
+namespace distlock::tool {
+
+// distlock --version: the library's version, the SPI's, and the backend
+// modules of this build (found where, loaded or not).
+std::string version_text();
+
+// distlock schemes: one scheme a line; --verbose says where each comes from
+// and where modules are looked for. Exit status 0 (a relative directory in
+// DISTLOCK_MODULE_PATH throws invalid_argument_error).
+int print_schemes(std::ostream& out);
+int print_schemes_verbose(std::ostream& out);
 
 }  // namespace distlock::tool

@@ -63,7 +63,9 @@ int main(int argc, char** argv) {
         break;
     }
     CLI::App app{"distlock " DISTLOCK_VERSION_STRING ": one lock interface over many coordination backends"};
-    app.set_version_flag("--version", std::string("distlock ") + std::string(distlock::version()));
+    app.set_version_flag(
+        "--version", [] { return distlock::tool::version_text(); },
+        "Print the version, the SPI's and the backend modules, and exit");
     app.require_subcommand(1);
     app.failure_message([&shown](const CLI::App* a, const CLI::Error& e) {
         // CLI11 lists unexpected arguments last first ("5 --timeout"): in the order given instead.
@@ -79,10 +81,15 @@ int main(int argc, char** argv) {
     });
     std::function<int()> action;
     for (auto add : distlock::tool::subcommands) add(app, action);
-    app.add_subcommand("schemes", "List the backend URL schemes of this build")->callback([&action] {
+    auto* schemes = app.add_subcommand("schemes", "List the backend URL schemes of this build");
+    static bool verbose = false;
+    schemes->add_flag("--verbose,-v", verbose,
+                      "Say where each scheme comes from (built in, or the backend module that provides it, where it "
+                      "is and whether it is installed) and where modules are looked for");
+    schemes->callback([&action] {
         action = [] {
-            for (const auto& s : distlock::schemes()) std::cout << s << "\n";
-            return 0;
+            return verbose ? distlock::tool::print_schemes_verbose(std::cout)
+                           : distlock::tool::print_schemes(std::cout);
         };
     });
     try {

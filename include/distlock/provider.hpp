@@ -137,8 +137,33 @@ private:
 // The same, with an observer and a log hook (include/distlock/observe.hpp).
 [[nodiscard]] DISTLOCK_API provider connect(std::string_view url, provider_options options);
 
-// The schemes compiled into this build and those added by register_backend(), sorted.
+// The schemes compiled into this build, those of its backend modules that are
+// installed, and those added by register_backend() or by a module loaded, sorted.
 [[nodiscard]] DISTLOCK_API std::vector<std::string> schemes();
+
+// A backend module: in a build with DISTLOCK_BACKEND_MODULES=ON (as Debian's
+// packages are), each server backend is a shared library of its own, opened
+// on the first connect() to one of its schemes (docs/packaging.md).
+struct backend_module {
+    std::string name;                  // "redis"
+    std::string file;                  // "libdistlock-redis.so"
+    std::string package;               // the Debian package that installs it; empty for another project's module
+    std::vector<std::string> schemes;  // the schemes it provides
+    std::string path;                  // where it is (in module_path()), or empty: not installed
+    bool loaded = false;               // opened by this process
+    std::string version;               // once loaded: the distlock version it was built with
+};
+
+// This build's backend modules, installed or not, and the other modules this
+// process loaded. Empty in an all-in-one build that loaded none.
+[[nodiscard]] DISTLOCK_API std::vector<backend_module> backend_modules();
+
+// Where backend modules are looked for, in order: the directories of the
+// environment variable DISTLOCK_MODULE_PATH (absolute, separated by ':'), or
+// else <the directory of libdistlock>/distlock/modules. A set-user-ID program
+// ignores the variable. Throws invalid_argument_error when it holds a relative
+// directory.
+[[nodiscard]] DISTLOCK_API std::vector<std::string> module_path();
 
 // Makes `scheme` known to connect(): a backend that lives outside the library's
 // tree (see include/distlock/spi/backend.hpp and docs/backend-authoring.md).

@@ -14,6 +14,13 @@ the names include/distlock/ marks with DISTLOCK_API, and fails when:
   - a name marked DISTLOCK_API has no exported symbol (a mark that does nothing,
     or a declaration whose definition went missing).
 Prints every offending symbol, demangled.
+
+    check_exports.py --module LIBDISTLOCK-NAME.so...
+
+A backend module exports its entry point, distlock_module_entry, and no
+symbol of namespace distlock but the weak typeinfo and vtables of the public
+classes it throws or derives from (nor any other but the C++ standard
+library's template instantiations and the linker's own).
 """
 import re
 import subprocess
@@ -78,7 +85,39 @@ def scope_of(demangled):
     return name
 
 
+LINKER_SYMBOLS = {"_init", "_fini", "__bss_start", "_edata", "_end"}
+
+
+def check_module(lib):
+    out = subprocess.run(["nm", "-D", "--defined-only", lib], check=True, capture_output=True, text=True).stdout
+    plain = {line.split()[-1] for line in out.splitlines() if len(line.split()) >= 3}
+    problems = []
+    if "distlock_module_entry" not in plain:
+        problems.append("no distlock_module_entry")
+    for name in sorted(plain - LINKER_SYMBOLS - {"distlock_module_entry"}):
+        if not name.startswith("_Z"):
+            problems.append("exports " + name)
+    for mangled, demangled, weak in exported(lib):
+        parts = [p for p in scope_of(demangled).split("::") if p]
+        if parts and parts[0] == "distlock":
+            # The typeinfo and vtables of the public classes (errors, the SPI's
+            # bases) are emitted weak, with their default visibility, in every
+            # object that throws or derives from them: one type across the
+            # library and its modules. Anything else of distlock's is not.
+            if not (weak and SPECIAL.match(demangled)):
+                problems.append("exports distlock's " + demangled)
+        elif not weak and not (parts and parts[0] in ("std", "__gnu_cxx", "__cxxabiv1")):
+            problems.append("exports " + demangled)
+    for p in problems:
+        print(f"{lib}: {p}")
+    return problems
+
+
 def main():
+    if sys.argv[1] == "--module":
+        problems = [p for lib in sys.argv[2:] for p in check_module(lib)]
+        print(f"{len(problems)} problem(s) in {len(sys.argv) - 2} module(s)")
+        return 1 if problems else 0
     lib, include_dir = sys.argv[1], sys.argv[2]
     names, functions = marked(include_dir)
     problems = []

@@ -169,20 +169,21 @@ private:
     distlock::capabilities caps_;
 };
 
+std::shared_ptr<spi::backend> open_backend(spi::url& u) {
+    if (!u.hosts().empty() || u.path().empty())
+        distlock::throw_error(errc::invalid_argument, kBackend,
+                              "mkdir:// takes a base directory: mkdir:///var/lock/app");
+    const auto check = u.take_duration("check").value_or(1s);
+    if (check <= 0ms) distlock::throw_error(errc::invalid_argument, kBackend, "check must be positive");
+    std::error_code ec;
+    std::filesystem::create_directories(u.path(), ec);
+    if (ec) throw_client_error(ec.value(), kBackend, "cannot create " + u.path());
+    return std::make_shared<backend>(u.path(), check);
+}
 }  // namespace
 
-void register_scheme() {
-    distlock::register_backend("mkdir", [](spi::url& u) -> std::shared_ptr<spi::backend> {
-        if (!u.hosts().empty() || u.path().empty())
-            distlock::throw_error(errc::invalid_argument, kBackend,
-                                  "mkdir:// takes a base directory: mkdir:///var/lock/app");
-        const auto check = u.take_duration("check").value_or(1s);
-        if (check <= 0ms) distlock::throw_error(errc::invalid_argument, kBackend, "check must be positive");
-        std::error_code ec;
-        std::filesystem::create_directories(u.path(), ec);
-        if (ec) throw_client_error(ec.value(), kBackend, "cannot create " + u.path());
-        return std::make_shared<backend>(u.path(), check);
-    });
-}
+void register_scheme() { distlock::register_backend("mkdir", open_backend); }
+
+void register_into(spi::registry& r, const std::string& scheme) { r.add(scheme, open_backend); }
 
 }  // namespace mkdir_lock

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# The Debian packages (docs/packaging.md): built from a modules build, checked
+# with lintian, and with --test installed with dpkg -i, used, and removed.
+#
+#   scripts/package.sh [--build-dir DIR] [--test]
+#
+# DIR (default build) is configured with -DDISTLOCK_BACKEND_MODULES=ON
+# -DCMAKE_INSTALL_PREFIX=/usr and built; the packages go to DIR/packages.
+# --test (root; scripts/test.sh runs it with the servers up, their URLs in the
+# environment): installs every package, then
+#   - the installed distlock lists its modules from /usr and takes a lock
+#     through a module on each server of DISTLOCK_TEST_REDIS_URL and
+#     DISTLOCK_TEST_POSTGRES_URL;
+#   - man distlock and the bash completion work from the packages;
+#   - each backend package depends on its client library and libdistlock0, and
+#     nothing else of distlock's;
+#   - the find_package and pkg-config consumers (tests/package) build against
+#     /usr and run;
+# and removes the packages, checking that no file of theirs is left.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+. scripts/lib.sh
+dir=build test=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --build-dir) dir=$2; shift 2 ;;
+        --test) test=1; shift ;;
+        *) echo "usage: $0 [--build-dir DIR] [--test]" >&2; exit 2 ;;
+    esac
+done
+grep -q '^DISTLOCK_BACKEND_MODULES:BOOL=ON' "$dir/CMakeCache.txt" ||
+    { echo "$dir is not a modules build (-DDISTLOCK_BACKEND_MODULES=ON)" >&2; exit 2; }
+grep -q '^CMAKE_INSTALL_PREFIX:PATH=/usr$' "$dir/CMakeCache.txt" ||
+    { echo "$dir is not configured for /usr (-DCMAKE_INSTALL_PREFIX=/usr)" >&2; exit 2; }
+ensure_packages dpkg-dev file lintian man-db bash-completion
+
+say "packages: cpack -G DEB in $dir/packages"
+rm -rf "$dir/packages"
+(cd "$dir" && cpack -G DEB -B "$PWD/packages" >cpack.log 2>&1) || { tail -n 40 "$dir/cpack.log" >&2; exit 1; }
+rm -rf "$dir/packages/_CPack_Packages"
+mapfile -t debs < <(ls "$dir"/packages/*.deb)
+for d in "${debs[@]}"; do
+    echo "$(basename "$d"): $(dpkg-deb -f "$d" Depends)"
+done
+
+say "lintian (no error allowed)"
+lintian --fail-on error --no-tag-display-limit "${debs[@]}"
+
+[ "$test" -eq 1 ] || exit 0
+[ "$(id -u)" -eq 0 ] || { echo "--test installs packages: run it as root" >&2; exit 2; }
+names=()
+for d in "${debs[@]}"; do names+=("$(dpkg-deb -f "$d" Package)"); done
+# The machine as it was: no package of ours before, none after.
+if dpkg-query -W "${names[@]}" >/dev/null 2>&1; then
+    echo "some of ${names[*]} are installed already: remove them first (dpkg -P)" >&2
+    exit 1
+fi
+files=$(mktemp)
+for d in "${debs[@]}"; do dpkg-deb -c "$d" | awk '$1 !~ /^d/ {print $NF}' | sed 's|^\./|/|'; done >"$files"
+cleanup() {
+    dpkg -P "${names[@]}" >/dev/null 2>&1 || true
+    local left
+    left=$(while read -r f; do [ -e "$f" ] && echo "$f"; done <"$files")
+    rm -f "$files"
+    if [ -n "$left" ]; then
+        echo "left behind after dpkg -P:" >&2
+        echo "$left" >&2
+        return 1
+    fi
+}
+trap 'cleanup || true' EXIT
+
+say "dpkg -i ${names[*]}"
+dpkg -i "${debs[@]}" >/dev/null
+
+# Each backend package: its client library and libdistlock0 (= this version),
+# nothing else of distlock's (a module pulls in no other backend's library).
+version=$(dpkg-deb -f "$dir"/packages/libdistlock0_*.deb Version)
+for d in "${debs[@]}"; do
+    pkg=$(dpkg-deb -f "$d" Package)
+    case "$pkg" in libdistlock0-*) ;; *) continue ;; esac
+    deps=$(dpkg-deb -f "$d" Depends)
+    grep -q "libdistlock0 (= $version)" <<<"$deps" || { echo "$pkg: no libdistlock0 (= $version) in: $deps" >&2; exit 1; }
+    for other in libpq5 libmysqlcppconn7v5 libzookeeper-mt2 libhiredis; do
+        case "$pkg:$other" in
+            libdistlock0-postgres:libpq5 | libdistlock0-mysql:libmysqlcppconn7v5 | libdistlock0-zookeeper:libzookeeper-mt2 | \
+                libdistlock0-redis:libhiredis | libdistlock0-redlock:libhiredis) ;;
+            *) if grep -q "$other" <<<"$deps"; then echo "$pkg depends on $other: $deps" >&2; exit 1; fi ;;
+        esac
+    done
+done
+
+say "the installed distlock"
+installed=/usr/bin/distlock
+env -u DISTLOCK_MODULE_PATH "$installed" --version
+modules=$(env -u DISTLOCK_MODULE_PATH "$installed" schemes --verbose)
+echo "$modules"
+grep -q "^redis	module libdistlock-redis.so: /usr/lib/.*/distlock/modules/libdistlock-redis.so" <<<"$modules" ||
+    { echo "the installed distlock does not find its modules under /usr" >&2; exit 1; }
+for var in DISTLOCK_TEST_REDIS_URL DISTLOCK_TEST_POSTGRES_URL; do
+    url=${!var:-}
+    [ -n "$url" ] || { echo "$var is not set: the servers' URLs are needed" >&2; exit 1; }
+    out=$(env -u DISTLOCK_MODULE_PATH "$installed" run --backend "$url" --name "package-test-$$" -- sh -c 'echo "token $DISTLOCK_FENCING_TOKEN"')
+    grep -q '^token [1-9]' <<<"$out" || { echo "distlock run on $var: $out" >&2; exit 1; }
+    echo "$var: distlock run took the lock ($out)"
+done
+
+say "man distlock and the bash completion"
+man -w distlock | grep -q '^/usr/share/man/man1/distlock.1.gz$'
+MANWIDTH=100 man distlock 2>/dev/null | grep -q 'distlock run' || { echo "man distlock shows no 'distlock run'" >&2; exit 1; }
+completed=$(bash -c '. /usr/share/bash-completion/completions/distlock
+    COMP_WORDS=(distlock ru); COMP_CWORD=1; _distlock; echo "${COMPREPLY[*]}"
+    COMP_WORDS=(distlock run --backend red); COMP_CWORD=3; _distlock; echo "${COMPREPLY[*]}"')
+[ "$completed" = $'run\nredis:// redis-cluster:// redis-sentinel:// rediss:// redlock://' ] ||
+    { echo "bash completion gave: $completed" >&2; exit 1; }
+
+say "the find_package and pkg-config consumers against /usr"
+work=$(mktemp -d)
+cmake -S tests/package -B "$work/find_package" -G Ninja >/dev/null
+cmake --build "$work/find_package" >/dev/null
+"$work/find_package/consumer"
+g++ -std=c++20 tests/package/main.cpp -o "$work/pkgconfig-consumer" $(pkg-config --cflags --libs distlock)
+"$work/pkgconfig-consumer"
+rm -rf "$work"
+
+say "dpkg -P ${names[*]}"
+trap - EXIT
+cleanup
+echo "packages removed; nothing of them is left"
