@@ -208,7 +208,11 @@ DISTLOCK_DEFINE_MODULE(\"${name}\", distlock::backends::${id}::register_backend)
   endforeach()
   set_target_properties(${mod} PROPERTIES OUTPUT_NAME distlock-${name} PREFIX lib
                         LIBRARY_OUTPUT_DIRECTORY $<TARGET_FILE_DIR:distlock>/distlock/modules
-                        CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+                        CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON
+                        # No run-time search path, in the tree or installed: the
+                        # libdistlock that loads it is already in the process
+                        # (found by its SONAME), the client libraries are the system's.
+                        SKIP_BUILD_RPATH ON INSTALL_RPATH "")
   # Every symbol resolved at link time (libdistlock's exported SPI, the client
   # libraries): a module that needs a hidden one fails here, not at dlopen.
   target_link_options(${mod} PRIVATE LINKER:--no-undefined LINKER:--as-needed)

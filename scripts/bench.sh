@@ -21,10 +21,14 @@
 # With --compare OLD it measures each URL with OLD (another build's distlock
 # tool, e.g. of the commit before a refactoring) beside this build's, the two in
 # alternation, and prints per URL both p50 / 2 floors ratios and new / old.
+# With --record FILE, the default and --flash-sale modes also append each run's
+# JSON to FILE, one line each ({"server", "kind", "result"}); --plot FILE...
+# renders such records (tools/bench/plot_bench.py, python3-matplotlib) as the
+# SVGs of docs/benchmarks/ that docs/benchmarks.md shows, and measures nothing.
 # Servers this script did not start must be stopped first (backends.sh down).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-seconds=3 runs=3 servers=() primitives=0 tls=0 async=0 flash=0 old=""
+seconds=3 runs=3 servers=() primitives=0 tls=0 async=0 flash=0 old="" record="" plot=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --seconds) seconds=$2; shift 2 ;;
@@ -34,10 +38,19 @@ while [ $# -gt 0 ]; do
         --async) async=1; shift ;;
         --flash-sale) flash=1; shift ;;
         --compare) old=$2; shift 2 ;;
-        -*) echo "usage: $0 [--seconds S] [--runs N] [--primitives | --tls | --async | --flash-sale | --compare OLD_DISTLOCK] [SERVER...]" >&2; exit 2 ;;
+        --record) record=$2; shift 2 ;;
+        --plot) plot=1; shift ;;
+        -*) echo "usage: $0 [--seconds S] [--runs N] [--record FILE] [--primitives | --tls | --async | --flash-sale | --compare OLD_DISTLOCK] [SERVER...]" >&2
+            echo "       $0 --plot RECORD..." >&2; exit 2 ;;
         *) servers+=("$1"); shift ;;
     esac
 done
+if [ "$plot" = 1 ]; then  # the arguments are record files
+    [ ${#servers[@]} -gt 0 ] || { echo "--plot takes the record files (--record FILE) to render" >&2; exit 2; }
+    . scripts/lib.sh
+    ensure_packages python3-matplotlib
+    exec python3 tools/bench/plot_bench.py --out docs/benchmarks "${servers[@]}"
+fi
 named=("${servers[@]}")  # --async: memory and file are measured unless servers are named without them
 [ ${#servers[@]} -gt 0 ] || servers=(redis redlock mysql postgres zookeeper etcd consul-emulator)
 . scripts/lib.sh
@@ -48,6 +61,12 @@ if compgen -G "integration/.run/*.pids" >/dev/null; then
     exit 1
 fi
 trap 'integration/backends.sh down >/dev/null 2>&1 || true' EXIT
+
+keep() {  # keep SERVER KIND JSON: one line of the --record file
+    [ -n "$record" ] || return 0
+    python3 -c 'import json, sys; print(json.dumps({"server": sys.argv[1], "kind": sys.argv[2], "result": json.loads(sys.argv[3])}))' \
+        "$@" >>"$record"
+}
 
 row() {  # row SERVER MODE JSON
     python3 -c '
@@ -225,12 +244,16 @@ print("| %s | %s | %s | %s | %.2f |" % (sys.argv[1], new[0]["backend"], span(o),
 
 # The default: N uncontended runs and N contended, one row each.
 figures_rows() {  # figures_rows SERVER URL
+    local j
     for _ in $(seq "$runs"); do
-        row "$1" uncontended "$(build/bin/distlock bench --backend "$2" --seconds "$seconds" --json --quiet)"
+        j=$(build/bin/distlock bench --backend "$2" --seconds "$seconds" --json --quiet)
+        row "$1" uncontended "$j"
+        keep "$1" uncontended "$j"
     done
     for _ in $(seq "$runs"); do
-        row "$1" "contended, 4 processes" \
-            "$(build/bin/distlock bench --backend "$2" --mode contended --processes 4 --seconds "$seconds" --json --quiet)"
+        j=$(build/bin/distlock bench --backend "$2" --mode contended --processes 4 --seconds "$seconds" --json --quiet)
+        row "$1" "contended, 4 processes" "$j"
+        keep "$1" contended "$j"
     done
 }
 
@@ -244,6 +267,7 @@ flash_rows() {  # flash_rows SERVER URL
             local j
             j=$(build/bin/distlock flash-sale --backend "$2" --stock 2000 --requests 4000 --processes 2 \
                 --segments "$n" --json --quiet)
+            keep "$1" flash-sale "$j"
             if [ "$n" = 1 ]; then one+=("$j"); else ten+=("$j"); fi
         done
     done

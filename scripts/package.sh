@@ -44,7 +44,7 @@ for d in "${debs[@]}"; do
 done
 
 say "lintian (no error allowed)"
-lintian --fail-on error --no-tag-display-limit "${debs[@]}"
+lintian --fail-on error --tag-display-limit 0 "${debs[@]}"
 
 [ "$test" -eq 1 ] || exit 0
 [ "$(id -u)" -eq 0 ] || { echo "--test installs packages: run it as root" >&2; exit 2; }
@@ -60,7 +60,7 @@ for d in "${debs[@]}"; do dpkg-deb -c "$d" | awk '$1 !~ /^d/ {print $NF}' | sed 
 cleanup() {
     dpkg -P "${names[@]}" >/dev/null 2>&1 || true
     local left
-    left=$(while read -r f; do [ -e "$f" ] && echo "$f"; done <"$files")
+    left=$(while read -r f; do if [ -e "$f" ] || [ -L "$f" ]; then echo "$f"; fi; done <"$files")
     rm -f "$files"
     if [ -n "$left" ]; then
         echo "left behind after dpkg -P:" >&2

@@ -95,11 +95,40 @@ TEST_CASE("bad URLs and arguments give usage errors", "[cli]") {
     CHECK(run("bench --backend memory:// --mode sideways").status != 0);
 }
 
-TEST_CASE("--version prints the library's version and exits 0", "[cli]") {
+TEST_CASE("--version prints the library's version, the SPI's and the backend modules, and exits 0", "[cli]") {
     auto r = run("--version");
     CHECK(r.status == 0);
-    CHECK(r.out == "distlock " + std::string(distlock::version()) + "\n");
+    const auto first = r.out.substr(0, r.out.find('\n'));
+    CHECK(first == "distlock " + std::string(distlock::version()) + " (SPI " +
+                       std::to_string(DISTLOCK_SPI_VERSION_MAJOR) + "." + std::to_string(DISTLOCK_SPI_VERSION_MINOR) +
+                       ")");
     CHECK(distlock::version() == DISTLOCK_VERSION_STRING);
+    const auto modules = distlock::backend_modules();
+    if (modules.empty()) {
+        CHECK(r.out.find("backends: built in (no modules)") != std::string::npos);
+    } else {  // a modules build: each module and where it is
+        for (const auto& m : modules) {
+            INFO(r.out);
+            CHECK(r.out.find("module " + m.name + ": " + (m.path.empty() ? "not installed" : m.path)) !=
+                  std::string::npos);
+        }
+    }
+}
+
+TEST_CASE("schemes --verbose says where each scheme comes from and where modules are looked for", "[cli]") {
+    const auto r = run("schemes --verbose");
+    CHECK(r.status == 0);
+    INFO(r.out);
+    CHECK(r.out.rfind("module path: ", 0) == 0);
+    CHECK(r.out.find("memory\tbuilt in\n") != std::string::npos);
+    for (const auto& m : distlock::backend_modules())
+        for (const auto& scheme : m.schemes)
+            CHECK(r.out.find(scheme + "\tmodule " + m.file + ": ") != std::string::npos);
+    // Each scheme of `schemes` is on a line of its own in --verbose.
+    const auto plain = run("schemes").out;
+    std::size_t at = 0;
+    for (std::size_t nl; (nl = plain.find('\n', at)) != std::string::npos; at = nl + 1)
+        CHECK(r.out.find("\n" + plain.substr(at, nl - at) + "\t") != std::string::npos);
 }
 
 TEST_CASE("run takes a command with options of its own without --, a shell line with -c, and -E", "[cli][run]") {
