@@ -137,6 +137,8 @@ std::vector<std::pair<std::string, spi::factory>> open_module(const std::string&
         info->register_backends(rec);
     } catch (const std::exception& e) {
         refuse("the backend module " + path + " failed to register its schemes: " + e.what());
+    } catch (...) {
+        refuse("the backend module " + path + " failed to register its schemes (an exception of no known type)");
     }
     record = {name, path, info->version ? info->version : "", {}};
     for (const auto& [s, f] : rec.added) record.schemes.push_back(s);
@@ -153,7 +155,7 @@ const module_entry* module_of_scheme(const std::string& scheme) {
     return nullptr;
 }
 
-bool load_module_for(const std::string& scheme, const std::function<void(std::string, spi::factory)>& add) {
+bool load_module_for(const std::string& scheme, const std::function<void(scheme_list)>& add) {
 #ifndef DISTLOCK_LOADS_MODULES
     (void)scheme;
     (void)add;
@@ -191,7 +193,7 @@ bool load_module_for(const std::string& scheme, const std::function<void(std::st
         for (const auto& [s, f] : schemes)
             if (s != scheme && module_of_scheme(s) != nullptr && module_of_scheme(s)->name != name)
                 refuse("the backend module " + path + " registers '" + s + "', which is another module's");
-        for (auto& [s, f] : schemes) add(s, std::move(f));
+        add(std::move(schemes));  // all or none
         loaded.push_back(std::move(record));
     } catch (const distlock::error& e) {
         refused.push_back(name);

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "distlock/provider.hpp"
@@ -26,14 +27,17 @@ std::vector<module_entry> build_modules();
 // The module of this build that provides `scheme`, if any.
 const module_entry* module_of_scheme(const std::string& scheme);
 
+using scheme_list = std::vector<std::pair<std::string, spi::factory>>;
+
 // Loads the module that provides `scheme`: this build's, or else a module
 // named libdistlock-<scheme>.so in the module path. Its schemes go to `add`
-// once the module passed every check. False when no module provides the
+// at once, once the module passed every check: `add` takes all of them or
+// throws (a scheme known already) and takes none. False when no module provides the
 // scheme (none of this build, no file of that name); throws unsupported_error
 // when one should but cannot be loaded (not installed, built against another
 // SPI, a file others may write, ...). Loads each module at most once; a
 // module refused once is refused again without a second try.
-bool load_module_for(const std::string& scheme, const std::function<void(std::string, spi::factory)>& add);
+bool load_module_for(const std::string& scheme, const std::function<void(scheme_list)>& add);
 
 // The schemes of this build's modules whose file is in the module path (not loaded).
 std::vector<std::string> installed_module_schemes();

@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 
 #include "boundary.hpp"
 #include "builtin.hpp"
@@ -37,20 +38,27 @@ public:
             throw_error(errc::invalid_argument, "",
                         "the URL scheme '" + scheme + "' is already registered (by this build's backend module " +
                             "libdistlock-" + m->name + ".so)");
-        add_loaded(std::move(scheme), std::move(f));
+        detail::scheme_list one;
+        one.emplace_back(std::move(scheme), std::move(f));
+        add_loaded(std::move(one));
     }
-    // What a backend module registers (detail::load_module_for checked it).
-    void add_loaded(std::string scheme, spi::factory f) {
-        if (!well_formed_scheme(scheme))
-            throw_error(errc::invalid_argument, "",
-                        "'" + scheme +
-                            "' is not a URL scheme distlock can register (a lowercase letter, then "
-                            "lowercase letters, digits, '+', '-' or '.'; at most 32 characters)");
-        if (!f) throw_error(errc::invalid_argument, "", "the factory of scheme '" + scheme + "' is empty");
+    // Adds all the schemes, or none (and throws) when one is malformed, has
+    // no factory or is known already: what a backend module registers, once
+    // detail::load_module_for checked it, or one scheme of add().
+    void add_loaded(detail::scheme_list schemes) {
         std::lock_guard lk(mutex_);
-        if (factories_.contains(scheme))
-            throw_error(errc::invalid_argument, "", "the URL scheme '" + scheme + "' is already registered");
-        factories_.emplace(std::move(scheme), std::move(f));
+        std::set<std::string> seen;
+        for (const auto& [scheme, f] : schemes) {
+            if (!well_formed_scheme(scheme))
+                throw_error(errc::invalid_argument, "",
+                            "'" + scheme +
+                                "' is not a URL scheme distlock can register (a lowercase letter, then "
+                                "lowercase letters, digits, '+', '-' or '.'; at most 32 characters)");
+            if (!f) throw_error(errc::invalid_argument, "", "the factory of scheme '" + scheme + "' is empty");
+            if (factories_.contains(scheme) || !seen.insert(scheme).second)
+                throw_error(errc::invalid_argument, "", "the URL scheme '" + scheme + "' is already registered");
+        }
+        for (auto& [scheme, f] : schemes) factories_.emplace(std::move(scheme), std::move(f));
     }
     // A copy: connect() calls it without holding the registry's mutex.
     std::optional<spi::factory> find(const std::string& scheme) const {
@@ -73,8 +81,7 @@ public:
     // The factory of `scheme`, its module loaded first if it has one.
     std::optional<spi::factory> find_or_load(const std::string& scheme) {
         if (auto f = find(scheme)) return f;
-        detail::load_module_for(scheme,
-                                [this](std::string s, spi::factory f) { add_loaded(std::move(s), std::move(f)); });
+        detail::load_module_for(scheme, [this](detail::scheme_list schemes) { add_loaded(std::move(schemes)); });
         return find(scheme);
     }
 
