@@ -70,6 +70,18 @@ std::pair<int, std::string> connect_error(const std::string& url) {
     }
 }
 
+// connect(url) with DISTLOCK_MODULE_PATH=dir is unsupported_error saying
+// `why`, without the URL's password, and leaves `module` unloaded.
+void refused(const module_dir& d, const std::string& url, const std::string& module, const std::string& why) {
+    module_path_set env(d.dir.string());
+    const auto [code, what] = connect_error(url);
+    INFO(what);
+    CHECK(code == static_cast<int>(distlock::errc::unsupported));
+    CHECK(what.find(why) != std::string::npos);
+    CHECK(what.find("secret-pw") == std::string::npos);
+    CHECK_FALSE(module_named(module)->loaded);
+}
+
 }  // namespace
 
 TEST_CASE("this build's modules lie beside libdistlock, and one loads on the first connect to its scheme",
@@ -138,23 +150,13 @@ TEST_CASE("a module file or directory that others may write is not loaded", "[mo
         module_dir d;
         const auto file = d.copy("zookeeper");
         fs::permissions(file, fs::perms::others_write, fs::perm_options::add);
-        module_path_set env(d.dir.string());
-        const auto [code, what] = connect_error("zk://127.0.0.1:1/distlock");
-        INFO(what);
-        CHECK(code == static_cast<int>(distlock::errc::unsupported));
-        CHECK(what.find("writable by its group or others") != std::string::npos);
-        CHECK_FALSE(module_named("zookeeper")->loaded);
+        refused(d, "zk://127.0.0.1:1/distlock", "zookeeper", "the file is writable by its group or others");
     }
     SECTION("a directory writable by others") {
         module_dir d;
         d.copy("consul");
         fs::permissions(d.dir, fs::perms::others_write, fs::perm_options::add);
-        module_path_set env(d.dir.string());
-        const auto [code, what] = connect_error("consul://127.0.0.1:1");
-        INFO(what);
-        CHECK(code == static_cast<int>(distlock::errc::unsupported));
-        CHECK(what.find("the directory is writable") != std::string::npos);
-        CHECK_FALSE(module_named("consul")->loaded);
+        refused(d, "consul://127.0.0.1:1", "consul", "the directory is writable by its group or others");
     }
 }
 
@@ -166,12 +168,7 @@ TEST_CASE("a module file of another user is not loaded", "[modules][hostile]") {
     module_dir d;
     const auto file = d.copy("redlock");
     REQUIRE(::chown(file.c_str(), 65534, 65534) == 0);
-    module_path_set env(d.dir.string());
-    const auto [code, what] = connect_error("redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3");
-    INFO(what);
-    CHECK(code == static_cast<int>(distlock::errc::unsupported));
-    CHECK(what.find("belongs to another user (uid 65534)") != std::string::npos);
-    CHECK_FALSE(module_named("redlock")->loaded);
+    refused(d, "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "redlock", "belongs to another user (uid 65534)");
 }
 
 TEST_CASE("a file in a module's place that is no module is refused, and stays refused", "[modules][hostile]") {
@@ -180,15 +177,8 @@ TEST_CASE("a file in a module's place that is no module is refused, and stays re
     fs::copy_file(DISTLOCK_TEST_NOT_A_MODULE, d.dir / "libdistlock-mysql.so");
     fs::permissions(d.dir / "libdistlock-mysql.so",
                     fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
-    module_path_set env(d.dir.string());
-    const auto [code, what] = connect_error("mysql://u:secret-pw@127.0.0.1:1/db");
-    INFO(what);
-    CHECK(code == static_cast<int>(distlock::errc::unsupported));
-    CHECK(what.find("is not a distlock backend module") != std::string::npos);
-    CHECK(what.find("secret-pw") == std::string::npos);
+    refused(d, "mysql://u:secret-pw@127.0.0.1:1/db", "mysql", "is not a distlock backend module");
     // The real one in the path now: this process does not try again.
     d.copy("mysql");
-    const auto [code2, what2] = connect_error("mysql://u:secret-pw@127.0.0.1:1/db");
-    CHECK(code2 == static_cast<int>(distlock::errc::unsupported));
-    CHECK(what2.find("is not a distlock backend module") != std::string::npos);
+    refused(d, "mysql://u:secret-pw@127.0.0.1:1/db", "mysql", "is not a distlock backend module");
 }

@@ -61,6 +61,23 @@ def save(fig, path, sources):
     print("wrote", path)
 
 
+def paired_bars(names, first, second, note, xlabel, title, path, sources):
+    """Two horizontal bars per name, (values, label, colour) each, the second
+    annotated with note(first value, second value)."""
+    fig, ax = plt.subplots(figsize=(8, 0.35 * len(names) + 1.2))
+    y = range(len(names))
+    ax.barh([i - 0.2 for i in y], first[0], height=0.4, label=first[1], color=first[2])
+    ax.barh([i + 0.2 for i in y], second[0], height=0.4, label=second[1], color=second[2])
+    for i, (a, b) in enumerate(zip(first[0], second[0])):
+        ax.text(b, i + 0.2, note(a, b), va="center", fontsize=7)
+    ax.set_yticks(list(y), names)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    ax.legend(loc="lower right", fontsize=7)
+    save(fig, path, sources)
+
+
 def cycle(records, out, sources):
     runs = grouped(records, "uncontended")
     names = [n for n, rs in runs.items() if any(r.get("floor_rtt_us") for r in rs)]
@@ -68,18 +85,9 @@ def cycle(records, out, sources):
         return
     p50 = [statistics.median(r["p50_us"] for r in runs[n]) for n in names]
     floor = [statistics.median(2 * r["floor_rtt_us"] for r in runs[n] if r.get("floor_rtt_us")) for n in names]
-    fig, ax = plt.subplots(figsize=(8, 0.35 * len(names) + 1.2))
-    y = range(len(names))
-    ax.barh([i + 0.2 for i in y], p50, height=0.4, label="distlock cycle, p50")
-    ax.barh([i - 0.2 for i in y], floor, height=0.4, label="floor: two round trips of the backend", color="0.7")
-    for i, (a, b) in enumerate(zip(p50, floor)):
-        ax.text(a, i + 0.2, " %.2fx" % (a / b), va="center", fontsize=7)
-    ax.set_yticks(list(y), names)
-    ax.invert_yaxis()
-    ax.set_xlabel("microseconds (median of the runs)")
-    ax.set_title("Uncontended acquire + release, beside its floor")
-    ax.legend(loc="lower right", fontsize=7)
-    save(fig, out / "cycle.svg", sources)
+    paired_bars(names, (floor, "floor: two round trips of the backend", "0.7"), (p50, "distlock cycle, p50", "C0"),
+                lambda a, b: " %.2fx" % (b / a), "microseconds (median of the runs)",
+                "Uncontended acquire + release, beside its floor", out / "cycle.svg", sources)
 
 
 def handoff(records, out, sources):
@@ -119,18 +127,10 @@ def flash(records, out, sources):
             ten.append(statistics.median(b))
     if not names:
         return
-    fig, ax = plt.subplots(figsize=(8, 0.35 * len(names) + 1.2))
-    y = range(len(names))
-    ax.barh([i - 0.2 for i in y], one, height=0.4, label="1 stock segment", color="0.6")
-    ax.barh([i + 0.2 for i in y], ten, height=0.4, label="10 segments, a lock each")
-    for i, (a, b) in enumerate(zip(one, ten)):
-        ax.text(b, i + 0.2, " %.1fx faster" % (a / b), va="center", fontsize=7)
-    ax.set_yticks(list(y), names)
-    ax.invert_yaxis()
-    ax.set_xlabel("ms to sell 2,000 items to 4,000 requests, 2 app servers (median of the runs)")
-    ax.set_title("Flash sale, with and without segments")
-    ax.legend(loc="lower right", fontsize=7)
-    save(fig, out / "flash-sale.svg", sources)
+    paired_bars(names, (one, "1 stock segment", "0.6"), (ten, "10 segments, a lock each", "C0"),
+                lambda a, b: " %.1fx faster" % (a / b),
+                "ms to sell 2,000 items to 4,000 requests, 2 app servers (median of the runs)",
+                "Flash sale, with and without segments", out / "flash-sale.svg", sources)
 
 
 def main():
