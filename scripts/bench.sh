@@ -49,7 +49,8 @@ if [ "$plot" = 1 ]; then  # the arguments are record files
     [ ${#servers[@]} -gt 0 ] || { echo "--plot takes the record files (--record FILE) to render" >&2; exit 2; }
     . scripts/lib.sh
     ensure_packages python3-matplotlib
-    exec python3 tools/bench/plot_bench.py --out docs/benchmarks "${servers[@]}"
+    # Debian's python3, whose python3-matplotlib this is (not another python3 on PATH).
+    exec /usr/bin/python3 tools/bench/plot_bench.py --out docs/benchmarks "${servers[@]}"
 fi
 named=("${servers[@]}")  # --async: memory and file are measured unless servers are named without them
 [ ${#servers[@]} -gt 0 ] || servers=(redis redlock mysql postgres zookeeper etcd consul-emulator)

@@ -6,6 +6,9 @@ CORE_PACKAGES=(cmake g++ ninja-build pkg-config libcurl4-openssl-dev libssl-dev 
                libasio-dev libboost-dev)  # <distlock/asio.hpp>: its tests, standalone and Boost.Asio
 # The client libraries of the server backends (each backend is built when found).
 BACKEND_PACKAGES=(libhiredis-dev libmysqlcppconn-dev libpq-dev libzookeeper-mt-dev)
+# The Debian packages (scripts/package.sh): dpkg-shlibdeps, lintian, and what
+# their test uses (man, the completion's loader).
+PACKAGE_PACKAGES=(dpkg-dev file lintian man-db bash-completion)
 # The fault harness (tests/faults/): libfaketime for the clock-jump nemesis.
 FAULT_PACKAGES=(faketime)
 # The URL parser's fuzz target (scripts/fuzz.sh): clang with libFuzzer.

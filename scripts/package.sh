@@ -32,7 +32,7 @@ grep -q '^DISTLOCK_BACKEND_MODULES:BOOL=ON' "$dir/CMakeCache.txt" ||
     { echo "$dir is not a modules build (-DDISTLOCK_BACKEND_MODULES=ON)" >&2; exit 2; }
 grep -q '^CMAKE_INSTALL_PREFIX:PATH=/usr$' "$dir/CMakeCache.txt" ||
     { echo "$dir is not configured for /usr (-DCMAKE_INSTALL_PREFIX=/usr)" >&2; exit 2; }
-ensure_packages dpkg-dev file lintian man-db bash-completion
+ensure_packages "${PACKAGE_PACKAGES[@]}"
 
 say "packages: cpack -G DEB in $dir/packages"
 rm -rf "$dir/packages"

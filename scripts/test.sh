@@ -17,7 +17,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 . scripts/lib.sh
-ensure_packages "${CORE_PACKAGES[@]}" "${BACKEND_PACKAGES[@]}" "${FAULT_PACKAGES[@]}"
+ensure_packages "${CORE_PACKAGES[@]}" "${BACKEND_PACKAGES[@]}" "${FAULT_PACKAGES[@]}" "${PACKAGE_PACKAGES[@]}"
 # The code's one format (.clang-format), first: seconds, and a failure says which files.
 scripts/format.sh --check
 # -g1 (line tables only): the tests need no more, and the build is CI's longest step.
