@@ -3,6 +3,8 @@
 #include "modules.hpp"
 
 #include <dlfcn.h>
+#include <grp.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -86,15 +88,34 @@ std::string find_file(const std::string& file, const std::vector<std::string>& d
 }
 
 #ifdef DISTLOCK_LOADS_MODULES
+// Whether the file's group is its owner's own: the owner's primary group,
+// with no other member listed (a "user private group", whose umask 002 makes
+// a build tree group-writable without giving anyone else a say).
+bool owners_own_group(const struct stat& st) {
+    std::vector<char> buf(16384);
+    struct passwd pw {};
+    struct passwd* pwp = nullptr;
+    if (::getpwuid_r(st.st_uid, &pw, buf.data(), buf.size(), &pwp) != 0 || pwp == nullptr) return false;
+    if (pw.pw_gid != st.st_gid) return false;
+    const std::string owner = pw.pw_name;
+    struct group gr {};
+    struct group* grp = nullptr;
+    if (::getgrgid_r(st.st_gid, &gr, buf.data(), buf.size(), &grp) != 0 || grp == nullptr) return false;
+    for (char** m = gr.gr_mem; m && *m; ++m)
+        if (owner != *m) return false;
+    return true;
+}
+
 // Trusted as libdistlock itself: owned by root or by this process's user, and
-// writable by nobody else. Else another user could put code in this process.
+// writable by nobody else (by its group only when that is the owner's own).
+// Else another user could put code into this process.
 void check_trusted(const std::string& path, const char* what) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) refuse("cannot inspect the " + std::string(what) + " " + path);
     if (st.st_uid != 0 && st.st_uid != ::geteuid())
         refuse("will not load a module from " + path + ": the " + what + " belongs to another user (uid " +
                std::to_string(st.st_uid) + ")");
-    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+    if ((st.st_mode & S_IWOTH) != 0 || ((st.st_mode & S_IWGRP) != 0 && !owners_own_group(st)))
         refuse("will not load a module from " + path + ": the " + what + " is writable by its group or others");
 }
 

@@ -155,7 +155,12 @@ TEST_CASE("a module file or directory that others may write is not loaded", "[mo
     SECTION("a directory writable by others") {
         module_dir d;
         d.copy("consul");
-        fs::permissions(d.dir, fs::perms::others_write, fs::perm_options::add);
+        if (::geteuid() == 0) {  // writable by a group of others (nogroup), not by all
+            REQUIRE(::chown(d.dir.c_str(), 0, 65534) == 0);
+            fs::permissions(d.dir, fs::perms::group_write, fs::perm_options::add);
+        } else {
+            fs::permissions(d.dir, fs::perms::others_write, fs::perm_options::add);
+        }
         refused(d, "consul://127.0.0.1:1", "consul", "the directory is writable by its group or others");
     }
 }
@@ -181,4 +186,22 @@ TEST_CASE("a file in a module's place that is no module is refused, and stays re
     // The real one in the path now: this process does not try again.
     d.copy("mysql");
     refused(d, "mysql://u:secret-pw@127.0.0.1:1/db", "mysql", "is not a distlock backend module");
+}
+
+TEST_CASE("a module its owner's own group may write is loaded (a umask of 002)", "[modules]") {
+    if (::geteuid() != 0) {
+        WARN("not applicable: the case runs as root, whose primary group root has no other member here");
+        return;
+    }
+    module_dir d;
+    const auto file = d.copy("postgres");
+    REQUIRE(::chown(file.c_str(), 0, 0) == 0);
+    REQUIRE(::chown(d.dir.c_str(), 0, 0) == 0);
+    fs::permissions(file, fs::perms::group_write, fs::perm_options::add);
+    fs::permissions(d.dir, fs::perms::group_write, fs::perm_options::add);
+    module_path_set env(d.dir.string());
+    const auto [code, what] = connect_error("postgres://u:secret-pw@127.0.0.1:1/db");
+    INFO(what);
+    CHECK(code == static_cast<int>(distlock::errc::unavailable));  // loaded; nothing listens there
+    CHECK(module_named("postgres")->loaded);
 }
