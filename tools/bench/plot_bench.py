@@ -40,8 +40,8 @@ def label(record):
     if "?" in url:
         for part in url.split("?", 1)[1].split("&"):
             key, _, value = part.partition("=")
-            if key in ("strategy", "wake", "engine"):
-                strategy += (" " if strategy else "") + value
+            if key in ("strategy", "wake", "engine", "fence"):
+                strategy += (" " if strategy else "") + (value if key == "strategy" else key + "=" + value)
     return scheme + (" " + strategy if strategy else "")
 
 
