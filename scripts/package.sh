@@ -7,9 +7,11 @@
 # DIR (default build) is configured with -DDISTLOCK_BACKEND_MODULES=ON
 # -DCMAKE_INSTALL_PREFIX=/usr and built; the packages go to DIR/packages.
 # --test (root; scripts/test.sh runs it with the servers up, their URLs in the
-# environment): installs every package, then
-#   - the installed distlock lists its modules from /usr and takes a lock
-#     through a module on each server of DISTLOCK_TEST_REDIS_URL and
+# environment): installs the library, the Redis module, the tool and the
+# headers only, and the installed distlock takes a lock on
+# DISTLOCK_TEST_REDIS_URL, while postgres:// is refused naming its package;
+# then installs every other package, and
+#   - the installed distlock lists its modules from /usr and takes a lock on
 #     DISTLOCK_TEST_POSTGRES_URL;
 #   - man distlock and the bash completion work from the packages;
 #   - each backend package depends on its client library and libdistlock0, and
@@ -70,8 +72,35 @@ cleanup() {
 }
 trap 'cleanup || true' EXIT
 
-say "dpkg -i ${names[*]}"
-dpkg -i "${debs[@]}" >/dev/null
+# First what a service that talks only to Redis installs: the library, the
+# Redis module, the tool and the headers. Then the rest.
+first=() rest=()
+for d in "${debs[@]}"; do
+    case "$(dpkg-deb -f "$d" Package)" in
+        libdistlock0 | libdistlock0-redis | distlock-tools | libdistlock-dev) first+=("$d") ;;
+        *) rest+=("$d") ;;
+    esac
+done
+say "dpkg -i libdistlock0 libdistlock0-redis distlock-tools libdistlock-dev"
+dpkg -i "${first[@]}" >/dev/null
+installed=/usr/bin/distlock
+for var in DISTLOCK_TEST_REDIS_URL DISTLOCK_TEST_POSTGRES_URL; do
+    [ -n "${!var:-}" ] || { echo "$var is not set: the servers' URLs are needed" >&2; exit 1; }
+done
+# A lock through a module of the installed tool: "token N" on stdout.
+run_on() { env -u DISTLOCK_MODULE_PATH "$installed" run --backend "$1" --name "package-test-$$" -- sh -c 'echo "token $DISTLOCK_FENCING_TOKEN"'; }
+out=$(run_on "$DISTLOCK_TEST_REDIS_URL")
+grep -q '^token [1-9]' <<<"$out" || { echo "distlock run on Redis: $out" >&2; exit 1; }
+echo "Redis alone: distlock run took the lock ($out)"
+# PostgreSQL's module is not installed yet: refused, naming its package.
+status=0
+err=$(run_on "$DISTLOCK_TEST_POSTGRES_URL" 2>&1 >/dev/null) || status=$?
+[ "$status" -ne 0 ] && grep -q "install the package libdistlock0-postgres" <<<"$err" ||
+    { echo "without its module, postgres:// gave status $status: $err" >&2; exit 1; }
+echo "PostgreSQL without its module: status $status, $err"
+
+say "dpkg -i the other backends"
+dpkg -i "${rest[@]}" >/dev/null
 
 # Each backend package: its client library and libdistlock0 (= this version),
 # nothing else of distlock's (a module pulls in no other backend's library).
@@ -91,19 +120,14 @@ for d in "${debs[@]}"; do
 done
 
 say "the installed distlock"
-installed=/usr/bin/distlock
 env -u DISTLOCK_MODULE_PATH "$installed" --version
 modules=$(env -u DISTLOCK_MODULE_PATH "$installed" schemes --verbose)
 echo "$modules"
 grep -q "^redis	module libdistlock-redis.so: /usr/lib/.*/distlock/modules/libdistlock-redis.so" <<<"$modules" ||
     { echo "the installed distlock does not find its modules under /usr" >&2; exit 1; }
-for var in DISTLOCK_TEST_REDIS_URL DISTLOCK_TEST_POSTGRES_URL; do
-    url=${!var:-}
-    [ -n "$url" ] || { echo "$var is not set: the servers' URLs are needed" >&2; exit 1; }
-    out=$(env -u DISTLOCK_MODULE_PATH "$installed" run --backend "$url" --name "package-test-$$" -- sh -c 'echo "token $DISTLOCK_FENCING_TOKEN"')
-    grep -q '^token [1-9]' <<<"$out" || { echo "distlock run on $var: $out" >&2; exit 1; }
-    echo "$var: distlock run took the lock ($out)"
-done
+out=$(run_on "$DISTLOCK_TEST_POSTGRES_URL")
+grep -q '^token [1-9]' <<<"$out" || { echo "distlock run on PostgreSQL: $out" >&2; exit 1; }
+echo "PostgreSQL: distlock run took the lock ($out)"
 
 say "man distlock and the bash completion"
 man -w distlock | grep -q '^/usr/share/man/man1/distlock.1.gz$'
