@@ -165,15 +165,31 @@ TEST_CASE("a module file or directory that others may write is not loaded", "[mo
     }
 }
 
-TEST_CASE("a module file of another user is not loaded", "[modules][hostile]") {
+TEST_CASE("ownership: another user's module is refused, one its owner's own group may write is loaded",
+          "[modules][hostile]") {
     if (::geteuid() != 0) {
-        WARN("not applicable: giving a file to another user needs root (the tests do not run as root)");
+        WARN("not applicable: giving files to other users and groups needs root (the tests do not run as root)");
         return;
     }
-    module_dir d;
-    const auto file = d.copy("redlock");
-    REQUIRE(::chown(file.c_str(), 65534, 65534) == 0);
-    refused(d, "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "redlock", "belongs to another user (uid 65534)");
+    SECTION("a module file of another user") {
+        module_dir d;
+        const auto file = d.copy("redlock");
+        REQUIRE(::chown(file.c_str(), 65534, 65534) == 0);
+        refused(d, "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "redlock", "belongs to another user (uid 65534)");
+    }
+    SECTION("writable by its owner's own group, root's (no other member here): a umask of 002") {
+        module_dir d;
+        const auto file = d.copy("postgres");
+        REQUIRE(::chown(file.c_str(), 0, 0) == 0);
+        REQUIRE(::chown(d.dir.c_str(), 0, 0) == 0);
+        fs::permissions(file, fs::perms::group_write, fs::perm_options::add);
+        fs::permissions(d.dir, fs::perms::group_write, fs::perm_options::add);
+        module_path_set env(d.dir.string());
+        const auto [code, what] = connect_error("postgres://u:secret-pw@127.0.0.1:1/db");
+        INFO(what);
+        CHECK(code == static_cast<int>(distlock::errc::unavailable));  // loaded; nothing listens there
+        CHECK(module_named("postgres")->loaded);
+    }
 }
 
 TEST_CASE("a file in a module's place that is no module is refused, and stays refused", "[modules][hostile]") {
@@ -186,22 +202,4 @@ TEST_CASE("a file in a module's place that is no module is refused, and stays re
     // The real one in the path now: this process does not try again.
     d.copy("mysql");
     refused(d, "mysql://u:secret-pw@127.0.0.1:1/db", "mysql", "is not a distlock backend module");
-}
-
-TEST_CASE("a module its owner's own group may write is loaded (a umask of 002)", "[modules]") {
-    if (::geteuid() != 0) {
-        WARN("not applicable: the case runs as root, whose primary group root has no other member here");
-        return;
-    }
-    module_dir d;
-    const auto file = d.copy("postgres");
-    REQUIRE(::chown(file.c_str(), 0, 0) == 0);
-    REQUIRE(::chown(d.dir.c_str(), 0, 0) == 0);
-    fs::permissions(file, fs::perms::group_write, fs::perm_options::add);
-    fs::permissions(d.dir, fs::perms::group_write, fs::perm_options::add);
-    module_path_set env(d.dir.string());
-    const auto [code, what] = connect_error("postgres://u:secret-pw@127.0.0.1:1/db");
-    INFO(what);
-    CHECK(code == static_cast<int>(distlock::errc::unavailable));  // loaded; nothing listens there
-    CHECK(module_named("postgres")->loaded);
 }
