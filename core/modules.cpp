@@ -183,6 +183,14 @@ bool load_module_for(const std::string& scheme, const std::function<void(scheme_
     return false;  // a static libdistlock: a module would bring a second one
 #else
     const module_entry* ours = module_of_scheme(scheme);
+    // Another scheme names a file: only the characters a scheme may register
+    // (a lowercase letter, then letters, digits, '+', '-', '.'; no ".."), so
+    // that a URL's scheme ("x/y", "../x") never reaches another directory.
+    if (!ours && (scheme.empty() || scheme.size() > 32 || scheme.find("..") != std::string::npos ||
+                  !spi::ascii_alpha(scheme.front()) || !std::all_of(scheme.begin(), scheme.end(), [](char c) {
+                      return (c >= 'a' && c <= 'z') || spi::ascii_digit(c) || c == '+' || c == '-' || c == '.';
+                  })))
+        return false;
     const std::string name = ours ? ours->name : scheme;
     const std::string package = ours ? ours->package : std::string{};
     std::lock_guard lk(load_mutex);

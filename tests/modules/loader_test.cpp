@@ -203,3 +203,18 @@ TEST_CASE("a file in a module's place that is no module is refused, and stays re
     d.copy("mysql");
     refused(d, "mysql://u:secret-pw@127.0.0.1:1/db", "mysql", "is not a distlock backend module");
 }
+
+TEST_CASE("a URL scheme that is no scheme never names a file in another directory", "[modules][hostile]") {
+    // A module planted in a subdirectory of the module path, and one beside it:
+    // schemes with '/' or ".." do not reach them.
+    module_dir d;
+    fs::create_directories(d.dir / "libdistlock-x");
+    fs::copy_file(fs::path(DISTLOCK_TEST_MODULE_DIR) / "libdistlock-redis.so", d.dir / "libdistlock-x" / "y.so");
+    module_path_set env(d.dir.string());
+    for (const char* url : {"x/y://h", "../x://h", "x..y://h"}) {
+        const auto [code, what] = connect_error(url);
+        INFO(url << ": " << what);
+        CHECK(code == static_cast<int>(distlock::errc::invalid_argument));
+        CHECK(what.find("unknown URL scheme") != std::string::npos);
+    }
+}
