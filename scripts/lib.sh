@@ -8,7 +8,7 @@ CORE_PACKAGES=(cmake g++ ninja-build pkg-config libcurl4-openssl-dev libssl-dev 
 BACKEND_PACKAGES=(libhiredis-dev libmysqlcppconn-dev libpq-dev libzookeeper-mt-dev)
 # The Debian packages (scripts/package.sh): dpkg-shlibdeps, lintian, and what
 # their test uses (man, the completion's loader).
-PACKAGE_PACKAGES=(dpkg-dev file lintian man-db bash-completion)
+PACKAGE_PACKAGES=(dpkg-dev file lintian man-db bash-completion debootstrap)
 # The fault harness (tests/faults/): libfaketime for the clock-jump nemesis.
 FAULT_PACKAGES=(faketime)
 # The URL parser's fuzz target (scripts/fuzz.sh): clang with libFuzzer.

@@ -77,7 +77,8 @@ tests/docs/run_readme.sh
 
 # The Debian packages of that build: lintian, then installed with dpkg -i,
 # used (the installed tool on the servers, man, completion, the consumers
-# against /usr) and removed (scripts/package.sh).
+# against /usr) and removed; then the Redis-only set and the consumers on a
+# clean Debian 12 chroot (debootstrap), about 60 s (scripts/package.sh).
 scripts/package.sh --build-dir build --test
 
 # The short fault matrix (tests/faults/README.md): a few seconds per cell, every

@@ -3,11 +3,21 @@
 // of optimistic_stock_client.hpp.
 #include "optimistic_stock.hpp"
 
+#include <algorithm>
+#include <cstdlib>
+#include <map>
 #include <mutex>
 #include <utility>
 
+#if DISTLOCK_TOOL_STOCK_PLUGINS
+#include <dlfcn.h>
+#include <unistd.h>
+#endif
+
 #include "distlock/error.hpp"
+#include "distlock/spi/tls.hpp"
 #include "distlock/spi/url.hpp"
+#include "distlock/version.hpp"
 #include "optimistic_stock_client.hpp"
 
 namespace distlock::tool {
@@ -213,6 +223,89 @@ private:
 }
 #endif
 
+#if DISTLOCK_TOOL_STOCK_PLUGINS
+// The plugin distlock-tool-<name>.so (optimistic_stock_client.hpp), from
+// <the tool's directory>/../<libdir>/distlock/tools, as installed, or
+// ../lib/distlock/tools, the build tree's: the directories the tool's own
+// RUNPATH gives for libdistlock, and no others (no variable moves them).
+// Loaded once, never unloaded.
+std::unique_ptr<database> from_plugin(const std::string& name, const void* settings) {
+    static std::mutex mutex;
+    static std::map<std::string, std::pair<std::string, plugin_entry>> loaded;  // by name: its path, its entry
+    const std::string file = "distlock-tool-" + name + ".so", package = "distlock-tools-" + name;
+    std::lock_guard lk(mutex);
+    auto it = loaded.find(name);
+    if (it == loaded.end()) {
+        std::string bin;
+        if (char* exe = ::realpath("/proc/self/exe", nullptr)) {
+            bin = exe;
+            std::free(exe);
+            bin.erase(bin.rfind('/'));
+        }
+        std::vector<std::string> dirs;
+        for (const std::string& sub :
+             {std::string("/../") + DISTLOCK_TOOL_LIBDIR + "/distlock/tools", std::string("/../lib/distlock/tools")})
+            if (!bin.empty() && std::find(dirs.begin(), dirs.end(), bin + sub) == dirs.end()) dirs.push_back(bin + sub);
+        std::string path, where;
+        for (const auto& d : dirs) {
+            where += (where.empty() ? "" : ", ") + d;
+            if (path.empty() && ::access((d + "/" + file).c_str(), F_OK) == 0) path = d + "/" + file;
+        }
+        if (path.empty())
+            throw_error(errc::unsupported, name,
+                        "the optimistic stock update over " + name + ":// is the tool's plugin " + file +
+                            ", which is not installed (looked in " + (where.empty() ? "no directory" : where) +
+                            "): install the package " + package);
+        void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (handle == nullptr) {
+            const char* why = ::dlerror();
+            throw_error(errc::unsupported, name,
+                        "cannot load " + path + ": " + (why ? why : "dlopen failed") + " (reinstall " + package + ")");
+        }
+        auto entry = reinterpret_cast<plugin_entry>(::dlsym(handle, plugin_entry_symbol));
+        if (entry == nullptr)
+            throw_error(errc::unsupported, name,
+                        path + " is not a plugin of the distlock tool: it has no " + plugin_entry_symbol + "()");
+        it = loaded.emplace(name, std::pair{path, entry}).first;
+    }
+    database* db = it->second.second(DISTLOCK_VERSION_STRING, name.c_str(), settings);
+    if (db == nullptr)
+        throw_error(errc::unsupported, name,
+                    it->second.first + " is not the plugin for " + name + ":// of this distlock tool's version (" +
+                        DISTLOCK_VERSION_STRING + "): install the package " + package + " of that version");
+    return std::unique_ptr<database>(db);
+}
+#endif
+
+postgres_settings postgres_settings_of(spi::url& u, const timeouts& t) {
+    constexpr const char* backend = "postgres";
+    postgres_settings s;
+    s.ep = take_endpoint(u, backend, 5432);
+    s.t = t;
+    if (auto v = u.take("schema")) s.schema = *v;
+    if (!is_identifier(s.schema, 63))
+        throw_error(
+            errc::invalid_argument, backend,
+            "schema '" + s.schema + "' is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 63 characters)");
+    // The URL's TLS parameters as the postgres:// backend reads them (spi/tls.hpp).
+    s.tls = spi::take_libpq_tls(u, backend, s.ep.host);
+    return s;
+}
+
+mysql_settings mysql_settings_of(spi::url& u, const timeouts& t) {
+    constexpr const char* backend = "mysql";
+    mysql_settings s;
+    s.ep = take_endpoint(u, backend, 3306);
+    s.t = t;
+    // The URL's TLS parameters as the mysql:// backend reads them (spi/tls.hpp).
+    auto tls = spi::take_mariadb_tls(u, backend);
+    s.tls = tls.tls == spi::mariadb_tls::mode::verify_identity;
+    s.tls_ca = std::move(tls.ca);
+    s.tls_cert = std::move(tls.cert);
+    s.tls_key = std::move(tls.key);
+    return s;
+}
+
 }  // namespace
 
 std::unique_ptr<optimistic_stock> open_optimistic_stock(std::string_view text, stock_options options) {
@@ -231,14 +324,20 @@ std::unique_ptr<optimistic_stock> open_optimistic_stock(std::string_view text, s
     if (auto v = u.take_duration("window")) options.window = *v;
     std::unique_ptr<database> db;
     if (scheme == "postgres") {
-#if DISTLOCK_TOOL_POSTGRES
-        db = open_postgres(u, t);
+        const auto s = postgres_settings_of(u, t);
+#if DISTLOCK_TOOL_POSTGRES && DISTLOCK_TOOL_STOCK_PLUGINS
+        db = from_plugin(scheme, &s);
+#elif DISTLOCK_TOOL_POSTGRES
+        db = postgres_database(s);
 #else
         no_client(scheme, "PostgreSQL client library (libpq)");
 #endif
     } else {
-#if DISTLOCK_TOOL_MYSQL
-        db = open_mysql(u, t);
+        const auto s = mysql_settings_of(u, t);
+#if DISTLOCK_TOOL_MYSQL && DISTLOCK_TOOL_STOCK_PLUGINS
+        db = from_plugin(scheme, &s);
+#elif DISTLOCK_TOOL_MYSQL
+        db = mysql_database(s);
 #else
         no_client(scheme, "MySQL client library (mysql-connector-c++)");
 #endif

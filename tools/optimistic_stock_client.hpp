@@ -13,11 +13,13 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
 #include "distlock/error.hpp"
 #include "distlock/spi/url.hpp"
+#include "distlock/version.hpp"
 
 namespace distlock::tool::stock_client {
 
@@ -85,9 +87,59 @@ endpoint take_endpoint(const spi::url& u, std::string_view backend, std::uint16_
 // [A-Za-z_][A-Za-z0-9_]*, at most `max` characters.
 bool is_identifier(std::string_view id, std::size_t max);
 
-// Each takes its own parameters (schema=, TLS) from `u` and leaves the rest;
-// throws invalid_argument_error / unsupported_error for what it cannot honour.
-std::unique_ptr<database> open_postgres(spi::url& u, const timeouts& t);
-std::unique_ptr<database> open_mysql(spi::url& u, const timeouts& t);
+// What each database's client is given: everything it needs from the URL,
+// read by the tool (optimistic_stock.cpp) with libdistlock's parser.
+struct postgres_settings {
+    endpoint ep;
+    std::string schema = "public";                         // where the stock table lives (schema=, as the lock tables)
+    std::vector<std::pair<std::string, std::string>> tls;  // libpq's keywords, from the URL's TLS parameters
+    timeouts t;
+};
+struct mysql_settings {
+    endpoint ep;
+    bool tls = false;                       // TLS with the chain and the host name verified (verify_identity)
+    std::string tls_ca, tls_cert, tls_key;  // "" = none
+    timeouts t;
+};
+
+// The databases over their client libraries (optimistic_stock_postgres.cpp,
+// optimistic_stock_mysql.cpp). They are linked into the tool, or, in a
+// modules build, each is a plugin of the tool of its own
+// (distlock-tool-<name>.so, in the package distlock-tools-<name>), so that
+// the tool itself links no database client library: its entry point is
+// plugin_entry_symbol, a plugin_entry.
+std::unique_ptr<database> postgres_database(const postgres_settings& s);
+std::unique_ptr<database> mysql_database(const mysql_settings& s);
+
+// A plugin's entry: the database for `settings` (a postgres_settings for
+// the plugin named "postgres", a mysql_settings for "mysql"), or nullptr when
+// `name` is not the plugin's own or `version` not the DISTLOCK_VERSION_STRING
+// it was built with (the layouts shared here are those of one build). It
+// never throws.
+using plugin_entry = database* (*)(const char* version, const char* name, const void* settings) noexcept;
+inline constexpr const char* plugin_entry_symbol = "distlock_tool_stock_database";
+
+// The body of a plugin's entry, over its database's maker.
+template <class Settings, std::unique_ptr<database> (*make)(const Settings&)>
+database* plugin_database(std::string_view own, const char* version, const char* name, const void* settings) noexcept {
+    if (version == nullptr || std::string_view(version) != DISTLOCK_VERSION_STRING || name == nullptr ||
+        std::string_view(name) != own || settings == nullptr)
+        return nullptr;
+    try {
+        return make(*static_cast<const Settings*>(settings)).release();
+    } catch (...) {
+        return nullptr;
+    }
+}
 
 }  // namespace distlock::tool::stock_client
+
+// Defines a plugin's entry (plugin_entry_symbol): `make` a function of the
+// stock_client namespace taking a `settings` of it, `own` the plugin's name.
+#define DISTLOCK_TOOL_STOCK_PLUGIN_ENTRY(settings_type, make, own)                                                    \
+    extern "C" __attribute__((visibility("default"))) ::distlock::tool::stock_client::database*                       \
+    distlock_tool_stock_database(const char* version, const char* name, const void* settings) noexcept {              \
+        return ::distlock::tool::stock_client::plugin_database<::distlock::tool::stock_client::settings_type,         \
+                                                               ::distlock::tool::stock_client::make>(own, version,    \
+                                                                                                     name, settings); \
+    }

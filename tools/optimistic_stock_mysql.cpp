@@ -26,12 +26,7 @@ namespace {
 
 constexpr const char* backend = "mysql";
 
-struct settings {
-    endpoint ep;
-    bool tls = false;                       // TLS with the chain and the host name verified (verify_identity)
-    std::string tls_ca, tls_cert, tls_key;  // "" = none
-    timeouts t;
-};
+using settings = mysql_settings;
 
 // A server error code as what to do next.
 errc failure(int code) {
@@ -195,23 +190,12 @@ private:
     settings s_;
 };
 
-// The URL's TLS parameters as the mysql:// backend reads them (spi/tls.hpp).
-void take_tls(spi::url& u, settings& s) {
-    auto t = spi::take_mariadb_tls(u, backend);
-    s.tls = t.tls == spi::mariadb_tls::mode::verify_identity;
-    s.tls_ca = std::move(t.ca);
-    s.tls_cert = std::move(t.cert);
-    s.tls_key = std::move(t.key);
-}
-
 }  // namespace
 
-std::unique_ptr<database> open_mysql(spi::url& u, const timeouts& t) {
-    settings s;
-    s.ep = take_endpoint(u, backend, 3306);
-    s.t = t;
-    take_tls(u, s);
-    return std::make_unique<my_database>(std::move(s));
-}
+std::unique_ptr<database> mysql_database(const mysql_settings& s) { return std::make_unique<my_database>(s); }
 
 }  // namespace distlock::tool::stock_client
+
+#if DISTLOCK_TOOL_STOCK_PLUGIN
+DISTLOCK_TOOL_STOCK_PLUGIN_ENTRY(mysql_settings, mysql_database, "mysql")
+#endif

@@ -11,7 +11,6 @@
 #include <iterator>
 #include <utility>
 
-#include "distlock/spi/tls.hpp"
 #include "optimistic_stock_client.hpp"
 
 namespace distlock::tool::stock_client {
@@ -20,12 +19,7 @@ namespace {
 using steady = std::chrono::steady_clock;
 constexpr const char* backend = "postgres";
 
-struct settings {
-    endpoint ep;
-    std::string schema = "public";                         // where the stock table lives (schema=, as the lock tables)
-    std::vector<std::pair<std::string, std::string>> tls;  // libpq's keywords, from the URL's TLS parameters
-    timeouts t;
-};
+using settings = postgres_settings;
 
 std::string trimmed(const char* message) {
     std::string m = message ? message : "";
@@ -223,22 +217,12 @@ private:
     settings s_;
 };
 
-// The URL's TLS parameters as the postgres:// backend reads them (spi/tls.hpp).
-void take_tls(spi::url& u, settings& s) { s.tls = spi::take_libpq_tls(u, backend, s.ep.host); }
-
 }  // namespace
 
-std::unique_ptr<database> open_postgres(spi::url& u, const timeouts& t) {
-    settings s;
-    s.ep = take_endpoint(u, backend, 5432);
-    s.t = t;
-    if (auto v = u.take("schema")) s.schema = *v;
-    if (!is_identifier(s.schema, 63))
-        throw_error(
-            errc::invalid_argument, backend,
-            "schema '" + s.schema + "' is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 63 characters)");
-    take_tls(u, s);
-    return std::make_unique<pg_database>(std::move(s));
-}
+std::unique_ptr<database> postgres_database(const postgres_settings& s) { return std::make_unique<pg_database>(s); }
 
 }  // namespace distlock::tool::stock_client
+
+#if DISTLOCK_TOOL_STOCK_PLUGIN
+DISTLOCK_TOOL_STOCK_PLUGIN_ENTRY(postgres_settings, postgres_database, "postgres")
+#endif
