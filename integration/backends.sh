@@ -185,16 +185,88 @@ fail_with_log() { log "$1 failed to start; last lines of $2:"; tail -n 25 "$2" >
 #                        recorded where "backends.sh down" finds it)
 #   ctl.sh wait N [S]    wait S seconds (default: the cluster's) until member N serves
 #   ctl.sh exec N        replace itself by member N (so that "ctl.sh exec N &" gives its PID)
+#   ctl.sh host N        address of member N (127.0.0.1, or its own on a host of its own)
+#   ctl.sh cut N M       members N and M no longer reach each other (hosts of their own only)
+#   ctl.sh isolate N     member N reaches nobody, clients included, and nobody reaches it
+#   ctl.sh heal          every link back
 # Member N keeps its pid file and log in DIR/<member prefix>N.
 # "backends.sh kill/spawn NAME [N]" use ctl.sh kill, start and wait.
+
+# Members on hosts of their own (the partition nemesis of tests/faults): a cluster
+# whose script defines P_slot N (etcd-cluster: 11-13) runs member N in a network
+# namespace of its own, with the address 10.199.0.<slot> on a bridge (dl-br0,
+# 10.199.0.1) in the servers' namespace, as Jepsen runs each node on a host. Clients
+# here reach every member at its address; ctl.sh cuts and heals the links between
+# members there with blackhole routes (cut, isolate, heal), which clients do not cross.
+# A namespace is held by an anchor process (unshare -n sleep, its PID in
+# $RUN/netns.<slot>) and entered by that PID: no name under /run/netns, whose bind
+# mounts a command run under "ip netns exec" (a mount namespace of its own) would
+# not share with the next one.
+MEMBER_NET=10.199.0
+member_ip() { echo "$MEMBER_NET.$1"; }
+member_pid() { cat "$RUN/netns.$1"; }  # the anchor of slot N's namespace
+member_ns_up() {  # member_ns_up SLOT: its namespace, address and link to the bridge (made anew)
+    local pid veth=dlv$1 here
+    member_ns_down "$1" keep-bridge
+    if ! ip link show dl-br0 >/dev/null 2>&1; then
+        ip link add dl-br0 type bridge && ip addr add "$MEMBER_NET.1/24" dev dl-br0 && ip link set dl-br0 up || return 1
+    fi
+    unshare -n sleep infinity </dev/null >/dev/null 2>&1 &
+    pid=$!
+    echo "$pid" > "$RUN/netns.$1"
+    here=$(readlink /proc/self/ns/net)
+    wait_until 5 eval '[ "$(readlink /proc/'"$pid"'/ns/net 2>/dev/null)" != "$here" ]' || return 1
+    ip link add "$veth" type veth peer name eth0 netns "$pid" && ip link set "$veth" master dl-br0 up &&
+        nsenter -t "$pid" -n sh -c "ip addr add $(member_ip "$1")/24 dev eth0 && ip link set eth0 up && ip link set lo up"
+}
+member_ns_down() {  # member_ns_down SLOT [keep-bridge]; the bridge goes with the last member
+    local pid
+    pid=$(cat "$RUN/netns.$1" 2>/dev/null) || pid=""
+    if [[ $pid =~ ^[0-9]+$ ]] && [ "$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null)" = "sleep infinity " ]; then
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$RUN/netns.$1"
+    ip link del "dlv$1" 2>/dev/null || true
+    if [ "${2:-}" != keep-bridge ] && ! ip -o link show type veth 2>/dev/null | grep -q ' dlv[0-9]*@'; then
+        ip link del dl-br0 2>/dev/null || true
+    fi
+}
+# In ctl.sh: blackhole routes in slot A's namespace to each address that follows.
+member_blackhole() {
+    local pid ip
+    pid=$(member_pid "$1"); shift
+    for ip in "$@"; do nsenter -t "$pid" -n ip route replace blackhole "$ip/32"; done
+}
 
 # The body of every ctl.sh; its settings (NAME DIR RUNDIR MEMBER WAIT FN) come first.
 # shellcheck disable=SC2153  # those settings are ctl.sh's globals
 cluster_ctl() {
     local m="$DIR/$MEMBER${2:-}" p
     case "${1:-}" in
-      exec) exec $("${FN}_member_cmd" "$2") </dev/null >>"$m/log" 2>&1 ;;
+      exec)
+        if declare -F "${FN}_slot" >/dev/null; then
+            exec nsenter -t "$(member_pid "$("${FN}_slot" "$2")")" -n $("${FN}_member_cmd" "$2") </dev/null >>"$m/log" 2>&1
+        fi
+        exec $("${FN}_member_cmd" "$2") </dev/null >>"$m/log" 2>&1 ;;
       port) "${FN}_port" "$2" ;;
+      host) if declare -F "${FN}_slot" >/dev/null; then member_ip "$("${FN}_slot" "$2")"; else echo 127.0.0.1; fi ;;
+      cut | isolate | heal)
+        # cut N M: N and M no longer reach each other; isolate N: nor N anyone, the
+        # clients included; heal: every link back. Members on hosts of their own only.
+        declare -F "${FN}_slot" >/dev/null || { echo "$NAME runs on one host: no links to cut" >&2; return 2; }
+        local a b
+        case "$1" in
+          cut)
+            a=$("${FN}_slot" "$2"); b=$("${FN}_slot" "$3")
+            member_blackhole "$a" "$(member_ip "$b")"
+            member_blackhole "$b" "$(member_ip "$a")" ;;
+          isolate)
+            a=$("${FN}_slot" "$2")
+            for b in 1 2 3; do [ "$b" = "$2" ] || "$0" cut "$2" "$b"; done
+            member_blackhole "$a" "$MEMBER_NET.1" ;;
+          heal)
+            for b in 1 2 3; do nsenter -t "$(member_pid "$("${FN}_slot" "$b")")" -n ip route flush type blackhole; done ;;
+        esac ;;
       pid) cat "$m/pid" ;;
       leader)
         local n
@@ -211,7 +283,8 @@ cluster_ctl() {
         echo $! > "$m/pid"
         cat "$DIR/${MEMBER}1/pid" "$DIR/${MEMBER}2/pid" "$DIR/${MEMBER}3/pid" > "$RUNDIR/$NAME.pids" ;;
       wait) wait_until "${3:-$WAIT}" "${FN}_ready" "$2" ;;
-      *) echo "usage: $0 leader | port N | pid N | kill N | start N | wait N [S]" >&2; return 2 ;;
+      *) echo "usage: $0 leader | port N | host N | pid N | kill N | start N | wait N [S] | cut N M | isolate N | heal" >&2
+         return 2 ;;
     esac
 }
 
@@ -225,13 +298,18 @@ cluster_start() {
         echo '#!/usr/bin/env bash'
         echo "# Control script of the $name servers in $dir, written by integration/backends.sh."
         echo 'set -euo pipefail'
-        printf 'NAME=%q DIR=%q RUNDIR=%q MEMBER=%q WAIT=%q FN=%q\n' "$name" "$dir" "$RUN" "$member" "$wait" "$fn"
+        printf 'NAME=%q DIR=%q RUNDIR=%q RUN=%q MEMBER=%q WAIT=%q FN=%q\n' "$name" "$dir" "$RUN" "$RUN" "$member" "$wait" "$fn"
         for x in "$@"; do if declare -F "$x" >/dev/null; then declare -f "$x"; else declare -p "$x"; fi; done
-        declare -f wait_until running tree_of kill_tree cluster_ctl \
+        declare -p MEMBER_NET
+        declare -f wait_until running tree_of kill_tree cluster_ctl member_pid member_ip member_blackhole \
             "${fn}_member_cmd" "${fn}_port" "${fn}_is_leader" "${fn}_ready"
+        if declare -F "${fn}_slot" >/dev/null; then declare -f "${fn}_slot" "${fn}_host"; fi
         echo 'cluster_ctl "$@"'
     } > "$dir/ctl.sh"
     chmod +x "$dir/ctl.sh"
+    if declare -F "${fn}_slot" >/dev/null; then
+        for n in 1 2 3; do member_ns_up "$("${fn}_slot" $n)" || { log "$name: cannot make member $n's namespace"; return 1; }; done
+    fi
     for n in 1 2 3; do
         mkdir -p "$dir/$member$n"
         "$dir/ctl.sh" exec $n &
@@ -246,8 +324,17 @@ cluster_start() {
 # cluster_env NAME DIR VAR URL: writes VAR_URL=URL and VAR_CTL=DIR/ctl.sh to NAME's env file.
 cluster_env() { printf '%s_URL=%s\n%s_CTL=%s\n' "$3" "$4" "$3" "$2/ctl.sh" > "$RUN/$1.env"; }
 
-# cluster_hosts NAME: the members' client addresses, "127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3".
-cluster_hosts() { local n out=""; for n in 1 2 3; do out+="${out:+,}127.0.0.1:$("${1//-/_}_port" $n)"; done; echo "$out"; }
+# cluster_hosts NAME: the members' client addresses, "127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3"
+# (each member's own address when it is on a host of its own: P_host N).
+cluster_hosts() {
+    local n out="" fn=${1//-/_} host
+    for n in 1 2 3; do
+        host=127.0.0.1
+        if declare -F "${fn}_host" >/dev/null; then host=$("${fn}_host" $n); fi
+        out+="${out:+,}$host:$("${fn}_port" $n)"
+    done
+    echo "$out"
+}
 
 # write_ctl FILE MAIN NAMES...: writes (atomically: a test may be running the old one) the
 # self-contained control script FILE of a multi-member server that is not a
@@ -418,6 +505,7 @@ case "$cmd" in
       n=$(basename "$f" .pids); fn=${n//-/_}
       sig=TERM; declare -F "${fn}_stop_signal" >/dev/null && sig=$("${fn}_stop_signal")
       stop_pids "$f" "$sig"
+      if declare -F "${fn}_slot" >/dev/null; then for m in 1 2 3; do member_ns_down "$("${fn}_slot" $m)"; done; fi
       [ -f "$RUN/$n.dir" ] && rm -rf "$(cat "$RUN/$n.dir")" "$RUN/$n.dir"
       rm -f "$RUN/$n.env" "$RUN/$n.settings"
     done

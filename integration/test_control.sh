@@ -59,7 +59,9 @@ eventually() {  # eventually CMD...: retry CMD for up to 30 s (clients are slow 
     for i in $(seq 60); do "$@" && return 0; sleep 0.5; done
     return 1
 }
-closed() { ! nc -z -w1 127.0.0.1 "$1"; }
+# closed PORT | HOST:PORT (default host 127.0.0.1; a cluster member on a host of its own has its own)
+closed() { local h=127.0.0.1 p=$1; if [[ $1 == *:* ]]; then h=${1%:*} p=${1##*:}; fi; ! nc -z -w1 "$h" "$p"; }
+endpoint() { if [[ $1 == *:* ]]; then echo "$1"; else echo "127.0.0.1:$1"; fi; }
 all_closed() { local p; for p in "$@"; do closed "$p" || return 1; done; }
 times=()
 timed() {  # timed LABEL CMD...: runs CMD, records its wall time
@@ -85,19 +87,19 @@ dirs=()
 # Per server: PORTS, put (write marker m1), get (print the marker, empty when missing),
 # answers (a real request as the tests' user), persists (yes/no).
 ZKCLI=/usr/share/zookeeper/bin/zkCli.sh
-zk_get() { "$ZKCLI" -server "127.0.0.1:$1" get /distlock-marker 2>&1 | tail -n 1 | grep -x m1 || true; }
+zk_get() { "$ZKCLI" -server "$(endpoint "$1")" get /distlock-marker 2>&1 | tail -n 1 | grep -x m1 || true; }
 zk_put() {  # zkCli may give up before its session is up: retried
     local i
     for i in 1 2 3 4 5; do
-        "$ZKCLI" -server "127.0.0.1:$1" create /distlock-marker m1 >/dev/null 2>&1 || true
+        "$ZKCLI" -server "$(endpoint "$1")" create /distlock-marker m1 >/dev/null 2>&1 || true
         [ "$(zk_get "$1")" = m1 ] && return 0
     done
     return 1
 }
-zk_answers() { [ "$(echo srvr | nc -w1 127.0.0.1 "$1" | sed -n 's/^Mode: //p')" != "" ]; }
-etcd_put() { etcdctl --endpoints="127.0.0.1:$1" put distlock-marker m1; }
-etcd_get() { etcdctl --endpoints="127.0.0.1:$1" --command-timeout=5s get distlock-marker --print-value-only 2>/dev/null || true; }
-etcd_answers() { etcdctl --endpoints="127.0.0.1:$1" endpoint health; }
+zk_answers() { local e; e=$(endpoint "$1"); [ "$(echo srvr | nc -w1 "${e%:*}" "${e##*:}" | sed -n 's/^Mode: //p')" != "" ]; }
+etcd_put() { etcdctl --endpoints="$(endpoint "$1")" put distlock-marker m1; }
+etcd_get() { etcdctl --endpoints="$(endpoint "$1")" --command-timeout=5s get distlock-marker --print-value-only 2>/dev/null || true; }
+etcd_answers() { etcdctl --endpoints="$(endpoint "$1")" endpoint health; }
 my() { mariadb --no-defaults -udistlock -pdistlock -h127.0.0.1 -P13306 distlock -N -B -e "$1"; }
 pg() { PGPASSWORD=distlock psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p 15432 -U distlock -d distlock -tA -c "$1"; }
 # The TLS servers (issue 24), verified against the test CA of their run dir.
@@ -164,12 +166,12 @@ setup() {
         put() { curl -sf -X PUT --data m1 http://127.0.0.1:18500/v1/kv/distlock-marker | grep -q true; }
         get() { curl -sf 'http://127.0.0.1:18500/v1/kv/distlock-marker?raw' || true; }
         answers() { curl -sf http://127.0.0.1:18500/v1/status/leader; } ;;
-      etcd-cluster) PORTS=(12579 12581 12583); persists=yes
-        put() { etcd_put 12579; }
+      etcd-cluster) PORTS=(10.199.0.11:12579 10.199.0.12:12581 10.199.0.13:12583); persists=yes  # hosts of their own
+        put() { etcd_put "${PORTS[0]}"; }
         get() { etcd_get "${PORTS[${1:-1}-1]}"; }
         answers() { etcd_answers "${PORTS[${1:-1}-1]}"; } ;;
-      zk-ensemble) PORTS=(12281 12282 12283); persists=yes
-        put() { zk_put 12281; }
+      zk-ensemble) PORTS=(10.199.0.21:12281 10.199.0.22:12282 10.199.0.23:12283); persists=yes  # hosts of their own
+        put() { zk_put "${PORTS[0]}"; }
         get() { zk_get "${PORTS[${1:-1}-1]}"; }
         answers() { zk_answers "${PORTS[${1:-1}-1]}"; } ;;
       redis-sentinel) PORTS=(16390 16391 16392 26390 26391 26392); persists=no

@@ -7,17 +7,19 @@
 #   DISTLOCK_TEST_ETCD_URL   etcd://127.0.0.1:12379/distlock-tests?lease=2s
 ETCD_PORT=${DISTLOCK_ETCD_PORT:-12379}
 
-# etcd_cmd NAME DATADIR CLIENT_PORT PEER_PORT INITIAL_CLUSTER [STATE]: a member's command line.
+# etcd_cmd NAME DATADIR CLIENT_PORT PEER_PORT INITIAL_CLUSTER [STATE] [HOST]: a member's
+# command line, on HOST (default 127.0.0.1).
 etcd_cmd() {
+    local h=${7:-127.0.0.1}
     echo etcd --name "$1" --data-dir "$2" \
-        --listen-client-urls "http://127.0.0.1:$3" --advertise-client-urls "http://127.0.0.1:$3" \
-        --listen-peer-urls "http://127.0.0.1:$4" --initial-advertise-peer-urls "http://127.0.0.1:$4" \
+        --listen-client-urls "http://$h:$3" --advertise-client-urls "http://$h:$3" \
+        --listen-peer-urls "http://$h:$4" --initial-advertise-peer-urls "http://$h:$4" \
         --initial-cluster "$5" --initial-cluster-state "${6:-new}" --initial-cluster-token distlock-tests \
         --heartbeat-interval=10 --election-timeout=100 --logger=zap --log-outputs=stderr
 }
 
-# etcd_healthy PORT: the member answers and the cluster has a leader.
-etcd_healthy() { curl -sf --max-time 1 "http://127.0.0.1:$1/health" | grep -q '"health":"true"'; }
+# etcd_healthy PORT [HOST]: the member answers and the cluster has a leader.
+etcd_healthy() { curl -sf --max-time 1 "http://${2:-127.0.0.1}:$1/health" | grep -q '"health":"true"'; }
 
 etcd_install() { apt_ensure etcd-server etcd-client curl openssl; }  # etcdctl and openssl: interop and TLS tests
 

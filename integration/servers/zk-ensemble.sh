@@ -1,5 +1,7 @@
-# A three-server ZooKeeper 3.8 ensemble on loopback for the zk:// tests: client
-# ports 12281-12283, quorum ports 12381-12383, election ports 12481-12483,
+# A three-server ZooKeeper 3.8 ensemble for the zk:// tests, each server on a
+# host of its own (a network namespace, 10.199.0.21-23: see member_ns_up in
+# backends.sh), so that the partition nemesis can cut the links between them:
+# client ports 12281-12283, quorum ports 12381-12383, election ports 12481-12483,
 # tickTime=200 (sessions of 400 ms .. 4 s). Writes
 #   DISTLOCK_TEST_ZK_ENSEMBLE_URL  zk://all three/distlock-tests?session_timeout=2s
 #   DISTLOCK_TEST_ZK_ENSEMBLE_CTL  the control script for fault tests (leader,
@@ -12,16 +14,18 @@ ZK_ENSEMBLE_CLIENT_BASE=${DISTLOCK_ZK_ENSEMBLE_CLIENT_BASE:-12280}
 zk_ensemble_install() { zookeeper_install; }
 
 zk_ensemble_port() { echo $((ZK_ENSEMBLE_CLIENT_BASE + $1)); }
+zk_ensemble_slot() { echo $((20 + $1)); }                  # server N's host: 10.199.0.<20+N>
+zk_ensemble_host() { member_ip "$(zk_ensemble_slot "$1")"; }
 # In ctl.sh: server N with its zoo.cfg.
 zk_ensemble_member_cmd() { zk_java_cmd org.apache.zookeeper.server.quorum.QuorumPeerMain "$DIR/s$1/zoo.cfg"; }
-zk_ensemble_is_leader() { [ "$(zk_mode "$(zk_ensemble_port "$1")")" = leader ]; }
-zk_ensemble_ready() { zk_serving "$(zk_ensemble_port "$1")" 'leader|follower'; }
+zk_ensemble_is_leader() { [ "$(zk_mode "$(zk_ensemble_port "$1")" "$(zk_ensemble_host "$1")")" = leader ]; }
+zk_ensemble_ready() { zk_serving "$(zk_ensemble_port "$1")" 'leader|follower' "$(zk_ensemble_host "$1")"; }
 
 zk_ensemble_start() {
     local dir=$1 n
     local servers=""
     for n in 1 2 3; do
-        servers+="server.$n=127.0.0.1:$((ZK_ENSEMBLE_CLIENT_BASE + 100 + n)):$((ZK_ENSEMBLE_CLIENT_BASE + 200 + n))"$'\n'
+        servers+="server.$n=$(zk_ensemble_host $n):$((ZK_ENSEMBLE_CLIENT_BASE + 100 + n)):$((ZK_ENSEMBLE_CLIENT_BASE + 200 + n))"$'\n'
     done
     for n in 1 2 3; do
         mkdir -p "$dir/s$n/data"
@@ -32,7 +36,7 @@ initLimit=10
 syncLimit=5
 dataDir=$dir/s$n/data
 clientPort=$(zk_ensemble_port $n)
-clientPortAddress=127.0.0.1
+clientPortAddress=$(zk_ensemble_host $n)
 admin.enableServer=false
 4lw.commands.whitelist=*
 maxClientCnxns=0

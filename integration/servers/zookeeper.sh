@@ -18,9 +18,10 @@ zk_java_cmd() {  # zk_java_cmd MAINCLASS CFG: the server's command line
         -cp /usr/share/java/zookeeper.jar "$1" "$2"
 }
 
-# zk_mode PORT: the "Mode:" line of srvr (standalone, leader, follower) or nothing.
-zk_mode() { { echo srvr | nc -w1 127.0.0.1 "$1" 2>/dev/null || true; } | sed -n 's/^Mode: //p'; }
-zk_serving() { local m; m=$(zk_mode "$1"); [ -n "$m" ] && [[ "$m" =~ ^(${2:-standalone|leader|follower})$ ]]; }
+# zk_mode PORT [HOST]: the "Mode:" line of srvr (standalone, leader, follower) or nothing.
+zk_mode() { { echo srvr | nc -w1 "${2:-127.0.0.1}" "$1" 2>/dev/null || true; } | sed -n 's/^Mode: //p'; }
+# zk_serving PORT [MODES] [HOST]: the server answers srvr in one of MODES (a regex alternation).
+zk_serving() { local m; m=$(zk_mode "$1" "${3:-}"); [ -n "$m" ] && [[ "$m" =~ ^(${2:-standalone|leader|follower})$ ]]; }
 
 zookeeper_install() { apt_ensure zookeeper netcat-openbsd default-jre-headless; }
 

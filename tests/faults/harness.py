@@ -41,7 +41,11 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 NEMESES = [
     "none", "pause-holder", "pause-before-write", "kill-holder", "delay-replies", "freeze-client",
     "restart-server", "restart-server-empty", "kill-leader", "clock-jump-client", "clock-jump-server", "break-lock",
+    "partition-leader", "partition-minority", "partition-bridge",
 ]
+# Cuts between the members of a cluster whose members run on hosts of their own
+# (integration/backends.sh: ctl.sh cut, isolate, heal), while clients reach every member.
+PARTITIONS = ("partition-leader", "partition-minority", "partition-bridge")
 EMBEDDED = ("file", "memory")
 NEEDS_PROXY = ("delay-replies", "freeze-client")
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
@@ -651,6 +655,13 @@ class Cell:
         if n == "kill-leader" and env_var(a.backend, "CTL") not in self.env:
             raise HarnessError("kill-leader needs a cluster with a ctl.sh (zk-ensemble, etcd-cluster), not %s"
                                % a.backend)
+        if n in PARTITIONS:
+            if emb or env_var(a.backend, "CTL") not in self.env:
+                raise HarnessError("%s needs a cluster with a ctl.sh, not %s" % (n, a.backend))
+            rc, out, _ = self.ctl("heal", timeout=30)
+            if rc != 0:
+                raise HarnessError("%s needs a cluster whose members run on hosts of their own (ctl.sh heal: %s)"
+                                   % (n, scrub(out).strip()))
         if n == "clock-jump-server" and env_var(a.backend, "CTL") in self.env:
             raise HarnessError("clock-jump-server restarts a single server under libfaketime, not a cluster")
         if n == "break-lock" and not emb:
@@ -950,16 +961,8 @@ class Cell:
         elif n == "kill-leader":
             while mono() + 3 * L < end:
                 self.sleep_until(mono() + self.period(3))
-                leader, deadline = None, mono() + 20_000_000_000
-                while leader is None and mono() < deadline:
-                    rc, out, _ = self.ctl("leader", timeout=10)
-                    if rc == 0 and out.strip().isdigit():
-                        leader = out.strip()
-                    else:
-                        time.sleep(0.2)
+                leader = self.find_leader()
                 if leader is None:
-                    self.errors.append("no leader found")
-                    self.nem.event("leader", found=False)
                     continue
                 rc, out, ms = self.ctl("kill", leader)
                 self.nem.event("leader-kill", member=int(leader), rc=rc, took_ms=ms)
@@ -970,6 +973,8 @@ class Cell:
                 rc, out, ms = self.ctl("wait", leader)
                 self.nem.event("leader-serving", member=int(leader), rc=rc, took_ms=ms, output=out or None)
                 self.down_member = None
+        elif n in PARTITIONS:
+            self.partitions(n, end)
         elif n == "clock-jump-server":
             choices = self.clock_offsets()
             while mono() + 2 * L < end:
@@ -986,7 +991,58 @@ class Cell:
         else:
             raise HarnessError("unknown nemesis " + n)
 
+    def find_leader(self):
+        """The cluster's leader (member number as a string), or None after 20 s (recorded as an error)."""
+        deadline = mono() + 20_000_000_000
+        while mono() < deadline:
+            rc, out, _ = self.ctl("leader", timeout=10)
+            if rc == 0 and out.strip().isdigit():
+                return out.strip()
+            time.sleep(0.2)
+        self.errors.append("no leader found")
+        self.nem.event("leader", found=False)
+        return None
+
+    def partitions(self, n, end):
+        """Every 2 L (jittered) a partition for 3 L, then every link back:
+        partition-leader: the leader cut from both other members (clients still reach it);
+        partition-minority: a member other than the leader cut from everyone, clients included;
+        partition-bridge: two members cut from each other, both still linked to the third (the bridge)."""
+        L = self.lease_ns
+        while mono() + 4 * L < end:
+            self.sleep_until(mono() + self.period(2))
+            leader = self.find_leader()
+            if leader is None:
+                continue
+            others = [m for m in ("1", "2", "3") if m != leader]
+            if n == "partition-leader":
+                cuts, fields = [("cut", leader, o) for o in others], {"isolated": int(leader)}
+            elif n == "partition-minority":
+                m = random.choice(others)
+                cuts, fields = [("isolate", m)], {"isolated": int(m), "clients_cut": True}
+            else:
+                bridge = random.choice(("1", "2", "3"))
+                a, b = [m for m in ("1", "2", "3") if m != bridge]
+                cuts, fields = [("cut", a, b)], {"bridge": int(bridge), "cut": [int(a), int(b)]}
+            self.partitioned = True
+            t0 = mono()
+            bad = [(c, rc) for c in cuts for rc in [self.ctl(*c, timeout=30)[0]] if rc != 0]
+            self.nem.event("partition", phase="start", kind=n, leader=int(leader), rc=bad[0][1] if bad else 0,
+                           took_ms=(mono() - t0) // 1_000_000, **fields)
+            if bad:
+                self.errors.append("ctl.sh %s failed (%s)" % (" ".join(bad[0][0]), bad[0][1]))
+            self.sleep_until(min(end, mono() + 3 * L))
+            rc, _, ms = self.ctl("heal", timeout=30)
+            self.partitioned = False
+            self.nem.event("partition", phase="end", rc=rc, took_ms=ms)
+            if rc != 0:
+                self.errors.append("ctl.sh heal failed")
+
     def heal(self):
+        if getattr(self, "partitioned", False):
+            rc, _, ms = self.ctl("heal", timeout=30)
+            self.nem.event("partition", phase="end", rc=rc, took_ms=ms)
+            self.partitioned = False
         if self.hub:
             self.hub.set_mode(self.hub.proxies, "pass")
         if getattr(self, "server_clock", None) and self.server_offset_s:

@@ -85,7 +85,11 @@ for _e, (_b, _flags) in VARIANT.items():
 
 NEMESES = ["none", "pause-holder", "pause-before-write", "kill-holder", "delay-replies", "freeze-client",
            "restart-server", "restart-server-empty", "kill-leader", "clock-jump-client", "clock-jump-server",
-           "break-lock"]
+           "break-lock", "partition-leader", "partition-minority", "partition-bridge"]
+PARTITIONS = ("partition-leader", "partition-minority", "partition-bridge")
+# Clusters whose members run on hosts of their own (network namespaces: see
+# member_ns_up in integration/backends.sh), so that the links between them can be cut.
+ON_HOSTS_OF_THEIR_OWN = {"etcd-cluster", "zk-ensemble"}
 
 # Servers whose lock expiry runs on their wall clock (what an NTP step or an
 # operator moves) and that can run under libfaketime: the SQL lease tables
@@ -125,6 +129,17 @@ def not_applicable(bid, nemesis):
             return "nothing on the server expires: the lock lasts as long as the session"
         return ("its expiry runs on a monotonic clock (ZooKeeper's sessions, etcd's leases, the Consul emulator's "
                 "TTLs, as Consul's Go timers): a wall-clock jump does not move it")
+    if nemesis in PARTITIONS:
+        if not server:
+            return "no server: no links between members to cut"
+        if bid == "redlock":
+            return ("three independent masters that never talk to each other: no links between them to cut "
+                    "(freeze-client cuts a client from all three)")
+        if not cluster:
+            return "one server: no links between members to cut (freeze-client cuts a client from it)"
+        if bid not in ON_HOSTS_OF_THEIR_OWN:
+            return ("its members share one host here (loopback), so no link between two of them can be cut "
+                    "without cutting the clients too: not measured yet")
     if nemesis == "break-lock" and server:
         return "an in-process test hook for the embedded backends; servers lose state by restart-server(-empty)"
     return None
@@ -216,7 +231,7 @@ SHORT = [
     ("postgres-for-update", "freeze-client"), ("postgres-advisory", "pause-holder"),
     ("zk", "pause-holder"), ("zk-ensemble", "kill-leader"), ("etcd", "clock-jump-client"),
     ("mysql-lease-table", "clock-jump-server"), ("mysql-memory-bell", "restart-server"),
-    ("etcd-cluster", "kill-leader"), ("consul-emulator", "pause-before-write"),
+    ("etcd-cluster", "kill-leader"), ("etcd-cluster", "partition-leader"), ("consul-emulator", "pause-before-write"),
     ("redis-sentinel-min-replicas", "kill-leader"), ("zk-election", "kill-holder"),
     ("redis-async", "pause-holder"), ("zk-async", "kill-holder"), ("postgres-lease-table-async", "restart-server"),
 ]
@@ -281,7 +296,7 @@ def run_cell(bid, nemesis, seconds, out_dir, extra):
 
 # What counts as the nemesis acting, in nemesis.jsonl; and in the histories, a
 # worker's self-pause (`pause stop`) or self-kill (`kill`).
-NEMESIS_ACTIONS = {"server-kill", "leader-kill", "clock", "break-lock", "delay", "freeze"}
+NEMESIS_ACTIONS = {"server-kill", "leader-kill", "clock", "break-lock", "delay", "freeze", "partition"}
 
 
 def nemesis_actions(run_dir):
