@@ -187,6 +187,7 @@ fail_with_log() { log "$1 failed to start; last lines of $2:"; tail -n 25 "$2" >
 #   ctl.sh exec N        replace itself by member N (so that "ctl.sh exec N &" gives its PID)
 #   ctl.sh host N        address of member N (127.0.0.1, or its own on a host of its own)
 #   ctl.sh cut N M       members N and M no longer reach each other (hosts of their own only)
+#   ctl.sh cut-off N     member N reaches no other member (clients still reach it)
 #   ctl.sh isolate N     member N reaches nobody, clients included, and nobody reaches it
 #   ctl.sh heal          every link back
 # Member N keeps its pid file and log in DIR/<member prefix>N.
@@ -237,6 +238,13 @@ member_blackhole() {
     pid=$(member_pid "$1"); shift
     for ip in "$@"; do nsenter -t "$pid" -n ip route replace blackhole "$ip/32"; done
 }
+# In ctl.sh: member_cut A B...: slot A and each slot B no longer reach each other.
+member_cut() {
+    local a=$1 b; shift
+    for b in "$@"; do member_blackhole "$a" "$(member_ip "$b")"; member_blackhole "$b" "$(member_ip "$a")"; done
+}
+member_isolate() { member_cut "$@"; member_blackhole "$1" "$MEMBER_NET.1"; }  # ... and A no client (the bridge)
+member_heal() { local s; for s in "$@"; do nsenter -t "$(member_pid "$s")" -n ip route flush type blackhole; done; }
 
 # The body of every ctl.sh; its settings (NAME DIR RUNDIR MEMBER WAIT FN) come first.
 # shellcheck disable=SC2153  # those settings are ctl.sh's globals
@@ -250,22 +258,18 @@ cluster_ctl() {
         exec $("${FN}_member_cmd" "$2") </dev/null >>"$m/log" 2>&1 ;;
       port) "${FN}_port" "$2" ;;
       host) if declare -F "${FN}_slot" >/dev/null; then member_ip "$("${FN}_slot" "$2")"; else echo 127.0.0.1; fi ;;
-      cut | isolate | heal)
-        # cut N M: N and M no longer reach each other; isolate N: nor N anyone, the
-        # clients included; heal: every link back. Members on hosts of their own only.
+      cut | cut-off | isolate | heal)
+        # cut N M: N and M no longer reach each other; cut-off N: N reaches no other
+        # member (clients still reach it); isolate N: nor any client; heal: every link
+        # back. Members on hosts of their own only.
         declare -F "${FN}_slot" >/dev/null || { echo "$NAME runs on one host: no links to cut" >&2; return 2; }
-        local a b
+        local b others=()
+        for b in 1 2 3; do [ "$b" = "${2:-}" ] || others+=("$("${FN}_slot" $b)"); done
         case "$1" in
-          cut)
-            a=$("${FN}_slot" "$2"); b=$("${FN}_slot" "$3")
-            member_blackhole "$a" "$(member_ip "$b")"
-            member_blackhole "$b" "$(member_ip "$a")" ;;
-          isolate)
-            a=$("${FN}_slot" "$2")
-            for b in 1 2 3; do [ "$b" = "$2" ] || "$0" cut "$2" "$b"; done
-            member_blackhole "$a" "$MEMBER_NET.1" ;;
-          heal)
-            for b in 1 2 3; do nsenter -t "$(member_pid "$("${FN}_slot" "$b")")" -n ip route flush type blackhole; done ;;
+          cut) member_cut "$("${FN}_slot" "$2")" "$("${FN}_slot" "$3")" ;;
+          cut-off) member_cut "$("${FN}_slot" "$2")" "${others[@]}" ;;
+          isolate) member_isolate "$("${FN}_slot" "$2")" "${others[@]}" ;;
+          heal) member_heal "$("${FN}_slot" 1)" "$("${FN}_slot" 2)" "$("${FN}_slot" 3)" ;;
         esac ;;
       pid) cat "$m/pid" ;;
       leader)
@@ -283,7 +287,7 @@ cluster_ctl() {
         echo $! > "$m/pid"
         cat "$DIR/${MEMBER}1/pid" "$DIR/${MEMBER}2/pid" "$DIR/${MEMBER}3/pid" > "$RUNDIR/$NAME.pids" ;;
       wait) wait_until "${3:-$WAIT}" "${FN}_ready" "$2" ;;
-      *) echo "usage: $0 leader | port N | host N | pid N | kill N | start N | wait N [S] | cut N M | isolate N | heal" >&2
+      *) echo "usage: $0 leader | port N | host N | pid N | kill N | start N | wait N [S] | cut N M | cut-off N | isolate N | heal" >&2
          return 2 ;;
     esac
 }
@@ -301,7 +305,7 @@ cluster_start() {
         printf 'NAME=%q DIR=%q RUNDIR=%q RUN=%q MEMBER=%q WAIT=%q FN=%q\n' "$name" "$dir" "$RUN" "$RUN" "$member" "$wait" "$fn"
         for x in "$@"; do if declare -F "$x" >/dev/null; then declare -f "$x"; else declare -p "$x"; fi; done
         declare -p MEMBER_NET
-        declare -f wait_until running tree_of kill_tree cluster_ctl member_pid member_ip member_blackhole \
+        declare -f wait_until running tree_of kill_tree cluster_ctl member_pid member_ip member_blackhole member_cut member_isolate member_heal \
             "${fn}_member_cmd" "${fn}_port" "${fn}_is_leader" "${fn}_ready"
         if declare -F "${fn}_slot" >/dev/null; then declare -f "${fn}_slot" "${fn}_host"; fi
         echo 'cluster_ctl "$@"'
@@ -505,10 +509,11 @@ case "$cmd" in
       n=$(basename "$f" .pids); fn=${n//-/_}
       sig=TERM; declare -F "${fn}_stop_signal" >/dev/null && sig=$("${fn}_stop_signal")
       stop_pids "$f" "$sig"
-      if declare -F "${fn}_slot" >/dev/null; then for m in 1 2 3; do member_ns_down "$("${fn}_slot" $m)"; done; fi
       [ -f "$RUN/$n.dir" ] && rm -rf "$(cat "$RUN/$n.dir")" "$RUN/$n.dir"
       rm -f "$RUN/$n.env" "$RUN/$n.settings"
     done
+    # The namespaces of members on hosts of their own (and with the last, the bridge).
+    for f in "$RUN"/netns.*; do [ -e "$f" ] && member_ns_down "${f##*/netns.}"; done
     rm -rf "$RUN/netns" "$TLS_DIR" "$RUN/tls.env"
     write_env ;;
   kill)

@@ -174,7 +174,7 @@ setup() {
         put() { zk_put "${PORTS[0]}"; }
         get() { zk_get "${PORTS[${1:-1}-1]}"; }
         answers() { zk_answers "${PORTS[${1:-1}-1]}"; } ;;
-      redis-sentinel) PORTS=(16390 16391 16392 26390 26391 26392); persists=no
+      redis-sentinel) PORTS=(10.199.0.31:16390 10.199.0.32:16391 10.199.0.33:16392 10.199.0.34:26390 10.199.0.35:26391 10.199.0.36:26392); persists=no  # hosts of their own
         # The marker on the master the sentinels name (get N: on data node N).
         put() { rs set distlock-marker m1; }
         get() { if [ -n "${1:-}" ]; then rs_at "${PORTS[$1-1]}" get distlock-marker; else rs get distlock-marker; fi; }
@@ -198,7 +198,9 @@ setup() {
 # The control script of NAME ($RUN/NAME.env: DISTLOCK_TEST_..._CTL, quoted or not).
 ctl_script() { sed -n "s/^DISTLOCK_TEST_${2}_CTL=//p" "$RUN/$1.env" | tr -d "'"; }
 # redis-sentinel: redis-cli on PORT / on the master the sentinels name (ctl.sh master).
-rs_at() { local p=$1; shift; REDISCLI_AUTH=sentinel-secret-pw timeout 5 redis-cli -p "$p" "$@"; }
+# Its nodes are on hosts of their own: rs_ep PORT is HOST:PORT (ctl.sh host), rs_at takes either.
+rs_ep() { if [[ $1 == *:* ]]; then echo "$1"; else echo "$("$(ctl_script redis-sentinel REDIS_SENTINEL)" host "$1"):$1"; fi; }
+rs_at() { local e; e=$(rs_ep "$1"); shift; REDISCLI_AUTH=sentinel-secret-pw timeout 5 redis-cli -h "${e%:*}" -p "${e##*:}" "$@"; }
 rs() { local m; m=$("$(ctl_script redis-sentinel REDIS_SENTINEL)" master) && rs_at "$m" "$@"; }
 # redis-cluster: redis-cli on PORT / on the first node that answers.
 rc_at() { local p=$1; shift; REDISCLI_AUTH=cluster-secret-pw timeout 5 redis-cli -p "$p" "$@"; }
@@ -282,7 +284,7 @@ test_sentinel_members() {
     m=$("$c" master) || m=16390
     n=$(( m - 16389 ))
     ctl kill redis-sentinel "$n"
-    check "redis-sentinel: kill $n (the master, $m) closes $m only" all_closed "$m"
+    check "redis-sentinel: kill $n (the master, $m) closes $m only" all_closed "$(rs_ep "$m")"
     check "redis-sentinel: the sentinels still answer" test "$(rs_at 26390 PING)" = PONG
     check "redis-sentinel: ctl.sh wait-master-change $m (the sentinels fail over)" timed "redis-sentinel: wait-master-change after kill" "$c" wait-master-change "$m" 20
     check "redis-sentinel: the marker is on the new master" eventually has_marker
@@ -292,7 +294,7 @@ test_sentinel_members() {
     check "redis-sentinel: member $n has the marker again" eventually has_marker "$n"
     m=$("$c" master) || true
     check "redis-sentinel: ctl.sh failover names a new master" eval 'new=$("$c" failover) && [ "$new" != "$m" ]'
-    check "redis-sentinel: ctl.sh kill-master prints the killed master" eval 'm=$("$c" kill-master) && closed "$m"'
+    check "redis-sentinel: ctl.sh kill-master prints the killed master" eval 'm=$("$c" kill-master) && closed "$(rs_ep "$m")"'
     check "redis-sentinel: ctl.sh wait-master-change" eval 'new=$("$c" wait-master-change "$m" 20) && [ "$new" != "$m" ]'
     check "redis-sentinel: ctl.sh start (the old master)" timed "redis-sentinel: ctl start" "$c" start "$m"
     check "redis-sentinel: ... as a replica of the new master" eventually test "$(rs_at "$m" ROLE | sed -n 3p)" = "$new"

@@ -88,6 +88,7 @@ std::vector<topology::item_result> topology::run_items(const script& s, const st
                 return std::pair(std::move(rs), acked);
             });
             if (min_replicas > 0 && acks < min_replicas) {
+                failed(*node.node);  // a master cut off from its replicas: look again
                 fail(all, "the renewal was " + replica_shortfall(acks, min_replicas, replica_timeout));
                 continue;
             }
@@ -99,9 +100,11 @@ std::vector<topology::item_result> topology::run_items(const script& s, const st
             if (r.how() == redirect::kind::moved) learn(r, *node.node);
             for (auto& c : calls) {
                 try {
+                    std::optional<endpoint> ran_on;
                     auto [reply, acked] = run(
                         c.keys.front(),
                         [&](connection& conn) {
+                            ran_on = conn.where();
                             auto rep = s.run(conn, c.keys, c.args);
                             const long long n =
                                 min_replicas > 0 ? wait_replicas(conn, min_replicas, replica_timeout) : 0;
@@ -109,6 +112,7 @@ std::vector<topology::item_result> topology::run_items(const script& s, const st
                         },
                         clock::now() + base_.command_timeout);
                     if (min_replicas > 0 && acked < min_replicas) {
+                        if (ran_on) suspect(*ran_on);
                         fail(c.items, "the renewal was " + replica_shortfall(acked, min_replicas, replica_timeout));
                         continue;
                     }

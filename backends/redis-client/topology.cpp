@@ -14,6 +14,12 @@ void topology::pause(int hop, deadline until) {
     std::this_thread::sleep_for(std::min<clock::duration>(d, left));
 }
 
+void topology::suspect(const endpoint& where) noexcept {
+    try {
+        failed(pool_at(where.host, where.port));
+    } catch (...) {}  // no memory for a pool: the next failure looks again
+}
+
 pool& topology::pool_at(const std::string& host, std::uint16_t port) {
     std::string label = host + ":" + std::to_string(port);
     std::lock_guard lk(nodes_mutex_);

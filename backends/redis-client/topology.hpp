@@ -60,6 +60,11 @@ public:
     pool& pool_at(const std::string& host, std::uint16_t port);
     // Every data node known now (masters): for PING and break_lock.
     virtual std::vector<pool*> masters() = 0;
+    // The node at `where` answered, but may no longer be the one to ask: its
+    // writes reached too few replicas (min_replicas). A master cut off from its
+    // replicas and sentinels still answers while they promote another; the
+    // next pool_for() looks again (the sentinels: at most every 100 ms). Never throws.
+    void suspect(const endpoint& where) noexcept;
     // Where the pub/sub connection for `channel` goes now; `after_failure`: the
     // last connection there failed (look again).
     virtual endpoint endpoint_for(std::string_view channel, bool after_failure) = 0;

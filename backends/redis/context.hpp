@@ -154,6 +154,7 @@ std::pair<long long, long long> run_acquire_script(context& ctx, const std::stri
                     const auto acked = wait_replicas(c, confirm.min_replicas, confirm.timeout);
                     if (acked < confirm.min_replicas) {
                         undo(c);
+                        connections.suspect(c.where());  // a master cut off from its replicas: look again
                         throw_error(errc::unavailable, kBackend,
                                     "the grant of '" + name + "' was " +
                                         replica_shortfall(acked, confirm.min_replicas, confirm.timeout) + "; released");

@@ -1,14 +1,19 @@
 # redis-sentinel: Redis 7.0 under Sentinel for redis-sentinel:// (issue 14). Sourced
 # by integration/backends.sh; uses redis_install from redis.sh.
 #
-# Data nodes: a master on 127.0.0.1:16390 and two replicas on 16391 and 16392 (when
-# started fresh), no persistence, requirepass and masterauth sentinel-secret-pw.
-# Sentinels: 127.0.0.1:26390, 26391 and 26392, monitoring "distlock-master" with quorum
-# 2, down-after-milliseconds 1000 and failover-timeout 3000 (a killed master is
-# replaced within ~2-4 s), auth-pass and requirepass sentinel-secret-pw (a sentinel
-# authenticates to the other sentinels with its requirepass). On loopback nothing
-# needs announce-ip: a replica is listed by the address it connects from (127.0.0.1)
-# and its --port, a sentinel announces the address its hello connection comes from.
+# Every node on a host of its own (a network namespace: see member_ns_up in
+# backends.sh), member N at 10.199.0.<30+N>, so that the partition nemesis can cut
+# the master from its replicas and sentinels while clients still reach it.
+# Data nodes: a master on 10.199.0.31:16390 and two replicas on .32:16391 and
+# .33:16392 (when started fresh), no persistence, requirepass and masterauth
+# sentinel-secret-pw. Sentinels: 10.199.0.34:26390, .35:26391 and .36:26392,
+# monitoring "distlock-master" with quorum 2, down-after-milliseconds 1000 and
+# failover-timeout 3000 (a killed master is replaced within ~2-4 s), auth-pass and
+# requirepass sentinel-secret-pw (a sentinel authenticates to the other sentinels
+# with its requirepass). Nothing needs announce-ip: a replica is listed by the
+# address it connects from (its own) and its --port, a sentinel announces the
+# address its hello connection comes from. Ports stay unique across the nodes, and
+# the scripts below name a node by its port.
 #
 # Members (backends.sh kill/spawn redis-sentinel N; lines of redis-sentinel.pids):
 #   1, 2, 3   the data nodes on 16390, 16391, 16392 (after a failover the master may
@@ -59,6 +64,11 @@
 #     ctl.sh pause PORT [S]           SIGSTOP the node of PORT (SIGCONT after S s when given)
 #     ctl.sh resume PORT              SIGCONT it
 #     ctl.sh port N | pid PORT        the port of member N | the recorded PID of PORT
+#     ctl.sh host PORT|N              the address of that node
+#     ctl.sh cut-off N | isolate N | heal   the partition nemesis (members on hosts of
+#                                     their own, in backends.sh): N cut from every other
+#                                     node (clients still reach it) | and from clients
+#                                     too | every link back
 #     ctl.sh leader                   the master's member number (1-3), for the fault
 #                                     harness's kill-leader; kill, start and wait take
 #                                     a member number as well as a port
@@ -73,23 +83,28 @@ RSENT_SENTINEL_PORTS=(26390 26391 26392)
 RSENT_PORTS=("${RSENT_DATA_PORTS[@]}" "${RSENT_SENTINEL_PORTS[@]}")  # member N is RSENT_PORTS[N-1]
 
 redis_sentinel_install() { redis_install; }
+redis_sentinel_slot() { echo $((30 + $1)); }  # member N's host: 10.199.0.<30+N>
 
-redis_sentinel_init() {  # redis_sentinel_init DIR: empty node dirs, fresh sentinel configs
-    local dir=$1 p
+redis_sentinel_init() {  # redis_sentinel_init DIR: hosts, empty node dirs, fresh sentinel configs
+    local dir=$1 p n
+    for n in $(seq ${#RSENT_PORTS[@]}); do
+        [ -e "$RUN/netns.$(redis_sentinel_slot "$n")" ] && running "$(cat "$RUN/netns.$(redis_sentinel_slot "$n")")" ||
+            member_ns_up "$(redis_sentinel_slot "$n")" || { log "redis-sentinel: cannot make member $n's host"; return 1; }
+    done
     for p in "${RSENT_DATA_PORTS[@]}"; do rm -rf "$dir/node-$p"; mkdir -p "$dir/node-$p"; done
     for p in "${RSENT_SENTINEL_PORTS[@]}"; do
         rm -rf "$dir/sentinel-$p"
         mkdir -p "$dir/sentinel-$p"
         cat > "$dir/sentinel-$p/sentinel.conf" <<CONF
 port $p
-bind 127.0.0.1
+bind $(rsent_host "$p")
 daemonize no
 dir $dir/sentinel-$p
 logfile $dir/sentinel-$p/sentinel.log
 requirepass $RSENT_PW
 sentinel resolve-hostnames no
 sentinel announce-hostnames no
-sentinel monitor $RSENT_MASTER 127.0.0.1 ${RSENT_DATA_PORTS[0]} 2
+sentinel monitor $RSENT_MASTER $(rsent_host "${RSENT_DATA_PORTS[0]}") ${RSENT_DATA_PORTS[0]} 2
 sentinel down-after-milliseconds $RSENT_MASTER 1000
 sentinel failover-timeout $RSENT_MASTER 3000
 sentinel auth-pass $RSENT_MASTER $RSENT_PW
@@ -100,7 +115,8 @@ CONF
 redis_sentinel_spawn() {  # redis_sentinel_spawn DIR [N]
     local dir=$1 hosts="" p
     # shellcheck disable=SC2046  # the names: no spaces
-    write_ctl "$dir/ctl.sh" rsent_ctl $(compgen -v RSENT_) $(compgen -A function rsent_)
+    write_ctl "$dir/ctl.sh" rsent_ctl $(compgen -v RSENT_) $(compgen -A function rsent_) redis_sentinel_slot \
+        MEMBER_NET member_ip member_pid member_blackhole member_cut member_isolate member_heal
     if [ -n "${2:-}" ]; then
         "$dir/ctl.sh" start "${RSENT_PORTS[$2-1]}" || return 1
     else
@@ -115,7 +131,7 @@ redis_sentinel_spawn() {  # redis_sentinel_spawn DIR [N]
             { fail_with_log "redis-sentinel (sentinels do not see the master, 2 replicas and each other)" \
                 "$dir/sentinel-${RSENT_SENTINEL_PORTS[0]}/sentinel.log"; return 1; }
     fi
-    for p in "${RSENT_SENTINEL_PORTS[@]}"; do hosts+="${hosts:+,}127.0.0.1:$p"; done
+    for p in "${RSENT_SENTINEL_PORTS[@]}"; do hosts+="${hosts:+,}$(rsent_host "$p"):$p"; done
     cat > "$RUN/redis-sentinel.env" <<ENV
 DISTLOCK_TEST_REDIS_SENTINEL_URL='redis-sentinel://:$RSENT_PW@$hosts/$RSENT_MASTER?lease=2s&sentinel_password=$RSENT_PW'
 DISTLOCK_TEST_REDIS_SENTINEL_REENTRANT_URL='redis-sentinel://:$RSENT_PW@$hosts/$RSENT_MASTER/1?strategy=reentrant&lease=2s&sentinel_password=$RSENT_PW'
@@ -129,10 +145,12 @@ ENV
 
 # rsent_cli PORT ARGS...: redis-cli with the password, bounded (a SIGSTOPped server accepts
 # connections and never answers).
-rsent_cli() { local p=$1; shift; REDISCLI_AUTH=$RSENT_PW timeout 2 redis-cli -h 127.0.0.1 -p "$p" "$@"; }
+rsent_cli() { local p=$1; shift; REDISCLI_AUTH=$RSENT_PW timeout 2 redis-cli -h "$(rsent_host "$p")" -p "$p" "$@"; }
 rsent_pong() { [ "$(rsent_cli "$1" PING 2>/dev/null)" = PONG ]; }
 rsent_role() { rsent_cli "$1" ROLE 2>/dev/null | sed -n 1p; }
 rsent_member() { member_of "$1" redis-sentinel "${RSENT_PORTS[@]}"; }  # rsent_member PORT: its member number
+rsent_host() { local n; n=$(rsent_member "$1") && member_ip "$(redis_sentinel_slot "$n")"; }  # rsent_host PORT
+rsent_ns() { member_pid "$(redis_sentinel_slot "$(rsent_member "$1")")"; }  # the anchor of PORT's host
 rsent_pid() { local n; n=$(rsent_member "$1") || return 2; sed -n "${n}p" "$RUN/$RSENT_NAME.pids" 2>/dev/null || true; }
 # rsent_master_now: the master port that a majority of the answering sentinels name.
 rsent_master_now() {
@@ -231,15 +249,15 @@ rsent_start() {  # rsent_start PORT: start its node (unless it runs), wait until
     if running "$pid"; then echo "redis-sentinel: $port is running (PID $pid)" >&2; return 0; fi
     if [ "$n" -gt ${#RSENT_DATA_PORTS[@]} ]; then
         d=$DIR/sentinel-$port log=$d/sentinel.log
-        redis-server "$d/sentinel.conf" --sentinel </dev/null >/dev/null 2>&1 &
+        nsenter -t "$(rsent_ns "$port")" -n redis-server "$d/sentinel.conf" --sentinel </dev/null >/dev/null 2>&1 &
     else
         d=$DIR/node-$port log=$d/redis.log
         m=$(rsent_master_for "$port")
-        [ "$m" = "$port" ] || args=(--replicaof 127.0.0.1 "$m")
+        [ "$m" = "$port" ] || args=(--replicaof "$(rsent_host "$m")" "$m")
         mkdir -p "$d"
         rm -f "$d"/*.rdb  # no persistence: a node starts empty (and a replica resyncs)
         # Diskless replication without delay: a replica syncs at once and writes no RDB file.
-        redis-server --port "$port" --bind 127.0.0.1 --dir "$d" --logfile "$log" \
+        nsenter -t "$(rsent_ns "$port")" -n redis-server --port "$port" --bind "$(rsent_host "$port")" --dir "$d" --logfile "$log" \
             --save '' --appendonly no --requirepass "$RSENT_PW" --masterauth "$RSENT_PW" \
             --repl-diskless-sync yes --repl-diskless-sync-delay 0 --repl-diskless-load on-empty-db \
             --rdb-del-sync-files yes --shutdown-on-sigterm now --databases 16 "${args[@]}" \
@@ -314,9 +332,17 @@ rsent_ctl() {
       port) [[ ${2:-} =~ ^[1-9]$ ]] && [ "$2" -le ${#RSENT_PORTS[@]} ] && echo "${RSENT_PORTS[$2-1]}" ||
                 { echo "usage: $0 port N (1-${#RSENT_PORTS[@]})" >&2; return 2; } ;;
       pid) rsent_pid "${2:-}" ;;
+      host) rsent_host "$(rsent_port_of "${2:-}")" ;;
+      cut-off | isolate)
+        [[ ${2:-} =~ ^[1-9]$ ]] && [ "$2" -le ${#RSENT_PORTS[@]} ] || { echo "usage: $0 $1 N" >&2; return 2; }
+        local others=()
+        for p in $(seq ${#RSENT_PORTS[@]}); do [ "$p" = "$2" ] || others+=("$(redis_sentinel_slot "$p")"); done
+        if [ "$1" = cut-off ]; then member_cut "$(redis_sentinel_slot "$2")" "${others[@]}"
+        else member_isolate "$(redis_sentinel_slot "$2")" "${others[@]}"; fi ;;
+      heal) for p in $(seq ${#RSENT_PORTS[@]}); do member_heal "$(redis_sentinel_slot "$p")"; done ;;
       *) echo "usage: $0 master | kill-master | failover | wait-master-change OLDPORT [S] | start PORT | kill PORT" \
               "| wait-replicas N [S] | wait-sentinels [S] | pause PORT [S] | resume PORT | port N | pid PORT" \
-              "| leader | wait PORT|N [S]" >&2
+              "| leader | wait PORT|N [S] | host PORT|N | cut-off N | isolate N | heal" >&2
          return 2 ;;
     esac
 }

@@ -1004,19 +1004,22 @@ class Cell:
         return None
 
     def partitions(self, n, end):
-        """Every 2 L (jittered) a partition for 3 L, then every link back:
-        partition-leader: the leader cut from both other members (clients still reach it);
+        """Every 2 L (jittered) a partition for 3 L (Sentinel: 6 L), then every link back:
+        partition-leader: the leader cut from every other member (clients still reach it);
         partition-minority: a member other than the leader cut from everyone, clients included;
         partition-bridge: two members cut from each other, both still linked to the third (the bridge)."""
         L = self.lease_ns
-        while mono() + 4 * L < end:
+        # Sentinel fails a master over only after down-after-milliseconds (1 s here) and
+        # an election: its partitions last 6 L, so that the replica is promoted during them.
+        hold = (6 if self.a.backend.startswith("redis-sentinel") else 3) * L
+        while mono() + hold + L < end:
             self.sleep_until(mono() + self.period(2))
             leader = self.find_leader()
             if leader is None:
                 continue
             others = [m for m in ("1", "2", "3") if m != leader]
             if n == "partition-leader":
-                cuts, fields = [("cut", leader, o) for o in others], {"isolated": int(leader)}
+                cuts, fields = [("cut-off", leader)], {"isolated": int(leader)}
             elif n == "partition-minority":
                 m = random.choice(others)
                 cuts, fields = [("isolate", m)], {"isolated": int(m), "clients_cut": True}
@@ -1031,7 +1034,7 @@ class Cell:
                            took_ms=(mono() - t0) // 1_000_000, **fields)
             if bad:
                 self.errors.append("ctl.sh %s failed (%s)" % (" ".join(bad[0][0]), bad[0][1]))
-            self.sleep_until(min(end, mono() + 3 * L))
+            self.sleep_until(min(end, mono() + hold))
             rc, _, ms = self.ctl("heal", timeout=30)
             self.partitioned = False
             self.nem.event("partition", phase="end", rc=rc, took_ms=ms)

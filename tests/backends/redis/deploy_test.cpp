@@ -50,6 +50,8 @@ std::string ctl(const char* var, const std::string& args) {
 }
 std::string sentinel_ctl(const std::string& args) { return ctl("DISTLOCK_TEST_REDIS_SENTINEL_CTL", args); }
 std::string cluster_ctl(const std::string& args) { return ctl("DISTLOCK_TEST_REDIS_CLUSTER_CTL", args); }
+// The address of the Sentinel deployment's node on `port` (each on a host of its own).
+std::string sentinel_host(const std::string& port) { return sentinel_ctl("host " + port); }
 
 // The sentinel URL with `params` in place of its own (lease=2s), keeping its
 // sentinel_password= (the sentinels never get the URL's password).
@@ -61,16 +63,20 @@ std::string sentinel_url(const std::string& params) {
 // The password and ports of the servers, read from their URLs, for redis-cli.
 std::string password_of(const std::string& url) { return distlock::spi::url::parse(url).password(); }
 
-std::string redis_cli(const std::string& password, const std::string& port, const std::string& command) {
-    auto r =
-        distlock::test::run_command("redis-cli --no-auth-warning -a '" + password + "' -p " + port + " " + command);
+// `host`: the node's address (a Sentinel deployment's nodes each have their own:
+// sentinel_host), else the cluster's 127.0.0.1.
+std::string redis_cli(const std::string& password, const std::string& port, const std::string& command,
+                      const std::string& host = "127.0.0.1") {
+    auto r = distlock::test::run_command("redis-cli --no-auth-warning -a '" + password + "' -h " + host + " -p " +
+                                         port + " " + command);
     REQUIRE(r.status == 0);
     return distlock::test::trim_end(r.out);
 }
 
 // The ports of the replicas the master at `port` has (INFO replication).
 std::vector<std::string> replicas_of(const std::string& port) {
-    const auto info = redis_cli(password_of(need("DISTLOCK_TEST_REDIS_SENTINEL_URL")), port, "info replication");
+    const auto info =
+        redis_cli(password_of(need("DISTLOCK_TEST_REDIS_SENTINEL_URL")), port, "info replication", sentinel_host(port));
     std::vector<std::string> out;
     static const std::regex slave("slave[0-9]+:ip=[^,]*,port=([0-9]+)");
     for (auto it = std::sregex_iterator(info.begin(), info.end(), slave); it != std::sregex_iterator(); ++it)
@@ -120,7 +126,7 @@ TEST_CASE(
     // still take the master's stream into its kernel buffer): what the master
     // writes now reaches no replica, as in a partition.
     for (const auto& r : replicas) sentinel_ctl("pause " + r);
-    redis_cli(password_of(url), old_master, "client kill type replica");
+    redis_cli(password_of(url), old_master, "client kill type replica", sentinel_host(old_master));
     ma.lock();  // no WAIT: granted by the master alone; no replica has it
     restore_master restore{sentinel_ctl("kill-master")};
     for (const auto& r : replicas) sentinel_ctl("resume " + r);
@@ -420,7 +426,7 @@ TEST_CASE("min_replicas costs one WAIT per grant and nothing else: counted by th
     const auto master = sentinel_ctl("master");
     // calls of a command on the master so far (INFO commandstats)
     auto calls = [&](const std::string& command) {
-        const auto stats = redis_cli(password, master, "info commandstats");
+        const auto stats = redis_cli(password, master, "info commandstats", sentinel_host(master));
         const std::regex line("cmdstat_" + command + ":calls=([0-9]+)");
         std::smatch m;
         return std::regex_search(stats, m, line) ? std::stoll(m[1]) : 0LL;
