@@ -36,6 +36,8 @@ CHECKS = (
 )
 # A figure that becomes a check only when the expectations give it a bound (ms).
 GAP_CHECK = "longest_no_holder_gap_ms"
+# The same for the lost-lock detection latency (measure_loss_detection): its maximum.
+DETECTION_CHECK = "loss_detection_ms"
 
 CHECK_TITLES = {
     "double_grants": "double grants (unexcused)",
@@ -46,6 +48,7 @@ CHECK_TITLES = {
     "hung_workers": "hung workers",
     "crashed_workers": "crashed workers",
     GAP_CHECK: "longest time with waiters but no holder",
+    DETECTION_CHECK: "slowest lost-lock detection",
 }
 
 MAX_EXAMPLES = 10  # examples listed per check
@@ -195,6 +198,7 @@ class Run:
     notes: list = field(default_factory=list)
     writes: list | None = None  # attribute_writes' result, computed once
     fencing: bool = False  # the backend gives fencing tokens (fencing_applies)
+    server: list | None = None  # server.jsonl (the observer's inspect() answers), None when absent
 
 
 def build_worker(w: str, path: str, events: list, truncated: int) -> Worker:
@@ -342,6 +346,15 @@ def load_run(run_dir: Path) -> Run:
         if cut:
             truncated["nemesis.jsonl"] = cut
 
+    server = None
+    server_path = run_dir / "server.jsonl"
+    if server_path.exists():
+        server, cut = read_jsonl(server_path, "server")
+        if cut:
+            truncated["server.jsonl"] = cut
+        server = [r for r in server if r.get("ev") == "server" and isinstance(r.get("t_invoke"), int)]
+        server.sort(key=lambda r: r["t_invoke"])
+
     grants = [g for wk in workers.values() for g in wk.grants]
     grants.sort(key=lambda g: (g.ok_t, g.w))
     for i, g in enumerate(grants):
@@ -350,7 +363,7 @@ def load_run(run_dir: Path) -> Run:
     times += [r["t"] for r in store[:1]]
     times += [r["t"] for r in nemesis if isinstance(r.get("t"), int)]
     run = Run(path=run_dir, meta=meta, workers=workers, grants=grants, store=store,
-              nemesis=nemesis, truncated=truncated, t0=min(times, default=0))
+              nemesis=nemesis, truncated=truncated, t0=min(times, default=0), server=server)
     attach_lost_events(run)
     for wk in workers.values():
         run.notes += [f"{wk.path}: {n}" for n in wk.notes]
@@ -766,6 +779,124 @@ def measure_losses_reported(run: Run) -> dict:
             "latency": p50_max(latencies)}
 
 
+def percentiles(values: list[int]) -> dict:
+    """Nearest-rank p50, p99 and maximum of nanosecond values, in ms."""
+    if not values:
+        return {"n": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}
+    v = sorted(values)
+    rank = lambda q: v[max(0, math.ceil(q * len(v)) - 1)]  # noqa: E731
+    return {"n": len(v), "p50_ms": round(rank(0.5) / 1e6, 3), "p99_ms": round(rank(0.99) / 1e6, 3),
+            "max_ms": round(v[-1] / 1e6, 3)}
+
+
+def stopped_within(spans: list, a: int, b: int) -> int:
+    """How long (ns) the spans cover of [a, b]."""
+    total = 0
+    for s, e in spans:
+        lo, hi = max(a, s), min(b, e)
+        if hi > lo:
+            total += int(hi - lo)
+    return total
+
+
+def server_shows(run: Run, rec: dict, g: Grant) -> bool | None:
+    """Whether an observer record shows grant g as the holder: by its token on a
+    backend with fencing tokens, else by the holder label "<host>:<pid>" of g's
+    worker. None when the record cannot tell (no answer, held unknown)."""
+    if "error" in rec or rec.get("held") is None:
+        return None
+    if not rec["held"]:
+        return False
+    if run.fencing and g.token is not None and rec.get("token") is not None:
+        return rec["token"] == g.token
+    pid = run.workers[g.w].pid
+    holder = rec.get("holder")
+    if pid is None or not isinstance(holder, str):
+        return None
+    return holder.rsplit(":", 1)[-1] == str(pid)
+
+
+def server_loss(run: Run, g: Grant) -> int | None:
+    """When the server stopped holding g while g's holder still believed it held
+    it, as the observer saw it: the `t_invoke` of its first answer that no longer
+    shows g after one that did, before g's `release invoke`. None when the
+    observer never saw g (a grant shorter than its period) or saw it to the end."""
+    seen = False
+    start = g.invoke_t if g.invoke_t is not None else g.ok_t
+    for rec in run.server or []:
+        if rec["t_invoke"] < start:
+            continue
+        if rec["t_invoke"] >= g.end_t:
+            return None
+        shows = server_shows(run, rec, g)
+        if shows:
+            seen = True
+        elif shows is False and seen:
+            return rec["t_invoke"]
+    return None
+
+
+def server_kills(run: Run) -> list[int]:
+    """When the server lost every grant, as the nemesis recorded it: the kills of
+    restart-server-empty (the server comes back without its data)."""
+    if run.meta.get("nemesis") != "restart-server-empty":
+        return []
+    return sorted(r["t"] for r in run.nemesis if r.get("ev") == "server-kill" and isinstance(r.get("t"), int))
+
+
+def measure_loss_detection(run: Run) -> dict:
+    """How long a holder went on believing it held a lock after losing it. The
+    loss: the earliest of the server's giving up the grant as the observer saw it
+    (server.jsonl: provider::inspect every few ms; server_loss), the server losing
+    its data (server_kills), and another worker's overlapping later grant (its
+    `acquire ok`), while the holder believed (before its `release invoke`). The
+    end of the belief: the holder's first loss signal (`lost`, on_lost running, or
+    a `held` check that said false), or its `release invoke` when that came first
+    (it gave the lock up untold: a server it could not reach cannot tell it), or
+    its worker's end.
+    The latency is the time between, minus the time the holder's worker was
+    stopped meanwhile (a stopped process cannot be told: the nemesis's pauses are
+    not the library's latency); a signal before the loss (the holder's own lease
+    deadline passed first) counts 0."""
+    first_later: dict[int, Grant] = {}
+    for a, b in overlapping_pairs(run):
+        if later(run, a, b):
+            a, b = b, a
+        if a.index not in first_later or b.ok_t < first_later[a.index].ok_t:
+            first_later[a.index] = b
+    kills = server_kills(run)
+    spans = {w: stopped_spans(run, wk) for w, wk in run.workers.items()}
+    latencies, examples = [], []
+    ended = {"told": 0, "released": 0, "worker_ended": 0}
+    for g in run.grants:
+        h = first_later.get(g.index)
+        k = bisect.bisect_left(kills, g.ok_t)
+        candidates = [h.ok_t if h else None, server_loss(run, g),
+                      kills[k] if k < len(kills) and kills[k] < g.end_t else None]
+        lost_at = min([t for t in candidates if t is not None], default=None)
+        if lost_at is None:
+            continue
+        by = ("granted to another" if h is not None and lost_at == h.ok_t
+              else "server data lost" if lost_at == candidates[2] else "server")
+        sig = g.first_signal()
+        if sig is not None and sig[0] <= g.end_t:
+            end, how = sig[0], "told (%s)" % sig[1]
+            ended["told"] += 1
+        elif g.released:  # it gave the lock up first (an unlock() that then found the loss tells it late)
+            end, how = g.end_t, "released untold"
+            ended["released"] += 1
+        else:
+            end, how = g.end_t, "worker ended"
+            ended["worker_ended"] += 1
+        lat = max(0, end - lost_at - stopped_within(spans.get(g.w, []), lost_at, end))
+        latencies.append(lat)
+        examples.append({"grant": grant_ref(run, g), "loss": by, "lost_ms": rel_ms(run, lost_at), "ended": how,
+                         "ended_ms": rel_ms(run, end), "latency_ms": round(lat / 1e6, 3)})
+    examples.sort(key=lambda e: -e["latency_ms"])
+    return {**percentiles(latencies), "observed": run.server is not None, **ended,
+            "slowest": examples[:MAX_EXAMPLES]}
+
+
 def totals(run: Run) -> dict:
     """Totals over the run, and per worker."""
     per_worker = {}
@@ -890,7 +1021,17 @@ def analyse(run_dir, expect_file: str | None = None) -> dict:
                               "status": "ok" if gap["ms"] <= bound else "FAIL",
                               "reason": f"bound {bound} ms"}
 
-    known = set(CHECKS) | {GAP_CHECK}
+    detection = measure_loss_detection(run)
+    bound = expectations.get(DETECTION_CHECK)
+    if isinstance(bound, (int, float)) and not isinstance(bound, bool):
+        worst = detection["max_ms"] or 0
+        results[DETECTION_CHECK] = {"value": detection["max_ms"], "expected": bound,
+                                    "examples": detection["slowest"],
+                                    "status": "ok" if worst <= bound else "FAIL", "reason": f"bound {bound} ms",
+                                    "detail": f"{detection['n']} loss(es): {detection['told']} told, "
+                                              f"{detection['released']} released untold"}
+
+    known = set(CHECKS) | {GAP_CHECK, DETECTION_CHECK}
     notes = list(run.notes)
     notes += [f"expectation for unknown check {k!r} ignored" for k in expectations if k not in known]
     failed = [k for k, v in results.items() if v["status"] == "FAIL"]
@@ -912,6 +1053,7 @@ def analyse(run_dir, expect_file: str | None = None) -> dict:
                 "examples": excused[:MAX_EXAMPLES],
             },
             "losses_reported": measure_losses_reported(run),
+            "loss_detection": detection,
             "longest_no_holder_gap": gap,
             "silence_limit_ms": silence_limit_ms(run),
         },
@@ -947,7 +1089,7 @@ def format_text(rep: dict) -> str:
         line = f"  {title:<42} {c['value']:>8}  {c['status']}"
         if c["status"] == "expected-fail":
             line += f" (expected: {c.get('why') or c.get('expected')})"
-        elif name == GAP_CHECK:
+        elif name in (GAP_CHECK, DETECTION_CHECK):
             line += f" (bound {c['expected']} ms)"
         if c["value"] and c.get("detail"):
             line += f"  [{c['detail']}]"
@@ -969,6 +1111,11 @@ def format_text(rep: dict) -> str:
     out.append(f"  {'losses reported (lost events)':<42} {lost['count']:>8}"
                f"  latency {fmt_latency(lost['latency'])}; after release {lost['after_release']},"
                f" unmatched {lost['unmatched']}")
+    det = fig["loss_detection"]
+    out.append(f"  {'lost-lock detection (running time)':<42} {det['n']:>8}"
+               + (f"  p50 {det['p50_ms']} ms, p99 {det['p99_ms']} ms, max {det['max_ms']} ms" if det["n"] else "  -")
+               + f"; told {det['told']}, released untold {det['released']}"
+               + ("" if det["observed"] else " (no server observer)"))
     where = f" (from {gap['from_ms']} ms to {gap['to_ms']} ms)" if gap["from_ms"] is not None else ""
     out.append(f"  {'longest time with waiters but no holder':<42} {gap['ms']:>8} ms{where}")
     tot = rep["totals"]
@@ -1022,6 +1169,9 @@ def describe_example(name: str, ex: dict) -> str:
         return f"{ex['w']}: {ex['why']}"
     if name == GAP_CHECK:
         return f"from {ex['from_ms']} ms to {ex['to_ms']} ms"
+    if name == DETECTION_CHECK:
+        return (f"{describe_grant(ex['grant'])} lost at {ex['lost_ms']} ms ({ex['loss']}), {ex['ended']} "
+                f"{ex['latency_ms']} ms later (running time)")
     return json.dumps(ex, sort_keys=True)
 
 

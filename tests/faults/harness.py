@@ -1233,6 +1233,14 @@ class Cell:
                     "--threads", "0", "--break-lock-every", str(a.break_every_ms),
                     "--nemesis-log", os.path.join(self.out, "nemesis.jsonl"),
                     "--seconds", str(a.seconds + a.grace + 60)])
+            if a.observe_ms > 0 and a.backend != "memory" and not a.election:
+                # The server's view for the loss detection measure (checker.py): an
+                # observer that asks the server directly (never through a proxy).
+                self.start_extra("observer", [
+                    a.worker_bin, "--url", self.worker_url(Slot(0)), "--lock", self.lock_name, "--id", "observer",
+                    "--threads", "0", "--observe-every", str(a.observe_ms),
+                    "--nemesis-log", os.path.join(self.out, "server.jsonl"),
+                    "--seconds", str(a.seconds + a.grace + 60)])
             self.supervising = True
             self.supervisor = threading.Thread(target=self.supervise, name="supervisor", daemon=True)
             self.supervisor.start()
@@ -1337,6 +1345,8 @@ def parse_args(argv):
     ap.add_argument("--pause-prob", type=float, default=0.15, help="per grant, pause nemeses (default 0.15)")
     ap.add_argument("--kill-prob", type=float, default=0.08, help="per grant, kill-holder (default 0.08)")
     ap.add_argument("--break-every-ms", type=int, default=None, help="break-lock period (default 2 leases)")
+    ap.add_argument("--observe-ms", type=int, default=20,
+                    help="the server observer's inspect() period, for the loss detection measure (0: none)")
     ap.add_argument("--fake-monotonic", action="store_true",
                     help="clock-jump-client: let libfaketime move CLOCK_MONOTONIC too (its default); "
                          "without it only the wall clock jumps, as with NTP")

@@ -182,6 +182,17 @@ WHY_BREAK = ("the lock is removed out of band: the holder hears of it at once (m
 # without a holder longer than this (a bound against hangs, not a speed target).
 NO_HOLDER_BOUND_MS = 20000
 
+# The lost-lock detection bound (checker.py, measure_loss_detection): no holder
+# goes on believing it holds a lock more than this after the server gave it up
+# (as the observer saw it, or when it lost its data) or gave it to another,
+# counted in the holder's running time. Every backend tells a holder at its next
+# renewal or liveness check (every lease/3), or when its own lease deadline
+# passes (a lease after its last confirmed renewal), whichever comes first: one
+# lease, and one more for a loaded two-core machine. With the harness's 1 s leases.
+LOSS_DETECTION_BOUND_MS = 2000
+WHY_NO_DETECTION_BOUND = ("a holder on a master that lost its place keeps renewing there, where its grant is "
+                          "still held, and is told only when that master learns it was replaced: no bound")
+
 
 WHY_ASYNC_FAILOVER = ("Redis replicates asynchronously: a grant (and its fence INCR) the killed master had not "
                       "sent to the replica the sentinels promote is gone, so another client gets the lock while "
@@ -231,6 +242,10 @@ def expectations(bid, nemesis):
     if not fencing and any(c in exp for c in unfenced_loss):
         allow(("stale_writes_accepted",), WHY_NO_FENCE)
     exp["longest_no_holder_gap_ms"] = NO_HOLDER_BOUND_MS
+    if bid == "redis-sentinel" and nemesis in ("kill-leader", "partition-leader"):
+        exp["loss_detection_ms"] = {"expected": True, "why": WHY_NO_DETECTION_BOUND}
+    else:
+        exp["loss_detection_ms"] = LOSS_DETECTION_BOUND_MS
     return exp
 
 
@@ -376,6 +391,36 @@ KIND_TEXT = {
     MEMORY: "the process (in-process only)",
 }
 
+# What a holder's loss detection depends on, per kind (the harness's settings: 1 s leases).
+DETECTION_SETTINGS = {
+    LEASE: "lease 1 s, renewed every lease/3; told at a renewal that fails, or at its own lease deadline",
+    SESSION_SQL: "the session checked every lease/3 (1 s lease setting); told at a check that fails",
+    ZK: "session_timeout 1 s; told when the session is lost or expires",
+    FLOCK: "the lock file checked every check= period; told at a check that finds it gone",
+    MEMORY: "told at once by the provider's loss sink",
+}
+
+
+def detection_rows(results):
+    """Per backend and nemesis (repeats together): the lost-lock detection figures and the bound."""
+    rows = collections.OrderedDict()
+    for c in results:
+        det = ((c["report"] or {}).get("figures") or {}).get("loss_detection")
+        if not det:
+            continue
+        key = (c["backend"], c["nemesis"])
+        r = rows.setdefault(key, {"n": 0, "told": 0, "released": 0, "p50": [], "p99": [], "max": None,
+                                  "bound": c["expectations"].get("loss_detection_ms")})
+        r["n"] += det.get("n", 0)
+        r["told"] += det.get("told", 0)
+        r["released"] += det.get("released", 0)
+        if det.get("n"):
+            r["p50"].append(det["p50_ms"])
+            r["p99"].append(det["p99_ms"])
+            r["max"] = max(r["max"] or 0, det["max_ms"])
+    return rows
+
+
 SHORT_VERDICT = {"pass": "pass", "expected-fail": "exp. fail", "FAIL": "**FAIL**", "ERROR": "**ERROR**"}
 
 
@@ -490,6 +535,27 @@ def markdown(results, skipped, meta):
             add("  Failed as expected: %s." % ", ".join(sorted(where[True])))
         if where.get(False):
             add("  Expected, but did not fail in this run: %s." % ", ".join(sorted(where[False])))
+    add("")
+    add("## How soon a holder learns of a lost lock")
+    add("")
+    add("From the moment the server gave a grant up while its holder still believed it held it (as an observer "
+        "polling `inspect()` every 20 ms saw it, or when the server lost its data), or gave it to another, to "
+        "the holder's `on_lost` or a `held()` that says false, or else its `unlock()` (it gave the lock up "
+        "untold: a server it cannot reach cannot tell it), in the holder's running time (a paused process cannot "
+        "be told). `checker.py` measures it in every history, and a cell fails above its bound. Only cells where "
+        "a holder lost its lock are listed; p50 and p99 are the highest of the repeats'.")
+    add("")
+    add("| backend | nemesis | bound ms | losses | told / released untold | p50 ms | p99 ms | max ms | depends on |")
+    add("|---|---|---|---|---|---|---|---|---|")
+    for (bid, n), r in detection_rows(results).items():
+        if not r["n"]:
+            continue
+        bound = r["bound"]
+        bound_text = ("%d" % bound if isinstance(bound, (int, float)) and not isinstance(bound, bool)
+                      else "none (below)" if bound else "-")
+        add("| %s | %s | %s | %d | %d / %d | %s | %s | %s | %s |" % (
+            bid, n, bound_text, r["n"], r["told"], r["released"], fmt_ms(max(r["p50"])), fmt_ms(max(r["p99"])),
+            fmt_ms(r["max"]), DETECTION_SETTINGS[BACKENDS[bid][0]]))
     add("")
     add("Columns: *double grants (unexcused)*: two holders at once, the earlier never told (no `on_lost`, no "
         "`held()` false) by the time its `unlock()` returned; *excused overlaps*: two holders at once where the "

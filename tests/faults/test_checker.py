@@ -973,12 +973,84 @@ class CheckerTest(unittest.TestCase):
         rep = self.analyse(rd)
         self.assertEqual(list(rep["totals"]["per_worker"]), ["2.1", "2.2", "2.10", "10.1"])
 
+    # ---- lost-lock detection ---------------------------------------------------
+
+    def server(self, rd: RunDir, rows):
+        """server.jsonl, the observer's answers: (t_invoke ms, held, token)."""
+        rd.write()
+        lines = []
+        for t, held, token in rows:
+            rec = {"t": int((t + 1) * MS), "ev": "server", "t_invoke": int(t * MS), "held": held}
+            if token is not None:
+                rec["token"] = token
+            lines.append(json.dumps(rec) + "\n")
+        (rd.root / "server.jsonl").write_text("".join(lines))
+
+    def test_detection_from_another_grant_to_the_lost_event(self):
+        rd = self.overlap()
+        rd.ev("1.1", 80, "lost", token=1, reason="lease expired")
+        rd.release("1.1", 100)
+        det = self.analyse(rd)["figures"]["loss_detection"]
+        self.assertEqual((det["n"], det["told"], det["max_ms"]), (1, 1, 30.0))  # 80 - 50
+        self.assertFalse(det["observed"])
+
+    def test_detection_starts_when_the_observer_saw_the_grant_gone(self):
+        rd = self.new_run()
+        rd.start("1.1")
+        rd.acquire("1.1", 5, 10, 1)
+        rd.ev("1.1", 70, "lost", token=1, reason="lease expired")
+        rd.release("1.1", 100)
+        rd.exit("1.1", 200, 1)
+        # The server shows token 1 from 12 ms, and nothing from 40 ms (nobody else was granted).
+        self.server(rd, [(0, False, None), (12, True, 1), (40, False, None)])
+        rep = checker.analyse(rd.root)
+        det = rep["figures"]["loss_detection"]
+        self.assertEqual((det["n"], det["max_ms"]), (1, 30.0))  # 70 - 40
+        self.assertEqual(det["slowest"][0]["loss"], "server")
+        self.assertTrue(det["observed"])
+
+    def test_detection_does_not_count_the_time_the_holder_was_stopped(self):
+        rd = self.new_run()
+        rd.start("1.1")
+        rd.acquire("1.1", 5, 10, 1)
+        rd.ev("1.1", 20, "pause", point="hold", phase="stop")
+        rd.ev("1.1", 520, "pause", point="hold", phase="cont")
+        rd.ev("1.1", 530, "lost", token=1, reason="lease expired")
+        rd.release("1.1", 540)
+        rd.exit("1.1", 600, 1)
+        self.server(rd, [(12, True, 1), (100, False, None)])
+        det = checker.analyse(rd.root)["figures"]["loss_detection"]
+        self.assertEqual(det["max_ms"], 10.0)  # 530 - 100 - (520 - 100) stopped
+
+    def test_a_holder_that_released_untold_ends_its_belief_there(self):
+        rd = self.new_run(nemesis="restart-server-empty")
+        rd.start("1.1")
+        rd.acquire("1.1", 5, 10, 1)
+        rd.nem(30, "server-kill", server="redis", rc=0)
+        rd.release("1.1", 100)
+        rd.exit("1.1", 200, 1)
+        det = self.analyse(rd)["figures"]["loss_detection"]
+        self.assertEqual((det["n"], det["released"], det["max_ms"]), (1, 1, 70.0))
+        self.assertEqual(det["slowest"][0]["loss"], "server data lost")
+
+    def test_detection_bound_fails_the_cell_above_it(self):
+        rd = self.overlap()
+        rd.ev("1.1", 80, "lost", token=1, reason="lease expired")
+        rd.release("1.1", 100)
+        path = self.tmp / "expect.json"
+        path.write_text(json.dumps({"loss_detection_ms": 20}))
+        rep = self.analyse(rd, str(path))
+        self.assertEqual(rep["checks"]["loss_detection_ms"]["status"], "FAIL")
+        path.write_text(json.dumps({"loss_detection_ms": 30}))
+        rep = checker.analyse(rd.root, str(path))
+        self.assertEqual(rep["checks"]["loss_detection_ms"]["status"], "ok")
+
     def test_text_report_names_every_figure(self):
         rd = self.calm()
         code, out, _ = run_cli(rd.write())
         self.assertEqual(code, 0)
         for title in [checker.CHECK_TITLES[c] for c in checker.CHECKS] + [
-                "double grants excused", "losses reported",
+                "double grants excused", "losses reported", "lost-lock detection",
                 "longest time with waiters but no holder", "acquire fails", "writes accepted",
                 "cycles"]:
             self.assertIn(title, out)

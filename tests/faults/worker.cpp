@@ -12,8 +12,13 @@
 //       [--seconds S] [--lease-ms L] [--hold-ms H] [--wait-ms M]
 //       [--pause-point hold|before-write] [--pause-prob P] [--kill-prob P]
 //       [--threads N] [--break-lock-every MS] [--nemesis-log FILE] [--seed N]
-//       [--first-fault FILE] [--election 1] [--async 1]
+//       [--first-fault FILE] [--election 1] [--async 1] [--observe-every MS]
 //
+// --observe-every MS (with --threads 0): the server's view, for the loss
+// detection measure: every MS, provider::inspect(lock), and one line to
+// --nemesis-log whenever what it shows changes: {"ev":"server","t_invoke",
+// "held" (true, false, or null: unknown), "token", "holder"} or {"ev":"server",
+// "error"} (no answer; "t" is when inspect() returned).
 // --election 1: each grant is a term of leadership of the election named by
 // --lock (provider::election: campaign, term(), is_leader(), resign()), in
 // place of the mutex; the history is the same.
@@ -230,6 +235,7 @@ const char* errc_name(distlock::errc e) {
         case distlock::errc::unsupported: return "unsupported";
         case distlock::errc::access_denied: return "access_denied";
         case distlock::errc::would_deadlock: return "would_deadlock";
+        case distlock::errc::cancelled: return "cancelled";
     }
     return "unknown";
 }
@@ -295,6 +301,7 @@ struct options {
     double pause_prob = 0, kill_prob = 0;
     int threads = 1;
     long break_lock_every_ms = 0;
+    long observe_every_ms = 0;
     bool election = false;
     bool asynchronous = false;
     std::uint64_t seed = 0;
@@ -382,6 +389,7 @@ options parse(int argc, char** argv) {
         else if (a == "--kill-prob") num(o.kill_prob);
         else if (a == "--threads") num(o.threads), have_threads = true;
         else if (a == "--break-lock-every") num(o.break_lock_every_ms);
+        else if (a == "--observe-every") num(o.observe_every_ms);
         else if (a == "--seed") num(o.seed), o.seeded = true;
         else if (a == "--election") o.election = v == "1";
         else if (a == "--async") o.asynchronous = v == "1";
@@ -393,7 +401,9 @@ options parse(int argc, char** argv) {
     if (o.id.empty()) usage("--id is required");
     if (o.threads < 0) usage("--threads must be >= 0");
     if (o.threads > 0 && (o.history.empty() || o.store.empty())) usage("--history and --store are required");
-    if (o.threads == 0 && o.break_lock_every_ms <= 0) usage("--threads 0 needs --break-lock-every");
+    if (o.threads == 0 && o.break_lock_every_ms <= 0 && o.observe_every_ms <= 0)
+        usage("--threads 0 needs --break-lock-every or --observe-every");
+    if (o.observe_every_ms > 0 && o.threads != 0) usage("--observe-every runs alone (--threads 0)");
     if (o.pause_point != "hold" && o.pause_point != "before-write") usage("--pause-point is hold or before-write");
     if (o.pause_prob < 0 || o.pause_prob > 1 || o.kill_prob < 0 || o.kill_prob > 1) usage("probabilities are 0..1");
     if (o.lease_ms <= 0 || o.hold_ms < 0 || o.wait_ms < 0 || o.seconds < 0) usage("durations must be >= 0");
@@ -625,6 +635,42 @@ void break_lock_loop(const options& o, std::int64_t end_ns) {
     if (fd != 2) ::close(fd);
 }
 
+// The server's view of the lock (--observe-every): a line whenever it changes.
+void observe_loop(const options& o, std::int64_t end_ns) {
+    const int fd = o.nemesis_log.empty() ? 1 : open_append(o.nemesis_log);
+    std::optional<distlock::provider> p;
+    std::string last;
+    while (!g_stop.load() && (end_ns == 0 || mono_ns() < end_ns)) {
+        const std::int64_t invoked = mono_ns();
+        std::optional<distlock::lock_info> info;
+        std::string error;
+        try {
+            if (!p) p.emplace(distlock::connect(o.url));
+            info = p->inspect(o.lock);
+        } catch (const std::exception& e) {
+            error = e.what();
+        }
+        auto fields = [&](json_line& j) -> json_line& {
+            if (!info) return j.str("error", error);
+            if (info->held) j.boolean("held", *info->held);
+            else j.raw("held", "null");
+            if (info->token) j.unum("token", *info->token);
+            if (info->holder) j.str("holder", *info->holder);
+            return j;
+        };
+        json_line state;
+        if (std::string now = fields(state).done(); now != last) {
+            last = std::move(now);
+            json_line line;
+            line.num("t", mono_ns()).str("ev", "server").num("t_invoke", invoked);
+            write_line(fd, fields(line).done());
+        }
+        const std::int64_t wake = invoked + static_cast<std::int64_t>(o.observe_every_ms) * 1000000;
+        while (!g_stop.load() && mono_ns() < wake) sleep_ms(std::max<std::int64_t>(1, (wake - mono_ns()) / 1000000));
+    }
+    if (fd != 1) ::close(fd);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -659,6 +705,7 @@ int main(int argc, char** argv) {
 
     std::vector<std::thread> threads;
     if (o.break_lock_every_ms > 0) threads.emplace_back([&] { break_lock_loop(o, end_ns); });
+    if (o.observe_every_ms > 0) threads.emplace_back([&] { observe_loop(o, end_ns); });
     if (o.threads == 1) {
         run_one(o.id, history_path(o.history, o.id, 1, 1), base_seed);
         g_stop.store(true);  // ends the break-lock thread, if any
