@@ -1086,7 +1086,8 @@ def format_text(rep: dict) -> str:
         if c["status"] == "n/a":
             out.append(f"  {title:<42} {'-':>8}  n/a ({c['reason']})")
             continue
-        line = f"  {title:<42} {c['value']:>8}  {c['status']}"
+        value = "-" if c["value"] is None else c["value"]  # a measure with nothing to measure
+        line = f"  {title:<42} {value:>8}  {c['status']}"
         if c["status"] == "expected-fail":
             line += f" (expected: {c.get('why') or c.get('expected')})"
         elif name in (GAP_CHECK, DETECTION_CHECK):

@@ -49,6 +49,9 @@ PARTITIONS = ("partition-leader", "partition-minority", "partition-bridge")
 EMBEDDED = ("file", "memory")
 NEEDS_PROXY = ("delay-replies", "freeze-client")
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+# Servers whose wall clock moves by tests/faults/wallclock_shift.c instead (redis-server
+# cannot start under libfaketime: that file says why).
+WALLCLOCK_SHIFT_SERVERS = ("redis", "redlock")
 
 
 def mono():
@@ -716,18 +719,25 @@ class Cell:
         if a.nemesis in ("clock-jump-client", "clock-jump-server"):
             ensure_faketime()
         if a.nemesis == "clock-jump-server":
-            # The server(s) again, now under libfaketime: only the wall clock is faked
-            # (what an NTP step moves), so that their own timers keep working.
+            # The server(s) again, now with a wall clock that the nemesis moves: only
+            # the wall clock (what an NTP step moves), so that their own timers keep
+            # working. Under libfaketime, or for Redis under distlock-wallclock-shift.so.
             d = os.path.join(self.out, "faketime")
             os.makedirs(d, exist_ok=True)
             self.server_clock = os.path.join(d, "server.rc")
-            with open(self.server_clock, "w") as f:
-                f.write("+0\n")
             self.server_offset_s = 0
-            self.server_env = dict(os.environ, LD_PRELOAD=LIBFAKETIME, FAKETIME_TIMESTAMP_FILE=self.server_clock,
-                                   FAKETIME_CACHE_DURATION="1", FAKETIME_DONT_FAKE_MONOTONIC="1")
+            self.shift_clock = self.server in WALLCLOCK_SHIFT_SERVERS
+            if self.shift_clock:
+                if not os.path.exists(a.wallclock_shift):
+                    raise HarnessError("%s is missing (build the target distlock-wallclock-shift)" % a.wallclock_shift)
+                self.server_env = dict(os.environ, LD_PRELOAD=a.wallclock_shift,
+                                       WALLCLOCK_SHIFT_FILE=self.server_clock)
+            else:
+                self.server_env = dict(os.environ, LD_PRELOAD=LIBFAKETIME, FAKETIME_TIMESTAMP_FILE=self.server_clock,
+                                       FAKETIME_CACHE_DURATION="1", FAKETIME_DONT_FAKE_MONOTONIC="1")
+            self.write_server_clock(0)
             if not (self.server_action("kill") and self.server_action("spawn", env=self.server_env)):
-                raise HarnessError("cannot restart %s under libfaketime" % self.server)
+                raise HarnessError("cannot restart %s with a clock of its own" % self.server)
             self.server_faked = True
 
     def worker_cmd(self, slot, w):
@@ -905,11 +915,18 @@ class Cell:
         steps = [int(round(k * lease_s)) or 1 for k in (3, 5)]
         return sorted({0} | set(steps) | {-x for x in steps})
 
-    def set_server_offset(self, offset_s):
+    def write_server_clock(self, offset_s):
+        """The server's offset file: libfaketime's "+Ns", or the shift library's milliseconds."""
         tmp = self.server_clock + ".tmp"
         with open(tmp, "w") as f:
-            f.write("%+ds\n" % offset_s if offset_s else "+0\n")
+            if self.shift_clock:
+                f.write("%d\n" % (offset_s * 1000))
+            else:
+                f.write("%+ds\n" % offset_s if offset_s else "+0\n")
         os.replace(tmp, self.server_clock)
+
+    def set_server_offset(self, offset_s):
+        self.write_server_clock(offset_s)
         self.server_offset_s = offset_s
         self.nem.event("server-clock", server=self.server, offset_ms=offset_s * 1000)
 
@@ -1345,6 +1362,8 @@ def parse_args(argv):
     ap.add_argument("--pause-prob", type=float, default=0.15, help="per grant, pause nemeses (default 0.15)")
     ap.add_argument("--kill-prob", type=float, default=0.08, help="per grant, kill-holder (default 0.08)")
     ap.add_argument("--break-every-ms", type=int, default=None, help="break-lock period (default 2 leases)")
+    ap.add_argument("--wallclock-shift", default=None,
+                    help="distlock-wallclock-shift.so (default: beside the worker, ../lib/)")
     ap.add_argument("--observe-ms", type=int, default=20,
                     help="the server observer's inspect() period, for the loss detection measure (0: none)")
     ap.add_argument("--fake-monotonic", action="store_true",
@@ -1392,6 +1411,9 @@ def parse_args(argv):
         random.seed(a.seed)
     if not os.access(a.worker_bin, os.X_OK):
         ap.error("worker binary not found: %s (cmake --build build --target distlock-fault-worker)" % a.worker_bin)
+    if a.wallclock_shift is None:
+        a.wallclock_shift = os.path.join(os.path.dirname(os.path.abspath(a.worker_bin)), "..", "lib",
+                                         "distlock-wallclock-shift.so")
     return a
 
 

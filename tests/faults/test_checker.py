@@ -1045,6 +1045,17 @@ class CheckerTest(unittest.TestCase):
         rep = checker.analyse(rd.root, str(path))
         self.assertEqual(rep["checks"]["loss_detection_ms"]["status"], "ok")
 
+    def test_detection_bound_without_a_loss_is_ok_and_printed(self):
+        rd = self.calm()
+        path = self.tmp / "expect.json"
+        path.write_text(json.dumps({"loss_detection_ms": 20}))
+        rep = self.analyse(rd, str(path))
+        self.assertEqual((rep["checks"]["loss_detection_ms"]["value"], rep["checks"]["loss_detection_ms"]["status"]),
+                         (None, "ok"))
+        code, out, _ = run_cli(rd.root, "--expect", str(path))
+        self.assertEqual(code, 0)
+        self.assertIn("slowest lost-lock detection", out)
+
     def test_text_report_names_every_figure(self):
         rd = self.calm()
         code, out, _ = run_cli(rd.write())
