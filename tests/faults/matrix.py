@@ -3,6 +3,7 @@
 
     matrix.py --profile short|full [--seconds S] [--repeat N] [--only ID,...] [--nemesis N,...]
               [--lanes N] [--out DIR] [--report FILE] [--list]
+    matrix.py --profile soak [--ops N] [--hold-ms MS] [--max-hours H] [--seconds S] [--only ...] [--lanes N]
 
 For every cell (backend id, nemesis) that applies, runs harness.py (one cell; it
 starts the store, proxies, workers and nemesis and runs checker.py) with the
@@ -18,7 +19,10 @@ every nemesis at least once. --lanes N (scripts/test.sh: 2) runs N cells at a
 time, never two on one server (integration/backends.sh's, which a nemesis may
 kill, restart, wipe or put under libfaketime): the cells of one server run one
 after the other in one lane. `full` (scripts/faults.sh): every applicable cell for
---seconds (default 60), --repeat times.
+--seconds (default 60), --repeat times. `soak` (scripts/faults.sh --soak): per
+backend, cells of the nemeses that apply to it in turn, with workers that hold
+each grant --hold-ms (2), until --ops (100,000) lock operations (acquire calls
+and releases) were made and checked; soak.json records how many in how long.
 """
 
 import argparse
@@ -653,9 +657,87 @@ def render(paths, report, commit=None, rechecking=False):
         f.write(markdown(cells, skipped, meta))
 
 
+def cell_operations(cell):
+    """Lock operations a cell's workers made: acquire calls (granted, timed out, failed) and releases."""
+    t = (cell.get("report") or {}).get("totals") or {}
+    releases = sum((w.get("cycles") or 0) for w in (t.get("per_worker") or {}).values())
+    return sum(t.get(k, 0) or 0 for k in ("grants", "acquire_fails", "acquire_unknowns")) + releases
+
+
+def run_soak(args, only, nemeses, out):
+    """The soak profile: per backend, cells of --seconds each, the nemeses that apply to it in turn (a
+    rotating nemesis), workers that hold for --hold-ms only, until its cells made --ops lock operations or
+    --max-hours passed; every cell checked as any other. Backends of one server run in one lane, one cell at
+    a time. Writes soak.json (every cell, and per backend: operations, cells, seconds, verdicts)."""
+    backends = [b for b in (only or BACKENDS) if b in BACKENDS]
+    plan = []
+    for b in backends:
+        rotation = [n for n in (nemeses or NEMESES) if not not_applicable(b, n)]
+        if rotation:
+            plan.append((b, rotation))
+    groups = collections.OrderedDict()
+    for b, rotation in plan:
+        groups.setdefault(server_of(b) or ("no-server", b), []).append((b, rotation))
+    lanes_of = [[] for _ in range(max(1, args.lanes))]
+    for group in sorted(groups.values(), key=len, reverse=True):
+        min(lanes_of, key=len).extend(group)
+    results, summary = [], collections.OrderedDict()
+    lock = threading.Lock()
+    extra = ["--workers", str(args.workers), "--hold-ms", str(args.hold_ms)]
+    deadline = time.monotonic() + args.max_hours * 3600
+
+    def save():
+        with open(os.path.join(out, "soak.json"), "w") as f:
+            json.dump({"profile": "soak", "ops_target": args.ops, "seconds": args.seconds, "hold_ms": args.hold_ms,
+                       "workers": args.workers, "backends": summary, "cells": results}, f, indent=1)
+
+    def lane(items):
+        for b, rotation in items:
+            entry = {"operations": 0, "grants": 0, "cells": 0, "seconds": 0.0, "verdicts": {}}
+            with lock:
+                summary[b] = entry
+            k = 0
+            while entry["operations"] < args.ops and time.monotonic() < deadline:
+                n = rotation[k % len(rotation)]
+                k += 1
+                c = run_cell(b, n, args.seconds, os.path.join(out, "%s.%s.%d" % (b, n, k)), extra)
+                v = verdict(c)
+                with lock:
+                    results.append(c)
+                    entry["operations"] += cell_operations(c)
+                    entry["grants"] += ((c.get("report") or {}).get("totals") or {}).get("grants", 0) or 0
+                    entry["cells"] += 1
+                    entry["seconds"] = round(entry["seconds"] + c["elapsed_s"], 1)
+                    entry["verdicts"][v] = entry["verdicts"].get(v, 0) + 1
+                    save()
+                print("[soak] %-22s %-22s %-13s %6d ops (%d so far)  %s" % (
+                    b, n, v, cell_operations(c), entry["operations"], c["dir"]), file=sys.stderr, flush=True)
+
+    threads = [threading.Thread(target=lane, args=(items,)) for items in lanes_of if items]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    save()
+    bad = [c for c in results if verdict(c) in ("FAIL", "ERROR")]
+    for b, e in summary.items():
+        print("[soak] %-22s %8d operations (%d grants) in %d cells, %.0f s: %s" % (
+            b, e["operations"], e["grants"], e["cells"], e["seconds"],
+            ", ".join("%d %s" % (v, k) for k, v in sorted(e["verdicts"].items()))), file=sys.stderr)
+    short = [b for b, e in summary.items() if e["operations"] < args.ops]
+    if short:
+        print("[soak] below %d operations (--max-hours passed): %s" % (args.ops, ", ".join(short)), file=sys.stderr)
+    for c in bad:
+        print("[soak] FAILED: %s %s (see %s)" % (c["backend"], c["nemesis"], c["dir"]), file=sys.stderr)
+    return 1 if bad else 0
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", choices=("short", "full"), default="short")
+    ap.add_argument("--profile", choices=("short", "full", "soak"), default="short")
+    ap.add_argument("--ops", type=int, default=100000, help="soak: lock operations per backend (default 100000)")
+    ap.add_argument("--hold-ms", type=int, default=2, help="soak: how long a worker holds each grant (default 2)")
+    ap.add_argument("--max-hours", type=float, default=24.0, help="soak: stop starting cells after this")
     ap.add_argument("--seconds", type=float, default=None, help="nemesis seconds per cell (short 8, full 60)")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--workers", type=int, default=6)
@@ -690,6 +772,10 @@ def main(argv):
     for n in nemeses:
         if n not in NEMESES:
             ap.error("unknown nemesis %r (known: %s)" % (n, ", ".join(NEMESES)))
+    if args.profile == "soak":
+        out = args.out or os.path.join("/tmp", "distlock-faults-soak-%s" % time.strftime("%Y%m%d-%H%M%S"))
+        os.makedirs(out, exist_ok=True)
+        return run_soak(args, only, nemeses, out)
     todo, skipped = [], []
     for b, n in cells(args.profile, only, nemeses):
         why = not_applicable(b, n)
