@@ -395,6 +395,38 @@ KIND_TEXT = {
     MEMORY: "the process (in-process only)",
 }
 
+# The page's "What to expect" (plain words per backend; each claim is a cell of the matrix below).
+WHAT_TO_EXPECT = [
+    ("file://", "one holder on one host; a crashed holder's lock is free at once (the kernel); a paused holder "
+                "keeps it (no lease)", "anything across hosts; a lock file deleted by hand is noticed only at the "
+                "holder's next check"),
+    ("memory://", "one holder in one process", "anything across processes"),
+    ("redis://", "one holder while the server runs; a holder paused past its lease is told at its next renewal "
+                 "or at unlock, and its late write is rejected by the fencing token", "grants kept across a "
+                 "restart without persistence (the holder is told within a lease); a write by a paused holder "
+                 "that you do not fence"),
+    ("redlock://", "one holder while a majority of the masters runs", "rejecting a paused holder's late write "
+                   "(no fencing token)"),
+    ("mysql:// and postgres:// (lease-table, optimistic)", "one holder, across server restarts (the lease rows "
+     "are durable); expiry judged by the server's clock; fencing tokens", "a write by a paused holder that you do "
+     "not fence; a server clock that jumps ahead expires leases early (the holder is told at its next renewal)"),
+    ("mysql:// and postgres:// (for-update, get-lock, advisory)", "one holder while its session lives; a paused "
+     "holder keeps the lock (no lease)", "the lock across a server restart or a lost connection (the holder is "
+     "told at its next liveness check, lease/3)"),
+    ("zk://", "one holder; on an ensemble, through the loss of the leader and partitions that leave a majority",
+     "a holder paused past its session timeout keeps nothing (it is told when it runs again)"),
+    ("etcd://", "one holder; on a cluster, through the loss of the leader and partitions that leave a majority",
+     "a write by a holder paused past its lease that you do not fence"),
+    ("consul://", "one holder while its session lives", "a write by a paused holder that you do not fence; the "
+                  "emulator's index starts over when it loses its data"),
+    ("redis-sentinel://", "one holder while the master stays the master", "a failover, or a master cut off from "
+     "its replicas, can give the lock twice and repeat tokens (asynchronous replication): use min_replicas=1"),
+    ("redis-sentinel://...?min_replicas=1", "one holder through failovers and a master cut off from its "
+     "replicas; a grant or renewal too few replicas acknowledge is refused", "availability while fewer replicas "
+     "than min_replicas answer"),
+]
+
+
 # What a holder's loss detection depends on, per kind (the harness's settings: 1 s leases).
 DETECTION_SETTINGS = {
     LEASE: "lease 1 s, renewed every lease/3; told at a renewal that fails, or at its own lease deadline",
@@ -498,6 +530,16 @@ def markdown(results, skipped, meta):
                        for c in results if BACKENDS[c["backend"]][1])
     add("- Unexcused double grants, all cells: %d. Stale writes accepted by the fenced store on the backends "
         "with fencing tokens: %d." % (double, stale_fenced))
+    add("")
+    add("## What to expect")
+    add("")
+    add("In plain words, what the cells below show per backend. *Told*: the holder's `on_lost` runs and "
+        "`held()` says false (within the bound of [the detection table](#how-soon-a-holder-learns-of-a-lost-lock)).")
+    add("")
+    add("| backend | you can rely on | you cannot rely on |")
+    add("|---|---|---|")
+    for backend, yes, no in WHAT_TO_EXPECT:
+        add("| %s | %s | %s |" % (backend, yes, no))
     add("")
     add("## The matrix")
     add("")
