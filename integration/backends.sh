@@ -220,12 +220,13 @@ member_ns_up() {  # member_ns_up SLOT: its namespace, address and link to the br
     ip link add "$veth" type veth peer name eth0 netns "$pid" && ip link set "$veth" master dl-br0 up &&
         nsenter -t "$pid" -n sh -c "ip addr add $(member_ip "$1")/24 dev eth0 && ip link set eth0 up && ip link set lo up"
 }
-member_ns_down() {  # member_ns_down SLOT [keep-bridge]; the bridge goes with the last member
+member_ns_alive() {  # member_ns_alive SLOT: its anchor runs (a PID of the file that is an anchor)
     local pid
-    pid=$(cat "$RUN/netns.$1" 2>/dev/null) || pid=""
-    if [[ $pid =~ ^[0-9]+$ ]] && [ "$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null)" = "sleep infinity " ]; then
-        kill -KILL "$pid" 2>/dev/null || true
-    fi
+    pid=$(cat "$RUN/netns.$1" 2>/dev/null) || return 1
+    [[ $pid =~ ^[0-9]+$ ]] && [ "$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null)" = "sleep infinity " ]
+}
+member_ns_down() {  # member_ns_down SLOT [keep-bridge]; the bridge goes with the last member
+    if member_ns_alive "$1"; then kill -KILL "$(member_pid "$1")" 2>/dev/null || true; fi
     rm -f "$RUN/netns.$1"
     ip link del "dlv$1" 2>/dev/null || true
     if [ "${2:-}" != keep-bridge ] && ! ip -o link show type veth 2>/dev/null | grep -q ' dlv[0-9]*@'; then

@@ -11,7 +11,7 @@
 # Needs etcd.sh (sourced first: etcd_cmd, etcd_healthy).
 ETCD_CLUSTER_BASE=${DISTLOCK_ETCD_CLUSTER_BASE:-12577}
 
-etcd_cluster_install() { etcd_install; }
+etcd_cluster_install() { etcd_install; apt_ensure iproute2; }  # ip: its members' hosts
 
 etcd_cluster_port() { echo $((ETCD_CLUSTER_BASE + 2 * $1)); }
 etcd_cluster_peer_port() { echo $((ETCD_CLUSTER_BASE + 2 * $1 + 1)); }

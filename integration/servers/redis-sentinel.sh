@@ -82,14 +82,14 @@ RSENT_DATA_PORTS=(16390 16391 16392)
 RSENT_SENTINEL_PORTS=(26390 26391 26392)
 RSENT_PORTS=("${RSENT_DATA_PORTS[@]}" "${RSENT_SENTINEL_PORTS[@]}")  # member N is RSENT_PORTS[N-1]
 
-redis_sentinel_install() { redis_install; }
+redis_sentinel_install() { redis_install; apt_ensure iproute2; }  # ip: its nodes' hosts
 redis_sentinel_slot() { echo $((30 + $1)); }  # member N's host: 10.199.0.<30+N>
 
 redis_sentinel_init() {  # redis_sentinel_init DIR: hosts, empty node dirs, fresh sentinel configs
     local dir=$1 p n
     for n in $(seq ${#RSENT_PORTS[@]}); do
-        [ -e "$RUN/netns.$(redis_sentinel_slot "$n")" ] && running "$(cat "$RUN/netns.$(redis_sentinel_slot "$n")")" ||
-            member_ns_up "$(redis_sentinel_slot "$n")" || { log "redis-sentinel: cannot make member $n's host"; return 1; }
+        member_ns_alive "$(redis_sentinel_slot "$n")" || member_ns_up "$(redis_sentinel_slot "$n")" ||
+            { log "redis-sentinel: cannot make member $n's host"; return 1; }
     done
     for p in "${RSENT_DATA_PORTS[@]}"; do rm -rf "$dir/node-$p"; mkdir -p "$dir/node-$p"; done
     for p in "${RSENT_SENTINEL_PORTS[@]}"; do

@@ -11,7 +11,7 @@
 # Needs zookeeper.sh (sourced first: zk_java_cmd, zk_mode, zk_serving).
 ZK_ENSEMBLE_CLIENT_BASE=${DISTLOCK_ZK_ENSEMBLE_CLIENT_BASE:-12280}
 
-zk_ensemble_install() { zookeeper_install; }
+zk_ensemble_install() { zookeeper_install; apt_ensure iproute2; }  # ip: its members' hosts
 
 zk_ensemble_port() { echo $((ZK_ENSEMBLE_CLIENT_BASE + $1)); }
 zk_ensemble_slot() { echo $((20 + $1)); }                  # server N's host: 10.199.0.<20+N>
