@@ -279,10 +279,25 @@ TEST_CASE("a crashed reader or writer is released",
             // What still keeps the writer out, as the server shows it.
             const auto info = p.inspect_read_write(c.name);
             auto opt = [](const auto& v) { return v ? std::to_string(*v) : std::string("unknown"); };
+            // Whether the same try succeeds at once from this provider and from a new
+            // one: tells a server state that keeps writers out from a client that is stuck.
+            auto again = [&](const distlock::provider& q) {
+                try {
+                    auto w = q.shared_mutex(c.name);
+                    if (!w.try_lock_for(2s)) return std::string("busy");
+                    w.unlock();
+                    return std::string("taken");
+                } catch (const std::exception& e) {
+                    return std::string("error: ") + e.what();
+                }
+            };
+            const auto here = again(p);
+            const auto fresh = again(connect_under_test());
             FAIL_CHECK("not taken within the bound; the server shows write held: "
                        << (info.write_held ? (*info.write_held ? "yes" : "no") : "unknown")
                        << ", readers: " << (info.readers ? std::to_string(info.readers->size()) : "unknown")
-                       << ", writers waiting: " << opt(info.writers_waiting));
+                       << ", writers waiting: " << opt(info.writers_waiting) << "; a try of 2 s right after: " << here
+                       << " (this provider), " << fresh << " (a new provider)");
         }
         REQUIRE(got);
         if (p.caps().supports(distlock::feature::fencing)) CHECK(rw.token() > c.token);
