@@ -3,7 +3,6 @@
 // of optimistic_stock_client.hpp.
 #include "optimistic_stock.hpp"
 
-#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -243,9 +242,10 @@ std::unique_ptr<database> from_plugin(const std::string& name, const void* setti
             bin.erase(bin.rfind('/'));
         }
         std::vector<std::string> dirs;
-        for (const std::string& sub :
-             {std::string("/../") + DISTLOCK_TOOL_LIBDIR + "/distlock/tools", std::string("/../lib/distlock/tools")})
-            if (!bin.empty() && std::find(dirs.begin(), dirs.end(), bin + sub) == dirs.end()) dirs.push_back(bin + sub);
+        if (!bin.empty()) {
+            dirs.push_back(bin + "/../" + DISTLOCK_TOOL_LIBDIR + "/distlock/tools");
+            if (std::string_view(DISTLOCK_TOOL_LIBDIR) != "lib") dirs.push_back(bin + "/../lib/distlock/tools");
+        }
         std::string path, where;
         for (const auto& d : dirs) {
             where += (where.empty() ? "" : ", ") + d;

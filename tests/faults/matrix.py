@@ -572,7 +572,8 @@ def markdown(results, skipped, meta):
         checks = (c["report"] or {}).get("checks", {})
         for name, e in c["expectations"].items():
             if isinstance(e, dict) and e.get("why"):
-                failed_here = (checks.get(name, {}).get("value") or 0) > 0
+                # A measure given no bound (loss detection) is no check: neither failed nor passed.
+                failed_here = None if name not in checks else (checks[name].get("value") or 0) > 0
                 seen.setdefault(e["why"], {}).setdefault(failed_here, set()).add(
                     "%s/%s (%s)" % (c["backend"], c["nemesis"], name.replace("_", " ")))
     for why, where in seen.items():
@@ -581,6 +582,8 @@ def markdown(results, skipped, meta):
             add("  Failed as expected: %s." % ", ".join(sorted(where[True])))
         if where.get(False):
             add("  Expected, but did not fail in this run: %s." % ", ".join(sorted(where[False])))
+        if where.get(None):
+            add("  No bound held to: %s." % ", ".join(sorted(where[None])))
     add("")
     add("## How soon a holder learns of a lost lock")
     add("")
