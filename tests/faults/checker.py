@@ -745,13 +745,21 @@ def check_crashed_workers(run: Run):
     return count, examples
 
 
-def p50_max(values: list[int]) -> dict:
-    """Nearest-rank median and maximum of nanosecond values, in ms."""
+def percentiles(values: list[int]) -> dict:
+    """Nearest-rank p50, p99 and maximum of nanosecond values, in ms."""
     if not values:
-        return {"n": 0, "p50_ms": None, "max_ms": None}
+        return {"n": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}
     v = sorted(values)
-    return {"n": len(v), "p50_ms": round(v[math.ceil(len(v) / 2) - 1] / 1e6, 3),
+    rank = lambda q: v[max(0, math.ceil(q * len(v)) - 1)]  # noqa: E731
+    return {"n": len(v), "p50_ms": round(rank(0.5) / 1e6, 3), "p99_ms": round(rank(0.99) / 1e6, 3),
             "max_ms": round(v[-1] / 1e6, 3)}
+
+
+def p50_max(values: list[int]) -> dict:
+    """Nearest-rank median and maximum of nanosecond values, in ms (percentiles without p99)."""
+    p = percentiles(values)
+    del p["p99_ms"]
+    return p
 
 
 def measure_losses_reported(run: Run) -> dict:
@@ -777,16 +785,6 @@ def measure_losses_reported(run: Run) -> dict:
                 latencies.append(ev["t"] - first_later[g.index].ok_t)
     return {"count": total, "after_release": after_release, "unmatched": unmatched,
             "latency": p50_max(latencies)}
-
-
-def percentiles(values: list[int]) -> dict:
-    """Nearest-rank p50, p99 and maximum of nanosecond values, in ms."""
-    if not values:
-        return {"n": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}
-    v = sorted(values)
-    rank = lambda q: v[max(0, math.ceil(q * len(v)) - 1)]  # noqa: E731
-    return {"n": len(v), "p50_ms": round(rank(0.5) / 1e6, 3), "p99_ms": round(rank(0.99) / 1e6, 3),
-            "max_ms": round(v[-1] / 1e6, 3)}
 
 
 def stopped_within(spans: list, a: int, b: int) -> int:
