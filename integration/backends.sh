@@ -209,16 +209,21 @@ member_pid() { cat "$RUN/netns.$1"; }  # the anchor of slot N's namespace
 member_ns_up() {  # member_ns_up SLOT: its namespace, address and link to the bridge (made anew)
     local pid veth=dlv$1 here
     member_ns_down "$1" keep-bridge
-    if ! ip link show dl-br0 >/dev/null 2>&1; then
-        ip link add dl-br0 type bridge && ip addr add "$MEMBER_NET.1/24" dev dl-br0 && ip link set dl-br0 up || return 1
-    fi
     unshare -n sleep infinity </dev/null >/dev/null 2>&1 &
     pid=$!
     echo "$pid" > "$RUN/netns.$1"
     here=$(readlink /proc/self/ns/net)
     wait_until 5 eval '[ "$(readlink /proc/'"$pid"'/ns/net 2>/dev/null)" != "$here" ]' || return 1
-    ip link add "$veth" type veth peer name eth0 netns "$pid" && ip link set "$veth" master dl-br0 up &&
-        nsenter -t "$pid" -n sh -c "ip addr add $(member_ip "$1")/24 dev eth0 && ip link set eth0 up && ip link set lo up"
+    # The bridge is shared by every deployment of this namespace, which may start side by
+    # side: made, joined and removed (member_ns_down) under one lock.
+    (
+        flock 9
+        if ! ip link show dl-br0 >/dev/null 2>&1; then
+            ip link add dl-br0 type bridge && ip addr add "$MEMBER_NET.1/24" dev dl-br0 && ip link set dl-br0 up || exit 1
+        fi
+        ip link add "$veth" type veth peer name eth0 netns "$pid" && ip link set "$veth" master dl-br0 up
+    ) 9>>"$RUN/bridge.lock" || return 1
+    nsenter -t "$pid" -n sh -c "ip addr add $(member_ip "$1")/24 dev eth0 && ip link set eth0 up && ip link set lo up"
 }
 member_ns_alive() {  # member_ns_alive SLOT: its anchor runs (a PID of the file that is an anchor)
     local pid
@@ -229,9 +234,11 @@ member_ns_down() {  # member_ns_down SLOT [keep-bridge]; the bridge goes with th
     if member_ns_alive "$1"; then kill -KILL "$(member_pid "$1")" 2>/dev/null || true; fi
     rm -f "$RUN/netns.$1"
     ip link del "dlv$1" 2>/dev/null || true
-    if [ "${2:-}" != keep-bridge ] && ! ip -o link show type veth 2>/dev/null | grep -q ' dlv[0-9]*@'; then
-        ip link del dl-br0 2>/dev/null || true
-    fi
+    [ "${2:-}" != keep-bridge ] || return 0
+    (
+        flock 9
+        ip -o link show type veth 2>/dev/null | grep -q ' dlv[0-9]*@' || ip link del dl-br0 2>/dev/null || true
+    ) 9>>"$RUN/bridge.lock"
 }
 # In ctl.sh: blackhole routes in slot A's namespace to each address that follows.
 member_blackhole() {
@@ -246,6 +253,24 @@ member_cut() {
 }
 member_isolate() { member_cut "$@"; member_blackhole "$1" "$MEMBER_NET.1"; }  # ... and A no client (the bridge)
 member_heal() { local s; for s in "$@"; do nsenter -t "$(member_pid "$s")" -n ip route flush type blackhole; done; }
+# In ctl.sh: member_partition SLOTFN COUNT OP ARGS, the partition commands of a deployment
+# of COUNT members, member N on the host of slot "SLOTFN N": cut N M (N and M no longer
+# reach each other), cut-off N (N reaches no other member; clients still reach it),
+# isolate N (nor any client), heal (every link back).
+member_partition() {
+    local fn=$1 count=$2 op=$3 b others=(); shift 3
+    for b in "$@"; do
+        [[ $b =~ ^[1-9][0-9]*$ ]] && [ "$b" -le "$count" ] || { echo "no member '$b' (1-$count)" >&2; return 2; }
+    done
+    for b in $(seq "$count"); do [ "$b" = "${1:-}" ] || others+=("$("$fn" "$b")"); done
+    case "$op:$#" in
+      cut:2) member_cut "$("$fn" "$1")" "$("$fn" "$2")" ;;
+      cut-off:1) member_cut "$("$fn" "$1")" "${others[@]}" ;;
+      isolate:1) member_isolate "$("$fn" "$1")" "${others[@]}" ;;
+      heal:0) member_heal "${others[@]}" ;;
+      *) echo "usage: cut N M | cut-off N | isolate N | heal" >&2; return 2 ;;
+    esac
+}
 
 # The body of every ctl.sh; its settings (NAME DIR RUNDIR MEMBER WAIT FN) come first.
 # shellcheck disable=SC2153  # those settings are ctl.sh's globals
@@ -259,19 +284,9 @@ cluster_ctl() {
         exec $("${FN}_member_cmd" "$2") </dev/null >>"$m/log" 2>&1 ;;
       port) "${FN}_port" "$2" ;;
       host) if declare -F "${FN}_slot" >/dev/null; then member_ip "$("${FN}_slot" "$2")"; else echo 127.0.0.1; fi ;;
-      cut | cut-off | isolate | heal)
-        # cut N M: N and M no longer reach each other; cut-off N: N reaches no other
-        # member (clients still reach it); isolate N: nor any client; heal: every link
-        # back. Members on hosts of their own only.
+      cut | cut-off | isolate | heal)  # members on hosts of their own only
         declare -F "${FN}_slot" >/dev/null || { echo "$NAME runs on one host: no links to cut" >&2; return 2; }
-        local b others=()
-        for b in 1 2 3; do [ "$b" = "${2:-}" ] || others+=("$("${FN}_slot" $b)"); done
-        case "$1" in
-          cut) member_cut "$("${FN}_slot" "$2")" "$("${FN}_slot" "$3")" ;;
-          cut-off) member_cut "$("${FN}_slot" "$2")" "${others[@]}" ;;
-          isolate) member_isolate "$("${FN}_slot" "$2")" "${others[@]}" ;;
-          heal) member_heal "$("${FN}_slot" 1)" "$("${FN}_slot" 2)" "$("${FN}_slot" 3)" ;;
-        esac ;;
+        member_partition "${FN}_slot" 3 "$@" ;;
       pid) cat "$m/pid" ;;
       leader)
         local n
@@ -307,7 +322,7 @@ cluster_start() {
         for x in "$@"; do if declare -F "$x" >/dev/null; then declare -f "$x"; else declare -p "$x"; fi; done
         declare -p MEMBER_NET
         declare -f wait_until running tree_of kill_tree cluster_ctl member_pid member_ip member_blackhole member_cut member_isolate member_heal \
-            "${fn}_member_cmd" "${fn}_port" "${fn}_is_leader" "${fn}_ready"
+            member_partition "${fn}_member_cmd" "${fn}_port" "${fn}_is_leader" "${fn}_ready"
         if declare -F "${fn}_slot" >/dev/null; then declare -f "${fn}_slot" "${fn}_host"; fi
         echo 'cluster_ctl "$@"'
     } > "$dir/ctl.sh"

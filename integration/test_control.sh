@@ -183,7 +183,7 @@ setup() {
             [ "$(rs ROLE | sed -n 1p)" = master ] || return 1
             for p in "${PORTS[@]}"; do [ "$(rs_at "$p" PING)" = PONG ] || return 1; done
         } ;;
-      redis-cluster) PORTS=(17000 17001 17002 17003 17004 17005); persists=no
+      redis-cluster) PORTS=(10.199.0.41:17000 10.199.0.42:17001 10.199.0.43:17002 10.199.0.44:17003 10.199.0.45:17004 10.199.0.46:17005); persists=no  # hosts of their own
         put() { rc -c set distlock-marker m1; }
         get() { rc -c get distlock-marker; }
         answers() {
@@ -202,8 +202,10 @@ ctl_script() { sed -n "s/^DISTLOCK_TEST_${2}_CTL=//p" "$RUN/$1.env" | tr -d "'";
 rs_ep() { if [[ $1 == *:* ]]; then echo "$1"; else echo "$("$(ctl_script redis-sentinel REDIS_SENTINEL)" host "$1"):$1"; fi; }
 rs_at() { local e; e=$(rs_ep "$1"); shift; REDISCLI_AUTH=sentinel-secret-pw timeout 5 redis-cli -h "${e%:*}" -p "${e##*:}" "$@"; }
 rs() { local m; m=$("$(ctl_script redis-sentinel REDIS_SENTINEL)" master) && rs_at "$m" "$@"; }
-# redis-cluster: redis-cli on PORT / on the first node that answers.
-rc_at() { local p=$1; shift; REDISCLI_AUTH=cluster-secret-pw timeout 5 redis-cli -p "$p" "$@"; }
+# redis-cluster: redis-cli on PORT / on the first node that answers. Its nodes are on
+# hosts of their own: rc_ep PORT is HOST:PORT (ctl.sh host), rc_at takes either.
+rc_ep() { if [[ $1 == *:* ]]; then echo "$1"; else echo "$("$(ctl_script redis-cluster REDIS_CLUSTER)" host "$1"):$1"; fi; }
+rc_at() { local e; e=$(rc_ep "$1"); shift; REDISCLI_AUTH=cluster-secret-pw timeout 5 redis-cli -h "${e%:*}" -p "${e##*:}" "$@"; }
 rc() {
     local p
     for p in "${PORTS[@]}"; do [ "$(rc_at "$p" PING 2>/dev/null)" != PONG ] || { rc_at "$p" "$@"; return; }; done
@@ -275,6 +277,28 @@ test_cluster() {
     check "$n: wipe is refused (clusters)" expect_fail wipe "$n"
 }
 
+# The partition commands of a deployment on hosts of their own (ctl.sh cut-off, isolate,
+# heal): member 1 cut off still answers here but no longer from member 2's host; isolated,
+# not here either; healed, from both again.
+test_partition() {
+    local n=$1 c a b
+    c=$(ctl_script "$n" "$2")
+    a=${PORTS[0]} b=${PORTS[1]}
+    b=${b%:*}
+    from2() { nsenter -t "$(cat "$RUN/netns.${b##*.}")" -n nc -z -w1 "${a%:*}" "${a##*:}"; }
+    check "$n: member 1 ($a) answers member 2's host" from2
+    check "$n: ctl.sh cut-off 1" "$c" cut-off 1
+    check "$n: ... member 1 still answers here" not closed "$a"
+    check "$n: ... but not member 2's host" not from2
+    check "$n: ctl.sh heal" "$c" heal
+    check "$n: ... member 1 answers member 2's host again" from2
+    check "$n: ctl.sh isolate 1" "$c" isolate 1
+    check "$n: ... member 1 answers nobody here" closed "$a"
+    check "$n: ctl.sh heal (after isolate)" "$c" heal
+    check "$n: ... member 1 answers here again" not closed "$a"
+    check "$n: ctl.sh cut-off 7 is refused" not "$c" cut-off 7
+}
+
 # redis-sentinel: the master (member 1-3) killed, the sentinels fail over, the marker
 # is on the new master; the killed node spawned comes back as a replica with the marker;
 # then the control script: failover, kill-master + start, wait-replicas.
@@ -315,7 +339,7 @@ test_rcluster_members() {
     o=$("$c" master-of-slot "$s") || o=17000
     n=$(( o - 16999 ))
     ctl kill redis-cluster "$n"
-    check "redis-cluster: kill $n (master of slot $s, $o) closes $o" closed "$o"
+    check "redis-cluster: kill $n (master of slot $s, $o) closes $o" closed "$(rc_ep "$o")"
     check "redis-cluster: ctl.sh wait-failover $o (its replica takes over)" timed "redis-cluster: wait-failover after kill" "$c" wait-failover "$o" 20
     check "redis-cluster: the marker is on the new master" eventually has_marker
     check "redis-cluster: spawn $n" ctl spawn redis-cluster "$n"
@@ -324,7 +348,7 @@ test_rcluster_members() {
     check "redis-cluster: ctl.sh wait-ready" "$c" wait-ready 60
     o=$("$c" master-of-slot "$s") || true
     to=""
-    for p in "${PORTS[@]}"; do [ "$p" = "$o" ] || [ "$(rc_at "$p" ROLE | sed -n 1p)" != master ] || { to=$p; break; }; done
+    for p in "${PORTS[@]##*:}"; do [ "$p" = "$o" ] || [ "$(rc_at "$p" ROLE | sed -n 1p)" != master ] || { to=$p; break; }; done
     check "redis-cluster: ctl.sh migrate-slot $s $to" timed "redis-cluster: migrate-slot" "$c" migrate-slot "$s" "$to"
     check "redis-cluster: ctl.sh master-of-slot says $to" test "$("$c" master-of-slot "$s")" = "$to"
     check "redis-cluster: $to has the marker (no redirect)" test "$(rc_at "$to" GET distlock-marker)" = m1
@@ -352,11 +376,11 @@ test_server() {
         check "$n: marker written" put
         check "$n: marker readable" eventually has_marker
         case $n in
-          etcd-cluster) test_cluster "$n" ETCD_CLUSTER ;;
-          zk-ensemble) test_cluster "$n" ZK_ENSEMBLE ;;
+          etcd-cluster) test_partition "$n" ETCD_CLUSTER; test_cluster "$n" ETCD_CLUSTER ;;
+          zk-ensemble) test_partition "$n" ZK_ENSEMBLE; test_cluster "$n" ZK_ENSEMBLE ;;
           redlock) test_redlock_member; test_single "$n" ;;
-          redis-sentinel) test_sentinel_members; test_single "$n" ;;
-          redis-cluster) test_rcluster_members; test_single "$n" ;;
+          redis-sentinel) test_sentinel_members; test_partition "$n" REDIS_SENTINEL; test_single "$n" ;;
+          redis-cluster) test_rcluster_members; test_partition "$n" REDIS_CLUSTER; test_single "$n" ;;
           *) test_single "$n" ;;
         esac
         if [ "$n" = redis ] && [ -n "${OTHER_NETNS:-}" ]; then

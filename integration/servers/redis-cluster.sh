@@ -1,10 +1,13 @@
 # redis-cluster: a Redis 7.0 Cluster for redis-cluster:// (issue 14). Sourced by
 # integration/backends.sh; uses redis_install from redis.sh.
 #
-# Six nodes on 127.0.0.1:17000-17005 (cluster bus 27000-27005), members 1-6 for
-# backends.sh kill/spawn redis-cluster N (lines of redis-cluster.pids), created with
-# "redis-cli --cluster create ... --cluster-replicas 1": three masters (17000, 17001,
-# 17002 when created) each with one replica. --cluster-node-timeout 2000 (a killed
+# Six nodes on ports 17000-17005 (cluster bus 27000-27005), members 1-6 for
+# backends.sh kill/spawn redis-cluster N (lines of redis-cluster.pids), each on a host of
+# its own (a network namespace: see member_ns_up in backends.sh), member N at
+# 10.199.0.<40+N>, so that the partition nemesis can cut a master from its replica and
+# the other masters while clients still reach it. Created with "redis-cli --cluster
+# create ... --cluster-replicas 1": three masters (17000, 17001, 17002 when created)
+# each with one replica. --cluster-node-timeout 2000 (a killed
 # master's replica takes over within ~3-5 s), --cluster-replica-validity-factor 0 (a
 # replica always may take over, however long its link was down), no RDB/AOF,
 # requirepass and masterauth cluster-secret-pw. Each node has its dir DIR/node-PORT with
@@ -21,8 +24,11 @@
 # restarted empty master does not make its replica drop the data.
 #
 # Env ($RUN/redis-cluster.env):
-#   DISTLOCK_TEST_REDIS_CLUSTER_URL            redis-cluster://:pw@127.0.0.1:17000,17001,17002?lease=2s
+#   DISTLOCK_TEST_REDIS_CLUSTER_URL            redis-cluster://:pw@10.199.0.41:17000,.42:17001,.43:17002?lease=2s
 #   DISTLOCK_TEST_REDIS_CLUSTER_REENTRANT_URL  ...?strategy=reentrant&lease=2s
+#   DISTLOCK_TEST_REDIS_CLUSTER_MIN_REPLICAS_URL  the first with min_replicas=1 (grants
+#                                              confirmed by WAIT), and its _CTL (the same
+#                                              script), for the fault matrix
 #   DISTLOCK_TEST_REDIS_CLUSTER_CTL            DIR/ctl.sh, the control script:
 #     ctl.sh master-of-slot SLOT        port of the master serving SLOT (the view of the
 #                                       masters, majority)
@@ -35,8 +41,18 @@
 #     ctl.sh migrate-slot-begin SLOT TOPORT   only IMPORTING / MIGRATING (clients get ASK
 #                                       for keys not on the source any more)
 #     ctl.sh migrate-slot-end SLOT TOPORT     the rest: the keys, then SETSLOT NODE
-#     ctl.sh kill PORT | start PORT     SIGKILL a node by recorded PID (waits until dead) |
+#     ctl.sh kill PORT|N | start PORT|N SIGKILL a node by recorded PID (waits until dead) |
 #                                       start it again on its dir, wait until it answers PING
+#     ctl.sh wait PORT|N [S]            wait up to S s (30) until that node answers PING and
+#                                       the cluster is as "up" leaves it (wait-ready)
+#     ctl.sh leader NAME                for the fault harness: the member number (1-6) of
+#                                       the master serving the slot of lock NAME (the
+#                                       name's own slot: the lock's keys hash by it)
+#     ctl.sh host PORT|N                the address of that node
+#     ctl.sh cut N M | cut-off N | isolate N | heal   the partition nemesis (as
+#                                       redis-sentinel's): N and M cut from each other | N
+#                                       cut from every other node (clients still reach
+#                                       it) | and from clients too | every link back
 #     ctl.sh failover-replica-of PORT   CLUSTER FAILOVER on a replica of the master on PORT
 #                                       (FORCE when that master is down); waits until the
 #                                       replica is master, every live node says
@@ -60,18 +76,24 @@ RCLUS_NAME=redis-cluster
 RCLUS_PW=cluster-secret-pw
 RCLUS_PORTS=(17000 17001 17002 17003 17004 17005)  # member N is RCLUS_PORTS[N-1]
 
-redis_cluster_install() { redis_install; }
+redis_cluster_install() { redis_install; apt_ensure iproute2; }  # ip: its nodes' hosts
+redis_cluster_slot() { echo $((40 + $1)); }  # member N's host: 10.199.0.<40+N>
 
-redis_cluster_init() {  # redis_cluster_init DIR: empty node dirs (no nodes.conf: a new cluster)
-    local dir=$1 p
+redis_cluster_init() {  # redis_cluster_init DIR: hosts, empty node dirs (no nodes.conf: a new cluster)
+    local dir=$1 p n
+    for n in $(seq ${#RCLUS_PORTS[@]}); do
+        member_ns_alive "$(redis_cluster_slot "$n")" || member_ns_up "$(redis_cluster_slot "$n")" ||
+            { log "redis-cluster: cannot make member $n's host"; return 1; }
+    done
     for p in "${RCLUS_PORTS[@]}"; do rm -rf "$dir/node-$p"; mkdir -p "$dir/node-$p"; done
     rm -f "$dir/create.log"
 }
 
 redis_cluster_spawn() {  # redis_cluster_spawn DIR [N]
-    local dir=$1 p
+    local dir=$1 p hosts=""
     # shellcheck disable=SC2046  # the names: no spaces
-    write_ctl "$dir/ctl.sh" rclus_ctl $(compgen -v RCLUS_) $(compgen -A function rclus_)
+    write_ctl "$dir/ctl.sh" rclus_ctl $(compgen -v RCLUS_) $(compgen -A function rclus_) redis_cluster_slot \
+        MEMBER_NET member_ip member_pid member_blackhole member_cut member_isolate member_heal member_partition
     if [ -n "${2:-}" ]; then
         "$dir/ctl.sh" start "${RCLUS_PORTS[$2-1]}" || return 1
     else
@@ -82,10 +104,13 @@ redis_cluster_spawn() {  # redis_cluster_spawn DIR [N]
         "$dir/ctl.sh" wait-ready 60 ||
             { fail_with_log "redis-cluster (not every node ok with a replica per master)" "$dir/node-${RCLUS_PORTS[0]}/redis.log"; return 1; }
     fi
+    for p in "${RCLUS_PORTS[@]:0:3}"; do hosts+="${hosts:+,}$(member_ip "$(redis_cluster_slot "$(rclus_member "$p")")"):$p"; done
     cat > "$RUN/redis-cluster.env" <<ENV
-DISTLOCK_TEST_REDIS_CLUSTER_URL='redis-cluster://:$RCLUS_PW@127.0.0.1:${RCLUS_PORTS[0]},127.0.0.1:${RCLUS_PORTS[1]},127.0.0.1:${RCLUS_PORTS[2]}?lease=2s'
-DISTLOCK_TEST_REDIS_CLUSTER_REENTRANT_URL='redis-cluster://:$RCLUS_PW@127.0.0.1:${RCLUS_PORTS[0]},127.0.0.1:${RCLUS_PORTS[1]},127.0.0.1:${RCLUS_PORTS[2]}?strategy=reentrant&lease=2s'
+DISTLOCK_TEST_REDIS_CLUSTER_URL='redis-cluster://:$RCLUS_PW@$hosts?lease=2s'
+DISTLOCK_TEST_REDIS_CLUSTER_REENTRANT_URL='redis-cluster://:$RCLUS_PW@$hosts?strategy=reentrant&lease=2s'
 DISTLOCK_TEST_REDIS_CLUSTER_CTL='$dir/ctl.sh'
+DISTLOCK_TEST_REDIS_CLUSTER_MIN_REPLICAS_URL='redis-cluster://:$RCLUS_PW@$hosts?lease=2s&min_replicas=1&replica_timeout=500ms'
+DISTLOCK_TEST_REDIS_CLUSTER_MIN_REPLICAS_CTL='$dir/ctl.sh'
 ENV
 }
 
@@ -93,10 +118,15 @@ ENV
 
 # rclus_cli PORT ARGS...: redis-cli with the password, bounded (a SIGSTOPped server accepts
 # connections and never answers).
-rclus_cli() { local p=$1; shift; REDISCLI_AUTH=$RCLUS_PW timeout 3 redis-cli -h 127.0.0.1 -p "$p" "$@"; }
+rclus_cli() { local p=$1; shift; REDISCLI_AUTH=$RCLUS_PW timeout 3 redis-cli -h "$(rclus_host "$p")" -p "$p" "$@"; }
 rclus_pong() { [ "$(rclus_cli "$1" PING 2>/dev/null)" = PONG ]; }
 rclus_role() { rclus_cli "$1" ROLE 2>/dev/null | sed -n 1p; }
 rclus_member() { member_of "$1" redis-cluster "${RCLUS_PORTS[@]}"; }  # rclus_member PORT: its member number
+rclus_host() { local n; n=$(rclus_member "$1") && member_ip "$(redis_cluster_slot "$n")"; }  # rclus_host PORT
+rclus_ns() { member_pid "$(redis_cluster_slot "$(rclus_member "$1")")"; }  # the anchor of PORT's host
+rclus_port_of() {  # rclus_port_of PORT|N: a member number (1-6) as its port; a port as it is
+    if [[ $1 =~ ^[1-9]$ ]] && [ "$1" -le ${#RCLUS_PORTS[@]} ]; then echo "${RCLUS_PORTS[$1-1]}"; else echo "$1"; fi
+}
 rclus_pid() { local n; n=$(rclus_member "$1") || return 2; sed -n "${n}p" "$RUN/$RCLUS_NAME.pids" 2>/dev/null || true; }
 rclus_info_field() {  # rclus_info_field PORT FIELD: a field of CLUSTER INFO
     rclus_cli "$1" CLUSTER INFO 2>/dev/null | tr -d '\r' | sed -n "s/^$2://p"
@@ -112,7 +142,7 @@ rclus_nodes() {  # rclus_nodes [EXCEPT]: CLUSTER NODES of the first live node th
     done
     return 1
 }
-# awk: the client port of an address field 127.0.0.1:17000@27000[,hostname]
+# awk: the client port of an address field 10.199.0.41:17000@27000[,hostname]
 rclus_line_port() { awk '{ a = $2; sub(/@.*/, "", a); sub(/.*:/, "", a); print a }'; }
 rclus_owner_in() {  # rclus_owner_in SLOT < CLUSTER NODES: the port of the master owning SLOT
     awk -v s="$1" '$3 ~ /master/ {
@@ -163,7 +193,7 @@ rclus_create() {  # create the cluster when no node belongs to one yet (all six 
         wait_until 10 rclus_pong "$p" || { echo "redis-cluster: $p does not answer" >&2; return 1; }
         [ "$(rclus_info_field "$p" cluster_known_nodes)" = 1 ] && [ "$(rclus_info_field "$p" cluster_slots_assigned)" = 0 ] &&
             fresh=$((fresh + 1))
-        hosts+=("127.0.0.1:$p")
+        hosts+=("$(rclus_host "$p"):$p")
     done
     [ $fresh -gt 0 ] || return 0
     [ $fresh -eq ${#RCLUS_PORTS[@]} ] ||
@@ -253,7 +283,7 @@ rclus_start() {  # rclus_start PORT: start its node (unless it runs), wait until
     rm -f "$d"/*.rdb  # no persistence: a node starts empty (and a replica resyncs)
     rclus_wait_takeover "$port"
     # Diskless replication without delay: a replica syncs at once and writes no RDB file.
-    redis-server --port "$port" --bind 127.0.0.1 --dir "$d" --logfile "$d/redis.log" \
+    nsenter -t "$(rclus_ns "$port")" -n redis-server --port "$port" --bind "$(rclus_host "$port")" --dir "$d" --logfile "$d/redis.log" \
         --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
         --cluster-replica-validity-factor 0 \
         --save '' --appendonly no --requirepass "$RCLUS_PW" --masterauth "$RCLUS_PW" \
@@ -291,7 +321,7 @@ rclus_migrate_end() {  # rclus_migrate_end SLOT TOPORT: the keys, then SETSLOT N
     for ((i = 0; i < 1000000; i++)); do
         mapfile -t keys < <(rclus_cli "$src" CLUSTER GETKEYSINSLOT "$slot" 100 2>/dev/null | sed '/^$/d')
         [ ${#keys[@]} -gt 0 ] || break
-        r=$(rclus_cli "$src" MIGRATE 127.0.0.1 "$to" "" 0 5000 AUTH "$RCLUS_PW" KEYS "${keys[@]}" 2>&1) || true
+        r=$(rclus_cli "$src" MIGRATE "$(rclus_host "$to")" "$to" "" 0 5000 AUTH "$RCLUS_PW" KEYS "${keys[@]}" 2>&1) || true
         [ "$r" = OK ] || [ "$r" = NOKEY ] ||
             { echo "redis-cluster: $src: MIGRATE of ${#keys[@]} keys of slot $slot to $to: $r" >&2; return 1; }
     done
@@ -343,8 +373,25 @@ rclus_ctl() {
       migrate-slot-end)
         [ -n "${3:-}" ] || { echo "usage: $0 migrate-slot-end SLOT TOPORT" >&2; return 2; }
         rclus_migrate_end "$2" "$3" ;;
-      kill) [ -n "${2:-}" ] || { echo "usage: $0 kill PORT" >&2; return 2; }; rclus_kill "$2" ;;
-      start) [ -n "${2:-}" ] || { echo "usage: $0 start PORT" >&2; return 2; }; rclus_start "$2" ;;
+      kill) [ -n "${2:-}" ] || { echo "usage: $0 kill PORT|N" >&2; return 2; }; rclus_kill "$(rclus_port_of "$2")" ;;
+      start) [ -n "${2:-}" ] || { echo "usage: $0 start PORT|N" >&2; return 2; }; rclus_start "$(rclus_port_of "$2")" ;;
+      wait)  # wait PORT|N [S]: until that node answers PING and the cluster is ready again
+        [ -n "${2:-}" ] || { echo "usage: $0 wait PORT|N [SECONDS]" >&2; return 2; }
+        wait_until "${3:-30}" rclus_pong "$(rclus_port_of "$2")" && wait_until "${3:-30}" rclus_ready ||
+            { echo "redis-cluster: $2 does not serve, or the cluster is not ready, after ${3:-30} s" >&2; return 1; } ;;
+      # The fault harness (tests/faults/harness.py) speaks of members: "leader NAME" prints
+      # the member number of the master of lock NAME's slot (its keys are in the slot of
+      # the name, as a hash tag of the plain strategy's keys and as Redisson's bare name).
+      leader)
+        [ -n "${2:-}" ] || { echo "usage: $0 leader NAME" >&2; return 2; }
+        local s
+        s=$(rclus_cli "$(rclus_live | sed -n 1p)" CLUSTER KEYSLOT "$2") && [[ $s =~ ^[0-9]+$ ]] ||
+            { echo "redis-cluster: CLUSTER KEYSLOT failed" >&2; return 1; }
+        p=$(rclus_master_of_slot "$s")
+        [ -n "$p" ] || { echo "redis-cluster: no master serves slot $s" >&2; return 1; }
+        rclus_member "$p" ;;
+      host) rclus_host "$(rclus_port_of "${2:-}")" ;;
+      cut | cut-off | isolate | heal) member_partition redis_cluster_slot ${#RCLUS_PORTS[@]} "$@" ;;
       failover-replica-of)
         [ -n "${2:-}" ] || { echo "usage: $0 failover-replica-of PORT" >&2; return 2; }
         rclus_failover_replica_of "$2" ;;
@@ -368,8 +415,9 @@ rclus_ctl() {
                 { echo "usage: $0 port N (1-${#RCLUS_PORTS[@]})" >&2; return 2; } ;;
       pid) rclus_pid "${2:-}" ;;
       nodes) rclus_nodes ;;
-      *) echo "usage: $0 master-of-slot SLOT | migrate-slot[-begin|-end] SLOT TOPORT | kill PORT | start PORT" \
-              "| failover-replica-of PORT | wait-failover PORT [S] | wait-ok [S] | wait-ready [S] | pause PORT [S] | resume PORT | port N | pid PORT | nodes" >&2
+      *) echo "usage: $0 master-of-slot SLOT | migrate-slot[-begin|-end] SLOT TOPORT | kill PORT|N | start PORT|N | wait PORT|N [S]" \
+              "| failover-replica-of PORT | wait-failover PORT [S] | wait-ok [S] | wait-ready [S] | pause PORT [S] | resume PORT | port N | pid PORT | nodes" \
+              "| leader NAME | host PORT|N | cut N M | cut-off N | isolate N | heal" >&2
          return 2 ;;
     esac
 }

@@ -65,10 +65,11 @@
 #     ctl.sh resume PORT              SIGCONT it
 #     ctl.sh port N | pid PORT        the port of member N | the recorded PID of PORT
 #     ctl.sh host PORT|N              the address of that node
-#     ctl.sh cut-off N | isolate N | heal   the partition nemesis (members on hosts of
-#                                     their own, in backends.sh): N cut from every other
-#                                     node (clients still reach it) | and from clients
-#                                     too | every link back
+#     ctl.sh cut N M | cut-off N | isolate N | heal   the partition nemesis (members on
+#                                     hosts of their own, in backends.sh): N and M cut
+#                                     from each other | N cut from every other node
+#                                     (clients still reach it) | and from clients too |
+#                                     every link back
 #     ctl.sh leader                   the master's member number (1-3), for the fault
 #                                     harness's kill-leader; kill, start and wait take
 #                                     a member number as well as a port
@@ -116,7 +117,7 @@ redis_sentinel_spawn() {  # redis_sentinel_spawn DIR [N]
     local dir=$1 hosts="" p
     # shellcheck disable=SC2046  # the names: no spaces
     write_ctl "$dir/ctl.sh" rsent_ctl $(compgen -v RSENT_) $(compgen -A function rsent_) redis_sentinel_slot \
-        MEMBER_NET member_ip member_pid member_blackhole member_cut member_isolate member_heal
+        MEMBER_NET member_ip member_pid member_blackhole member_cut member_isolate member_heal member_partition
     if [ -n "${2:-}" ]; then
         "$dir/ctl.sh" start "${RSENT_PORTS[$2-1]}" || return 1
     else
@@ -333,16 +334,10 @@ rsent_ctl() {
                 { echo "usage: $0 port N (1-${#RSENT_PORTS[@]})" >&2; return 2; } ;;
       pid) rsent_pid "${2:-}" ;;
       host) rsent_host "$(rsent_port_of "${2:-}")" ;;
-      cut-off | isolate)
-        [[ ${2:-} =~ ^[1-9]$ ]] && [ "$2" -le ${#RSENT_PORTS[@]} ] || { echo "usage: $0 $1 N" >&2; return 2; }
-        local others=()
-        for p in $(seq ${#RSENT_PORTS[@]}); do [ "$p" = "$2" ] || others+=("$(redis_sentinel_slot "$p")"); done
-        if [ "$1" = cut-off ]; then member_cut "$(redis_sentinel_slot "$2")" "${others[@]}"
-        else member_isolate "$(redis_sentinel_slot "$2")" "${others[@]}"; fi ;;
-      heal) for p in $(seq ${#RSENT_PORTS[@]}); do member_heal "$(redis_sentinel_slot "$p")"; done ;;
+      cut | cut-off | isolate | heal) member_partition redis_sentinel_slot ${#RSENT_PORTS[@]} "$@" ;;
       *) echo "usage: $0 master | kill-master | failover | wait-master-change OLDPORT [S] | start PORT | kill PORT" \
               "| wait-replicas N [S] | wait-sentinels [S] | pause PORT [S] | resume PORT | port N | pid PORT" \
-              "| leader | wait PORT|N [S] | host PORT|N | cut-off N | isolate N | heal" >&2
+              "| leader | wait PORT|N [S] | host PORT|N | cut N M | cut-off N | isolate N | heal" >&2
          return 2 ;;
     esac
 }

@@ -198,7 +198,8 @@ def server_name(bid):
     """The integration/backends.sh server behind backend id `bid`."""
     if bid in ("zk", "zookeeper"):
         return "zookeeper"
-    for name in ("zk-ensemble", "etcd-cluster", "consul-emulator", "redis-sentinel", "redlock", "etcd", "redis",
+    for name in ("zk-ensemble", "etcd-cluster", "consul-emulator", "redis-sentinel", "redis-cluster", "redlock", "etcd",
+                 "redis",
                  "mysql", "postgres"):
         if bid == name or bid.startswith(name + "-"):
             return name
@@ -1012,7 +1013,9 @@ class Cell:
         """The cluster's leader (member number as a string), or None after 20 s (recorded as an error)."""
         deadline = mono() + 20_000_000_000
         while mono() < deadline:
-            rc, out, _ = self.ctl("leader", timeout=10)
+            # A Redis Cluster has a master per slot: the one of the lock's slot.
+            extra = [self.lock_name] if self.server == "redis-cluster" else []
+            rc, out, _ = self.ctl("leader", *extra, timeout=10)
             if rc == 0 and out.strip().isdigit():
                 return out.strip()
             time.sleep(0.2)
@@ -1021,14 +1024,15 @@ class Cell:
         return None
 
     def partitions(self, n, end):
-        """Every 2 L (jittered) a partition for 3 L (Sentinel: 6 L), then every link back:
+        """Every 2 L (jittered) a partition for 3 L (Sentinel, Cluster: 6 L), then every link back:
         partition-leader: the leader cut from every other member (clients still reach it);
         partition-minority: a member other than the leader cut from everyone, clients included;
         partition-bridge: two members cut from each other, both still linked to the third (the bridge)."""
         L = self.lease_ns
         # Sentinel fails a master over only after down-after-milliseconds (1 s here) and
         # an election: its partitions last 6 L, so that the replica is promoted during them.
-        hold = (6 if self.a.backend.startswith("redis-sentinel") else 3) * L
+        # A Redis Cluster's replica is promoted after the node timeout (2 s here) and a vote.
+        hold = (6 if self.a.backend.startswith(("redis-sentinel", "redis-cluster")) else 3) * L
         while mono() + hold + L < end:
             self.sleep_until(mono() + self.period(2))
             leader = self.find_leader()

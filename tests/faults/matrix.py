@@ -73,8 +73,16 @@ BACKENDS = {
     # A master, two replicas and three sentinels: kill-leader kills the master.
     "redis-sentinel": (LEASE, True, False, True),
     "redis-sentinel-min-replicas": (LEASE, True, False, True),  # grants confirmed by WAIT 1
+    # Three masters, each with a replica: kill-leader and partition-leader act on the
+    # master of the lock's slot.
+    "redis-cluster": (LEASE, True, False, True),
+    "redis-cluster-min-replicas": (LEASE, True, False, True),  # grants confirmed by WAIT 1
 }
 SENTINEL = {"redis-sentinel", "redis-sentinel-min-replicas"}
+CLUSTER = {"redis-cluster", "redis-cluster-min-replicas"}
+# Replicated Redis deployments without min_replicas: asynchronous replication loses
+# grants in a failover and in a split brain.
+ASYNC_REPLICATION = {"redis-sentinel", "redis-cluster"}
 # Leader elections (provider::election) on a backend's server: id -> the id of
 # that backend, whose server, URL and nature they share (harness.py --election).
 ELECTION = {"zk-election": "zk", "etcd-election": "etcd", "redis-election": "redis"}
@@ -93,7 +101,7 @@ NEMESES = ["none", "pause-holder", "pause-before-write", "kill-holder", "delay-r
 PARTITIONS = ("partition-leader", "partition-minority", "partition-bridge")
 # Clusters whose members run on hosts of their own (network namespaces: see
 # member_ns_up in integration/backends.sh), so that the links between them can be cut.
-ON_HOSTS_OF_THEIR_OWN = {"etcd-cluster", "zk-ensemble"} | SENTINEL
+ON_HOSTS_OF_THEIR_OWN = {"etcd-cluster", "zk-ensemble"} | SENTINEL | CLUSTER
 
 # Servers whose lock expiry runs on their wall clock (what an NTP step or an
 # operator moves), which the clock-jump-server nemesis moves: the SQL lease
@@ -122,10 +130,13 @@ def not_applicable(bid, nemesis):
     if bid in SENTINEL and nemesis in ("delay-replies", "freeze-client", "restart-server", "restart-server-empty"):
         return ("the data nodes are found through the sentinels, so a proxy would stand before the sentinels "
                 "only; a server failure here is the master's, which kill-leader is (redis:// has the rest)")
+    if bid in CLUSTER and nemesis in ("delay-replies", "freeze-client", "restart-server", "restart-server-empty"):
+        return ("the nodes are found through the cluster's slot map, so a proxy would stand before the seeds "
+                "only; a server failure here is the slot's master's, which kill-leader is (redis:// has the rest)")
     if nemesis == "kill-leader" and not cluster:
         return "a single server has no leader to lose (restart-server kills it)"
     if nemesis == "clock-jump-server" and bid not in WALL_CLOCK_EXPIRY:
-        if bid in SENTINEL:
+        if bid in SENTINEL | CLUSTER:
             return ("a deployment of six servers: the nemesis restarts one server with a clock of its own "
                     "(redis:// measures Redis's wall-clock expiry)")
         if kind == SESSION_SQL:
@@ -147,6 +158,11 @@ def not_applicable(bid, nemesis):
             return ("Sentinel's data nodes are a master and its replicas, not peers of a quorum: the partition "
                     "that matters is the master cut from its replicas and the sentinels while clients still reach "
                     "it (partition-leader); a replica cut off only lags")
+        if bid in CLUSTER and nemesis != "partition-leader":
+            return ("a Redis Cluster's lock lives on one slot, whose master and replica are not peers of a quorum: "
+                    "the partition that matters is that master cut from its replica and the other masters while "
+                    "clients still reach it (partition-leader); the other masters vote, and lag nothing the lock "
+                    "needs")
     if nemesis == "break-lock" and server:
         return "an in-process test hook for the embedded backends; servers lose state by restart-server(-empty)"
     return None
@@ -203,6 +219,21 @@ WHY_ASYNC_FAILOVER = ("Redis replicates asynchronously: a grant (and its fence I
                       "min_replicas=1 is the remedy (the redis-sentinel-min-replicas cell)")
 
 
+WHY_CLUSTER_FAILOVER = ("Redis replicates asynchronously: a grant (and its fence INCR) the killed master of "
+                        "the lock's slot had not sent to the replica that takes its slots over is gone, so "
+                        "another client gets the lock while the holder is told only at its next renewal "
+                        "(lease/3), and tokens may repeat; min_replicas=1 is the remedy (the "
+                        "redis-cluster-min-replicas cell)")
+
+
+WHY_CLUSTER_SPLIT = ("the master of the lock's slot is cut from its replica and the other masters while clients "
+                     "still reach it: it goes on granting until the cluster node timeout (2 s here), while its "
+                     "replica is promoted (Redis replicates asynchronously, so grants it had not sent are gone on "
+                     "the new master): two masters may grant the lock, each with its own fence counter, and a "
+                     "holder on the old one may write or release there before it is told; min_replicas=1 is the "
+                     "remedy (the redis-cluster-min-replicas cell, where none of this is allowed)")
+
+
 WHY_SPLIT_BRAIN = ("the master is cut from its replicas and the sentinels while clients still reach it: the "
                    "sentinels promote a replica, and for the length of the partition two masters grant the lock, "
                    "each with its own fence counter (Redis replicates asynchronously; the old master learns it "
@@ -220,12 +251,12 @@ def expectations(bid, nemesis):
         for c in checks:
             exp[c] = {"expected": True, "why": why}
 
-    if bid == "redis-sentinel" and nemesis == "kill-leader":
+    if bid in ASYNC_REPLICATION and nemesis == "kill-leader":
         allow(("double_grants", "lost_updates", "token_order_violations", "legitimate_writes_rejected"),
-              WHY_ASYNC_FAILOVER)
-    if bid == "redis-sentinel" and nemesis == "partition-leader":
+              WHY_ASYNC_FAILOVER if bid in SENTINEL else WHY_CLUSTER_FAILOVER)
+    if bid in ASYNC_REPLICATION and nemesis == "partition-leader":
         allow(("double_grants", "lost_updates", "token_order_violations", "legitimate_writes_rejected",
-               "stale_writes_accepted"), WHY_SPLIT_BRAIN)
+               "stale_writes_accepted"), WHY_SPLIT_BRAIN if bid in SENTINEL else WHY_CLUSTER_SPLIT)
 
     unfenced_loss = ("lost_updates",)
     if nemesis == "pause-before-write" and kind in (LEASE, ZK):
@@ -267,7 +298,7 @@ SHORT = [
     ("mysql-lease-table", "clock-jump-server"), ("mysql-memory-bell", "restart-server"),
     ("etcd-cluster", "kill-leader"), ("etcd-cluster", "partition-leader"), ("consul-emulator", "pause-before-write"),
     ("redis-sentinel-min-replicas", "kill-leader"), ("redis-sentinel-min-replicas", "partition-leader"),
-    ("zk-election", "kill-holder"),
+    ("redis-cluster-min-replicas", "partition-leader"), ("zk-election", "kill-holder"),
     ("redis-async", "pause-holder"), ("zk-async", "kill-holder"), ("postgres-lease-table-async", "restart-server"),
 ]
 
@@ -311,8 +342,8 @@ def lanes(planned, count):
 
 def cell_seconds(bid, nemesis, seconds):
     """The nemesis seconds of a cell: at least what its nemesis needs to act once (a
-    Sentinel partition lasts 6 leases, after up to 3 of waiting: 12 s with 1 s leases)."""
-    if bid in SENTINEL and nemesis in PARTITIONS:
+    Sentinel or Cluster partition lasts 6 leases, after up to 3 of waiting: 12 s with 1 s leases)."""
+    if bid in SENTINEL | CLUSTER and nemesis in PARTITIONS:
         return max(seconds, 12.0)
     return seconds
 
@@ -424,6 +455,12 @@ WHAT_TO_EXPECT = [
     ("redis-sentinel://...?min_replicas=1", "one holder through failovers and a master cut off from its "
      "replicas; a grant or renewal too few replicas acknowledge is refused", "availability while fewer replicas "
      "than min_replicas answer"),
+    ("redis-cluster://", "one holder while the master of the lock's slot stays its master; a slot that migrates "
+     "takes the lock with it", "a failover of that master, or that master cut off from its replica and the other "
+     "masters, can give the lock twice and repeat tokens (asynchronous replication): use min_replicas=1"),
+    ("redis-cluster://...?min_replicas=1", "one holder through failovers and partitions of the slot's master; a "
+     "grant or renewal its replica does not acknowledge is refused", "availability while the slot's master has "
+     "fewer replicas than min_replicas"),
 ]
 
 

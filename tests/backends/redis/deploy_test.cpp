@@ -52,6 +52,8 @@ std::string sentinel_ctl(const std::string& args) { return ctl("DISTLOCK_TEST_RE
 std::string cluster_ctl(const std::string& args) { return ctl("DISTLOCK_TEST_REDIS_CLUSTER_CTL", args); }
 // The address of the Sentinel deployment's node on `port` (each on a host of its own).
 std::string sentinel_host(const std::string& port) { return sentinel_ctl("host " + port); }
+// The address of the cluster's node on `port` (each on a host of its own too).
+std::string cluster_host(const std::string& port) { return cluster_ctl("host " + port); }
 
 // The sentinel URL with `params` in place of its own (lease=2s), keeping its
 // sentinel_password= (the sentinels never get the URL's password).
@@ -63,10 +65,10 @@ std::string sentinel_url(const std::string& params) {
 // The password and ports of the servers, read from their URLs, for redis-cli.
 std::string password_of(const std::string& url) { return distlock::spi::url::parse(url).password(); }
 
-// `host`: the node's address (a Sentinel deployment's nodes each have their own:
-// sentinel_host), else the cluster's 127.0.0.1.
+// `host`: the node's address (the Sentinel deployment's and the cluster's nodes each
+// have their own: sentinel_host, cluster_host).
 std::string redis_cli(const std::string& password, const std::string& port, const std::string& command,
-                      const std::string& host = "127.0.0.1") {
+                      const std::string& host) {
     auto r = distlock::test::run_command("redis-cli --no-auth-warning -a '" + password + "' -h " + host + " -p " +
                                          port + " " + command);
     REQUIRE(r.status == 0);
@@ -268,8 +270,8 @@ TEST_CASE(
     const auto password = password_of(url);
     const auto name = unique_name("migrate");
     const auto key = "distlock:{" + name + "}";  // strategy=plain's lock key
-    const auto slot = redis_cli(password, std::to_string(distlock::spi::url::parse(url).hosts().at(0).port),
-                                "cluster keyslot '" + key + "'");
+    const auto seed = distlock::spi::url::parse(url).hosts().at(0);
+    const auto slot = redis_cli(password, std::to_string(seed.port), "cluster keyslot '" + key + "'", seed.host);
     const auto home = cluster_ctl("master-of-slot " + slot);
     // Another master: the owner of a slot in another third of the key space.
     std::string other;
@@ -315,7 +317,9 @@ TEST_CASE(
     // The lock key alone moves first: the home node answers ASK for it, and
     // A's renewals (one key a script) reach it on the importing node through
     // ASKING. Longer than a lease: without them the key would expire there.
-    redis_cli(password, home, "migrate 127.0.0.1 " + other + " '' 0 5000 auth '" + password + "' keys '" + key + "'");
+    redis_cli(password, home,
+              "migrate " + cluster_host(other) + " " + other + " '' 0 5000 auth '" + password + "' keys '" + key + "'",
+              cluster_host(home));
     for (int i = 0; i < 16; ++i) probe();  // 16 x 200 ms + their scripts > the 3 s lease
     CHECK(ma.held());
     CHECK(lost_a.lost() == 0);
@@ -335,7 +339,8 @@ TEST_CASE(
     const auto channel = "distlock:{" + name + "}:released";
     bool subscribed = distlock::test::eventually(
         [&] {
-            return redis_cli(password, other, "pubsub shardnumsub '" + channel + "'").find("\n1") != std::string::npos;
+            return redis_cli(password, other, "pubsub shardnumsub '" + channel + "'", cluster_host(other))
+                       .find("\n1") != std::string::npos;
         },
         3000ms);
     CHECK(subscribed);
@@ -457,8 +462,9 @@ TEST_CASE(
     const auto url = need("DISTLOCK_TEST_REDIS_CLUSTER_URL");
     const auto password = password_of(url);
     const auto name = unique_name("cluster-failover");
-    const auto slot = redis_cli(password, std::to_string(distlock::spi::url::parse(url).hosts().at(0).port),
-                                "cluster keyslot 'distlock:{" + name + "}'");
+    const auto seed = distlock::spi::url::parse(url).hosts().at(0);
+    const auto slot =
+        redis_cli(password, std::to_string(seed.port), "cluster keyslot 'distlock:{" + name + "}'", seed.host);
     const auto home = cluster_ctl("master-of-slot " + slot);
     // A lease that outlasts the failover and the old master's return as the new
     // master's replica: renewals are confirmed by WAIT too, so a master without
