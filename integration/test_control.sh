@@ -338,6 +338,7 @@ test_rcluster_members() {
     s=$(rc CLUSTER KEYSLOT distlock-marker)
     o=$("$c" master-of-slot "$s") || o=17000
     n=$(( o - 16999 ))
+    check "redis-cluster: ctl.sh leader distlock-marker names member $n (the master of its slot)" test "$("$c" leader distlock-marker)" = "$n"
     ctl kill redis-cluster "$n"
     check "redis-cluster: kill $n (master of slot $s, $o) closes $o" closed "$(rc_ep "$o")"
     check "redis-cluster: ctl.sh wait-failover $o (its replica takes over)" timed "redis-cluster: wait-failover after kill" "$c" wait-failover "$o" 20

@@ -46,8 +46,8 @@
 #     ctl.sh wait PORT|N [S]            wait up to S s (30) until that node answers PING and
 #                                       the cluster is as "up" leaves it (wait-ready)
 #     ctl.sh leader NAME                for the fault harness: the member number (1-6) of
-#                                       the master serving the slot of lock NAME (the
-#                                       name's own slot: the lock's keys hash by it)
+#                                       the master serving the slot of lock NAME (of NAME
+#                                       as a key: the lock's, for a name without braces)
 #     ctl.sh host PORT|N                the address of that node
 #     ctl.sh cut N M | cut-off N | isolate N | heal   the partition nemesis (as
 #                                       redis-sentinel's): N and M cut from each other | N
@@ -380,8 +380,9 @@ rclus_ctl() {
         wait_until "${3:-30}" rclus_pong "$(rclus_port_of "$2")" && wait_until "${3:-30}" rclus_ready ||
             { echo "redis-cluster: $2 does not serve, or the cluster is not ready, after ${3:-30} s" >&2; return 1; } ;;
       # The fault harness (tests/faults/harness.py) speaks of members: "leader NAME" prints
-      # the member number of the master of lock NAME's slot (its keys are in the slot of
-      # the name, as a hash tag of the plain strategy's keys and as Redisson's bare name).
+      # the member number of the master of lock NAME's slot: the slot of NAME as a key,
+      # which is the lock's for a name without braces (the harness's): the plain
+      # strategy's keys carry it as their hash tag, {NAME}, and Redisson's are NAME.
       leader)
         [ -n "${2:-}" ] || { echo "usage: $0 leader NAME" >&2; return 2; }
         local s

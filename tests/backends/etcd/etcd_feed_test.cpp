@@ -110,7 +110,10 @@ struct parked {
     }
 };
 
-// A name held on one provider, a waiter parked on it on a feed provider.
+// A name held on one provider, a waiter parked on it on a feed provider. The
+// holder's lease outlasts the member's pauses while it writes and deletes the
+// tests' megabytes (the URL's 2 s lease expired in one, on a loaded machine,
+// and the waiter was granted before the release the test waits for).
 struct scene {
     distlock::test::etcd_direct direct{url()};
     distlock::provider holders = distlock::connect(url());
@@ -118,10 +121,15 @@ struct scene {
     etcd::release_feed& feed = last_backend.load()->gateway().releases();
     distlock::mutex holder;
     std::unique_ptr<parked> w;
-    explicit scene(const std::string& name) : holder(holders.mutex(name)) {
+    explicit scene(const std::string& name) : holder(holders.mutex(name, holding())) {
         holder.lock();
         w = std::make_unique<parked>(waiters, name);
         REQUIRE(feed.watchers() >= 1);
+    }
+    static distlock::lock_options holding() {
+        distlock::lock_options o;
+        o.lease = 30s;
+        return o;
     }
 };
 
