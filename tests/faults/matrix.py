@@ -781,6 +781,15 @@ def utc_now():
     return datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M")
 
 
+# The soak's workers fault at a point (pause, kill) with this chance per grant, where a
+# matrix cell's do with 0.15 / 0.08: a soak worker holds 2 ms, not half a lease, and
+# the fastest backends hand the lock over some 450 times a second, so that is about
+# one fault every few seconds there, as in the matrix, instead of the lock spending
+# nearly all its time with a paused or dead holder (each cell still faults at least
+# once: harness.py --first-fault).
+SOAK_FAULT_PROB = 0.0005
+
+
 def run_soak(args, only, nemeses, out):
     """The soak profile: per backend, cells of --seconds each, the nemeses that apply to it in turn (a
     rotating nemesis), workers that hold for --hold-ms only, until its cells made --ops lock operations or
@@ -799,7 +808,8 @@ def run_soak(args, only, nemeses, out):
     lanes_of = [[] for _ in range(max(1, args.lanes))]
     for group in sorted(groups.values(), key=len, reverse=True):
         min(lanes_of, key=len).extend(group)
-    settings = {"ops_target": args.ops, "seconds": args.seconds, "hold_ms": args.hold_ms, "workers": args.workers}
+    settings = {"ops_target": args.ops, "seconds": args.seconds, "hold_ms": args.hold_ms, "workers": args.workers,
+                "fault_prob": SOAK_FAULT_PROB}
     head, path = git_head(), os.path.join(out, "soak.json")
     results, summary, parts, started = [], collections.OrderedDict(), [], utc_now()
     if args.resume:
@@ -815,7 +825,8 @@ def run_soak(args, only, nemeses, out):
         summary.update(prev["backends"])
     parts.append([utc_now(), None])
     lock = threading.Lock()
-    extra = ["--workers", str(args.workers), "--hold-ms", str(args.hold_ms)]
+    extra = ["--workers", str(args.workers), "--hold-ms", str(args.hold_ms), "--pause-prob", str(SOAK_FAULT_PROB),
+             "--kill-prob", str(SOAK_FAULT_PROB)]
     deadline = time.monotonic() + args.max_hours * 3600
 
     def save(finished=None):
@@ -885,9 +896,11 @@ def soak_markdown(d):
             "each backend from where it stopped): %s." % (len(d["parts"]), "; ".join(
                 "%s to %s" % (a, b or "cut short") for a, b in d["parts"])))
     add("- Per backend URL: cells of %g s of nemesis, the nemeses that apply to it in turn, %d worker processes "
-        "on one lock holding each grant %d ms, until %d lock operations (acquire calls, granted or not, and "
-        "releases) were made; every cell's histories checked by `checker.py` with the cell's expectations, as "
-        "in the matrix." % (d["seconds"], d["workers"], d["hold_ms"], d["ops_target"]))
+        "on one lock holding each grant %d ms (pausing or killing themselves there with a chance of %g per grant "
+        "under those nemeses, and at least once a cell), until %d lock operations (acquire calls, granted or "
+        "not, and releases) were made; every cell's histories checked by `checker.py` with the cell's "
+        "expectations, as in the matrix." % (d["seconds"], d["workers"], d["hold_ms"], d.get("fault_prob", 0.15),
+                                            d["ops_target"]))
     double = sum((c["report"] or {}).get("checks", {}).get("double_grants", {}).get("value", 0) or 0 for c in cells)
     stale = sum((c["report"] or {}).get("checks", {}).get("stale_writes_accepted", {}).get("value", 0) or 0
                 for c in cells if BACKENDS[c["backend"]][1])
