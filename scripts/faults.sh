@@ -13,7 +13,8 @@
 # (same commit and arguments): its cells are kept, the rest run, the page lists the parts.
 # --soak: the soak profile instead (matrix.py --profile soak): per backend, cells of
 # the nemeses that apply to it in turn, workers holding each grant 2 ms, until N
-# (default 100,000) lock operations were made and checked; --workers (default 10)
+# (default 100,000) lock operations were made and checked and every nemesis had its
+# turn (cells of --seconds, default 20 here); --workers (default 10)
 # processes on the lock; two lanes; the record is build/faults-soak/soak.json, and its
 # page --report (default docs/soak.md). --resume: go on with build/faults-soak, each
 # backend from where it stopped. Hours, not minutes: never in CI.
@@ -49,8 +50,8 @@ integration/backends.sh up
 export DISTLOCK_FAULT_WORKER=$PWD/build/bin/distlock-fault-worker
 if [ "$soak" -eq 1 ]; then
     out=build/faults-soak
-    say "the soak profile ($ops lock operations per backend, ${seconds:-60} s per cell)"
-    args=(--profile soak --ops "$ops" --seconds "${seconds:-60}" --lanes "${lanes:-2}" --workers "${workers:-10}" --out "$out")
+    say "the soak profile ($ops lock operations per backend, ${seconds:-20} s per cell)"
+    args=(--profile soak --ops "$ops" --seconds "${seconds:-20}" --lanes "${lanes:-2}" --workers "${workers:-10}" --out "$out")
 else
     out=build/faults-full
     say "the full fault matrix (${seconds:-60} s per cell, ${repeat} time(s))"

@@ -792,8 +792,8 @@ SOAK_FAULT_PROB = 0.0005
 
 def run_soak(args, only, nemeses, out):
     """The soak profile: per backend, cells of --seconds each, the nemeses that apply to it in turn (a
-    rotating nemesis), workers that hold for --hold-ms only, until its cells made --ops lock operations or
-    --max-hours passed; every cell checked as any other. Backends of one server run in one lane, one cell at
+    rotating nemesis), workers that hold for --hold-ms only, until its cells made --ops lock operations and
+    every nemesis had its turn, or --max-hours passed; every cell checked as any other. Backends of one server run in one lane, one cell at
     a time. Writes soak.json (every cell, and per backend: operations, cells, seconds, verdicts); --resume
     goes on with the soak.json in `out` (same commit and settings), each backend from where it stopped."""
     backends = [b for b in (only or BACKENDS) if b in BACKENDS]
@@ -841,7 +841,8 @@ def run_soak(args, only, nemeses, out):
                 entry = summary.setdefault(b, {"operations": 0, "grants": 0, "cells": 0, "seconds": 0.0,
                                                "verdicts": {}})
             k = entry["cells"]
-            while entry["operations"] < args.ops and time.monotonic() < deadline:
+            # Until the operations are made and every nemesis of the rotation had its turn.
+            while (entry["operations"] < args.ops or k < len(rotation)) and time.monotonic() < deadline:
                 n = rotation[k % len(rotation)]
                 k += 1
                 cell_dir = os.path.join(out, "%s.%s.%d" % (b, n, k))
@@ -864,7 +865,8 @@ def run_soak(args, only, nemeses, out):
         t.start()
     for t in threads:
         t.join()
-    short = [b for b, _ in plan if summary.get(b, {}).get("operations", 0) < args.ops]
+    short = [b for b, rotation in plan if summary.get(b, {}).get("operations", 0) < args.ops
+             or summary.get(b, {}).get("cells", 0) < len(rotation)]
     save(None if short else utc_now())
     bad = [c for c in results if verdict(c) in ("FAIL", "ERROR")]
     for b, e in summary.items():
@@ -872,7 +874,8 @@ def run_soak(args, only, nemeses, out):
             b, e["operations"], e["grants"], e["cells"], e["seconds"],
             ", ".join("%d %s" % (v, k) for k, v in sorted(e["verdicts"].items()))), file=sys.stderr)
     if short:
-        print("[soak] below %d operations (--max-hours passed): %s" % (args.ops, ", ".join(short)), file=sys.stderr)
+        print("[soak] below %d operations or the whole rotation (--max-hours passed): %s" % (
+            args.ops, ", ".join(short)), file=sys.stderr)
     for c in bad:
         print("[soak] FAILED: %s %s (see %s)" % (c["backend"], c["nemesis"], c["dir"]), file=sys.stderr)
     return 1 if bad else 0
@@ -895,7 +898,8 @@ def soak_markdown(d):
         add("- Recorded in %d parts (cut short, then resumed with `--resume` at the same commit and settings, "
             "each backend from where it stopped): %s." % (len(d["parts"]), "; ".join(
                 "%s to %s" % (a, b or "cut short") for a, b in d["parts"])))
-    add("- Per backend URL: cells of %g s of nemesis, the nemeses that apply to it in turn, %d worker processes "
+    add("- Per backend URL: cells of %g s of nemesis, the nemeses that apply to it in turn (each at least once), "
+        "%d worker processes "
         "on one lock holding each grant %d ms (pausing or killing themselves there with a chance of %g per grant "
         "under those nemeses, and at least once a cell), until %d lock operations (acquire calls, granted or "
         "not, and releases) were made; every cell's histories checked by `checker.py` with the cell's "
