@@ -177,7 +177,7 @@ fail_with_log() { log "$1 failed to start; last lines of $2:"; tail -n 25 "$2" >
 #   P_is_leader N    true when member N says it is the leader
 #   P_ready N        true when member N serves
 # and starts through cluster_start, which writes DIR/ctl.sh for the fault tests:
-#   ctl.sh leader        the number (1-3) of the current leader
+#   ctl.sh leader [NAME] the number (1-3) of the current leader (NAME, a lock, is ignored: one leader)
 #   ctl.sh port N        client port of member N
 #   ctl.sh pid N         PID of member N ("killed:PID" after "ctl.sh kill N")
 #   ctl.sh kill N        SIGKILL member N and wait until it is dead (see kill_tree)
@@ -303,7 +303,7 @@ cluster_ctl() {
         echo $! > "$m/pid"
         cat "$DIR/${MEMBER}1/pid" "$DIR/${MEMBER}2/pid" "$DIR/${MEMBER}3/pid" > "$RUNDIR/$NAME.pids" ;;
       wait) wait_until "${3:-$WAIT}" "${FN}_ready" "$2" ;;
-      *) echo "usage: $0 leader | port N | host N | pid N | kill N | start N | wait N [S] | cut N M | cut-off N | isolate N | heal" >&2
+      *) echo "usage: $0 leader [NAME] | port N | host N | pid N | kill N | start N | wait N [S] | cut N M | cut-off N | isolate N | heal" >&2
          return 2 ;;
     esac
 }
@@ -381,6 +381,13 @@ member_of() {
     return 2
 }
 
+# port_of_member PORT|N PORTS...: member number N (1-based, among PORTS in member order)
+# as its port; anything else as it is (a port).
+port_of_member() {
+    local a=$1; shift
+    if [[ $a =~ ^[1-9][0-9]*$ ]] && [ "$a" -le $# ]; then echo "${!a}"; else echo "$a"; fi
+}
+
 write_ctl() {
     local file=$1 main=$2 x; shift 2
     {
@@ -389,7 +396,7 @@ write_ctl() {
         echo 'set -euo pipefail'
         printf 'RUN=%q DIR=%q\n' "$RUN" "$(dirname "$file")"
         for x in "$@"; do if declare -F "$x" >/dev/null; then declare -f "$x"; else declare -p "$x"; fi; done
-        declare -f wait_until wait_serving serving_or_gone record_pid running tree_of kill_tree retry_output member_of \
+        declare -f wait_until wait_serving serving_or_gone record_pid running tree_of kill_tree retry_output member_of port_of_member \
             "$main"
         echo "$main \"\$@\""
     } > "$file.$$"

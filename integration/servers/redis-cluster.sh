@@ -124,9 +124,7 @@ rclus_role() { rclus_cli "$1" ROLE 2>/dev/null | sed -n 1p; }
 rclus_member() { member_of "$1" redis-cluster "${RCLUS_PORTS[@]}"; }  # rclus_member PORT: its member number
 rclus_host() { local n; n=$(rclus_member "$1") && member_ip "$(redis_cluster_slot "$n")"; }  # rclus_host PORT
 rclus_ns() { member_pid "$(redis_cluster_slot "$(rclus_member "$1")")"; }  # the anchor of PORT's host
-rclus_port_of() {  # rclus_port_of PORT|N: a member number (1-6) as its port; a port as it is
-    if [[ $1 =~ ^[1-9]$ ]] && [ "$1" -le ${#RCLUS_PORTS[@]} ]; then echo "${RCLUS_PORTS[$1-1]}"; else echo "$1"; fi
-}
+rclus_port_of() { port_of_member "$1" "${RCLUS_PORTS[@]}"; }  # rclus_port_of PORT|N: a member number (1-6) as its port
 rclus_pid() { local n; n=$(rclus_member "$1") || return 2; sed -n "${n}p" "$RUN/$RCLUS_NAME.pids" 2>/dev/null || true; }
 rclus_info_field() {  # rclus_info_field PORT FIELD: a field of CLUSTER INFO
     rclus_cli "$1" CLUSTER INFO 2>/dev/null | tr -d '\r' | sed -n "s/^$2://p"

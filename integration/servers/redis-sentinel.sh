@@ -70,8 +70,9 @@
 #                                     from each other | N cut from every other node
 #                                     (clients still reach it) | and from clients too |
 #                                     every link back
-#     ctl.sh leader                   the master's member number (1-3), for the fault
-#                                     harness's kill-leader; kill, start and wait take
+#     ctl.sh leader [NAME]            the master's member number (1-3), for the fault
+#                                     harness (which names its lock: one master serves
+#                                     every lock here, NAME is ignored); kill, start and wait take
 #                                     a member number as well as a port
 #     ctl.sh wait PORT|N [S]          wait up to S s (30) until that node answers PING and
 #                                     the master has 2 replicas online
@@ -272,9 +273,7 @@ rsent_start() {  # rsent_start PORT: start its node (unless it runs), wait until
     return 1
 }
 
-rsent_port_of() {  # rsent_port_of PORT|N: a member number (1-6) as its port; a port as it is
-    if [[ $1 =~ ^[1-9]$ ]] && [ "$1" -le ${#RSENT_PORTS[@]} ]; then echo "${RSENT_PORTS[$1-1]}"; else echo "$1"; fi
-}
+rsent_port_of() { port_of_member "$1" "${RSENT_PORTS[@]}"; }  # rsent_port_of PORT|N: a member number (1-6) as its port
 
 rsent_ctl() {
     local m p
@@ -337,7 +336,7 @@ rsent_ctl() {
       cut | cut-off | isolate | heal) member_partition redis_sentinel_slot ${#RSENT_PORTS[@]} "$@" ;;
       *) echo "usage: $0 master | kill-master | failover | wait-master-change OLDPORT [S] | start PORT | kill PORT" \
               "| wait-replicas N [S] | wait-sentinels [S] | pause PORT [S] | resume PORT | port N | pid PORT" \
-              "| leader | wait PORT|N [S] | host PORT|N | cut N M | cut-off N | isolate N | heal" >&2
+              "| leader [NAME] | wait PORT|N [S] | host PORT|N | cut N M | cut-off N | isolate N | heal" >&2
          return 2 ;;
     esac
 }

@@ -1013,9 +1013,9 @@ class Cell:
         """The cluster's leader (member number as a string), or None after 20 s (recorded as an error)."""
         deadline = mono() + 20_000_000_000
         while mono() < deadline:
-            # A Redis Cluster has a master per slot: the one of the lock's slot.
-            extra = [self.lock_name] if self.server == "redis-cluster" else []
-            rc, out, _ = self.ctl("leader", *extra, timeout=10)
+            # The leader for this lock: a Redis Cluster has a master per slot (ctl.sh leader NAME);
+            # a deployment with one leader ignores the name.
+            rc, out, _ = self.ctl("leader", self.lock_name, timeout=10)
             if rc == 0 and out.strip().isdigit():
                 return out.strip()
             time.sleep(0.2)

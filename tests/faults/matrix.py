@@ -429,6 +429,15 @@ def repeat_of(cell):
     return int(tail) if tail.isdigit() else 1
 
 
+def safety_totals(cells):
+    """Unexcused double grants in all cells, and stale writes the fenced store accepted on the backends
+    with fencing tokens: what no page may show above 0 without saying so."""
+    def value(c, check):
+        return (c["report"] or {}).get("checks", {}).get(check, {}).get("value", 0) or 0
+    return (sum(value(c, "double_grants") for c in cells),
+            sum(value(c, "stale_writes_accepted") for c in cells if BACKENDS[c["backend"]][1]))
+
+
 def fmt_ms(v):
     return "-" if v is None else ("%.0f" % v)
 
@@ -579,9 +588,7 @@ def markdown(results, skipped, meta):
     failed = sum(1 for c in results if verdict(c) in ("FAIL", "ERROR"))
     add("- Cells run: %d: %d passed, %d failed only where expected (marked, with the reason), %d FAILED; %d "
         "cells do not apply (listed with their reason)." % (len(results), passed, expected, failed, len(skipped)))
-    double = sum((c["report"] or {}).get("checks", {}).get("double_grants", {}).get("value", 0) or 0 for c in results)
-    stale_fenced = sum((c["report"] or {}).get("checks", {}).get("stale_writes_accepted", {}).get("value", 0) or 0
-                       for c in results if BACKENDS[c["backend"]][1])
+    double, stale_fenced = safety_totals(results)
     add("- Unexcused double grants, all cells: %d. Stale writes accepted by the fenced store on the backends "
         "with fencing tokens: %d." % (double, stale_fenced))
     add("")
@@ -813,14 +820,7 @@ def run_soak(args, only, nemeses, out):
     head, path = git_head(), os.path.join(out, "soak.json")
     results, summary, parts, started = [], collections.OrderedDict(), [], utc_now()
     if args.resume:
-        try:
-            with open(path) as f:
-                prev = json.load(f)
-        except (OSError, ValueError) as e:
-            raise SystemExit("matrix.py --resume: no soak record in %s (%s)" % (path, e))
-        if prev.get("commit") != head or any(prev.get(k) != v for k, v in settings.items()):
-            raise SystemExit("matrix.py --resume: the soak in %s ran at commit %s with %s, not at %s with %s" % (
-                out, prev.get("commit"), {k: prev.get(k) for k in settings}, head, settings))
+        prev = resumable(path, head, settings)
         results, started, parts = prev["cells"], prev["started"], prev.get("parts") or []
         summary.update(prev["backends"])
     parts.append([utc_now(), None])
@@ -905,9 +905,7 @@ def soak_markdown(d):
         "not, and releases) were made; every cell's histories checked by `checker.py` with the cell's "
         "expectations, as in the matrix." % (d["seconds"], d["workers"], d["hold_ms"], d.get("fault_prob", 0.15),
                                             d["ops_target"]))
-    double = sum((c["report"] or {}).get("checks", {}).get("double_grants", {}).get("value", 0) or 0 for c in cells)
-    stale = sum((c["report"] or {}).get("checks", {}).get("stale_writes_accepted", {}).get("value", 0) or 0
-                for c in cells if BACKENDS[c["backend"]][1])
+    double, stale = safety_totals(cells)
     bad = [c for c in cells if verdict(c) in ("FAIL", "ERROR")]
     ops = sum(e["operations"] for e in d["backends"].values())
     add("- %d lock operations in %d cells: %d FAILED. Unexcused double grants: %d. Stale writes accepted by the "
@@ -939,27 +937,23 @@ def soak_markdown(d):
     return "\n".join(lines)
 
 
-def resumable(out, commit, plan, args):
-    """The recorded run in `out` that --resume goes on with; exits when it is not the same run (another
-    commit, other arguments, another plan) or is finished."""
-    path = os.path.join(out, "matrix.json")
+def resumable(path, commit, settings):
+    """The record at `path` (a matrix.json or soak.json) that --resume goes on with; exits unless it was
+    made at `commit` with the same `settings` (name -> value, as recorded) and is not finished."""
     try:
         with open(path) as f:
             prev = json.load(f)
     except (OSError, ValueError) as e:
-        raise SystemExit("matrix.py --resume: no recorded run in %s (%s)" % (path, e))
+        raise SystemExit("matrix.py --resume: no record at %s (%s)" % (path, e))
     if prev.get("commit") != commit:
-        raise SystemExit("matrix.py --resume: the run in %s was made at commit %s, this is %s: a page never "
-                         "mixes two commits" % (out, prev.get("commit"), commit))
-    for k in ("profile", "seconds", "repeat", "workers"):
-        if prev.get(k) != getattr(args, k):
-            raise SystemExit("matrix.py --resume: the run in %s has %s %r, not %r" % (out, k, prev.get(k),
-                                                                                  getattr(args, k)))
-    if prev.get("plan") != plan:
-        raise SystemExit("matrix.py --resume: the run in %s planned other cells (give the same --only and "
-                         "--nemesis)" % out)
+        raise SystemExit("matrix.py --resume: %s was made at commit %s, this is %s: a page never mixes two "
+                         "commits" % (path, prev.get("commit"), commit))
+    for k, v in settings.items():
+        if prev.get(k) != v:
+            raise SystemExit("matrix.py --resume: %s has another %s (give the same arguments): %r, not %r" % (
+                path, k, prev.get(k), v))
     if prev.get("finished"):
-        raise SystemExit("matrix.py --resume: the run in %s is finished" % out)
+        raise SystemExit("matrix.py --resume: the run of %s is finished" % path)
     return prev
 
 
@@ -1046,7 +1040,8 @@ def main(argv):
     cell_dir_of = {x: os.path.join(out, "%s.%s.%d" % (x[1], x[2], x[0])) for x in planned}
     results, parts = [], []
     if args.resume:
-        prev = resumable(out, commit, plan, args)
+        prev = resumable(os.path.join(out, "matrix.json"), commit,
+                         dict({k: getattr(args, k) for k in ("profile", "seconds", "repeat", "workers")}, plan=plan))
         started, results = prev["started"], prev["cells"]
         parts = prev.get("parts") or [[prev["started"], prev.get("finished"), len(results)]]
         done = {c["dir"] for c in results}
