@@ -457,9 +457,15 @@ NOTHING_ON_DISK=()
 for f in "$HERE"/servers/*.sh; do [ -e "$f" ] && . "$f"; done
 known() { for f in "$HERE"/servers/*.sh; do [ -e "$f" ] && basename "$f" .sh; done; }
 
-write_env() {  # backends.env: every NAME.env; atomically, as commands for other servers may run meanwhile
+# backends.env: every NAME.env, and DISTLOCK_TEST_SERVERS_CTL, this script on this run dir (for
+# tests that kill and spawn a server: "$DISTLOCK_TEST_SERVERS_CTL kill mysql"); atomically, as
+# commands for other servers may run meanwhile.
+write_env() {
     local f
-    for f in "$RUN"/*.env; do [ -f "$f" ] && [ "$f" != "$RUN/backends.env" ] && cat "$f"; done > "$RUN/backends.env.$$"
+    {
+        printf "DISTLOCK_TEST_SERVERS_CTL='env DISTLOCK_RUN_DIR=%s %s/backends.sh'\n" "$RUN" "$HERE"
+        for f in "$RUN"/*.env; do [ -f "$f" ] && [ "$f" != "$RUN/backends.env" ] && cat "$f"; done
+    } > "$RUN/backends.env.$$"
     mv -f "$RUN/backends.env.$$" "$RUN/backends.env"
 }
 

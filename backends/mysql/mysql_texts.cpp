@@ -9,6 +9,7 @@ namespace distlock::backends::mysql {
 
 s::sql_texts dialect::texts(const std::string& table) const {
     const std::string t = "`" + table + "`", rows = "`" + table + "_rows`", fence = "`" + table + "_fence`";
+    const std::string epoch = "`" + table + "_epoch`", boot = "`" + table + "_boot`";
     const std::string expires = "UTC_TIMESTAMP(6) + INTERVAL (? * 1000) MICROSECOND";
     const std::string free = "(expires_at IS NULL OR expires_at <= UTC_TIMESTAMP(6))";
     const std::string free_flag = "(expires_at IS NULL OR expires_at <= UTC_TIMESTAMP(6), 1, 0)";
@@ -54,6 +55,22 @@ s::sql_texts dialect::texts(const std::string& table) const {
                                " (slot INT NOT NULL, version BIGINT NOT NULL, PRIMARY KEY (slot)) ENGINE=InnoDB",
                            {}},
     };
+    if (seq) {
+        // The fence guard's (sql_texts::fence_guard): an InnoDB row whose
+        // update makes the guard's commit flush the log, the sequence's move
+        // with it; and a MEMORY row, emptied by every server start, that says
+        // a guard has run since.
+        q.create.push_back({"CREATE TABLE IF NOT EXISTS " + epoch +
+                                " (id TINYINT NOT NULL, guards BIGINT NOT NULL, PRIMARY KEY (id)) ENGINE=InnoDB",
+                            {}});
+        q.create.push_back(
+            {"CREATE TABLE IF NOT EXISTS " + boot + " (id TINYINT NOT NULL, PRIMARY KEY (id)) ENGINE=MEMORY", {}});
+        q.fence_guard_probe = {"SELECT IF(EXISTS(SELECT 1 FROM " + boot + "), NULL, NEXTVAL(" + fence + "))", {}};
+        q.fence_guard = {
+            {"SELECT SETVAL(" + fence + ", ?)", {0}},
+            {"INSERT INTO " + epoch + " (id, guards) VALUES (1, 1) ON DUPLICATE KEY UPDATE guards = guards + 1", {}},
+            {"INSERT IGNORE INTO " + boot + " (id) VALUES (1)", {}}};
+    }
     if (engine_ == lock_engine::memory)
         q.create.insert(q.create.begin(), {"SET SESSION max_heap_table_size = 1073741824", {}});
     q.ping = {"SELECT 1", {}};

@@ -2,6 +2,7 @@
 // and the translation of a dialect's sql_error into the distlock error that
 // says what to do next (throw_client_error).
 #include <charconv>
+#include <limits>
 #include <system_error>
 #include <utility>
 
@@ -69,28 +70,72 @@ void throw_client_error(const sql_error& e, std::string_view backend, const std:
 }
 
 pool::lease pool::take() {
+    std::unique_ptr<connection> c;
     {
         std::lock_guard lk(mutex_);
         if (!idle_.empty()) {
-            auto c = std::move(idle_.back());
+            c = std::move(idle_.back());
             idle_.pop_back();
-            return lease(this, std::move(c), true);
         }
     }
-    auto c = dialect_->connect();
-    set_default_wait(*c);
+    if (c) {
+        try {
+            prepare(*c, false);
+            return lease(this, std::move(c), true);
+        } catch (const sql_error& e) {
+            // An idle session the server closed meanwhile: a new one instead.
+            if (e.kind() != failure::connection_lost) throw;
+        }
+    }
+    c = dialect_->connect();
+    prepare(*c, true);
     return lease(this, std::move(c), false);
 }
 
-// No statement may wait for a lock past the client's read timeout.
-void pool::set_default_wait(connection& c) {
-    c.exec(default_wait_.first, {default_wait_.second});
-    c.wait_bound_ms = default_wait_.second;
+// No statement may wait for a lock past the client's read timeout. The fence
+// guard goes in the same round trip, and moves the sequence on only when the
+// server has had no guard since it started (after a crash, every session is
+// new): that commit is durable before this session draws a token.
+void pool::prepare(connection& c, bool fresh) {
+    const bool guard = !c.fence_guarded && guarding_.load(std::memory_order_acquire);
+    std::vector<statement> steps;
+    if (fresh) steps.push_back(default_wait_.first);
+    if (guard) steps.push_back(guard_probe_);
+    if (steps.empty()) return;
+    try {
+        const auto results = c.exec_batch(steps, {default_wait_.second});
+        if (fresh) c.wait_bound_ms = default_wait_.second;
+        if (!guard) return;
+        if (const auto drawn = batch_value(results)) {
+            const auto v = to_int64(*drawn);
+            const auto ahead = v > std::numeric_limits<std::int64_t>::max() - fence_guard_gap - 1
+                                   ? std::numeric_limits<std::int64_t>::max() - 1
+                                   : v + fence_guard_gap;
+            c.exec_batch(guard_, {ahead});
+        }
+        c.fence_guarded = true;
+    } catch (const sql_error& e) {
+        // The tables dropped under a running provider: the session is guarded
+        // at a later take(), once the draw that fails meanwhile has made them
+        // again (context::create_tables), with a sequence that starts anew.
+        if (!guard || e.kind() != failure::no_table) throw;
+        if (fresh && c.wait_bound_ms != default_wait_.second) {
+            c.exec(default_wait_.first, {default_wait_.second});
+            c.wait_bound_ms = default_wait_.second;
+        }
+    }
 }
 
 void pool::adopt(std::unique_ptr<connection> c) {
-    set_default_wait(*c);
+    prepare(*c, true);
     give_back(std::move(c));
+}
+
+void pool::guard_fences(statement probe, batch guard) {
+    if (guard.empty()) return;
+    guard_probe_ = std::move(probe);
+    guard_ = std::move(guard);
+    guarding_.store(true, std::memory_order_release);
 }
 
 void pool::give_back(std::unique_ptr<connection> c) noexcept {

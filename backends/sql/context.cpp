@@ -25,6 +25,7 @@ void context::create_tables() {
                 dialect_->migrate(c, settings_.table);
                 return 0;
             });
+            pool_.guard_fences(q_.fence_guard_probe, q_.fence_guard);  // its tables exist now
             return;
         } catch (const sql_error& e) {
             // The first statement of a provider: a connection or login failure is that, not a table problem.

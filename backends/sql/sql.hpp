@@ -159,11 +159,18 @@ public:
     // The session's lock wait bound last set through sql_texts::set_wait (ms), so
     // that an unchanged bound is not sent again. -1 = unknown.
     std::int64_t wait_bound_ms = -1;
+    // The pool has run the dialect's fence guard (sql_texts::fence_guard) on this session.
+    bool fence_guarded = false;
 
 protected:
     // One round trip with `steps` (at least one), as exec_batch() says.
     virtual std::vector<result> send(std::span<const statement> steps, std::span<const value> args) = 0;
 };
+
+// How far the fence guard moves a sequence past a value it drew: more than the
+// tokens a server can hand out between two flushes of its log (a second by
+// default, at most innodb_flush_log_at_timeout), so more than any it can lose.
+inline constexpr std::int64_t fence_guard_gap = std::int64_t{1} << 32;
 
 // A list of statements sent in one round trip (connection::exec_batch).
 using batch = std::vector<statement>;
@@ -211,6 +218,19 @@ struct sql_texts {
     batch row_unlock;    // [name]: releases a row lock (and its mark): ROLLBACK
     statement set_wait;  // [wait_ms]: the session's lock wait bound
     batch fence;         // [slot] -> a new token, committed on its own
+    // The fence guard, where drawing a token can commit nothing durable (a
+    // MariaDB SEQUENCE drawn by get-lock, for-update or a MEMORY lock table: its
+    // reservation of the next cached block is written, but not flushed, unless
+    // an InnoDB commit follows; a server crash can then hand the same tokens out
+    // again). Run by the pool on every session before its first use; empty
+    // texts where every draw is durable (PostgreSQL's nextval() makes its
+    // transaction's commit flush the WAL; counter rows are InnoDB commits).
+    // fence_guard_probe -> NULL when a guard has already run since the server
+    // started, else a value v drawn from the sequence; fence_guard [v + fence_guard_gap]
+    // moves the sequence there and commits that durably, then records that the
+    // server has been guarded since it started.
+    statement fence_guard_probe;
+    batch fence_guard;
 
     // Native named locks (get-lock, advisory) with the token drawn under the lock
     // in the same round trip: [key, wait_ms, slot, label suffix (session_label_suffix:
@@ -385,6 +405,10 @@ public:
     void give_back(std::unique_ptr<connection> c) noexcept;
     // A connection made elsewhere joins the pool, its lock wait bound set as take() sets it.
     void adopt(std::unique_ptr<connection> c);
+    // From now on, every session is fence-guarded before take() hands it out
+    // (sql_texts::fence_guard; nothing when `guard` is empty). Called once the
+    // lock tables exist, before the pool is shared between threads.
+    void guard_fences(statement probe, batch guard);
 
     // Runs f(connection&) on a pooled connection; a reused idle connection that
     // turns out to be dead (closed by the server while idle) is replaced once.
@@ -401,11 +425,15 @@ public:
     }
 
 private:
-    void set_default_wait(connection& c);
+    // A new session's lock wait bound and, once guard_fences() ran, any session's fence guard.
+    void prepare(connection& c, bool fresh);
 
     std::shared_ptr<dialect> dialect_;
     std::size_t max_idle_;
     std::pair<statement, std::int64_t> default_wait_;
+    std::atomic<bool> guarding_{false};
+    statement guard_probe_;
+    batch guard_;
     std::mutex mutex_;
     std::vector<std::unique_ptr<connection>> idle_;
 };

@@ -72,6 +72,12 @@ const dialect_facts& sql_test::facts() {
                     {db.table(), s::bytes{name}});
             },
         .fence_object = "TABLE",
+        .crash_strategies = {"strategy=get-lock", "strategy=for-update",
+                             "strategy=lease-table&engine=memory&table=distlock_memory_crash"},
+        .draw_and_count_left = [](raw_sql& db, const std::string& fence) -> std::int64_t {
+            const auto v = std::stoll(*db.scalar("SELECT NEXTVAL(" + fence + ")"));
+            return std::stoll(*db.scalar("SELECT next_not_cached_value FROM " + fence)) - 1 - v;
+        },
         .count_unit = "statements",
         .server_count = [](raw_sql& db) -> std::int64_t {
             auto n = db.scalar(

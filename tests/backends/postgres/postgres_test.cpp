@@ -65,6 +65,11 @@ const dialect_facts& sql_test::facts() {
                     {s::bytes{name}});
             },
         .fence_object = "SEQUENCE",
+        .crash_strategies = {"strategy=advisory", "strategy=for-update"},
+        .draw_and_count_left = [](raw_sql& db, const std::string& fence) -> std::int64_t {
+            (void)db.scalar("SELECT nextval(?::regclass)", {fence});
+            return std::stoll(*db.scalar("SELECT log_cnt FROM " + fence));
+        },
         .count_unit = "transactions",
         .server_count = [](raw_sql& db) -> std::int64_t {
             // A session reports its transactions when it ends: wait for the count database's to end.

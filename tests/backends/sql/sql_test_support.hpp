@@ -51,6 +51,13 @@ struct dialect_facts {
     // on the server's own view.
     std::optional<std::string> (*row_holder)(raw_sql& db, const std::string& name);
     std::string fence_object;  // what <table>_fence is: "TABLE" (MySQL's counter rows) or "SEQUENCE"
+    // The crash test (crash_test.cpp): the strategies (URL queries) whose grant
+    // draws a token from the sequence with no write of its own to commit, and,
+    // after one draw of its own on `db` from the sequence `fence` (quoted), how
+    // many more the server can hand out before a draw writes the sequence's state
+    // (MariaDB: its next cached block; PostgreSQL: its next WAL record).
+    std::vector<std::string> crash_strategies;
+    std::int64_t (*draw_and_count_left)(raw_sql& db, const std::string& fence);
 
     // The statement-count test (round_trip_test.cpp). The server's own count of
     // what the DISTLOCK_TEST_<ENV>_COUNT_URL's user or database ran (MariaDB:
@@ -160,6 +167,8 @@ inline void drop_lock_tables(raw_sql& db, const std::string& table) {
     db.run("DROP " + facts().fence_object + " " + db.quote(table + "_fence"));
     db.run("DROP TABLE IF EXISTS " + db.quote(table + "_permits"));
     db.run("DROP TABLE IF EXISTS " + db.quote(table + "_rw"));
+    db.run("DROP TABLE IF EXISTS " + db.quote(table + "_epoch"));  // MariaDB's fence guard
+    db.run("DROP TABLE IF EXISTS " + db.quote(table + "_boot"));
 }
 
 // The URL with its query replaced (host, credentials and database kept).

@@ -19,6 +19,7 @@ function(distlock_add_sql_tests dialect)
                             ${PROJECT_SOURCE_DIR}/tests/backends/sql/primitives_test.cpp
                             ${PROJECT_SOURCE_DIR}/tests/backends/sql/inspect_test.cpp
                             ${PROJECT_SOURCE_DIR}/tests/backends/sql/tls_test.cpp
+                            ${PROJECT_SOURCE_DIR}/tests/backends/sql/crash_test.cpp
                             URL_ENV DISTLOCK_TEST_${up}_URL TIMEOUT 300)
   target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests/backends/sql
                              ${PROJECT_SOURCE_DIR}/backends/sql ${PROJECT_SOURCE_DIR}/backends/${dialect})
@@ -29,4 +30,8 @@ function(distlock_add_sql_tests dialect)
   # Over TLS (integration/servers/<dialect>-tls.sh): the hidden [.tls] cases, when its URL is set.
   add_test(NAME ${target}.tls COMMAND ${target} --require-env DISTLOCK_TEST_${up}_TLS_URL "[.tls]")
   set_tests_properties(${target}.tls PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)
+  # Tokens across a server crash: the hidden [.crash] case kills and restarts the
+  # server every other test uses, so it runs alone (RUN_SERIAL).
+  add_test(NAME ${target}.crash COMMAND ${target} --require-env DISTLOCK_TEST_SERVERS_CTL "[.crash]")
+  set_tests_properties(${target}.crash PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 RUN_SERIAL TRUE)
 endfunction()
