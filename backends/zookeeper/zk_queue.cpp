@@ -189,6 +189,13 @@ void queue_engine::release() {
         throw_error(errc::not_owner, kBackend, "the ZooKeeper session that held '" + name_ + "' expired", o->rc,
                     zerror(o->rc));
     zk_.delete_node(*s, node);  // queued for the reconnection
+    // A session silent for its loss bound (this process paused past it, say,
+    // and released at once on resuming, before its connection noticed) is
+    // presumed expired, as the keepalive presumes it: the server has deleted
+    // the node, or will, and another client may hold the lock. That is a loss.
+    if (auto why = zk_.presumed_expired(*s))
+        throw_error(errc::not_owner, kBackend, "release of '" + name_ + "' failed (" + zerror(o->rc) + "): " + *why,
+                    o->rc, zerror(o->rc));
     throw_error(errc::in_doubt, kBackend,
                 "release of '" + name_ + "' did not complete (" + zerror(o->rc) +
                     "); the node will be deleted once reconnected, or with the session",

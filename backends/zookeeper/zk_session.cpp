@@ -115,6 +115,12 @@ bool session_manager::session_alive(session& s) {
     std::lock_guard lk(mu_);
     return !s.expired;
 }
+std::optional<std::string> session_manager::presumed_expired(session& s) {
+    std::lock_guard lk(mu_);
+    if (s.expired) return "the ZooKeeper session expired";
+    if (clock::now() - s.last_contact >= loss_after(s.timeout)) return disconnected_reason(s);
+    return std::nullopt;
+}
 void session_manager::touch(session& s) {
     std::lock_guard lk(mu_);
     if (s.connected) s.last_contact = clock::now();

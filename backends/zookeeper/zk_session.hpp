@@ -100,6 +100,10 @@ public:
     bool wait_connected(session& s, spi::deadline until);
     std::int64_t session_id(session& s);
     bool session_alive(session& s);
+    // Why `s` is presumed expired: expired, or no contact with the server for
+    // loss_after(its timeout) (a client paused that long, or cut off, whose
+    // connection has not yet noticed). nullopt when it may still be alive.
+    std::optional<std::string> presumed_expired(session& s);
     void touch(session& s);
 
     // Makes every missing parent of `dir` (and `dir`) as a container node; the

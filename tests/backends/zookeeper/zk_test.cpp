@@ -156,6 +156,33 @@ TEST_CASE("a holder frozen with SIGSTOP past its session timeout is told it lost
     CHECK(third.token() > next.token());
 }
 
+// The soak run's finding (zk-async, pause-before-write): a holder that
+// releases the moment it resumes, before its connection has noticed that the
+// server expired its session, was told in_doubt_error, not the loss.
+TEST_CASE("a holder frozen past its session timeout that releases the moment it resumes is told it lost the lock",
+          "[zookeeper][expiry]") {
+    auto p = distlock::connect(url());
+    const auto session = p.default_lease();
+    REQUIRE(session <= 4s);
+    const auto name = unique_name("frozen-release");
+    child_process holder({distlock::test::beside_test("distlock-zk-helper"), "hold-release", url(), name},
+                         {.stdin_pipe = true});
+    auto line = holder.read_line(10s);
+    REQUIRE(line.rfind("locked ", 0) == 0);
+    REQUIRE(holder.signal(SIGSTOP));
+    auto next = p.mutex(name);
+    REQUIRE(next.try_lock_for(session * 3 + 5s));  // the server expired the frozen session
+    REQUIRE(holder.say("release"));                // read the moment it resumes
+    REQUIRE(holder.signal(SIGCONT));
+    const auto told = holder.read_line(session * 2 + 3s);
+    INFO("holder said: " << told);
+    CHECK(told.rfind("lost ", 0) == 0);
+    CHECK(holder.read_line(5s) == "unlocked");
+    CHECK(holder.wait_exit() == 0);
+    CHECK(next.held());  // its release did not free the new holder's lock
+    next.unlock();
+}
+
 TEST_CASE("a waiter frozen past its session timeout drops out of the queue and queues again when it resumes",
           "[zookeeper][expiry]") {
     auto a = distlock::connect(url());
