@@ -463,7 +463,7 @@ known() { for f in "$HERE"/servers/*.sh; do [ -e "$f" ] && basename "$f" .sh; do
 write_env() {
     local f
     {
-        printf "DISTLOCK_TEST_SERVERS_CTL='env DISTLOCK_RUN_DIR=%s %s/backends.sh'\n" "$RUN" "$HERE"
+        printf 'DISTLOCK_TEST_SERVERS_CTL=%q\n' "env DISTLOCK_RUN_DIR=$(printf %q "$RUN") $(printf %q "$HERE/backends.sh")"
         for f in "$RUN"/*.env; do [ -f "$f" ] && [ "$f" != "$RUN/backends.env" ] && cat "$f"; done
     } > "$RUN/backends.env.$$"
     mv -f "$RUN/backends.env.$$" "$RUN/backends.env"
