@@ -38,9 +38,9 @@
 #   DISTLOCK_TEST_REDIS_SENTINEL_URL            redis-sentinel://:pw@the 3 sentinels/distlock-master?lease=2s&sentinel_password=pw
 #                                               (the sentinels get only sentinel_password=, never the URL's)
 #   DISTLOCK_TEST_REDIS_SENTINEL_REENTRANT_URL  .../distlock-master/1?strategy=reentrant&lease=2s
-#   DISTLOCK_TEST_REDIS_SENTINEL_MIN_REPLICAS_URL  the first with min_replicas=1 (grants
-#                                               confirmed by WAIT), and its _CTL (the same
-#                                               script), for the fault matrix
+#   DISTLOCK_TEST_REDIS_SENTINEL_MIN_REPLICAS_URL  the first with min_replicas=2 (grants
+#                                               confirmed by WAIT on both replicas), and its
+#                                               _CTL (the same script), for the fault matrix
 #   DISTLOCK_TEST_REDIS_SENTINEL_CTL            DIR/ctl.sh, the control script:
 #     ctl.sh master                   port of the current master (the sentinels' majority
 #                                     answer; waits up to 10 s for one)
@@ -138,7 +138,7 @@ redis_sentinel_spawn() {  # redis_sentinel_spawn DIR [N]
 DISTLOCK_TEST_REDIS_SENTINEL_URL='redis-sentinel://:$RSENT_PW@$hosts/$RSENT_MASTER?lease=2s&sentinel_password=$RSENT_PW'
 DISTLOCK_TEST_REDIS_SENTINEL_REENTRANT_URL='redis-sentinel://:$RSENT_PW@$hosts/$RSENT_MASTER/1?strategy=reentrant&lease=2s&sentinel_password=$RSENT_PW'
 DISTLOCK_TEST_REDIS_SENTINEL_CTL='$dir/ctl.sh'
-DISTLOCK_TEST_REDIS_SENTINEL_MIN_REPLICAS_URL='redis-sentinel://:$RSENT_PW@$hosts/$RSENT_MASTER?lease=2s&min_replicas=1&replica_timeout=500ms&sentinel_password=$RSENT_PW'
+DISTLOCK_TEST_REDIS_SENTINEL_MIN_REPLICAS_URL='redis-sentinel://:$RSENT_PW@$hosts/$RSENT_MASTER?lease=2s&min_replicas=2&replica_timeout=500ms&sentinel_password=$RSENT_PW'
 DISTLOCK_TEST_REDIS_SENTINEL_MIN_REPLICAS_CTL='$dir/ctl.sh'
 ENV
 }

@@ -73,7 +73,11 @@ BACKENDS = {
     "consul-emulator": (LEASE, True, False, False),
     # A master, two replicas and three sentinels: kill-leader kills the master.
     "redis-sentinel": (LEASE, True, False, True),
-    "redis-sentinel-min-replicas": (LEASE, True, False, True),  # grants confirmed by WAIT 1
+    # Grants confirmed by WAIT 2: both replicas. WAIT 1 of 2 is not enough: the sentinels
+    # may promote the replica that did not acknowledge (they compare replication offsets
+    # they read up to a second before); the soak run of 2026-11-28 saw tokens go back by
+    # 76 that way (docs/backends/redis.md, "What min_replicas does and does not guarantee").
+    "redis-sentinel-min-replicas": (LEASE, True, False, True),
     # Three masters, each with a replica: kill-leader and partition-leader act on the
     # master of the lock's slot.
     "redis-cluster": (LEASE, True, False, True),
@@ -217,7 +221,7 @@ WHY_NO_DETECTION_BOUND = ("a holder on a master that lost its place keeps renewi
 WHY_ASYNC_FAILOVER = ("Redis replicates asynchronously: a grant (and its fence INCR) the killed master had not "
                       "sent to the replica the sentinels promote is gone, so another client gets the lock while "
                       "the holder is told only at its next renewal (lease/3), and tokens may repeat; "
-                      "min_replicas=1 is the remedy (the redis-sentinel-min-replicas cell)")
+                      "min_replicas equal to the number of replicas is the remedy (the redis-sentinel-min-replicas cell)")
 
 
 WHY_CLUSTER_FAILOVER = ("Redis replicates asynchronously: a grant (and its fence INCR) the killed master of "
@@ -231,7 +235,7 @@ WHY_CLUSTER_SPLIT = ("the master of the lock's slot is cut from its replica and 
                      "still reach it: it goes on granting until the cluster node timeout (2 s here), while its "
                      "replica is promoted (Redis replicates asynchronously, so grants it had not sent are gone on "
                      "the new master): two masters may grant the lock, each with its own fence counter, and a "
-                     "holder on the old one may write or release there before it is told; min_replicas=1 is the "
+                     "holder on the old one may write or release there before it is told; min_replicas=1 (its one replica) is the "
                      "remedy (the redis-cluster-min-replicas cell, where none of this is allowed)")
 
 
@@ -239,7 +243,7 @@ WHY_SPLIT_BRAIN = ("the master is cut from its replicas and the sentinels while 
                    "sentinels promote a replica, and for the length of the partition two masters grant the lock, "
                    "each with its own fence counter (Redis replicates asynchronously; the old master learns it "
                    "was replaced only when the partition heals, and drops its data then). A holder on the old "
-                   "master may release there before it is told; min_replicas=1 is the remedy (the "
+                   "master may release there before it is told; min_replicas equal to the number of replicas is the remedy (the "
                    "redis-sentinel-min-replicas cell, where none of this is allowed)")
 
 
@@ -475,10 +479,12 @@ WHAT_TO_EXPECT = [
     ("consul://", "one holder while its session lives", "a write by a paused holder that you do not fence; the "
                   "emulator's index starts over when it loses its data"),
     ("redis-sentinel://", "one holder while the master stays the master", "a failover, or a master cut off from "
-     "its replicas, can give the lock twice and repeat tokens (asynchronous replication): use min_replicas=1"),
-    ("redis-sentinel://...?min_replicas=1", "one holder through failovers and a master cut off from its "
-     "replicas; a grant or renewal too few replicas acknowledge is refused", "availability while fewer replicas "
-     "than min_replicas answer"),
+     "its replicas, can give the lock twice and repeat tokens (asynchronous replication): use min_replicas=N, N "
+     "the number of replicas"),
+    ("redis-sentinel://...?min_replicas=N (every replica)", "one holder through failovers and a master cut off "
+     "from its replicas; a grant or renewal too few replicas acknowledge is refused", "availability while fewer "
+     "replicas than min_replicas answer (after a failover, until the old master is back as a replica); with "
+     "min_replicas below the number of replicas, a failover can still lose grants and repeat tokens"),
     ("redis-cluster://", "one holder while the master of the lock's slot stays its master; a slot that migrates "
      "takes the lock with it", "a failover of that master, or that master cut off from its replica and the other "
      "masters, can give the lock twice and repeat tokens (asynchronous replication): use min_replicas=1"),
